@@ -1,0 +1,490 @@
+//! The envelope tree ISA > GS > ST..SE > GE > IEA, built in one pass over the segments.
+//!
+//! A transaction set keeps its body as a byte range plus a count, not as a list of segments:
+//! the tree of a 200 MB file then costs a few bytes per set instead of a few dozen per
+//! segment, and [`Body::segments`] cuts the same range again, still zero-copy, when a
+//! translator or schema validator needs it.
+
+use std::ops::Range;
+
+use memchr::memmem;
+
+use super::isa::{parse_isa, IsaError};
+use super::{skip_leading, Delimiters, Isa, Position, Segment, Segments};
+
+/// Bounds on untrusted input. A breach is recorded in the tree and becomes a rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Files larger than this are rejected before being read.
+    pub max_file_bytes: u64,
+    /// Segments in one transaction set, ST and SE included.
+    pub max_segments_per_set: u32,
+    /// Bytes in one element (a composite counts as one element).
+    pub max_element_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Real sets run to thousands of segments and real elements to a few hundred bytes
+        // (BIN segments excepted); these bounds are far above both and far below harm.
+        Limits { max_file_bytes: 2 << 30, max_segments_per_set: 1_000_000, max_element_len: 65_536 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    SegmentsPerSet,
+    ElementLength,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitBreach {
+    pub kind: LimitKind,
+    pub position: Position,
+    pub limit: u64,
+    pub actual: u64,
+}
+
+/// How an interchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterchangeEnd {
+    Iea,
+    /// The input ended before an IEA.
+    EndOfInput,
+    /// Another ISA began before an IEA.
+    NextIsa,
+}
+
+/// Segments between an ST and its SE, kept as a range of the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Body<'a> {
+    input: &'a [u8],
+    range: (usize, usize),
+    first_ordinal: u32,
+    /// Segments in the body (ST and SE excluded).
+    pub count: u32,
+    delimiters: Delimiters,
+}
+
+impl<'a> Body<'a> {
+    pub fn segments(&self) -> Segments<'a> {
+        Segments::new(self.input, self.range.0, self.range.1, self.first_ordinal, self.delimiters)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionSet<'a> {
+    pub st: Segment<'a>,
+    pub body: Body<'a>,
+    pub se: Option<Segment<'a>>,
+}
+
+impl<'a> TransactionSet<'a> {
+    /// Segments counted the way SE01 counts them: ST and SE included (SE even when missing,
+    /// since SE01 counts itself).
+    pub fn counted_segments(&self) -> u32 {
+        self.body.count.saturating_add(2)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group<'a> {
+    pub gs: Segment<'a>,
+    pub sets: Vec<TransactionSet<'a>>,
+    pub ge: Option<Segment<'a>>,
+}
+
+/// One interchange, borrowed from the file it was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interchange<'a> {
+    pub isa: Isa<'a>,
+    pub groups: Vec<Group<'a>>,
+    /// TA1 segments at interchange level (an interchange may hold only these).
+    pub ta1: Vec<Segment<'a>>,
+    /// Segments outside any envelope, at most [`STRAY_KEPT`] of them.
+    pub stray: Vec<Segment<'a>>,
+    pub stray_count: u32,
+    pub iea: Option<Segment<'a>>,
+    pub end: InterchangeEnd,
+    /// Bytes of the interchange in the file, from `I` to the end of the IEA's line ending.
+    pub span: Range<usize>,
+    /// The line ending after the ISA's terminator (empty, CR, LF or CRLF), kept for rendering.
+    pub suffix: &'a [u8],
+    pub breaches: Vec<LimitBreach>,
+    /// Segments read, ISA and IEA included.
+    pub segment_count: u32,
+}
+
+impl<'a> Interchange<'a> {
+    pub fn delimiters(&self) -> Delimiters {
+        self.isa.delimiters
+    }
+}
+
+/// How many stray segments are kept for reporting; the rest are only counted.
+pub const STRAY_KEPT: usize = 100;
+
+/// Why part of a file could not be read as an interchange at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("byte {offset}: {message}")]
+#[non_exhaustive]
+pub struct ReadError {
+    pub kind: ReadErrorKind,
+    pub offset: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadErrorKind {
+    /// Something other than an ISA where an interchange should start.
+    NotAnInterchange,
+    /// An ISA whose sixteen elements cannot be found.
+    IsaUnreadable,
+    /// The element separator is a letter, digit or space.
+    ElementSeparator,
+    /// The segment terminator is a letter, digit, space or another delimiter.
+    SegmentTerminator,
+    /// The file holds no interchange at all.
+    Empty,
+}
+
+/// Reads a file's interchanges one by one. After a [`ReadError`] it resumes at the next `ISA`.
+#[derive(Debug, Clone)]
+pub struct Interchanges<'a> {
+    input: &'a [u8],
+    pos: usize,
+    limits: Limits,
+    seen_any: bool,
+}
+
+impl<'a> Interchanges<'a> {
+    pub fn new(input: &'a [u8], limits: Limits) -> Self {
+        Interchanges { input, pos: 0, limits, seen_any: false }
+    }
+
+    fn resync(&mut self, from: usize) {
+        let rest = self.input.get(from + 1..).unwrap_or_default();
+        self.pos = memmem::find(rest, b"ISA").map_or(self.input.len(), |i| from + 1 + i);
+    }
+}
+
+impl<'a> Iterator for Interchanges<'a> {
+    type Item = Result<Interchange<'a>, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = skip_leading(self.input, self.pos);
+        if start >= self.input.len() {
+            self.pos = start;
+            if self.seen_any {
+                return None;
+            }
+            self.seen_any = true;
+            return Some(Err(ReadError {
+                kind: ReadErrorKind::Empty,
+                offset: start,
+                message: "no interchange: the input is empty or only whitespace".into(),
+            }));
+        }
+        self.seen_any = true;
+        let tail = self.input.get(start..).unwrap_or_default();
+        if !tail.starts_with(b"ISA") {
+            let shown: String =
+                String::from_utf8_lossy(tail.get(..12).unwrap_or(tail)).escape_debug().collect();
+            self.resync(start);
+            return Some(Err(ReadError {
+                kind: ReadErrorKind::NotAnInterchange,
+                offset: start,
+                message: format!(
+                    "expected ISA to open an interchange, found \"{shown}\" \
+                     (only whitespace may stand between interchanges)"
+                ),
+            }));
+        }
+        let isa = match parse_isa(self.input, start) {
+            Ok(isa) => isa,
+            Err(e) => {
+                self.resync(start);
+                let (kind, message) = match e {
+                    IsaError::Unreadable => (
+                        ReadErrorKind::IsaUnreadable,
+                        "ISA: cannot find its 16 elements, the component separator and the \
+                         segment terminator",
+                    ),
+                    IsaError::ElementSeparator => (
+                        ReadErrorKind::ElementSeparator,
+                        "ISA: the element separator (4th byte) is a letter, digit or space",
+                    ),
+                    IsaError::SegmentTerminator => (
+                        ReadErrorKind::SegmentTerminator,
+                        "ISA: the segment terminator (after ISA16) is a letter, digit, space or \
+                         the component separator",
+                    ),
+                };
+                return Some(Err(ReadError { kind, offset: start, message: message.into() }));
+            }
+        };
+        let (interchange, next) = build(self.input, start, isa, self.limits);
+        self.pos = next;
+        Some(Ok(interchange))
+    }
+}
+
+/// The set being read: its ST, where its body starts and ends, and how many segments it holds.
+struct OpenSet<'a> {
+    st: Segment<'a>,
+    body: (usize, usize),
+    count: u32,
+    over_limit: bool,
+}
+
+struct Builder<'a> {
+    input: &'a [u8],
+    delimiters: Delimiters,
+    limits: Limits,
+    groups: Vec<Group<'a>>,
+    open_group: Option<Group<'a>>,
+    open_set: Option<OpenSet<'a>>,
+    ta1: Vec<Segment<'a>>,
+    stray: Vec<Segment<'a>>,
+    stray_count: u32,
+    breaches: Vec<LimitBreach>,
+}
+
+impl<'a> Builder<'a> {
+    fn close_set(&mut self, se: Option<Segment<'a>>) {
+        let Some(open) = self.open_set.take() else { return };
+        let set = TransactionSet {
+            st: open.st,
+            body: Body {
+                input: self.input,
+                range: open.body,
+                first_ordinal: open.st.ordinal.saturating_add(1),
+                count: open.count,
+                delimiters: self.delimiters,
+            },
+            se,
+        };
+        // invariant: a set is only opened while a group is open.
+        if let Some(group) = self.open_group.as_mut() {
+            group.sets.push(set);
+        }
+    }
+
+    fn close_group(&mut self, ge: Option<Segment<'a>>) {
+        self.close_set(None);
+        if let Some(mut group) = self.open_group.take() {
+            group.ge = ge;
+            self.groups.push(group);
+        }
+    }
+
+    fn stray(&mut self, segment: Segment<'a>) {
+        self.stray_count = self.stray_count.saturating_add(1);
+        if self.stray.len() < STRAY_KEPT {
+            self.stray.push(segment);
+        }
+    }
+
+    fn check_element_length(&mut self, segment: &Segment<'a>) {
+        // A segment no longer than the limit cannot hold a longer element: skip the split.
+        if segment.raw.len() <= self.limits.max_element_len {
+            return;
+        }
+        if let Some((i, e)) =
+            segment.elements().enumerate().find(|(_, e)| e.value.len() > self.limits.max_element_len)
+        {
+            self.breaches.push(LimitBreach {
+                kind: LimitKind::ElementLength,
+                position: segment.position().with_element(u16::try_from(i + 1).unwrap_or(u16::MAX)),
+                limit: self.limits.max_element_len as u64,
+                actual: e.value.len() as u64,
+            });
+        }
+    }
+
+    fn body_segment(&mut self, segment: Segment<'a>, end: usize) {
+        let max = self.limits.max_segments_per_set;
+        let Some(open) = self.open_set.as_mut() else {
+            self.stray(segment);
+            return;
+        };
+        if open.count == 0 {
+            open.body.0 = segment.offset;
+        }
+        open.body.1 = end;
+        open.count = open.count.saturating_add(1);
+        if !open.over_limit && open.count.saturating_add(2) > max {
+            open.over_limit = true;
+            let mut position = segment.position();
+            position.set_segment = Some(open.count.saturating_add(1));
+            self.breaches.push(LimitBreach {
+                kind: LimitKind::SegmentsPerSet,
+                position,
+                limit: u64::from(max),
+                actual: u64::from(open.count.saturating_add(2)),
+            });
+        }
+    }
+}
+
+/// Builds the interchange whose ISA starts at `start`; returns it and where the next one may begin.
+fn build<'a>(input: &'a [u8], start: usize, isa: Isa<'a>, limits: Limits) -> (Interchange<'a>, usize) {
+    let delimiters = isa.delimiters;
+    let after_isa = start + isa.len;
+    let mut segments = Segments::new(input, after_isa, input.len(), 2, delimiters);
+    let suffix_end = segments.skip_line_endings();
+    let suffix = input.get(after_isa..suffix_end).unwrap_or_default();
+    let mut b = Builder {
+        input,
+        delimiters,
+        limits,
+        groups: Vec::new(),
+        open_group: None,
+        open_set: None,
+        ta1: Vec::new(),
+        stray: Vec::new(),
+        stray_count: 0,
+        breaches: Vec::new(),
+    };
+    let mut iea = None;
+    let mut count = 1u32;
+    let end = loop {
+        let before = segments.clone();
+        let Some(segment) = segments.next() else { break InterchangeEnd::EndOfInput };
+        if segment.id == b"ISA" {
+            segments = before;
+            break InterchangeEnd::NextIsa;
+        }
+        count = count.saturating_add(1);
+        b.check_element_length(&segment);
+        match segment.id {
+            b"IEA" => {
+                iea = Some(segment);
+                break InterchangeEnd::Iea;
+            }
+            b"GS" => {
+                b.close_group(None);
+                b.open_group = Some(Group { gs: segment, sets: Vec::new(), ge: None });
+            }
+            b"GE" if b.open_group.is_some() => b.close_group(Some(segment)),
+            b"ST" if b.open_group.is_some() => {
+                b.close_set(None);
+                let body_start = segments.offset();
+                b.open_set = Some(OpenSet {
+                    st: segment,
+                    body: (body_start, body_start),
+                    count: 0,
+                    over_limit: false,
+                });
+            }
+            b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
+            b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
+            b"GE" | b"ST" | b"SE" => b.stray(segment),
+            _ => b.body_segment(segment, segments.offset()),
+        }
+    };
+    b.close_group(None);
+    let next = match end {
+        InterchangeEnd::NextIsa => segments.offset(),
+        _ => segments.skip_line_endings(),
+    };
+    let interchange = Interchange {
+        isa,
+        groups: b.groups,
+        ta1: b.ta1,
+        stray: b.stray,
+        stray_count: b.stray_count,
+        iea,
+        end,
+        span: start..next,
+        suffix,
+        breaches: b.breaches,
+        segment_count: count,
+    };
+    (interchange, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ISA: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~";
+
+    fn read(s: &str) -> Vec<Result<Interchange<'_>, ReadError>> {
+        Interchanges::new(s.as_bytes(), Limits::default()).collect()
+    }
+
+    #[test]
+    fn builds_the_tree() {
+        let s = format!(
+            "{ISA}\nGS*PO*ACME*X12GATE*20240101*1200*1*X*005010~\nST*850*0001~BEG*00*SA*1**20240101~\
+             N1*ST*ISAAC~SE*4*0001~GE*1*1~IEA*1*000000001~\n"
+        );
+        let all = read(&s);
+        assert_eq!(all.len(), 1);
+        let ic = all[0].as_ref().unwrap();
+        assert_eq!(ic.end, InterchangeEnd::Iea);
+        assert_eq!(ic.suffix, b"\n");
+        assert_eq!(ic.groups.len(), 1);
+        let set = &ic.groups[0].sets[0];
+        assert_eq!(set.body.count, 2);
+        let ids: Vec<_> = set.body.segments().map(|s| (s.id_str(), s.ordinal)).collect();
+        assert_eq!(ids, vec![("BEG".to_string(), 4), ("N1".to_string(), 5)]);
+        assert_eq!(set.se.unwrap().ordinal, 6);
+        assert_eq!(ic.segment_count, 8);
+        assert_eq!(ic.span, 0..s.len());
+        assert!(ic.stray.is_empty());
+    }
+
+    #[test]
+    fn missing_trailers_and_strays_are_recorded() {
+        let s = format!("{ISA}REF*XX~GS*PO*A*B*20240101*1200*1*X*004010~ST*850*1~BEG*00~GS*PO*A*B*1*1*2*X*004010~");
+        let all = read(&s);
+        let ic = all[0].as_ref().unwrap();
+        assert_eq!(ic.end, InterchangeEnd::EndOfInput);
+        assert_eq!(ic.stray_count, 1);
+        assert_eq!(ic.groups.len(), 2);
+        assert!(ic.groups[0].ge.is_none());
+        assert!(ic.groups[0].sets[0].se.is_none());
+        assert_eq!(ic.groups[0].sets[0].body.count, 1);
+    }
+
+    #[test]
+    fn garbage_between_interchanges_then_resync() {
+        let s = format!("{ISA}IEA*0*000000001~\nhello\n{ISA}IEA*0*000000001~");
+        let all = read(&s);
+        assert_eq!(all.len(), 3);
+        assert!(all[0].is_ok());
+        let err = all[1].as_ref().unwrap_err();
+        assert_eq!(err.kind, ReadErrorKind::NotAnInterchange);
+        assert_eq!(err.offset, ISA.len() + 17);
+        assert!(all[2].is_ok());
+    }
+
+    #[test]
+    fn next_isa_ends_an_interchange_without_iea() {
+        let s = format!("{ISA}GS*FA*A*B*1*1*1*X*004010~{ISA}IEA*0*000000001~");
+        let all = read(&s);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].as_ref().unwrap().end, InterchangeEnd::NextIsa);
+        assert_eq!(all[1].as_ref().unwrap().span.start, ISA.len() + 25);
+    }
+
+    #[test]
+    fn empty_input_is_an_error_once() {
+        let all = read(" \r\n");
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].as_ref().unwrap_err().kind, ReadErrorKind::Empty);
+    }
+
+    #[test]
+    fn limits_are_recorded() {
+        let s = format!("{ISA}GS*PO*A*B*1*1*1*X*004010~ST*850*1~BEG*00*SA*1234567890123~REF*1~REF*2~SE*5*1~GE*1*1~IEA*1*000000001~");
+        let limits = Limits { max_segments_per_set: 4, max_element_len: 10, ..Limits::default() };
+        let ic = Interchanges::new(s.as_bytes(), limits).next().unwrap().unwrap();
+        let kinds: Vec<_> = ic.breaches.iter().map(|b| (b.kind, b.position.segment)).collect();
+        assert_eq!(kinds, vec![(LimitKind::ElementLength, 4), (LimitKind::SegmentsPerSet, 6)]);
+    }
+}

@@ -1,0 +1,35 @@
+//! The pure syntax layer: bytes in, a borrowing envelope tree out.
+//!
+//! Nothing here does I/O, logging or SQL, and nothing here decides what is *wrong* with an
+//! interchange: the tree records what it found (a missing trailer is `None`, a segment outside
+//! any envelope lands in `stray`), and `crate::validate` turns those facts into findings with
+//! X12 codes. That split keeps this module liftable into its own crate, the way csv-core sits
+//! under csv.
+//!
+//! Reading happens in two steps, as the style guide asks: [`Interchanges`] walks a file,
+//! discovering each interchange's delimiters from its ISA and cutting the file at IEA
+//! boundaries, and builds one [`Interchange`] at a time so each can be decided on its own.
+
+mod envelope;
+mod isa;
+mod position;
+mod segment;
+
+pub use envelope::{
+    Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach, LimitKind, Limits,
+    ReadError, ReadErrorKind, TransactionSet,
+};
+pub use isa::{Isa, ISA_LEN};
+pub use position::Position;
+pub use segment::{Delimiters, Element, Segment, Segments};
+
+/// Skips what may stand before an interchange: a UTF-8 byte order mark, then ASCII whitespace.
+pub(crate) fn skip_leading(input: &[u8], mut pos: usize) -> usize {
+    if pos == 0 && input.starts_with(b"\xEF\xBB\xBF") {
+        pos = 3;
+    }
+    while input.get(pos).is_some_and(|b| b.is_ascii_whitespace()) {
+        pos += 1;
+    }
+    pos
+}
