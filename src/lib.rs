@@ -1,4 +1,8 @@
 //! x12gate: an inbound ANSI X12 gateway.
 #![forbid(unsafe_code)]
 
+pub mod config;
+pub mod input;
+pub mod translate;
+pub mod validate;
 pub mod x12;

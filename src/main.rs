@@ -1,1 +1,192 @@
-fn main(){}
+//! The `x12gate` binary: arguments in, exit code out. Every decision lives in the library.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use x12gate::config::Config;
+use x12gate::x12::Limits;
+
+/// Exit codes of the command line (SPEC section 6).
+mod exit {
+    pub const OK: u8 = 0;
+    pub const OPERATIONAL: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const FINDINGS: u8 = 3;
+}
+
+#[derive(Parser)]
+#[command(name = "x12gate", version, about = "Inbound ANSI X12 gateway")]
+struct Cli {
+    /// Configuration file [default: ./partners.toml, used when present]
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// X12 to JSON on stdout (lossless generic form); no registry
+    Parse { file: PathBuf },
+    /// The JSON of `parse` back to X12 on stdout
+    Render { file: PathBuf },
+    /// Envelope diagnostics with byte offset, segment position and X12 code; no registry
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// One JSON object per finding per line
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure::Usage(e)) => {
+            eprintln!("x12gate: {e:#}");
+            ExitCode::from(exit::USAGE)
+        }
+        Err(Failure::Operational(e)) => {
+            eprintln!("x12gate: {e:#}");
+            ExitCode::from(exit::OPERATIONAL)
+        }
+    }
+}
+
+enum Failure {
+    Usage(anyhow::Error),
+    Operational(anyhow::Error),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Operational(e.into())
+    }
+}
+
+/// The configuration's limits; the default file is optional for the commands that need no registry.
+fn limits(config: Option<&Path>) -> Result<Limits, Failure> {
+    let default = Path::new("partners.toml");
+    let path = match config {
+        Some(p) => p,
+        None if default.exists() => default,
+        None => return Ok(Limits::default()),
+    };
+    Config::load(path)
+        .map(|c| c.limits)
+        .map_err(|e| Failure::Usage(e.into()))
+}
+
+fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
+    x12gate::input::read(path, limits.max_file_bytes).map_err(|e| {
+        if e.is_not_found() {
+            Failure::Usage(e.into())
+        } else {
+            Failure::Operational(e.into())
+        }
+    })
+}
+
+fn run(cli: Cli) -> Result<u8, Failure> {
+    let limits = limits(cli.config.as_deref())?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let code = match cli.command {
+        Command::Parse { file } => {
+            let input = read(&file, &limits)?;
+            match x12gate::translate::write_document(&input, limits, &mut out) {
+                Ok(()) => exit::OK,
+                Err(x12gate::translate::ParseError::Io(e)) => return Err(e.into()),
+                Err(e) => {
+                    out.flush()?;
+                    eprintln!("{}: {e}", file.display());
+                    exit::FINDINGS
+                }
+            }
+        }
+        Command::Render { file } => {
+            let json = std::fs::read(&file)
+                .with_context(|| file.display().to_string())
+                .map_err(Failure::Usage)?;
+            match x12gate::translate::render_document(&json, &mut out) {
+                Ok(()) => exit::OK,
+                Err(x12gate::translate::RenderError::Io(e)) => return Err(e.into()),
+                Err(e) => {
+                    eprintln!("{}: {e}", file.display());
+                    exit::USAGE
+                }
+            }
+        }
+        Command::Validate { files, json } => {
+            let mut any = false;
+            for file in &files {
+                let findings = match read(file, &limits) {
+                    Ok(input) => x12gate::validate::file(&input, limits),
+                    Err(Failure::Operational(e)) => {
+                        match e.downcast_ref::<x12gate::input::InputError>() {
+                            Some(x12gate::input::InputError::TooLarge { size, limit, .. }) => {
+                                vec![x12gate::validate::too_large(*size, *limit)]
+                            }
+                            _ => return Err(Failure::Operational(e)),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+                any |= !findings.is_empty();
+                for f in &findings {
+                    if json {
+                        let mut v =
+                            serde_json::to_value(f).map_err(|e| Failure::Operational(e.into()))?;
+                        if let Some(o) = v.as_object_mut() {
+                            o.insert("file".into(), file.display().to_string().into());
+                        }
+                        writeln!(out, "{v}")?;
+                    } else {
+                        writeln!(out, "{}: {f}", file.display())?;
+                    }
+                }
+                if !json {
+                    let n = findings.len();
+                    if n == 0 {
+                        eprintln!("{}: clean", file.display());
+                    } else {
+                        eprintln!(
+                            "{}: {n} finding{}",
+                            file.display(),
+                            if n == 1 { "" } else { "s" }
+                        );
+                    }
+                }
+            }
+            if any {
+                exit::FINDINGS
+            } else {
+                exit::OK
+            }
+        }
+    };
+    out.flush()?;
+    Ok(code)
+}

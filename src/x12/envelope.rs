@@ -28,7 +28,11 @@ impl Default for Limits {
     fn default() -> Self {
         // Real sets run to thousands of segments and real elements to a few hundred bytes
         // (BIN segments excepted); these bounds are far above both and far below harm.
-        Limits { max_file_bytes: 2 << 30, max_segments_per_set: 1_000_000, max_element_len: 65_536 }
+        Limits {
+            max_file_bytes: 2 << 30,
+            max_segments_per_set: 1_000_000,
+            max_element_len: 65_536,
+        }
     }
 }
 
@@ -69,7 +73,13 @@ pub struct Body<'a> {
 
 impl<'a> Body<'a> {
     pub fn segments(&self) -> Segments<'a> {
-        Segments::new(self.input, self.range.0, self.range.1, self.first_ordinal, self.delimiters)
+        Segments::new(
+            self.input,
+            self.range.0,
+            self.range.1,
+            self.first_ordinal,
+            self.delimiters,
+        )
     }
 }
 
@@ -161,7 +171,12 @@ pub struct Interchanges<'a> {
 
 impl<'a> Interchanges<'a> {
     pub fn new(input: &'a [u8], limits: Limits) -> Self {
-        Interchanges { input, pos: 0, limits, seen_any: false }
+        Interchanges {
+            input,
+            pos: 0,
+            limits,
+            seen_any: false,
+        }
     }
 
     fn resync(&mut self, from: usize) {
@@ -190,8 +205,9 @@ impl<'a> Iterator for Interchanges<'a> {
         self.seen_any = true;
         let tail = self.input.get(start..).unwrap_or_default();
         if !tail.starts_with(b"ISA") {
-            let shown: String =
-                String::from_utf8_lossy(tail.get(..12).unwrap_or(tail)).escape_debug().collect();
+            let shown: String = String::from_utf8_lossy(tail.get(..12).unwrap_or(tail))
+                .escape_debug()
+                .collect();
             self.resync(start);
             return Some(Err(ReadError {
                 kind: ReadErrorKind::NotAnInterchange,
@@ -222,7 +238,11 @@ impl<'a> Iterator for Interchanges<'a> {
                          the component separator",
                     ),
                 };
-                return Some(Err(ReadError { kind, offset: start, message: message.into() }));
+                return Some(Err(ReadError {
+                    kind,
+                    offset: start,
+                    message: message.into(),
+                }));
             }
         };
         let (interchange, next) = build(self.input, start, isa, self.limits);
@@ -254,7 +274,9 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn close_set(&mut self, se: Option<Segment<'a>>) {
-        let Some(open) = self.open_set.take() else { return };
+        let Some(open) = self.open_set.take() else {
+            return;
+        };
         let set = TransactionSet {
             st: open.st,
             body: Body {
@@ -292,12 +314,16 @@ impl<'a> Builder<'a> {
         if segment.raw.len() <= self.limits.max_element_len {
             return;
         }
-        if let Some((i, e)) =
-            segment.elements().enumerate().find(|(_, e)| e.value.len() > self.limits.max_element_len)
+        if let Some((i, e)) = segment
+            .elements()
+            .enumerate()
+            .find(|(_, e)| e.value.len() > self.limits.max_element_len)
         {
             self.breaches.push(LimitBreach {
                 kind: LimitKind::ElementLength,
-                position: segment.position().with_element(u16::try_from(i + 1).unwrap_or(u16::MAX)),
+                position: segment
+                    .position()
+                    .with_element(u16::try_from(i + 1).unwrap_or(u16::MAX)),
                 limit: self.limits.max_element_len as u64,
                 actual: e.value.len() as u64,
             });
@@ -330,7 +356,12 @@ impl<'a> Builder<'a> {
 }
 
 /// Builds the interchange whose ISA starts at `start`; returns it and where the next one may begin.
-fn build<'a>(input: &'a [u8], start: usize, isa: Isa<'a>, limits: Limits) -> (Interchange<'a>, usize) {
+fn build<'a>(
+    input: &'a [u8],
+    start: usize,
+    isa: Isa<'a>,
+    limits: Limits,
+) -> (Interchange<'a>, usize) {
     let delimiters = isa.delimiters;
     let after_isa = start + isa.len;
     let mut segments = Segments::new(input, after_isa, input.len(), 2, delimiters);
@@ -352,7 +383,9 @@ fn build<'a>(input: &'a [u8], start: usize, isa: Isa<'a>, limits: Limits) -> (In
     let mut count = 1u32;
     let end = loop {
         let before = segments.clone();
-        let Some(segment) = segments.next() else { break InterchangeEnd::EndOfInput };
+        let Some(segment) = segments.next() else {
+            break InterchangeEnd::EndOfInput;
+        };
         if segment.id == b"ISA" {
             segments = before;
             break InterchangeEnd::NextIsa;
@@ -366,7 +399,11 @@ fn build<'a>(input: &'a [u8], start: usize, isa: Isa<'a>, limits: Limits) -> (In
             }
             b"GS" => {
                 b.close_group(None);
-                b.open_group = Some(Group { gs: segment, sets: Vec::new(), ge: None });
+                b.open_group = Some(Group {
+                    gs: segment,
+                    sets: Vec::new(),
+                    ge: None,
+                });
             }
             b"GE" if b.open_group.is_some() => b.close_group(Some(segment)),
             b"ST" if b.open_group.is_some() => {
@@ -430,7 +467,11 @@ mod tests {
         assert_eq!(ic.groups.len(), 1);
         let set = &ic.groups[0].sets[0];
         assert_eq!(set.body.count, 2);
-        let ids: Vec<_> = set.body.segments().map(|s| (s.id_str(), s.ordinal)).collect();
+        let ids: Vec<_> = set
+            .body
+            .segments()
+            .map(|s| (s.id_str(), s.ordinal))
+            .collect();
         assert_eq!(ids, vec![("BEG".to_string(), 4), ("N1".to_string(), 5)]);
         assert_eq!(set.se.unwrap().ordinal, 6);
         assert_eq!(ic.segment_count, 8);
@@ -482,9 +523,26 @@ mod tests {
     #[test]
     fn limits_are_recorded() {
         let s = format!("{ISA}GS*PO*A*B*1*1*1*X*004010~ST*850*1~BEG*00*SA*1234567890123~REF*1~REF*2~SE*5*1~GE*1*1~IEA*1*000000001~");
-        let limits = Limits { max_segments_per_set: 4, max_element_len: 10, ..Limits::default() };
-        let ic = Interchanges::new(s.as_bytes(), limits).next().unwrap().unwrap();
-        let kinds: Vec<_> = ic.breaches.iter().map(|b| (b.kind, b.position.segment)).collect();
-        assert_eq!(kinds, vec![(LimitKind::ElementLength, 4), (LimitKind::SegmentsPerSet, 6)]);
+        let limits = Limits {
+            max_segments_per_set: 4,
+            max_element_len: 10,
+            ..Limits::default()
+        };
+        let ic = Interchanges::new(s.as_bytes(), limits)
+            .next()
+            .unwrap()
+            .unwrap();
+        let kinds: Vec<_> = ic
+            .breaches
+            .iter()
+            .map(|b| (b.kind, b.position.segment))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (LimitKind::ElementLength, 4),
+                (LimitKind::SegmentsPerSet, 6)
+            ]
+        );
     }
 }

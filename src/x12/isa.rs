@@ -35,7 +35,10 @@ pub struct Isa<'a> {
 impl<'a> Isa<'a> {
     /// Field `n` (1-based) as sent, padding included.
     pub fn field(&self, n: usize) -> &'a [u8] {
-        n.checked_sub(1).and_then(|i| self.fields.get(i)).copied().unwrap_or_default()
+        n.checked_sub(1)
+            .and_then(|i| self.fields.get(i))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Field `n` as text with its padding trimmed; empty when not ASCII/UTF-8.
@@ -85,8 +88,9 @@ fn first_byte(b: &[u8]) -> u8 {
 pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError> {
     let tail = input.get(offset..).unwrap_or_default();
     let window = tail.get(..ISA_SCAN_LIMIT).unwrap_or(tail);
-    let (rest, (sep, fields, component, terminator)) =
-        isa_fields(window).finish().map_err(|_| IsaError::Unreadable)?;
+    let (rest, (sep, fields, component, terminator)) = isa_fields(window)
+        .finish()
+        .map_err(|_| IsaError::Unreadable)?;
     if sep.is_ascii_alphanumeric() || matches!(sep, b' ' | b'\r' | b'\n') {
         return Err(IsaError::ElementSeparator);
     }
@@ -112,7 +116,12 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
         }
         _ => None,
     };
-    let delimiters = Delimiters { element: sep, component, repetition, segment: terminator };
+    let delimiters = Delimiters {
+        element: sep,
+        component,
+        repetition,
+        segment: terminator,
+    };
     let raw = window.get(..len - 1).unwrap_or_default();
     let segment = Segment {
         id: raw.get(..3).unwrap_or_default(),
@@ -122,7 +131,12 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
         terminated: true,
         delimiters,
     };
-    Ok(Isa { fields: all, delimiters, segment, len })
+    Ok(Isa {
+        fields: all,
+        delimiters,
+        segment,
+        len,
+    })
 }
 
 #[cfg(test)]
@@ -143,10 +157,18 @@ mod tests {
 
     #[test]
     fn letter_in_isa11_means_no_repetition_separator() {
-        let s = String::from_utf8(ISA.to_vec()).unwrap().replace("*^*", "*U*");
-        assert_eq!(parse_isa(s.as_bytes(), 0).unwrap().delimiters.repetition, None);
+        let s = String::from_utf8(ISA.to_vec())
+            .unwrap()
+            .replace("*^*", "*U*");
+        assert_eq!(
+            parse_isa(s.as_bytes(), 0).unwrap().delimiters.repetition,
+            None
+        );
         let s = s.replace("00501", "00401").replace("*U*", "*^*");
-        assert_eq!(parse_isa(s.as_bytes(), 0).unwrap().delimiters.repetition, None);
+        assert_eq!(
+            parse_isa(s.as_bytes(), 0).unwrap().delimiters.repetition,
+            None
+        );
     }
 
     #[test]
@@ -167,6 +189,9 @@ mod tests {
         let bad = String::from_utf8(ISA.to_vec()).unwrap().replace('*', "A");
         assert!(parse_isa(bad.as_bytes(), 0).is_err());
         let bad_term = String::from_utf8(ISA.to_vec()).unwrap().replace(":~", ":Z");
-        assert_eq!(parse_isa(bad_term.as_bytes(), 0), Err(IsaError::SegmentTerminator));
+        assert_eq!(
+            parse_isa(bad_term.as_bytes(), 0),
+            Err(IsaError::SegmentTerminator)
+        );
     }
 }

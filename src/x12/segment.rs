@@ -20,8 +20,12 @@ pub struct Delimiters {
 
 impl Delimiters {
     /// The delimiters most partners use; the canonical form of the fingerprint uses them too.
-    pub const COMMON: Delimiters =
-        Delimiters { element: b'*', component: b':', repetition: Some(b'^'), segment: b'~' };
+    pub const COMMON: Delimiters = Delimiters {
+        element: b'*',
+        component: b':',
+        repetition: Some(b'^'),
+        segment: b'~',
+    };
 
     /// True when no two delimiters are the same byte and none is a letter, digit or space.
     pub fn are_distinct(&self) -> bool {
@@ -66,19 +70,23 @@ impl<'a> Segment<'a> {
         let rest = self.raw.get(self.id.len()..).unwrap_or_default();
         // The first byte of `rest` (when present) is the separator after the id.
         let body = rest.get(1..);
-        body.into_iter().flat_map(move |b| b.split(move |c| *c == delimiters.element)).map(
-            move |value| Element { value, delimiters },
-        )
+        body.into_iter()
+            .flat_map(move |b| b.split(move |c| *c == delimiters.element))
+            .map(move |value| Element { value, delimiters })
     }
 
     /// Element `n` (1-based) as raw bytes; `None` when the segment has fewer elements.
     pub fn element(&self, n: usize) -> Option<&'a [u8]> {
-        n.checked_sub(1).and_then(|i| self.elements().nth(i)).map(|e| e.value)
+        n.checked_sub(1)
+            .and_then(|i| self.elements().nth(i))
+            .map(|e| e.value)
     }
 
     /// Element `n` (1-based) as text, empty when absent. Control values are ASCII.
     pub fn text(&self, n: usize) -> &'a str {
-        self.element(n).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("")
+        self.element(n)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
     }
 
     pub fn element_count(&self) -> usize {
@@ -86,7 +94,11 @@ impl<'a> Segment<'a> {
     }
 
     pub fn position(&self) -> Position {
-        Position { byte: self.offset, segment: self.ordinal, ..Position::default() }
+        Position {
+            byte: self.offset,
+            segment: self.ordinal,
+            ..Position::default()
+        }
     }
 }
 
@@ -103,7 +115,9 @@ impl<'a> Element<'a> {
         let delimiters = self.delimiters;
         // With no repetition separator nothing matches and the element is its only repetition.
         let sep = delimiters.repetition;
-        self.value.split(move |c| Some(*c) == sep).map(move |value| Element { value, delimiters })
+        self.value
+            .split(move |c| Some(*c) == sep)
+            .map(move |value| Element { value, delimiters })
     }
 
     /// The components of the element; a single one when it holds no component separator.
@@ -117,7 +131,9 @@ impl<'a> Element<'a> {
     }
 
     pub fn is_repeated(&self) -> bool {
-        self.delimiters.repetition.is_some_and(|r| memchr(r, self.value).is_some())
+        self.delimiters
+            .repetition
+            .is_some_and(|r| memchr(r, self.value).is_some())
     }
 }
 
@@ -144,7 +160,13 @@ impl<'a> Segments<'a> {
         delimiters: Delimiters,
     ) -> Self {
         let end = end.min(input.len());
-        Segments { input, pos: start.min(end), end, ordinal: first_ordinal, delimiters }
+        Segments {
+            input,
+            pos: start.min(end),
+            end,
+            ordinal: first_ordinal,
+            delimiters,
+        }
     }
 
     /// Offset of the next byte not yet consumed.
@@ -203,7 +225,13 @@ mod tests {
 
     fn segs(input: &[u8], d: Delimiters) -> Vec<(String, usize, u32)> {
         Segments::new(input, 0, input.len(), 1, d)
-            .map(|s| (String::from_utf8_lossy(s.raw).into_owned(), s.offset, s.ordinal))
+            .map(|s| {
+                (
+                    String::from_utf8_lossy(s.raw).into_owned(),
+                    s.offset,
+                    s.ordinal,
+                )
+            })
             .collect()
     }
 
@@ -212,21 +240,35 @@ mod tests {
         let got = segs(b"ST*850*1~\r\n\r\nBEG*00~SE*2*1~", Delimiters::COMMON);
         assert_eq!(
             got,
-            vec![("ST*850*1".into(), 0, 1), ("BEG*00".into(), 13, 2), ("SE*2*1".into(), 20, 3)]
+            vec![
+                ("ST*850*1".into(), 0, 1),
+                ("BEG*00".into(), 13, 2),
+                ("SE*2*1".into(), 20, 3)
+            ]
         );
     }
 
     #[test]
     fn newline_terminator_strips_carriage_return() {
-        let d = Delimiters { segment: b'\n', element: b'|', component: b'^', repetition: None };
+        let d = Delimiters {
+            segment: b'\n',
+            element: b'|',
+            component: b'^',
+            repetition: None,
+        };
         let got = segs(b"ST|850|1\r\nSE|2|1\n", d);
-        assert_eq!(got, vec![("ST|850|1".into(), 0, 1), ("SE|2|1".into(), 10, 2)]);
+        assert_eq!(
+            got,
+            vec![("ST|850|1".into(), 0, 1), ("SE|2|1".into(), 10, 2)]
+        );
     }
 
     #[test]
     fn elements_components_and_repetitions() {
         let input = b"N1*ST*ISAAC*92*A:B^C:D~";
-        let s = Segments::new(input, 0, input.len(), 1, Delimiters::COMMON).next().unwrap();
+        let s = Segments::new(input, 0, input.len(), 1, Delimiters::COMMON)
+            .next()
+            .unwrap();
         assert_eq!(s.id, b"N1");
         assert_eq!(s.element(2), Some(&b"ISAAC"[..]));
         assert_eq!(s.element_count(), 4);

@@ -1,0 +1,500 @@
+//! The JSON shape of the generic form, and its two directions.
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::x12::{Delimiters, Element, Interchange, Interchanges, Limits, ReadError, Segment};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    Utf8,
+    Latin1,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Document {
+    pub encoding: Encoding,
+    pub interchanges: Vec<JsonInterchange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonDelimiters {
+    pub element: String,
+    pub component: String,
+    pub repetition: Option<String>,
+    pub segment: String,
+    /// What follows every segment terminator when rendered: "", "\n" or "\r\n".
+    pub line_ending: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonInterchange {
+    pub delimiters: JsonDelimiters,
+    /// ISA01..ISA16 exactly as sent, padding included.
+    pub isa: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ta1: Vec<Vec<JsonElement>>,
+    pub groups: Vec<JsonGroup>,
+    pub iea: Option<Vec<JsonElement>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonGroup {
+    pub gs: Vec<JsonElement>,
+    pub sets: Vec<JsonSet>,
+    pub ge: Option<Vec<JsonElement>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSet {
+    pub st: Vec<JsonElement>,
+    pub segments: Vec<JsonSegment>,
+    pub se: Option<Vec<JsonElement>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSegment {
+    pub id: String,
+    pub elements: Vec<JsonElement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JsonElement {
+    Simple(String),
+    Composite { components: Vec<String> },
+    Repeated { repeats: Vec<JsonElement> },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("byte {offset}: segment {ordinal} ({id}) stands outside any envelope; the generic form has no place for it")]
+    Stray {
+        offset: usize,
+        ordinal: u32,
+        id: String,
+    },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    #[error("invalid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{place}: {problem}")]
+    Invalid { place: String, problem: String },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+struct Text {
+    encoding: Encoding,
+}
+
+impl Text {
+    fn decode(&self, bytes: &[u8]) -> String {
+        match self.encoding {
+            // invariant: the whole input was checked to be UTF-8, and delimiters are ASCII,
+            // so every slice of it cut at a delimiter is UTF-8 too.
+            Encoding::Utf8 => String::from_utf8_lossy(bytes).into_owned(),
+            Encoding::Latin1 => bytes.iter().map(|b| char::from(*b)).collect(),
+        }
+    }
+
+    fn element(&self, e: Element<'_>) -> JsonElement {
+        if e.is_repeated() {
+            return JsonElement::Repeated {
+                repeats: e.repetitions().map(|r| self.single(r)).collect(),
+            };
+        }
+        self.single(e)
+    }
+
+    fn single(&self, e: Element<'_>) -> JsonElement {
+        if e.is_composite() {
+            JsonElement::Composite {
+                components: e.components().map(|c| self.decode(c)).collect(),
+            }
+        } else {
+            JsonElement::Simple(self.decode(e.value))
+        }
+    }
+
+    fn elements(&self, s: &Segment<'_>) -> Vec<JsonElement> {
+        s.elements().map(|e| self.element(e)).collect()
+    }
+
+    fn interchange(&self, ic: &Interchange<'_>) -> Result<JsonInterchange, ParseError> {
+        if let Some(s) = ic.stray.first() {
+            return Err(ParseError::Stray {
+                offset: s.offset,
+                ordinal: s.ordinal,
+                id: s.id_str(),
+            });
+        }
+        let d = ic.delimiters();
+        let ch = |b: u8| self.decode(&[b]);
+        let groups = ic
+            .groups
+            .iter()
+            .map(|g| JsonGroup {
+                gs: self.elements(&g.gs),
+                sets: g
+                    .sets
+                    .iter()
+                    .map(|set| JsonSet {
+                        st: self.elements(&set.st),
+                        segments: set
+                            .body
+                            .segments()
+                            .map(|s| JsonSegment {
+                                id: self.decode(s.id),
+                                elements: self.elements(&s),
+                            })
+                            .collect(),
+                        se: set.se.as_ref().map(|s| self.elements(s)),
+                    })
+                    .collect(),
+                ge: g.ge.as_ref().map(|s| self.elements(s)),
+            })
+            .collect();
+        Ok(JsonInterchange {
+            delimiters: JsonDelimiters {
+                element: ch(d.element),
+                component: ch(d.component),
+                repetition: d.repetition.map(ch),
+                segment: ch(d.segment),
+                line_ending: self.decode(line_ending(ic.suffix, d)),
+            },
+            isa: ic.isa.fields.iter().map(|f| self.decode(f)).collect(),
+            ta1: ic.ta1.iter().map(|s| self.elements(s)).collect(),
+            groups,
+            iea: ic.iea.as_ref().map(|s| self.elements(s)),
+        })
+    }
+}
+
+/// The line ending to reproduce: what followed the ISA, minus blank lines.
+fn line_ending(suffix: &[u8], d: Delimiters) -> &'static [u8] {
+    if d.segment == b'\n' || d.segment == b'\r' {
+        return b"";
+    }
+    if suffix.starts_with(b"\r\n") {
+        b"\r\n"
+    } else if suffix.starts_with(b"\n") {
+        b"\n"
+    } else if suffix.starts_with(b"\r") {
+        b"\r"
+    } else {
+        b""
+    }
+}
+
+/// Writes `input` as a JSON document, one interchange at a time so memory follows the
+/// largest interchange, not the file.
+pub fn write_document(
+    input: &[u8],
+    limits: Limits,
+    out: &mut impl Write,
+) -> Result<(), ParseError> {
+    let encoding = if std::str::from_utf8(input).is_ok() {
+        Encoding::Utf8
+    } else {
+        Encoding::Latin1
+    };
+    let text = Text { encoding };
+    write!(
+        out,
+        "{{\"encoding\":{},\"interchanges\":[",
+        serde_json::to_string(&encoding).map_err(io::Error::from)?
+    )?;
+    for (i, ic) in Interchanges::new(input, limits).enumerate() {
+        let ic = text.interchange(&ic?)?;
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &ic).map_err(io::Error::from)?;
+    }
+    out.write_all(b"]}\n")?;
+    Ok(())
+}
+
+/// The JSON document of `input`, in memory.
+pub fn parse_document(input: &[u8], limits: Limits) -> Result<Document, ParseError> {
+    let mut buf = Vec::new();
+    write_document(input, limits, &mut buf)?;
+    serde_json::from_slice(&buf).map_err(|e| ParseError::Io(e.into()))
+}
+
+struct Renderer<'o, W: Write> {
+    out: &'o mut W,
+    encoding: Encoding,
+    element: u8,
+    component: u8,
+    repetition: Option<u8>,
+    segment: u8,
+    line_ending: Vec<u8>,
+}
+
+fn invalid(place: impl Into<String>, problem: impl Into<String>) -> RenderError {
+    RenderError::Invalid {
+        place: place.into(),
+        problem: problem.into(),
+    }
+}
+
+impl<W: Write> Renderer<'_, W> {
+    fn encode(&self, s: &str, place: &str) -> Result<Vec<u8>, RenderError> {
+        match self.encoding {
+            Encoding::Utf8 => Ok(s.as_bytes().to_vec()),
+            Encoding::Latin1 => s
+                .chars()
+                .map(|c| {
+                    u8::try_from(u32::from(c))
+                        .map_err(|_| invalid(place, format!("character {c:?} is not latin1")))
+                })
+                .collect(),
+        }
+    }
+
+    /// A value's bytes, refused when they hold one of the interchange's delimiters.
+    fn value(&self, s: &str, place: &str) -> Result<Vec<u8>, RenderError> {
+        let bytes = self.encode(s, place)?;
+        let mut delims = vec![self.element, self.component, self.segment];
+        delims.extend(self.repetition);
+        if let Some(b) = bytes.iter().find(|b| delims.contains(b)) {
+            return Err(invalid(
+                place,
+                format!("value {s:?} contains the delimiter {:?}", char::from(*b)),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    fn element(
+        &self,
+        e: &JsonElement,
+        place: &str,
+        allow_repeat: bool,
+    ) -> Result<Vec<u8>, RenderError> {
+        match e {
+            JsonElement::Simple(s) => self.value(s, place),
+            JsonElement::Composite { components } => {
+                let parts = components
+                    .iter()
+                    .map(|c| self.value(c, place))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(parts.join(&self.component))
+            }
+            JsonElement::Repeated { repeats } => {
+                let Some(r) = self.repetition.filter(|_| allow_repeat) else {
+                    return Err(invalid(
+                        place,
+                        "repeats need a repetition separator and cannot nest",
+                    ));
+                };
+                let parts = repeats
+                    .iter()
+                    .map(|x| self.element(x, place, false))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(parts.join(&r))
+            }
+        }
+    }
+
+    fn segment(
+        &mut self,
+        id: &str,
+        elements: &[JsonElement],
+        place: &str,
+    ) -> Result<(), RenderError> {
+        let mut line = self.value(id, place)?;
+        if id.is_empty() {
+            return Err(invalid(place, "a segment needs an id"));
+        }
+        for (i, e) in elements.iter().enumerate() {
+            line.push(self.element);
+            line.extend(self.element(e, &format!("{place} element {:02}", i + 1), true)?);
+        }
+        line.push(self.segment);
+        line.extend_from_slice(&self.line_ending);
+        self.out.write_all(&line)?;
+        Ok(())
+    }
+}
+
+/// Segment ids the reader treats as envelope; a body segment with one of them would not read back.
+const CONTROL_IDS: [&str; 6] = ["ISA", "IEA", "GS", "GE", "ST", "SE"];
+
+fn one_byte(s: &str, what: &str, place: &str) -> Result<u8, RenderError> {
+    match s.as_bytes() {
+        [b] => Ok(*b),
+        _ => Err(invalid(
+            place,
+            format!("the {what} delimiter must be one ASCII character, not {s:?}"),
+        )),
+    }
+}
+
+/// Renders a JSON document (the generic form) as canonical X12: the interchange's own
+/// delimiters, its line ending after every segment.
+pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderError> {
+    let doc: Document = serde_json::from_slice(json)?;
+    for (n, ic) in doc.interchanges.iter().enumerate() {
+        let place = format!("interchange {}", n + 1);
+        let d = &ic.delimiters;
+        let mut r = Renderer {
+            out: &mut *out,
+            encoding: doc.encoding,
+            element: one_byte(&d.element, "element", &place)?,
+            component: one_byte(&d.component, "component", &place)?,
+            repetition: d
+                .repetition
+                .as_deref()
+                .map(|s| one_byte(s, "repetition", &place))
+                .transpose()?,
+            segment: one_byte(&d.segment, "segment", &place)?,
+            line_ending: d.line_ending.as_bytes().to_vec(),
+        };
+        if !matches!(d.line_ending.as_str(), "" | "\n" | "\r\n" | "\r") {
+            return Err(invalid(
+                &place,
+                "line_ending must be \"\", \"\\n\", \"\\r\\n\" or \"\\r\"",
+            ));
+        }
+        if ic.isa.len() != 16 {
+            return Err(invalid(
+                &place,
+                format!("the ISA needs 16 elements, found {}", ic.isa.len()),
+            ));
+        }
+        let isa: Vec<JsonElement> = ic
+            .isa
+            .iter()
+            .map(|s| JsonElement::Simple(s.clone()))
+            .collect();
+        // ISA11 and ISA16 *are* delimiters, so they are written as they are, not checked.
+        let mut line = b"ISA".to_vec();
+        for (i, f) in isa.iter().enumerate() {
+            line.push(r.element);
+            let JsonElement::Simple(s) = f else { continue };
+            let bytes = if i == 10 || i == 15 {
+                r.encode(s, &place)?
+            } else {
+                r.element(f, &format!("{place} ISA{:02}", i + 1), false)?
+            };
+            line.extend(bytes);
+        }
+        line.push(r.segment);
+        line.extend_from_slice(&r.line_ending);
+        r.out.write_all(&line)?;
+        for (i, ta1) in ic.ta1.iter().enumerate() {
+            r.segment("TA1", ta1, &format!("{place} TA1 {}", i + 1))?;
+        }
+        for (g, group) in ic.groups.iter().enumerate() {
+            let gplace = format!("{place} group {}", g + 1);
+            r.segment("GS", &group.gs, &gplace)?;
+            for (s, set) in group.sets.iter().enumerate() {
+                let splace = format!("{gplace} set {}", s + 1);
+                r.segment("ST", &set.st, &splace)?;
+                for (k, seg) in set.segments.iter().enumerate() {
+                    if CONTROL_IDS.contains(&seg.id.as_str()) {
+                        return Err(invalid(
+                            format!("{splace} segment {}", k + 2),
+                            format!(
+                                "{} is an envelope segment and cannot stand in a set's body",
+                                seg.id
+                            ),
+                        ));
+                    }
+                    r.segment(
+                        &seg.id,
+                        &seg.elements,
+                        &format!("{splace} segment {} ({})", k + 2, seg.id),
+                    )?;
+                }
+                if let Some(se) = &set.se {
+                    r.segment("SE", se, &splace)?;
+                }
+            }
+            if let Some(ge) = &group.ge {
+                r.segment("GE", ge, &gplace)?;
+            }
+        }
+        if let Some(iea) = &ic.iea {
+            r.segment("IEA", iea, &place)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const X: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\r\n\
+GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~\r\nST*850*0001~\r\nBEG*00*SA*PO1**20240101~\r\n\
+REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
+
+    #[test]
+    fn round_trip_is_byte_identical_for_canonical_input() {
+        let doc = parse_document(X.as_bytes(), Limits::default()).unwrap();
+        let seg = &doc.interchanges[0].groups[0].sets[0].segments[1];
+        assert_eq!(seg.id, "REF");
+        assert_eq!(
+            seg.elements[1],
+            JsonElement::Repeated {
+                repeats: vec![
+                    JsonElement::Composite {
+                        components: vec!["A".into(), "B".into()]
+                    },
+                    JsonElement::Simple("C".into())
+                ]
+            }
+        );
+        let json = serde_json::to_vec(&doc).unwrap();
+        let mut out = Vec::new();
+        render_document(&json, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), X);
+    }
+
+    #[test]
+    fn latin1_bytes_survive() {
+        let x = X.replace("PO1", "P\u{e9}").into_bytes();
+        let mut latin = Vec::new();
+        for c in String::from_utf8(x).unwrap().chars() {
+            latin.push(u8::try_from(u32::from(c)).unwrap());
+        }
+        let doc = parse_document(&latin, Limits::default()).unwrap();
+        assert_eq!(doc.encoding, Encoding::Latin1);
+        let mut out = Vec::new();
+        render_document(&serde_json::to_vec(&doc).unwrap(), &mut out).unwrap();
+        assert_eq!(out, latin);
+    }
+
+    #[test]
+    fn render_refuses_a_delimiter_inside_a_value() {
+        let mut doc = parse_document(X.as_bytes(), Limits::default()).unwrap();
+        doc.interchanges[0].groups[0].sets[0].segments[0].elements[0] =
+            JsonElement::Simple("a*b".into());
+        let err = render_document(&serde_json::to_vec(&doc).unwrap(), &mut Vec::new()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("interchange 1 group 1 set 1 segment 2 (BEG) element 01"),
+            "{err}"
+        );
+    }
+}

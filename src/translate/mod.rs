@@ -1,0 +1,18 @@
+//! X12 to JSON and back, losslessly.
+//!
+//! The generic form mirrors the envelope tree: interchanges hold groups, groups hold sets,
+//! sets hold segments. Control segments (ISA, GS, ST, SE, GE, IEA, TA1) are arrays of their
+//! elements; body segments are `{"id": ..., "elements": [...]}`. An element is a string, or
+//! `{"components": [...]}` when it holds the component separator, or `{"repeats": [...]}` when
+//! it holds the repetition separator, so composites and repetitions are explicit and a
+//! consumer never has to know the sender's delimiters.
+//!
+//! Text is UTF-8 when the whole input is; otherwise every byte maps to the character with the
+//! same number (`"encoding": "latin1"`; otherwise `"utf8"`), which keeps any byte sequence representable and
+//! reversible.
+
+mod json;
+
+pub use json::{
+    parse_document, render_document, write_document, Document, ParseError, RenderError,
+};

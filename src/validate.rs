@@ -1,0 +1,862 @@
+//! Envelope validation: the tree's facts turned into findings that carry X12 codes.
+//!
+//! Bad EDI is data, not an error: every problem becomes a [`Finding`] with the rule it
+//! breaks, the place it breaks it and the code an acknowledgment must carry for it (TA105 for
+//! the interchange, AK905 for a group, AK502 for a set). The acknowledgment builders read the
+//! codes from here; nothing else decides them.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use chrono::{NaiveDate, NaiveTime};
+
+use crate::x12::{
+    Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind, Segment,
+    TransactionSet,
+};
+
+/// Which acknowledgment element a code belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CodeList {
+    /// TA105, interchange note code (I18).
+    #[serde(rename = "TA105")]
+    Ta105,
+    /// AK905 / 999 AK905, functional group syntax error code (716).
+    #[serde(rename = "AK905")]
+    Ak905,
+    /// AK502 / IK502, transaction set syntax error code (718).
+    #[serde(rename = "AK502")]
+    Ak502,
+}
+
+impl CodeList {
+    fn name(self) -> &'static str {
+        match self {
+            CodeList::Ta105 => "TA105",
+            CodeList::Ak905 => "AK905",
+            CodeList::Ak502 => "AK502",
+        }
+    }
+}
+
+/// An X12 code: the list it comes from and its value (`TA105 025`, `AK502 23`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Code {
+    pub list: CodeList,
+    pub value: &'static str,
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.list.name(), self.value)
+    }
+}
+
+/// The envelope rules. Names are stable: tests, `--json` output and operators rely on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Rule {
+    // Whole file
+    NotAnInterchange,
+    IsaUnreadable,
+    ElementSeparator,
+    SegmentTerminator,
+    EmptyFile,
+    FileTooLarge,
+    // Interchange
+    IsaFieldWidth,
+    IsaFieldValue,
+    DelimitersNotDistinct,
+    IeaMissing,
+    IeaGroupCount,
+    IeaControlNumber,
+    SegmentOutsideEnvelope,
+    LimitExceeded,
+    // Group
+    GsControlNumberSyntax,
+    GsVersionMissing,
+    GsDuplicateControlNumber,
+    GeMissing,
+    GeSetCount,
+    GeControlNumber,
+    // Transaction set
+    StIdInvalid,
+    StControlNumberInvalid,
+    StDuplicateControlNumber,
+    SeMissing,
+    SeSegmentCount,
+    SeControlNumber,
+}
+
+impl Rule {
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+/// Which envelope a finding belongs to; the acknowledgment answers at that level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    File,
+    Interchange,
+    Group,
+    Set,
+}
+
+/// One problem, where it is, and the code that reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub level: Level,
+    /// `None` only for file-level problems no interchange can report.
+    pub code: Option<Code>,
+    pub position: Position,
+    pub segment_id: String,
+    /// Index of the group in its interchange (0-based), for group and set findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+    /// Index of the set in its group (0-based), for set findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    /// `byte 453: segment 15 (SE, set segment 13), element SE01: <message> [rule; code]`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.position;
+        write!(f, "byte {}", p.byte)?;
+        if p.segment > 0 {
+            write!(f, ": segment {}", p.segment)?;
+            match (self.segment_id.is_empty(), p.set_segment) {
+                (false, Some(n)) => write!(f, " ({}, set segment {n})", self.segment_id)?,
+                (false, None) => write!(f, " ({})", self.segment_id)?,
+                (true, Some(n)) => write!(f, " (set segment {n})")?,
+                (true, None) => {}
+            }
+        }
+        if let Some(e) = p.element {
+            write!(f, ", element {}{e:02}", self.segment_id)?;
+            if let Some(c) = p.component {
+                write!(f, "-{c}")?;
+            }
+        }
+        write!(f, ": {} [{}", self.message, self.rule.name())?;
+        if let Some(code) = self.code {
+            write!(f, "; {code}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+/// A finding for a file that could not be read as an interchange.
+pub fn read_error(e: &ReadError) -> Finding {
+    let (rule, code) = match e.kind {
+        ReadErrorKind::NotAnInterchange => (Rule::NotAnInterchange, None),
+        ReadErrorKind::IsaUnreadable => (Rule::IsaUnreadable, Some("022")),
+        ReadErrorKind::ElementSeparator => (Rule::ElementSeparator, Some("026")),
+        ReadErrorKind::SegmentTerminator => (Rule::SegmentTerminator, Some("004")),
+        _ => (Rule::EmptyFile, None),
+    };
+    Finding {
+        rule,
+        level: Level::File,
+        code: code.map(|value| Code {
+            list: CodeList::Ta105,
+            value,
+        }),
+        position: Position {
+            byte: e.offset,
+            ..Position::default()
+        },
+        segment_id: String::new(),
+        group: None,
+        set: None,
+        message: e.message.clone(),
+    }
+}
+
+/// The finding for a file refused for its size before it was read.
+pub fn too_large(size: u64, limit: u64) -> Finding {
+    Finding {
+        rule: Rule::FileTooLarge,
+        level: Level::File,
+        code: None,
+        position: Position::default(),
+        segment_id: String::new(),
+        group: None,
+        set: None,
+        message: format!(
+            "the file is {size} bytes, more than the limit of {limit} (limits.max_file_bytes)"
+        ),
+    }
+}
+
+/// Every finding of a whole file, one interchange at a time so memory stays bounded by the
+/// largest interchange's tree, not by the file.
+pub fn file(input: &[u8], limits: crate::x12::Limits) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for result in crate::x12::Interchanges::new(input, limits) {
+        match result {
+            Ok(ic) => findings.extend(interchange(&ic)),
+            Err(e) => findings.push(read_error(&e)),
+        }
+    }
+    findings
+}
+
+/// Every envelope finding of one interchange, in file order within each level.
+pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
+    let mut v = Validator {
+        findings: Vec::new(),
+    };
+    v.isa(ic);
+    v.structure(ic);
+    let mut seen_gs06 = HashSet::new();
+    for (gi, group) in ic.groups.iter().enumerate() {
+        v.group(gi, group, &mut seen_gs06);
+    }
+    v.findings
+}
+
+struct Validator {
+    findings: Vec<Finding>,
+}
+
+/// The byte offset of element `n` (1-based) of a segment, or of the segment when it has no such element.
+fn element_offset(segment: &Segment<'_>, n: usize) -> usize {
+    let mut offset = segment.offset + segment.id.len() + 1;
+    for (i, e) in segment.elements().enumerate() {
+        if i + 1 == n {
+            return offset;
+        }
+        offset += e.value.len() + 1;
+    }
+    segment.offset
+}
+
+fn at(segment: &Segment<'_>, element: usize) -> Position {
+    let mut p = segment.position();
+    if element > 0 {
+        p.byte = element_offset(segment, element);
+        p.element = u16::try_from(element).ok();
+    }
+    p
+}
+
+fn shown(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).escape_debug().collect()
+}
+
+fn all_digits(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(u8::is_ascii_digit)
+}
+
+/// The numeric release of a GS08 or ISA12 (`004010` or `005010X222A1` -> 4010, `00401` -> 401).
+fn release(version: &[u8]) -> Option<u32> {
+    let digits: Vec<u8> = version
+        .iter()
+        .take(6)
+        .copied()
+        .take_while(u8::is_ascii_digit)
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+/// One ISA field's rule: its width, the note code for it, and what values it admits.
+struct IsaField {
+    width: usize,
+    code: &'static str,
+    valid: fn(&[u8]) -> bool,
+    expected: &'static str,
+}
+
+const ID_QUALIFIERS: &[&str] = &[
+    "01", "02", "03", "04", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18",
+    "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "33", "34",
+    "35", "36", "37", "38", "AM", "NR", "SA", "SN", "ZZ",
+];
+
+fn any(_: &[u8]) -> bool {
+    true
+}
+fn not_blank(v: &[u8]) -> bool {
+    v.iter().any(|b| *b != b' ')
+}
+fn id_qualifier(v: &[u8]) -> bool {
+    ID_QUALIFIERS.iter().any(|q| q.as_bytes() == v)
+}
+fn isa_date(v: &[u8]) -> bool {
+    let s = std::str::from_utf8(v).unwrap_or("");
+    all_digits(v) && NaiveDate::parse_from_str(&format!("20{s}"), "%Y%m%d").is_ok()
+}
+fn isa_time(v: &[u8]) -> bool {
+    all_digits(v) && NaiveTime::parse_from_str(std::str::from_utf8(v).unwrap_or(""), "%H%M").is_ok()
+}
+
+/// ISA01..ISA16 (index 0 is ISA01). ISA11 and ISA12 get extra version-dependent checks.
+const ISA_FIELDS: [IsaField; 16] = [
+    IsaField {
+        width: 2,
+        code: "010",
+        valid: |v| matches!(v, b"00" | b"01" | b"02" | b"03" | b"04" | b"05" | b"06"),
+        expected: "an authorization qualifier 00-06",
+    },
+    IsaField {
+        width: 10,
+        code: "011",
+        valid: any,
+        expected: "10 characters",
+    },
+    IsaField {
+        width: 2,
+        code: "012",
+        valid: |v| matches!(v, b"00" | b"01"),
+        expected: "00 or 01",
+    },
+    IsaField {
+        width: 10,
+        code: "013",
+        valid: any,
+        expected: "10 characters",
+    },
+    IsaField {
+        width: 2,
+        code: "005",
+        valid: id_qualifier,
+        expected: "an interchange id qualifier (I05)",
+    },
+    IsaField {
+        width: 15,
+        code: "006",
+        valid: not_blank,
+        expected: "a sender id, space padded to 15",
+    },
+    IsaField {
+        width: 2,
+        code: "007",
+        valid: id_qualifier,
+        expected: "an interchange id qualifier (I05)",
+    },
+    IsaField {
+        width: 15,
+        code: "008",
+        valid: not_blank,
+        expected: "a receiver id, space padded to 15",
+    },
+    IsaField {
+        width: 6,
+        code: "014",
+        valid: isa_date,
+        expected: "a valid date YYMMDD",
+    },
+    IsaField {
+        width: 4,
+        code: "015",
+        valid: isa_time,
+        expected: "a valid time HHMM",
+    },
+    IsaField {
+        width: 1,
+        code: "016",
+        valid: any,
+        expected: "one character",
+    },
+    IsaField {
+        width: 5,
+        code: "017",
+        valid: |v| all_digits(v) && release(v).is_some_and(|r| (200..=899).contains(&r)),
+        expected: "a version such as 00401 or 00501",
+    },
+    IsaField {
+        width: 9,
+        code: "018",
+        valid: all_digits,
+        expected: "nine digits",
+    },
+    IsaField {
+        width: 1,
+        code: "019",
+        valid: |v| matches!(v, b"0" | b"1"),
+        expected: "0 or 1",
+    },
+    IsaField {
+        width: 1,
+        code: "020",
+        valid: |v| matches!(v, b"P" | b"T" | b"I"),
+        expected: "P, T or I",
+    },
+    IsaField {
+        width: 1,
+        code: "027",
+        valid: any,
+        expected: "one character",
+    },
+];
+
+impl Validator {
+    fn push(
+        &mut self,
+        rule: Rule,
+        level: Level,
+        list: CodeList,
+        value: &'static str,
+        segment: &Segment<'_>,
+        element: usize,
+        message: String,
+    ) -> &mut Finding {
+        let position = at(segment, element);
+        self.findings.push(Finding {
+            rule,
+            level,
+            code: Some(Code { list, value }),
+            position,
+            segment_id: segment.id_str(),
+            group: None,
+            set: None,
+            message,
+        });
+        // invariant: a finding was pushed on the line above.
+        let last = self.findings.len() - 1;
+        &mut self.findings[last]
+    }
+
+    fn interchange_finding(
+        &mut self,
+        rule: Rule,
+        code: &'static str,
+        segment: &Segment<'_>,
+        element: usize,
+        message: String,
+    ) {
+        self.push(
+            rule,
+            Level::Interchange,
+            CodeList::Ta105,
+            code,
+            segment,
+            element,
+            message,
+        );
+    }
+
+    fn group_finding(
+        &mut self,
+        gi: usize,
+        rule: Rule,
+        code: &'static str,
+        segment: &Segment<'_>,
+        element: usize,
+        message: String,
+    ) {
+        self.push(
+            rule,
+            Level::Group,
+            CodeList::Ak905,
+            code,
+            segment,
+            element,
+            message,
+        )
+        .group = Some(gi);
+    }
+
+    fn set_finding(
+        &mut self,
+        gi: usize,
+        si: usize,
+        set: &TransactionSet<'_>,
+        rule: Rule,
+        code: &'static str,
+        segment: &Segment<'_>,
+        element: usize,
+        message: String,
+    ) {
+        let set_segment = segment.ordinal.checked_sub(set.st.ordinal).map(|d| d + 1);
+        let f = self.push(
+            rule,
+            Level::Set,
+            CodeList::Ak502,
+            code,
+            segment,
+            element,
+            message,
+        );
+        f.group = Some(gi);
+        f.set = Some(si);
+        f.position.set_segment = set_segment;
+    }
+
+    fn isa(&mut self, ic: &Interchange<'_>) {
+        let isa = &ic.isa;
+        let version = release(isa.field(12));
+        for (i, rule) in ISA_FIELDS.iter().enumerate() {
+            let n = i + 1;
+            let value = isa.field(n);
+            let mut p = isa.segment.position();
+            p.element = u16::try_from(n).ok();
+            p.byte = isa.segment.offset
+                + 4
+                + isa
+                    .fields
+                    .iter()
+                    .take(i)
+                    .map(|f| f.len() + 1)
+                    .sum::<usize>();
+            let (rule_hit, message) = if value.len() != rule.width {
+                (
+                    Rule::IsaFieldWidth,
+                    format!(
+                        "ISA{n:02} is {} characters, must be exactly {} (the ISA is fixed width)",
+                        value.len(),
+                        rule.width
+                    ),
+                )
+            } else if !(rule.valid)(value) {
+                (
+                    Rule::IsaFieldValue,
+                    format!(
+                        "ISA{n:02} \"{}\" is invalid: expected {}",
+                        shown(value),
+                        rule.expected
+                    ),
+                )
+            } else if n == 11 && version.is_some_and(|v| v < 402) && value != b"U" {
+                (Rule::IsaFieldValue, format!("ISA11 \"{}\" must be U (control standards identifier) before version 00402", shown(value)))
+            } else {
+                continue;
+            };
+            self.findings.push(Finding {
+                rule: rule_hit,
+                level: Level::Interchange,
+                code: Some(Code {
+                    list: CodeList::Ta105,
+                    value: rule.code,
+                }),
+                position: p,
+                segment_id: "ISA".into(),
+                group: None,
+                set: None,
+                message,
+            });
+        }
+        let d = isa.delimiters;
+        let isa11 = isa.field(11);
+        let component_clash =
+            d.component == d.element || version.is_some_and(|v| v >= 402) && isa11 == [d.component];
+        if component_clash {
+            self.interchange_finding(
+                Rule::DelimitersNotDistinct,
+                "027",
+                &isa.segment,
+                16,
+                format!(
+                    "ISA16 component separator \"{}\" equals another delimiter",
+                    shown(&[d.component])
+                ),
+            );
+        }
+    }
+
+    fn structure(&mut self, ic: &Interchange<'_>) {
+        for segment in &ic.stray {
+            self.interchange_finding(
+                Rule::SegmentOutsideEnvelope,
+                "024",
+                segment,
+                0,
+                format!(
+                    "{} segment outside any envelope (not between GS and GE, or ST and SE)",
+                    segment.id_str()
+                ),
+            );
+        }
+        for breach in &ic.breaches {
+            let what = match breach.kind {
+                LimitKind::SegmentsPerSet => "segments in one transaction set",
+                LimitKind::ElementLength => "bytes in one element",
+            };
+            self.findings.push(Finding {
+                rule: Rule::LimitExceeded,
+                level: Level::Interchange,
+                code: Some(Code {
+                    list: CodeList::Ta105,
+                    value: "024",
+                }),
+                position: breach.position,
+                segment_id: String::new(),
+                group: None,
+                set: None,
+                message: format!(
+                    "limit exceeded: more than {} {what} ({} found)",
+                    breach.limit, breach.actual
+                ),
+            });
+        }
+        let Some(iea) = &ic.iea else {
+            let last = match ic.end {
+                InterchangeEnd::NextIsa => "another ISA began",
+                _ => "the file ended",
+            };
+            let p = Position {
+                byte: ic.span.end,
+                segment: ic.segment_count.saturating_add(1),
+                ..Position::default()
+            };
+            self.findings.push(Finding {
+                rule: Rule::IeaMissing,
+                level: Level::Interchange,
+                code: Some(Code {
+                    list: CodeList::Ta105,
+                    value: "023",
+                }),
+                position: p,
+                segment_id: "IEA".into(),
+                group: None,
+                set: None,
+                message: format!("IEA missing: {last} before the interchange was closed"),
+            });
+            return;
+        };
+        let declared = iea.element(1).unwrap_or_default();
+        let groups = ic.groups.len();
+        if std::str::from_utf8(declared)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            != Some(groups)
+        {
+            self.interchange_finding(
+                Rule::IeaGroupCount,
+                "021",
+                iea,
+                1,
+                format!(
+                    "IEA01 \"{}\" does not match the {groups} functional group(s) received",
+                    shown(declared)
+                ),
+            );
+        }
+        let iea02 = iea.element(2).unwrap_or_default();
+        if iea02 != ic.isa.field(13) {
+            self.interchange_finding(
+                Rule::IeaControlNumber,
+                "001",
+                iea,
+                2,
+                format!(
+                    "IEA02 \"{}\" does not match ISA13 \"{}\"",
+                    shown(iea02),
+                    shown(ic.isa.field(13))
+                ),
+            );
+        }
+    }
+
+    fn group(&mut self, gi: usize, group: &Group<'_>, seen_gs06: &mut HashSet<Vec<u8>>) {
+        let gs = &group.gs;
+        let gs06 = gs.element(6).unwrap_or_default();
+        let release = release(gs.element(8).unwrap_or_default());
+        if !(all_digits(gs06) && gs06.len() <= 9) {
+            self.group_finding(
+                gi,
+                Rule::GsControlNumberSyntax,
+                "6",
+                gs,
+                6,
+                format!("GS06 \"{}\" must be 1 to 9 digits", shown(gs06)),
+            );
+        } else if !seen_gs06.insert(gs06.to_vec()) {
+            // 004010's code list has no "not unique" code; 6 is what other translators send.
+            let code = if release.is_some_and(|r| r >= 4050) {
+                "19"
+            } else {
+                "6"
+            };
+            self.group_finding(
+                gi,
+                Rule::GsDuplicateControlNumber,
+                code,
+                gs,
+                6,
+                format!(
+                    "GS06 \"{}\" is used by an earlier group of this interchange",
+                    shown(gs06)
+                ),
+            );
+        }
+        if gs.element(8).is_none_or(<[u8]>::is_empty) {
+            self.group_finding(
+                gi,
+                Rule::GsVersionMissing,
+                "2",
+                gs,
+                8,
+                "GS08 (version) is missing".into(),
+            );
+        }
+        let mut seen_st02 = HashSet::new();
+        for (si, set) in group.sets.iter().enumerate() {
+            self.set(gi, si, set, &mut seen_st02);
+        }
+        let Some(ge) = &group.ge else {
+            self.group_finding(
+                gi,
+                Rule::GeMissing,
+                "3",
+                gs,
+                0,
+                format!(
+                    "GE missing for the group opened by GS06 \"{}\"",
+                    shown(gs06)
+                ),
+            );
+            return;
+        };
+        let ge01 = ge.element(1).unwrap_or_default();
+        let sets = group.sets.len();
+        if std::str::from_utf8(ge01)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            != Some(sets)
+        {
+            self.group_finding(
+                gi,
+                Rule::GeSetCount,
+                "5",
+                ge,
+                1,
+                format!(
+                    "GE01 \"{}\" does not match the {sets} transaction set(s) received",
+                    shown(ge01)
+                ),
+            );
+        }
+        let ge02 = ge.element(2).unwrap_or_default();
+        if ge02 != gs06 {
+            self.group_finding(
+                gi,
+                Rule::GeControlNumber,
+                "4",
+                ge,
+                2,
+                format!(
+                    "GE02 \"{}\" does not match GS06 \"{}\"",
+                    shown(ge02),
+                    shown(gs06)
+                ),
+            );
+        }
+    }
+
+    fn set(
+        &mut self,
+        gi: usize,
+        si: usize,
+        set: &TransactionSet<'_>,
+        seen_st02: &mut HashSet<Vec<u8>>,
+    ) {
+        let st = &set.st;
+        let st01 = st.element(1).unwrap_or_default();
+        if !(st01.len() == 3 && st01.iter().all(u8::is_ascii_alphanumeric)) {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::StIdInvalid,
+                "6",
+                st,
+                1,
+                format!(
+                    "ST01 \"{}\" is not a transaction set identifier (3 characters)",
+                    shown(st01)
+                ),
+            );
+        }
+        let st02 = st.element(2).unwrap_or_default();
+        if !(4..=9).contains(&st02.len()) {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::StControlNumberInvalid,
+                "7",
+                st,
+                2,
+                format!("ST02 \"{}\" must be 4 to 9 characters", shown(st02)),
+            );
+        } else if !seen_st02.insert(st02.to_vec()) {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::StDuplicateControlNumber,
+                "23",
+                st,
+                2,
+                format!(
+                    "ST02 \"{}\" is used by an earlier transaction set of this group",
+                    shown(st02)
+                ),
+            );
+        }
+        let Some(se) = &set.se else {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::SeMissing,
+                "2",
+                st,
+                0,
+                format!(
+                    "SE missing for the transaction set opened by ST02 \"{}\"",
+                    shown(st02)
+                ),
+            );
+            return;
+        };
+        let se01 = se.element(1).unwrap_or_default();
+        let counted = set.counted_segments();
+        if std::str::from_utf8(se01)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            != Some(counted)
+        {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::SeSegmentCount,
+                "4",
+                se,
+                1,
+                format!(
+                    "SE01 \"{}\" does not match the {counted} segments counted from ST to SE",
+                    shown(se01)
+                ),
+            );
+        }
+        let se02 = se.element(2).unwrap_or_default();
+        if se02 != st02 {
+            self.set_finding(
+                gi,
+                si,
+                set,
+                Rule::SeControlNumber,
+                "3",
+                se,
+                2,
+                format!(
+                    "SE02 \"{}\" does not match ST02 \"{}\"",
+                    shown(se02),
+                    shown(st02)
+                ),
+            );
+        }
+    }
+}
