@@ -1,0 +1,7 @@
+//! Integration tests, one binary: each module owns one area.
+
+mod cli;
+mod fixtures;
+mod fuzz_corpus;
+mod props;
+mod util;
