@@ -1,1 +1,191 @@
-//! (to be written)
+//! The binary's contract: commands, output shapes and exit codes (SPEC section 6).
+
+use crate::util::{fixture, x12gate};
+
+const CLEAN: &str = "850-004010.x12";
+
+fn broken_copy(dir: &std::path::Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(fixture(CLEAN)).unwrap();
+    let bad = text.replace("GE*1*101~", "GE*2*102~");
+    assert_ne!(bad, text, "the fixture must contain the GE being broken");
+    let path = dir.join("bad.x12");
+    std::fs::write(&path, bad).unwrap();
+    path
+}
+
+#[test]
+fn validate_clean_file_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = x12gate(dir.path())
+        .arg("validate")
+        .arg(fixture(CLEAN))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("clean"));
+}
+
+#[test]
+fn validate_findings_exit_3_and_name_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = broken_copy(dir.path());
+    let out = x12gate(dir.path())
+        .arg("validate")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains("bad.x12: byte "), "{text}");
+    assert!(lines[0].contains("segment 16 (GE), element GE01"), "{text}");
+    assert!(lines[0].ends_with("[ge-set-count; AK905 5]"), "{text}");
+    assert!(lines[1].ends_with("[ge-control-number; AK905 4]"), "{text}");
+}
+
+#[test]
+fn validate_json_lines_carry_file_rule_code_and_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = broken_copy(dir.path());
+    let out = x12gate(dir.path())
+        .args(["validate", "--json"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["rule"], "ge-set-count");
+    assert_eq!(first["code"]["list"], "AK905");
+    assert_eq!(first["code"]["value"], "5");
+    assert_eq!(first["position"]["segment"], 16);
+    assert_eq!(first["position"]["element"], 1);
+    assert_eq!(first["file"], bad.display().to_string());
+    let offset = first["position"]["byte"].as_u64().unwrap() as usize;
+    let bytes = std::fs::read(&bad).unwrap();
+    assert_eq!(
+        &bytes[offset..offset + 1],
+        b"2",
+        "byte offset points at GE01's value"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = x12gate(dir.path())
+        .args(["validate", "no-such-file.x12"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-file.x12"));
+    let no_args = x12gate(dir.path()).arg("validate").output().unwrap();
+    assert_eq!(no_args.status.code(), Some(2));
+    let unknown = x12gate(dir.path()).arg("frobnicate").output().unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[test]
+fn a_bad_config_exits_2_naming_the_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("partners.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\noutbx = \"x\"\n",
+    )
+    .unwrap();
+    let out = x12gate(dir.path())
+        .args(["validate"])
+        .arg(fixture(CLEAN))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 4") && err.contains("outbx"), "{err}");
+}
+
+#[test]
+fn limits_from_the_config_reject_an_oversized_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("partners.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n[limits]\nmax_file_bytes = 100\n",
+    )
+    .unwrap();
+    let out = x12gate(dir.path())
+        .args(["validate"])
+        .arg(fixture(CLEAN))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("more than the limit of 100") && text.contains("file-too-large"),
+        "{text}"
+    );
+}
+
+#[test]
+fn parse_then_render_gives_the_file_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let parsed = x12gate(dir.path())
+        .arg("parse")
+        .arg(fixture(CLEAN))
+        .output()
+        .unwrap();
+    assert_eq!(parsed.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(
+        json["interchanges"][0]["groups"][0]["sets"][0]["st"][0],
+        "850"
+    );
+    let json_path = dir.path().join("doc.json");
+    std::fs::write(&json_path, &parsed.stdout).unwrap();
+    let rendered = x12gate(dir.path())
+        .arg("render")
+        .arg(&json_path)
+        .output()
+        .unwrap();
+    assert_eq!(rendered.status.code(), Some(0));
+    assert_eq!(rendered.stdout, std::fs::read(fixture(CLEAN)).unwrap());
+}
+
+#[test]
+fn render_refuses_bad_json_with_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("doc.json");
+    std::fs::write(&path, "{\"encoding\":\"utf8\",\"interchanges\":[{\"delimiters\":{\"element\":\"**\",\"component\":\":\",\"repetition\":null,\"segment\":\"~\",\"line_ending\":\"\"},\"isa\":[],\"groups\":[],\"iea\":null}]}").unwrap();
+    let out = x12gate(dir.path())
+        .arg("render")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("interchange 1") && err.contains("element delimiter"),
+        "{err}"
+    );
+}
+
+#[test]
+fn parse_of_non_x12_exits_3_with_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "hello, this is not EDI\n").unwrap();
+    let out = x12gate(dir.path())
+        .arg("parse")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("byte 0: expected ISA"));
+}
