@@ -87,7 +87,276 @@ struct RawConfig {
     #[serde(default)]
     limits: Limits,
     #[serde(default, rename = "partner")]
-    partners: Vec<toml::Value>,
+    partners: Vec<toml::Spanned<RawPartner>>,
+}
+
+/// Which acknowledgment a partner gets for its functional groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub enum AckKind {
+    #[serde(rename = "997")]
+    FunctionalAck,
+    #[serde(rename = "999")]
+    ImplementationAck,
+    #[serde(rename = "none")]
+    None,
+}
+
+/// When a partner gets a TA1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ta1Policy {
+    Always,
+    OnError,
+    /// When ISA14 is 1.
+    Requested,
+    Never,
+}
+
+/// What makes two interchanges the same interchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterchangeScope {
+    /// ISA05/ISA06 + ISA13.
+    Sender,
+    /// ISA05/ISA06 + ISA07/ISA08 + ISA13, the standard's own uniqueness tuple.
+    SenderReceiver,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartner {
+    name: String,
+    id_qualifier: String,
+    id: String,
+    #[serde(default = "partner_defaults::duplicate_window_days")]
+    duplicate_window_days: u32,
+    #[serde(default = "partner_defaults::ack")]
+    ack: AckKind,
+    #[serde(default = "partner_defaults::ta1")]
+    ta1: Ta1Policy,
+    #[serde(default = "partner_defaults::yes")]
+    check_group_duplicates: bool,
+    #[serde(default = "partner_defaults::fingerprint_ignore")]
+    fingerprint_ignore: Vec<String>,
+    #[serde(default)]
+    contact: Option<String>,
+    #[serde(default = "partner_defaults::scope")]
+    interchange_scope: InterchangeScope,
+    #[serde(default = "partner_defaults::yes")]
+    ack_accepted_sets: bool,
+    #[serde(default)]
+    ack_version: Option<String>,
+    #[serde(default)]
+    delimiters: Option<RawDelimiters>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDelimiters {
+    element: char,
+    component: char,
+    repetition: char,
+    segment: char,
+    #[serde(default)]
+    line_ending: String,
+}
+
+mod partner_defaults {
+    use super::{AckKind, InterchangeScope, Ta1Policy};
+    pub fn duplicate_window_days() -> u32 {
+        30
+    }
+    pub fn ack() -> AckKind {
+        AckKind::FunctionalAck
+    }
+    pub fn ta1() -> Ta1Policy {
+        Ta1Policy::OnError
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn fingerprint_ignore() -> Vec<String> {
+        ["ISA09", "ISA10", "GS04", "GS05"]
+            .map(String::from)
+            .to_vec()
+    }
+    pub fn scope() -> InterchangeScope {
+        InterchangeScope::Sender
+    }
+}
+
+/// Delimiters we send a partner, when it asks for its own rather than the ones it sent us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboundDelimiters {
+    pub delimiters: crate::x12::Delimiters,
+    pub line_ending: &'static str,
+}
+
+/// One trading partner, as `[[partner]]` declares it, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partner {
+    pub name: String,
+    pub id_qualifier: String,
+    pub id: String,
+    pub duplicate_window_days: u32,
+    pub ack: AckKind,
+    pub ta1: Ta1Policy,
+    pub check_group_duplicates: bool,
+    /// Fields blanked before fingerprinting: `ISA01`..`ISA16`, `GS01`..`GS08`.
+    pub fingerprint_ignore: Vec<String>,
+    pub contact: Option<String>,
+    pub interchange_scope: InterchangeScope,
+    /// Whether accepted sets get their own AK2/AK5 (IK5) loop in a 997/999.
+    pub ack_accepted_sets: bool,
+    /// Version of our acknowledgments (`004010`, `005010`); default: the inbound group's.
+    pub ack_version: Option<String>,
+    /// Delimiters of our acknowledgments; default: the inbound interchange's.
+    pub delimiters: Option<OutboundDelimiters>,
+}
+
+impl Partner {
+    /// The settings an unconfigured sender gets when `unknown_partners = "accept"`.
+    pub fn unknown(id_qualifier: &str, id: &str) -> Partner {
+        Partner {
+            name: format!("unknown partner {id_qualifier}:{id}"),
+            id_qualifier: id_qualifier.to_string(),
+            id: id.to_string(),
+            duplicate_window_days: partner_defaults::duplicate_window_days(),
+            ack: partner_defaults::ack(),
+            ta1: partner_defaults::ta1(),
+            check_group_duplicates: true,
+            fingerprint_ignore: partner_defaults::fingerprint_ignore(),
+            contact: None,
+            interchange_scope: partner_defaults::scope(),
+            ack_accepted_sets: true,
+            ack_version: None,
+            delimiters: None,
+        }
+    }
+
+    /// `QUAL:ID`, the partner's name in keys, logs and file names.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.id_qualifier, self.id)
+    }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()
+        .iter()
+        .take(offset)
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+const FINGERPRINT_FIELDS: &[&str] = &[
+    "ISA01", "ISA02", "ISA03", "ISA04", "ISA09", "ISA10", "ISA11", "ISA12", "ISA14", "ISA15",
+    "ISA16", "GS01", "GS02", "GS03", "GS04", "GS05", "GS07", "GS08",
+];
+
+fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
+    let at = |key: &str, problem: String| {
+        format!(
+            "line {line}: partner {:?}, key `{key}`: {problem}",
+            raw.name
+        )
+    };
+    if raw.id_qualifier.len() != 2 {
+        return Err(at(
+            "id_qualifier",
+            format!("{:?}: expected 2 characters (ISA05)", raw.id_qualifier),
+        ));
+    }
+    if raw.id.trim().is_empty() || raw.id.len() > 15 || raw.id != raw.id.trim() {
+        return Err(at(
+            "id",
+            format!(
+                "{:?}: expected 1 to 15 characters without padding (ISA06, trimmed)",
+                raw.id
+            ),
+        ));
+    }
+    for f in &raw.fingerprint_ignore {
+        if !FINGERPRINT_FIELDS.contains(&f.as_str()) {
+            return Err(at(
+                "fingerprint_ignore",
+                format!("{f:?}: expected one of {}", FINGERPRINT_FIELDS.join(", ")),
+            ));
+        }
+    }
+    if let Some(v) = &raw.ack_version {
+        if !matches!(v.as_str(), "004010" | "005010") {
+            return Err(at(
+                "ack_version",
+                format!("{v:?}: expected \"004010\" or \"005010\""),
+            ));
+        }
+    }
+    let delimiters = match &raw.delimiters {
+        None => None,
+        Some(d) => {
+            let byte = |c: char, key: &str| {
+                u8::try_from(c)
+                    .ok()
+                    .filter(|b| b.is_ascii() && !b.is_ascii_alphanumeric() && *b != b' ')
+                    .ok_or_else(|| {
+                        at(
+                            key,
+                            format!("{c:?}: expected one ASCII punctuation character"),
+                        )
+                    })
+            };
+            let delims = crate::x12::Delimiters {
+                element: byte(d.element, "delimiters.element")?,
+                component: byte(d.component, "delimiters.component")?,
+                repetition: Some(byte(d.repetition, "delimiters.repetition")?),
+                segment: byte(d.segment, "delimiters.segment").or_else(|e| {
+                    if d.segment == '\n' {
+                        Ok(b'\n')
+                    } else {
+                        Err(e)
+                    }
+                })?,
+            };
+            if !delims.are_distinct() {
+                return Err(at(
+                    "delimiters",
+                    "the four delimiters must all differ".into(),
+                ));
+            }
+            let line_ending = match d.line_ending.as_str() {
+                "" => "",
+                "\n" => "\n",
+                "\r\n" => "\r\n",
+                other => {
+                    return Err(at(
+                        "delimiters.line_ending",
+                        format!("{other:?}: expected \"\", \"\\n\" or \"\\r\\n\""),
+                    ))
+                }
+            };
+            Some(OutboundDelimiters {
+                delimiters: delims,
+                line_ending,
+            })
+        }
+    };
+    Ok(Partner {
+        name: raw.name,
+        id_qualifier: raw.id_qualifier,
+        id: raw.id,
+        duplicate_window_days: raw.duplicate_window_days,
+        ack: raw.ack,
+        ta1: raw.ta1,
+        check_group_duplicates: raw.check_group_duplicates,
+        fingerprint_ignore: raw.fingerprint_ignore,
+        contact: raw.contact,
+        interchange_scope: raw.interchange_scope,
+        ack_accepted_sets: raw.ack_accepted_sets,
+        ack_version: raw.ack_version,
+        delimiters,
+    })
 }
 
 /// The gateway's own identity and folders, all paths absolute.
@@ -111,8 +380,7 @@ pub struct Config {
     pub path: PathBuf,
     pub gateway: Gateway,
     pub limits: Limits,
-    /// Partner tables, kept raw until the acknowledgment work gives them their own type.
-    pub partners: Vec<toml::Value>,
+    pub partners: Vec<Partner>,
 }
 
 impl Config {
@@ -149,6 +417,20 @@ impl Config {
                 g.id_qualifier
             )));
         }
+        let mut partners: Vec<Partner> = Vec::new();
+        for spanned in raw.partners {
+            let line = line_of(text, spanned.span().start);
+            let p = partner(spanned.into_inner(), line).map_err(invalid)?;
+            if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
+                return Err(invalid(format!(
+                    "line {line}: partner {:?}, key `id`: {} is already declared by partner {:?}",
+                    p.name,
+                    p.key(),
+                    first.name
+                )));
+            }
+            partners.push(p);
+        }
         Ok(Config {
             path: path.to_path_buf(),
             gateway: Gateway {
@@ -164,8 +446,15 @@ impl Config {
                 unknown_partners: g.unknown_partners,
             },
             limits: raw.limits,
-            partners: raw.partners,
+            partners,
         })
+    }
+
+    /// The partner that sent an interchange, by ISA05/ISA06 (trimmed).
+    pub fn partner(&self, qualifier: &str, id: &str) -> Option<&Partner> {
+        self.partners
+            .iter()
+            .find(|p| p.id_qualifier == qualifier && p.id == id)
     }
 }
 
@@ -193,6 +482,48 @@ mod tests {
         .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("line 4") && msg.contains("inbx"), "{msg}");
+    }
+
+    const GATEWAY: &str = "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n";
+
+    fn load(extra: &str) -> Result<Config, String> {
+        Config::from_str(&format!("{GATEWAY}{extra}"), Path::new("p.toml"))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn partner_defaults_and_lookup() {
+        let c =
+            load("[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n").unwrap();
+        let p = c.partner("ZZ", "ACME").unwrap();
+        assert_eq!(p.duplicate_window_days, 30);
+        assert_eq!(p.ack, AckKind::FunctionalAck);
+        assert_eq!(p.ta1, Ta1Policy::OnError);
+        assert_eq!(p.fingerprint_ignore, vec!["ISA09", "ISA10", "GS04", "GS05"]);
+        assert!(c.partner("01", "ACME").is_none());
+    }
+
+    #[test]
+    fn partner_typo_wrong_type_and_duplicate_name_the_line() {
+        let typo = load("\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\nduplicate_window_dayz = 3\n").unwrap_err();
+        assert!(
+            typo.contains("line 9") && typo.contains("duplicate_window_dayz"),
+            "{typo}"
+        );
+        let wrong =
+            load("[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\nack = 997\n")
+                .unwrap_err();
+        assert!(wrong.contains("line 8") && wrong.contains("ack"), "{wrong}");
+        let dup = load("[[partner]]\nname = \"A\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n\n[[partner]]\nname = \"B\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n").unwrap_err();
+        assert!(
+            dup.contains("line 9") && dup.contains("ZZ:ACME is already declared"),
+            "{dup}"
+        );
+        let bad = load("[[partner]]\nname = \"A\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\nfingerprint_ignore = [\"ISA13\"]\n").unwrap_err();
+        assert!(
+            bad.contains("line 4") && bad.contains("fingerprint_ignore"),
+            "{bad}"
+        );
     }
 
     #[test]

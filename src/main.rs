@@ -33,6 +33,8 @@ enum Command {
     Parse { file: PathBuf },
     /// The JSON of `parse` back to X12 on stdout
     Render { file: PathBuf },
+    /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
+    Ack { file: PathBuf },
     /// Envelope diagnostics with byte offset, segment position and X12 code; no registry
     Validate {
         #[arg(required = true)]
@@ -99,6 +101,12 @@ fn limits(config: Option<&Path>) -> Result<Limits, Failure> {
         .map_err(|e| Failure::Usage(e.into()))
 }
 
+/// The configuration, required: the default file must exist for commands that need it.
+fn config(path: Option<&Path>) -> Result<Config, Failure> {
+    let path = path.unwrap_or(Path::new("partners.toml"));
+    Config::load(path).map_err(|e| Failure::Usage(e.into()))
+}
+
 fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
     x12gate::input::read(path, limits.max_file_bytes).map_err(|e| {
         if e.is_not_found() {
@@ -107,6 +115,72 @@ fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
             Failure::Operational(e.into())
         }
     })
+}
+
+/// `ack`: decides every interchange of `input` and prints the acknowledgments; control numbers
+/// are previewed (the registry's next values), never taken.
+fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
+    use x12gate::ack::Disposition;
+    use x12gate::registry::{PreviewCounters, Registry};
+    let registry = Registry::open_read_only(&config.gateway.database)
+        .map_err(|e| Failure::Operational(e.into()))?;
+    let now = chrono::Local::now().naive_local();
+    let mut code = exit::OK;
+    for result in x12gate::x12::Interchanges::new(input, config.limits) {
+        let ic = match result {
+            Ok(ic) => ic,
+            Err(e) => {
+                eprintln!(
+                    "{}: {e}; nothing can be acknowledged for it",
+                    file.display()
+                );
+                code = exit::FINDINGS;
+                continue;
+            }
+        };
+        let decision = x12gate::pipeline::decide(&ic, config);
+        let counters = PreviewCounters::after(registry.as_ref(), &decision.partner.key())
+            .map_err(|e| Failure::Operational(e.into()))?;
+        let outbound = x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now)
+            .map_err(|e| Failure::Operational(e.into()))?;
+        for o in &outbound {
+            out.write_all(&o.bytes)?;
+        }
+        let r = &decision.response;
+        let sends: Vec<String> = outbound
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {:09}",
+                    o.kind.extension().to_uppercase(),
+                    o.control_number
+                )
+            })
+            .collect();
+        eprintln!(
+            "{}: {} {}{}; sends {}",
+            file.display(),
+            x12gate::pipeline::correlation_id(&ic),
+            r.disposition.as_str(),
+            r.reason
+                .as_ref()
+                .map(|x| format!(
+                    " ({}{})",
+                    x.code.map(|c| format!("{c} ")).unwrap_or_default(),
+                    x.text
+                ))
+                .unwrap_or_default(),
+            if sends.is_empty() {
+                "nothing".to_string()
+            } else {
+                sends.join(", ")
+            },
+        );
+        if r.disposition != Disposition::Accepted {
+            code = exit::FINDINGS;
+        }
+    }
+    Ok(code)
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
@@ -138,6 +212,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     exit::USAGE
                 }
             }
+        }
+        Command::Ack { file } => {
+            let config = config(cli.config.as_deref())?;
+            let input = read(&file, &config.limits)?;
+            ack(&file, &input, &config, &mut out)?
         }
         Command::Validate { files, json } => {
             let mut any = false;

@@ -73,6 +73,9 @@ pub enum Rule {
     IeaControlNumber,
     SegmentOutsideEnvelope,
     LimitExceeded,
+    UnknownSender,
+    ReceiverQualifierNotOurs,
+    ReceiverNotOurs,
     // Group
     GsControlNumberSyntax,
     GsVersionMissing,
@@ -210,6 +213,66 @@ pub fn file(input: &[u8], limits: crate::x12::Limits) -> Vec<Finding> {
     findings
 }
 
+/// Findings about who sent an interchange and to whom, which need the configuration: a
+/// receiver other than us, or a sender no `[[partner]]` declares (when unknown partners are
+/// refused).
+pub fn routing(
+    ic: &Interchange<'_>,
+    our_qualifier: &str,
+    our_id: &str,
+    sender_known: bool,
+) -> Vec<Finding> {
+    let mut v = Validator {
+        findings: Vec::new(),
+    };
+    let isa = &ic.isa;
+    let finding = |v: &mut Validator, n: usize, rule: Rule, code: &'static str, message: String| {
+        let p = isa_position(isa, n);
+        v.findings.push(Finding {
+            rule,
+            level: Level::Interchange,
+            code: Some(Code {
+                list: CodeList::Ta105,
+                value: code,
+            }),
+            position: p,
+            segment_id: "ISA".into(),
+            group: None,
+            set: None,
+            message,
+        });
+    };
+    if isa.trimmed(8) != our_id {
+        finding(&mut v, 8, Rule::ReceiverNotOurs, "009", format!(
+            "ISA08 \"{}\" is not our id \"{our_id}\": this interchange is addressed to someone else", isa.trimmed(8)));
+    } else if isa.trimmed(7) != our_qualifier {
+        finding(
+            &mut v,
+            7,
+            Rule::ReceiverQualifierNotOurs,
+            "007",
+            format!(
+                "ISA07 \"{}\" is not our qualifier \"{our_qualifier}\"",
+                isa.trimmed(7)
+            ),
+        );
+    }
+    if !sender_known {
+        finding(
+            &mut v,
+            6,
+            Rule::UnknownSender,
+            "006",
+            format!(
+                "sender {}:{} is not a configured partner (unknown_partners = \"reject\")",
+                isa.trimmed(5),
+                isa.trimmed(6)
+            ),
+        );
+    }
+    v.findings
+}
+
 /// Every envelope finding of one interchange, in file order within each level.
 pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
     let mut v = Validator {
@@ -246,6 +309,21 @@ fn at(segment: &Segment<'_>, element: usize) -> Position {
         p.byte = element_offset(segment, element);
         p.element = u16::try_from(element).ok();
     }
+    p
+}
+
+/// Where ISA element `n` (1-based) starts.
+fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
+    let mut p = isa.segment.position();
+    p.element = u16::try_from(n).ok();
+    p.byte = isa.segment.offset
+        + 4
+        + isa
+            .fields
+            .iter()
+            .take(n.saturating_sub(1))
+            .map(|f| f.len() + 1)
+            .sum::<usize>();
     p
 }
 

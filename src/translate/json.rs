@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::x12::{Delimiters, Element, Interchange, Interchanges, Limits, ReadError, Segment};
+use crate::x12::{Element, Interchange, Interchanges, Limits, ReadError, Segment};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -177,29 +177,13 @@ impl Text {
                 component: ch(d.component),
                 repetition: d.repetition.map(ch),
                 segment: ch(d.segment),
-                line_ending: self.decode(line_ending(ic.suffix, d)),
+                line_ending: self.decode(ic.line_ending()),
             },
             isa: ic.isa.fields.iter().map(|f| self.decode(f)).collect(),
             ta1: ic.ta1.iter().map(|s| self.elements(s)).collect(),
             groups,
             iea: ic.iea.as_ref().map(|s| self.elements(s)),
         })
-    }
-}
-
-/// The line ending to reproduce: what followed the ISA, minus blank lines.
-fn line_ending(suffix: &[u8], d: Delimiters) -> &'static [u8] {
-    if d.segment == b'\n' || d.segment == b'\r' {
-        return b"";
-    }
-    if suffix.starts_with(b"\r\n") {
-        b"\r\n"
-    } else if suffix.starts_with(b"\n") {
-        b"\n"
-    } else if suffix.starts_with(b"\r") {
-        b"\r"
-    } else {
-        b""
     }
 }
 

@@ -130,6 +130,23 @@ impl<'a> Interchange<'a> {
     pub fn delimiters(&self) -> Delimiters {
         self.isa.delimiters
     }
+
+    /// The line ending the sender put after its segments (what followed the ISA, blank lines
+    /// aside): "", "\n", "\r\n" or "\r". Empty when the terminator is itself a line break.
+    pub fn line_ending(&self) -> &'static [u8] {
+        let s = self.suffix;
+        if matches!(self.isa.delimiters.segment, b'\n' | b'\r') {
+            b""
+        } else if s.starts_with(b"\r\n") {
+            b"\r\n"
+        } else if s.starts_with(b"\n") {
+            b"\n"
+        } else if s.starts_with(b"\r") {
+            b"\r"
+        } else {
+            b""
+        }
+    }
 }
 
 /// How many stray segments are kept for reporting; the rest are only counted.

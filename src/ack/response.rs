@@ -1,0 +1,340 @@
+//! Deciding the answer to one interchange: its disposition, its TA1, and the content of one
+//! 997/999 transaction set per functional group.
+
+use crate::config::{AckKind, Partner, Ta1Policy};
+use crate::validate::{CodeList, Finding, Level};
+use crate::x12::Interchange;
+
+use super::policy;
+
+/// What became of an interchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Every transaction set accepted (possibly with errors noted).
+    Accepted,
+    /// Some transaction sets rejected, some accepted.
+    Partial,
+    /// Nothing accepted.
+    Rejected,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Accepted => "accepted",
+            Disposition::Partial => "partial",
+            Disposition::Rejected => "rejected",
+        }
+    }
+}
+
+/// An acknowledgment code: TA104, AK501/IK501 and AK901 share these letters (P only in AK901).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Status {
+    Accepted,
+    AcceptedWithErrors,
+    Partial,
+    Rejected,
+}
+
+impl Status {
+    pub fn code(self) -> &'static str {
+        match self {
+            Status::Accepted => "A",
+            Status::AcceptedWithErrors => "E",
+            Status::Partial => "P",
+            Status::Rejected => "R",
+        }
+    }
+
+    pub fn is_accepted(self) -> bool {
+        matches!(self, Status::Accepted | Status::AcceptedWithErrors)
+    }
+}
+
+/// The TA1 to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ta1 {
+    /// TA101..TA103: ISA13, ISA09, ISA10 as received.
+    pub control_number: String,
+    pub date: String,
+    pub time: String,
+    pub status: Status,
+    /// TA105.
+    pub note: &'static str,
+}
+
+/// One bounded context (999 CTX): which business unit or trigger segment an error sits in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Context {
+    /// CTX01-1: "SITUATIONAL TRIGGER", or a business unit name such as "CLM01".
+    pub name: String,
+    /// CTX01-2: the business unit's value.
+    pub reference: Option<String>,
+    /// CTX02..CTX05: the segment id, its position in the set, its loop, the element position.
+    pub segment: Option<String>,
+    pub position: Option<u32>,
+    pub loop_id: Option<String>,
+    pub element: Option<u16>,
+}
+
+/// An element error (AK4 / IK4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElementError {
+    /// AK401-1, -2, -3: element, component and repetition positions.
+    pub position: u16,
+    pub component: Option<u16>,
+    pub repetition: Option<u16>,
+    /// AK402: data element reference number.
+    pub reference: Option<u32>,
+    /// AK403 (723) / IK403 (621).
+    pub code: &'static str,
+    /// AK404: a copy of the bad element (never sent for invalid-character errors).
+    pub bad_value: Option<String>,
+}
+
+/// A segment error (AK3 / IK3) and its element errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentError {
+    pub id: String,
+    /// AK302: position in the set, ST = 1.
+    pub position: u32,
+    /// AK303: loop identifier, for bounded loops.
+    pub loop_id: Option<String>,
+    /// AK304 (720) / IK304 (620).
+    pub code: &'static str,
+    pub contexts: Vec<Context>,
+    pub elements: Vec<ElementError>,
+}
+
+/// The answer for one transaction set (AK2..AK5 / AK2..IK5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetResponse {
+    pub id: String,
+    pub control_number: String,
+    /// ST03, the implementation convention reference, when the set carried one.
+    pub convention: Option<String>,
+    pub status: Status,
+    /// AK502..AK506, at most five.
+    pub codes: Vec<&'static str>,
+    pub segment_errors: Vec<SegmentError>,
+}
+
+/// The answer for one functional group: one 997 or 999 transaction set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupResponse {
+    /// GS01, GS06 and GS08 of the group answered (AK101..AK103).
+    pub functional_id: String,
+    pub control_number: String,
+    pub version: String,
+    /// GS02 and GS03 of the group answered; our group swaps them.
+    pub application_sender: String,
+    pub application_receiver: String,
+    pub status: Status,
+    /// AK902: sets the GE declared (the count received when it cannot be read).
+    pub declared: u32,
+    /// AK903, AK904.
+    pub received: u32,
+    pub accepted: u32,
+    /// AK905..AK909, at most five.
+    pub codes: Vec<&'static str>,
+    /// The AK2 loops to send: every set not plainly accepted, and accepted ones when the
+    /// partner wants them.
+    pub sets: Vec<SetResponse>,
+}
+
+/// Why an interchange was not plainly accepted: the code an operator and the TA1 see.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Reason {
+    /// The TA1 note code, when the reason is at interchange level.
+    pub code: Option<&'static str>,
+    pub text: String,
+}
+
+/// Everything decided about one interchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterchangeResponse {
+    pub disposition: Disposition,
+    pub reason: Option<Reason>,
+    /// The TA1 to send, already filtered by the partner's `ta1` policy.
+    pub ta1: Option<Ta1>,
+    /// 997 or 999 (per `kind`); empty when there is nothing to acknowledge.
+    pub groups: Vec<GroupResponse>,
+    pub kind: AckKind,
+}
+
+/// X12 allows five codes in AK502..AK506 and AK905..AK909.
+const MAX_CODES: usize = 5;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Decides the answer to `ic`, given all its findings (envelope and routing; later schema).
+pub fn respond(
+    ic: &Interchange<'_>,
+    findings: &[Finding],
+    partner: &Partner,
+) -> InterchangeResponse {
+    // The decisive interchange finding: the first that rejects, else the first that notes.
+    let interchange_findings = || {
+        findings
+            .iter()
+            .filter(|f| matches!(f.level, Level::Interchange | Level::File))
+            .filter_map(|f| {
+                f.code
+                    .filter(|c| c.list == CodeList::Ta105)
+                    .map(|c| (f, c.value, policy::ta104(c.value)))
+            })
+    };
+    let decisive = interchange_findings()
+        .find(|(.., s)| *s == Status::Rejected)
+        .or_else(|| interchange_findings().next());
+    let ta1_status = decisive.map_or(Status::Accepted, |(.., s)| s);
+    let note = decisive.map_or("000", |(_, code, _)| code);
+
+    // An interchange of acknowledgments only (TA1s, FA groups) is read, never answered.
+    let only_acks = ic.groups.iter().all(|g| g.gs.element(1) == Some(b"FA"));
+    let send_ta1 = !only_acks
+        && match partner.ta1 {
+            Ta1Policy::Always => true,
+            Ta1Policy::OnError => ta1_status != Status::Accepted,
+            Ta1Policy::Requested => ic.isa.field(14) == b"1",
+            Ta1Policy::Never => false,
+        };
+    let ta1 = send_ta1.then(|| Ta1 {
+        control_number: text(ic.isa.field(13)),
+        date: text(ic.isa.field(9)),
+        time: text(ic.isa.field(10)),
+        status: ta1_status,
+        note,
+    });
+    let reason = decisive.map(|(f, code, _)| Reason {
+        code: Some(code),
+        text: f.message.clone(),
+    });
+    if ta1_status == Status::Rejected {
+        return InterchangeResponse {
+            disposition: Disposition::Rejected,
+            reason,
+            ta1,
+            groups: Vec::new(),
+            kind: partner.ack,
+        };
+    }
+
+    let mut groups = Vec::new();
+    let (mut accepted, mut rejected) = (0u32, 0u32);
+    let mut first_set_problem = None;
+    for (gi, group) in ic.groups.iter().enumerate() {
+        if group.gs.element(1) == Some(b"FA") {
+            continue;
+        }
+        let group_codes: Vec<&'static str> = findings
+            .iter()
+            .filter(|f| f.level == Level::Group && f.group == Some(gi))
+            .filter_map(|f| f.code.map(|c| c.value))
+            .collect();
+        let group_rejected = group_codes.iter().any(|c| policy::group_rejects(c));
+        let mut sets = Vec::new();
+        let mut group_accepted = 0u32;
+        let mut any_noted = !group_codes.is_empty();
+        for (si, set) in group.sets.iter().enumerate() {
+            let set_findings: Vec<&Finding> = findings
+                .iter()
+                .filter(|f| f.level == Level::Set && f.group == Some(gi) && f.set == Some(si))
+                .collect();
+            let mut codes: Vec<&'static str> = set_findings
+                .iter()
+                .filter_map(|f| f.code.map(|c| c.value))
+                .collect();
+            codes.dedup();
+            // Envelope errors in a set (counts, control numbers, trailer) all reject it.
+            let status = if group_rejected || !codes.is_empty() {
+                Status::Rejected
+            } else {
+                Status::Accepted
+            };
+            if status.is_accepted() {
+                group_accepted += 1;
+                accepted += 1;
+            } else {
+                rejected += 1;
+                if first_set_problem.is_none() {
+                    first_set_problem = set_findings.first().map(|f| f.message.clone());
+                }
+            }
+            any_noted |= status == Status::AcceptedWithErrors;
+            if status != Status::Accepted || partner.ack_accepted_sets {
+                codes.truncate(MAX_CODES);
+                sets.push(SetResponse {
+                    id: text(set.st.element(1).unwrap_or_default()),
+                    control_number: text(set.st.element(2).unwrap_or_default()),
+                    convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
+                    status,
+                    codes,
+                    segment_errors: Vec::new(),
+                });
+            }
+        }
+        let received = u32::try_from(group.sets.len()).unwrap_or(u32::MAX);
+        let status = if group_rejected || (received > 0 && group_accepted == 0) {
+            Status::Rejected
+        } else if group_accepted < received {
+            Status::Partial
+        } else if any_noted {
+            Status::AcceptedWithErrors
+        } else {
+            Status::Accepted
+        };
+        if group_rejected && first_set_problem.is_none() {
+            first_set_problem = findings
+                .iter()
+                .find(|f| f.level == Level::Group && f.group == Some(gi))
+                .map(|f| f.message.clone());
+        }
+        let declared = group
+            .ge
+            .as_ref()
+            .and_then(|ge| {
+                std::str::from_utf8(ge.element(1).unwrap_or_default())
+                    .ok()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(received);
+        let mut codes = group_codes;
+        codes.dedup();
+        codes.truncate(MAX_CODES);
+        groups.push(GroupResponse {
+            functional_id: text(group.gs.element(1).unwrap_or_default()),
+            control_number: text(group.gs.element(6).unwrap_or_default()),
+            version: text(group.gs.element(8).unwrap_or_default()),
+            application_sender: text(group.gs.element(2).unwrap_or_default()),
+            application_receiver: text(group.gs.element(3).unwrap_or_default()),
+            status,
+            declared,
+            received,
+            accepted: if group_rejected { 0 } else { group_accepted },
+            codes,
+            sets,
+        });
+    }
+    let disposition = match (accepted, rejected) {
+        (_, 0) => Disposition::Accepted,
+        (0, _) => Disposition::Rejected,
+        _ => Disposition::Partial,
+    };
+    let reason = reason.or_else(|| first_set_problem.map(|text| Reason { code: None, text }));
+    if partner.ack == AckKind::None {
+        groups.clear();
+    }
+    InterchangeResponse {
+        disposition,
+        reason,
+        ta1,
+        groups,
+        kind: partner.ack,
+    }
+}

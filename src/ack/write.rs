@@ -1,0 +1,429 @@
+//! Writing acknowledgments as X12: the outbound envelope, the TA1, the 997 and the 999.
+//!
+//! Each acknowledgment interchange is built in memory (they are small) so it can be written
+//! atomically by the caller and replayed byte for byte later.
+
+use chrono::NaiveDateTime;
+
+use crate::config::{AckKind, Gateway, Partner};
+use crate::registry::{ControlNumbers, Counter, RegistryError};
+use crate::x12::{Delimiters, Interchange};
+
+use super::{GroupResponse, InterchangeResponse, SegmentError, SetResponse, Ta1};
+
+/// What an outbound interchange carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum OutboundKind {
+    #[serde(rename = "TA1")]
+    Ta1,
+    #[serde(rename = "997")]
+    FunctionalAck,
+    #[serde(rename = "999")]
+    ImplementationAck,
+}
+
+impl OutboundKind {
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutboundKind::Ta1 => "ta1",
+            OutboundKind::FunctionalAck => "997",
+            OutboundKind::ImplementationAck => "999",
+        }
+    }
+}
+
+/// One outbound interchange, ready to be written to the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    pub kind: OutboundKind,
+    /// Our ISA13.
+    pub control_number: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// The 999's implementation guide (GS08 and ST03).
+const IMPLEMENTATION_ACK_GUIDE: &str = "005010X231A1";
+
+/// The envelope every outbound interchange to this partner shares.
+struct Envelope {
+    sender: (String, String),
+    receiver: (String, String),
+    /// ISA12.
+    version: String,
+    usage: String,
+    delimiters: Delimiters,
+    line_ending: &'static [u8],
+    now: NaiveDateTime,
+}
+
+/// Writes segments with the envelope's delimiters and counts them for SE01.
+struct Writer<'e> {
+    env: &'e Envelope,
+    out: Vec<u8>,
+    set_segments: u32,
+}
+
+impl Writer<'_> {
+    /// Writes one segment, dropping trailing empty elements as X12 requires. Values that hold
+    /// one of our delimiters (possible only when the partner's differ) lose those bytes rather
+    /// than break the acknowledgment.
+    fn segment(&mut self, id: &str, elements: &[&str]) {
+        let d = self.env.delimiters;
+        let used = elements
+            .iter()
+            .rposition(|e| !e.is_empty())
+            .map_or(0, |i| i + 1);
+        self.out.extend_from_slice(id.as_bytes());
+        for e in elements.iter().take(used) {
+            self.out.push(d.element);
+            self.out.extend(
+                e.bytes()
+                    .filter(|b| *b != d.element && *b != d.segment && Some(*b) != d.repetition),
+            );
+        }
+        self.out.push(d.segment);
+        self.out.extend_from_slice(self.env.line_ending);
+        self.set_segments += 1;
+    }
+
+    /// A composite (AK401, CTX01): components joined by the component separator, trailing empties dropped.
+    fn composite(&self, parts: &[&str]) -> String {
+        let used = parts
+            .iter()
+            .rposition(|e| !e.is_empty())
+            .map_or(0, |i| i + 1);
+        let sep = char::from(self.env.delimiters.component);
+        parts
+            .iter()
+            .take(used)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(&sep.to_string())
+    }
+
+    fn isa(&mut self, control: u32) {
+        let e = self.env;
+        let pad = |s: &str, n: usize| format!("{s:<n$}");
+        let repetition = if e.version.as_str() >= "00402" {
+            e.delimiters
+                .repetition
+                .map_or("U".to_string(), |r| char::from(r).to_string())
+        } else {
+            "U".to_string()
+        };
+        let fields = [
+            "00".to_string(),
+            pad("", 10),
+            "00".to_string(),
+            pad("", 10),
+            pad(&e.sender.0, 2),
+            pad(&e.sender.1, 15),
+            pad(&e.receiver.0, 2),
+            pad(&e.receiver.1, 15),
+            e.now.format("%y%m%d").to_string(),
+            e.now.format("%H%M").to_string(),
+            repetition,
+            e.version.clone(),
+            format!("{control:09}"),
+            "0".to_string(),
+            e.usage.clone(),
+            char::from(e.delimiters.component).to_string(),
+        ];
+        // ISA11 and ISA16 are delimiters themselves, so this segment is written raw.
+        let d = e.delimiters;
+        self.out.extend_from_slice(b"ISA");
+        for f in &fields {
+            self.out.push(d.element);
+            self.out.extend_from_slice(f.as_bytes());
+        }
+        self.out.push(d.segment);
+        self.out.extend_from_slice(e.line_ending);
+    }
+
+    fn iea(&mut self, groups: usize, control: u32) {
+        self.segment("IEA", &[&groups.to_string(), &format!("{control:09}")]);
+    }
+}
+
+fn isa_version(partner: &Partner, inbound: &str, kind: AckKind) -> String {
+    if kind == AckKind::ImplementationAck {
+        return "00501".into();
+    }
+    match partner.ack_version.as_deref() {
+        Some("004010") => "00401".into(),
+        Some(_) => "00501".into(),
+        None if inbound.len() == 5 && inbound.bytes().all(|b| b.is_ascii_digit()) => inbound.into(),
+        None => "00401".into(),
+    }
+}
+
+/// The 997's version (GS08): the partner's choice, else the release of the group answered.
+fn functional_ack_version(partner: &Partner, group_version: &str) -> String {
+    if let Some(v) = &partner.ack_version {
+        return v.clone();
+    }
+    let release: String = group_version.chars().take(6).collect();
+    if release.len() == 6 && release.bytes().all(|b| b.is_ascii_digit()) {
+        release
+    } else {
+        "004010".into()
+    }
+}
+
+/// The delimiters to answer with: the partner's choice, else the ones it sent; a repetition
+/// separator is invented when it sent none, taken from bytes it did not use.
+fn outbound_delimiters(partner: &Partner, ic: &Interchange<'_>) -> (Delimiters, &'static [u8]) {
+    if let Some(d) = &partner.delimiters {
+        return (d.delimiters, d.line_ending.as_bytes());
+    }
+    let mut d = ic.delimiters();
+    if d.repetition.is_none() {
+        d.repetition = [b'^', b'{', b'}', b'|', b'!', b'`']
+            .into_iter()
+            .find(|c| ![d.element, d.component, d.segment].contains(c));
+    }
+    (d, ic.line_ending())
+}
+
+/// Builds the outbound interchanges for a response: a TA1 interchange when one is due, and one
+/// interchange with the 997s or 999s (one per functional group answered).
+pub fn write_acknowledgments(
+    response: &InterchangeResponse,
+    ic: &Interchange<'_>,
+    partner: &Partner,
+    gateway: &Gateway,
+    counters: &dyn ControlNumbers,
+    now: NaiveDateTime,
+) -> Result<Vec<Outbound>, RegistryError> {
+    let (delimiters, line_ending) = outbound_delimiters(partner, ic);
+    let usage = match ic.isa.field(15) {
+        b"T" => "T",
+        b"I" => "I",
+        _ => "P",
+    };
+    let partner_key = partner.key();
+    let mut env = Envelope {
+        sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
+        receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
+        version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
+        usage: usage.into(),
+        delimiters,
+        line_ending,
+        now,
+    };
+    let mut outbound = Vec::new();
+    if let Some(ta1) = &response.ta1 {
+        let control = counters.next_control_number(&partner_key, Counter::Interchange)?;
+        outbound.push(Outbound {
+            kind: OutboundKind::Ta1,
+            control_number: control,
+            bytes: ta1_interchange(&env, ta1, control),
+        });
+    }
+    if response.groups.is_empty() {
+        return Ok(outbound);
+    }
+    let kind = match response.kind {
+        AckKind::ImplementationAck => OutboundKind::ImplementationAck,
+        _ => OutboundKind::FunctionalAck,
+    };
+    env.version = isa_version(partner, ic.isa.version(), response.kind);
+    let control = counters.next_control_number(&partner_key, Counter::Interchange)?;
+    let mut w = Writer {
+        env: &env,
+        out: Vec::new(),
+        set_segments: 0,
+    };
+    w.isa(control);
+    // One FA group per (application codes, version): usually exactly one.
+    let mut batches: Vec<((String, String, String), Vec<&GroupResponse>)> = Vec::new();
+    for g in &response.groups {
+        let version = match kind {
+            OutboundKind::ImplementationAck => IMPLEMENTATION_ACK_GUIDE.to_string(),
+            _ => functional_ack_version(partner, &g.version),
+        };
+        let key = (
+            g.application_receiver.clone(),
+            g.application_sender.clone(),
+            version,
+        );
+        match batches.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(g),
+            None => batches.push((key, vec![g])),
+        }
+    }
+    for ((app_sender, app_receiver, version), groups) in &batches {
+        let gs06 = counters
+            .next_control_number(&partner_key, Counter::Group)?
+            .to_string();
+        w.segment(
+            "GS",
+            &[
+                "FA",
+                app_sender,
+                app_receiver,
+                &now.format("%Y%m%d").to_string(),
+                &now.format("%H%M").to_string(),
+                &gs06,
+                "X",
+                version,
+            ],
+        );
+        for (i, g) in groups.iter().enumerate() {
+            let st02 = format!("{:04}", i + 1);
+            match kind {
+                OutboundKind::ImplementationAck => implementation_ack(&mut w, g, &st02),
+                _ => functional_ack(&mut w, g, &st02, version.as_str() >= "005010"),
+            }
+        }
+        w.segment("GE", &[&groups.len().to_string(), &gs06]);
+    }
+    w.iea(batches.len(), control);
+    outbound.push(Outbound {
+        kind,
+        control_number: control,
+        bytes: w.out,
+    });
+    Ok(outbound)
+}
+
+fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
+    let mut w = Writer {
+        env,
+        out: Vec::new(),
+        set_segments: 0,
+    };
+    w.isa(control);
+    w.segment(
+        "TA1",
+        &[
+            &ta1.control_number,
+            &ta1.date,
+            &ta1.time,
+            ta1.status.code(),
+            ta1.note,
+        ],
+    );
+    w.iea(0, control);
+    w.out
+}
+
+fn start_set(w: &mut Writer<'_>, id: &str, st02: &str, convention: Option<&str>) {
+    w.set_segments = 0;
+    w.segment("ST", &[id, st02, convention.unwrap_or("")]);
+}
+
+fn end_set(w: &mut Writer<'_>, st02: &str) {
+    let count = (w.set_segments + 1).to_string();
+    w.segment("SE", &[&count, st02]);
+}
+
+fn ak9(w: &mut Writer<'_>, g: &GroupResponse) {
+    let mut e = vec![
+        g.status.code().to_string(),
+        g.declared.to_string(),
+        g.received.to_string(),
+        g.accepted.to_string(),
+    ];
+    e.extend(g.codes.iter().map(|c| c.to_string()));
+    let refs: Vec<&str> = e.iter().map(String::as_str).collect();
+    w.segment("AK9", &refs);
+}
+
+fn set_status(w: &mut Writer<'_>, id: &str, s: &SetResponse) {
+    let mut e = vec![s.status.code()];
+    e.extend(s.codes.iter().copied());
+    w.segment(id, &e);
+}
+
+fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
+    for el in &seg.elements {
+        let position = w.composite(&[
+            &el.position.to_string(),
+            &el.component.map(|c| c.to_string()).unwrap_or_default(),
+            &el.repetition.map(|r| r.to_string()).unwrap_or_default(),
+        ]);
+        let reference = el.reference.map(|r| r.to_string()).unwrap_or_default();
+        // AK404 is not sent for invalid-character errors (the copy would carry the bad byte).
+        let bad = if el.code == "6" {
+            ""
+        } else {
+            el.bad_value.as_deref().unwrap_or("")
+        };
+        w.segment(id, &[&position, &reference, el.code, bad]);
+    }
+}
+
+fn functional_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str, era_5010: bool) {
+    start_set(w, "997", st02, None);
+    let version = if era_5010 { g.version.as_str() } else { "" };
+    w.segment("AK1", &[&g.functional_id, &g.control_number, version]);
+    for s in &g.sets {
+        let convention = if era_5010 {
+            s.convention.as_deref().unwrap_or("")
+        } else {
+            ""
+        };
+        w.segment("AK2", &[&s.id, &s.control_number, convention]);
+        for seg in &s.segment_errors {
+            w.segment(
+                "AK3",
+                &[
+                    &seg.id,
+                    &seg.position.to_string(),
+                    seg.loop_id.as_deref().unwrap_or(""),
+                    seg.code,
+                ],
+            );
+            element_errors(w, "AK4", seg);
+        }
+        set_status(w, "AK5", s);
+    }
+    ak9(w, g);
+    end_set(w, st02);
+}
+
+fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
+    start_set(w, "999", st02, Some(IMPLEMENTATION_ACK_GUIDE));
+    w.segment("AK1", &[&g.functional_id, &g.control_number, &g.version]);
+    for s in &g.sets {
+        w.segment(
+            "AK2",
+            &[
+                &s.id,
+                &s.control_number,
+                s.convention.as_deref().unwrap_or(""),
+            ],
+        );
+        for seg in &s.segment_errors {
+            w.segment(
+                "IK3",
+                &[
+                    &seg.id,
+                    &seg.position.to_string(),
+                    seg.loop_id.as_deref().unwrap_or(""),
+                    seg.code,
+                ],
+            );
+            for c in &seg.contexts {
+                let ctx01 = w.composite(&[&c.name, c.reference.as_deref().unwrap_or("")]);
+                let position = c.position.map(|p| p.to_string()).unwrap_or_default();
+                let element = c.element.map(|e| e.to_string()).unwrap_or_default();
+                w.segment(
+                    "CTX",
+                    &[
+                        &ctx01,
+                        c.segment.as_deref().unwrap_or(""),
+                        &position,
+                        c.loop_id.as_deref().unwrap_or(""),
+                        &element,
+                    ],
+                );
+            }
+            element_errors(w, "IK4", seg);
+        }
+        set_status(w, "IK5", s);
+    }
+    ak9(w, g);
+    end_set(w, st02);
+}

@@ -1,0 +1,197 @@
+//! Outbound control numbers (ISA13 and GS06 of our acknowledgments), per partner.
+//!
+//! Numbers run from 1 to 999999999 and wrap to 1, as X12 allows once a trading partner
+//! agreement's window has passed.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{Registry, RegistryError};
+
+/// The highest control number X12's nine digits can carry.
+pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counter {
+    /// ISA13 of our interchanges.
+    Interchange,
+    /// GS06 of our functional groups.
+    Group,
+}
+
+impl Counter {
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Interchange => "ISA13",
+            Counter::Group => "GS06",
+        }
+    }
+}
+
+/// A source of outbound control numbers. `partner` is the partner's `QUAL:ID`.
+pub trait ControlNumbers {
+    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError>;
+}
+
+impl ControlNumbers for Registry {
+    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
+        // One statement: the increment and the read are atomic across processes.
+        self.conn
+            .query_row(
+                "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
+                 ON CONFLICT (partner, kind) DO UPDATE
+                 SET value = CASE WHEN value >= ?3 THEN 1 ELSE value + 1 END
+                 RETURNING value",
+                params![partner, counter.name(), MAX_CONTROL_NUMBER],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))
+    }
+}
+
+impl Registry {
+    /// The last number handed out, without taking one.
+    pub fn current_control_number(
+        &self,
+        partner: &str,
+        counter: Counter,
+    ) -> Result<Option<u32>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT value FROM counters WHERE partner = ?1 AND kind = ?2",
+                params![partner, counter.name()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Sets a counter (for operators re-aligning with a partner, and for tests of the wrap).
+    pub fn set_control_number(
+        &self,
+        partner: &str,
+        counter: Counter,
+        value: u32,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (partner, kind) DO UPDATE SET value = excluded.value",
+                params![partner, counter.name(), value],
+            )
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+}
+
+/// Numbers that would be handed out next, taken from nothing persistent: `ack` previews with
+/// these so that looking at an acknowledgment never consumes a number.
+#[derive(Debug, Default)]
+pub struct PreviewCounters {
+    last: RefCell<HashMap<(String, Counter), u32>>,
+}
+
+impl PreviewCounters {
+    /// Starts each counter after the registry's current value, when a registry is given.
+    pub fn after(registry: Option<&Registry>, partner: &str) -> Result<Self, RegistryError> {
+        let preview = PreviewCounters::default();
+        if let Some(r) = registry {
+            for counter in [Counter::Interchange, Counter::Group] {
+                if let Some(v) = r.current_control_number(partner, counter)? {
+                    preview
+                        .last
+                        .borrow_mut()
+                        .insert((partner.to_string(), counter), v);
+                }
+            }
+        }
+        Ok(preview)
+    }
+}
+
+impl ControlNumbers for PreviewCounters {
+    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
+        let mut last = self.last.borrow_mut();
+        let slot = last.entry((partner.to_string(), counter)).or_insert(0);
+        *slot = if *slot >= MAX_CONTROL_NUMBER {
+            1
+        } else {
+            *slot + 1
+        };
+        Ok(*slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_partner_and_kind_and_wraps() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        assert_eq!(
+            r.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            r.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            2
+        );
+        assert_eq!(r.next_control_number("ZZ:ACME", Counter::Group).unwrap(), 1);
+        assert_eq!(
+            r.next_control_number("ZZ:OTHER", Counter::Interchange)
+                .unwrap(),
+            1
+        );
+        r.set_control_number("ZZ:ACME", Counter::Interchange, MAX_CONTROL_NUMBER - 1)
+            .unwrap();
+        assert_eq!(
+            r.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            MAX_CONTROL_NUMBER
+        );
+        assert_eq!(
+            r.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            1
+        );
+        // Reopening keeps the values.
+        drop(r);
+        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        assert_eq!(
+            r.current_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn preview_starts_after_the_registry_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        r.set_control_number("ZZ:ACME", Counter::Interchange, 41)
+            .unwrap();
+        let p = PreviewCounters::after(Some(&r), "ZZ:ACME").unwrap();
+        assert_eq!(
+            p.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            42
+        );
+        assert_eq!(
+            p.next_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            43
+        );
+        assert_eq!(p.next_control_number("ZZ:ACME", Counter::Group).unwrap(), 1);
+        assert_eq!(
+            r.current_control_number("ZZ:ACME", Counter::Interchange)
+                .unwrap(),
+            Some(41)
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! The registry: the one place that holds SQL.
+//!
+//! Everything the gateway must remember across processes and crashes lives in one SQLite
+//! database: today the outbound control-number counters, later the interchange claims. Methods
+//! speak the domain (`next_control_number`), never SQL, so that another store (several gateway
+//! nodes sharing PostgreSQL) can implement the same traits.
+//!
+//! Durability: WAL with `synchronous = FULL`, so a committed transaction survives power loss,
+//! not only a process crash (`NORMAL` in WAL mode may lose the last commits on power loss).
+//! Concurrency: a busy timeout lets several processes share the file; every counter step is one
+//! statement, so two processes never hand out the same number.
+
+mod counters;
+mod migrations;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+pub use counters::{ControlNumbers, Counter, PreviewCounters};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    #[error("registry {path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("registry {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("registry {path}: schema version {found} is newer than this x12gate knows ({known})")]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+}
+
+/// How long a writer waits for another process's transaction before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An open registry database.
+pub struct Registry {
+    conn: Connection,
+    path: String,
+}
+
+impl Registry {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Registry, RegistryError> {
+        let shown = path.display().to_string();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
+                path: shown.clone(),
+                source,
+            })?;
+        }
+        let sql = |source| RegistryError::Sqlite {
+            path: shown.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql)?;
+        let mut registry = Registry { conn, path: shown };
+        migrations::apply(&mut registry.conn).map_err(|e| match e {
+            migrations::Error::Sqlite(source) => RegistryError::Sqlite {
+                path: registry.path.clone(),
+                source,
+            },
+            migrations::Error::TooNew { found, known } => RegistryError::TooNew {
+                path: registry.path.clone(),
+                found,
+                known,
+            },
+        })?;
+        Ok(registry)
+    }
+
+    /// Opens an existing database without writing to it (no migration); `None` when there is
+    /// no database yet.
+    pub fn open_read_only(path: &Path) -> Result<Option<Registry>, RegistryError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let shown = path.display().to_string();
+        let sql = |source| RegistryError::Sqlite {
+            path: shown.clone(),
+            source,
+        };
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sql)?;
+        if version == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Registry { conn, path: shown }))
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> RegistryError {
+        RegistryError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
