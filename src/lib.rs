@@ -1,8 +1,11 @@
 //! x12gate: an inbound ANSI X12 gateway.
 #![forbid(unsafe_code)]
 
+pub mod ack;
 pub mod config;
 pub mod input;
+pub mod pipeline;
+pub mod registry;
 pub mod translate;
 pub mod validate;
 pub mod x12;
