@@ -35,6 +35,11 @@ enum Command {
     Render { file: PathBuf },
     /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
     Ack { file: PathBuf },
+    /// Outbound control-number counters (our ISA13 and GS06) per partner
+    Counter {
+        #[command(subcommand)]
+        action: CounterAction,
+    },
     /// Envelope diagnostics with byte offset, segment position and X12 code; no registry
     Validate {
         #[arg(required = true)]
@@ -43,6 +48,86 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum CounterAction {
+    /// Print the last numbers handed out to PARTNER (QUAL:ID)
+    Show { partner: String },
+    /// Take the next COUNT numbers and print them, one per line
+    Next {
+        partner: String,
+        #[arg(long, value_enum, default_value = "isa13")]
+        kind: CounterKind,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Set a counter, so that the next number handed out is VALUE + 1
+    Set {
+        partner: String,
+        #[arg(value_enum)]
+        kind: CounterKind,
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        value: u32,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CounterKind {
+    Isa13,
+    Gs06,
+}
+
+impl From<CounterKind> for x12gate::registry::Counter {
+    fn from(k: CounterKind) -> Self {
+        match k {
+            CounterKind::Isa13 => x12gate::registry::Counter::Interchange,
+            CounterKind::Gs06 => x12gate::registry::Counter::Group,
+        }
+    }
+}
+
+fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
+    use x12gate::registry::{ControlNumbers, Counter, Registry};
+    let op = |e: x12gate::registry::RegistryError| Failure::Operational(e.into());
+    let registry = Registry::open(&config.gateway.database).map_err(op)?;
+    match action {
+        CounterAction::Show { partner } => {
+            for (name, c) in [("ISA13", Counter::Interchange), ("GS06", Counter::Group)] {
+                let v = registry.current_control_number(&partner, c).map_err(op)?;
+                writeln!(
+                    out,
+                    "{partner} {name} {}",
+                    v.map_or("none".to_string(), |v| format!("{v:09}"))
+                )?;
+            }
+        }
+        CounterAction::Next {
+            partner,
+            kind,
+            count,
+        } => {
+            for _ in 0..count {
+                writeln!(
+                    out,
+                    "{}",
+                    registry
+                        .next_control_number(&partner, kind.into())
+                        .map_err(op)?
+                )?;
+            }
+        }
+        CounterAction::Set {
+            partner,
+            kind,
+            value,
+        } => {
+            registry
+                .set_control_number(&partner, kind.into(), value)
+                .map_err(op)?;
+        }
+    }
+    Ok(exit::OK)
 }
 
 fn main() -> ExitCode {
@@ -218,6 +303,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let input = read(&file, &config.limits)?;
             ack(&file, &input, &config, &mut out)?
         }
+        Command::Counter { action } => counter(action, &config(cli.config.as_deref())?, &mut out)?,
         Command::Validate { files, json } => {
             let mut any = false;
             for file in &files {

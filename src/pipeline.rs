@@ -47,7 +47,12 @@ pub fn decide(ic: &Interchange<'_>, config: &Config) -> Decision {
         known || accept_unknown,
     );
     findings.extend(validate::interchange(ic));
-    let response = ack::respond(ic, &findings, &partner);
+    let mut response = ack::respond(ic, &findings, &partner);
+    if !(known || accept_unknown) {
+        // Nobody we know to answer: the rejection is recorded with its reason, not sent.
+        response.ta1 = None;
+        response.groups.clear();
+    }
     Decision {
         partner,
         known,

@@ -291,22 +291,10 @@ struct Validator {
     findings: Vec<Finding>,
 }
 
-/// The byte offset of element `n` (1-based) of a segment, or of the segment when it has no such element.
-fn element_offset(segment: &Segment<'_>, n: usize) -> usize {
-    let mut offset = segment.offset + segment.id.len() + 1;
-    for (i, e) in segment.elements().enumerate() {
-        if i + 1 == n {
-            return offset;
-        }
-        offset += e.value.len() + 1;
-    }
-    segment.offset
-}
-
 fn at(segment: &Segment<'_>, element: usize) -> Position {
     let mut p = segment.position();
     if element > 0 {
-        p.byte = element_offset(segment, element);
+        p.byte = segment.element_offset(element);
         p.element = u16::try_from(element).ok();
     }
     p
@@ -472,38 +460,44 @@ const ISA_FIELDS: [IsaField; 16] = [
     IsaField {
         width: 1,
         code: "027",
-        valid: any,
-        expected: "one character",
+        valid: |v| {
+            v.first()
+                .is_some_and(|b| !b.is_ascii_alphanumeric() && *b != b' ')
+        },
+        expected: "a delimiter: not a letter, digit or space",
     },
 ];
 
-impl Validator {
-    fn push(
-        &mut self,
-        rule: Rule,
-        level: Level,
-        list: CodeList,
-        value: &'static str,
-        segment: &Segment<'_>,
-        element: usize,
-        message: String,
-    ) -> &mut Finding {
-        let position = at(segment, element);
-        self.findings.push(Finding {
-            rule,
-            level,
-            code: Some(Code { list, value }),
-            position,
-            segment_id: segment.id_str(),
-            group: None,
-            set: None,
-            message,
-        });
-        // invariant: a finding was pushed on the line above.
-        let last = self.findings.len() - 1;
-        &mut self.findings[last]
-    }
+/// Where a set finding belongs: its group and set indexes, and the ST's ordinal for AK302.
+#[derive(Clone, Copy)]
+struct SetAt {
+    group: usize,
+    set: usize,
+    st_ordinal: u32,
+}
 
+/// A finding at element `element` (0 for the whole segment) of `segment`.
+fn finding(
+    rule: Rule,
+    level: Level,
+    code: Code,
+    segment: &Segment<'_>,
+    element: usize,
+    message: String,
+) -> Finding {
+    Finding {
+        rule,
+        level,
+        code: Some(code),
+        position: at(segment, element),
+        segment_id: segment.id_str(),
+        group: None,
+        set: None,
+        message,
+    }
+}
+
+impl Validator {
     fn interchange_finding(
         &mut self,
         rule: Rule,
@@ -512,15 +506,18 @@ impl Validator {
         element: usize,
         message: String,
     ) {
-        self.push(
+        let code = Code {
+            list: CodeList::Ta105,
+            value: code,
+        };
+        self.findings.push(finding(
             rule,
             Level::Interchange,
-            CodeList::Ta105,
             code,
             segment,
             element,
             message,
-        );
+        ));
     }
 
     fn group_finding(
@@ -532,42 +529,37 @@ impl Validator {
         element: usize,
         message: String,
     ) {
-        self.push(
-            rule,
-            Level::Group,
-            CodeList::Ak905,
-            code,
-            segment,
-            element,
-            message,
-        )
-        .group = Some(gi);
+        let code = Code {
+            list: CodeList::Ak905,
+            value: code,
+        };
+        let f = finding(rule, Level::Group, code, segment, element, message);
+        self.findings.push(Finding {
+            group: Some(gi),
+            ..f
+        });
     }
 
     fn set_finding(
         &mut self,
-        gi: usize,
-        si: usize,
-        set: &TransactionSet<'_>,
+        at: SetAt,
         rule: Rule,
         code: &'static str,
         segment: &Segment<'_>,
         element: usize,
         message: String,
     ) {
-        let set_segment = segment.ordinal.checked_sub(set.st.ordinal).map(|d| d + 1);
-        let f = self.push(
-            rule,
-            Level::Set,
-            CodeList::Ak502,
-            code,
-            segment,
-            element,
-            message,
-        );
-        f.group = Some(gi);
-        f.set = Some(si);
-        f.position.set_segment = set_segment;
+        let code = Code {
+            list: CodeList::Ak502,
+            value: code,
+        };
+        let mut f = finding(rule, Level::Set, code, segment, element, message);
+        f.position.set_segment = segment.ordinal.checked_sub(at.st_ordinal).map(|d| d + 1);
+        self.findings.push(Finding {
+            group: Some(at.group),
+            set: Some(at.set),
+            ..f
+        });
     }
 
     fn isa(&mut self, ic: &Interchange<'_>) {
@@ -576,16 +568,7 @@ impl Validator {
         for (i, rule) in ISA_FIELDS.iter().enumerate() {
             let n = i + 1;
             let value = isa.field(n);
-            let mut p = isa.segment.position();
-            p.element = u16::try_from(n).ok();
-            p.byte = isa.segment.offset
-                + 4
-                + isa
-                    .fields
-                    .iter()
-                    .take(i)
-                    .map(|f| f.len() + 1)
-                    .sum::<usize>();
+            let p = isa_position(isa, n);
             let (rule_hit, message) = if value.len() != rule.width {
                 (
                     Rule::IsaFieldWidth,
@@ -636,6 +619,20 @@ impl Validator {
                 format!(
                     "ISA16 component separator \"{}\" equals another delimiter",
                     shown(&[d.component])
+                ),
+            );
+        }
+        let repetition_clash = version.is_some_and(|v| v >= 402)
+            && matches!(isa11, [r] if !r.is_ascii_alphanumeric() && (*r == d.element || *r == d.segment));
+        if repetition_clash {
+            self.interchange_finding(
+                Rule::DelimitersNotDistinct,
+                "016",
+                &isa.segment,
+                11,
+                format!(
+                    "ISA11 repetition separator \"{}\" equals another delimiter",
+                    shown(isa11)
                 ),
             );
         }
@@ -839,12 +836,15 @@ impl Validator {
         seen_st02: &mut HashSet<Vec<u8>>,
     ) {
         let st = &set.st;
+        let at = SetAt {
+            group: gi,
+            set: si,
+            st_ordinal: st.ordinal,
+        };
         let st01 = st.element(1).unwrap_or_default();
         if !(st01.len() == 3 && st01.iter().all(u8::is_ascii_alphanumeric)) {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::StIdInvalid,
                 "6",
                 st,
@@ -858,9 +858,7 @@ impl Validator {
         let st02 = st.element(2).unwrap_or_default();
         if !(4..=9).contains(&st02.len()) {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::StControlNumberInvalid,
                 "7",
                 st,
@@ -869,9 +867,7 @@ impl Validator {
             );
         } else if !seen_st02.insert(st02.to_vec()) {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::StDuplicateControlNumber,
                 "23",
                 st,
@@ -884,9 +880,7 @@ impl Validator {
         }
         let Some(se) = &set.se else {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::SeMissing,
                 "2",
                 st,
@@ -906,9 +900,7 @@ impl Validator {
             != Some(counted)
         {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::SeSegmentCount,
                 "4",
                 se,
@@ -922,9 +914,7 @@ impl Validator {
         let se02 = se.element(2).unwrap_or_default();
         if se02 != st02 {
             self.set_finding(
-                gi,
-                si,
-                set,
+                at,
                 Rule::SeControlNumber,
                 "3",
                 se,

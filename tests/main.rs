@@ -1,5 +1,6 @@
 //! Integration tests, one binary: each module owns one area.
 
+mod acks;
 mod cli;
 mod fixtures;
 mod fuzz_corpus;

@@ -41,6 +41,9 @@ pub struct Outbound {
     pub bytes: Vec<u8>,
 }
 
+/// Our GS02, GS03 and GS08: acknowledgments that share them share one FA group.
+type FaGroupKey = (String, String, String);
+
 /// The 999's implementation guide (GS08 and ST03).
 const IMPLEMENTATION_ACK_GUIDE: &str = "005010X231A1";
 
@@ -177,6 +180,10 @@ fn outbound_delimiters(partner: &Partner, ic: &Interchange<'_>) -> (Delimiters, 
         return (d.delimiters, d.line_ending.as_bytes());
     }
     let mut d = ic.delimiters();
+    if !d.are_distinct() {
+        // The sender's own delimiters clash: answering in them would make our answer unreadable.
+        return (Delimiters::COMMON, ic.line_ending());
+    }
     if d.repetition.is_none() {
         d.repetition = [b'^', b'{', b'}', b'|', b'!', b'`']
             .into_iter()
@@ -236,7 +243,7 @@ pub fn write_acknowledgments(
     };
     w.isa(control);
     // One FA group per (application codes, version): usually exactly one.
-    let mut batches: Vec<((String, String, String), Vec<&GroupResponse>)> = Vec::new();
+    let mut batches: Vec<(FaGroupKey, Vec<&GroupResponse>)> = Vec::new();
     for g in &response.groups {
         let version = match kind {
             OutboundKind::ImplementationAck => IMPLEMENTATION_ACK_GUIDE.to_string(),

@@ -306,12 +306,22 @@ impl<W: Write> Renderer<'_, W> {
         place: &str,
     ) -> Result<(), RenderError> {
         let mut line = self.value(id, place)?;
-        if id.is_empty() {
-            return Err(invalid(place, "a segment needs an id"));
+        if id.is_empty() || id.bytes().any(|b| b.is_ascii_whitespace()) {
+            return Err(invalid(
+                place,
+                format!("segment id {id:?} must be non-empty, without spaces or line breaks"),
+            ));
         }
         for (i, e) in elements.iter().enumerate() {
             line.push(self.element);
             line.extend(self.element(e, &format!("{place} element {:02}", i + 1), true)?);
+        }
+        if self.segment == b'\n' && line.last() == Some(&b'\r') {
+            // It would read back as part of the line ending.
+            return Err(invalid(
+                place,
+                "a segment cannot end in CR when segments end at LF",
+            ));
         }
         line.push(self.segment);
         line.extend_from_slice(&self.line_ending);

@@ -196,9 +196,27 @@ impl<'a> Interchanges<'a> {
         }
     }
 
+    /// Moves to the next `ISA` after `from` that can open an interchange: one followed by a
+    /// byte that can be an element separator (so `ADVISABLE` in stray text is skipped).
     fn resync(&mut self, from: usize) {
-        let rest = self.input.get(from + 1..).unwrap_or_default();
-        self.pos = memmem::find(rest, b"ISA").map_or(self.input.len(), |i| from + 1 + i);
+        let mut at = from + 1;
+        while let Some(i) = self
+            .input
+            .get(at..)
+            .and_then(|rest| memmem::find(rest, b"ISA"))
+        {
+            let start = at + i;
+            if self
+                .input
+                .get(start + 3)
+                .is_some_and(|b| !b.is_ascii_alphanumeric())
+            {
+                self.pos = start;
+                return;
+            }
+            at = start + 1;
+        }
+        self.pos = self.input.len();
     }
 }
 
@@ -251,8 +269,8 @@ impl<'a> Iterator for Interchanges<'a> {
                     ),
                     IsaError::SegmentTerminator => (
                         ReadErrorKind::SegmentTerminator,
-                        "ISA: the segment terminator (after ISA16) is a letter, digit, space or \
-                         the component separator",
+                        "ISA: the segment terminator (after ISA16) is a letter, digit, space, \
+                         or the element or component separator",
                     ),
                 };
                 return Some(Err(ReadError {
@@ -336,11 +354,18 @@ impl<'a> Builder<'a> {
             .enumerate()
             .find(|(_, e)| e.value.len() > self.limits.max_element_len)
         {
+            let mut position = segment
+                .position()
+                .with_element(u16::try_from(i + 1).unwrap_or(u16::MAX));
+            position.byte = segment.element_offset(i + 1);
+            position.set_segment = self
+                .open_set
+                .as_ref()
+                .and_then(|open| segment.ordinal.checked_sub(open.st.ordinal))
+                .map(|d| d + 1);
             self.breaches.push(LimitBreach {
                 kind: LimitKind::ElementLength,
-                position: segment
-                    .position()
-                    .with_element(u16::try_from(i + 1).unwrap_or(u16::MAX)),
+                position,
                 limit: self.limits.max_element_len as u64,
                 actual: e.value.len() as u64,
             });
@@ -441,7 +466,8 @@ fn build<'a>(
     };
     b.close_group(None);
     let next = match end {
-        InterchangeEnd::NextIsa => segments.offset(),
+        // The next ISA's own offset, past the line ending before it.
+        InterchangeEnd::NextIsa => segments.skip_line_endings(),
         _ => segments.skip_line_endings(),
     };
     let interchange = Interchange {

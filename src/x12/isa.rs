@@ -6,7 +6,7 @@
 //! rejecting them with a reason.
 
 use nom::bytes::complete::{tag, take, take_till};
-use nom::combinator::{map, verify};
+use nom::combinator::map;
 use nom::multi::count;
 use nom::sequence::{preceded, terminated, tuple};
 use nom::{Finish, IResult};
@@ -68,14 +68,17 @@ pub enum IsaError {
 
 /// ISA: `ISA` element-separator, fifteen fields each closed by the separator, then ISA16 (one
 /// byte) and the segment terminator (one byte). The separator is whatever byte follows `ISA`.
-fn isa_fields(input: &[u8]) -> IResult<&[u8], (u8, Vec<&[u8]>, u8, u8)> {
+/// The element separator, ISA01..ISA15, the component separator and the segment terminator.
+type IsaParts<'a> = (u8, Vec<&'a [u8]>, u8, u8);
+
+fn isa_fields(input: &[u8]) -> IResult<&[u8], IsaParts<'_>> {
     let (rest, sep) = preceded(tag("ISA"), map(take(1usize), first_byte))(input)?;
     let sep_tag = [sep];
     let field = terminated(take_till(move |c| c == sep), tag(&sep_tag[..]));
     let (rest, (fields, component, terminator)) = tuple((
         count(field, 15),
         map(take(1usize), first_byte),
-        map(verify(take(1usize), |t: &[u8]| t != [sep]), first_byte),
+        map(take(1usize), first_byte),
     ))(rest)?;
     Ok((rest, (sep, fields, component, terminator)))
 }
@@ -94,7 +97,7 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
     if sep.is_ascii_alphanumeric() || matches!(sep, b' ' | b'\r' | b'\n') {
         return Err(IsaError::ElementSeparator);
     }
-    if terminator.is_ascii_alphanumeric() || terminator == component || terminator == b' ' {
+    if terminator.is_ascii_alphanumeric() || [component, sep, b' '].contains(&terminator) {
         return Err(IsaError::SegmentTerminator);
     }
     let len = window.len() - rest.len();

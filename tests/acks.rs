@@ -1,0 +1,438 @@
+//! Acknowledgments: golden TA1/997/999 for every fixture, and the rules every acknowledgment
+//! keeps (parses back clean, never answers an acknowledgment, codes by version).
+//!
+//! Golden files sit beside the fixtures as `<case>.ack`: the exact outbound interchanges
+//! `process` would send, made with a fixed clock and control numbers starting at 1 (the
+//! normalisation), compared segment by segment. `X12GATE_BLESS=1 cargo test acks` rewrites them
+//! after a deliberate change; review the diff before committing it.
+
+use std::path::{Path, PathBuf};
+
+use chrono::NaiveDate;
+use x12gate::ack::{Disposition, Outbound, OutboundKind};
+use x12gate::config::{AckKind, Config, Ta1Policy};
+use x12gate::registry::PreviewCounters;
+use x12gate::x12::{Interchanges, Limits};
+
+use crate::util::{fixture, root, x12gate};
+
+fn config() -> Config {
+    Config::load(&root().join("partners.toml")).unwrap()
+}
+
+fn now() -> chrono::NaiveDateTime {
+    NaiveDate::from_ymd_opt(2026, 1, 2)
+        .unwrap()
+        .and_hms_opt(3, 4, 0)
+        .unwrap()
+}
+
+/// Every outbound interchange for every interchange of `input`, and the dispositions.
+fn acks_with(input: &[u8], config: &Config) -> (Vec<Outbound>, Vec<Disposition>) {
+    let mut all = Vec::new();
+    let mut dispositions = Vec::new();
+    for ic in Interchanges::new(input, config.limits).flatten() {
+        let decision = x12gate::pipeline::decide(&ic, config);
+        let counters = PreviewCounters::default();
+        all.extend(
+            x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now()).unwrap(),
+        );
+        dispositions.push(decision.response.disposition);
+    }
+    (all, dispositions)
+}
+
+fn acks(input: &[u8]) -> Vec<Outbound> {
+    acks_with(input, &config()).0
+}
+
+fn x12_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "x12"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn segments(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(bytes)
+        .split(['~', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn golden_acknowledgments_for_every_fixture() {
+    let bless = std::env::var_os("X12GATE_BLESS").is_some();
+    let mut failures = Vec::new();
+    let mut files = x12_files(&root().join("fixtures"));
+    files.extend(x12_files(&root().join("fixtures/broken")));
+    assert!(files.len() > 40, "fixtures missing: {}", files.len());
+    for file in files {
+        let got: Vec<u8> = acks(&std::fs::read(&file).unwrap())
+            .into_iter()
+            .flat_map(|o| o.bytes)
+            .collect();
+        let golden = file.with_extension("ack");
+        if bless {
+            std::fs::write(&golden, &got).unwrap();
+            continue;
+        }
+        let Ok(want) = std::fs::read(&golden) else {
+            failures.push(format!(
+                "{}: no golden file {}",
+                file.display(),
+                golden.display()
+            ));
+            continue;
+        };
+        let (got, want) = (segments(&got), segments(&want));
+        if got != want {
+            let at = got
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(want.len()));
+            failures.push(format!(
+                "{}: segment {} differs\n  want: {:?}\n  got:  {:?}",
+                file.display(),
+                at + 1,
+                want.get(at),
+                got.get(at)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_acknowledgment_parses_back_and_validates_clean() {
+    let config = config();
+    let mut files = x12_files(&root().join("fixtures"));
+    files.extend(x12_files(&root().join("fixtures/broken")));
+    let mut seen = 0;
+    for file in files {
+        for o in acks(&std::fs::read(&file).unwrap()) {
+            seen += 1;
+            let mut read = Interchanges::new(&o.bytes, Limits::default());
+            let ic = read
+                .next()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert!(
+                read.next().is_none(),
+                "{}: one interchange per outbound",
+                file.display()
+            );
+            let findings = x12gate::validate::interchange(&ic);
+            assert!(
+                findings.is_empty(),
+                "{}: our {:?} has findings: {findings:#?}",
+                file.display(),
+                o.kind
+            );
+            assert_eq!(ic.isa.len, 106, "ISA width");
+            assert_eq!(ic.isa.trimmed(6), config.gateway.id);
+            assert_eq!(ic.isa.control_number(), format!("{:09}", o.control_number));
+            assert_eq!(ic.isa.field(14), b"0");
+            match o.kind {
+                OutboundKind::Ta1 => {
+                    assert!(ic.groups.is_empty());
+                    assert_eq!(ic.ta1.len(), 1);
+                }
+                _ => assert!(ic.groups.iter().all(|g| g.gs.element(1) == Some(b"FA"))),
+            }
+        }
+    }
+    assert!(seen > 30, "too few acknowledgments were checked: {seen}");
+}
+
+#[test]
+fn an_acknowledgment_is_never_acknowledged() {
+    for name in ["997-004010.x12", "997-005010.x12", "ta1-only.x12"] {
+        let mut config = config();
+        for p in &mut config.partners {
+            p.ta1 = Ta1Policy::Always;
+        }
+        let (out, _) = acks_with(&std::fs::read(fixture(name)).unwrap(), &config);
+        assert!(out.is_empty(), "{name} was answered: {out:?}");
+    }
+    // A file that mixes an FA group with a PO group gets a 997 for the PO group only.
+    let po = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    let fa = std::fs::read_to_string(fixture("997-004010.x12")).unwrap();
+    let fa_group: String = fa
+        .lines()
+        .filter(|l| !l.starts_with("ISA") && !l.starts_with("IEA"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let fa_group = fa_group
+        .replace("*X*004010~", "*X*004010~")
+        .replace("GS*FA*", "GS*FA*");
+    let mixed = po
+        .replacen("GE*1*101~\n", &format!("GE*1*101~\n{fa_group}"), 1)
+        .replace("IEA*1*", "IEA*2*");
+    let ic_findings = x12gate::validate::file(mixed.as_bytes(), Limits::default());
+    assert!(ic_findings.is_empty(), "{ic_findings:#?}");
+    let out = acks(mixed.as_bytes());
+    assert_eq!(out.len(), 1);
+    let text = String::from_utf8(out[0].bytes.clone()).unwrap();
+    assert_eq!(text.matches("ST*997").count(), 1, "{text}");
+    assert!(text.contains("AK1*PO*101~"), "{text}");
+}
+
+#[test]
+fn a_005010_group_gets_ak103_and_a_004010_group_does_not() {
+    let five = String::from_utf8(
+        acks(&std::fs::read(fixture("850-005010.x12")).unwrap())[0]
+            .bytes
+            .clone(),
+    )
+    .unwrap();
+    let ak1 = five.lines().find(|l| l.starts_with("AK1")).unwrap();
+    assert!(ak1.ends_with("*005010~"), "{ak1}");
+    assert!(
+        five.contains("*X*005010~"),
+        "997 GS08 follows the group: {five}"
+    );
+    let four = String::from_utf8(
+        acks(&std::fs::read(fixture("850-004010.x12")).unwrap())[0]
+            .bytes
+            .clone(),
+    )
+    .unwrap();
+    let ak1 = four.lines().find(|l| l.starts_with("AK1")).unwrap();
+    assert_eq!(ak1.matches('*').count(), 2, "{ak1}");
+}
+
+#[test]
+fn a_999_carries_ik5_and_ak9_in_005010x231() {
+    let mut config = config();
+    for p in &mut config.partners {
+        p.ack = AckKind::ImplementationAck;
+    }
+    let (out, _) = acks_with(
+        &std::fs::read(fixture("broken/se-segment-count.x12")).unwrap(),
+        &config,
+    );
+    let text = String::from_utf8(out.last().unwrap().bytes.clone()).unwrap();
+    assert!(text.contains("ST*999*0001*005010X231A1"), "{text}");
+    assert!(text.contains("*X*005010X231A1"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("IK5*R*4")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("AK9*R*1*1*0")), "{text}");
+    assert!(!text.contains("AK5"), "{text}");
+}
+
+#[test]
+fn ta1_policy_and_test_usage() {
+    let input = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    let isa14 = |v: &str| input.replacen("*1*P*>~", &format!("*{v}*T*>~"), 1);
+    assert_ne!(isa14("0"), input, "fixture has ISA14=1 and ISA15=P");
+    for (policy, flag, want_ta1) in [
+        (Ta1Policy::Always, "0", true),
+        (Ta1Policy::OnError, "1", false),
+        (Ta1Policy::Requested, "1", true),
+        (Ta1Policy::Requested, "0", false),
+        (Ta1Policy::Never, "1", false),
+    ] {
+        let mut config = config();
+        for p in &mut config.partners {
+            p.ta1 = policy;
+        }
+        let (out, _) = acks_with(isa14(flag).as_bytes(), &config);
+        let ta1: Vec<&Outbound> = out.iter().filter(|o| o.kind == OutboundKind::Ta1).collect();
+        assert_eq!(ta1.len(), usize::from(want_ta1), "{policy:?} ISA14={flag}");
+        for o in &out {
+            let text = String::from_utf8_lossy(&o.bytes);
+            assert!(
+                text.starts_with("ISA") && text.lines().next().unwrap().ends_with("*0*T*>~"),
+                "test answered in test: {text}"
+            );
+        }
+        if let Some(t) = ta1.first() {
+            assert!(String::from_utf8_lossy(&t.bytes).contains("TA1*000000101*240115*0930*A*000~"));
+        }
+    }
+}
+
+#[test]
+fn routing_rejects_other_receivers_and_unknown_senders() {
+    let input = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    let elsewhere = input.replacen("X12GATE        ", "SOMEONEELSE    ", 1);
+    let (out, d) = acks_with(elsewhere.as_bytes(), &config());
+    assert_eq!(d, vec![Disposition::Rejected]);
+    assert_eq!(out.len(), 1);
+    assert!(String::from_utf8_lossy(&out[0].bytes).contains("*R*009~"));
+    let stranger = input.replacen("ACME           ", "STRANGER       ", 1);
+    let (out, d) = acks_with(stranger.as_bytes(), &config());
+    assert_eq!(d, vec![Disposition::Rejected]);
+    assert!(
+        out.is_empty(),
+        "an unknown sender is not answered when unknown partners are refused"
+    );
+    let ic = Interchanges::new(stranger.as_bytes(), Limits::default())
+        .next()
+        .unwrap()
+        .unwrap();
+    let decision = x12gate::pipeline::decide(&ic, &config());
+    assert_eq!(decision.response.reason.unwrap().code, Some("006"));
+    let mut accepting = config();
+    accepting.gateway.unknown_partners = x12gate::config::UnknownPartners::Accept;
+    let (out, d) = acks_with(stranger.as_bytes(), &accepting);
+    assert_eq!(d, vec![Disposition::Accepted]);
+    assert!(String::from_utf8_lossy(&out[0].bytes).contains("*ZZ*STRANGER       *"));
+}
+
+#[test]
+fn ack_command_prints_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
+    let out = x12gate(dir.path())
+        .arg("ack")
+        .arg(fixture("broken/se-segment-count.x12"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("AK5*R*4~"), "{text}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "ack must not create the registry or folders"
+    );
+    let ok = x12gate(dir.path())
+        .arg("ack")
+        .arg(fixture("850-004010.x12"))
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+}
+
+#[test]
+fn counters_from_two_processes_never_collide() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
+    // Create the database first so both processes race on the counter, not on the schema.
+    x12gate(dir.path())
+        .args(["counter", "show", "ZZ:ACME"])
+        .assert()
+        .success();
+    let bin = assert_cmd::cargo::cargo_bin("x12gate");
+    let spawn = || {
+        std::process::Command::new(&bin)
+            .current_dir(dir.path())
+            .args(["counter", "next", "ZZ:ACME", "--count", "1000"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let mut numbers = Vec::new();
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        numbers.extend(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| l.parse::<u32>().unwrap()),
+        );
+    }
+    assert_eq!(numbers.len(), 2000);
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers, (1..=2000).collect::<Vec<u32>>());
+}
+
+#[test]
+fn counter_wraps_from_999999999_to_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
+    x12gate(dir.path())
+        .args(["counter", "set", "ZZ:ACME", "isa13", "999999998"])
+        .assert()
+        .success();
+    let out = x12gate(dir.path())
+        .args(["counter", "next", "ZZ:ACME", "--count", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "999999999\n1\n2\n");
+}
+
+#[test]
+fn partners_toml_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(root().join("partners.toml")).unwrap();
+    let line_of =
+        |text: &str, needle: &str| text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let cases = [
+        (
+            "typo",
+            base.replacen(
+                "duplicate_window_days = 30",
+                "duplicate_window_dayz = 30",
+                1,
+            ),
+            "duplicate_window_dayz",
+        ),
+        (
+            "type",
+            base.replacen(
+                "duplicate_window_days = 30",
+                "duplicate_window_days = \"30\"",
+                1,
+            ),
+            "duplicate_window_days",
+        ),
+        (
+            "duplicate",
+            base.replacen("id = \"GLOBEX\"", "id = \"ACME\"", 1),
+            "already declared",
+        ),
+    ];
+    for (what, text, needle) in cases {
+        std::fs::write(dir.path().join("partners.toml"), &text).unwrap();
+        let out = x12gate(dir.path())
+            .arg("ack")
+            .arg(fixture("850-004010.x12"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{what}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = if what == "duplicate" {
+            // The second [[partner]] table is the duplicate.
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.starts_with("[[partner]]"))
+                .nth(1)
+                .unwrap()
+                .0
+                + 1
+        } else {
+            line_of(&text, needle)
+        };
+        assert!(
+            err.contains(needle) && err.contains(&format!("line {line}")),
+            "{what}: {err}"
+        );
+    }
+}
