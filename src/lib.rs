@@ -3,7 +3,9 @@
 
 pub mod ack;
 pub mod config;
+pub mod fingerprint;
 pub mod input;
+pub mod outputs;
 pub mod pipeline;
 pub mod registry;
 pub mod translate;

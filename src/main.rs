@@ -33,6 +33,41 @@ enum Command {
     Parse { file: PathBuf },
     /// The JSON of `parse` back to X12 on stdout
     Render { file: PathBuf },
+    /// Process files once through the registry: claim, validate, translate, acknowledge
+    Process {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// One JSON object per interchange per line
+        #[arg(long)]
+        json: bool,
+        /// Report `in_progress` instead of waiting when another process holds an interchange
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// The audit trail: one line per decision taken
+    History {
+        #[arg(long)]
+        partner: Option<String>,
+        #[arg(long)]
+        control_number: Option<String>,
+        #[arg(long)]
+        disposition: Option<String>,
+        /// Only events at or after this time (RFC 3339, or a date YYYY-MM-DD)
+        #[arg(long)]
+        since: Option<String>,
+        /// Only events at or before this time (RFC 3339, or a date YYYY-MM-DD)
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts by partner and disposition, and the rejected-file backlog
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove keys older than each partner's duplicate_window_days
+    Prune,
     /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
     Ack { file: PathBuf },
     /// Outbound control-number counters (our ISA13 and GS06) per partner
@@ -131,6 +166,9 @@ fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Resu
 }
 
 fn main() -> ExitCode {
+    // Crash points for tests, armed by FAILPOINTS (SPEC section 8); absent from normal builds.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -268,6 +306,184 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
     Ok(code)
 }
 
+fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure> {
+    x12gate::registry::Registry::open(&config.gateway.database)
+        .map_err(|e| Failure::Operational(e.into()))
+}
+
+/// Milliseconds since the epoch for `--since`/`--until`: RFC 3339, or a local date (its start,
+/// or its end when `end_of_day`).
+fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    let date = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| {
+        Failure::Usage(anyhow::anyhow!(
+            "{s:?}: expected RFC 3339 (2026-01-31T09:30:00Z) or a date (2026-01-31)"
+        ))
+    })?;
+    let time = if end_of_day {
+        date.and_hms_milli_opt(23, 59, 59, 999)
+    } else {
+        date.and_hms_opt(0, 0, 0)
+    };
+    time.and_then(|t| t.and_local_timezone(chrono::Local).earliest())
+        .map(|t| t.timestamp_millis())
+        .ok_or_else(|| Failure::Usage(anyhow::anyhow!("{s:?}: not a valid local time")))
+}
+
+/// `process`: every file through the registry; per-file problems are counted and the run
+/// goes on, operational failures stop it with nothing of the failing interchange marked done.
+fn process(
+    files: &[PathBuf],
+    json: bool,
+    no_wait: bool,
+    config: &Config,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    use std::io::IsTerminal;
+    let mut registry = open_registry(config)?;
+    let options = x12gate::pipeline::ProcessOptions::new(no_wait);
+    let lease = std::time::Duration::from_secs(config.gateway.lease_seconds);
+    for dir in [&config.gateway.out, &config.gateway.outbox] {
+        x12gate::outputs::clean_stale(dir, lease);
+    }
+    let progress = (files.len() > 20 && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(files.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} files {per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut code = exit::OK;
+    for file in files {
+        let reports = x12gate::pipeline::process_file(file, config, &mut registry, &options)
+            .map_err(|e| {
+                Failure::Operational(anyhow::Error::new(e).context(file.display().to_string()))
+            })?;
+        for r in &reports {
+            if !r.disposition.is_success() {
+                code = exit::FINDINGS;
+            }
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string(r).map_err(|e| Failure::Operational(e.into()))?
+                )?;
+            } else {
+                let line = format!(
+                    "{}: {} {}{}",
+                    r.file,
+                    r.correlation_id.as_deref().unwrap_or("-"),
+                    r.disposition.as_str(),
+                    r.reason
+                        .as_ref()
+                        .map(|x| format!(
+                            " ({}{x})",
+                            r.reason_code
+                                .as_ref()
+                                .map(|c| format!("{c} "))
+                                .unwrap_or_default()
+                        ))
+                        .unwrap_or_default()
+                );
+                match &progress {
+                    Some(bar) => bar.println(line),
+                    None => writeln!(out, "{line}")?,
+                }
+            }
+        }
+        if let Some(bar) = &progress {
+            bar.inc(1);
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    Ok(code)
+}
+
+fn history(
+    config: &Config,
+    filter: &x12gate::registry::EventFilter,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let registry = open_registry(config)?;
+    for e in registry
+        .history(filter)
+        .map_err(|e| Failure::Operational(e.into()))?
+    {
+        let time = chrono::DateTime::from_timestamp_millis(e.at_ms)
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_default();
+        if json {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
+            if !v.is_object() {
+                v = serde_json::json!({});
+            }
+            if let Some(o) = v.as_object_mut() {
+                o.insert("time".into(), time.into());
+                o.insert("event".into(), e.event.clone().into());
+                o.insert("key".into(), e.key.clone().into());
+            }
+            writeln!(out, "{v}")?;
+        } else {
+            writeln!(
+                out,
+                "{time} {:<12} {:<30} {}",
+                e.event,
+                e.key.as_deref().unwrap_or("-"),
+                e.disposition.as_deref().unwrap_or("-")
+            )?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
+    let registry = open_registry(config)?;
+    let rows = registry
+        .stats()
+        .map_err(|e| Failure::Operational(e.into()))?;
+    // Rejected files waiting for someone: those in `rejected/` that are not reason files.
+    let backlog = std::fs::read_dir(&config.gateway.rejected)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    !e.file_name().to_string_lossy().ends_with(".reason.json") && e.path().is_file()
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    if json {
+        let by: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(p, d, n)| serde_json::json!({ "partner": p, "disposition": d, "count": n }))
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "interchanges": by, "rejected_backlog": backlog })
+        )?;
+    } else {
+        for (p, d, n) in &rows {
+            writeln!(out, "{p:<24} {d:<12} {n}")?;
+        }
+        writeln!(
+            out,
+            "rejected backlog: {backlog} file(s) in {}",
+            config.gateway.rejected.display()
+        )?;
+    }
+    Ok(exit::OK)
+}
+
 fn run(cli: Cli) -> Result<u8, Failure> {
     let limits = limits(cli.config.as_deref())?;
     let stdout = std::io::stdout();
@@ -302,6 +518,55 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let config = config(cli.config.as_deref())?;
             let input = read(&file, &config.limits)?;
             ack(&file, &input, &config, &mut out)?
+        }
+        Command::Process {
+            files,
+            json,
+            no_wait,
+        } => process(
+            &files,
+            json,
+            no_wait,
+            &config(cli.config.as_deref())?,
+            &mut out,
+        )?,
+        Command::History {
+            partner,
+            control_number,
+            disposition,
+            since,
+            until,
+            json,
+        } => {
+            let config = config(cli.config.as_deref())?;
+            let filter = x12gate::registry::EventFilter {
+                partner,
+                control_number,
+                disposition,
+                since_ms: since.as_deref().map(|s| parse_time(s, false)).transpose()?,
+                until_ms: until.as_deref().map(|s| parse_time(s, true)).transpose()?,
+            };
+            history(&config, &filter, json, &mut out)?
+        }
+        Command::Stats { json } => stats(&config(cli.config.as_deref())?, json, &mut out)?,
+        Command::Prune => {
+            let config = config(cli.config.as_deref())?;
+            let mut registry = open_registry(&config)?;
+            let windows = |partner: &str| {
+                config
+                    .partners
+                    .iter()
+                    .find(|p| p.key() == partner)
+                    .map_or(30, |p| p.duplicate_window_days)
+            };
+            let removed = registry
+                .prune(&windows)
+                .map_err(|e| Failure::Operational(e.into()))?;
+            for key in &removed {
+                writeln!(out, "{key}")?;
+            }
+            eprintln!("pruned {} key(s)", removed.len());
+            exit::OK
         }
         Command::Counter { action } => counter(action, &config(cli.config.as_deref())?, &mut out)?,
         Command::Validate { files, json } => {

@@ -80,6 +80,7 @@ pub enum Rule {
     GsControlNumberSyntax,
     GsVersionMissing,
     GsDuplicateControlNumber,
+    GsSeenBefore,
     GeMissing,
     GeSetCount,
     GeControlNumber,
@@ -271,6 +272,43 @@ pub fn routing(
         );
     }
     v.findings
+}
+
+/// The finding for a group whose GS06 (with its GS02) an earlier interchange of the same
+/// sender already used within the partner's window.
+pub fn group_seen_before(ic: &Interchange<'_>, gi: usize) -> Option<Finding> {
+    let gs = &ic.groups.get(gi)?.gs;
+    let code = duplicate_group_code(gs);
+    let message = format!(
+        "GS06 \"{}\" from application sender \"{}\" was already used by an earlier interchange",
+        shown(gs.element(6).unwrap_or_default()),
+        shown(gs.element(2).unwrap_or_default())
+    );
+    let f = finding(
+        Rule::GsSeenBefore,
+        Level::Group,
+        Code {
+            list: CodeList::Ak905,
+            value: code,
+        },
+        gs,
+        6,
+        message,
+    );
+    Some(Finding {
+        group: Some(gi),
+        ..f
+    })
+}
+
+/// AK905 for a GS06 that is not unique: 004010's list has no such code and 6 is what other
+/// translators send; from 004050 on the list has 19.
+fn duplicate_group_code(gs: &Segment<'_>) -> &'static str {
+    if release(gs.element(8).unwrap_or_default()).is_some_and(|r| r >= 4050) {
+        "19"
+    } else {
+        "6"
+    }
 }
 
 /// Every envelope finding of one interchange, in file order within each level.
@@ -732,10 +770,9 @@ impl Validator {
         }
     }
 
-    fn group(&mut self, gi: usize, group: &Group<'_>, seen_gs06: &mut HashSet<Vec<u8>>) {
+    fn group<'a>(&mut self, gi: usize, group: &Group<'a>, seen_gs06: &mut HashSet<&'a [u8]>) {
         let gs = &group.gs;
         let gs06 = gs.element(6).unwrap_or_default();
-        let release = release(gs.element(8).unwrap_or_default());
         if !(all_digits(gs06) && gs06.len() <= 9) {
             self.group_finding(
                 gi,
@@ -745,13 +782,8 @@ impl Validator {
                 6,
                 format!("GS06 \"{}\" must be 1 to 9 digits", shown(gs06)),
             );
-        } else if !seen_gs06.insert(gs06.to_vec()) {
-            // 004010's code list has no "not unique" code; 6 is what other translators send.
-            let code = if release.is_some_and(|r| r >= 4050) {
-                "19"
-            } else {
-                "6"
-            };
+        } else if !seen_gs06.insert(gs06) {
+            let code = duplicate_group_code(gs);
             self.group_finding(
                 gi,
                 Rule::GsDuplicateControlNumber,
@@ -774,7 +806,9 @@ impl Validator {
                 "GS08 (version) is missing".into(),
             );
         }
-        let mut seen_st02 = HashSet::new();
+        // Control numbers are borrowed from the input and the set is sized once: a group of
+        // thousands of sets then costs no allocation per set.
+        let mut seen_st02 = HashSet::with_capacity(group.sets.len());
         for (si, set) in group.sets.iter().enumerate() {
             self.set(gi, si, set, &mut seen_st02);
         }
@@ -828,12 +862,12 @@ impl Validator {
         }
     }
 
-    fn set(
+    fn set<'a>(
         &mut self,
         gi: usize,
         si: usize,
-        set: &TransactionSet<'_>,
-        seen_st02: &mut HashSet<Vec<u8>>,
+        set: &TransactionSet<'a>,
+        seen_st02: &mut HashSet<&'a [u8]>,
     ) {
         let st = &set.st;
         let at = SetAt {
@@ -865,7 +899,7 @@ impl Validator {
                 2,
                 format!("ST02 \"{}\" must be 4 to 9 characters", shown(st02)),
             );
-        } else if !seen_st02.insert(st02.to_vec()) {
+        } else if !seen_st02.insert(st02) {
             self.set_finding(
                 at,
                 Rule::StDuplicateControlNumber,

@@ -12,7 +12,7 @@ mod response;
 mod write;
 
 pub use response::{
-    respond, Context, Disposition, ElementError, GroupResponse, InterchangeResponse, Reason,
-    SegmentError, SetResponse, Status, Ta1,
+    conflict, respond, Context, Disposition, ElementError, GroupResponse, InterchangeResponse,
+    Reason, SegmentError, SetResponse, Status, Ta1,
 };
 pub use write::{write_acknowledgments, Outbound, OutboundKind};

@@ -17,6 +17,12 @@ pub enum Disposition {
     Partial,
     /// Nothing accepted.
     Rejected,
+    /// Seen before with the same content: the original acknowledgments were replayed.
+    Duplicate,
+    /// The control number was used before for different content: refused (TA1 025).
+    Conflict,
+    /// Another process is working on it (`--no-wait`).
+    InProgress,
 }
 
 impl Disposition {
@@ -25,7 +31,15 @@ impl Disposition {
             Disposition::Accepted => "accepted",
             Disposition::Partial => "partial",
             Disposition::Rejected => "rejected",
+            Disposition::Duplicate => "duplicate",
+            Disposition::Conflict => "conflict",
+            Disposition::InProgress => "in_progress",
         }
+    }
+
+    /// Whether this outcome leaves nothing to fix (exit code 0).
+    pub fn is_success(self) -> bool {
+        matches!(self, Disposition::Accepted | Disposition::Duplicate)
     }
 }
 
@@ -162,6 +176,9 @@ pub struct InterchangeResponse {
     /// 997 or 999 (per `kind`); empty when there is nothing to acknowledge.
     pub groups: Vec<GroupResponse>,
     pub kind: AckKind,
+    /// For every group and set received (FA groups included), whether it was accepted: what
+    /// the translation may pass on.
+    pub accepted_sets: Vec<Vec<bool>>,
 }
 
 /// X12 allows five codes in AK502..AK506 and AK905..AK909.
@@ -221,16 +238,24 @@ pub fn respond(
             ta1,
             groups: Vec::new(),
             kind: partner.ack,
+            accepted_sets: ic
+                .groups
+                .iter()
+                .map(|g| vec![false; g.sets.len()])
+                .collect(),
         };
     }
 
     let mut groups = Vec::new();
     let (mut accepted, mut rejected) = (0u32, 0u32);
     let mut first_set_problem = None;
+    let mut accepted_sets = Vec::with_capacity(ic.groups.len());
     for (gi, group) in ic.groups.iter().enumerate() {
         if group.gs.element(1) == Some(b"FA") {
+            accepted_sets.push(vec![true; group.sets.len()]);
             continue;
         }
+        let mut group_sets = Vec::with_capacity(group.sets.len());
         let group_codes: Vec<&'static str> = findings
             .iter()
             .filter(|f| f.level == Level::Group && f.group == Some(gi))
@@ -256,6 +281,7 @@ pub fn respond(
             } else {
                 Status::Accepted
             };
+            group_sets.push(status.is_accepted());
             if status.is_accepted() {
                 group_accepted += 1;
                 accepted += 1;
@@ -278,6 +304,7 @@ pub fn respond(
                 });
             }
         }
+        accepted_sets.push(group_sets);
         let received = u32::try_from(group.sets.len()).unwrap_or(u32::MAX);
         let status = if group_rejected || (received > 0 && group_accepted == 0) {
             Status::Rejected
@@ -336,5 +363,37 @@ pub fn respond(
         ta1,
         groups,
         kind: partner.ack,
+        accepted_sets,
+    }
+}
+
+/// The answer to a control number reused for different content: TA1 `R` `025` (unless the
+/// partner never gets TA1s), nothing else, and the earlier interchange left as it was.
+pub fn conflict(
+    ic: &Interchange<'_>,
+    partner: &Partner,
+    earlier_fingerprint: &str,
+) -> InterchangeResponse {
+    let ta1 = (partner.ta1 != Ta1Policy::Never).then(|| Ta1 {
+        control_number: text(ic.isa.field(13)),
+        date: text(ic.isa.field(9)),
+        time: text(ic.isa.field(10)),
+        status: Status::Rejected,
+        note: "025",
+    });
+    let short: String = earlier_fingerprint.chars().take(12).collect();
+    InterchangeResponse {
+        disposition: Disposition::Conflict,
+        reason: Some(Reason {
+            code: Some("025"),
+            text: format!(
+                "control number {} was already used by this sender for different content (fingerprint {short}); nothing processed",
+                ic.isa.control_number()
+            ),
+        }),
+        ta1,
+        groups: Vec::new(),
+        kind: partner.ack,
+        accepted_sets: ic.groups.iter().map(|g| vec![false; g.sets.len()]).collect(),
     }
 }

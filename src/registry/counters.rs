@@ -35,19 +35,26 @@ pub trait ControlNumbers {
     fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError>;
 }
 
+/// Takes the next number on `conn` (a connection or an open transaction). One statement: the
+/// increment and the read are atomic across processes.
+pub(super) fn next_in(
+    conn: &rusqlite::Connection,
+    partner: &str,
+    counter: Counter,
+) -> Result<u32, rusqlite::Error> {
+    conn.query_row(
+        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
+         ON CONFLICT (partner, kind) DO UPDATE
+         SET value = CASE WHEN value >= ?3 THEN 1 ELSE value + 1 END
+         RETURNING value",
+        params![partner, counter.name(), MAX_CONTROL_NUMBER],
+        |r| r.get(0),
+    )
+}
+
 impl ControlNumbers for Registry {
     fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
-        // One statement: the increment and the read are atomic across processes.
-        self.conn
-            .query_row(
-                "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
-                 ON CONFLICT (partner, kind) DO UPDATE
-                 SET value = CASE WHEN value >= ?3 THEN 1 ELSE value + 1 END
-                 RETURNING value",
-                params![partner, counter.name(), MAX_CONTROL_NUMBER],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.sql(e))
+        next_in(&self.conn, partner, counter).map_err(|e| self.sql(e))
     }
 }
 

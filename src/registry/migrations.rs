@@ -11,6 +11,60 @@ const MIGRATIONS: &[&str] = &[
         value   INTEGER NOT NULL CHECK (value BETWEEN 1 AND 999999999),
         PRIMARY KEY (partner, kind)
     ) STRICT;",
+    // 2: interchange claims, their acknowledgments, group keys and the audit trail.
+    "CREATE TABLE interchanges (
+        key            TEXT PRIMARY KEY,
+        partner        TEXT NOT NULL,
+        control_number TEXT NOT NULL,
+        fingerprint    TEXT NOT NULL,
+        state          TEXT NOT NULL CHECK (state IN ('in_flight', 'completed', 'failed')),
+        owner          TEXT,
+        lease_expires  INTEGER,
+        attempts       INTEGER NOT NULL,
+        disposition    TEXT,
+        reason_code    TEXT,
+        reason         TEXT,
+        reservation    TEXT,
+        outputs        TEXT,
+        file           TEXT,
+        first_seen     INTEGER NOT NULL,
+        last_seen      INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX interchanges_partner_seen ON interchanges (partner, last_seen);
+    CREATE TABLE acks (
+        key   TEXT NOT NULL REFERENCES interchanges (key) ON DELETE CASCADE,
+        seq   INTEGER NOT NULL,
+        kind  TEXT NOT NULL,
+        path  TEXT NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (key, seq)
+    ) STRICT;
+    CREATE TABLE fingerprints (
+        key         TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        attempt     INTEGER NOT NULL,
+        seen        INTEGER NOT NULL,
+        PRIMARY KEY (key, attempt)
+    ) STRICT;
+    CREATE TABLE groups (
+        partner         TEXT NOT NULL,
+        app_sender      TEXT NOT NULL,
+        control_number  TEXT NOT NULL,
+        interchange_key TEXT NOT NULL,
+        seen            INTEGER NOT NULL,
+        PRIMARY KEY (partner, app_sender, control_number)
+    ) STRICT;
+    CREATE TABLE events (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        at             INTEGER NOT NULL,
+        event          TEXT NOT NULL,
+        key            TEXT,
+        partner        TEXT,
+        control_number TEXT,
+        disposition    TEXT,
+        detail         TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX events_partner_at ON events (partner, at);",
 ];
 
 pub enum Error {

@@ -10,6 +10,7 @@
 //! Concurrency: a busy timeout lets several processes share the file; every counter step is one
 //! statement, so two processes never hand out the same number.
 
+mod claims;
 mod counters;
 mod migrations;
 
@@ -18,7 +19,11 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-pub use counters::{ControlNumbers, Counter, PreviewCounters};
+pub use claims::{
+    now_ms, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous, Reservation,
+    StoredAck,
+};
+pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

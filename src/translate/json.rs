@@ -187,6 +187,36 @@ impl Text {
     }
 }
 
+/// The translation of one interchange for the systems behind the gateway: a document with
+/// this interchange alone, holding only the sets `keep(group, set)` accepts (0-based), so a
+/// rejected set never reaches them. `input_is_utf8` says whether the whole file is UTF-8.
+pub fn interchange_document(
+    ic: &Interchange<'_>,
+    input_is_utf8: bool,
+    keep: &dyn Fn(usize, usize) -> bool,
+) -> Result<Vec<u8>, ParseError> {
+    let encoding = if input_is_utf8 {
+        Encoding::Utf8
+    } else {
+        Encoding::Latin1
+    };
+    let mut json = Text { encoding }.interchange(ic)?;
+    for (g, group) in json.groups.iter_mut().enumerate() {
+        let mut s = 0;
+        group.sets.retain(|_| {
+            s += 1;
+            keep(g, s - 1)
+        });
+    }
+    let doc = Document {
+        encoding,
+        interchanges: vec![json],
+    };
+    let mut out = serde_json::to_vec_pretty(&doc).map_err(io::Error::from)?;
+    out.push(b'\n');
+    Ok(out)
+}
+
 /// Writes `input` as a JSON document, one interchange at a time so memory follows the
 /// largest interchange, not the file.
 pub fn write_document(

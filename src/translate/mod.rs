@@ -14,5 +14,6 @@
 mod json;
 
 pub use json::{
-    parse_document, render_document, write_document, Document, ParseError, RenderError,
+    interchange_document, parse_document, render_document, write_document, Document, ParseError,
+    RenderError,
 };

@@ -1,0 +1,112 @@
+//! The content fingerprint of an interchange: what makes a resend "the same interchange".
+//!
+//! The hash runs over a canonical form, not over the bytes: every segment of the interchange
+//! in file order, each element split into its repetitions and components, each piece written
+//! with its length, so delimiters, line endings and ISA padding never reach the hash. The
+//! delimiter fields themselves (ISA11 when it is the repetition separator, ISA16) are left
+//! out, and so are the fields the partner lists in `fingerprint_ignore` (by default the
+//! enveloping date and time: ISA09, ISA10, GS04, GS05), which are not business content.
+
+use crate::x12::{Interchange, Segment, Segments};
+
+/// Hex blake3 of the canonical form.
+pub fn fingerprint(input: &[u8], ic: &Interchange<'_>, ignore: &[String]) -> String {
+    let ignored = |id: &str, n: usize| {
+        ignore
+            .iter()
+            .any(|f| f.len() == id.len() + 2 && f.starts_with(id) && f[id.len()..].parse() == Ok(n))
+    };
+    let mut h = blake3::Hasher::new();
+    let piece = |h: &mut blake3::Hasher, tag: u8, bytes: &[u8]| {
+        h.update(&[tag]);
+        h.update(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+        h.update(bytes);
+    };
+    piece(&mut h, b'S', b"ISA");
+    let isa11_is_delimiter = ic.delimiters().repetition.is_some();
+    for n in 1..=16 {
+        let skip = n == 16 || (n == 11 && isa11_is_delimiter) || ignored("ISA", n);
+        let value = if skip {
+            &b""[..]
+        } else {
+            ic.isa.field(n).trim_ascii()
+        };
+        piece(&mut h, b'E', value);
+    }
+    let start = ic.span.start + ic.isa.len;
+    for segment in Segments::new(input, start, ic.span.end, 2, ic.delimiters()) {
+        hash_segment(
+            &mut h,
+            &segment,
+            &|n| segment.id == b"GS" && ignored("GS", n),
+            &piece,
+        );
+    }
+    h.finalize().to_hex().to_string()
+}
+
+fn hash_segment(
+    h: &mut blake3::Hasher,
+    segment: &Segment<'_>,
+    ignored: &dyn Fn(usize) -> bool,
+    piece: &dyn Fn(&mut blake3::Hasher, u8, &[u8]),
+) {
+    piece(h, b'S', segment.id);
+    for (i, element) in segment.elements().enumerate() {
+        if ignored(i + 1) {
+            piece(h, b'E', b"");
+            continue;
+        }
+        h.update(b"E");
+        for repetition in element.repetitions() {
+            h.update(b"R");
+            for component in repetition.components() {
+                piece(h, b'C', component);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x12::{Interchanges, Limits};
+
+    const A: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~PO1*1*10*EA*A:B^C~SE*3*0001~GE*1*1~IEA*1*000000001~";
+
+    fn fp(s: &str, ignore: &[&str]) -> String {
+        let ignore: Vec<String> = ignore.iter().map(|s| s.to_string()).collect();
+        let ic = Interchanges::new(s.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        fingerprint(s.as_bytes(), &ic, &ignore)
+    }
+
+    const DEFAULT: &[&str] = &["ISA09", "ISA10", "GS04", "GS05"];
+
+    #[test]
+    fn delimiters_line_endings_and_enveloping_time_do_not_count() {
+        let base = fp(A, DEFAULT);
+        let other = A
+            .replace('*', "|")
+            .replace('~', "\r\n")
+            .replace(':', ">")
+            .replace('^', "{");
+        assert_eq!(fp(&other, DEFAULT), base);
+        let later = A
+            .replace("240101*1200", "240102*1300")
+            .replace("20240101*1200", "20240102*1300");
+        assert_eq!(fp(&later, DEFAULT), base);
+        assert_ne!(fp(&later, &[]), fp(A, &[]));
+    }
+
+    #[test]
+    fn content_counts() {
+        let base = fp(A, DEFAULT);
+        assert_ne!(fp(&A.replace("PO1*1*10", "PO1*1*11"), DEFAULT), base);
+        // Moving a component into the next element is different content, not the same bytes.
+        assert_ne!(fp(&A.replace("A:B^C", "A*B^C"), DEFAULT), base);
+        assert_ne!(fp(&A.replace("A:B^C", "A:B:C"), DEFAULT), base);
+    }
+}

@@ -1,0 +1,110 @@
+//! Writing outputs where downstream systems read them: safely named, atomically, durably.
+//!
+//! A file appears under its final name only when complete: it is written to a hidden
+//! `.x12gate-tmp` folder beside its destination (same file system, so the rename is atomic),
+//! fsynced, renamed, and the folder fsynced so the rename survives power loss. Nothing
+//! downstream reads `.x12gate-tmp`, and leftovers of a crash are removed the next time a
+//! process starts writing there.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const TMP_DIR: &str = ".x12gate-tmp";
+
+/// A file name made from a registry key: letters, digits, `-` and `.` kept, anything else
+/// (a `/` or `..` in an ISA06, spaces, control characters) replaced by `_`, and then, when
+/// anything was replaced, a short hash of the original key appended so that two keys never
+/// share a name.
+pub fn safe_name(key: &str) -> String {
+    let cleaned: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let plain = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == ':');
+    let mut name: String = cleaned.chars().take(120).collect();
+    if !plain || cleaned.len() > 120 {
+        name.push('-');
+        name.push_str(&blake3::hash(key.as_bytes()).to_hex()[..12]);
+    }
+    name
+}
+
+/// Writes `bytes` to `dir/name` atomically and durably; returns the absolute path.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<PathBuf> {
+    let tmp_dir = dir.join(TMP_DIR);
+    fs::create_dir_all(&tmp_dir)?;
+    let final_path = dir.join(name);
+    let tmp_path = tmp_dir.join(format!("{name}.{}", safe_name(owner)));
+    {
+        let mut f = File::create(&tmp_path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp_path, &final_path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(std::path::absolute(&final_path).unwrap_or(final_path))
+}
+
+/// Removes temporary files older than `age` (left by a crash) from `dir`'s temporary folder.
+pub fn clean_stale(dir: &Path, age: Duration) {
+    let Ok(entries) = fs::read_dir(dir.join(TMP_DIR)) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|d| d >= age);
+        if old {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_never_escape_and_never_collide() {
+        assert_eq!(safe_name("ZZ:ACME:000000101"), "ZZ_ACME_000000101");
+        let a = safe_name("ZZ:../etc/passwd:000000001");
+        assert!(!a.contains('/') && !a.contains(".."), "{a}");
+        assert_ne!(safe_name("ZZ:A/B:1"), safe_name("ZZ:A_B:1"));
+        assert_ne!(safe_name("ZZ:A B:1"), safe_name("ZZ:A\u{7}B:1"));
+        let long = safe_name(&"X".repeat(500));
+        assert!(long.len() < 140);
+    }
+
+    #[test]
+    fn writes_atomically_and_cleans_crash_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_atomic(dir.path(), "a.x12", b"hello", "host:1:x").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"hello");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names.len(),
+            2,
+            "the file and the hidden temporary folder: {names:?}"
+        );
+        fs::write(dir.path().join(TMP_DIR).join("left.over"), b"x").unwrap();
+        clean_stale(dir.path(), Duration::ZERO);
+        assert_eq!(fs::read_dir(dir.path().join(TMP_DIR)).unwrap().count(), 0);
+    }
+}

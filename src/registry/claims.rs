@@ -1,0 +1,616 @@
+//! Interchange claims: the exactly-once heart of the gateway.
+//!
+//! A key is claimed in one `BEGIN IMMEDIATE` transaction (the write lock is taken first, so
+//! two processes can never both see "absent"): the insert either lands, or the existing row
+//! decides between duplicate, conflict, busy and takeover. The claim commits before any
+//! work, so every other process sees it; the completion commits after the outputs are in
+//! place, together with the acknowledgment bytes that a duplicate will replay.
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+use super::counters::{Counter, MAX_CONTROL_NUMBER};
+use super::{Registry, RegistryError};
+
+/// Milliseconds since the Unix epoch, the registry's clock.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// What a process asks for when it opens an interchange's envelope.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub key: &'a str,
+    /// The partner's `QUAL:ID`.
+    pub partner: &'a str,
+    pub control_number: &'a str,
+    pub fingerprint: &'a str,
+    pub file: &'a str,
+    /// Who we are (`host:pid:nonce`), so a lease can be told apart from another's.
+    pub owner: &'a str,
+    pub lease_ms: i64,
+}
+
+/// How we came to own a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Previous {
+    /// The key was new.
+    New,
+    /// An earlier attempt's lease expired (it crashed or hung): we took over from it.
+    Expired { owner: String },
+    /// An earlier attempt failed operationally.
+    Failed,
+    /// The earlier outcome was `rejected` and this is a corrected resend.
+    Rejected { fingerprint: String },
+}
+
+/// An acknowledgment as it was written to the outbox, kept for replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredAck {
+    pub kind: String,
+    pub path: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The outcome recorded for a completed interchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub disposition: String,
+    pub reason_code: Option<String>,
+    pub reason: Option<String>,
+    pub fingerprint: String,
+    pub acks: Vec<StoredAck>,
+    pub outputs: Vec<String>,
+    pub attempts: u32,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// We own the key: process it.
+    Owned { attempt: u32, previous: Previous },
+    /// Completed before with the same content: replay its acknowledgments.
+    Duplicate(Completed),
+    /// Completed before with different content that delivered something: refuse.
+    Conflict(Completed),
+    /// Another process holds a live lease.
+    Busy {
+        owner: String,
+        lease_expires_ms: i64,
+    },
+}
+
+/// Control numbers set aside for one claim's acknowledgments, kept with the claim so that a
+/// takeover writes the same bytes the crashed attempt would have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub at_ms: i64,
+    pub isa13: Vec<u32>,
+    pub gs06: Vec<u32>,
+}
+
+/// What a completion records.
+#[derive(Debug, Clone)]
+pub struct Completion<'a> {
+    pub disposition: &'a str,
+    pub reason_code: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub acks: &'a [StoredAck],
+    pub outputs: &'a [String],
+    /// Group keys (GS02, GS06) of this interchange whose groups were not accepted: released,
+    /// so a corrected resend may use them again.
+    pub released_groups: &'a [(String, String)],
+    /// The audit event to append (`accepted`, `rejected`, ...) and its detail (JSON).
+    pub event: &'a str,
+    pub detail: &'a str,
+}
+
+/// An audit event, as `history` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub at_ms: i64,
+    pub event: String,
+    pub key: Option<String>,
+    pub partner: Option<String>,
+    pub control_number: Option<String>,
+    pub disposition: Option<String>,
+    /// The JSON detail recorded with the event.
+    pub detail: String,
+}
+
+/// Filters for `history`; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub partner: Option<String>,
+    pub control_number: Option<String>,
+    pub disposition: Option<String>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+impl Registry {
+    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
+    pub fn claim_interchange(&mut self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = now_ms();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
+                     lease_expires, attempts, file, first_seen, last_seen)
+                 VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
+                 ON CONFLICT (key) DO NOTHING",
+                params![
+                    req.key,
+                    req.partner,
+                    req.control_number,
+                    req.fingerprint,
+                    req.owner,
+                    now + req.lease_ms,
+                    req.file,
+                    now
+                ],
+            )
+            .map_err(sql)?;
+        let claim = if inserted == 1 {
+            record_fingerprint(&tx, req.key, req.fingerprint, 1, now).map_err(sql)?;
+            Claim::Owned {
+                attempt: 1,
+                previous: Previous::New,
+            }
+        } else {
+            let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx
+                .query_row(
+                    "SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1",
+                    [req.key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+                )
+                .map_err(sql)?;
+            tx.execute(
+                "UPDATE interchanges SET last_seen = ?2 WHERE key = ?1",
+                params![req.key, now],
+            )
+            .map_err(sql)?;
+            let same = fingerprint == req.fingerprint;
+            let take_over = |previous: Previous| -> Result<Claim, rusqlite::Error> {
+                let attempt = attempts + 1;
+                // A different content may not reuse the numbers reserved for the old one.
+                tx.execute(
+                    "UPDATE interchanges SET state = 'in_flight', owner = ?2, lease_expires = ?3,
+                         attempts = ?4, fingerprint = ?5, file = ?6,
+                         reservation = CASE WHEN fingerprint = ?5 THEN reservation END,
+                         disposition = NULL, reason_code = NULL, reason = NULL
+                     WHERE key = ?1",
+                    params![
+                        req.key,
+                        req.owner,
+                        now + req.lease_ms,
+                        attempt,
+                        req.fingerprint,
+                        req.file
+                    ],
+                )?;
+                record_fingerprint(&tx, req.key, req.fingerprint, attempt, now)?;
+                Ok(Claim::Owned { attempt, previous })
+            };
+            match (state.as_str(), disposition.as_deref()) {
+                ("completed", _) if same => {
+                    Claim::Duplicate(load_completed(&tx, req.key).map_err(sql)?)
+                }
+                ("completed", Some("rejected")) => {
+                    take_over(Previous::Rejected { fingerprint }).map_err(sql)?
+                }
+                ("completed", _) => Claim::Conflict(load_completed(&tx, req.key).map_err(sql)?),
+                ("in_flight", _)
+                    if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) =>
+                {
+                    Claim::Busy {
+                        owner: owner.unwrap_or_default(),
+                        lease_expires_ms: lease.unwrap_or(0),
+                    }
+                }
+                ("in_flight", _) => take_over(Previous::Expired {
+                    owner: owner.unwrap_or_default(),
+                })
+                .map_err(sql)?,
+                _ => take_over(Previous::Failed).map_err(sql)?,
+            }
+        };
+        tx.commit().map_err(sql)?;
+        Ok(claim)
+    }
+
+    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
+    /// attempt when there are enough, else fresh ones taken now.
+    pub fn reserve_control_numbers(
+        &mut self,
+        key: &str,
+        partner: &str,
+        isa13: usize,
+        gs06: usize,
+    ) -> Result<Reservation, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let existing: Option<String> = tx
+            .query_row(
+                "SELECT reservation FROM interchanges WHERE key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql)?
+            .flatten();
+        if let Some(r) = existing.and_then(|s| serde_json::from_str::<Reservation>(&s).ok()) {
+            if r.isa13.len() >= isa13 && r.gs06.len() >= gs06 {
+                return Ok(r);
+            }
+        }
+        let take = |counter: Counter, n: usize| -> Result<Vec<u32>, rusqlite::Error> {
+            (0..n)
+                .map(|_| super::counters::next_in(&tx, partner, counter))
+                .collect()
+        };
+        let reservation = Reservation {
+            at_ms: now_ms(),
+            isa13: take(Counter::Interchange, isa13).map_err(sql)?,
+            gs06: take(Counter::Group, gs06).map_err(sql)?,
+        };
+        tx.execute(
+            "UPDATE interchanges SET reservation = ?2 WHERE key = ?1",
+            params![key, json(&reservation)],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        Ok(reservation)
+    }
+
+    /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
+    /// group, whether another interchange seen within `window_days` already used it.
+    pub fn claim_groups(
+        &mut self,
+        key: &str,
+        partner: &str,
+        groups: &[(String, String)],
+        window_days: u32,
+    ) -> Result<Vec<bool>, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = now_ms();
+        let oldest = now - i64::from(window_days) * 86_400_000;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut dup = Vec::with_capacity(groups.len());
+        for (sender, number) in groups {
+            // Take the key when it is free, ours already, or older than the window.
+            let taken = tx
+                .execute(
+                    "INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (partner, app_sender, control_number) DO UPDATE
+                     SET interchange_key = excluded.interchange_key, seen = excluded.seen
+                     WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6",
+                    params![partner, sender, number, key, now, oldest],
+                )
+                .map_err(sql)?;
+            dup.push(taken == 0);
+        }
+        tx.commit().map_err(sql)?;
+        Ok(dup)
+    }
+
+    /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
+    pub fn complete(
+        &mut self,
+        key: &str,
+        owner: &str,
+        c: &Completion<'_>,
+    ) -> Result<bool, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = now_ms();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let updated = tx
+            .execute(
+                "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
+                     disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
+                 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+                params![
+                    key,
+                    owner,
+                    c.disposition,
+                    c.reason_code,
+                    c.reason,
+                    json(&c.outputs),
+                    now
+                ],
+            )
+            .map_err(sql)?;
+        if updated == 0 {
+            return Ok(false);
+        }
+        tx.execute("DELETE FROM acks WHERE key = ?1", [key])
+            .map_err(sql)?;
+        for (seq, a) in c.acks.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![key, seq as i64, a.kind, a.path, a.bytes],
+            )
+            .map_err(sql)?;
+        }
+        let partner: String = tx
+            .query_row(
+                "SELECT partner FROM interchanges WHERE key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .map_err(sql)?;
+        for (sender, number) in c.released_groups {
+            tx.execute(
+                "DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4",
+                params![partner, sender, number, key],
+            )
+            .map_err(sql)?;
+        }
+        let control: String = tx
+            .query_row(
+                "SELECT control_number FROM interchanges WHERE key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .map_err(sql)?;
+        insert_event(
+            &tx,
+            now,
+            c.event,
+            Some(key),
+            Some(&partner),
+            Some(&control),
+            Some(c.disposition),
+            c.detail,
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        Ok(true)
+    }
+
+    /// Marks our claim failed (an operational error stopped the work), so the next attempt
+    /// takes it over at once instead of waiting for the lease.
+    pub fn fail(&mut self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
+                 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+                params![key, owner, reason],
+            )
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
+    /// file that holds no interchange).
+    pub fn record_event(
+        &self,
+        event: &str,
+        key: Option<&str>,
+        partner: Option<&str>,
+        control_number: Option<&str>,
+        disposition: &str,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
+        insert_event(
+            &self.conn,
+            now_ms(),
+            event,
+            key,
+            partner,
+            control_number,
+            Some(disposition),
+            detail,
+        )
+        .map_err(|e| self.sql(e))
+    }
+
+    /// Audit events, oldest first.
+    pub fn history(&self, f: &EventFilter) -> Result<Vec<Event>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at, event, key, partner, control_number, disposition, detail FROM events
+                 WHERE (?1 IS NULL OR partner = ?1) AND (?2 IS NULL OR control_number = ?2)
+                   AND (?3 IS NULL OR disposition = ?3) AND (?4 IS NULL OR at >= ?4)
+                   AND (?5 IS NULL OR at <= ?5)
+                 ORDER BY id",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    f.partner,
+                    f.control_number,
+                    f.disposition,
+                    f.since_ms,
+                    f.until_ms
+                ],
+                |r| {
+                    Ok(Event {
+                        at_ms: r.get(0)?,
+                        event: r.get(1)?,
+                        key: r.get(2)?,
+                        partner: r.get(3)?,
+                        control_number: r.get(4)?,
+                        disposition: r.get(5)?,
+                        detail: r.get(6)?,
+                    })
+                },
+            )
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Interchange counts by partner and disposition (`in_flight` and `failed` for unfinished ones).
+    pub fn stats(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
+                 FROM interchanges GROUP BY partner, d ORDER BY partner, d",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Removes completed keys (and their group keys) last seen before each partner's window.
+    /// `window_days` gives a partner's window from its `QUAL:ID`. Returns the keys removed.
+    pub fn prune(
+        &mut self,
+        window_days: &dyn Fn(&str) -> u32,
+    ) -> Result<Vec<String>, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let now = now_ms();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let candidates: Vec<(String, String, i64)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT key, partner, last_seen FROM interchanges WHERE state != 'in_flight'",
+                )
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(sql)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql)?
+        };
+        let mut removed = Vec::new();
+        for (key, partner, last_seen) in candidates {
+            if last_seen < now - i64::from(window_days(&partner)) * 86_400_000 {
+                for table in ["acks", "fingerprints"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE key = ?1"), [&key])
+                        .map_err(sql)?;
+                }
+                tx.execute("DELETE FROM groups WHERE interchange_key = ?1", [&key])
+                    .map_err(sql)?;
+                tx.execute("DELETE FROM interchanges WHERE key = ?1", [&key])
+                    .map_err(sql)?;
+                removed.push(key);
+            }
+        }
+        let detail = json(&serde_json::json!({ "removed": removed }));
+        insert_event(&tx, now, "prune", None, None, None, None, &detail).map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        Ok(removed)
+    }
+
+    /// Moves `key`'s clock back by `days` (tests of retention only).
+    #[doc(hidden)]
+    pub fn age_for_tests(&self, key: &str, days: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE interchanges SET last_seen = last_seen - ?2 WHERE key = ?1",
+                params![key, days * 86_400_000],
+            )
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+}
+
+fn record_fingerprint(
+    tx: &rusqlite::Connection,
+    key: &str,
+    fingerprint: &str,
+    attempt: u32,
+    now: i64,
+) -> Result<(), rusqlite::Error> {
+    tx.execute(
+        "INSERT OR REPLACE INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)",
+        params![key, fingerprint, attempt, now],
+    )
+    .map(drop)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn insert_event(
+    conn: &rusqlite::Connection,
+    at: i64,
+    event: &str,
+    key: Option<&str>,
+    partner: Option<&str>,
+    control_number: Option<&str>,
+    disposition: Option<&str>,
+    detail: &str,
+) -> Result<(), rusqlite::Error> {
+    conn.execute(
+        "INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![at, event, key, partner, control_number, disposition, detail],
+    )
+    .map(drop)
+}
+
+fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rusqlite::Error> {
+    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<String>, Option<String>, Option<String>, String, Option<String>, u32) = tx.query_row(
+        "SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1",
+        [key],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+    )?;
+    let mut stmt = tx.prepare("SELECT kind, path, bytes FROM acks WHERE key = ?1 ORDER BY seq")?;
+    let acks = stmt
+        .query_map([key], |r| {
+            Ok(StoredAck {
+                kind: r.get(0)?,
+                path: r.get(1)?,
+                bytes: r.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Completed {
+        disposition: disposition.unwrap_or_default(),
+        reason_code,
+        reason,
+        fingerprint,
+        acks,
+        outputs: outputs
+            .and_then(|o| serde_json::from_str(&o).ok())
+            .unwrap_or_default(),
+        attempts,
+    })
+}
+
+/// Keeps the constant in one place for the CHECK constraint's readers.
+const _: () = assert!(MAX_CONTROL_NUMBER == 999_999_999);
