@@ -23,6 +23,9 @@ struct Cli {
     /// Configuration file [default: ./partners.toml, used when present]
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log lines on stderr as text or as JSON objects (filter with RUST_LOG, default warn)
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,6 +86,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -180,13 +189,18 @@ fn main() -> ExitCode {
             });
         }
     };
-    tracing_subscriber::fmt()
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+        .with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            logs.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(e)) => {

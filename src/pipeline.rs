@@ -296,7 +296,8 @@ fn process_interchange(
     options: &ProcessOptions,
 ) -> Result<Report, ProcessError> {
     let correlation = correlation_id(ic);
-    let span = tracing::info_span!("interchange", correlation_id = %correlation);
+    // At ERROR level so the span (and its correlation id) is on every line any filter lets through.
+    let span = tracing::error_span!("interchange", correlation_id = %correlation);
     let _enter = span.enter();
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
     let partner = config
