@@ -49,6 +49,16 @@ struct RawGateway {
     lease_seconds: u64,
     #[serde(default = "defaults::unknown_partners")]
     unknown_partners: UnknownPartners,
+    #[serde(default)]
+    workers: Option<usize>,
+    #[serde(default = "defaults::settle_ms")]
+    settle_ms: u64,
+    #[serde(default = "defaults::poll_ms")]
+    poll_ms: u64,
+    #[serde(default = "defaults::summary_seconds")]
+    summary_seconds: u64,
+    #[serde(default = "defaults::retry_max_seconds")]
+    retry_max_seconds: u64,
 }
 
 mod defaults {
@@ -77,6 +87,18 @@ mod defaults {
     }
     pub fn unknown_partners() -> UnknownPartners {
         UnknownPartners::Reject
+    }
+    pub fn settle_ms() -> u64 {
+        1000
+    }
+    pub fn poll_ms() -> u64 {
+        1000
+    }
+    pub fn summary_seconds() -> u64 {
+        60
+    }
+    pub fn retry_max_seconds() -> u64 {
+        300
     }
 }
 
@@ -372,6 +394,16 @@ pub struct Gateway {
     pub database: PathBuf,
     pub lease_seconds: u64,
     pub unknown_partners: UnknownPartners,
+    /// Files processed at once by `watch` (default: the number of cores).
+    pub workers: usize,
+    /// How long a file written in place must keep its size and mtime before `watch` takes it.
+    pub settle_ms: u64,
+    /// Rescan interval of `watch` (the only source of events with `--poll`).
+    pub poll_ms: u64,
+    /// Interval of `watch`'s one-line summary.
+    pub summary_seconds: u64,
+    /// Upper bound of the retry backoff after an operational failure.
+    pub retry_max_seconds: u64,
 }
 
 /// A loaded, checked configuration.
@@ -444,6 +476,13 @@ impl Config {
                 database: abs(g.database),
                 lease_seconds: g.lease_seconds,
                 unknown_partners: g.unknown_partners,
+                workers: g.workers.filter(|w| *w > 0).unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+                }),
+                settle_ms: g.settle_ms,
+                poll_ms: g.poll_ms.max(10),
+                summary_seconds: g.summary_seconds,
+                retry_max_seconds: g.retry_max_seconds.max(1),
             },
             limits: raw.limits,
             partners,

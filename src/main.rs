@@ -47,6 +47,15 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Watch the inbox until SIGINT/SIGTERM; finish in-flight files, then exit 0
+    Watch {
+        /// Rescan the inbox every poll_ms instead of relying on file events (network file systems)
+        #[arg(long)]
+        poll: bool,
+        /// Process what is in the inbox now, then exit (for cron)
+        #[arg(long)]
+        once: bool,
+    },
     /// The audit trail: one line per decision taken
     History {
         #[arg(long)]
@@ -421,6 +430,44 @@ fn process(
     Ok(code)
 }
 
+/// `watch`: the tokio runtime, and the signals. The first SIGINT/SIGTERM stops taking files
+/// and lets the ones in flight finish; a second one exits at once, which is safe because
+/// claims are leased.
+fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Operational(e.into()))?;
+    let options = x12gate::watch::WatchOptions { poll, once };
+    let summary = runtime
+        .block_on(async move {
+            let shutdown = async {
+                let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                    return std::future::pending().await;
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                    eprintln!("x12gate: second signal, exiting now; unfinished claims will be taken over after their lease");
+                    std::process::exit(130);
+                });
+            };
+            x12gate::watch::run(std::sync::Arc::new(config), options, shutdown).await
+        })
+        .map_err(|e| Failure::Operational(e.into()))?;
+    eprintln!(
+        "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
+        summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
+    );
+    Ok(exit::OK)
+}
+
 fn history(
     config: &Config,
     filter: &x12gate::registry::EventFilter,
@@ -544,6 +591,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             &config(cli.config.as_deref())?,
             &mut out,
         )?,
+        Command::Watch { poll, once } => watch(config(cli.config.as_deref())?, poll, once)?,
         Command::History {
             partner,
             control_number,
