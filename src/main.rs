@@ -382,11 +382,21 @@ fn process(
         bar
     });
     let mut code = exit::OK;
+    let mut operational = false;
     for file in files {
-        let reports = x12gate::pipeline::process_file(file, config, &mut registry, &options)
-            .map_err(|e| {
-                Failure::Operational(anyhow::Error::new(e).context(file.display().to_string()))
-            })?;
+        let reports = match x12gate::pipeline::process_file(file, config, &mut registry, &options) {
+            Ok(reports) => reports,
+            // An unusable database stops the run; a file that cannot be read or written is
+            // counted and the run goes on, with nothing of it marked done.
+            Err(x12gate::pipeline::ProcessError::Registry(e)) => {
+                return Err(Failure::Operational(e.into()))
+            }
+            Err(e) => {
+                eprintln!("x12gate: {e}");
+                operational = true;
+                continue;
+            }
+        };
         for r in &reports {
             if !r.disposition.is_success() {
                 code = exit::FINDINGS;
@@ -427,7 +437,7 @@ fn process(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
-    Ok(code)
+    Ok(if operational { exit::OPERATIONAL } else { code })
 }
 
 /// `watch`: the tokio runtime, and the signals. The first SIGINT/SIGTERM stops taking files

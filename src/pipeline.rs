@@ -217,8 +217,24 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> ProcessError + '_ {
     }
 }
 
-fn outbound_name(key: &str, o: &Outbound) -> String {
-    format!("{}.{}.x12", outputs::safe_name(key), o.kind.extension())
+/// Outputs are named by key, and by content when the key was first claimed for other content:
+/// a takeover of the same content rewrites the same names (nothing doubles), while a
+/// corrected resend after a rejection gets names of its own (its 997 never replaces the
+/// rejection's 997 before that one was sent).
+fn output_stem(key: &str, fingerprint: &str, first_fingerprint: &str) -> String {
+    if fingerprint == first_fingerprint {
+        outputs::safe_name(key)
+    } else {
+        format!(
+            "{}.{}",
+            outputs::safe_name(key),
+            fingerprint.get(..8).unwrap_or(fingerprint)
+        )
+    }
+}
+
+fn outbound_name(stem: &str, o: &Outbound) -> String {
+    format!("{stem}.{}.x12", o.kind.extension())
 }
 
 /// Processes every interchange of one file through the registry; one report per interchange
@@ -420,7 +436,11 @@ fn process_interchange(
             )?;
             Ok(report)
         }
-        Claim::Owned { attempt, previous } => {
+        Claim::Owned {
+            attempt,
+            previous,
+            first_fingerprint,
+        } => {
             fail::fail_point!("claim.after", |_| std::process::abort());
             report.attempt = Some(attempt);
             report.took_over = match &previous {
@@ -431,16 +451,15 @@ fn process_interchange(
             if report.took_over.is_some() {
                 tracing::warn!(attempt, took_over = ?report.took_over, "taking over an unfinished claim");
             }
-            match work(
-                &key,
+            let job = Job {
+                key: &key,
+                fingerprint: &fingerprint,
+                first_fingerprint: &first_fingerprint,
                 utf8,
                 ic,
-                &partner,
-                config,
-                registry,
-                options,
-                &mut report,
-            ) {
+                partner: &partner,
+            };
+            match work(&job, config, registry, options, &mut report) {
                 Ok(()) => Ok(report),
                 Err(e) => {
                     let _ = registry.fail(&key, &options.owner, &e.to_string());
@@ -456,18 +475,48 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// Reports an interchange whose claim another process took over from us: not ours to report
+/// as decided.
+fn lost_claim(report: &mut Report) {
+    tracing::warn!("lease lost: another process took this interchange over; its result stands");
+    report.disposition = Disposition::InProgress;
+    report.reason_code = None;
+    report.reason = Some(
+        "our lease expired and another process took this interchange over; see history".into(),
+    );
+    report.acks.clear();
+    report.outputs.clear();
+}
+
+/// One owned interchange, as `work` needs it.
+#[derive(Clone, Copy)]
+struct Job<'j, 'a> {
+    key: &'j str,
+    fingerprint: &'j str,
+    first_fingerprint: &'j str,
+    utf8: bool,
+    ic: &'j Interchange<'a>,
+    partner: &'j Partner,
+}
+
 /// The work of an owned claim: decide, reserve numbers, write outputs, complete.
 #[allow(clippy::too_many_arguments)]
 fn work(
-    key: &str,
-    utf8: bool,
-    ic: &Interchange<'_>,
-    partner: &Partner,
+    job: &Job<'_, '_>,
     config: &Config,
     registry: &mut Registry,
     options: &ProcessOptions,
     report: &mut Report,
 ) -> Result<(), ProcessError> {
+    let Job {
+        key,
+        fingerprint,
+        first_fingerprint,
+        utf8,
+        ic,
+        partner,
+    } = *job;
+    let stem = output_stem(key, fingerprint, first_fingerprint);
     // Groups seen in earlier interchanges of this sender are findings of this one.
     let mut extra = Vec::new();
     let group_keys: Vec<(String, String)> = ic
@@ -508,6 +557,15 @@ fn work(
     };
     let outbound = acknowledgments(ic, &decision, config, &reserved, at)?;
 
+    // Fence: renew the lease right before writing. If another process took the claim over
+    // while we were slow, its result stands and we write nothing; if we still own it, the
+    // fresh lease covers the writes and the completion.
+    let lease_ms =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    if !registry.renew(key, &options.owner, lease_ms)? {
+        lost_claim(report);
+        return Ok(());
+    }
     let g = &config.gateway;
     if !matches!(response.disposition, Disposition::Rejected) {
         let keep = |gi: usize, si: usize| {
@@ -520,20 +578,19 @@ fn work(
         };
         let doc = crate::translate::interchange_document(ic, utf8, &keep)
             .map_err(|e| ProcessError::Translate(e.to_string()))?;
-        let path = outputs::write_atomic(
-            &g.out,
-            &format!("{}.json", outputs::safe_name(key)),
-            &doc,
-            &options.owner,
-        )
-        .map_err(io_error(&g.out))?;
+        let path = outputs::write_atomic(&g.out, &format!("{stem}.json"), &doc, &options.owner)
+            .map_err(io_error(&g.out))?;
         report.outputs.push(path.display().to_string());
     }
     let mut stored = Vec::new();
     for o in &outbound {
-        let path =
-            outputs::write_atomic(&g.outbox, &outbound_name(key, o), &o.bytes, &options.owner)
-                .map_err(io_error(&g.outbox))?;
+        let path = outputs::write_atomic(
+            &g.outbox,
+            &outbound_name(&stem, o),
+            &o.bytes,
+            &options.owner,
+        )
+        .map_err(io_error(&g.outbox))?;
         report.acks.push(path.display().to_string());
         stored.push(StoredAck {
             kind: o.kind.extension().to_string(),

@@ -169,9 +169,6 @@ fn an_acknowledgment_is_never_acknowledged() {
         .filter(|l| !l.starts_with("ISA") && !l.starts_with("IEA"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let fa_group = fa_group
-        .replace("*X*004010~", "*X*004010~")
-        .replace("GS*FA*", "GS*FA*");
     let mixed = po
         .replacen("GE*1*101~\n", &format!("GE*1*101~\n{fa_group}"), 1)
         .replace("IEA*1*", "IEA*2*");

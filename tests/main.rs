@@ -4,5 +4,6 @@ mod acks;
 mod cli;
 mod fixtures;
 mod fuzz_corpus;
+mod process;
 mod props;
 mod util;

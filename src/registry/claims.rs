@@ -67,8 +67,13 @@ pub struct Completed {
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// We own the key: process it.
-    Owned { attempt: u32, previous: Previous },
+    /// We own the key: process it. `first_fingerprint` is the content the key was first
+    /// claimed for (outputs of later, corrected contents are named apart from its outputs).
+    Owned {
+        attempt: u32,
+        previous: Previous,
+        first_fingerprint: String,
+    },
     /// Completed before with the same content: replay its acknowledgments.
     Duplicate(Completed),
     /// Completed before with different content that delivered something: refuse.
@@ -132,103 +137,39 @@ fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// Several registry steps in one durable transaction (`BEGIN IMMEDIATE` ... `COMMIT`, one
+/// fsync). `process` claims, prepares and completes a whole batch of interchanges this way,
+/// which is what makes it fast on disks where an fsync costs milliseconds; each step is the
+/// one the single-interchange method of the same name performs.
+pub struct Batch<'r> {
+    tx: rusqlite::Transaction<'r>,
+    path: &'r str,
+}
+
 impl Registry {
-    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
-    pub fn claim_interchange(&mut self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
-        let path = self.path.clone();
+    /// Runs `f` in one immediate transaction and commits it; nothing is committed on `Err`.
+    pub fn batch<T>(
+        &mut self,
+        f: impl FnOnce(&Batch<'_>) -> Result<T, RegistryError>,
+    ) -> Result<T, RegistryError> {
+        let path = self.path.as_str();
         let sql = |source| RegistryError::Sqlite {
-            path: path.clone(),
+            path: path.to_string(),
             source,
         };
-        let now = now_ms();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql)?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
-                     lease_expires, attempts, file, first_seen, last_seen)
-                 VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
-                 ON CONFLICT (key) DO NOTHING",
-                params![
-                    req.key,
-                    req.partner,
-                    req.control_number,
-                    req.fingerprint,
-                    req.owner,
-                    now + req.lease_ms,
-                    req.file,
-                    now
-                ],
-            )
-            .map_err(sql)?;
-        let claim = if inserted == 1 {
-            record_fingerprint(&tx, req.key, req.fingerprint, 1, now).map_err(sql)?;
-            Claim::Owned {
-                attempt: 1,
-                previous: Previous::New,
-            }
-        } else {
-            let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx
-                .query_row(
-                    "SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1",
-                    [req.key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-                )
-                .map_err(sql)?;
-            tx.execute(
-                "UPDATE interchanges SET last_seen = ?2 WHERE key = ?1",
-                params![req.key, now],
-            )
-            .map_err(sql)?;
-            let same = fingerprint == req.fingerprint;
-            let take_over = |previous: Previous| -> Result<Claim, rusqlite::Error> {
-                let attempt = attempts + 1;
-                // A different content may not reuse the numbers reserved for the old one.
-                tx.execute(
-                    "UPDATE interchanges SET state = 'in_flight', owner = ?2, lease_expires = ?3,
-                         attempts = ?4, fingerprint = ?5, file = ?6,
-                         reservation = CASE WHEN fingerprint = ?5 THEN reservation END,
-                         disposition = NULL, reason_code = NULL, reason = NULL
-                     WHERE key = ?1",
-                    params![
-                        req.key,
-                        req.owner,
-                        now + req.lease_ms,
-                        attempt,
-                        req.fingerprint,
-                        req.file
-                    ],
-                )?;
-                record_fingerprint(&tx, req.key, req.fingerprint, attempt, now)?;
-                Ok(Claim::Owned { attempt, previous })
-            };
-            match (state.as_str(), disposition.as_deref()) {
-                ("completed", _) if same => {
-                    Claim::Duplicate(load_completed(&tx, req.key).map_err(sql)?)
-                }
-                ("completed", Some("rejected")) => {
-                    take_over(Previous::Rejected { fingerprint }).map_err(sql)?
-                }
-                ("completed", _) => Claim::Conflict(load_completed(&tx, req.key).map_err(sql)?),
-                ("in_flight", _)
-                    if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) =>
-                {
-                    Claim::Busy {
-                        owner: owner.unwrap_or_default(),
-                        lease_expires_ms: lease.unwrap_or(0),
-                    }
-                }
-                ("in_flight", _) => take_over(Previous::Expired {
-                    owner: owner.unwrap_or_default(),
-                })
-                .map_err(sql)?,
-                _ => take_over(Previous::Failed).map_err(sql)?,
-            }
-        };
-        tx.commit().map_err(sql)?;
-        Ok(claim)
+        let batch = Batch { tx, path };
+        let out = f(&batch)?;
+        batch.tx.commit().map_err(sql)?;
+        Ok(out)
+    }
+
+    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
+    pub fn claim_interchange(&mut self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
+        self.batch(|b| b.claim_interchange(req))
     }
 
     /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
@@ -240,46 +181,7 @@ impl Registry {
         isa13: usize,
         gs06: usize,
     ) -> Result<Reservation, RegistryError> {
-        let path = self.path.clone();
-        let sql = |source| RegistryError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let existing: Option<String> = tx
-            .query_row(
-                "SELECT reservation FROM interchanges WHERE key = ?1",
-                [key],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql)?
-            .flatten();
-        if let Some(r) = existing.and_then(|s| serde_json::from_str::<Reservation>(&s).ok()) {
-            if r.isa13.len() >= isa13 && r.gs06.len() >= gs06 {
-                return Ok(r);
-            }
-        }
-        let take = |counter: Counter, n: usize| -> Result<Vec<u32>, rusqlite::Error> {
-            (0..n)
-                .map(|_| super::counters::next_in(&tx, partner, counter))
-                .collect()
-        };
-        let reservation = Reservation {
-            at_ms: now_ms(),
-            isa13: take(Counter::Interchange, isa13).map_err(sql)?,
-            gs06: take(Counter::Group, gs06).map_err(sql)?,
-        };
-        tx.execute(
-            "UPDATE interchanges SET reservation = ?2 WHERE key = ?1",
-            params![key, json(&reservation)],
-        )
-        .map_err(sql)?;
-        tx.commit().map_err(sql)?;
-        Ok(reservation)
+        self.batch(|b| b.reserve_control_numbers(key, partner, isa13, gs06))
     }
 
     /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
@@ -291,34 +193,12 @@ impl Registry {
         groups: &[(String, String)],
         window_days: u32,
     ) -> Result<Vec<bool>, RegistryError> {
-        let path = self.path.clone();
-        let sql = |source| RegistryError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let now = now_ms();
-        let oldest = now - i64::from(window_days) * 86_400_000;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let mut dup = Vec::with_capacity(groups.len());
-        for (sender, number) in groups {
-            // Take the key when it is free, ours already, or older than the window.
-            let taken = tx
-                .execute(
-                    "INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (partner, app_sender, control_number) DO UPDATE
-                     SET interchange_key = excluded.interchange_key, seen = excluded.seen
-                     WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6",
-                    params![partner, sender, number, key, now, oldest],
-                )
-                .map_err(sql)?;
-            dup.push(taken == 0);
-        }
-        tx.commit().map_err(sql)?;
-        Ok(dup)
+        self.batch(|b| b.claim_groups(key, partner, groups, window_days))
+    }
+
+    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
+    pub fn renew(&mut self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
+        self.batch(|b| b.renew(key, owner, lease_ms))
     }
 
     /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
@@ -328,80 +208,270 @@ impl Registry {
         owner: &str,
         c: &Completion<'_>,
     ) -> Result<bool, RegistryError> {
-        let path = self.path.clone();
-        let sql = |source| RegistryError::Sqlite {
-            path: path.clone(),
+        self.batch(|b| b.complete(key, owner, c))
+    }
+}
+
+impl Batch<'_> {
+    fn sql(&self, source: rusqlite::Error) -> RegistryError {
+        RegistryError::Sqlite {
+            path: self.path.to_string(),
             source,
-        };
-        let now = now_ms();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let updated = tx
-            .execute(
-                "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
-                     disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
-                 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-                params![
-                    key,
-                    owner,
-                    c.disposition,
-                    c.reason_code,
-                    c.reason,
-                    json(&c.outputs),
-                    now
-                ],
-            )
-            .map_err(sql)?;
-        if updated == 0 {
-            return Ok(false);
         }
-        tx.execute("DELETE FROM acks WHERE key = ?1", [key])
-            .map_err(sql)?;
-        for (seq, a) in c.acks.iter().enumerate() {
-            tx.execute(
-                "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![key, seq as i64, a.kind, a.path, a.bytes],
-            )
-            .map_err(sql)?;
-        }
-        let partner: String = tx
-            .query_row(
-                "SELECT partner FROM interchanges WHERE key = ?1",
-                [key],
-                |r| r.get(0),
-            )
-            .map_err(sql)?;
-        for (sender, number) in c.released_groups {
-            tx.execute(
-                "DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4",
-                params![partner, sender, number, key],
-            )
-            .map_err(sql)?;
-        }
-        let control: String = tx
-            .query_row(
-                "SELECT control_number FROM interchanges WHERE key = ?1",
-                [key],
-                |r| r.get(0),
-            )
-            .map_err(sql)?;
-        insert_event(
-            &tx,
-            now,
-            c.event,
-            Some(key),
-            Some(&partner),
-            Some(&control),
-            Some(c.disposition),
-            c.detail,
-        )
-        .map_err(sql)?;
-        tx.commit().map_err(sql)?;
-        Ok(true)
     }
 
+    pub fn claim_interchange(&self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
+        claim(&self.tx, req, now_ms()).map_err(|e| self.sql(e))
+    }
+
+    pub fn reserve_control_numbers(
+        &self,
+        key: &str,
+        partner: &str,
+        isa13: usize,
+        gs06: usize,
+    ) -> Result<Reservation, RegistryError> {
+        reserve(&self.tx, key, partner, isa13, gs06).map_err(|e| self.sql(e))
+    }
+
+    pub fn claim_groups(
+        &self,
+        key: &str,
+        partner: &str,
+        groups: &[(String, String)],
+        window_days: u32,
+    ) -> Result<Vec<bool>, RegistryError> {
+        claim_groups(&self.tx, key, partner, groups, window_days).map_err(|e| self.sql(e))
+    }
+
+    pub fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        c: &Completion<'_>,
+    ) -> Result<bool, RegistryError> {
+        complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
+    }
+
+    pub fn renew(&self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
+        self.tx
+            .execute(
+                "UPDATE interchanges SET lease_expires = ?3 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+                params![key, owner, now_ms() + lease_ms],
+            )
+            .map(|n| n == 1)
+            .map_err(|e| self.sql(e))
+    }
+}
+
+fn claim(
+    tx: &rusqlite::Connection,
+    req: &ClaimRequest<'_>,
+    now: i64,
+) -> Result<Claim, rusqlite::Error> {
+    let inserted = tx.execute(
+        "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
+             lease_expires, attempts, file, first_seen, last_seen)
+         VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
+         ON CONFLICT (key) DO NOTHING",
+        params![
+            req.key,
+            req.partner,
+            req.control_number,
+            req.fingerprint,
+            req.owner,
+            now + req.lease_ms,
+            req.file,
+            now
+        ],
+    )?;
+    if inserted == 1 {
+        record_fingerprint(tx, req.key, req.fingerprint, 1, now)?;
+        return Ok(Claim::Owned {
+            attempt: 1,
+            previous: Previous::New,
+            first_fingerprint: req.fingerprint.to_string(),
+        });
+    }
+    let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx.query_row(
+        "SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1",
+        [req.key],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+    )?;
+    tx.execute(
+        "UPDATE interchanges SET last_seen = ?2 WHERE key = ?1",
+        params![req.key, now],
+    )?;
+    let same = fingerprint == req.fingerprint;
+    let take_over = |previous: Previous| -> Result<Claim, rusqlite::Error> {
+        let attempt = attempts + 1;
+        // A different content may not reuse the numbers reserved for the old one.
+        tx.execute(
+            "UPDATE interchanges SET state = 'in_flight', owner = ?2, lease_expires = ?3,
+                 attempts = ?4, fingerprint = ?5, file = ?6,
+                 reservation = CASE WHEN fingerprint = ?5 THEN reservation END,
+                 disposition = NULL, reason_code = NULL, reason = NULL
+             WHERE key = ?1",
+            params![
+                req.key,
+                req.owner,
+                now + req.lease_ms,
+                attempt,
+                req.fingerprint,
+                req.file
+            ],
+        )?;
+        record_fingerprint(tx, req.key, req.fingerprint, attempt, now)?;
+        let first_fingerprint = tx.query_row(
+            "SELECT fingerprint FROM fingerprints WHERE key = ?1 ORDER BY attempt LIMIT 1",
+            [req.key],
+            |r| r.get(0),
+        )?;
+        Ok(Claim::Owned {
+            attempt,
+            previous,
+            first_fingerprint,
+        })
+    };
+    Ok(match (state.as_str(), disposition.as_deref()) {
+        ("completed", _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
+        ("completed", Some("rejected")) => take_over(Previous::Rejected { fingerprint })?,
+        ("completed", _) => Claim::Conflict(load_completed(tx, req.key)?),
+        ("in_flight", _) if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) => {
+            Claim::Busy {
+                owner: owner.unwrap_or_default(),
+                lease_expires_ms: lease.unwrap_or(0),
+            }
+        }
+        // An unfinished attempt may have written its outputs before it died, and downstream
+        // may have taken them: only the same content may finish its work.
+        ("in_flight" | "failed", _) if !same => Claim::Conflict(load_completed(tx, req.key)?),
+        ("in_flight", _) => take_over(Previous::Expired {
+            owner: owner.unwrap_or_default(),
+        })?,
+        _ => take_over(Previous::Failed)?,
+    })
+}
+
+fn reserve(
+    tx: &rusqlite::Connection,
+    key: &str,
+    partner: &str,
+    isa13: usize,
+    gs06: usize,
+) -> Result<Reservation, rusqlite::Error> {
+    let existing: Option<String> = tx
+        .query_row(
+            "SELECT reservation FROM interchanges WHERE key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    if let Some(r) = existing.and_then(|s| serde_json::from_str::<Reservation>(&s).ok()) {
+        if r.isa13.len() >= isa13 && r.gs06.len() >= gs06 {
+            return Ok(r);
+        }
+    }
+    let take = |counter: Counter, n: usize| -> Result<Vec<u32>, rusqlite::Error> {
+        (0..n)
+            .map(|_| super::counters::next_in(tx, partner, counter))
+            .collect()
+    };
+    let reservation = Reservation {
+        at_ms: now_ms(),
+        isa13: take(Counter::Interchange, isa13)?,
+        gs06: take(Counter::Group, gs06)?,
+    };
+    tx.execute(
+        "UPDATE interchanges SET reservation = ?2 WHERE key = ?1",
+        params![key, json(&reservation)],
+    )?;
+    Ok(reservation)
+}
+
+fn claim_groups(
+    tx: &rusqlite::Connection,
+    key: &str,
+    partner: &str,
+    groups: &[(String, String)],
+    window_days: u32,
+) -> Result<Vec<bool>, rusqlite::Error> {
+    let now = now_ms();
+    let oldest = now - i64::from(window_days) * 86_400_000;
+    groups
+        .iter()
+        .map(|(sender, number)| {
+            // Take the key when it is free, ours already, or older than the window.
+            let taken = tx.execute(
+                "INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (partner, app_sender, control_number) DO UPDATE
+                 SET interchange_key = excluded.interchange_key, seen = excluded.seen
+                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6",
+                params![partner, sender, number, key, now, oldest],
+            )?;
+            Ok(taken == 0)
+        })
+        .collect()
+}
+
+fn complete(
+    tx: &rusqlite::Connection,
+    key: &str,
+    owner: &str,
+    c: &Completion<'_>,
+) -> Result<bool, rusqlite::Error> {
+    let now = now_ms();
+    let updated = tx.execute(
+        "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
+             disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
+         WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+        params![
+            key,
+            owner,
+            c.disposition,
+            c.reason_code,
+            c.reason,
+            json(&c.outputs),
+            now
+        ],
+    )?;
+    if updated == 0 {
+        return Ok(false);
+    }
+    tx.execute("DELETE FROM acks WHERE key = ?1", [key])?;
+    for (seq, a) in c.acks.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![key, seq as i64, a.kind, a.path, a.bytes],
+        )?;
+    }
+    let (partner, control): (String, String) = tx.query_row(
+        "SELECT partner, control_number FROM interchanges WHERE key = ?1",
+        [key],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    for (sender, number) in c.released_groups {
+        tx.execute(
+            "DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4",
+            params![partner, sender, number, key],
+        )?;
+    }
+    insert_event(
+        tx,
+        now,
+        c.event,
+        Some(key),
+        Some(&partner),
+        Some(&control),
+        Some(c.disposition),
+        c.detail,
+    )?;
+    Ok(true)
+}
+
+impl Registry {
     /// Marks our claim failed (an operational error stopped the work), so the next attempt
     /// takes it over at once instead of waiting for the lease.
     pub fn fail(&mut self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {

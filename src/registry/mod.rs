@@ -20,8 +20,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 pub use claims::{
-    now_ms, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous, Reservation,
-    StoredAck,
+    now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous,
+    Reservation, StoredAck,
 };
 pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
 

@@ -1,0 +1,1249 @@
+//! `process` end to end through the real binary (SPEC sections 3, 6 and 8): duplicates and
+//! their replayed acknowledgments, conflicts, corrected resends, many processes at once,
+//! crashes at every failpoint, pruning, safe output names and the `--json` line contract.
+//!
+//! Every test owns a temporary folder with its own `partners.toml`, database and output
+//! folders, so tests run in parallel. Processes are started with `std::process::Command`
+//! rather than `assert_cmd` because the concurrency tests need `spawn`. The crash tests need
+//! the `failpoints` feature (`cargo test --features failpoints`) and live in [`crash`].
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::util::fixture;
+
+const BIN: &str = env!("CARGO_BIN_EXE_x12gate");
+
+/// The hidden folder beside each output folder where files are written before their rename.
+const TMP_DIR: &str = ".x12gate-tmp";
+
+// ---------------------------------------------------------------------------------------------
+// A gateway in a temporary folder.
+
+fn config_text(lease_seconds: u64, unknown_partners: &str) -> String {
+    format!(
+        r#"[gateway]
+id_qualifier = "ZZ"
+id = "X12GATE"
+inbox = "data/inbox"
+outbox = "data/outbox"
+out = "data/out"
+archive = "data/archive"
+rejected = "data/rejected"
+database = "data/x12gate.db"
+lease_seconds = {lease_seconds}
+unknown_partners = "{unknown_partners}"
+
+[[partner]]
+name = "Acme Retail"
+id_qualifier = "ZZ"
+id = "ACME"
+duplicate_window_days = 30
+ack = "997"
+ta1 = "on_error"
+check_group_duplicates = true
+
+[[partner]]
+name = "Globex Distribution"
+id_qualifier = "ZZ"
+id = "GLOBEX"
+duplicate_window_days = 45
+ack = "999"
+ta1 = "requested"
+check_group_duplicates = true
+
+[[partner]]
+name = "Example Health Plan"
+id_qualifier = "30"
+id = "841234567"
+ack = "999"
+ta1 = "on_error"
+"#
+    )
+}
+
+struct Gate {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+/// What one `process` (or other command) run left behind.
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// The `--json` lines.
+    fn reports(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}\n{self}"))
+            })
+            .collect()
+    }
+
+    /// The only `--json` line.
+    fn report(&self) -> Value {
+        let reports = self.reports();
+        assert_eq!(reports.len(), 1, "one line expected\n{self}");
+        reports.into_iter().next().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "status: {}\nstdout:\n{}\nstderr:\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Gate {
+    fn new(lease_seconds: u64, unknown_partners: &str) -> Gate {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("partners.toml");
+        fs::write(&config, config_text(lease_seconds, unknown_partners)).unwrap();
+        fs::create_dir(dir.path().join("in")).unwrap();
+        Gate { dir, config }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Another configuration over the same data folder (another lease, for instance).
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    fn other_config(&self, name: &str, lease_seconds: u64, unknown_partners: &str) -> PathBuf {
+        let path = self.root().join(name);
+        fs::write(&path, config_text(lease_seconds, unknown_partners)).unwrap();
+        path
+    }
+
+    fn out(&self) -> PathBuf {
+        self.root().join("data/out")
+    }
+
+    fn outbox(&self) -> PathBuf {
+        self.root().join("data/outbox")
+    }
+
+    fn database(&self) -> PathBuf {
+        self.root().join("data/x12gate.db")
+    }
+
+    /// Writes an inbound file under `in/`.
+    fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.root().join("in").join(name);
+        fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// The binary with `config`, no failpoint armed and the default log level.
+    fn command(&self, config: &Path) -> Command {
+        let mut c = Command::new(BIN);
+        c.current_dir(self.root())
+            .env_remove("FAILPOINTS")
+            .env_remove("RUST_LOG")
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// `process --json [extra] FILES` with `config`, with `failpoints` armed when given.
+    fn process_command(
+        &self,
+        config: &Path,
+        extra: &[&str],
+        failpoints: Option<&str>,
+        files: &[&Path],
+    ) -> Command {
+        let mut c = self.command(config);
+        c.args(["process", "--json"]).args(extra).args(files);
+        if let Some(f) = failpoints {
+            c.env("FAILPOINTS", f);
+        }
+        c
+    }
+
+    fn process(&self, files: &[&Path]) -> Run {
+        run(self.process_command(&self.config, &[], None, files))
+    }
+
+    fn history(&self) -> Vec<Value> {
+        let r = run({
+            let mut c = self.command(&self.config);
+            c.args(["history", "--json"]);
+            c
+        });
+        assert_eq!(r.code(), Some(0), "{r}");
+        r.reports()
+    }
+
+    /// `history --json` events of one key.
+    fn events(&self, key: &str) -> Vec<Value> {
+        self.history()
+            .into_iter()
+            .filter(|e| e["key"] == key)
+            .collect()
+    }
+}
+
+fn run(mut c: Command) -> Run {
+    finish(c.spawn().expect("x12gate starts"))
+}
+
+fn finish(child: Child) -> Run {
+    let out = child.wait_with_output().expect("x12gate runs");
+    Run {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The names a downstream reader of `dir` would take (no hidden entries), sorted.
+fn visible(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match fs::read_dir(dir) {
+        Ok(d) => d
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+/// What sits in `dir`'s hidden temporary folder.
+fn leftovers(dir: &Path) -> Vec<String> {
+    match fs::read_dir(dir.join(TMP_DIR)) {
+        Ok(d) => d
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn mtime(path: &Path) -> SystemTime {
+    fs::metadata(path).unwrap().modified().unwrap()
+}
+
+/// Reports with `disposition`.
+fn count(reports: &[Value], disposition: &str) -> usize {
+    reports
+        .iter()
+        .filter(|r| r["disposition"] == disposition)
+        .count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interchanges.
+
+/// The 850 fixture from ACME (ISA13 000000101, GS06 101).
+fn base_850() -> String {
+    fs::read_to_string(fixture("850-004010.x12")).unwrap()
+}
+
+fn swap(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "{from:?} not found in\n{text}");
+    text.replacen(from, to, 1)
+}
+
+/// The 850 fixture as sent by `sender` (ISA06, kept 15 wide; GS02) with its own ISA13 and GS06.
+fn po(sender: &str, isa13: u32, gs06: u32) -> String {
+    let isa13 = format!("{isa13:09}");
+    let isa06 = format!("{sender:<15}");
+    assert_eq!(isa06.len(), 15, "ISA06 {sender:?} must fit 15 bytes");
+    let text = swap(
+        &base_850(),
+        "*ZZ*ACME           *",
+        &format!("*ZZ*{isa06}*"),
+    );
+    let text = swap(&text, "*00401*000000101*", &format!("*00401*{isa13}*"));
+    let text = swap(&text, "IEA*1*000000101~", &format!("IEA*1*{isa13}~"));
+    let text = swap(
+        &text,
+        "GS*PO*ACME*X12GATE*20240115*0930*101*",
+        &format!("GS*PO*{sender}*X12GATE*20240115*0930*{gs06}*"),
+    );
+    swap(&text, "GE*1*101~", &format!("GE*1*{gs06}~"))
+}
+
+/// The same interchange with one element of the first PO1 changed (quantity 120 → 121).
+fn changed_po1(text: &str) -> String {
+    swap(text, "PO1*1*120*EA", "PO1*1*121*EA")
+}
+
+/// The registry key and the file-name stem of ACME's interchange `isa13`.
+fn acme(isa13: u32) -> (String, String) {
+    (format!("ZZ:ACME:{isa13:09}"), format!("ZZ_ACME_{isa13:09}"))
+}
+
+/// The segments of an X12 interchange, elements split, using its own delimiters.
+fn segments(x12: &[u8]) -> Vec<Vec<String>> {
+    assert!(
+        x12.len() > 106 && x12.starts_with(b"ISA"),
+        "not X12: {x12:?}"
+    );
+    let (element, terminator) = (x12[3], x12[105]);
+    x12.split(|b| *b == terminator)
+        .map(|s| s.trim_ascii())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.split(|b| *b == element)
+                .map(|e| String::from_utf8_lossy(e).into_owned())
+                .collect()
+        })
+        .collect()
+}
+
+fn segment<'a>(segments: &'a [Vec<String>], id: &str) -> &'a [String] {
+    segments
+        .iter()
+        .find(|s| s[0] == id)
+        .unwrap_or_else(|| panic!("no {id} in {segments:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Duplicates, conflicts, resends.
+
+#[test]
+fn the_same_file_twice_is_a_duplicate_that_replays_the_original_ack() {
+    let gate = Gate::new(300, "reject");
+    let file = gate.write("po.x12", po("ACME", 101, 101));
+    let (_, stem) = acme(101);
+
+    let first = gate.process(&[&file]);
+    assert_eq!(first.code(), Some(0), "{first}");
+    assert_eq!(first.report()["disposition"], "accepted", "{first}");
+    let translation = gate.out().join(format!("{stem}.json"));
+    let ack = gate.outbox().join(format!("{stem}.997.x12"));
+    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    assert_eq!(visible(&gate.outbox()), [format!("{stem}.997.x12")]);
+    let (ack_bytes, doc_bytes, doc_time) = (
+        fs::read(&ack).unwrap(),
+        fs::read(&translation).unwrap(),
+        mtime(&translation),
+    );
+    fs::remove_file(&ack).unwrap();
+
+    let second = gate.process(&[&file]);
+    assert_eq!(second.code(), Some(0), "{second}");
+    let r = second.report();
+    assert_eq!(r["disposition"], "duplicate", "{second}");
+    assert_eq!(r["acks"], serde_json::json!([ack.display().to_string()]));
+    assert_eq!(r["outputs"], serde_json::json!([]));
+    assert_eq!(
+        fs::read(&ack).unwrap(),
+        ack_bytes,
+        "the replayed acknowledgment is the original, byte for byte"
+    );
+    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    assert_eq!(fs::read(&translation).unwrap(), doc_bytes);
+    assert_eq!(
+        mtime(&translation),
+        doc_time,
+        "the translation is not rewritten"
+    );
+    assert_eq!(visible(&gate.outbox()), [format!("{stem}.997.x12")]);
+}
+
+#[test]
+fn a_resend_with_other_envelope_times_delimiters_and_line_endings_is_a_duplicate() {
+    let gate = Gate::new(300, "reject");
+    // The 271 fixture uses repetitions (^) and composites (:), so every delimiter matters.
+    let original = fs::read_to_string(fixture("repetitions-composites-005010.x12")).unwrap();
+    for c in ['|', '{', '>', '\r'] {
+        assert!(!original.contains(c), "the fixture must not hold {c:?}");
+    }
+    assert!(original.contains('^') && original.contains("HC:99213"));
+    let later = swap(
+        &swap(&original, "*240301*1016*^*", "*240302*2359*^*"),
+        "*X12GATE*20240301*1016*",
+        "*X12GATE*20240302*2359*",
+    );
+    let redelimited = later
+        .replace('*', "|")
+        .replace('^', "{")
+        .replace(':', ">")
+        .replace("~\n", "\n");
+    let crlf = later.replace('\n', "\r\n");
+    let one_line = original.replace("~\n", "~");
+    let files = [
+        gate.write("original.x12", &original),
+        gate.write("redelimited.x12", &redelimited),
+        gate.write("crlf.x12", &crlf),
+        gate.write("one-line.x12", &one_line),
+    ];
+
+    let first = gate.process(&[&files[0]]);
+    assert_eq!(first.report()["disposition"], "accepted", "{first}");
+    let out = visible(&gate.out());
+    assert_eq!(out.len(), 1, "{out:?}");
+    let doc_time = mtime(&gate.out().join(&out[0]));
+    for file in &files[1..] {
+        let again = gate.process(&[file]);
+        assert_eq!(again.code(), Some(0), "{again}");
+        assert_eq!(
+            again.report()["disposition"],
+            "duplicate",
+            "{}: {again}",
+            file.display()
+        );
+    }
+    assert_eq!(visible(&gate.out()), out);
+    assert_eq!(mtime(&gate.out().join(&out[0])), doc_time);
+}
+
+#[test]
+fn a_reused_control_number_with_changed_content_is_a_conflict() {
+    let gate = Gate::new(300, "reject");
+    let text = po("ACME", 101, 101);
+    let original = gate.write("po.x12", &text);
+    let changed = gate.write("po-changed.x12", changed_po1(&text));
+    let (key, stem) = acme(101);
+
+    let first = gate.process(&[&original]);
+    assert_eq!(first.report()["disposition"], "accepted", "{first}");
+    let translation = gate.out().join(format!("{stem}.json"));
+    let ack = gate.outbox().join(format!("{stem}.997.x12"));
+    let before = (
+        fs::read(&translation).unwrap(),
+        mtime(&translation),
+        fs::read(&ack).unwrap(),
+        mtime(&ack),
+    );
+
+    let conflict = gate.process(&[&changed]);
+    assert_eq!(conflict.code(), Some(3), "{conflict}");
+    let r = conflict.report();
+    assert_eq!(r["disposition"], "conflict", "{conflict}");
+    assert_eq!(r["reason_code"], "025");
+    assert_eq!(r["outputs"], serde_json::json!([]));
+    let acks = r["acks"].as_array().unwrap();
+    assert_eq!(acks.len(), 1, "{conflict}");
+    let ta1_path = PathBuf::from(acks[0].as_str().unwrap());
+    let name = ta1_path.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with(&format!("{stem}.conflict-")) && name.ends_with(".ta1.x12"),
+        "{name}"
+    );
+    let ta1 = segments(&fs::read(&ta1_path).unwrap());
+    let ta1 = segment(&ta1, "TA1");
+    assert_eq!(ta1[1], "000000101", "TA101 is the ISA13: {ta1:?}");
+    assert_eq!(ta1[4], "R", "TA104: {ta1:?}");
+    assert_eq!(ta1[5], "025", "TA105: {ta1:?}");
+
+    // The first record is untouched: its files, its outcome, and a resend of it.
+    let after = (
+        fs::read(&translation).unwrap(),
+        mtime(&translation),
+        fs::read(&ack).unwrap(),
+        mtime(&ack),
+    );
+    assert!(
+        before == after,
+        "the original translation and ack are untouched"
+    );
+    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    let events: Vec<String> = gate
+        .events(&key)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events, ["accepted", "conflict"]);
+    let third = gate.process(&[&original]);
+    assert_eq!(third.code(), Some(0), "{third}");
+    assert_eq!(third.report()["disposition"], "duplicate", "{third}");
+    assert_eq!(fs::read(&ack).unwrap(), before.2);
+    assert_eq!(mtime(&translation), before.1);
+}
+
+#[test]
+fn the_same_control_number_from_two_senders_is_two_interchanges() {
+    let gate = Gate::new(300, "reject");
+    let acme_file = gate.write("acme.x12", po("ACME", 101, 101));
+    let globex_file = gate.write("globex.x12", po("GLOBEX", 101, 101));
+    let r = gate.process(&[&acme_file, &globex_file]);
+    assert_eq!(r.code(), Some(0), "{r}");
+    let reports = r.reports();
+    assert_eq!(count(&reports, "accepted"), 2, "{r}");
+    assert_eq!(reports[0]["correlation_id"], "ZZ:ACME:000000101");
+    assert_eq!(reports[1]["correlation_id"], "ZZ:GLOBEX:000000101");
+    assert_eq!(
+        visible(&gate.out()),
+        ["ZZ_ACME_000000101.json", "ZZ_GLOBEX_000000101.json"]
+    );
+    // GLOBEX answers with a 999 and, as ISA14 asks, a TA1.
+    assert_eq!(
+        visible(&gate.outbox()),
+        [
+            "ZZ_ACME_000000101.997.x12",
+            "ZZ_GLOBEX_000000101.999.x12",
+            "ZZ_GLOBEX_000000101.ta1.x12"
+        ]
+    );
+}
+
+#[test]
+fn a_corrected_resend_after_a_rejection_is_accepted_as_attempt_2() {
+    let gate = Gate::new(300, "reject");
+    let good = po("ACME", 101, 101);
+    let bad = swap(&good, "SE*13*0001~", "SE*12*0001~");
+    let (bad, good) = (gate.write("bad.x12", bad), gate.write("good.x12", good));
+    let (key, stem) = acme(101);
+
+    let first = gate.process(&[&bad]);
+    assert_eq!(first.code(), Some(3), "{first}");
+    let r = first.report();
+    assert_eq!(r["disposition"], "rejected", "{first}");
+    assert_eq!(r["attempt"], 1);
+    assert_eq!(r["outputs"], serde_json::json!([]));
+    assert_eq!(visible(&gate.out()), Vec::<String>::new(), "no translation");
+    let ack = segments(&fs::read(gate.outbox().join(format!("{stem}.997.x12"))).unwrap());
+    assert_eq!(segment(&ack, "AK9")[1], "R");
+
+    let second = gate.process(&[&good]);
+    assert_eq!(second.code(), Some(0), "{second}");
+    let r = second.report();
+    assert_eq!(r["disposition"], "accepted", "{second}");
+    assert_eq!(r["attempt"], 2);
+    // The corrected content's outputs are named apart, so its 997 never replaces the
+    // rejection's 997 before that one was sent.
+    let out = visible(&gate.out());
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with(&format!("{stem}."))
+            && out[0].ends_with(".json")
+            && out[0] != format!("{stem}.json"),
+        "{out:?}"
+    );
+    let acks = visible(&gate.outbox());
+    assert_eq!(
+        acks.len(),
+        2,
+        "the rejection's and the acceptance's 997: {acks:?}"
+    );
+    assert!(acks.contains(&format!("{stem}.997.x12")), "{acks:?}");
+
+    let events = gate.events(&key);
+    let seen: Vec<(&str, &str, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap(),
+                e["file"].as_str().unwrap(),
+                e["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("rejected", bad.to_str().unwrap(), 1),
+            ("accepted", good.to_str().unwrap(), 2)
+        ]
+    );
+    // Both contents are now known: the corrected one is a duplicate, the rejected one a conflict.
+    assert_eq!(gate.process(&[&good]).report()["disposition"], "duplicate");
+    assert_eq!(gate.process(&[&bad]).report()["disposition"], "conflict");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many processes at once.
+
+#[test]
+fn concurrent_processes_accept_an_interchange_exactly_once() {
+    const PROCESSES: usize = 8;
+    const ROUNDS: u32 = 20;
+    let gate = Gate::new(300, "reject");
+    for round in 0..ROUNDS {
+        let isa13 = 1000 + round;
+        let text = po("ACME", isa13, isa13);
+        // Half the processes share one file, the others each read a copy under its own name.
+        let shared = gate.write(&format!("r{round}.x12"), &text);
+        let files: Vec<PathBuf> = (0..PROCESSES)
+            .map(|i| {
+                if i % 2 == 0 {
+                    shared.clone()
+                } else {
+                    gate.write(&format!("r{round}-copy{i}.x12"), &text)
+                }
+            })
+            .collect();
+        let children: Vec<Child> = files
+            .iter()
+            .map(|f| {
+                gate.process_command(&gate.config, &[], None, &[f])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let runs: Vec<Run> = children.into_iter().map(finish).collect();
+        let reports: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                assert_eq!(r.code(), Some(0), "round {round}: {r}");
+                r.report()
+            })
+            .collect();
+        let shown = || {
+            runs.iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(
+            count(&reports, "accepted"),
+            1,
+            "round {round}:\n{}",
+            shown()
+        );
+        assert_eq!(
+            count(&reports, "duplicate"),
+            PROCESSES - 1,
+            "round {round}:\n{}",
+            shown()
+        );
+        let (_, stem) = acme(isa13);
+        let mine = |dir: &Path| -> Vec<String> {
+            visible(dir)
+                .into_iter()
+                .filter(|n| n.starts_with(&format!("{stem}.")))
+                .collect()
+        };
+        assert_eq!(mine(&gate.out()), [format!("{stem}.json")], "round {round}");
+        assert_eq!(
+            mine(&gate.outbox()),
+            [format!("{stem}.997.x12")],
+            "round {round}"
+        );
+    }
+    // The registry agrees: one acceptance per key, the rest duplicates.
+    let history = gate.history();
+    for round in 0..ROUNDS {
+        let (key, _) = acme(1000 + round);
+        let events: Vec<&Value> = history.iter().filter(|e| e["key"] == key).collect();
+        let accepted = events.iter().filter(|e| e["event"] == "accepted").count();
+        let duplicates = events.iter().filter(|e| e["event"] == "duplicate").count();
+        assert_eq!((accepted, duplicates), (1, PROCESSES - 1), "{key}");
+    }
+    assert_eq!(visible(&gate.out()).len(), ROUNDS as usize);
+    assert_eq!(visible(&gate.outbox()).len(), ROUNDS as usize);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Temporary files.
+
+#[test]
+fn stale_temporary_files_are_removed_once_older_than_the_lease() {
+    let gate = Gate::new(300, "reject");
+    let file = gate.write("po.x12", po("ACME", 101, 101));
+    // What a crash in the middle of a write leaves: one file an hour old, one just written
+    // (which may still belong to a live writer, so it must stay).
+    for dir in [gate.out(), gate.outbox()] {
+        fs::create_dir_all(dir.join(TMP_DIR)).unwrap();
+        let old = dir.join(TMP_DIR).join("ZZ_ACME_000000099.json.host_1_dead");
+        fs::write(&old, b"{\"partial\":").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(3600))
+            .unwrap();
+        fs::write(dir.join(TMP_DIR).join("young.host_2_live"), b"x").unwrap();
+    }
+    let r = gate.process(&[&file]);
+    assert_eq!(r.report()["disposition"], "accepted", "{r}");
+    for dir in [gate.out(), gate.outbox()] {
+        assert_eq!(leftovers(&dir), ["young.host_2_live"], "{}", dir.display());
+    }
+    assert_eq!(visible(&gate.out()), ["ZZ_ACME_000000101.json"]);
+    assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retention.
+
+#[test]
+fn prune_removes_exactly_the_keys_older_than_their_partners_window() {
+    let gate = Gate::new(300, "reject");
+    // ACME keeps keys 30 days, GLOBEX 45.
+    let files = [
+        gate.write("a201.x12", po("ACME", 201, 201)),
+        gate.write("a202.x12", po("ACME", 202, 202)),
+        gate.write("a203.x12", po("ACME", 203, 203)),
+        gate.write("g201.x12", po("GLOBEX", 201, 201)),
+    ];
+    let refs: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+    let first = gate.process(&refs);
+    assert_eq!(first.code(), Some(0), "{first}");
+    assert_eq!(count(&first.reports(), "accepted"), 4, "{first}");
+    {
+        let registry = x12gate::registry::Registry::open(&gate.database()).unwrap();
+        registry.age_for_tests("ZZ:ACME:000000201", 31).unwrap(); // beyond 30 days
+        registry.age_for_tests("ZZ:ACME:000000202", 29).unwrap(); // within
+        registry.age_for_tests("ZZ:GLOBEX:000000201", 40).unwrap(); // within 45
+    }
+    let prune = run({
+        let mut c = gate.command(&gate.config);
+        c.arg("prune");
+        c
+    });
+    assert_eq!(prune.code(), Some(0), "{prune}");
+    assert_eq!(prune.stdout, "ZZ:ACME:000000201\n", "{prune}");
+    let event = gate
+        .history()
+        .into_iter()
+        .find(|e| e["event"] == "prune")
+        .expect("a prune event");
+    assert_eq!(event["removed"], serde_json::json!(["ZZ:ACME:000000201"]));
+
+    let again = gate.process(&refs);
+    assert_eq!(again.code(), Some(0), "{again}");
+    let dispositions: Vec<String> = again
+        .reports()
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        dispositions,
+        ["accepted", "duplicate", "duplicate", "duplicate"],
+        "{again}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names derived from keys.
+
+#[test]
+fn output_names_from_hostile_sender_ids_stay_inside_the_output_folders() {
+    let gate = Gate::new(300, "accept");
+    let senders = ["A/B", "A_B", "../../etc x", "A\u{7}B C", "..", "/", ". ."];
+    let files: Vec<PathBuf> = senders
+        .iter()
+        .enumerate()
+        .map(|(i, s)| gate.write(&format!("s{i}.x12"), po(s, 101, 101)))
+        .collect();
+    let refs: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+    let r = gate.process(&refs);
+    assert_eq!(r.code(), Some(0), "{r}");
+    let reports = r.reports();
+    assert_eq!(count(&reports, "accepted"), senders.len(), "{r}");
+    for report in &reports {
+        let written = report["acks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (gate.outbox(), a))
+            .chain(
+                report["outputs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| (gate.out(), o)),
+            );
+        for (dir, path) in written {
+            let path = Path::new(path.as_str().unwrap());
+            assert_eq!(path.parent(), Some(dir.as_path()), "{}", path.display());
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert!(
+                !name.starts_with('.') && !name.contains("..") && !name.contains(' '),
+                "{name:?}"
+            );
+            assert!(name.chars().all(|c| !c.is_control()), "{name:?}");
+            assert!(path.is_file(), "{}", path.display());
+        }
+    }
+    // Nothing but files in the output folders (besides the hidden temporary one), one per
+    // sender, and nothing created elsewhere.
+    for dir in [gate.out(), gate.outbox()] {
+        let names = visible(&dir);
+        assert_eq!(names.len(), senders.len(), "{names:?}");
+        for n in &names {
+            assert!(dir.join(n).is_file(), "{n:?}");
+        }
+    }
+    let mut top = visible(gate.root());
+    top.sort();
+    assert_eq!(top, ["data", "in", "partners.toml"]);
+    let mut data = visible(&gate.root().join("data"));
+    data.retain(|n| !n.starts_with("x12gate.db"));
+    assert_eq!(data, ["out", "outbox"]);
+    // A/B and A_B share ISA13 but not files.
+    assert_ne!(reports[0]["outputs"], reports[1]["outputs"]);
+    assert_ne!(reports[0]["acks"], reports[1]["acks"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `--json` contract and exit codes.
+
+fn assert_report_shape(r: &Value) {
+    let o = r
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {r}"));
+    for field in [
+        "file",
+        "correlation_id",
+        "sender",
+        "receiver",
+        "control_number",
+    ] {
+        assert!(o[field].is_string(), "{field} in {r}");
+    }
+    assert!(o["disposition"].is_string(), "{r}");
+    for field in ["reason_code", "reason"] {
+        assert!(
+            o.get(field).is_some_and(|v| v.is_null() || v.is_string()),
+            "{field} in {r}"
+        );
+    }
+    for field in ["acks", "outputs"] {
+        for p in o[field]
+            .as_array()
+            .unwrap_or_else(|| panic!("{field} in {r}"))
+        {
+            let p = Path::new(p.as_str().unwrap());
+            assert!(p.is_absolute() && p.is_file(), "{field} in {r}");
+        }
+    }
+}
+
+#[test]
+fn json_lines_carry_every_field_with_its_type_and_exit_codes_follow() {
+    let gate = Gate::new(300, "reject");
+    let text = po("ACME", 101, 101);
+    let original = gate.write("po.x12", &text);
+    let changed = gate.write("changed.x12", changed_po1(&text));
+
+    let accepted = gate.process(&[&original]);
+    assert_eq!(accepted.code(), Some(0), "{accepted}");
+    let a = accepted.report();
+    assert_report_shape(&a);
+    assert_eq!(a["file"], original.display().to_string());
+    assert_eq!(a["correlation_id"], "ZZ:ACME:000000101");
+    assert_eq!(a["sender"], "ZZ:ACME");
+    assert_eq!(a["receiver"], "ZZ:X12GATE");
+    assert_eq!(a["control_number"], "000000101");
+    assert_eq!(a["disposition"], "accepted");
+    assert_eq!(a["reason_code"], Value::Null);
+    assert_eq!(a["attempt"], 1);
+    assert!(a.get("took_over").is_none_or(Value::is_null), "{a}");
+    assert_eq!(a["acks"].as_array().unwrap().len(), 1);
+    assert_eq!(a["outputs"].as_array().unwrap().len(), 1);
+
+    let duplicate = gate.process(&[&original]);
+    assert_eq!(duplicate.code(), Some(0), "{duplicate}");
+    let d = duplicate.report();
+    assert_report_shape(&d);
+    assert_eq!(d["disposition"], "duplicate");
+    assert_eq!(d["acks"], a["acks"]);
+    assert_eq!(d["outputs"], serde_json::json!([]));
+
+    let conflict = gate.process(&[&changed]);
+    assert_eq!(conflict.code(), Some(3), "{conflict}");
+    let c = conflict.report();
+    assert_report_shape(&c);
+    assert_eq!(c["disposition"], "conflict");
+    assert_eq!(c["reason_code"], "025");
+    assert!(!c["reason"].as_str().unwrap().is_empty());
+    assert_eq!(c["control_number"], "000000101");
+
+    // history --json: at least the fields of process --json, and the time.
+    for e in gate.history() {
+        assert_report_shape(&e);
+        assert!(e["time"].is_string() && e["event"].is_string(), "{e}");
+    }
+}
+
+#[test]
+fn a_non_x12_file_is_rejected_with_a_reason_and_the_other_files_are_processed() {
+    let gate = Gate::new(300, "reject");
+    let first = gate.write("first.x12", po("ACME", 101, 101));
+    let junk = gate.write("junk.txt", "hello, this is not EDI\n");
+    let last = gate.write("last.x12", po("ACME", 102, 102));
+    let r = gate.process(&[&first, &junk, &last]);
+    assert_eq!(r.code(), Some(3), "{r}");
+    let reports = r.reports();
+    assert_eq!(reports.len(), 3, "{r}");
+    assert_eq!(reports[0]["disposition"], "accepted");
+    assert_eq!(reports[2]["disposition"], "accepted");
+    let j = &reports[1];
+    assert_eq!(j["file"], junk.display().to_string());
+    assert_eq!(j["disposition"], "rejected");
+    assert!(!j["reason"].as_str().unwrap_or("").is_empty(), "{j}");
+    assert_eq!(j["correlation_id"], Value::Null);
+    assert_eq!(j["acks"], serde_json::json!([]));
+    assert_eq!(j["outputs"], serde_json::json!([]));
+    assert!(gate
+        .history()
+        .iter()
+        .any(|e| e["event"] == "unreadable" && e["file"] == junk.display().to_string()));
+    assert_eq!(visible(&gate.out()).len(), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crashes (SPEC section 8).
+
+#[cfg(feature = "failpoints")]
+mod crash {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// History events that complete an interchange (the others record a decision that completes
+    /// nothing: duplicate, conflict, in_progress, unreadable, prune).
+    fn completions(events: &[Value]) -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| {
+                ["accepted", "partial", "rejected"].contains(&e["event"].as_str().unwrap_or(""))
+            })
+            .collect()
+    }
+
+    /// A complete interchange: it ends with an IEA whose IEA02 is its ISA13.
+    fn assert_complete_interchange(bytes: &[u8]) {
+        let segs = segments(bytes);
+        let last = segs.last().unwrap();
+        assert_eq!(last[0], "IEA", "{segs:?}");
+        assert_eq!(last[2], segment(&segs, "ISA")[13], "{segs:?}");
+    }
+
+    /// The quantity (PO102) of the first PO1 of a translation document.
+    fn first_po1_quantity(doc: &Value) -> String {
+        doc["interchanges"][0]["groups"][0]["sets"][0]["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == "PO1")
+            .map(|s| s["elements"][1].as_str().unwrap().to_string())
+            .unwrap()
+    }
+
+    /// The crashing run's lease: long enough for a `--no-wait` run to find it alive.
+    const LEASE: u64 = 3;
+
+    fn assert_crashed(r: &Run) {
+        assert!(
+            !r.status.success() && r.code() != Some(3),
+            "the failpoint should abort the process\n{r}"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(r.status.signal(), Some(6), "SIGABRT expected\n{r}");
+        }
+    }
+
+    fn sleep_until(t: Instant) {
+        if let Some(d) = t.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    }
+
+    /// The files of `dir` that a reader would take, with their bytes.
+    fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        visible(dir)
+            .into_iter()
+            .map(|n| {
+                let bytes = fs::read(dir.join(&n)).unwrap();
+                (n, bytes)
+            })
+            .collect()
+    }
+
+    fn crash_then_take_over(point: &str) {
+        let gate = Gate::new(LEASE, "reject");
+        // The rerun gets a long lease so that it cannot itself lose its claim on a slow machine.
+        let rerun_config = gate.other_config("rerun.toml", 60, "reject");
+        let file = gate.write("po.x12", po("ACME", 101, 101));
+        let (key, stem) = acme(101);
+
+        let started = Instant::now();
+        let crash = run(gate.process_command(
+            &gate.config,
+            &[],
+            Some(&format!("{point}=return")),
+            &[&file],
+        ));
+        let crashed = Instant::now();
+        assert_crashed(&crash);
+        let after_crash = (contents(&gate.out()), contents(&gate.outbox()));
+        if point == "claim.after" {
+            assert!(after_crash.0.is_empty() && after_crash.1.is_empty());
+        }
+
+        // While the lease lives, a --no-wait run leaves the interchange alone.
+        let busy = run(gate.process_command(&gate.config, &["--no-wait"], None, &[&file]));
+        assert!(
+            started.elapsed() < Duration::from_secs(LEASE),
+            "too slow to test a live lease"
+        );
+        assert_eq!(busy.code(), Some(3), "{busy}");
+        let b = busy.report();
+        assert_eq!(b["disposition"], "in_progress", "{busy}");
+        assert_eq!(b["acks"], serde_json::json!([]));
+        assert_eq!(b["outputs"], serde_json::json!([]));
+        assert_eq!(
+            (contents(&gate.out()), contents(&gate.outbox())),
+            after_crash
+        );
+
+        // Once it has expired, a rerun takes the claim over and finishes the work once.
+        sleep_until(crashed + Duration::from_millis(LEASE * 1000 + 200));
+        let rerun = run(gate.process_command(&rerun_config, &[], None, &[&file]));
+        assert_eq!(rerun.code(), Some(0), "{rerun}");
+        let r = rerun.report();
+        assert_eq!(r["disposition"], "accepted", "{rerun}");
+        assert_eq!(r["attempt"], 2, "{rerun}");
+        assert!(
+            r["took_over"].as_str().is_some_and(|o| !o.is_empty()),
+            "{rerun}"
+        );
+        assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+        assert_eq!(visible(&gate.outbox()), [format!("{stem}.997.x12")]);
+        for dir in [gate.out(), gate.outbox()] {
+            assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
+        }
+        // Outputs are deterministic: the rerun wrote the very bytes the crashed run had, and
+        // took no new control number for its acknowledgment.
+        let final_files = (contents(&gate.out()), contents(&gate.outbox()));
+        if point != "claim.after" {
+            assert!(
+                final_files == after_crash,
+                "the rerun rewrote different bytes"
+            );
+        }
+        let ack = segments(&final_files.1[0].1);
+        assert_eq!(segment(&ack, "ISA")[13], "000000001");
+
+        // The audit trail shows the takeover, and one completion only.
+        let events = gate.events(&key);
+        let done = completions(&events);
+        assert_eq!(done.len(), 1, "{events:?}");
+        assert_eq!(done[0]["event"], "accepted");
+        assert_eq!(done[0]["attempt"], 2);
+        assert_eq!(done[0]["took_over"], r["took_over"]);
+        assert!(events.iter().any(|e| e["event"] == "in_progress"));
+
+        let again = gate.process(&[&file]);
+        assert_eq!(again.report()["disposition"], "duplicate", "{again}");
+    }
+
+    #[test]
+    fn crash_after_the_claim_is_taken_over_once_the_lease_expires() {
+        crash_then_take_over("claim.after");
+    }
+
+    #[test]
+    fn crash_after_the_outputs_is_taken_over_once_the_lease_expires() {
+        crash_then_take_over("outputs.after");
+    }
+
+    #[test]
+    fn crash_before_the_completion_is_taken_over_once_the_lease_expires() {
+        crash_then_take_over("complete.before");
+    }
+
+    #[test]
+    fn after_a_crash_concurrent_reruns_accept_exactly_once() {
+        const PROCESSES: usize = 4;
+        let gate = Gate::new(1, "reject");
+        let rerun_config = gate.other_config("rerun.toml", 60, "reject");
+        let points = ["claim.after", "outputs.after", "complete.before"];
+        let mut files = Vec::new();
+        for (i, point) in points.iter().enumerate() {
+            let isa13 = 301 + i as u32;
+            let file = gate.write(&format!("po{isa13}.x12"), po("ACME", isa13, isa13));
+            let crash = run(gate.process_command(
+                &gate.config,
+                &[],
+                Some(&format!("{point}=return")),
+                &[&file],
+            ));
+            assert_crashed(&crash);
+            files.push((isa13, file));
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+        let children: Vec<(u32, Child)> = files
+            .iter()
+            .flat_map(|(isa13, file)| {
+                (0..PROCESSES).map(|_| {
+                    let child = gate
+                        .process_command(&rerun_config, &[], None, &[file])
+                        .spawn()
+                        .unwrap();
+                    (*isa13, child)
+                })
+            })
+            .collect();
+        let runs: Vec<(u32, Run)> = children.into_iter().map(|(n, c)| (n, finish(c))).collect();
+        for (isa13, _) in &files {
+            let (key, stem) = acme(*isa13);
+            let reports: Vec<Value> = runs
+                .iter()
+                .filter(|(n, _)| n == isa13)
+                .map(|(_, r)| {
+                    assert_eq!(r.code(), Some(0), "{r}");
+                    r.report()
+                })
+                .collect();
+            assert_eq!(count(&reports, "accepted"), 1, "{key}: {reports:?}");
+            assert_eq!(
+                count(&reports, "duplicate"),
+                PROCESSES - 1,
+                "{key}: {reports:?}"
+            );
+            let accepted = reports.iter().find(|r| r["disposition"] == "accepted");
+            assert_eq!(accepted.unwrap()["attempt"], 2);
+            let mine = |dir: &Path| -> Vec<String> {
+                visible(dir)
+                    .into_iter()
+                    .filter(|n| n.starts_with(&format!("{stem}.")))
+                    .collect()
+            };
+            assert_eq!(mine(&gate.out()), [format!("{stem}.json")]);
+            assert_eq!(mine(&gate.outbox()), [format!("{stem}.997.x12")]);
+            assert_eq!(completions(&gate.events(&key)).len(), 1);
+        }
+    }
+
+    /// Downstream readers take every non-hidden file of out/ and outbox/: after a crash, what
+    /// they find must be whole, final files (or nothing), never a partial or temporary one.
+    #[test]
+    fn after_a_crash_the_output_folders_hold_only_whole_files() {
+        for point in ["claim.after", "outputs.after", "complete.before"] {
+            let gate = Gate::new(300, "reject");
+            let file = gate.write("po.x12", po("ACME", 101, 101));
+            let crash = run(gate.process_command(
+                &gate.config,
+                &[],
+                Some(&format!("{point}=return")),
+                &[&file],
+            ));
+            assert_crashed(&crash);
+            let (out, outbox) = (visible(&gate.out()), visible(&gate.outbox()));
+            if point == "claim.after" {
+                assert!(
+                    out.is_empty() && outbox.is_empty(),
+                    "{point}: {out:?} {outbox:?}"
+                );
+                continue;
+            }
+            assert_eq!(out, ["ZZ_ACME_000000101.json"], "{point}");
+            assert_eq!(outbox, ["ZZ_ACME_000000101.997.x12"], "{point}");
+            let doc: Value =
+                serde_json::from_slice(&fs::read(gate.out().join(&out[0])).unwrap()).unwrap();
+            assert_eq!(first_po1_quantity(&doc), "120");
+            assert_complete_interchange(&fs::read(gate.outbox().join(&outbox[0])).unwrap());
+            for dir in [gate.out(), gate.outbox()] {
+                assert_eq!(leftovers(&dir), Vec::<String>::new(), "{point}");
+            }
+        }
+    }
+
+    /// Starts `file` in a process that stalls (sleep failpoint) right after its claim, waits
+    /// until the claim is in the registry and its lease has expired, and returns the child.
+    fn stalled_owner(gate: &Gate, file: &Path) -> Child {
+        let child = gate
+            .process_command(&gate.config, &[], Some("claim.after=sleep(4000)"), &[file])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the stalled process never claimed"
+            );
+            if gate.database().exists() {
+                let registry = x12gate::registry::Registry::open(&gate.database()).unwrap();
+                if registry
+                    .stats()
+                    .unwrap()
+                    .iter()
+                    .any(|(_, d, _)| d == "in_flight")
+                {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(1200)); // lease_seconds = 1
+        child
+    }
+
+    /// A process that stalls past its lease while a resend with *different* content arrives:
+    /// the unfinished claim may have written outputs that downstream took, so the different
+    /// content is a conflict, not a takeover; the stalled owner, still the owner, finishes,
+    /// and out/ holds the content the registry records.
+    #[test]
+    fn different_content_never_takes_over_an_unfinished_claim() {
+        let gate = Gate::new(1, "reject");
+        let rerun_config = gate.other_config("rerun.toml", 60, "reject");
+        let text = po("ACME", 101, 101);
+        let first = gate.write("first.x12", &text);
+        let second = gate.write("second.x12", changed_po1(&text));
+
+        let stalled = stalled_owner(&gate, &first);
+        let other = run(gate.process_command(&rerun_config, &[], None, &[&second]));
+        let stalled = finish(stalled);
+        assert_eq!(other.report()["disposition"], "conflict", "{other}");
+        assert_eq!(other.report()["reason_code"], "025", "{other}");
+        assert_eq!(stalled.report()["disposition"], "accepted", "{stalled}");
+
+        let events = gate.events("ZZ:ACME:000000101");
+        let done = completions(&events);
+        assert_eq!(done.len(), 1, "{events:?}");
+        assert_eq!(done[0]["file"], first.display().to_string());
+        let doc: Value =
+            serde_json::from_slice(&fs::read(gate.out().join("ZZ_ACME_000000101.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            first_po1_quantity(&doc),
+            "120",
+            "out/ holds the recorded content
+stalled: {stalled}"
+        );
+    }
+
+    /// The same with identical content: the outputs are the same bytes, but only one process
+    /// may report `accepted`; the stalled one's completion was never recorded.
+    #[test]
+    fn a_stalled_owner_and_the_process_that_took_over_do_not_both_report_accepted() {
+        let gate = Gate::new(1, "reject");
+        let rerun_config = gate.other_config("rerun.toml", 60, "reject");
+        let file = gate.write("po.x12", po("ACME", 101, 101));
+
+        let stalled = stalled_owner(&gate, &file);
+        let taker = run(gate.process_command(&rerun_config, &[], None, &[&file]));
+        let stalled = finish(stalled);
+        let t = taker.report();
+        assert_eq!(t["disposition"], "accepted", "{taker}");
+        assert_eq!(t["attempt"], 2, "{taker}");
+        assert_eq!(visible(&gate.out()), ["ZZ_ACME_000000101.json"]);
+        assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
+        assert_eq!(completions(&gate.events("ZZ:ACME:000000101")).len(), 1);
+        let s = stalled.report();
+        assert_ne!(
+            s["disposition"], "accepted",
+            "two processes report accepted for one interchange\ntaker: {taker}\nstalled: {stalled}"
+        );
+    }
+}
