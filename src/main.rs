@@ -383,55 +383,56 @@ fn process(
     });
     let mut code = exit::OK;
     let mut operational = false;
-    for file in files {
-        let reports = match x12gate::pipeline::process_file(file, config, &mut registry, &options) {
-            Ok(reports) => reports,
-            // An unusable database stops the run; a file that cannot be read or written is
-            // counted and the run goes on, with nothing of it marked done.
-            Err(x12gate::pipeline::ProcessError::Registry(e)) => {
-                return Err(Failure::Operational(e.into()))
-            }
-            Err(e) => {
-                eprintln!("x12gate: {e}");
-                operational = true;
-                continue;
-            }
-        };
-        for r in &reports {
-            if !r.disposition.is_success() {
-                code = exit::FINDINGS;
-            }
-            if json {
-                writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string(r).map_err(|e| Failure::Operational(e.into()))?
-                )?;
-            } else {
-                let line = format!(
-                    "{}: {} {}{}",
-                    r.file,
-                    r.correlation_id.as_deref().unwrap_or("-"),
-                    r.disposition.as_str(),
-                    r.reason
-                        .as_ref()
-                        .map(|x| format!(
-                            " ({}{x})",
-                            r.reason_code
-                                .as_ref()
-                                .map(|c| format!("{c} "))
-                                .unwrap_or_default()
-                        ))
-                        .unwrap_or_default()
-                );
-                match &progress {
-                    Some(bar) => bar.println(line),
-                    None => writeln!(out, "{line}")?,
+    for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
+        // An unusable database, or outputs that cannot be written, stop the run with nothing
+        // of the failing batch marked done.
+        let outcomes = x12gate::pipeline::process_files(chunk, config, &mut registry, &options)
+            .map_err(|e| Failure::Operational(e.into()))?;
+        for outcome in outcomes {
+            let reports = match outcome.result {
+                Ok(reports) => reports,
+                // A file that cannot be read is counted and the run goes on.
+                Err(e) => {
+                    eprintln!("x12gate: {e}");
+                    operational = true;
+                    continue;
+                }
+            };
+            for r in &reports {
+                if !r.disposition.is_success() {
+                    code = exit::FINDINGS;
+                }
+                if json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::to_string(r).map_err(|e| Failure::Operational(e.into()))?
+                    )?;
+                } else {
+                    let reason = r.reason.as_ref().map(|x| {
+                        let code = r
+                            .reason_code
+                            .as_ref()
+                            .map(|c| format!("{c} "))
+                            .unwrap_or_default();
+                        format!(" ({code}{x})")
+                    });
+                    let line = format!(
+                        "{}: {} {}{}",
+                        r.file,
+                        r.correlation_id.as_deref().unwrap_or("-"),
+                        r.disposition.as_str(),
+                        reason.unwrap_or_default()
+                    );
+                    match &progress {
+                        Some(bar) => bar.println(line),
+                        None => writeln!(out, "{line}")?,
+                    }
                 }
             }
         }
         if let Some(bar) = &progress {
-            bar.inc(1);
+            bar.inc(chunk.len() as u64);
         }
     }
     if let Some(bar) = progress {

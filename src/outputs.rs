@@ -55,6 +55,49 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::i
     Ok(std::path::absolute(&final_path).unwrap_or(final_path))
 }
 
+/// Writes many files durably with one round of fsyncs: every file is written to its
+/// temporary name, all are fsynced from several threads at once (the file system's journal
+/// then commits them together), renamed into place, and each folder fsynced once. Returns the
+/// absolute paths, in order.
+pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Result<Vec<PathBuf>> {
+    let suffix = safe_name(owner);
+    let mut temps = Vec::with_capacity(files.len());
+    for (dir, name, bytes) in files {
+        let tmp_dir = dir.join(TMP_DIR);
+        fs::create_dir_all(&tmp_dir)?;
+        let tmp = tmp_dir.join(format!("{name}.{suffix}"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        temps.push((f, tmp));
+    }
+    let threads = temps.len().clamp(1, 32);
+    let chunk = temps.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = temps
+            .chunks(chunk)
+            .map(|c| scope.spawn(move || c.iter().try_for_each(|(f, _)| f.sync_all())))
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked")))
+        })
+    })?;
+    let mut done = Vec::with_capacity(files.len());
+    let mut dirs: Vec<&Path> = Vec::new();
+    for ((dir, name, _), (_, tmp)) in files.iter().zip(&temps) {
+        let final_path = dir.join(name);
+        fs::rename(tmp, &final_path)?;
+        if !dirs.contains(dir) {
+            dirs.push(dir);
+        }
+        done.push(std::path::absolute(&final_path).unwrap_or(final_path));
+    }
+    for dir in dirs {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(done)
+}
+
 /// Removes temporary files older than `age` (left by a crash) from `dir`'s temporary folder.
 pub fn clean_stale(dir: &Path, age: Duration) {
     let Ok(entries) = fs::read_dir(dir.join(TMP_DIR)) else {

@@ -148,10 +148,10 @@ pub struct Batch<'r> {
 
 impl Registry {
     /// Runs `f` in one immediate transaction and commits it; nothing is committed on `Err`.
-    pub fn batch<T>(
+    pub fn batch<T, E: From<RegistryError>>(
         &mut self,
-        f: impl FnOnce(&Batch<'_>) -> Result<T, RegistryError>,
-    ) -> Result<T, RegistryError> {
+        f: impl FnOnce(&Batch<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
         let path = self.path.as_str();
         let sql = |source| RegistryError::Sqlite {
             path: path.to_string(),
@@ -218,6 +218,38 @@ impl Batch<'_> {
             path: self.path.to_string(),
             source,
         }
+    }
+
+    /// [`Registry::record_event`] inside the batch.
+    pub fn record_event(
+        &self,
+        event: &str,
+        key: Option<&str>,
+        partner: Option<&str>,
+        control_number: Option<&str>,
+        disposition: &str,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
+        insert_event(
+            &self.tx,
+            now_ms(),
+            event,
+            key,
+            partner,
+            control_number,
+            Some(disposition),
+            detail,
+        )
+        .map_err(|e| self.sql(e))
+    }
+
+    /// A control number taken inside the batch (it commits with it).
+    pub fn next_control_number_in_batch(
+        &self,
+        partner: &str,
+        counter: super::Counter,
+    ) -> Result<u32, RegistryError> {
+        super::counters::next_in(&self.tx, partner, counter).map_err(|e| self.sql(e))
     }
 
     pub fn claim_interchange(&self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {

@@ -58,6 +58,12 @@ impl ControlNumbers for Registry {
     }
 }
 
+impl ControlNumbers for super::Batch<'_> {
+    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
+        self.next_control_number_in_batch(partner, counter)
+    }
+}
+
 impl Registry {
     /// The last number handed out, without taking one.
     pub fn current_control_number(

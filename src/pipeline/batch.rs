@@ -1,0 +1,704 @@
+//! `process` through the registry, a batch of files at a time.
+//!
+//! Every interchange goes through the same steps as it would alone: its key is claimed
+//! before anything else, its outputs are written and made durable before its claim is
+//! completed, and a crash between any two steps leaves a leased claim that a rerun takes
+//! over. What the batch adds is that each step's durable commit, and each round of fsyncs,
+//! serves every interchange of the batch at once: on a disk where one fsync costs several
+//! milliseconds this is the difference between tens and thousands of interchanges a second.
+//!
+//! Steps per batch: (1) read and cut the files; (2) claim every key in one transaction;
+//! duplicates, conflicts and busy keys leave the batch; (3) in one transaction, register
+//! group keys, decide, reserve control numbers and renew the leases (the fence: from here on
+//! the writes are covered by a fresh lease); (4) write every output to a temporary file,
+//! fsync them in parallel, rename them into place, fsync the folders; (5) complete every
+//! claim in one transaction.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::ack::{self, Disposition};
+use crate::config::{Config, Partner};
+use crate::registry::{Batch, Claim, ClaimRequest, Completion, Previous, Registry, StoredAck};
+use crate::x12::{Interchange, Interchanges};
+use crate::{fingerprint, outputs, validate};
+
+use super::{
+    acknowledgments, correlation_id, decide_with, interchange_key, json, outbound_name,
+    output_stem, CountingCounters, Decision, ProcessError, ProcessOptions, Report,
+    ReservedCounters,
+};
+
+/// Files read per batch, and the bytes they may hold together.
+pub const BATCH_FILES: usize = 256;
+const BATCH_BYTES: usize = 64 << 20;
+
+/// What became of one file: its interchanges' reports, or why it could not be read.
+#[derive(Debug)]
+pub struct FileOutcome {
+    pub path: PathBuf,
+    pub result: Result<Vec<Report>, ProcessError>,
+}
+
+/// One interchange on its way through a batch.
+struct Item<'a> {
+    utf8: bool,
+    ic: Interchange<'a>,
+    partner: Partner,
+    key: String,
+    fingerprint: String,
+    report: Report,
+}
+
+/// An owned interchange once decided, with its outputs built in memory.
+struct Prepared {
+    item: usize,
+    decision: Decision,
+    files: Vec<Output>,
+    group_keys: Vec<(String, String)>,
+    lost: bool,
+}
+
+/// Processes one file (a batch of one): what `watch` does for each file it takes.
+pub fn process_file(
+    path: &Path,
+    config: &Config,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+) -> Result<Vec<Report>, ProcessError> {
+    let mut outcomes = process_files(&[path.to_path_buf()], config, registry, options)?;
+    match outcomes.pop() {
+        Some(o) => o.result,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Processes files in batches. `Err` only for what stops the run (the registry, or outputs
+/// that cannot be written); a file that cannot be read is an `Err` in its own outcome.
+pub fn process_files(
+    paths: &[PathBuf],
+    config: &Config,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+) -> Result<Vec<FileOutcome>, ProcessError> {
+    let mut outcomes = Vec::with_capacity(paths.len());
+    let mut start = 0;
+    while start < paths.len() {
+        // A batch: up to BATCH_FILES files and BATCH_BYTES bytes (always at least one file).
+        let mut inputs = Vec::new();
+        let mut bytes = 0;
+        while let Some(path) = paths.get(start + inputs.len()) {
+            if inputs.len() >= BATCH_FILES || (bytes >= BATCH_BYTES && !inputs.is_empty()) {
+                break;
+            }
+            let read = crate::input::read(path, config.limits.max_file_bytes);
+            bytes += read.as_ref().map_or(0, Vec::len);
+            inputs.push(read);
+        }
+        let batch = &paths[start..start + inputs.len()];
+        start += inputs.len();
+        outcomes.extend(run_batch(batch, inputs, config, registry, options)?);
+    }
+    Ok(outcomes)
+}
+
+/// Where a report of a file comes from: an interchange still on its way, or a part of the
+/// file that held no interchange (reported at once).
+enum Slot {
+    Item(usize),
+    Done(Box<Report>),
+}
+
+fn run_batch(
+    paths: &[PathBuf],
+    inputs: Vec<Result<Vec<u8>, crate::input::InputError>>,
+    config: &Config,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+) -> Result<Vec<FileOutcome>, ProcessError> {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    // Buffers first, so that the interchanges can borrow them for the whole batch.
+    let mut failures: Vec<Option<ProcessError>> = Vec::with_capacity(inputs.len());
+    let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(inputs.len());
+    let mut buffers = Vec::with_capacity(inputs.len());
+    for (file, read) in inputs.into_iter().enumerate() {
+        let name = &shown[file];
+        let (buffer, failure, slot) = match read {
+            Ok(buffer) => (buffer, None, Vec::new()),
+            Err(crate::input::InputError::TooLarge { size, limit, .. }) => {
+                let reason = format!(
+                    "{size} bytes is more than the limit of {limit} bytes (limits.max_file_bytes)"
+                );
+                (
+                    Vec::new(),
+                    None,
+                    vec![Slot::Done(Box::new(file_rejection(
+                        registry, name, reason,
+                    )?))],
+                )
+            }
+            Err(crate::input::InputError::Io { source, .. }) => (
+                Vec::new(),
+                Some(ProcessError::Io {
+                    path: name.clone(),
+                    source,
+                }),
+                Vec::new(),
+            ),
+        };
+        buffers.push(buffer);
+        failures.push(failure);
+        slots.push(slot);
+    }
+    let mut items = Vec::new();
+    for (file, input) in buffers.iter().enumerate() {
+        if input.is_empty() && (failures[file].is_some() || !slots[file].is_empty()) {
+            continue;
+        }
+        let utf8 = std::str::from_utf8(input).is_ok();
+        for read in Interchanges::new(input, config.limits) {
+            match read {
+                Ok(ic) => {
+                    slots[file].push(Slot::Item(items.len()));
+                    items.push(item(&shown[file], input, utf8, ic, config));
+                }
+                Err(e) => {
+                    let report = file_rejection(registry, &shown[file], e.to_string())?;
+                    slots[file].push(Slot::Done(Box::new(report)));
+                }
+            }
+        }
+    }
+    let mut pending: Vec<usize> = (0..items.len()).collect();
+    let mut backoff = Duration::from_millis(20);
+    while !pending.is_empty() {
+        // A key may appear twice in a batch (a resend in the same call): the later copy
+        // waits for the next round, where it meets the first one's completed claim.
+        let mut seen = std::collections::HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = pending
+            .into_iter()
+            .partition(|i| seen.insert(items[*i].key.clone()));
+        let busy = run_round(&round, &mut items, config, registry, options)?;
+        if !busy.is_empty() && later.is_empty() {
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+        pending = busy.into_iter().chain(later).collect();
+        pending.sort_unstable();
+    }
+    let mut reports: Vec<Option<Report>> = items.into_iter().map(|it| Some(it.report)).collect();
+    let outcomes = paths
+        .iter()
+        .zip(failures)
+        .zip(slots)
+        .map(|((path, failure), slots)| FileOutcome {
+            path: path.clone(),
+            result: match failure {
+                Some(e) => Err(e),
+                None => Ok(slots
+                    .into_iter()
+                    .filter_map(|slot| match slot {
+                        Slot::Item(i) => reports.get_mut(i).and_then(Option::take),
+                        Slot::Done(report) => Some(*report),
+                    })
+                    .collect()),
+            },
+        })
+        .collect();
+    Ok(outcomes)
+}
+
+fn item<'a>(
+    name: &str,
+    input: &'a [u8],
+    utf8: bool,
+    ic: Interchange<'a>,
+    config: &Config,
+) -> Item<'a> {
+    let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
+    let partner = config
+        .partner(qualifier, id)
+        .cloned()
+        .unwrap_or_else(|| Partner::unknown(qualifier, id));
+    let key = interchange_key(&ic, partner.interchange_scope);
+    let fingerprint = fingerprint::fingerprint(input, &ic, &partner.fingerprint_ignore);
+    let report = Report {
+        file: name.to_string(),
+        correlation_id: Some(correlation_id(&ic)),
+        sender: Some(format!("{qualifier}:{id}")),
+        receiver: Some(format!("{}:{}", ic.isa.trimmed(7), ic.isa.trimmed(8))),
+        control_number: Some(ic.isa.control_number().to_string()),
+        disposition: Disposition::InProgress,
+        reason_code: None,
+        reason: None,
+        acks: Vec::new(),
+        outputs: Vec::new(),
+        attempt: None,
+        took_over: None,
+    };
+    Item {
+        utf8,
+        ic,
+        partner,
+        key,
+        fingerprint,
+        report,
+    }
+}
+
+/// A part of a file that holds no readable interchange: nothing can be claimed or answered.
+fn file_rejection(registry: &Registry, file: &str, reason: String) -> Result<Report, ProcessError> {
+    tracing::warn!(file, %reason, "rejected: no readable interchange");
+    let report = Report {
+        file: file.to_string(),
+        correlation_id: None,
+        sender: None,
+        receiver: None,
+        control_number: None,
+        disposition: Disposition::Rejected,
+        reason_code: None,
+        reason: Some(reason),
+        acks: Vec::new(),
+        outputs: Vec::new(),
+        attempt: None,
+        took_over: None,
+    };
+    registry.record_event("unreadable", None, None, None, "rejected", &json(&report))?;
+    Ok(report)
+}
+
+fn span(item: &Item<'_>) -> tracing::Span {
+    // At ERROR level so the span (and its correlation id) is on every line any filter lets through.
+    tracing::error_span!("interchange", correlation_id = %item.report.correlation_id.as_deref().unwrap_or("-"))
+}
+
+/// What a round does with an interchange once its claim is answered.
+enum Plan {
+    /// Retry in a later round (another process holds it).
+    Busy,
+    /// Settled without writing (in progress elsewhere, with `--no-wait`).
+    Event(&'static str),
+    /// Replay these stored acknowledgments (a duplicate).
+    Replay(Vec<StoredAck>),
+    /// Refuse: the earlier content's fingerprint (a conflict).
+    Refuse(String),
+    /// Ours: the content the key was first claimed for.
+    Own(String),
+}
+
+/// One output to write: where, what, and for which interchange (and whether it is an
+/// acknowledgment, of which kind).
+struct Output {
+    item: usize,
+    dir: PathBuf,
+    name: String,
+    bytes: Vec<u8>,
+    ack: Option<String>,
+}
+
+/// One round over items with distinct keys; returns the items whose keys are busy elsewhere
+/// (to retry), having settled every other one.
+fn run_round(
+    round: &[usize],
+    items: &mut [Item<'_>],
+    config: &Config,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+) -> Result<Vec<usize>, ProcessError> {
+    let lease_ms =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    // (2) Claim every key in one transaction.
+    let claims: Vec<Claim> = registry.batch(|b| {
+        round
+            .iter()
+            .map(|&i| {
+                let it = &items[i];
+                b.claim_interchange(&ClaimRequest {
+                    key: &it.key,
+                    partner: &it.partner.key(),
+                    control_number: it.ic.isa.control_number(),
+                    fingerprint: &it.fingerprint,
+                    file: &it.report.file,
+                    owner: &options.owner,
+                    lease_ms,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let mut plans = Vec::with_capacity(round.len());
+    for (&i, claim) in round.iter().zip(claims) {
+        let it = &mut items[i];
+        let _enter = span(it).entered();
+        let plan = match claim {
+            Claim::Busy { owner, .. } if options.no_wait => {
+                tracing::info!(%owner, "in progress elsewhere; not waiting");
+                it.report.reason = Some(format!("another process ({owner}) holds the claim"));
+                Plan::Event("in_progress")
+            }
+            Claim::Busy { .. } => Plan::Busy,
+            Claim::Duplicate(done) => Plan::Replay(done.acks),
+            Claim::Conflict(earlier) => Plan::Refuse(earlier.fingerprint),
+            Claim::Owned {
+                attempt,
+                previous,
+                first_fingerprint,
+            } => {
+                it.report.attempt = Some(attempt);
+                it.report.took_over = match previous {
+                    Previous::Expired { owner } => Some(owner),
+                    Previous::Failed => Some("failed attempt".into()),
+                    _ => None,
+                };
+                if it.report.took_over.is_some() {
+                    tracing::warn!(attempt, took_over = ?it.report.took_over, "taking over an unfinished claim");
+                }
+                Plan::Own(first_fingerprint)
+            }
+        };
+        plans.push((i, plan));
+    }
+    let busy: Vec<usize> = plans
+        .iter()
+        .filter(|(_, p)| matches!(p, Plan::Busy))
+        .map(|(i, _)| *i)
+        .collect();
+    let owned: Vec<usize> = plans
+        .iter()
+        .filter(|(_, p)| matches!(p, Plan::Own(_)))
+        .map(|(i, _)| *i)
+        .collect();
+    if !owned.is_empty() {
+        fail::fail_point!("claim.after", |_| std::process::abort());
+    }
+
+    // (3) Decide, reserve and renew (and number the TA1s of conflicts), in one transaction.
+    let prepared = registry.batch(|b| {
+        let mut prepared = Vec::new();
+        let mut outputs = Vec::new();
+        for (i, plan) in &plans {
+            let it = &items[*i];
+            match plan {
+                Plan::Own(first) => {
+                    prepared.push(prepare(b, *i, it, first, config, options, lease_ms)?)
+                }
+                Plan::Replay(acks) => outputs.extend(acks.iter().map(|a| {
+                    let p = Path::new(&a.path);
+                    Output {
+                        item: *i,
+                        dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                        name: p
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        bytes: a.bytes.clone(),
+                        ack: Some(a.kind.clone()),
+                    }
+                })),
+                Plan::Refuse(earlier) => {
+                    let decision = Decision {
+                        partner: it.partner.clone(),
+                        known: true,
+                        findings: Vec::new(),
+                        response: ack::conflict(&it.ic, &it.partner, earlier),
+                    };
+                    let now = chrono::Local::now().naive_local();
+                    for o in acknowledgments(&it.ic, &decision, config, b, now)? {
+                        let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
+                        outputs.push(Output {
+                            item: *i,
+                            dir: config.gateway.outbox.clone(),
+                            name: format!(
+                                "{}.conflict-{fp}.{}.x12",
+                                outputs::safe_name(&it.key),
+                                o.kind.extension()
+                            ),
+                            bytes: o.bytes,
+                            ack: Some(o.kind.extension().to_string()),
+                        });
+                    }
+                }
+                Plan::Busy | Plan::Event(_) => {}
+            }
+        }
+        Ok::<_, ProcessError>((prepared, outputs))
+    });
+    let (mut prepared, mut writes) = match prepared {
+        Ok(p) => p,
+        Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
+    };
+    let replays = writes.len();
+    writes.extend(
+        prepared
+            .iter_mut()
+            .filter(|p| !p.lost)
+            .flat_map(|p| std::mem::take(&mut p.files)),
+    );
+
+    // (4) Write every output durably.
+    let files: Vec<(&Path, &str, &[u8])> = writes
+        .iter()
+        .map(|w| (w.dir.as_path(), w.name.as_str(), w.bytes.as_slice()))
+        .collect();
+    let written = match outputs::write_many(&files, &options.owner) {
+        Ok(paths) => paths,
+        Err(e) => {
+            let e = ProcessError::Io {
+                path: config.gateway.outbox.display().to_string(),
+                source: e,
+            };
+            return Err(fail_all(registry, &owned, items, options, e));
+        }
+    };
+    let mut stored: std::collections::HashMap<usize, Vec<StoredAck>> =
+        std::collections::HashMap::new();
+    for (n, (w, path)) in writes.into_iter().zip(written).enumerate() {
+        let path = path.display().to_string();
+        let report = &mut items[w.item].report;
+        match w.ack {
+            Some(kind) => {
+                report.acks.push(path.clone());
+                if n >= replays {
+                    stored.entry(w.item).or_default().push(StoredAck {
+                        kind,
+                        path,
+                        bytes: w.bytes,
+                    });
+                }
+            }
+            None => report.outputs.push(path),
+        }
+    }
+    if !owned.is_empty() {
+        fail::fail_point!("outputs.after", |_| std::process::abort());
+    }
+
+    // (5) Complete every claim, and record every other decision, in one transaction.
+    for p in &prepared {
+        let it = &mut items[p.item];
+        let response = &p.decision.response;
+        it.report.disposition = response.disposition;
+        it.report.reason_code = response
+            .reason
+            .as_ref()
+            .and_then(|r| r.code)
+            .map(String::from);
+        it.report.reason = response.reason.as_ref().map(|r| r.text.clone());
+    }
+    for (i, plan) in &plans {
+        let it = &mut items[*i];
+        let _enter = span(it).entered();
+        match plan {
+            Plan::Replay(_) => {
+                it.report.disposition = Disposition::Duplicate;
+                tracing::info!(
+                    acks = it.report.acks.len(),
+                    "duplicate: original acknowledgments replayed"
+                );
+            }
+            Plan::Refuse(earlier) => {
+                let response = ack::conflict(&it.ic, &it.partner, earlier);
+                it.report.disposition = Disposition::Conflict;
+                it.report.reason_code = Some("025".into());
+                it.report.reason = response.reason.map(|r| r.text);
+                tracing::error!(earlier = %earlier, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
+            }
+            _ => {}
+        }
+    }
+    if !owned.is_empty() {
+        fail::fail_point!("complete.before", |_| std::process::abort());
+    }
+    let completed: Vec<(usize, bool)> = registry.batch(|b| {
+        let mut completed = Vec::new();
+        for p in &prepared {
+            if p.lost {
+                completed.push((p.item, false));
+                continue;
+            }
+            let it = &items[p.item];
+            let response = &p.decision.response;
+            let released: Vec<(String, String)> = p
+                .group_keys
+                .iter()
+                .enumerate()
+                .filter(|(gi, _)| {
+                    !response
+                        .accepted_sets
+                        .get(*gi)
+                        .is_some_and(|s| !s.is_empty() && s.iter().all(|a| *a))
+                })
+                .map(|(_, k)| k.clone())
+                .collect();
+            let done = b.complete(
+                &it.key,
+                &options.owner,
+                &Completion {
+                    disposition: response.disposition.as_str(),
+                    reason_code: it.report.reason_code.as_deref(),
+                    reason: it.report.reason.as_deref(),
+                    acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
+                    outputs: &it.report.outputs,
+                    released_groups: &released,
+                    event: response.disposition.as_str(),
+                    detail: &json(&it.report),
+                },
+            )?;
+            completed.push((p.item, done));
+        }
+        for (i, plan) in &plans {
+            let event = match plan {
+                Plan::Replay(_) => "duplicate",
+                Plan::Refuse(_) => "conflict",
+                Plan::Event(event) => event,
+                Plan::Busy | Plan::Own(_) => continue,
+            };
+            let it = &items[*i];
+            b.record_event(
+                event,
+                Some(&it.key),
+                Some(&it.partner.key()),
+                it.report.control_number.as_deref(),
+                it.report.disposition.as_str(),
+                &json(&it.report),
+            )?;
+        }
+        Ok::<_, ProcessError>(completed)
+    })?;
+    for (i, done) in completed {
+        let it = &mut items[i];
+        let _enter = span(it).entered();
+        if done {
+            tracing::info!(
+                disposition = it.report.disposition.as_str(),
+                acks = it.report.acks.len(),
+                outputs = it.report.outputs.len(),
+                "completed"
+            );
+        } else {
+            lost_claim(&mut it.report);
+        }
+    }
+    Ok(busy)
+}
+
+/// Step (3) for one owned interchange, inside the batch's transaction.
+fn prepare(
+    b: &Batch<'_>,
+    i: usize,
+    it: &Item<'_>,
+    first_fingerprint: &str,
+    config: &Config,
+    options: &ProcessOptions,
+    lease_ms: i64,
+) -> Result<Prepared, ProcessError> {
+    let (ic, partner) = (&it.ic, &it.partner);
+    // Groups seen in earlier interchanges of this sender are findings of this one.
+    let group_keys: Vec<(String, String)> = ic
+        .groups
+        .iter()
+        .map(|g| (g.gs.text(2).to_string(), g.gs.text(6).to_string()))
+        .collect();
+    let mut extra = Vec::new();
+    if partner.check_group_duplicates && !group_keys.is_empty() {
+        let dups = b.claim_groups(
+            &it.key,
+            &partner.key(),
+            &group_keys,
+            partner.duplicate_window_days,
+        )?;
+        extra.extend(
+            dups.iter()
+                .enumerate()
+                .filter(|(_, d)| **d)
+                .filter_map(|(gi, _)| validate::group_seen_before(ic, gi)),
+        );
+    }
+    let decision = decide_with(ic, config, extra);
+
+    // Size the reservation with a dry run, then write with the reserved numbers, so a
+    // takeover of this claim writes the very same bytes.
+    let counting = CountingCounters::default();
+    let now = chrono::Local::now().naive_local();
+    acknowledgments(ic, &decision, config, &counting, now)?;
+    let (isa13, gs06) = *counting.asked.borrow();
+    let reservation = b.reserve_control_numbers(&it.key, &decision.partner.key(), isa13, gs06)?;
+    let at = chrono::DateTime::from_timestamp_millis(reservation.at_ms)
+        .map(|t| t.with_timezone(&chrono::Local).naive_local())
+        .unwrap_or(now);
+    let reserved = ReservedCounters {
+        isa13: std::cell::RefCell::new(reservation.isa13.into_iter()),
+        gs06: std::cell::RefCell::new(reservation.gs06.into_iter()),
+    };
+    let outbound = acknowledgments(ic, &decision, config, &reserved, at)?;
+
+    let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
+    let g = &config.gateway;
+    let mut files = Vec::new();
+    let response = &decision.response;
+    if response.disposition != Disposition::Rejected {
+        let keep = |gi: usize, si: usize| {
+            response
+                .accepted_sets
+                .get(gi)
+                .and_then(|s| s.get(si))
+                .copied()
+                .unwrap_or(false)
+        };
+        let doc = crate::translate::interchange_document(ic, it.utf8, &keep)
+            .map_err(|e| ProcessError::Translate(e.to_string()))?;
+        files.push(Output {
+            item: i,
+            dir: g.out.clone(),
+            name: format!("{stem}.json"),
+            bytes: doc,
+            ack: None,
+        });
+    }
+    for o in outbound {
+        files.push(Output {
+            item: i,
+            dir: g.outbox.clone(),
+            name: outbound_name(&stem, &o),
+            ack: Some(o.kind.extension().to_string()),
+            bytes: o.bytes,
+        });
+    }
+    // The fence: a fresh lease covers the writes and the completion; a claim another process
+    // took over while we were slow is no longer ours to write.
+    let lost = !b.renew(&it.key, &options.owner, lease_ms)?;
+    Ok(Prepared {
+        item: i,
+        decision,
+        files,
+        group_keys,
+        lost,
+    })
+}
+
+/// After an operational failure mid-batch: mark the batch's claims failed (best effort) so a
+/// rerun takes them over at once, and pass the error on.
+fn fail_all(
+    registry: &mut Registry,
+    owned: &[usize],
+    items: &[Item<'_>],
+    options: &ProcessOptions,
+    e: ProcessError,
+) -> ProcessError {
+    for i in owned {
+        let _ = registry.fail(&items[*i].key, &options.owner, &e.to_string());
+    }
+    e
+}
+
+/// Reports an interchange whose claim another process took over from us: not ours to report
+/// as decided.
+fn lost_claim(report: &mut Report) {
+    tracing::warn!("lease lost: another process took this interchange over; its result stands");
+    report.disposition = Disposition::InProgress;
+    report.reason_code = None;
+    report.reason = Some(
+        "our lease expired and another process took this interchange over; see history".into(),
+    );
+    report.acks.clear();
+    report.outputs.clear();
+}

@@ -1,0 +1,236 @@
+//! Inbound files end to end, synchronously: read, split into interchanges, validate, decide
+//! the answer, write the translation and the acknowledgments (the registry flow is in `batch`).
+//!
+//! `ack` decides and prints, writing nothing. `process` claims each interchange's key in the
+//! registry before anything else, decides, writes the translation and the acknowledgments
+//! atomically under names derived from the key, and only then completes the claim.
+
+use chrono::NaiveDateTime;
+
+use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
+use crate::config::{Config, InterchangeScope, Partner, UnknownPartners};
+use crate::outputs;
+use crate::registry::{ControlNumbers, Counter, RegistryError, MAX_CONTROL_NUMBER};
+use crate::validate::{self, Finding};
+use crate::x12::Interchange;
+
+/// Everything decided about one interchange before anything is written.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub partner: Partner,
+    /// Whether the sender is a configured partner.
+    pub known: bool,
+    pub findings: Vec<Finding>,
+    pub response: InterchangeResponse,
+}
+
+/// `QUAL:ID:ISA13`, the id that ties every log line and record of an interchange together.
+pub fn correlation_id(ic: &Interchange<'_>) -> String {
+    format!(
+        "{}:{}:{}",
+        ic.isa.trimmed(5),
+        ic.isa.trimmed(6),
+        ic.isa.control_number()
+    )
+}
+
+/// Validates an interchange against the envelope rules and the configuration, and decides its
+/// disposition and acknowledgments.
+pub fn decide(ic: &Interchange<'_>, config: &Config) -> Decision {
+    decide_with(ic, config, Vec::new())
+}
+
+/// [`decide`] with findings found elsewhere (the registry's group duplicates).
+pub fn decide_with(ic: &Interchange<'_>, config: &Config, extra: Vec<Finding>) -> Decision {
+    let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
+    let configured = config.partner(qualifier, id).cloned();
+    let known = configured.is_some();
+    let partner = configured.unwrap_or_else(|| Partner::unknown(qualifier, id));
+    let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
+    let mut findings = validate::routing(
+        ic,
+        &config.gateway.id_qualifier,
+        &config.gateway.id,
+        known || accept_unknown,
+    );
+    findings.extend(validate::interchange(ic));
+    findings.extend(extra);
+    let mut response = ack::respond(ic, &findings, &partner);
+    if !(known || accept_unknown) {
+        // Nobody we know to answer: the rejection is recorded with its reason, not sent.
+        response.ta1 = None;
+        response.groups.clear();
+    }
+    Decision {
+        partner,
+        known,
+        findings,
+        response,
+    }
+}
+
+/// The acknowledgment interchanges for a decision, numbered by `counters`.
+pub fn acknowledgments(
+    ic: &Interchange<'_>,
+    decision: &Decision,
+    config: &Config,
+    counters: &dyn ControlNumbers,
+    now: NaiveDateTime,
+) -> Result<Vec<Outbound>, RegistryError> {
+    ack::write_acknowledgments(
+        &decision.response,
+        ic,
+        &decision.partner,
+        &config.gateway,
+        counters,
+        now,
+    )
+}
+
+/// A source of control numbers that only counts what is asked of it, to learn how many
+/// numbers an acknowledgment needs before reserving them.
+#[derive(Default)]
+struct CountingCounters {
+    asked: std::cell::RefCell<(usize, usize)>,
+}
+
+impl ControlNumbers for CountingCounters {
+    fn next_control_number(&self, _: &str, counter: Counter) -> Result<u32, RegistryError> {
+        let mut asked = self.asked.borrow_mut();
+        match counter {
+            Counter::Interchange => asked.0 += 1,
+            Counter::Group => asked.1 += 1,
+        }
+        Ok(1)
+    }
+}
+
+/// Hands out the numbers of a [`Reservation`], in order.
+struct ReservedCounters {
+    isa13: std::cell::RefCell<std::vec::IntoIter<u32>>,
+    gs06: std::cell::RefCell<std::vec::IntoIter<u32>>,
+}
+
+impl ControlNumbers for ReservedCounters {
+    fn next_control_number(&self, _: &str, counter: Counter) -> Result<u32, RegistryError> {
+        let list = match counter {
+            Counter::Interchange => &self.isa13,
+            Counter::Group => &self.gs06,
+        };
+        // invariant: the reservation was sized by a counting run of the same writer.
+        Ok(list.borrow_mut().next().unwrap_or(MAX_CONTROL_NUMBER))
+    }
+}
+
+/// One line of `process --json`, and the detail of the audit event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    pub file: String,
+    pub correlation_id: Option<String>,
+    /// `QUAL:ID` of ISA05/ISA06 and ISA07/ISA08.
+    pub sender: Option<String>,
+    pub receiver: Option<String>,
+    pub control_number: Option<String>,
+    pub disposition: Disposition,
+    pub reason_code: Option<String>,
+    pub reason: Option<String>,
+    pub acks: Vec<String>,
+    pub outputs: Vec<String>,
+    /// Which attempt at this key this was (1 for the first), when we owned the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Whose expired or failed claim this attempt took over, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_over: Option<String>,
+}
+
+/// An operational failure: nothing about the interchange was decided or marked done.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Translate(String),
+}
+
+/// How `process` behaves.
+#[derive(Debug, Clone)]
+pub struct ProcessOptions {
+    /// Report `in_progress` instead of waiting for another process's live lease.
+    pub no_wait: bool,
+    /// This process's identity in leases.
+    pub owner: String,
+}
+
+impl ProcessOptions {
+    pub fn new(no_wait: bool) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into());
+        let nonce = blake3::hash(
+            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+        )
+        .to_hex();
+        ProcessOptions {
+            no_wait,
+            owner: format!("{host}:{}:{}", std::process::id(), &nonce[..8]),
+        }
+    }
+}
+
+/// The registry key of an interchange: sender + ISA13, or sender + receiver + ISA13.
+pub fn interchange_key(ic: &Interchange<'_>, scope: InterchangeScope) -> String {
+    let isa = &ic.isa;
+    match scope {
+        InterchangeScope::Sender => format!(
+            "{}:{}:{}",
+            isa.trimmed(5),
+            isa.trimmed(6),
+            isa.control_number()
+        ),
+        InterchangeScope::SenderReceiver => format!(
+            "{}:{}>{}:{}:{}",
+            isa.trimmed(5),
+            isa.trimmed(6),
+            isa.trimmed(7),
+            isa.trimmed(8),
+            isa.control_number()
+        ),
+    }
+}
+
+/// Outputs are named by key, and by content when the key was first claimed for other content:
+/// a takeover of the same content rewrites the same names (nothing doubles), while a
+/// corrected resend after a rejection gets names of its own (its 997 never replaces the
+/// rejection's 997 before that one was sent).
+fn output_stem(key: &str, fingerprint: &str, first_fingerprint: &str) -> String {
+    if fingerprint == first_fingerprint {
+        outputs::safe_name(key)
+    } else {
+        format!(
+            "{}.{}",
+            outputs::safe_name(key),
+            fingerprint.get(..8).unwrap_or(fingerprint)
+        )
+    }
+}
+
+fn outbound_name(stem: &str, o: &Outbound) -> String {
+    format!("{stem}.{}.x12", o.kind.extension())
+}
+
+/// Processes every interchange of one file through the registry; one report per interchange
+/// (or one for a part of the file that holds no readable interchange).
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+mod batch;
+
+pub use batch::{process_file, process_files, FileOutcome, BATCH_FILES};
