@@ -4,6 +4,7 @@
 pub mod ack;
 pub mod config;
 pub mod fingerprint;
+pub mod generate;
 pub mod inbound;
 pub mod input;
 pub mod outputs;
