@@ -224,20 +224,44 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The type of the file system holding `path`, from the longest matching mount point.
+/// The type of the file system holding `path`, from the longest matching mount point; for
+/// ext3/ext4, whether it has a journal (a jbd2 entry for its device). Without one, fsync does
+/// not batch through a journal commit, and creating files where many were deleted in the last
+/// minutes is slow (the allocator skips recently deleted inodes), so a run right after
+/// another run's cleanup can be several times slower.
 fn fs_type(path: &Path) -> String {
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
+    let Some((_, device, kind)) = mounts
         .lines()
         .filter_map(|l| {
             let mut f = l.split(' ');
-            let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
+            let (device, point, kind) = (f.next()?, f.next()?, f.next()?);
             let point = point.replace("\\040", " ");
             path.starts_with(&point)
-                .then(|| (point.len(), kind.to_string()))
+                .then(|| (point.len(), device.to_string(), kind.to_string()))
         })
         .max()
-        .map_or_else(|| "unknown".into(), |(_, k)| k)
+    else {
+        return "unknown".into();
+    };
+    if kind != "ext4" && kind != "ext3" {
+        return kind;
+    }
+    let name = device.rsplit('/').next().unwrap_or_default().to_string();
+    let journal = fs::read_dir("/proc/fs/jbd2")
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}-"))
+            })
+        })
+        .unwrap_or(false);
+    if journal {
+        format!("{kind} with a journal")
+    } else {
+        format!("{kind} WITHOUT a journal: wait some minutes after deleting many files")
+    }
 }
 
 fn same_device(a: &Path, b: &Path) -> bool {

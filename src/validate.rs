@@ -91,6 +91,7 @@ pub enum Rule {
     SeMissing,
     SeSegmentCount,
     SeControlNumber,
+    SegmentIdInvalid,
 }
 
 impl Rule {
@@ -910,6 +911,16 @@ impl Validator {
                     "ST02 \"{}\" is used by an earlier transaction set of this group",
                     shown(st02)
                 ),
+            );
+        }
+        if let Some(bad) = &set.bad_id {
+            self.set_finding(
+                at,
+                Rule::SegmentIdInvalid,
+                "5",
+                bad,
+                0,
+                format!("segment id \"{}\" is not 2 or 3 capital letters or digits (AK304 1: unrecognized segment id)", shown(bad.id)),
             );
         }
         let Some(se) = &set.se else {

@@ -71,6 +71,9 @@ struct Candidate {
     not_before: Option<Instant>,
 }
 
+/// How long newly ready files may wait for company while a batch has just started.
+const GATHER: Duration = Duration::from_millis(100);
+
 /// Registry connections shared by the blocking workers: one per worker at most.
 type Pool = Arc<Mutex<Vec<Registry>>>;
 
@@ -82,30 +85,96 @@ enum Outcome {
     Failed(String),
 }
 
-fn process_one(path: &Path, config: &Config, pool: &Pool, options: &ProcessOptions) -> Outcome {
+/// Processes a batch of files (one transaction per step for all of them, see
+/// `pipeline::process_files`) and moves each where it belongs.
+fn process_batch(
+    paths: Vec<PathBuf>,
+    config: &Config,
+    pool: &Pool,
+    options: &ProcessOptions,
+) -> Vec<(PathBuf, Outcome)> {
     let taken = pool.lock().ok().and_then(|mut p| p.pop());
-    let mut registry = match taken {
-        Some(r) => r,
-        None => match Registry::open(&config.gateway.database) {
-            Ok(r) => r,
-            Err(e) => return Outcome::Failed(e.to_string()),
-        },
+    let mut registry = match taken.map_or_else(|| Registry::open(&config.gateway.database), Ok) {
+        Ok(r) => r,
+        Err(e) => {
+            return paths
+                .into_iter()
+                .map(|p| (p, Outcome::Failed(e.to_string())))
+                .collect()
+        }
     };
-    let result = pipeline::process_file(path, config, &mut registry, options);
+    let result = pipeline::process_files(&paths, config, &mut registry, options);
     if let Ok(mut p) = pool.lock() {
         p.push(registry);
     }
-    let reports = match result {
-        Ok(reports) => reports,
-        Err(e) => return Outcome::Failed(e.to_string()),
+    let outcomes = match result {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            return paths
+                .into_iter()
+                .map(|p| (p, Outcome::Failed(e.to_string())))
+                .collect()
+        }
     };
-    match inbound::dispose(path, &reports, config) {
-        Ok(destination) => Outcome::Done {
+    outcomes
+        .into_iter()
+        .map(|o| {
+            let outcome = match o.result {
+                Err(e) => Outcome::Failed(e.to_string()),
+                Ok(reports) => match inbound::dispose(&o.path, &reports, config) {
+                    Ok(destination) => Outcome::Done {
+                        reports,
+                        destination,
+                    },
+                    // The registry has the decision; the next attempt replays it as a duplicate.
+                    Err(e) => Outcome::Failed(format!(
+                        "moving {} after processing: {e}",
+                        o.path.display()
+                    )),
+                },
+            };
+            (o.path, outcome)
+        })
+        .collect()
+}
+
+/// Records what became of a file taken from the inbox.
+fn record_outcome(
+    candidates: &mut HashMap<PathBuf, Candidate>,
+    summary: &mut Summary,
+    path: PathBuf,
+    outcome: Outcome,
+    retry_max: Duration,
+) {
+    match outcome {
+        Outcome::Done {
             reports,
             destination,
-        },
-        // The registry has the decision; the next attempt replays it as a duplicate.
-        Err(e) => Outcome::Failed(format!("moving {} after processing: {e}", path.display())),
+        } => {
+            candidates.remove(&path);
+            for r in &reports {
+                match r.disposition {
+                    Disposition::Accepted | Disposition::Partial => summary.accepted += 1,
+                    Disposition::Duplicate => summary.duplicates += 1,
+                    Disposition::Conflict => summary.conflicts += 1,
+                    _ => {}
+                }
+            }
+            if let Destination::Rejected { file, reason } = &destination {
+                summary.rejected_files += 1;
+                tracing::warn!(file = %file.display(), reason = %reason.display(), "file rejected");
+            }
+        }
+        Outcome::Failed(error) => {
+            summary.retries += 1;
+            if let Some(c) = candidates.get_mut(&path) {
+                c.in_flight = false;
+                c.attempts += 1;
+                let wait = backoff(c.attempts, retry_max);
+                c.not_before = Some(Instant::now() + wait);
+                tracing::error!(file = %path.display(), %error, retry_in_ms = wait.as_millis() as u64, "operational failure; the file stays in the inbox");
+            }
+        }
     }
 }
 
@@ -218,7 +287,7 @@ pub async fn run(
     };
 
     let mut candidates: HashMap<PathBuf, Candidate> = HashMap::new();
-    let mut tasks: JoinSet<(PathBuf, Outcome)> = JoinSet::new();
+    let mut tasks: JoinSet<Vec<(PathBuf, Outcome)>> = JoinSet::new();
     let mut summary = Summary::default();
     let tick_every =
         Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));
@@ -226,6 +295,7 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_scan = Instant::now() - Duration::from_secs(3600);
     let mut last_summary = Instant::now();
+    let mut last_dispatch = Instant::now();
     let summary_every = Duration::from_secs(g.summary_seconds.max(1));
     tokio::pin!(shutdown);
     let mut stopping = false;
@@ -238,33 +308,8 @@ pub async fn run(
                 stopping = true;
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                let Ok((path, outcome)) = done else { continue };
-                match outcome {
-                    Outcome::Done { reports, destination } => {
-                        candidates.remove(&path);
-                        for r in &reports {
-                            match r.disposition {
-                                Disposition::Accepted | Disposition::Partial => summary.accepted += 1,
-                                Disposition::Duplicate => summary.duplicates += 1,
-                                Disposition::Conflict => summary.conflicts += 1,
-                                _ => {}
-                            }
-                        }
-                        if let Destination::Rejected { file, reason } = &destination {
-                            summary.rejected_files += 1;
-                            tracing::warn!(file = %file.display(), reason = %reason.display(), "file rejected");
-                        }
-                    }
-                    Outcome::Failed(error) => {
-                        summary.retries += 1;
-                        if let Some(c) = candidates.get_mut(&path) {
-                            c.in_flight = false;
-                            c.attempts += 1;
-                            let wait = backoff(c.attempts, retry_max);
-                            c.not_before = Some(Instant::now() + wait);
-                            tracing::error!(file = %path.display(), %error, retry_in_ms = wait.as_millis() as u64, "operational failure; the file stays in the inbox");
-                        }
-                    }
+                for (path, outcome) in done.unwrap_or_default() {
+                    record_outcome(&mut candidates, &mut summary, path, outcome, retry_max);
                 }
             }
             Some(path) = events.recv() => {
@@ -325,26 +370,46 @@ pub async fn run(
             .map(|(p, _)| p.clone())
             .collect();
         ready.sort();
-        for path in ready {
+        // A trickle goes one file per worker; a flood is split into batches across the free
+        // workers, so that each durable step serves many files (as `process` does).
+        let free = workers.available_permits().max(1);
+        let size = ready.len().div_ceil(free).clamp(1, pipeline::BATCH_FILES);
+        // While a batch has just started, let a few more files gather rather than start a
+        // batch of a handful: it is the durable steps, not the files, that cost. The hold is
+        // short, so a slow file in flight never keeps the others waiting long.
+        let gathering = !tasks.is_empty()
+            && ready.len() < pipeline::BATCH_FILES
+            && now.duration_since(last_dispatch) < GATHER;
+        if gathering {
+            ready.clear();
+        }
+        for chunk in ready.chunks(size) {
             let Ok(permit) = workers.clone().try_acquire_owned() else {
                 break;
             };
-            if let Some(c) = candidates.get_mut(&path) {
-                c.in_flight = true;
+            for path in chunk {
+                if let Some(c) = candidates.get_mut(path) {
+                    c.in_flight = true;
+                }
             }
-            summary.files_taken += 1;
-            let path_for_errors = path.clone();
+            summary.files_taken += chunk.len() as u64;
+            last_dispatch = now;
+            tracing::debug!(files = chunk.len(), "batch taken");
+            let paths = chunk.to_vec();
+            let again = paths.clone();
             let (config, pool, opts) = (config.clone(), pool.clone(), process_options.clone());
             let handle = tokio::task::spawn_blocking(move || {
-                let outcome = process_one(&path, &config, &pool, &opts);
+                let outcomes = process_batch(paths, &config, &pool, &opts);
                 drop(permit);
-                (path, outcome)
+                outcomes
             });
-            let again = path_for_errors;
             tasks.spawn(async move {
-                handle
-                    .await
-                    .unwrap_or_else(|e| (again, Outcome::Failed(e.to_string())))
+                handle.await.unwrap_or_else(|e| {
+                    again
+                        .into_iter()
+                        .map(|p| (p, Outcome::Failed(e.to_string())))
+                        .collect()
+                })
             });
         }
         if now.duration_since(last_summary) >= summary_every {

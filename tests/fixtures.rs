@@ -38,6 +38,7 @@ use crate::util::{fixture, root};
 
 /// Every rule of `validate::Rule` that a broken fixture must exercise.
 const RULES: &[&str] = &[
+    "segment-id-invalid",
     "not-an-interchange",
     "isa-unreadable",
     "element-separator",
@@ -66,11 +67,25 @@ const RULES: &[&str] = &[
 ];
 
 /// Rules no fixture here can produce, and where they are tested instead.
-const RULES_TESTED_ELSEWHERE: &[(&str, &str)] = &[(
-    "file-too-large",
-    "decided from the file's size before reading: tests/cli.rs \
-     limits_from_the_config_reject_an_oversized_file",
-)];
+const RULES_TESTED_ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "file-too-large",
+        "decided from the file's size before reading: tests/cli.rs \
+         limits_from_the_config_reject_an_oversized_file",
+    ),
+    (
+        "unknown-sender",
+        "needs the configuration: tests/acks.rs routing_rejects_other_receivers_and_unknown_senders",
+    ),
+    (
+        "receiver-not-ours",
+        "needs the configuration: tests/acks.rs routing_rejects_other_receivers_and_unknown_senders",
+    ),
+    (
+        "gs-seen-before",
+        "needs the registry: tests/process.rs a_group_control_number_reused_across_interchanges_is_rejected",
+    ),
+];
 
 /// The valid fixtures the product relies on; a missing one is a failure, not a smaller loop.
 const VALID: &[&str] = &[

@@ -1247,3 +1247,28 @@ stalled: {stalled}"
         );
     }
 }
+
+#[test]
+fn a_group_control_number_reused_across_interchanges_is_rejected() {
+    let gate = Gate::new(300, "reject");
+    let first = gate.write("first.x12", po("ACME", 201, 777));
+    let second = gate.write("second.x12", po("ACME", 202, 777));
+    let third = gate.write("third.x12", po("ACME", 203, 778));
+    let run = gate.process(&[&first, &second, &third]);
+    assert_eq!(run.code(), Some(3), "{run}");
+    let reports = run.reports();
+    let dispositions: Vec<&str> = reports
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap())
+        .collect();
+    assert_eq!(dispositions, ["accepted", "rejected", "accepted"], "{run}");
+    // The second interchange's 997 rejects its group with AK905 6 (004010 has no "not unique" code).
+    let ack = segments(&fs::read(gate.outbox().join("ZZ_ACME_000000202.997.x12")).unwrap());
+    let ak9 = segment(&ack, "AK9");
+    assert_eq!(ak9, ["AK9", "R", "1", "1", "0", "6"], "{ack:?}");
+    // A corrected resend of the second with a fresh GS06 goes through as attempt 2.
+    let fixed = gate.write("fixed.x12", po("ACME", 202, 779));
+    let again = gate.process(&[&fixed]);
+    assert_eq!(again.report()["disposition"], "accepted", "{again}");
+    assert_eq!(again.report()["attempt"], 2, "{again}");
+}

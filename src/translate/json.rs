@@ -336,10 +336,10 @@ impl<W: Write> Renderer<'_, W> {
         place: &str,
     ) -> Result<(), RenderError> {
         let mut line = self.value(id, place)?;
-        if id.is_empty() || id.bytes().any(|b| b.is_ascii_whitespace()) {
+        if id.is_empty() || id.starts_with(['\r', '\n']) {
             return Err(invalid(
                 place,
-                format!("segment id {id:?} must be non-empty, without spaces or line breaks"),
+                format!("segment id {id:?} must be non-empty and not start with a line break"),
             ));
         }
         for (i, e) in elements.iter().enumerate() {
@@ -363,14 +363,20 @@ impl<W: Write> Renderer<'_, W> {
 /// Segment ids the reader treats as envelope; a body segment with one of them would not read back.
 const CONTROL_IDS: [&str; 6] = ["ISA", "IEA", "GS", "GE", "ST", "SE"];
 
-fn one_byte(s: &str, what: &str, place: &str) -> Result<u8, RenderError> {
-    match s.as_bytes() {
-        [b] => Ok(*b),
-        _ => Err(invalid(
+/// A delimiter: one character, one byte in the document's encoding (latin1 allows 0x80-0xFF).
+fn one_byte(s: &str, encoding: Encoding, what: &str, place: &str) -> Result<u8, RenderError> {
+    let mut chars = s.chars();
+    let byte = match (chars.next(), chars.next(), encoding) {
+        (Some(c), None, Encoding::Utf8) if c.is_ascii() => u8::try_from(c).ok(),
+        (Some(c), None, Encoding::Latin1) => u8::try_from(c).ok(),
+        _ => None,
+    };
+    byte.ok_or_else(|| {
+        invalid(
             place,
-            format!("the {what} delimiter must be one ASCII character, not {s:?}"),
-        )),
-    }
+            format!("the {what} delimiter must be one character of one byte, not {s:?}"),
+        )
+    })
 }
 
 /// Renders a JSON document (the generic form) as canonical X12: the interchange's own
@@ -383,14 +389,14 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
         let mut r = Renderer {
             out: &mut *out,
             encoding: doc.encoding,
-            element: one_byte(&d.element, "element", &place)?,
-            component: one_byte(&d.component, "component", &place)?,
+            element: one_byte(&d.element, doc.encoding, "element", &place)?,
+            component: one_byte(&d.component, doc.encoding, "component", &place)?,
             repetition: d
                 .repetition
                 .as_deref()
-                .map(|s| one_byte(s, "repetition", &place))
+                .map(|s| one_byte(s, doc.encoding, "repetition", &place))
                 .transpose()?,
-            segment: one_byte(&d.segment, "segment", &place)?,
+            segment: one_byte(&d.segment, doc.encoding, "segment", &place)?,
             line_ending: d.line_ending.as_bytes().to_vec(),
         };
         if !matches!(d.line_ending.as_str(), "" | "\n" | "\r\n" | "\r") {
@@ -410,16 +416,19 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
             .iter()
             .map(|s| JsonElement::Simple(s.clone()))
             .collect();
-        // ISA11 and ISA16 *are* delimiters, so they are written as they are, not checked.
+        // The ISA is read by its element separators alone (ISA11 and ISA16 *are* delimiters,
+        // and other fields may hold the others), so only the element separator is refused.
         let mut line = b"ISA".to_vec();
         for (i, f) in isa.iter().enumerate() {
             line.push(r.element);
             let JsonElement::Simple(s) = f else { continue };
-            let bytes = if i == 10 || i == 15 {
-                r.encode(s, &place)?
-            } else {
-                r.element(f, &format!("{place} ISA{:02}", i + 1), false)?
-            };
+            let bytes = r.encode(s, &place)?;
+            if bytes.contains(&r.element) {
+                return Err(invalid(
+                    format!("{place} ISA{:02}", i + 1),
+                    format!("value {s:?} contains the element separator"),
+                ));
+            }
             line.extend(bytes);
         }
         line.push(r.segment);

@@ -88,6 +88,8 @@ pub struct TransactionSet<'a> {
     pub st: Segment<'a>,
     pub body: Body<'a>,
     pub se: Option<Segment<'a>>,
+    /// The first body segment whose id is not 2 or 3 capital letters or digits.
+    pub bad_id: Option<Segment<'a>>,
 }
 
 impl<'a> TransactionSet<'a> {
@@ -292,6 +294,7 @@ struct OpenSet<'a> {
     body: (usize, usize),
     count: u32,
     over_limit: bool,
+    bad_id: Option<Segment<'a>>,
 }
 
 struct Builder<'a> {
@@ -322,6 +325,7 @@ impl<'a> Builder<'a> {
                 delimiters: self.delimiters,
             },
             se,
+            bad_id: open.bad_id,
         };
         // invariant: a set is only opened while a group is open.
         if let Some(group) = self.open_group.as_mut() {
@@ -380,6 +384,15 @@ impl<'a> Builder<'a> {
         };
         if open.count == 0 {
             open.body.0 = segment.offset;
+        }
+        let id = segment.id;
+        if open.bad_id.is_none()
+            && !((2..=3).contains(&id.len())
+                && id
+                    .iter()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+        {
+            open.bad_id = Some(segment);
         }
         open.body.1 = end;
         open.count = open.count.saturating_add(1);
@@ -456,6 +469,7 @@ fn build<'a>(
                     body: (body_start, body_start),
                     count: 0,
                     over_limit: false,
+                    bad_id: None,
                 });
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
