@@ -433,3 +433,23 @@ fn partners_toml_errors_name_the_line() {
         );
     }
 }
+
+#[test]
+fn accepted_sets_get_ak2_loops_unless_the_partner_says_no() {
+    let input = std::fs::read(fixture("broken/st-duplicate-control-number.x12")).unwrap();
+    let text = |config: &Config| {
+        let (out, _) = acks_with(&input, config);
+        String::from_utf8(out.last().unwrap().bytes.clone()).unwrap()
+    };
+    let with = text(&config());
+    assert_eq!(with.matches("AK2*").count(), 3, "{with}");
+    let mut config = config();
+    for p in &mut config.partners {
+        p.ack_accepted_sets = false;
+    }
+    let without = text(&config);
+    // Only the rejected set is reported; the counts in AK9 still cover all three.
+    assert_eq!(without.matches("AK2*").count(), 1, "{without}");
+    assert!(without.contains("AK5*R*23~"), "{without}");
+    assert!(without.contains("AK9*P*3*3*2~"), "{without}");
+}

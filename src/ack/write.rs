@@ -434,3 +434,154 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
     ak9(w, g);
     end_set(w, st02);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ack::{Context, Disposition, ElementError, Status};
+    use crate::registry::PreviewCounters;
+    use crate::x12::{Interchanges, Limits};
+
+    const INBOUND: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000007*0*T*:~GS*HC*ACME*X12GATE*20240101*1200*9*X*005010X222A1~ST*837*0001*005010X222A1~BHT*0019~SE*3*0001~GE*1*9~IEA*1*000000007~";
+
+    fn gateway() -> Gateway {
+        let config = crate::config::Config::from_str(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n",
+            std::path::Path::new("/x/p.toml"),
+        )
+        .unwrap();
+        config.gateway
+    }
+
+    /// A response with one segment error and two element errors, as the schema validator
+    /// will produce them.
+    fn response(kind: AckKind) -> InterchangeResponse {
+        let seg = SegmentError {
+            id: "NM1".into(),
+            position: 5,
+            loop_id: Some("2010AA".into()),
+            code: "8",
+            contexts: vec![Context {
+                name: "CLM01".into(),
+                reference: Some("A37YH556".into()),
+                ..Context::default()
+            }],
+            elements: vec![
+                ElementError {
+                    position: 9,
+                    component: None,
+                    repetition: None,
+                    reference: Some(67),
+                    code: "7",
+                    bad_value: Some("XX".into()),
+                },
+                ElementError {
+                    position: 3,
+                    component: Some(2),
+                    repetition: Some(1),
+                    reference: None,
+                    code: "6",
+                    bad_value: Some("bad\u{1}".into()),
+                },
+            ],
+        };
+        InterchangeResponse {
+            disposition: Disposition::Rejected,
+            reason: None,
+            ta1: None,
+            groups: vec![GroupResponse {
+                functional_id: "HC".into(),
+                control_number: "9".into(),
+                version: "005010X222A1".into(),
+                application_sender: "ACME".into(),
+                application_receiver: "X12GATE".into(),
+                status: Status::Rejected,
+                declared: 1,
+                received: 1,
+                accepted: 0,
+                codes: vec![],
+                sets: vec![SetResponse {
+                    id: "837".into(),
+                    control_number: "0001".into(),
+                    convention: Some("005010X222A1".into()),
+                    status: Status::Rejected,
+                    codes: vec!["5"],
+                    segment_errors: vec![seg],
+                }],
+            }],
+            kind,
+            accepted_sets: vec![vec![false]],
+        }
+    }
+
+    fn write(kind: AckKind) -> Vec<String> {
+        let ic = Interchanges::new(INBOUND.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
+        partner.ack = kind;
+        let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+            .unwrap()
+            .and_hms_opt(3, 4, 0)
+            .unwrap();
+        let out = write_acknowledgments(
+            &response(kind),
+            &ic,
+            &partner,
+            &gateway(),
+            &PreviewCounters::default(),
+            now,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        String::from_utf8(out[0].bytes.clone())
+            .unwrap()
+            .split('~')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn a_997_carries_ak3_and_ak4_and_answers_a_test_interchange_in_test() {
+        let segs = write(AckKind::FunctionalAck);
+        assert!(segs[0].ends_with("*0*T*:"), "{segs:?}");
+        let body: Vec<&str> = segs.iter().skip(3).take(7).map(String::as_str).collect();
+        assert_eq!(
+            body,
+            [
+                "AK1*HC*9*005010X222A1",
+                "AK2*837*0001*005010X222A1",
+                "AK3*NM1*5*2010AA*8",
+                "AK4*9*67*7*XX",
+                "AK4*3:2:1**6",
+                "AK5*R*5",
+                "AK9*R*1*1*0",
+            ]
+        );
+        assert_eq!(segs[10], "SE*9*0001");
+    }
+
+    #[test]
+    fn a_999_carries_ik3_ctx_ik4_and_ik5() {
+        let segs = write(AckKind::ImplementationAck);
+        let body: Vec<&str> = segs.iter().skip(2).take(9).map(String::as_str).collect();
+        assert_eq!(
+            body,
+            [
+                "ST*999*0001*005010X231A1",
+                "AK1*HC*9*005010X222A1",
+                "AK2*837*0001*005010X222A1",
+                "IK3*NM1*5*2010AA*8",
+                "CTX*CLM01:A37YH556",
+                "IK4*9*67*7*XX",
+                "IK4*3:2:1**6",
+                "IK5*R*5",
+                "AK9*R*1*1*0",
+            ]
+        );
+        assert_eq!(segs[11], "SE*10*0001");
+        assert!(segs[1].ends_with("*X*005010X231A1"), "{segs:?}");
+    }
+}
