@@ -247,7 +247,11 @@ fn item<'a>(
 }
 
 /// A part of a file that holds no readable interchange: nothing can be claimed or answered.
-fn file_rejection(registry: &Registry, file: &str, reason: String) -> Result<Report, ProcessError> {
+fn file_rejection(
+    registry: &mut Registry,
+    file: &str,
+    reason: String,
+) -> Result<Report, ProcessError> {
     tracing::warn!(file, %reason, "rejected: no readable interchange");
     let report = Report {
         file: file.to_string(),

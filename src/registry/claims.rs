@@ -520,7 +520,7 @@ impl Registry {
     /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
     /// file that holds no interchange).
     pub fn record_event(
-        &self,
+        &mut self,
         event: &str,
         key: Option<&str>,
         partner: Option<&str>,
@@ -528,17 +528,7 @@ impl Registry {
         disposition: &str,
         detail: &str,
     ) -> Result<(), RegistryError> {
-        insert_event(
-            &self.conn,
-            now_ms(),
-            event,
-            key,
-            partner,
-            control_number,
-            Some(disposition),
-            detail,
-        )
-        .map_err(|e| self.sql(e))
+        self.batch(|b| b.record_event(event, key, partner, control_number, disposition, detail))
     }
 
     /// Audit events, oldest first.
