@@ -50,9 +50,8 @@
 //! Every phase prints its rate next to the floors sampled just before it and its ratio to the
 //! SQLite floor; the summary gives the totals and the median per-call ratio.
 //!
-//! To see where the time of `process` goes, count the system calls of one call:
-//! `strace -f -c -e trace=fsync,fdatasync,rename,openat,pwrite64,write x12gate process ...`
-//! (the bench prints the exact config path to use with `X12GATE_BENCH_KEEP=1`).
+//! To see where the time of `process` goes, keep a run's folder (`X12GATE_BENCH_KEEP=1`) and
+//! count its fsyncs per interchange by target with `scripts/profile-process.sh FOLDER 2000`.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -192,20 +191,20 @@ fn main() {
     println!("SQLite durable floor:  {s:.1} commits/s (WAL, synchronous=FULL, one INSERT each)");
     println!("fsync floor:           {f:.1} fsyncs/s (1 KB new file, one thread)");
     println!(
-        "process / SQLite floor: {:.3} (one interchange costs {:.1} durable commits)",
+        "process / SQLite floor: {:.3} (an interchange takes the time of {:.2} durable commits)",
         p / s,
         s / p
     );
     println!(
-        "process / fsync floor:  {:.3} ({:.1} fsyncs per interchange)",
+        "process / fsync floor:  {:.3} (an interchange takes the time of {:.2} fsyncs)",
         p / f,
         f / p
     );
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
     println!(
-        "median per-call process / SQLite floor: {median:.3}; group-commit model: {model_ratio:.3} \
-         ({:.1}x process)",
+        "median per-call process / SQLite floor: {median:.3}; group-commit model (I/O only, \
+         no parsing): {model_ratio:.3}, {:.1}x process",
         model_ratio / median
     );
 

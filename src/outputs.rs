@@ -55,43 +55,47 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::i
     Ok(std::path::absolute(&final_path).unwrap_or(final_path))
 }
 
-/// Writes many files durably with one round of fsyncs: every file is written to its
-/// temporary name, all are fsynced from several threads at once (the file system's journal
-/// then commits them together), renamed into place, and each folder fsynced once. Returns the
-/// absolute paths, in order.
+/// Writes many files durably in one round: several threads each write their share to
+/// temporary names, fsync them (the file system then serves the fsyncs together) and rename
+/// them into place, each rename after its own file's fsync; then each folder is fsynced
+/// once. Returns the absolute paths, in order.
 pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Result<Vec<PathBuf>> {
     let suffix = safe_name(owner);
-    let mut temps = Vec::with_capacity(files.len());
-    for (dir, name, bytes) in files {
-        let tmp_dir = dir.join(TMP_DIR);
-        fs::create_dir_all(&tmp_dir)?;
-        let tmp = tmp_dir.join(format!("{name}.{suffix}"));
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        temps.push((f, tmp));
-    }
-    let threads = temps.len().clamp(1, 32);
-    let chunk = temps.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = temps
-            .chunks(chunk)
-            .map(|c| scope.spawn(move || c.iter().try_for_each(|(f, _)| f.sync_all())))
-            .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked")))
-        })
-    })?;
-    let mut done = Vec::with_capacity(files.len());
     let mut dirs: Vec<&Path> = Vec::new();
-    for ((dir, name, _), (_, tmp)) in files.iter().zip(&temps) {
-        let final_path = dir.join(name);
-        fs::rename(tmp, &final_path)?;
+    for (dir, ..) in files {
         if !dirs.contains(dir) {
+            fs::create_dir_all(dir.join(TMP_DIR))?;
             dirs.push(dir);
         }
-        done.push(std::path::absolute(&final_path).unwrap_or(final_path));
     }
+    let threads = files.len().clamp(1, 32);
+    let chunk = files.len().div_ceil(threads).max(1);
+    let write_one = |(dir, name, bytes): &(&Path, &str, &[u8])| -> std::io::Result<PathBuf> {
+        let tmp = dir.join(TMP_DIR).join(format!("{name}.{suffix}"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        let final_path = dir.join(name);
+        fs::rename(&tmp, &final_path)?;
+        Ok(std::path::absolute(&final_path).unwrap_or(final_path))
+    };
+    let done = std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|c| {
+                scope.spawn(move || c.iter().map(write_one).collect::<std::io::Result<Vec<_>>>())
+            })
+            .collect();
+        let mut done = Vec::with_capacity(files.len());
+        for h in handles {
+            done.extend(
+                h.join().unwrap_or_else(|_| {
+                    Err(std::io::Error::other("output writer thread panicked"))
+                })?,
+            );
+        }
+        Ok::<_, std::io::Error>(done)
+    })?;
     for dir in dirs {
         File::open(dir)?.sync_all()?;
     }

@@ -301,12 +301,14 @@ fn claim(
     req: &ClaimRequest<'_>,
     now: i64,
 ) -> Result<Claim, rusqlite::Error> {
-    let inserted = tx.execute(
-        "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
              lease_expires, attempts, file, first_seen, last_seen)
          VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
          ON CONFLICT (key) DO NOTHING",
-        params![
+        )?
+        .execute(params![
             req.key,
             req.partner,
             req.control_number,
@@ -315,8 +317,7 @@ fn claim(
             now + req.lease_ms,
             req.file,
             now
-        ],
-    )?;
+        ])?;
     if inserted == 1 {
         record_fingerprint(tx, req.key, req.fingerprint, 1, now)?;
         return Ok(Claim::Owned {
@@ -325,40 +326,37 @@ fn claim(
             first_fingerprint: req.fingerprint.to_string(),
         });
     }
-    let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx.query_row(
-        "SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1",
+    let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
         [req.key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
-    tx.execute(
-        "UPDATE interchanges SET last_seen = ?2 WHERE key = ?1",
-        params![req.key, now],
-    )?;
+    tx.prepare_cached("UPDATE interchanges SET last_seen = ?2 WHERE key = ?1")?
+        .execute(params![req.key, now])?;
     let same = fingerprint == req.fingerprint;
     let take_over = |previous: Previous| -> Result<Claim, rusqlite::Error> {
         let attempt = attempts + 1;
         // A different content may not reuse the numbers reserved for the old one.
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE interchanges SET state = 'in_flight', owner = ?2, lease_expires = ?3,
                  attempts = ?4, fingerprint = ?5, file = ?6,
                  reservation = CASE WHEN fingerprint = ?5 THEN reservation END,
                  disposition = NULL, reason_code = NULL, reason = NULL
              WHERE key = ?1",
-            params![
-                req.key,
-                req.owner,
-                now + req.lease_ms,
-                attempt,
-                req.fingerprint,
-                req.file
-            ],
-        )?;
+        )?
+        .execute(params![
+            req.key,
+            req.owner,
+            now + req.lease_ms,
+            attempt,
+            req.fingerprint,
+            req.file
+        ])?;
         record_fingerprint(tx, req.key, req.fingerprint, attempt, now)?;
-        let first_fingerprint = tx.query_row(
-            "SELECT fingerprint FROM fingerprints WHERE key = ?1 ORDER BY attempt LIMIT 1",
-            [req.key],
-            |r| r.get(0),
-        )?;
+        let first_fingerprint = tx
+            .prepare_cached(
+                "SELECT fingerprint FROM fingerprints WHERE key = ?1 ORDER BY attempt LIMIT 1",
+            )?
+            .query_row([req.key], |r| r.get(0))?;
         Ok(Claim::Owned {
             attempt,
             previous,
@@ -415,10 +413,8 @@ fn reserve(
         isa13: take(Counter::Interchange, isa13)?,
         gs06: take(Counter::Group, gs06)?,
     };
-    tx.execute(
-        "UPDATE interchanges SET reservation = ?2 WHERE key = ?1",
-        params![key, json(&reservation)],
-    )?;
+    tx.prepare_cached("UPDATE interchanges SET reservation = ?2 WHERE key = ?1")?
+        .execute(params![key, json(&reservation)])?;
     Ok(reservation)
 }
 
@@ -435,12 +431,11 @@ fn claim_groups(
         .iter()
         .map(|(sender, number)| {
             // Take the key when it is free, ours already, or older than the window.
-            let taken = tx.execute(
-                "INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
+            let taken = tx.prepare_cached("INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (partner, app_sender, control_number) DO UPDATE
                  SET interchange_key = excluded.interchange_key, seen = excluded.seen
-                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6",
+                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6")?.execute(
                 params![partner, sender, number, key, now, oldest],
             )?;
             Ok(taken == 0)
@@ -455,11 +450,13 @@ fn complete(
     c: &Completion<'_>,
 ) -> Result<bool, rusqlite::Error> {
     let now = now_ms();
-    let updated = tx.execute(
-        "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
+    let updated = tx
+        .prepare_cached(
+            "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
              disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
          WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-        params![
+        )?
+        .execute(params![
             key,
             owner,
             c.disposition,
@@ -467,26 +464,23 @@ fn complete(
             c.reason,
             json(&c.outputs),
             now
-        ],
-    )?;
+        ])?;
     if updated == 0 {
         return Ok(false);
     }
-    tx.execute("DELETE FROM acks WHERE key = ?1", [key])?;
+    tx.prepare_cached("DELETE FROM acks WHERE key = ?1")?
+        .execute([key])?;
     for (seq, a) in c.acks.iter().enumerate() {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![key, seq as i64, a.kind, a.path, a.bytes],
-        )?;
+        )?
+        .execute(params![key, seq as i64, a.kind, a.path, a.bytes])?;
     }
-    let (partner, control): (String, String) = tx.query_row(
-        "SELECT partner, control_number FROM interchanges WHERE key = ?1",
-        [key],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let (partner, control): (String, String) = tx
+        .prepare_cached("SELECT partner, control_number FROM interchanges WHERE key = ?1")?
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
     for (sender, number) in c.released_groups {
-        tx.execute(
-            "DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4",
+        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4")?.execute(
             params![partner, sender, number, key],
         )?;
     }
@@ -650,8 +644,7 @@ fn record_fingerprint(
     attempt: u32,
     now: i64,
 ) -> Result<(), rusqlite::Error> {
-    tx.execute(
-        "INSERT OR REPLACE INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)",
+    tx.prepare_cached("INSERT OR REPLACE INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)")?.execute(
         params![key, fingerprint, attempt, now],
     )
     .map(drop)
@@ -668,16 +661,14 @@ fn insert_event(
     disposition: Option<&str>,
     detail: &str,
 ) -> Result<(), rusqlite::Error> {
-    conn.execute(
-        "INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(
         params![at, event, key, partner, control_number, disposition, detail],
     )
     .map(drop)
 }
 
 fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rusqlite::Error> {
-    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<String>, Option<String>, Option<String>, String, Option<String>, u32) = tx.query_row(
-        "SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1",
+    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<String>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;

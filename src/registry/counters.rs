@@ -42,14 +42,15 @@ pub(super) fn next_in(
     partner: &str,
     counter: Counter,
 ) -> Result<u32, rusqlite::Error> {
-    conn.query_row(
+    conn.prepare_cached(
         "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
          ON CONFLICT (partner, kind) DO UPDATE
          SET value = CASE WHEN value >= ?3 THEN 1 ELSE value + 1 END
          RETURNING value",
-        params![partner, counter.name(), MAX_CONTROL_NUMBER],
-        |r| r.get(0),
-    )
+    )?
+    .query_row(params![partner, counter.name(), MAX_CONTROL_NUMBER], |r| {
+        r.get(0)
+    })
 }
 
 impl ControlNumbers for Registry {
