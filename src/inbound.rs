@@ -36,49 +36,83 @@ struct ReasonFile<'a> {
     interchanges: &'a [Report],
 }
 
-/// `dir/name`, or `dir/stem-N.ext` for the first N that is free.
-fn free_name(dir: &Path, name: &str) -> PathBuf {
-    let first = dir.join(name);
-    if !first.exists() {
-        return first;
-    }
+/// The names to try for `name` in a folder: `name`, then `stem-1.ext`, `stem-2.ext`, ...
+fn candidate_names(name: &str) -> impl Iterator<Item = String> + '_ {
     let (stem, ext) = match name.rsplit_once('.') {
         Some((s, e)) if !s.is_empty() => (s, format!(".{e}")),
         _ => (name, String::new()),
     };
-    (1u32..)
-        .map(|n| dir.join(format!("{stem}-{n}{ext}")))
-        .find(|p| !p.exists())
-        .unwrap_or(first)
+    std::iter::once(name.to_string()).chain((1u32..).map(move |n| format!("{stem}-{n}{ext}")))
 }
 
-fn rename_into(file: &Path, dir: &Path) -> std::io::Result<PathBuf> {
+/// Links `file` into `dir` under the first free name. A hard link fails when the name
+/// exists, so two disposals racing for one name can never overwrite each other (a
+/// check-then-rename could).
+fn link_into(file: &Path, dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "unnamed".into());
-    let target = free_name(dir, &name);
-    // No fsync of the folder: a move lost to a power cut leaves the file in the inbox, where
-    // the registry answers it as a duplicate and moves it again. Saving that fsync per file
-    // is most of what keeps the watcher as fast as `process`.
-    std::fs::rename(file, &target)?;
-    Ok(target)
+    for candidate in candidate_names(&name).take(100_000) {
+        let target = dir.join(&candidate);
+        match std::fs::hard_link(file, &target) {
+            Ok(()) => return Ok(target),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "no free name for {name} in {}",
+        dir.display()
+    )))
 }
 
-/// The worst outcome of a file's interchanges: the one that decides where the file goes.
+/// The worst outcome of a file's interchanges: the one that decides where the file goes. An
+/// exact resend of a rejected interchange is still a rejected file.
 pub fn verdict(reports: &[Report]) -> Option<&Report> {
-    reports.iter().find(|r| !r.disposition.is_success())
+    reports
+        .iter()
+        .find(|r| !r.disposition.is_success() || r.replayed.is_some_and(|d| !d.is_success()))
 }
 
-/// Moves a processed file to the archive or to `rejected/` with its reason.
+/// Moves a processed file to the archive, or to `rejected/` with its reason written first:
+/// the file leaves the inbox only once its new place (and reason) exist, so a failure or a
+/// crash at any point leaves it in the inbox to be retried, never in `rejected/` unexplained.
+/// No folder is fsynced: a move lost to a power cut leaves the file in the inbox, where the
+/// registry answers it as a duplicate and it is moved again.
 pub fn dispose(file: &Path, reports: &[Report], config: &Config) -> std::io::Result<Destination> {
     let g = &config.gateway;
-    let Some(worst) = verdict(reports) else {
-        let day = chrono::Local::now().format("%Y/%m/%d").to_string();
-        return rename_into(file, &g.archive.join(day)).map(Destination::Archived);
+    let destination = match verdict(reports) {
+        None => {
+            let day = chrono::Local::now().format("%Y/%m/%d").to_string();
+            Destination::Archived(link_into(file, &g.archive.join(day))?)
+        }
+        Some(worst) => {
+            let linked = link_into(file, &g.rejected)?;
+            match write_reason(file, &linked, worst, reports, config) {
+                Ok(reason) => Destination::Rejected {
+                    file: linked,
+                    reason,
+                },
+                Err(e) => {
+                    let _ = std::fs::remove_file(&linked);
+                    return Err(e);
+                }
+            }
+        }
     };
-    let moved = rename_into(file, &g.rejected)?;
+    std::fs::remove_file(file)?;
+    Ok(destination)
+}
+
+fn write_reason(
+    file: &Path,
+    linked: &Path,
+    worst: &Report,
+    reports: &[Report],
+    config: &Config,
+) -> std::io::Result<PathBuf> {
     let contact = worst
         .sender
         .as_deref()
@@ -87,7 +121,7 @@ pub fn dispose(file: &Path, reports: &[Report], config: &Config) -> std::io::Res
         .and_then(|p| p.contact.as_deref());
     let reason = ReasonFile {
         file: file.display().to_string(),
-        disposition: worst.disposition,
+        disposition: worst.replayed.unwrap_or(worst.disposition),
         reason_code: worst.reason_code.as_deref(),
         reason: worst.reason.as_deref(),
         correlation_id: worst.correlation_id.as_deref(),
@@ -95,19 +129,14 @@ pub fn dispose(file: &Path, reports: &[Report], config: &Config) -> std::io::Res
         time: chrono::Local::now().to_rfc3339(),
         interchanges: reports,
     };
-    let name = format!(
-        "{}.reason.json",
-        moved
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    );
+    let linked_name = linked
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = format!("{linked_name}.reason.json");
     let body = serde_json::to_vec_pretty(&reason).map_err(std::io::Error::other)?;
-    let reason_path = crate::outputs::write_atomic(&g.rejected, &name, &body, "inbound")?;
-    Ok(Destination::Rejected {
-        file: moved,
-        reason: reason_path,
-    })
+    // The temporary name is this file's own, so concurrent disposals never share one.
+    crate::outputs::write_atomic(&config.gateway.rejected, &name, &body, &linked_name)
 }
 
 #[cfg(test)]
@@ -125,11 +154,20 @@ mod tests {
     #[test]
     fn never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.x12"), b"1").unwrap();
-        std::fs::write(dir.path().join("a-1.x12"), b"2").unwrap();
-        assert_eq!(free_name(dir.path(), "a.x12"), dir.path().join("a-2.x12"));
-        assert_eq!(free_name(dir.path(), "b"), dir.path().join("b"));
-        std::fs::write(dir.path().join("b"), b"3").unwrap();
-        assert_eq!(free_name(dir.path(), "b"), dir.path().join("b-1"));
+        let inbox = dir.path().join("in");
+        std::fs::create_dir_all(&inbox).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("a.x12"), b"1").unwrap();
+        std::fs::write(out.join("a-1.x12"), b"2").unwrap();
+        std::fs::write(inbox.join("a.x12"), b"3").unwrap();
+        assert_eq!(
+            link_into(&inbox.join("a.x12"), &out).unwrap(),
+            out.join("a-2.x12")
+        );
+        assert_eq!(std::fs::read(out.join("a.x12")).unwrap(), b"1");
+        std::fs::write(inbox.join("b"), b"4").unwrap();
+        assert_eq!(link_into(&inbox.join("b"), &out).unwrap(), out.join("b"));
+        assert_eq!(link_into(&inbox.join("b"), &out).unwrap(), out.join("b-1"));
     }
 }

@@ -103,7 +103,15 @@ fn process_batch(
                 .collect()
         }
     };
-    let result = pipeline::process_files(&paths, config, &mut registry, options);
+    // Each batch is its own claimant: two batches of one watcher meeting the same key must
+    // see each other's lease (wait, then duplicate), not take each other's claim over.
+    static BATCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = BATCHES.fetch_add(1, Ordering::Relaxed);
+    let options = ProcessOptions {
+        owner: format!("{}:{n}", options.owner),
+        ..options.clone()
+    };
+    let result = pipeline::process_files(&paths, config, &mut registry, &options);
     if let Ok(mut p) = pool.lock() {
         p.push(registry);
     }
@@ -121,6 +129,15 @@ fn process_batch(
         .map(|o| {
             let outcome = match o.result {
                 Err(e) => Outcome::Failed(e.to_string()),
+                // Undecided here (another process took the claim over): leave the file in the
+                // inbox; the retry meets the decision as a duplicate.
+                Ok(reports)
+                    if reports
+                        .iter()
+                        .any(|r| r.disposition == Disposition::InProgress) =>
+                {
+                    Outcome::Failed("in progress elsewhere; retried later".into())
+                }
                 Ok(reports) => match inbound::dispose(&o.path, &reports, config) {
                     Ok(destination) => Outcome::Done {
                         reports,
@@ -365,7 +382,7 @@ pub async fn run(
                 let quiet = SystemTime::now()
                     .duration_since(c.modified)
                     .unwrap_or_else(|_| now.duration_since(c.changed_at));
-                options.once || quiet >= settle
+                quiet >= settle
             })
             .map(|(p, _)| p.clone())
             .collect();

@@ -7,3 +7,4 @@ mod fuzz_corpus;
 mod process;
 mod props;
 mod util;
+mod watch;

@@ -235,6 +235,7 @@ fn item<'a>(
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        replayed: None,
     };
     Item {
         utf8,
@@ -266,6 +267,7 @@ fn file_rejection(
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        replayed: None,
     };
     registry.record_event("unreadable", None, None, None, "rejected", &json(&report))?;
     Ok(report)
@@ -340,7 +342,18 @@ fn run_round(
                 Plan::Event("in_progress")
             }
             Claim::Busy { .. } => Plan::Busy,
-            Claim::Duplicate(done) => Plan::Replay(done.acks),
+            Claim::Duplicate(done) => {
+                // The original's outcome travels with the replay: an exact resend of a rejected
+                // interchange is answered the same way and is still a rejected file.
+                it.report.replayed =
+                    serde_json::from_value(serde_json::Value::String(done.disposition.clone()))
+                        .ok();
+                if it.report.replayed.is_some_and(|d| !d.is_success()) {
+                    it.report.reason_code = done.reason_code.clone();
+                    it.report.reason = done.reason.clone();
+                }
+                Plan::Replay(done.acks)
+            }
             Claim::Conflict(earlier) => Plan::Refuse(earlier.fingerprint),
             Claim::Owned {
                 attempt,

@@ -139,6 +139,9 @@ pub struct Report {
     /// Which attempt at this key this was (1 for the first), when we owned the claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// For a duplicate: the disposition of the original it replays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<Disposition>,
     /// Whose expired or failed claim this attempt took over, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_over: Option<String>,
