@@ -12,10 +12,10 @@ use crate::x12::Limits;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -419,7 +419,7 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         })?;
         Self::from_str(&text, path)
     }

@@ -14,16 +14,13 @@ pub enum InputError {
         "{path}: {size} bytes is more than the limit of {limit} bytes (limits.max_file_bytes)"
     )]
     TooLarge { path: String, size: u64, limit: u64 },
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
 }
 
 impl InputError {
     pub fn is_not_found(&self) -> bool {
-        matches!(self, InputError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+        matches!(self, InputError::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound)
     }
 }
 
@@ -31,7 +28,7 @@ pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
     let shown = || path.display().to_string();
     let io = |source| InputError::Io {
         path: shown(),
-        source,
+        cause: source,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let size = file.metadata().map_err(io)?.len();

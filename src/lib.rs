@@ -1,4 +1,24 @@
 //! x12gate: an inbound ANSI X12 gateway.
+//!
+//! It reads interchanges with the delimiters each ISA declares, validates their envelopes,
+//! answers them (TA1, 997, 999), translates them to JSON, and makes sure no interchange is
+//! processed twice.
+//!
+//! # Layout
+//!
+//! - [`x12`]: the syntax layer on `&[u8]`: delimiters, segments, the borrowing envelope tree.
+//! - [`validate`]: the tree's problems as findings with X12 codes and positions.
+//! - [`ack`]: what to answer (policy and decisions) and the TA1/997/999 writers.
+//! - [`translate`]: the lossless JSON form, both ways.
+//! - [`fingerprint`]: what makes a resend "the same interchange".
+//! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
+//! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads, atomic writes.
+//! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete.
+//! - [`inbound`], [`watch`]: the directory watcher and where a processed file goes.
+//! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
+//!
+//! Data flow: bytes → `x12::Interchanges` → `validate` → `ack::respond` → (`registry` claim)
+//! → `ack` writers + `translate` → `outputs` → (`registry` completion).
 #![forbid(unsafe_code)]
 
 pub mod ack;

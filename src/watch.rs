@@ -39,11 +39,8 @@ pub struct WatchOptions {
 pub enum WatchError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("inbox {path}: {source}")]
-    Inbox {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("inbox {path}: {cause}")]
+    Inbox { path: String, cause: std::io::Error },
     #[error("file events: {0}")]
     Events(#[from] notify::Error),
 }
@@ -266,7 +263,7 @@ pub async fn run(
     let inbox = g.inbox.clone();
     std::fs::create_dir_all(&inbox).map_err(|source| WatchError::Inbox {
         path: inbox.display().to_string(),
-        source,
+        cause: source,
     })?;
     // An unusable database stops the watcher before it takes anything.
     let first = Registry::open(&g.database)?;
@@ -351,7 +348,7 @@ pub async fn run(
             last_scan = now;
             let found = scan(&inbox).map_err(|source| WatchError::Inbox {
                 path: inbox.display().to_string(),
-                source,
+                cause: source,
             })?;
             let present: std::collections::HashSet<&PathBuf> =
                 found.iter().map(|(p, ..)| p).collect();
@@ -382,7 +379,8 @@ pub async fn run(
                 let quiet = SystemTime::now()
                     .duration_since(c.modified)
                     .unwrap_or_else(|_| now.duration_since(c.changed_at));
-                quiet >= settle
+                // ... and its size and mtime were the same at the last rescan too.
+                quiet >= settle && now.duration_since(c.changed_at) >= tick_every
             })
             .map(|(p, _)| p.clone())
             .collect();

@@ -453,3 +453,13 @@ fn accepted_sets_get_ak2_loops_unless_the_partner_says_no() {
     assert!(without.contains("AK5*R*23~"), "{without}");
     assert!(without.contains("AK9*P*3*3*2~"), "{without}");
 }
+
+#[test]
+fn an_interchange_cut_off_before_its_first_group_is_answered() {
+    let text = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    let isa_only: String = text.lines().take(1).collect();
+    let (out, d) = acks_with(isa_only.as_bytes(), &config());
+    assert_eq!(d, vec![Disposition::Rejected]);
+    assert_eq!(out.len(), 1, "a TA1 (ACME's policy is on_error)");
+    assert!(String::from_utf8_lossy(&out[0].bytes).contains("TA1*000000101*240115*0930*R*023~"));
+}

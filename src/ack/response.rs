@@ -212,7 +212,9 @@ pub fn respond(
     let note = decisive.map_or("000", |(_, code, _)| code);
 
     // An interchange of acknowledgments only (TA1s, FA groups) is read, never answered.
-    let only_acks = ic.groups.iter().all(|g| g.gs.element(1) == Some(b"FA"));
+    // (An interchange with nothing in it, or cut off before its first GS, is answered.)
+    let only_acks = (!ic.groups.is_empty() || !ic.ta1.is_empty())
+        && ic.groups.iter().all(|g| g.gs.element(1) == Some(b"FA"));
     let send_ta1 = !only_acks
         && match partner.ta1 {
             Ta1Policy::Always => true,

@@ -137,11 +137,11 @@ fn run_batch(
                     )?))],
                 )
             }
-            Err(crate::input::InputError::Io { source, .. }) => (
+            Err(crate::input::InputError::Io { cause: source, .. }) => (
                 Vec::new(),
                 Some(ProcessError::Io {
                     path: name.clone(),
-                    source,
+                    cause: source,
                 }),
                 Vec::new(),
             ),
@@ -461,7 +461,7 @@ fn run_round(
         Err(e) => {
             let e = ProcessError::Io {
                 path: config.gateway.outbox.display().to_string(),
-                source: e,
+                cause: e,
             };
             return Err(fail_all(registry, &owned, items, options, e));
         }

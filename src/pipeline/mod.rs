@@ -153,11 +153,8 @@ pub struct Report {
 pub enum ProcessError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("{0}")]
     Translate(String),
 }

@@ -155,7 +155,7 @@ impl Registry {
         let path = self.path.as_str();
         let sql = |source| RegistryError::Sqlite {
             path: path.to_string(),
-            source,
+            cause: source,
         };
         let tx = self
             .conn
@@ -216,7 +216,7 @@ impl Batch<'_> {
     fn sql(&self, source: rusqlite::Error) -> RegistryError {
         RegistryError::Sqlite {
             path: self.path.to_string(),
-            source,
+            cause: source,
         }
     }
 
@@ -586,7 +586,7 @@ impl Registry {
         let path = self.path.clone();
         let sql = |source| RegistryError::Sqlite {
             path: path.clone(),
-            source,
+            cause: source,
         };
         let now = now_ms();
         let tx = self

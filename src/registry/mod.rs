@@ -28,16 +28,13 @@ pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER}
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryError {
-    #[error("registry {path}: {source}")]
+    #[error("registry {path}: {cause}")]
     Sqlite {
         path: String,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
-    #[error("registry {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("registry {path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("registry {path}: schema version {found} is newer than this x12gate knows ({known})")]
     TooNew {
         path: String,
@@ -62,12 +59,12 @@ impl Registry {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
                 path: shown.clone(),
-                source,
+                cause: source,
             })?;
         }
         let sql = |source| RegistryError::Sqlite {
             path: shown.clone(),
-            source,
+            cause: source,
         };
         let conn = Connection::open(path).map_err(sql)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
@@ -79,7 +76,7 @@ impl Registry {
         migrations::apply(&mut registry.conn).map_err(|e| match e {
             migrations::Error::Sqlite(source) => RegistryError::Sqlite {
                 path: registry.path.clone(),
-                source,
+                cause: source,
             },
             migrations::Error::TooNew { found, known } => RegistryError::TooNew {
                 path: registry.path.clone(),
@@ -99,7 +96,7 @@ impl Registry {
         let shown = path.display().to_string();
         let sql = |source| RegistryError::Sqlite {
             path: shown.clone(),
-            source,
+            cause: source,
         };
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(sql)?;
@@ -116,7 +113,7 @@ impl Registry {
     fn sql(&self, source: rusqlite::Error) -> RegistryError {
         RegistryError::Sqlite {
             path: self.path.clone(),
-            source,
+            cause: source,
         }
     }
 }
