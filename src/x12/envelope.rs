@@ -114,7 +114,7 @@ pub struct Interchange<'a> {
     pub groups: Vec<Group<'a>>,
     /// TA1 segments at interchange level (an interchange may hold only these).
     pub ta1: Vec<Segment<'a>>,
-    /// Segments outside any envelope, at most [`STRAY_KEPT`] of them.
+    /// Segments outside any envelope, at most `STRAY_KEPT` (100) of them.
     pub stray: Vec<Segment<'a>>,
     pub stray_count: u32,
     pub iea: Option<Segment<'a>>,
