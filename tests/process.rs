@@ -1272,3 +1272,68 @@ fn a_group_control_number_reused_across_interchanges_is_rejected() {
     assert_eq!(again.report()["disposition"], "accepted", "{again}");
     assert_eq!(again.report()["attempt"], 2, "{again}");
 }
+
+#[test]
+fn history_filters_by_partner_control_number_disposition_and_time() {
+    let gate = Gate::new(300, "reject");
+    let a = gate.write("a.x12", po("ACME", 301, 301));
+    let b = gate.write("b.x12", po("GLOBEX", 302, 302));
+    let bad = gate.write(
+        "bad.x12",
+        swap(&po("ACME", 303, 303), "SE*13*0001~", "SE*12*0001~"),
+    );
+    assert_eq!(gate.process(&[&a, &b, &bad]).code(), Some(3));
+    assert_eq!(gate.process(&[&a]).code(), Some(0)); // a duplicate event
+    let filtered = |args: &[&str]| -> Vec<(String, String)> {
+        let r = run({
+            let mut c = gate.command(&gate.config);
+            c.args(["history", "--json"]).args(args);
+            c
+        });
+        assert_eq!(r.code(), Some(0), "{r}");
+        r.reports()
+            .iter()
+            .map(|e| {
+                (
+                    e["event"].as_str().unwrap_or("").to_string(),
+                    e["key"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    let acme = filtered(&["--partner", "ZZ:ACME"]);
+    assert_eq!(
+        acme,
+        [
+            ("accepted".to_string(), "ZZ:ACME:000000301".to_string()),
+            ("rejected".to_string(), "ZZ:ACME:000000303".to_string()),
+            ("duplicate".to_string(), "ZZ:ACME:000000301".to_string()),
+        ]
+    );
+    assert_eq!(
+        filtered(&["--control-number", "000000302"]),
+        [("accepted".to_string(), "ZZ:GLOBEX:000000302".to_string())]
+    );
+    assert_eq!(
+        filtered(&["--disposition", "rejected"]),
+        [("rejected".to_string(), "ZZ:ACME:000000303".to_string())]
+    );
+    assert_eq!(
+        filtered(&["--since", "2999-01-01"]),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        filtered(&["--until", "2000-01-01T00:00:00Z"]),
+        Vec::<(String, String)>::new()
+    );
+    assert_eq!(
+        filtered(&["--since", "2000-01-01", "--disposition", "duplicate"]).len(),
+        1
+    );
+    let bad_time = run({
+        let mut c = gate.command(&gate.config);
+        c.args(["history", "--since", "yesterday"]);
+        c
+    });
+    assert_eq!(bad_time.code(), Some(2), "{bad_time}");
+}
