@@ -344,7 +344,11 @@ pub async fn run(
         let now = Instant::now();
         let poll_due = now.duration_since(last_scan) >= Duration::from_millis(g.poll_ms);
         let waiting = candidates.values().any(|c| !c.in_flight);
-        if rescan.swap(false, Ordering::Relaxed) || poll_due || waiting {
+        // At most one rescan per tick, however many events arrive: a flood of events must
+        // not turn into a flood of directory listings.
+        let scan_due = now.duration_since(last_scan) >= tick_every;
+        if poll_due || (scan_due && (waiting || rescan.load(Ordering::Relaxed))) {
+            rescan.store(false, Ordering::Relaxed);
             last_scan = now;
             let found = scan(&inbox).map_err(|source| WatchError::Inbox {
                 path: inbox.display().to_string(),

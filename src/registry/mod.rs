@@ -46,6 +46,19 @@ pub enum RegistryError {
 /// How long a writer waits for another process's transaction before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// SQLite's busy handler: retry every millisecond up to [`BUSY_TIMEOUT`]. The built-in
+/// timeout backs off to 100 ms sleeps, which idles a writer long after a short transaction
+/// of another worker or process has let go of the lock.
+fn wait_for_lock(attempt: i32) -> bool {
+    const STEP: Duration = Duration::from_millis(1);
+    let waited = STEP.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
+    if waited >= BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(STEP);
+    true
+}
+
 /// An open registry database.
 pub struct Registry {
     conn: Connection,
@@ -67,7 +80,7 @@ impl Registry {
             cause: source,
         };
         let conn = Connection::open(path).map_err(sql)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -100,7 +113,7 @@ impl Registry {
         };
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(sql)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(sql)?;
