@@ -358,6 +358,15 @@ fn shown(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).escape_debug().collect()
 }
 
+/// A count or control number element as a number; `None` unless it is all digits and fits.
+pub(crate) fn number(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|_| all_digits(bytes))
+}
+
 fn all_digits(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(u8::is_ascii_digit)
 }
@@ -739,11 +748,7 @@ impl Validator {
         };
         let declared = iea.element(1).unwrap_or_default();
         let groups = ic.groups.len();
-        if std::str::from_utf8(declared)
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-            != Some(groups)
-        {
+        if number(declared) != Some(groups as u64) {
             self.interchange_finding(
                 Rule::IeaGroupCount,
                 "021",
@@ -829,11 +834,7 @@ impl Validator {
         };
         let ge01 = ge.element(1).unwrap_or_default();
         let sets = group.sets.len();
-        if std::str::from_utf8(ge01)
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-            != Some(sets)
-        {
+        if number(ge01) != Some(sets as u64) {
             self.group_finding(
                 gi,
                 Rule::GeSetCount,
@@ -939,11 +940,7 @@ impl Validator {
         };
         let se01 = se.element(1).unwrap_or_default();
         let counted = set.counted_segments();
-        if std::str::from_utf8(se01)
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            != Some(counted)
-        {
+        if number(se01) != Some(counted as u64) {
             self.set_finding(
                 at,
                 Rule::SeSegmentCount,

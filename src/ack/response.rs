@@ -326,12 +326,8 @@ pub fn respond(
         let declared = group
             .ge
             .as_ref()
-            .and_then(|ge| {
-                std::str::from_utf8(ge.element(1).unwrap_or_default())
-                    .ok()?
-                    .parse()
-                    .ok()
-            })
+            .and_then(|ge| crate::validate::number(ge.element(1).unwrap_or_default()))
+            .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(received);
         let mut codes = group_codes;
         codes.dedup();
