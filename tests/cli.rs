@@ -92,20 +92,21 @@ fn usage_errors_exit_2() {
     assert_eq!(unknown.status.code(), Some(2));
 }
 
-#[test]
-fn a_bad_config_exits_2_naming_the_line_and_key() {
+/// `validate` of the clean fixture under a partners.toml of a [gateway] section plus `extra`.
+fn validate_with_config(extra: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("partners.toml");
-    std::fs::write(
-        &config,
-        "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\noutbx = \"x\"\n",
-    )
-    .unwrap();
-    let out = x12gate(dir.path())
-        .args(["validate"])
+    let text = format!("[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n{extra}");
+    std::fs::write(dir.path().join("partners.toml"), text).unwrap();
+    x12gate(dir.path())
+        .arg("validate")
         .arg(fixture(CLEAN))
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_bad_config_exits_2_naming_the_line_and_key() {
+    let out = validate_with_config("outbx = \"x\"\n");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 4") && err.contains("outbx"), "{err}");
@@ -113,18 +114,7 @@ fn a_bad_config_exits_2_naming_the_line_and_key() {
 
 #[test]
 fn limits_from_the_config_reject_an_oversized_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("partners.toml");
-    std::fs::write(
-        &config,
-        "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n[limits]\nmax_file_bytes = 100\n",
-    )
-    .unwrap();
-    let out = x12gate(dir.path())
-        .args(["validate"])
-        .arg(fixture(CLEAN))
-        .output()
-        .unwrap();
+    let out = validate_with_config("[limits]\nmax_file_bytes = 100\n");
     assert_eq!(out.status.code(), Some(3));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

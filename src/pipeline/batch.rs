@@ -286,8 +286,8 @@ enum Plan {
     Event(&'static str),
     /// Replay these stored acknowledgments (a duplicate).
     Replay(Vec<StoredAck>),
-    /// Refuse: the earlier content's fingerprint (a conflict).
-    Refuse(String),
+    /// Refuse with a TA1 R 025 (a conflict); the decision is made when the claim answers.
+    Refuse(Box<Decision>),
     /// Ours: the content the key was first claimed for.
     Own(String),
 }
@@ -352,9 +352,26 @@ fn run_round(
                     it.report.reason_code = done.reason_code.clone();
                     it.report.reason = done.reason.clone();
                 }
+                it.report.disposition = Disposition::Duplicate;
+                tracing::info!(
+                    acks = done.acks.len(),
+                    "duplicate: original acknowledgments replayed"
+                );
                 Plan::Replay(done.acks)
             }
-            Claim::Conflict(earlier) => Plan::Refuse(earlier.fingerprint),
+            Claim::Conflict(earlier) => {
+                let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
+                it.report.disposition = Disposition::Conflict;
+                it.report.reason_code = Some("025".into());
+                it.report.reason = response.reason.as_ref().map(|r| r.text.clone());
+                tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
+                Plan::Refuse(Box::new(Decision {
+                    partner: it.partner.clone(),
+                    known: true,
+                    findings: Vec::new(),
+                    response,
+                }))
+            }
             Claim::Owned {
                 attempt,
                 previous,
@@ -411,15 +428,9 @@ fn run_round(
                         ack: Some(a.kind.clone()),
                     }
                 })),
-                Plan::Refuse(earlier) => {
-                    let decision = Decision {
-                        partner: it.partner.clone(),
-                        known: true,
-                        findings: Vec::new(),
-                        response: ack::conflict(&it.ic, &it.partner, earlier),
-                    };
+                Plan::Refuse(decision) => {
                     let now = chrono::Local::now().naive_local();
-                    for o in acknowledgments(&it.ic, &decision, config, b, now)? {
+                    for o in acknowledgments(&it.ic, decision, config, b, now)? {
                         let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
                         outputs.push(Output {
                             item: *i,
@@ -500,27 +511,6 @@ fn run_round(
             .and_then(|r| r.code)
             .map(String::from);
         it.report.reason = response.reason.as_ref().map(|r| r.text.clone());
-    }
-    for (i, plan) in &plans {
-        let it = &mut items[*i];
-        let _enter = span(it).entered();
-        match plan {
-            Plan::Replay(_) => {
-                it.report.disposition = Disposition::Duplicate;
-                tracing::info!(
-                    acks = it.report.acks.len(),
-                    "duplicate: original acknowledgments replayed"
-                );
-            }
-            Plan::Refuse(earlier) => {
-                let response = ack::conflict(&it.ic, &it.partner, earlier);
-                it.report.disposition = Disposition::Conflict;
-                it.report.reason_code = Some("025".into());
-                it.report.reason = response.reason.map(|r| r.text);
-                tracing::error!(earlier = %earlier, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
-            }
-            _ => {}
-        }
     }
     if !owned.is_empty() {
         fail::fail_point!("complete.before", |_| std::process::abort());
