@@ -8,6 +8,7 @@
 //!
 //! - [`x12`]: the syntax layer on `&[u8]`: delimiters, segments, the borrowing envelope tree.
 //! - [`validate`]: the tree's problems as findings with X12 codes and positions.
+//! - [`schema`]: transaction-set definitions and the segment/element validator (AK3/AK4).
 //! - [`ack`]: what to answer (policy and decisions) and the TA1/997/999 writers.
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
@@ -30,6 +31,7 @@ pub mod input;
 pub mod outputs;
 pub mod pipeline;
 pub mod registry;
+pub mod schema;
 pub mod translate;
 pub mod validate;
 pub mod watch;

@@ -1,0 +1,792 @@
+//! Transaction-set definitions: the TOML files under `schemas/`, read into a form the
+//! validator can walk quickly.
+//!
+//! Two kinds of file live in `schemas/<version>/`: `segments.toml`, the version's segment
+//! dictionary (segments, composites, code lists), and one `<set>.toml` per transaction set (its
+//! structure, and any segment the dictionary lacks). The README documents the format.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use serde::Deserialize;
+
+/// Requirement designator: M, O, or X (relational; its syntax note says when).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Req {
+    M,
+    O,
+    X,
+}
+
+/// X12 data element types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    Id,
+    An,
+    /// Numeric with this many implied decimal places.
+    N(u8),
+    R,
+    Dt,
+    Tm,
+    B,
+}
+
+impl DataType {
+    fn parse(s: &str) -> Option<DataType> {
+        Some(match s {
+            "ID" => DataType::Id,
+            "AN" => DataType::An,
+            "R" => DataType::R,
+            "DT" => DataType::Dt,
+            "TM" => DataType::Tm,
+            "B" => DataType::B,
+            "N" => DataType::N(0),
+            _ => {
+                let digits = s.strip_prefix('N')?;
+                let n: u8 = digits.parse().ok().filter(|n| *n <= 9)?;
+                DataType::N(n)
+            }
+        })
+    }
+}
+
+/// A relational condition between elements of one segment (or components of one composite).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyntaxKind {
+    /// P: if any is present, all are.
+    Paired,
+    /// R: at least one is present.
+    Required,
+    /// E: at most one is present.
+    Exclusion,
+    /// C: if the first is present, all the others are.
+    Conditional,
+    /// L: if the first is present, at least one of the others is.
+    ListConditional,
+}
+
+/// One syntax note such as `P0304` or `L030405`; positions are 1-based.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Syntax {
+    pub kind: SyntaxKind,
+    pub positions: Vec<u16>,
+}
+
+impl Syntax {
+    fn parse(s: &str) -> Option<Syntax> {
+        let mut chars = s.chars();
+        let kind = match chars.next()? {
+            'P' => SyntaxKind::Paired,
+            'R' => SyntaxKind::Required,
+            'E' => SyntaxKind::Exclusion,
+            'C' => SyntaxKind::Conditional,
+            'L' => SyntaxKind::ListConditional,
+            _ => return None,
+        };
+        let digits = chars.as_str();
+        if digits.len() < 4 || digits.len() % 2 != 0 || !digits.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let positions = digits
+            .as_bytes()
+            .chunks(2)
+            .map(|p| u16::from(p[0] - b'0') * 10 + u16::from(p[1] - b'0'))
+            .collect::<Vec<_>>();
+        positions.iter().all(|p| *p > 0).then_some(Syntax { kind, positions })
+    }
+}
+
+/// A simple element's format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Simple {
+    pub data_type: DataType,
+    pub min: u16,
+    pub max: u16,
+    /// The valid values, when the definition lists them (key ID elements only).
+    pub codes: Option<Arc<HashSet<Box<[u8]>>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Simple(Simple),
+    Composite {
+        components: Vec<ElementDef>,
+        syntax: Vec<Syntax>,
+    },
+}
+
+/// One element of a segment, or one component of a composite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElementDef {
+    /// Data element reference number (`353`) or composite id (`C001`): AK402.
+    pub reference: String,
+    pub name: String,
+    /// The structured-JSON key: snake_case name and 2-digit position, `purchase_order_number_03`.
+    pub key: String,
+    pub req: Req,
+    /// Repetitions allowed (1 unless the element repeats).
+    pub repeat: u32,
+    pub kind: Kind,
+}
+
+impl ElementDef {
+    /// AK402, when the reference is a number.
+    pub fn reference_number(&self) -> Option<u32> {
+        self.reference.parse().ok()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentDef {
+    pub id: String,
+    pub name: String,
+    pub elements: Vec<ElementDef>,
+    pub syntax: Vec<Syntax>,
+}
+
+/// A node of a set's structure: a segment position or a loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Segment id, or loop id (the loop's first segment by default).
+    pub id: String,
+    pub req: Req,
+    /// Maximum use (segment) or repeat (loop); `u32::MAX` for `>1`.
+    pub max: u32,
+    /// Index of the enclosing loop (the root is its own parent).
+    pub parent: usize,
+    /// For a segment: its definition in [`SetDef::segments`]. For a loop: its trigger's.
+    pub segment: usize,
+    /// Loops only: child nodes in order; the first is the trigger segment.
+    pub children: Vec<usize>,
+    /// Nesting depth; the root is 0.
+    pub depth: u16,
+}
+
+impl Node {
+    pub fn is_loop(&self) -> bool {
+        !self.children.is_empty()
+    }
+}
+
+/// A transaction set's definition, compiled.
+#[derive(Debug, Clone)]
+pub struct SetDef {
+    pub id: String,
+    /// Six digits: `004010`, `005010`.
+    pub version: String,
+    pub name: String,
+    /// `nodes[0]` is the root, a loop of the whole body (ST and SE excluded).
+    pub nodes: Vec<Node>,
+    pub segments: Vec<SegmentDef>,
+    /// The loop whose iterations nest by HL01/HL02 (the 856's HL loop).
+    pub hierarchy: Option<usize>,
+    /// Nodes where each segment id may stand.
+    pub(crate) by_id: HashMap<Box<[u8]>, Vec<usize>>,
+    /// Every segment id of the version's dictionary (AK304 1 versus 6).
+    pub(crate) known: Arc<HashSet<Box<[u8]>>>,
+}
+
+impl SetDef {
+    pub fn root(&self) -> &Node {
+        &self.nodes[0]
+    }
+
+    /// The definition a node's segment follows.
+    pub fn segment_of(&self, node: usize) -> Option<&SegmentDef> {
+        self.nodes.get(node).and_then(|n| self.segments.get(n.segment))
+    }
+
+    /// The nodes a segment id may stand at, in definition order.
+    pub fn places(&self, id: &[u8]) -> &[usize] {
+        self.by_id.get(id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the version's dictionary knows this segment id at all.
+    pub fn knows(&self, id: &[u8]) -> bool {
+        self.known.contains(id)
+    }
+
+    /// `version/id`, as the structured JSON names the definition.
+    pub fn name_key(&self) -> String {
+        format!("{}/{}", self.version, self.id)
+    }
+}
+
+// ---------------------------------------------------------------- raw TOML
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    version: String,
+    id: Option<String>,
+    name: Option<String>,
+    hierarchy: Option<String>,
+    structure: Option<String>,
+    #[serde(default)]
+    segments: HashMap<String, RawSegment>,
+    #[serde(default)]
+    composites: HashMap<String, RawComposite>,
+    #[serde(default)]
+    codes: HashMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSegment {
+    name: String,
+    elements: Vec<RawElement>,
+    #[serde(default)]
+    syntax: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawComposite {
+    name: String,
+    components: Vec<RawElement>,
+    #[serde(default)]
+    syntax: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawElement {
+    /// Element reference number; absent for a composite.
+    #[serde(rename = "ref")]
+    reference: Option<u32>,
+    composite: Option<String>,
+    name: Option<String>,
+    req: Req,
+    #[serde(rename = "type")]
+    data_type: Option<String>,
+    min: Option<u16>,
+    max: Option<u16>,
+    repeat: Option<u32>,
+}
+
+/// A version's dictionary: everything every file of the version declares.
+#[derive(Default)]
+struct Dictionary {
+    segments: HashMap<String, RawSegment>,
+    composites: HashMap<String, RawComposite>,
+    codes: HashMap<String, Arc<HashSet<Box<[u8]>>>>,
+}
+
+/// Every definition, by (six-digit version, set id).
+#[derive(Debug, Default)]
+pub struct Schemas {
+    sets: HashMap<(String, String), Arc<SetDef>>,
+}
+
+impl Schemas {
+    /// The definition for a group's GS08 (`004010`, `004010VICS`, `005010X...`) and a set id.
+    pub fn find(&self, gs08: &[u8], set_id: &[u8]) -> Option<&Arc<SetDef>> {
+        let version = std::str::from_utf8(gs08.get(..6)?).ok()?;
+        let id = std::str::from_utf8(set_id).ok()?;
+        self.sets.get(&(version.to_string(), id.to_string()))
+    }
+
+    /// Every definition, sorted by version then set id.
+    pub fn all(&self) -> Vec<&Arc<SetDef>> {
+        let mut v: Vec<_> = self.sets.values().collect();
+        v.sort_by(|a, b| (&a.version, &a.id).cmp(&(&b.version, &b.id)));
+        v
+    }
+
+    /// Reads definitions from `(path, text)` pairs such as the embedded `schemas/` files.
+    pub fn load(files: &[(&str, &str)]) -> Result<Schemas, String> {
+        let mut parsed = Vec::new();
+        for (path, text) in files {
+            let raw: RawFile = toml::from_str(text).map_err(|e| format!("schemas/{path}: {e}"))?;
+            // Structure lines are reported as lines of the file: the text starts on the line
+            // after `structure = """`.
+            let first_line = text
+                .find("structure")
+                .map_or(0, |at| text[..at].lines().count() + 1);
+            parsed.push((*path, first_line, raw));
+        }
+        // Dictionaries first: every segment, composite and code list a version's files declare.
+        let mut dictionaries: HashMap<String, Dictionary> = HashMap::new();
+        for (path, _, raw) in &parsed {
+            if raw.id.is_some() {
+                continue;
+            }
+            let d = dictionaries.entry(raw.version.clone()).or_default();
+            add_to_dictionary(d, path, raw)?;
+        }
+        let mut sets = HashMap::new();
+        for (path, first_line, raw) in parsed {
+            let Some(id) = raw.id.clone() else { continue };
+            let base = dictionaries.remove(&raw.version).unwrap_or_default();
+            // The set's own declarations extend the dictionary for this set only.
+            let mut local = Dictionary {
+                segments: HashMap::new(),
+                composites: HashMap::new(),
+                codes: base.codes.clone(),
+            };
+            add_to_dictionary(&mut local, path, &raw)?;
+            let def = compile(path, first_line, &id, &raw, &base, &local)?;
+            dictionaries.insert(raw.version.clone(), base);
+            let key = (raw.version.clone(), id.clone());
+            if sets.insert(key, Arc::new(def)).is_some() {
+                return Err(format!(
+                    "schemas/{path}: set {id} version {} is defined twice",
+                    raw.version
+                ));
+            }
+        }
+        Ok(Schemas { sets })
+    }
+}
+
+/// The definitions built into the binary from `schemas/`.
+pub fn builtin() -> Result<&'static Schemas, &'static str> {
+    mod embedded {
+        include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
+    }
+    static SCHEMAS: OnceLock<Result<Schemas, String>> = OnceLock::new();
+    SCHEMAS
+        .get_or_init(|| Schemas::load(embedded::FILES))
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+fn add_to_dictionary(d: &mut Dictionary, path: &str, raw: &RawFile) -> Result<(), String> {
+    for (id, seg) in &raw.segments {
+        let seg = RawSegment {
+            name: seg.name.clone(),
+            elements: seg.elements.clone(),
+            syntax: seg.syntax.clone(),
+        };
+        if d.segments.insert(id.clone(), seg).is_some() {
+            return Err(format!("schemas/{path}: segment {id} is defined twice"));
+        }
+    }
+    for (id, c) in &raw.composites {
+        let c = RawComposite {
+            name: c.name.clone(),
+            components: c.components.clone(),
+            syntax: c.syntax.clone(),
+        };
+        if d.composites.insert(id.clone(), c).is_some() {
+            return Err(format!("schemas/{path}: composite {id} is defined twice"));
+        }
+    }
+    for (reference, codes) in &raw.codes {
+        let set: HashSet<Box<[u8]>> = codes
+            .iter()
+            .map(|c| c.as_bytes().to_vec().into_boxed_slice())
+            .collect();
+        d.codes.insert(reference.clone(), Arc::new(set));
+    }
+    Ok(())
+}
+
+/// `Transaction Set Purpose Code` -> `transaction_set_purpose_code`.
+fn snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('_') && !out.is_empty() {
+            out.push('_');
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
+struct Lookup<'a> {
+    path: &'a str,
+    base: &'a Dictionary,
+    local: &'a Dictionary,
+}
+
+impl Lookup<'_> {
+    fn segment(&self, id: &str) -> Option<&RawSegment> {
+        self.local
+            .segments
+            .get(id)
+            .or_else(|| self.base.segments.get(id))
+    }
+
+    fn composite(&self, id: &str) -> Option<&RawComposite> {
+        self.local
+            .composites
+            .get(id)
+            .or_else(|| self.base.composites.get(id))
+    }
+
+    fn syntax(&self, notes: &[String], count: usize, place: &str) -> Result<Vec<Syntax>, String> {
+        notes
+            .iter()
+            .map(|n| {
+                let s = Syntax::parse(n).ok_or_else(|| {
+                    format!(
+                        "schemas/{}: {place}: syntax note {n:?} is not P, R, E, C or L followed by two-digit positions",
+                        self.path
+                    )
+                })?;
+                if s.positions.iter().any(|p| usize::from(*p) > count) {
+                    return Err(format!(
+                        "schemas/{}: {place}: syntax note {n} names a position past the last ({count})",
+                        self.path
+                    ));
+                }
+                Ok(s)
+            })
+            .collect()
+    }
+
+    fn element(
+        &self,
+        raw: &RawElement,
+        position: usize,
+        place: &str,
+        in_composite: bool,
+    ) -> Result<ElementDef, String> {
+        let at = |problem: String| {
+            format!(
+                "schemas/{}: {place} element {position:02}: {problem}",
+                self.path
+            )
+        };
+        let (reference, default_name, kind) = match (raw.reference, &raw.composite) {
+            (Some(r), None) => {
+                let t = raw
+                    .data_type
+                    .as_deref()
+                    .ok_or_else(|| at("a simple element needs `type`".into()))?;
+                let data_type = DataType::parse(t)
+                    .ok_or_else(|| at(format!("unknown type {t:?} (ID, AN, Nn, R, DT, TM, B)")))?;
+                let (min, max) = match (raw.min, raw.max) {
+                    (Some(min), Some(max)) if min <= max && max > 0 => (min, max),
+                    _ => return Err(at("needs `min` <= `max`, `max` > 0".into())),
+                };
+                let codes = self.local.codes.get(&r.to_string()).cloned();
+                (
+                    r.to_string(),
+                    None,
+                    Kind::Simple(Simple {
+                        data_type,
+                        min,
+                        max,
+                        codes,
+                    }),
+                )
+            }
+            (None, Some(c)) if !in_composite => {
+                let comp = self
+                    .composite(c)
+                    .ok_or_else(|| at(format!("composite {c} is not defined")))?;
+                let here = format!("{place} element {position:02} ({c})");
+                let components = comp
+                    .components
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| self.element(e, i + 1, &here, true))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let syntax = self.syntax(&comp.syntax, components.len(), &here)?;
+                (
+                    c.clone(),
+                    Some(comp.name.clone()),
+                    Kind::Composite { components, syntax },
+                )
+            }
+            _ => {
+                return Err(at(if in_composite {
+                    "a component needs `ref` (composites do not nest)".into()
+                } else {
+                    "needs exactly one of `ref` and `composite`".into()
+                }))
+            }
+        };
+        let name = raw
+            .name
+            .clone()
+            .or(default_name)
+            .ok_or_else(|| at("needs `name`".into()))?;
+        Ok(ElementDef {
+            key: format!("{}_{position:02}", snake(&name)),
+            reference,
+            name,
+            req: raw.req,
+            repeat: raw.repeat.unwrap_or(1).max(1),
+            kind,
+        })
+    }
+
+    fn segment_def(&self, id: &str) -> Result<SegmentDef, String> {
+        let raw = self.segment(id).ok_or_else(|| {
+            format!(
+                "schemas/{}: segment {id} is used but neither the version's segments.toml nor this file defines it",
+                self.path
+            )
+        })?;
+        let elements = raw
+            .elements
+            .iter()
+            .enumerate()
+            .map(|(i, e)| self.element(e, i + 1, &format!("segment {id}"), false))
+            .collect::<Result<Vec<_>, _>>()?;
+        let syntax = self.syntax(&raw.syntax, elements.len(), &format!("segment {id}"))?;
+        Ok(SegmentDef {
+            id: id.to_string(),
+            name: raw.name.clone(),
+            elements,
+            syntax,
+        })
+    }
+}
+
+fn parse_max(s: &str) -> Option<u32> {
+    if s == ">1" {
+        return Some(u32::MAX);
+    }
+    s.parse().ok().filter(|n| *n > 0)
+}
+
+fn compile(
+    path: &str,
+    first_line: usize,
+    id: &str,
+    raw: &RawFile,
+    base: &Dictionary,
+    local: &Dictionary,
+) -> Result<SetDef, String> {
+    let lookup = Lookup { path, base, local };
+    let structure = raw
+        .structure
+        .as_deref()
+        .ok_or_else(|| format!("schemas/{path}: a set needs `structure`"))?;
+    let mut nodes = vec![Node {
+        id: String::new(),
+        req: Req::M,
+        max: 1,
+        parent: 0,
+        segment: 0,
+        children: Vec::new(),
+        depth: 0,
+    }];
+    let mut segments: Vec<SegmentDef> = Vec::new();
+    let mut seg_index: HashMap<String, usize> = HashMap::new();
+    // (indent, node) of the loops open at this point of the text.
+    let mut open: Vec<(usize, usize)> = vec![(0, 0)];
+    let mut expect_deeper = false;
+    for (n, line) in structure.lines().enumerate() {
+        let at = |problem: &str| format!("schemas/{path}: line {}: {problem}", first_line + n + 1);
+        let text = line.split('#').next().unwrap_or("");
+        if text.trim().is_empty() {
+            continue;
+        }
+        let indent = text.len() - text.trim_start().len();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        if expect_deeper {
+            let parent_indent = open.last().map_or(0, |o| o.0);
+            if indent <= parent_indent {
+                return Err(at("a loop needs at least one indented segment, its trigger"));
+            }
+            if let Some(last) = open.last_mut() {
+                last.0 = indent;
+            }
+            expect_deeper = false;
+        } else {
+            while open.len() > 1 && open.last().is_some_and(|o| indent < o.0) {
+                open.pop();
+            }
+            if open.last().is_some_and(|o| indent != o.0) {
+                return Err(at("indentation matches no open loop"));
+            }
+        }
+        let parent = open.last().map_or(0, |o| o.1);
+        let depth = nodes[parent].depth + 1;
+        let (is_loop, rest) = match words.first() {
+            Some(&"loop") => (true, &words[1..]),
+            _ => (false, &words[..]),
+        };
+        let [name, req, max] = rest else {
+            return Err(at("expected `ID REQ MAX` or `loop ID REQ MAX`"));
+        };
+        let req = match *req {
+            "M" => Req::M,
+            "O" => Req::O,
+            "X" => Req::X,
+            _ => return Err(at("requirement must be M, O or X")),
+        };
+        let max = parse_max(max).ok_or_else(|| at("maximum must be a positive number or >1"))?;
+        let index = nodes.len();
+        let segment = if is_loop {
+            0
+        } else {
+            match seg_index.get(*name) {
+                Some(i) => *i,
+                None => {
+                    segments.push(lookup.segment_def(name)?);
+                    seg_index.insert(name.to_string(), segments.len() - 1);
+                    segments.len() - 1
+                }
+            }
+        };
+        nodes.push(Node {
+            id: name.to_string(),
+            req,
+            max,
+            parent,
+            segment,
+            children: Vec::new(),
+            depth,
+        });
+        nodes[parent].children.push(index);
+        if is_loop {
+            open.push((indent, index));
+            expect_deeper = true;
+        }
+    }
+    if expect_deeper {
+        return Err(format!(
+            "schemas/{path}: structure ends with a loop that has no segments"
+        ));
+    }
+    // A loop's trigger is its first child, a segment; the loop takes its definition.
+    for i in 1..nodes.len() {
+        if !nodes[i].is_loop() {
+            continue;
+        }
+        let first = nodes[i].children[0];
+        if nodes[first].is_loop() {
+            return Err(format!(
+                "schemas/{path}: loop {} must begin with a segment, not a loop",
+                nodes[i].id
+            ));
+        }
+        nodes[i].segment = nodes[first].segment;
+    }
+    if nodes[0].children.is_empty() {
+        return Err(format!("schemas/{path}: the structure is empty"));
+    }
+    let hierarchy = match &raw.hierarchy {
+        None => None,
+        Some(h) => Some(
+            nodes
+                .iter()
+                .position(|n| n.is_loop() && n.id == *h)
+                .ok_or_else(|| format!("schemas/{path}: hierarchy names loop {h}, which the structure lacks"))?,
+        ),
+    };
+    let mut by_id: HashMap<Box<[u8]>, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate().skip(1) {
+        if !n.is_loop() {
+            by_id
+                .entry(n.id.as_bytes().to_vec().into_boxed_slice())
+                .or_default()
+                .push(i);
+        }
+    }
+    let mut known: HashSet<Box<[u8]>> = base
+        .segments
+        .keys()
+        .chain(local.segments.keys())
+        .map(|k| k.as_bytes().to_vec().into_boxed_slice())
+        .collect();
+    for envelope in ["ISA", "IEA", "GS", "GE", "ST", "SE", "TA1"] {
+        known.insert(envelope.as_bytes().to_vec().into_boxed_slice());
+    }
+    Ok(SetDef {
+        id: id.to_string(),
+        version: raw.version.clone(),
+        name: raw.name.clone().unwrap_or_default(),
+        nodes,
+        segments,
+        hierarchy,
+        by_id,
+        known: Arc::new(known),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DICT: &str = r#"
+version = "004010"
+[segments.BEG]
+name = "Beginning Segment for Purchase Order"
+elements = [
+  { ref = 353, name = "Transaction Set Purpose Code", req = "M", type = "ID", min = 2, max = 2 },
+  { ref = 324, name = "Purchase Order Number", req = "M", type = "AN", min = 1, max = 22 },
+]
+[segments.N1]
+name = "Name"
+elements = [
+  { ref = 98, name = "Entity Identifier Code", req = "M", type = "ID", min = 2, max = 3 },
+  { ref = 93, name = "Name", req = "X", type = "AN", min = 1, max = 60 },
+  { composite = "C001", req = "O" },
+]
+syntax = ["R0203"]
+[composites.C001]
+name = "Composite Unit of Measure"
+components = [{ ref = 355, name = "Unit or Basis for Measurement Code", req = "M", type = "ID", min = 2, max = 2 }]
+[codes]
+353 = ["00", "05"]
+"#;
+
+    const SET: &str = r#"
+version = "004010"
+id = "850"
+name = "Purchase Order"
+structure = """
+BEG M 1
+loop N1 O 200
+  N1 M 1
+  ZZ1 O >1
+"""
+[segments.ZZ1]
+name = "Local"
+elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1, max = 5 }]
+"#;
+
+    #[test]
+    fn loads_a_dictionary_and_a_set() {
+        let s = Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", SET)]).unwrap();
+        let def = s.find(b"004010VICS", b"850").unwrap();
+        assert_eq!(def.root().children.len(), 2);
+        let n1_loop = &def.nodes[def.root().children[1]];
+        assert_eq!((n1_loop.id.as_str(), n1_loop.max), ("N1", 200));
+        assert_eq!(def.nodes[n1_loop.children[1]].max, u32::MAX);
+        let beg = def.segment_of(def.root().children[0]).unwrap();
+        assert_eq!(beg.elements[0].key, "transaction_set_purpose_code_01");
+        let Kind::Simple(s353) = &beg.elements[0].kind else {
+            panic!()
+        };
+        assert!(s353.codes.as_ref().unwrap().contains(&b"05"[..]));
+        let n1 = def.segment_of(n1_loop.children[0]).unwrap();
+        assert_eq!(n1.syntax[0].positions, vec![2, 3]);
+        assert_eq!(n1.elements[2].key, "composite_unit_of_measure_03");
+        assert!(def.knows(b"ZZ1") && def.knows(b"SE") && !def.knows(b"XYZ"));
+        assert_eq!(def.places(b"ZZ1").len(), 1);
+        assert!(s.find(b"005010", b"850").is_none());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let bad = SET.replace("ZZ1 O >1", "ZZ1 O many");
+        let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", &bad)])
+            .unwrap_err();
+        assert!(e.contains("schemas/004010/850.toml: line 9:"), "{e}");
+        let missing = SET.replace("ZZ1 O >1", "QQQ O 1");
+        let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", &missing)])
+            .unwrap_err();
+        assert!(e.contains("segment QQQ is used but"), "{e}");
+    }
+
+    #[test]
+    fn the_builtin_definitions_load() {
+        let s = builtin().unwrap();
+        for def in s.all() {
+            assert!(!def.segments.is_empty(), "{}", def.name_key());
+        }
+    }
+}
