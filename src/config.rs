@@ -112,6 +112,16 @@ struct RawConfig {
     partners: Vec<toml::Spanned<RawPartner>>,
 }
 
+/// How deeply a partner's transaction sets are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Validation {
+    /// Envelopes only (ISA/GS/ST counts, numbers, trailers).
+    Envelope,
+    /// Envelopes, and each set against its definition when one exists (AK3/AK4).
+    Schema,
+}
+
 /// Which acknowledgment a partner gets for its functional groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub enum AckKind {
@@ -170,6 +180,8 @@ struct RawPartner {
     ack_version: Option<String>,
     #[serde(default)]
     delimiters: Option<RawDelimiters>,
+    #[serde(default = "partner_defaults::validation")]
+    validation: Validation,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -184,7 +196,10 @@ struct RawDelimiters {
 }
 
 mod partner_defaults {
-    use super::{AckKind, InterchangeScope, Ta1Policy};
+    use super::{AckKind, InterchangeScope, Ta1Policy, Validation};
+    pub fn validation() -> Validation {
+        Validation::Schema
+    }
     pub fn duplicate_window_days() -> u32 {
         30
     }
@@ -234,6 +249,8 @@ pub struct Partner {
     pub ack_version: Option<String>,
     /// Delimiters of our acknowledgments; default: the inbound interchange's.
     pub delimiters: Option<OutboundDelimiters>,
+    /// Envelope only, or sets against their definitions too (the default).
+    pub validation: Validation,
 }
 
 impl Partner {
@@ -253,6 +270,7 @@ impl Partner {
             ack_accepted_sets: true,
             ack_version: None,
             delimiters: None,
+            validation: partner_defaults::validation(),
         }
     }
 
@@ -378,6 +396,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         ack_accepted_sets: raw.ack_accepted_sets,
         ack_version: raw.ack_version,
         delimiters,
+        validation: raw.validation,
     })
 }
 

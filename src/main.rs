@@ -94,6 +94,10 @@ enum Command {
         /// One JSON object per finding per line
         #[arg(long)]
         json: bool,
+        /// Envelope rules only: skip the transaction-set definitions (a partner's
+        /// `validation = "envelope"`)
+        #[arg(long)]
+        envelope: bool,
     },
 }
 
@@ -642,11 +646,23 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             exit::OK
         }
         Command::Counter { action } => counter(action, &config(cli.config.as_deref())?, &mut out)?,
-        Command::Validate { files, json } => {
+        Command::Validate {
+            files,
+            json,
+            envelope,
+        } => {
+            let schemas = if envelope {
+                None
+            } else {
+                Some(
+                    x12gate::schema::builtin()
+                        .map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?,
+                )
+            };
             let mut any = false;
             for file in &files {
                 let findings = match read(file, &limits) {
-                    Ok(input) => x12gate::validate::file(&input, limits),
+                    Ok(input) => x12gate::validate::file_with(&input, limits, schemas),
                     Err(Failure::Operational(e)) => {
                         match e.downcast_ref::<x12gate::input::InputError>() {
                             Some(x12gate::input::InputError::TooLarge { size, limit, .. }) => {

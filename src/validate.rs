@@ -27,6 +27,12 @@ pub enum CodeList {
     /// AK502 / IK502, transaction set syntax error code (718).
     #[serde(rename = "AK502")]
     Ak502,
+    /// AK304 / IK304, segment syntax error code (720; 620 in the 999 shares 1-8).
+    #[serde(rename = "AK304")]
+    Ak304,
+    /// AK403 / IK403, data element syntax error code (723; 621 in the 999 shares 1-10).
+    #[serde(rename = "AK403")]
+    Ak403,
 }
 
 impl CodeList {
@@ -35,6 +41,8 @@ impl CodeList {
             CodeList::Ta105 => "TA105",
             CodeList::Ak905 => "AK905",
             CodeList::Ak502 => "AK502",
+            CodeList::Ak304 => "AK304",
+            CodeList::Ak403 => "AK403",
         }
     }
 }
@@ -92,6 +100,25 @@ pub enum Rule {
     SeSegmentCount,
     SeControlNumber,
     SegmentIdInvalid,
+    // Transaction set content, against its schema: segments (AK304)
+    SegmentUnrecognized,
+    SegmentUnexpected,
+    SegmentMissing,
+    LoopOverMaximum,
+    SegmentOverMaximumUse,
+    SegmentNotInSet,
+    SegmentOutOfSequence,
+    // ... and elements (AK403)
+    ElementMissing,
+    ElementConditionalMissing,
+    ElementTooMany,
+    ElementTooShort,
+    ElementTooLong,
+    ElementInvalidCharacter,
+    ElementInvalidCode,
+    ElementInvalidDate,
+    ElementInvalidTime,
+    ElementExclusionViolated,
 }
 
 impl Rule {
@@ -129,6 +156,32 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub set: Option<usize>,
     pub message: String,
+    /// What a schema finding adds for AK3/AK4 (IK3/IK4/CTX).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<SchemaDetail>>,
+}
+
+/// The parts of a schema finding that only segment and element errors have.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaDetail {
+    /// The innermost loop the segment stands in (its id in the definition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<String>,
+    /// AK402: the data element reference number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<u32>,
+    /// AK401-3: repetition position, for repeating elements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<u16>,
+    /// AK404: a copy of the bad value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_value: Option<String>,
+    /// The loop's business unit (999 CTX01): its trigger's first element and that value,
+    /// such as `PO101` and `3`: which line of the document the error is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<(String, String)>,
+    /// Whether the error rejects the set (AK501 R) or only notes it (E).
+    pub rejects: bool,
 }
 
 impl fmt::Display for Finding {
@@ -183,6 +236,7 @@ pub fn read_error(e: &ReadError) -> Finding {
         group: None,
         set: None,
         message: e.message.clone(),
+        detail: None,
     }
 }
 
@@ -199,16 +253,32 @@ pub fn too_large(size: u64, limit: u64) -> Finding {
         message: format!(
             "the file is {size} bytes, more than the limit of {limit} (limits.max_file_bytes)"
         ),
+        detail: None,
     }
 }
 
 /// Every finding of a whole file, one interchange at a time so memory stays bounded by the
 /// largest interchange's tree, not by the file.
+/// Sets with a built-in definition are checked against it too.
 pub fn file(input: &[u8], limits: crate::x12::Limits) -> Vec<Finding> {
+    file_with(input, limits, crate::schema::builtin().ok())
+}
+
+/// [`file`], with these definitions or (`None`) with envelope rules only.
+pub fn file_with(
+    input: &[u8],
+    limits: crate::x12::Limits,
+    schemas: Option<&crate::schema::Schemas>,
+) -> Vec<Finding> {
     let mut findings = Vec::new();
     for result in crate::x12::Interchanges::new(input, limits) {
         match result {
-            Ok(ic) => findings.extend(interchange(&ic)),
+            Ok(ic) => {
+                findings.extend(interchange(&ic));
+                if let Some(schemas) = schemas {
+                    findings.extend(crate::schema::findings(&ic, schemas));
+                }
+            }
             Err(e) => findings.push(read_error(&e)),
         }
     }
@@ -242,6 +312,7 @@ pub fn routing(
             group: None,
             set: None,
             message,
+            detail: None,
         });
     };
     if isa.trimmed(8) != our_id {
@@ -542,6 +613,7 @@ fn finding(
         group: None,
         set: None,
         message,
+        detail: None,
     }
 }
 
@@ -652,6 +724,7 @@ impl Validator {
                 group: None,
                 set: None,
                 message,
+                detail: None,
             });
         }
         let d = isa.delimiters;
@@ -719,6 +792,7 @@ impl Validator {
                     "limit exceeded: more than {} {what} ({} found)",
                     breach.limit, breach.actual
                 ),
+                detail: None,
             });
         }
         let Some(iea) = &ic.iea else {
@@ -743,6 +817,7 @@ impl Validator {
                 group: None,
                 set: None,
                 message: format!("IEA missing: {last} before the interchange was closed"),
+                detail: None,
             });
             return;
         };

@@ -274,12 +274,24 @@ pub fn respond(
                 .collect();
             let mut codes: Vec<&'static str> = set_findings
                 .iter()
-                .filter_map(|f| f.code.map(|c| c.value))
+                .filter_map(|f| f.code.filter(|c| c.list == CodeList::Ak502))
+                .map(|c| c.value)
                 .collect();
             codes.dedup();
-            // Envelope errors in a set (counts, control numbers, trailer) all reject it.
-            let status = if group_rejected || !codes.is_empty() {
+            let segment_errors = segment_errors(&set_findings, partner.ack);
+            let schema_rejects = set_findings
+                .iter()
+                .any(|f| f.detail.as_ref().is_some_and(|d| d.rejects));
+            if !segment_errors.is_empty() && !codes.contains(&"5") {
+                // AK502 5: one or more segments in error.
+                codes.push("5");
+            }
+            // Envelope errors in a set (counts, control numbers, trailer) all reject it;
+            // schema errors reject it or only note it, by their severity.
+            let status = if group_rejected || schema_rejects || codes.iter().any(|c| *c != "5") {
                 Status::Rejected
+            } else if !segment_errors.is_empty() {
+                Status::AcceptedWithErrors
             } else {
                 Status::Accepted
             };
@@ -302,7 +314,7 @@ pub fn respond(
                     convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
                     status,
                     codes,
-                    segment_errors: Vec::new(),
+                    segment_errors,
                 });
             }
         }
@@ -363,6 +375,60 @@ pub fn respond(
         kind: partner.ack,
         accepted_sets,
     }
+}
+
+/// The AK3/AK4 (IK3/CTX/IK4) content of one set's schema findings, in the order found: a
+/// segment error carries its own code, element errors gather under their segment's code 8.
+fn segment_errors(findings: &[&Finding], kind: AckKind) -> Vec<SegmentError> {
+    let mut out: Vec<SegmentError> = Vec::new();
+    for f in findings {
+        let (Some(code), Some(detail)) = (f.code, f.detail.as_deref()) else {
+            continue;
+        };
+        let position = f.position.set_segment.unwrap_or(0);
+        let contexts = match (&detail.context, kind) {
+            (Some((name, value)), AckKind::ImplementationAck) => vec![Context {
+                name: name.clone(),
+                reference: Some(value.clone()),
+                ..Context::default()
+            }],
+            _ => Vec::new(),
+        };
+        let segment = |code| SegmentError {
+            id: f.segment_id.clone(),
+            position,
+            // AK303 names bounded (LS/LE) loops only; none of the defined sets has one.
+            loop_id: None,
+            code,
+            contexts: contexts.clone(),
+            elements: Vec::new(),
+        };
+        match code.list {
+            CodeList::Ak304 => out.push(segment(code.value)),
+            CodeList::Ak403 => {
+                let element = ElementError {
+                    position: f.position.element.unwrap_or(0),
+                    component: f.position.component,
+                    repetition: detail.repetition,
+                    reference: detail.reference,
+                    code: code.value,
+                    bad_value: detail.bad_value.clone(),
+                };
+                match out.last_mut() {
+                    Some(last) if last.code == "8" && last.position == position => {
+                        last.elements.push(element);
+                    }
+                    _ => {
+                        let mut s = segment("8");
+                        s.elements.push(element);
+                        out.push(s);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The answer to a control number reused for different content: TA1 `R` `025` (unless the

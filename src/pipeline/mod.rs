@@ -8,7 +8,7 @@
 use chrono::NaiveDateTime;
 
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
-use crate::config::{Config, InterchangeScope, Partner, UnknownPartners};
+use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
 use crate::outputs;
 use crate::registry::{ControlNumbers, Counter, RegistryError, MAX_CONTROL_NUMBER};
 use crate::validate::{self, Finding};
@@ -54,6 +54,12 @@ pub fn decide_with(ic: &Interchange<'_>, config: &Config, extra: Vec<Finding>) -
         known || accept_unknown,
     );
     findings.extend(validate::interchange(ic));
+    if partner.validation == Validation::Schema {
+        // invariant: the built-in definitions load (a unit test loads them all).
+        if let Ok(schemas) = crate::schema::builtin() {
+            findings.extend(crate::schema::findings(ic, schemas));
+        }
+    }
     findings.extend(extra);
     let mut response = ack::respond(ic, &findings, &partner);
     if !(known || accept_unknown) {

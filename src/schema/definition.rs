@@ -93,7 +93,10 @@ impl Syntax {
             .chunks(2)
             .map(|p| u16::from(p[0] - b'0') * 10 + u16::from(p[1] - b'0'))
             .collect::<Vec<_>>();
-        positions.iter().all(|p| *p > 0).then_some(Syntax { kind, positions })
+        positions
+            .iter()
+            .all(|p| *p > 0)
+            .then_some(Syntax { kind, positions })
     }
 }
 
@@ -194,7 +197,9 @@ impl SetDef {
 
     /// The definition a node's segment follows.
     pub fn segment_of(&self, node: usize) -> Option<&SegmentDef> {
-        self.nodes.get(node).and_then(|n| self.segments.get(n.segment))
+        self.nodes
+            .get(node)
+            .and_then(|n| self.segments.get(n.segment))
     }
 
     /// The nodes a segment id may stand at, in definition order.
@@ -587,7 +592,9 @@ fn compile(
         if expect_deeper {
             let parent_indent = open.last().map_or(0, |o| o.0);
             if indent <= parent_indent {
-                return Err(at("a loop needs at least one indented segment, its trigger"));
+                return Err(at(
+                    "a loop needs at least one indented segment, its trigger",
+                ));
             }
             if let Some(last) = open.last_mut() {
                 last.0 = indent;
@@ -673,7 +680,9 @@ fn compile(
             nodes
                 .iter()
                 .position(|n| n.is_loop() && n.id == *h)
-                .ok_or_else(|| format!("schemas/{path}: hierarchy names loop {h}, which the structure lacks"))?,
+                .ok_or_else(|| {
+                    format!("schemas/{path}: hierarchy names loop {h}, which the structure lacks")
+                })?,
         ),
     };
     let mut by_id: HashMap<Box<[u8]>, Vec<usize>> = HashMap::new();
@@ -777,8 +786,11 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
             .unwrap_err();
         assert!(e.contains("schemas/004010/850.toml: line 9:"), "{e}");
         let missing = SET.replace("ZZ1 O >1", "QQQ O 1");
-        let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", &missing)])
-            .unwrap_err();
+        let e = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", &missing),
+        ])
+        .unwrap_err();
         assert!(e.contains("segment QQQ is used but"), "{e}");
     }
 

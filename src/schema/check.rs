@@ -1,0 +1,1114 @@
+//! Walking a transaction set against its definition: where each segment stands (which loop,
+//! which iteration), which segments are missing, misplaced or repeated too often (AK304), and
+//! what is wrong with their elements (AK403).
+//!
+//! The walk keeps one frame per open loop: the child it last matched and how often. A segment
+//! is looked for from there forward, innermost loop first, then in the enclosing loops (which
+//! ends the inner iterations); a loop's trigger seen again starts its next iteration. This is
+//! the usual reading of X12 tables and needs no backtracking: the standard's sets are
+//! unambiguous read this way.
+
+use chrono::NaiveDate;
+use memchr::memchr;
+
+use crate::validate::{Code, CodeList, Finding, Level, Rule, SchemaDetail};
+use crate::x12::{Position, Segment, TransactionSet};
+
+use super::definition::{DataType, ElementDef, Kind, Req, SegmentDef, SetDef, Simple, Syntax};
+use super::SyntaxKind;
+
+/// Segment errors kept per set; past this the set is rejected anyway and the 997 stays small.
+const MAX_SEGMENT_ERRORS: usize = 100;
+/// AK4s per AK3, as X12 allows.
+const MAX_ELEMENT_ERRORS: usize = 99;
+/// AK404 carries at most 99 characters.
+const MAX_BAD_VALUE: usize = 99;
+
+/// Where a body segment was placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// Its segment node in [`SetDef::nodes`].
+    pub node: usize,
+    /// How many loop frames (the root included) stay open from the previous segment.
+    pub kept: usize,
+    /// The loop node this segment opened a new iteration of, when it is a trigger.
+    pub opened: Option<usize>,
+}
+
+/// The result of walking one set.
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub findings: Vec<Finding>,
+    /// One entry per body segment: where it stands, or `None` when it could not be placed.
+    pub places: Vec<Option<Place>>,
+}
+
+impl Walk {
+    /// Whether the set's shape follows the definition (element errors aside).
+    pub fn structure_ok(&self) -> bool {
+        self.places.iter().all(Option::is_some)
+            && !self
+                .findings
+                .iter()
+                .any(|f| f.code.is_some_and(|c| c.list == CodeList::Ak304))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    /// The loop node.
+    node: usize,
+    /// The child last matched (index into the loop's children).
+    at: Option<usize>,
+    /// Uses of that child: segment repetitions or loop iterations.
+    uses: u32,
+}
+
+/// Where the walk reports: the set's indexes and its ST's ordinal.
+#[derive(Clone, Copy)]
+struct SetAt {
+    group: usize,
+    set: usize,
+    st_ordinal: u32,
+}
+
+struct Walker<'d> {
+    def: &'d SetDef,
+    at: SetAt,
+    frames: Vec<Frame>,
+    findings: Vec<Finding>,
+    /// Segment errors so far (the cap counts these, not element findings).
+    segment_errors: usize,
+    /// The trigger values of open loops, for 999 CTX: (loop depth, "PO101", "3").
+    contexts: Vec<(usize, String, String)>,
+}
+
+/// Walks `set` (group `group`, set `set` of its interchange) against `def`. With `places`
+/// false the placements are not kept (validation only).
+pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, places: bool) -> Walk {
+    let mut w = Walker {
+        def,
+        at: SetAt {
+            group,
+            set,
+            st_ordinal: ts.st.ordinal,
+        },
+        frames: vec![Frame {
+            node: 0,
+            at: None,
+            uses: 0,
+        }],
+        findings: Vec::new(),
+        segment_errors: 0,
+        contexts: Vec::new(),
+    };
+    let mut placed = Vec::new();
+    for segment in ts.body.segments() {
+        if w.segment_errors >= MAX_SEGMENT_ERRORS {
+            if places {
+                placed.push(None);
+            }
+            continue;
+        }
+        let place = w.segment(&segment);
+        if places {
+            placed.push(place);
+        }
+    }
+    // SE closes every open loop: what they still required is missing.
+    let end = match &ts.se {
+        Some(se) => (se.ordinal, se.offset),
+        None => (
+            ts.st
+                .ordinal
+                .saturating_add(ts.body.count)
+                .saturating_add(1),
+            ts.st.offset,
+        ),
+    };
+    while let Some(frame) = w.frames.pop() {
+        w.missing_after(frame, None, end);
+    }
+    Walk {
+        findings: w.findings,
+        places: placed,
+    }
+}
+
+impl Walker<'_> {
+    fn set_segment(&self, ordinal: u32) -> u32 {
+        ordinal.saturating_sub(self.at.st_ordinal).saturating_add(1)
+    }
+
+    fn trigger_id(&self, node: usize) -> &[u8] {
+        self.def
+            .segment_of(node)
+            .map_or(&[][..], |s| s.id.as_bytes())
+    }
+
+    /// The child of `frame`'s loop at or after its position that `id` starts, if any.
+    fn find_in(&self, frame: &Frame, id: &[u8]) -> Option<usize> {
+        let node = &self.def.nodes[frame.node];
+        // A loop's trigger (child 0) seen again starts the loop's next iteration, which the
+        // enclosing frame handles; the root has no trigger.
+        let first = if frame.node == 0 { 0 } else { 1 };
+        let from = frame.at.unwrap_or(0).max(first);
+        node.children
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, c)| self.trigger_id(**c) == id)
+            .map(|(i, _)| i)
+    }
+
+    fn segment(&mut self, segment: &Segment<'_>) -> Option<Place> {
+        let id = segment.id;
+        let found = (0..self.frames.len())
+            .rev()
+            .find_map(|depth| self.find_in(&self.frames[depth], id).map(|ci| (depth, ci)));
+        let Some((depth, ci)) = found else {
+            self.unplaced(segment);
+            return None;
+        };
+        let here = (segment.ordinal, segment.offset);
+        // Leaving inner loops: what they still required is missing.
+        while self.frames.len() > depth + 1 {
+            if let Some(frame) = self.frames.pop() {
+                self.missing_after(frame, None, here);
+            }
+        }
+        self.contexts.retain(|(d, ..)| *d <= depth);
+        let frame = self.frames[depth];
+        let child = self.def.nodes[frame.node].children[ci];
+        let repeat = frame.at == Some(ci);
+        self.missing_after(frame, Some(ci), here);
+        let uses = if repeat {
+            frame.uses.saturating_add(1)
+        } else {
+            1
+        };
+        self.frames[depth] = Frame {
+            node: frame.node,
+            at: Some(ci),
+            uses,
+        };
+        let node = &self.def.nodes[child];
+        let over = uses > node.max;
+        let (segment_node, opened) = if node.is_loop() {
+            let trigger = node.children[0];
+            self.frames.push(Frame {
+                node: child,
+                at: Some(0),
+                uses: 1,
+            });
+            (trigger, Some(child))
+        } else {
+            (child, None)
+        };
+        if over {
+            let (rule, code, what) = if opened.is_some() {
+                (Rule::LoopOverMaximum, "4", "loop")
+            } else {
+                (Rule::SegmentOverMaximumUse, "5", "segment")
+            };
+            let message = format!(
+                "{} {what} occurs {uses} times, more than the {} the definition allows",
+                segment.id_str(),
+                node.max
+            );
+            self.segment_finding(rule, code, segment, message);
+        } else if let Some(seg_def) = self.def.segment_of(segment_node) {
+            if let Some(loop_node) = opened {
+                let value = segment.text(1);
+                let depth = self.frames.len() - 1;
+                if !value.is_empty() {
+                    let name = format!("{}01", self.def.nodes[loop_node].id);
+                    self.contexts.push((depth, name, value.to_string()));
+                }
+            }
+            self.elements(segment, seg_def);
+        }
+        Some(Place {
+            node: segment_node,
+            kept: depth + 1,
+            opened,
+        })
+    }
+
+    /// Mandatory children of `frame`'s loop that were passed over: those after its position
+    /// and before `until` (the end of the loop when `None`).
+    fn missing_after(&mut self, frame: Frame, until: Option<usize>, here: (u32, usize)) {
+        let node = &self.def.nodes[frame.node];
+        let from = frame.at.map_or(0, |a| a + 1);
+        let to = until.unwrap_or(node.children.len());
+        let missing: Vec<usize> = node
+            .children
+            .iter()
+            .take(to)
+            .skip(from)
+            .copied()
+            .filter(|c| self.def.nodes[*c].req == Req::M)
+            .collect();
+        for child in missing {
+            let id = String::from_utf8_lossy(self.trigger_id(child)).into_owned();
+            let what = if self.def.nodes[child].is_loop() {
+                format!(
+                    "mandatory loop {} (its {id} segment)",
+                    self.def.nodes[child].id
+                )
+            } else {
+                format!("mandatory segment {id}")
+            };
+            let position = Position {
+                byte: here.1,
+                segment: here.0,
+                set_segment: Some(self.set_segment(here.0)),
+                ..Position::default()
+            };
+            let loop_id = (frame.node != 0).then(|| node.id.clone());
+            self.push_segment_error(
+                Rule::SegmentMissing,
+                "3",
+                id,
+                position,
+                loop_id,
+                format!("{what} is missing before this point"),
+            );
+        }
+    }
+
+    /// A segment that fits nowhere from the current position: why (AK304 1, 6, 7 or 2).
+    fn unplaced(&mut self, segment: &Segment<'_>) {
+        let id = segment.id;
+        let name = segment.id_str();
+        let (rule, code, message) = if !self.def.knows(id) {
+            (
+                Rule::SegmentUnrecognized,
+                "1",
+                format!("{name} is not a segment of X12 {}", self.def.version),
+            )
+        } else if self.def.places(id).is_empty() {
+            (
+                Rule::SegmentNotInSet,
+                "6",
+                format!(
+                    "{name} is not part of transaction set {} ({})",
+                    self.def.id, self.def.version
+                ),
+            )
+        } else if self.def.places(id).iter().any(|p| {
+            let parent = self.def.nodes[*p].parent;
+            self.frames.iter().any(|f| f.node == parent)
+        }) {
+            (
+                Rule::SegmentOutOfSequence,
+                "7",
+                format!("{name} is out of sequence: the definition places it earlier"),
+            )
+        } else {
+            (
+                Rule::SegmentUnexpected,
+                "2",
+                format!("{name} is unexpected here: it belongs to a loop not open at this point"),
+            )
+        };
+        self.segment_finding(rule, code, segment, message);
+    }
+
+    fn loop_id(&self) -> Option<String> {
+        self.frames
+            .last()
+            .filter(|f| f.node != 0)
+            .map(|f| self.def.nodes[f.node].id.clone())
+    }
+
+    fn segment_finding(
+        &mut self,
+        rule: Rule,
+        code: &'static str,
+        s: &Segment<'_>,
+        message: String,
+    ) {
+        let position = Position {
+            byte: s.offset,
+            segment: s.ordinal,
+            set_segment: Some(self.set_segment(s.ordinal)),
+            ..Position::default()
+        };
+        let loop_id = self.loop_id();
+        self.push_segment_error(rule, code, s.id_str(), position, loop_id, message);
+    }
+
+    fn push_segment_error(
+        &mut self,
+        rule: Rule,
+        code: &'static str,
+        segment_id: String,
+        position: Position,
+        loop_id: Option<String>,
+        message: String,
+    ) {
+        self.segment_errors += 1;
+        let context = self.contexts.last().map(|(_, n, v)| (n.clone(), v.clone()));
+        self.findings.push(Finding {
+            rule,
+            level: Level::Set,
+            code: Some(Code {
+                list: CodeList::Ak304,
+                value: code,
+            }),
+            position,
+            segment_id,
+            group: Some(self.at.group),
+            set: Some(self.at.set),
+            message,
+            detail: Some(Box::new(SchemaDetail {
+                loop_id,
+                reference: None,
+                repetition: None,
+                bad_value: None,
+                context,
+                rejects: true,
+            })),
+        });
+    }
+
+    fn elements(&mut self, segment: &Segment<'_>, def: &SegmentDef) {
+        let mut errors = ElementErrors::default();
+        let mut present: u64 = 0;
+        let d = segment.delimiters;
+        for (i, element) in segment.elements().enumerate() {
+            let position = i + 1;
+            let Some(edef) = def.elements.get(i) else {
+                if !element.value.is_empty()
+                    || segment.elements().skip(i).any(|e| !e.value.is_empty())
+                {
+                    errors.push(
+                        position,
+                        None,
+                        None,
+                        None,
+                        "3",
+                        "more elements than the definition's",
+                        element.value,
+                    );
+                }
+                break;
+            };
+            if element.value.is_empty() {
+                if edef.req == Req::M {
+                    errors.push(
+                        position,
+                        None,
+                        None,
+                        edef.reference_number(),
+                        "1",
+                        "mandatory element missing",
+                        b"",
+                    );
+                }
+                continue;
+            }
+            if position <= 64 {
+                present |= 1 << (position - 1);
+            }
+            let repeats = match d.repetition {
+                Some(r) if memchr(r, element.value).is_some() => {
+                    if edef.repeat <= 1 {
+                        errors.push(
+                            position,
+                            None,
+                            None,
+                            edef.reference_number(),
+                            "6",
+                            "the repetition separator in an element that does not repeat",
+                            element.value,
+                        );
+                        continue;
+                    }
+                    true
+                }
+                _ => false,
+            };
+            for (r, rep) in element.repetitions().enumerate() {
+                let repetition = repeats.then(|| u16::try_from(r + 1).unwrap_or(u16::MAX));
+                if r >= edef.repeat as usize {
+                    errors.push(
+                        position,
+                        None,
+                        repetition,
+                        edef.reference_number(),
+                        "6",
+                        "more repetitions than the element allows",
+                        rep.value,
+                    );
+                    break;
+                }
+                match &edef.kind {
+                    Kind::Simple(simple) => {
+                        if memchr(d.component, rep.value).is_some() {
+                            errors.push(
+                                position,
+                                None,
+                                repetition,
+                                edef.reference_number(),
+                                "6",
+                                "the component separator in a simple element",
+                                rep.value,
+                            );
+                        } else if let Some((code, why)) = check_value(simple, rep.value) {
+                            errors.push(
+                                position,
+                                None,
+                                repetition,
+                                edef.reference_number(),
+                                code,
+                                why,
+                                rep.value,
+                            );
+                        }
+                    }
+                    Kind::Composite { components, syntax } => {
+                        composite(
+                            &mut errors,
+                            position,
+                            repetition,
+                            components,
+                            syntax,
+                            rep.components(),
+                        );
+                    }
+                }
+            }
+        }
+        for s in &def.syntax {
+            syntax_note(&mut errors, s, present, None, &def.elements);
+        }
+        if errors.list.is_empty() {
+            return;
+        }
+        errors.list.truncate(MAX_ELEMENT_ERRORS);
+        let rejects_set = errors.list.iter().any(|e| e.rejects(def));
+        let loop_id = self.loop_id();
+        let context = self.contexts.last().map(|(_, n, v)| (n.clone(), v.clone()));
+        for e in errors.list {
+            let edef = def.elements.get(usize::from(e.position).saturating_sub(1));
+            let rejects = rejects_set;
+            let (rule, what) = element_rule(e.code);
+            let name = edef.map_or("", |d| d.name.as_str());
+            let mut place = format!("{}{:02}", def.id, e.position);
+            if let Some(c) = e.component {
+                place.push_str(&format!("-{c}"));
+            }
+            let message = if name.is_empty() {
+                format!("{place}: {what}: {}", e.why)
+            } else {
+                format!("{place} ({name}): {what}: {}", e.why)
+            };
+            let element_no = usize::from(e.position);
+            let mut position = Position {
+                byte: segment.element_offset(element_no),
+                segment: segment.ordinal,
+                set_segment: Some(self.set_segment(segment.ordinal)),
+                element: Some(e.position),
+                component: e.component,
+            };
+            if element_no > segment.element_count() {
+                position.byte = segment.offset;
+            }
+            self.findings.push(Finding {
+                rule,
+                level: Level::Set,
+                code: Some(Code {
+                    list: CodeList::Ak403,
+                    value: e.code,
+                }),
+                position,
+                segment_id: def.id.clone(),
+                group: Some(self.at.group),
+                set: Some(self.at.set),
+                message,
+                detail: Some(Box::new(SchemaDetail {
+                    loop_id: loop_id.clone(),
+                    reference: e.reference,
+                    repetition: e.repetition,
+                    bad_value: e.bad_value,
+                    context: context.clone(),
+                    rejects,
+                })),
+            });
+        }
+        self.segment_errors += 1;
+    }
+}
+
+fn element_rule(code: &str) -> (Rule, &'static str) {
+    match code {
+        "1" => (Rule::ElementMissing, "mandatory data element missing"),
+        "2" => (
+            Rule::ElementConditionalMissing,
+            "conditional required data element missing",
+        ),
+        "3" => (Rule::ElementTooMany, "too many data elements"),
+        "4" => (Rule::ElementTooShort, "data element too short"),
+        "5" => (Rule::ElementTooLong, "data element too long"),
+        "6" => (
+            Rule::ElementInvalidCharacter,
+            "invalid character in data element",
+        ),
+        "7" => (Rule::ElementInvalidCode, "invalid code value"),
+        "8" => (Rule::ElementInvalidDate, "invalid date"),
+        "9" => (Rule::ElementInvalidTime, "invalid time"),
+        _ => (
+            Rule::ElementExclusionViolated,
+            "exclusion condition violated",
+        ),
+    }
+}
+
+struct ElementError {
+    position: u16,
+    component: Option<u16>,
+    repetition: Option<u16>,
+    reference: Option<u32>,
+    code: &'static str,
+    why: String,
+    bad_value: Option<String>,
+}
+
+impl ElementError {
+    /// Errors in optional elements, where the value is only malformed (not missing, not in
+    /// breach of a relational condition), leave the set's meaning intact: they are noted (AK5
+    /// E). Everything else rejects the set.
+    fn rejects(&self, def: &SegmentDef) -> bool {
+        let optional = def
+            .elements
+            .get(usize::from(self.position).saturating_sub(1))
+            .is_some_and(|e| e.req == Req::O);
+        !(optional && matches!(self.code, "4" | "5" | "6" | "7" | "8" | "9"))
+    }
+}
+
+#[derive(Default)]
+struct ElementErrors {
+    list: Vec<ElementError>,
+}
+
+impl ElementErrors {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        position: usize,
+        component: Option<usize>,
+        repetition: Option<u16>,
+        reference: Option<u32>,
+        code: &'static str,
+        why: &str,
+        value: &[u8],
+    ) {
+        // AK404 is not a copy of a missing value, nor of an invalid character.
+        let bad_value = (!value.is_empty() && code != "6").then(|| {
+            let text = String::from_utf8_lossy(value);
+            text.chars().take(MAX_BAD_VALUE).collect()
+        });
+        self.list.push(ElementError {
+            position: u16::try_from(position).unwrap_or(u16::MAX),
+            component: component.map(|c| u16::try_from(c).unwrap_or(u16::MAX)),
+            repetition,
+            reference,
+            code,
+            why: why.to_string(),
+            bad_value,
+        });
+    }
+}
+
+fn composite<'a>(
+    errors: &mut ElementErrors,
+    position: usize,
+    repetition: Option<u16>,
+    components: &[ElementDef],
+    syntax: &[Syntax],
+    values: impl Iterator<Item = &'a [u8]>,
+) {
+    let mut present: u64 = 0;
+    let mut seen = 0;
+    for (i, value) in values.enumerate() {
+        seen = i + 1;
+        let Some(cdef) = components.get(i) else {
+            errors.push(
+                position,
+                Some(i + 1),
+                repetition,
+                None,
+                "3",
+                "more components than the composite's",
+                value,
+            );
+            break;
+        };
+        if value.is_empty() {
+            if cdef.req == Req::M {
+                errors.push(
+                    position,
+                    Some(i + 1),
+                    repetition,
+                    cdef.reference_number(),
+                    "1",
+                    "mandatory component missing",
+                    b"",
+                );
+            }
+            continue;
+        }
+        if i < 64 {
+            present |= 1 << i;
+        }
+        if let Kind::Simple(simple) = &cdef.kind {
+            if let Some((code, why)) = check_value(simple, value) {
+                errors.push(
+                    position,
+                    Some(i + 1),
+                    repetition,
+                    cdef.reference_number(),
+                    code,
+                    why,
+                    value,
+                );
+            }
+        }
+    }
+    for (i, cdef) in components.iter().enumerate().skip(seen) {
+        if cdef.req == Req::M {
+            errors.push(
+                position,
+                Some(i + 1),
+                repetition,
+                cdef.reference_number(),
+                "1",
+                "mandatory component missing",
+                b"",
+            );
+        }
+    }
+    for s in syntax {
+        syntax_note(errors, s, present, Some(position), components);
+    }
+}
+
+/// Checks one relational condition over the present elements (bit n-1 for position n).
+/// Within a composite, `composite` is the element's position and the positions are
+/// components.
+fn syntax_note(
+    errors: &mut ElementErrors,
+    note: &Syntax,
+    present: u64,
+    composite: Option<usize>,
+    defs: &[ElementDef],
+) {
+    let is = |p: u16| (1..=64).contains(&p) && present & (1 << (p - 1)) != 0;
+    let reference = |p: u16| {
+        defs.get(usize::from(p).saturating_sub(1))
+            .and_then(ElementDef::reference_number)
+    };
+    let ps = &note.positions;
+    let count = ps.iter().filter(|p| is(**p)).count();
+    let mut report = |p: u16, code: &'static str, why: String| {
+        let (position, component) = match composite {
+            Some(e) => (e, Some(usize::from(p))),
+            None => (usize::from(p), None),
+        };
+        errors.push(position, component, None, reference(p), code, &why, b"");
+    };
+    let list = || {
+        ps.iter()
+            .map(|p| format!("{p:02}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let first = ps.first().copied().unwrap_or(0);
+    match note.kind {
+        SyntaxKind::Paired if count > 0 && count < ps.len() => {
+            for p in ps.iter().filter(|p| !is(**p)) {
+                report(
+                    *p,
+                    "2",
+                    format!("elements {} are used together or not at all", list()),
+                );
+            }
+        }
+        SyntaxKind::Required if count == 0 => {
+            report(
+                first,
+                "2",
+                format!("at least one of elements {} is required", list()),
+            );
+        }
+        SyntaxKind::Exclusion if count > 1 => {
+            for p in ps.iter().filter(|p| is(**p)).skip(1) {
+                report(
+                    *p,
+                    "10",
+                    format!("only one of elements {} may be used", list()),
+                );
+            }
+        }
+        SyntaxKind::Conditional if is(first) => {
+            for p in ps.iter().skip(1).filter(|p| !is(**p)) {
+                report(
+                    *p,
+                    "2",
+                    format!("element {first:02} is present, so {} are required", list()),
+                );
+            }
+        }
+        SyntaxKind::ListConditional if is(first) && count == 1 => {
+            let second = ps.get(1).copied().unwrap_or(first);
+            report(second, "2", format!("element {first:02} is present, so at least one of the others of {} is required", list()));
+        }
+        _ => {}
+    }
+}
+
+/// A present simple value against its type, length and code list: the AK403 code and why.
+pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(&'static str, &'static str)> {
+    let length = match def.data_type {
+        DataType::N(_) | DataType::R => v.iter().filter(|b| b.is_ascii_digit()).count(),
+        _ => v.len(),
+    };
+    let digits = v.iter().all(u8::is_ascii_digit);
+    match def.data_type {
+        DataType::Dt if !digits || !valid_date(v) => {
+            return Some(("8", "not a valid date (CCYYMMDD or YYMMDD)"));
+        }
+        DataType::Tm if !digits || !valid_time(v) => {
+            return Some(("9", "not a valid time (HHMM, HHMMSS or HHMMSSd..d)"));
+        }
+        _ => {}
+    }
+    // A number's length counts its digits, so its form is checked first.
+    let chars_ok = match def.data_type {
+        DataType::N(_) => {
+            let digits = v.strip_prefix(b"-").unwrap_or(v);
+            !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+        }
+        DataType::R => valid_decimal(v),
+        DataType::B => true,
+        _ => !v.iter().any(|b| *b < 0x20 || *b == 0x7f),
+    };
+    if !chars_ok {
+        return Some(("6", "holds a character its type does not allow"));
+    }
+    if length < usize::from(def.min) {
+        return Some(("4", "shorter than the minimum length"));
+    }
+    if length > usize::from(def.max) {
+        return Some(("5", "longer than the maximum length"));
+    }
+    if let Some(codes) = &def.codes {
+        if !codes.contains(v) {
+            return Some(("7", "not a code of this element's list"));
+        }
+    }
+    None
+}
+
+fn valid_decimal(v: &[u8]) -> bool {
+    let v = v.strip_prefix(b"-").unwrap_or(v);
+    let mut digits = 0;
+    let mut points = 0;
+    for b in v {
+        match b {
+            b'0'..=b'9' => digits += 1,
+            b'.' => points += 1,
+            _ => return false,
+        }
+    }
+    digits > 0 && points <= 1
+}
+
+/// The two digits at `at` as a number; 99 when they are not two digits.
+fn two(v: &[u8], at: usize) -> u32 {
+    match v.get(at..at + 2) {
+        Some([a, b]) if a.is_ascii_digit() && b.is_ascii_digit() => {
+            u32::from(a - b'0') * 10 + u32::from(b - b'0')
+        }
+        _ => 99,
+    }
+}
+
+fn valid_date(v: &[u8]) -> bool {
+    let (year, rest) = match v.len() {
+        8 => (two(v, 0) * 100 + two(v, 2), 4),
+        // YYMMDD: the century only matters for 29 February; 2000 and 1900 differ, take 20YY.
+        6 => (2000 + two(v, 0), 2),
+        _ => return false,
+    };
+    i32::try_from(year)
+        .ok()
+        .and_then(|y| NaiveDate::from_ymd_opt(y, two(v, rest), two(v, rest + 2)))
+        .is_some()
+}
+
+fn valid_time(v: &[u8]) -> bool {
+    matches!(v.len(), 4 | 6 | 7 | 8)
+        && two(v, 0) < 24
+        && two(v, 2) < 60
+        && (v.len() < 6 || two(v, 4) < 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Schemas;
+    use crate::x12::{Interchanges, Limits};
+
+    const DICT: &str = r#"
+version = "004010"
+[segments.BEG]
+name = "Beginning"
+elements = [
+  { ref = 353, name = "Purpose", req = "M", type = "ID", min = 2, max = 2 },
+  { ref = 324, name = "Number", req = "M", type = "AN", min = 1, max = 10 },
+  { ref = 373, name = "Date", req = "O", type = "DT", min = 8, max = 8 },
+  { ref = 337, name = "Time", req = "O", type = "TM", min = 4, max = 8 },
+]
+[segments.REF]
+name = "Reference"
+elements = [
+  { ref = 128, name = "Qualifier", req = "M", type = "ID", min = 2, max = 3 },
+  { ref = 127, name = "Reference", req = "X", type = "AN", min = 1, max = 30 },
+  { ref = 352, name = "Description", req = "X", type = "AN", min = 1, max = 80 },
+]
+syntax = ["R0203"]
+[segments.N1]
+name = "Name"
+elements = [
+  { ref = 98, name = "Entity", req = "M", type = "ID", min = 2, max = 3 },
+  { ref = 93, name = "Name", req = "X", type = "AN", min = 1, max = 60 },
+  { ref = 66, name = "Id Qualifier", req = "X", type = "ID", min = 1, max = 2 },
+  { ref = 67, name = "Id", req = "X", type = "AN", min = 2, max = 80 },
+]
+syntax = ["R0203", "P0304"]
+[segments.N3]
+name = "Address"
+elements = [{ ref = 166, name = "Address", req = "M", type = "AN", min = 1, max = 55 }]
+[segments.PO1]
+name = "Line"
+elements = [
+  { ref = 350, name = "Line Number", req = "O", type = "AN", min = 1, max = 20 },
+  { ref = 330, name = "Quantity", req = "X", type = "R", min = 1, max = 15 },
+  { composite = "C001", req = "O" },
+  { ref = 212, name = "Price", req = "X", type = "R", min = 1, max = 17 },
+]
+syntax = ["C0402"]
+[composites.C001]
+name = "Unit"
+components = [
+  { ref = 355, name = "Unit Code", req = "M", type = "ID", min = 2, max = 2 },
+  { ref = 1018, name = "Exponent", req = "O", type = "R", min = 1, max = 15 },
+]
+[segments.PID]
+name = "Description"
+elements = [{ ref = 349, name = "Type", req = "M", type = "ID", min = 1, max = 1 }]
+[segments.CTT]
+name = "Totals"
+elements = [{ ref = 354, name = "Lines", req = "M", type = "N0", min = 1, max = 6 }]
+[segments.TD5]
+name = "Carrier"
+elements = [{ ref = 133, name = "Routing Sequence", req = "O", type = "ID", min = 1, max = 2 }]
+[codes]
+353 = ["00", "05"]
+"#;
+
+    const SET: &str = r#"
+version = "004010"
+id = "850"
+structure = """
+BEG M 1
+REF O 2
+loop N1 O 2
+  N1 M 1
+  N3 O 1
+loop PO1 M 3
+  PO1 M 1
+  PID O 1
+CTT M 1
+"""
+"#;
+
+    fn walked(dict: &str, body: &str) -> Walk {
+        let schemas =
+            Schemas::load(&[("004010/segments.toml", dict), ("004010/850.toml", SET)]).unwrap();
+        let count = body.matches('~').count() + 2;
+        let x = format!(
+            "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~\
+GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
+        );
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let def = schemas.find(b"004010", b"850").unwrap();
+        walk(def, &ic.groups[0].sets[0], 0, 0, true)
+    }
+
+    /// The findings of a body as `SEGMENT@set-position:code[/element[-component]]`.
+    fn check_with(dict: &str, body: &str) -> Vec<String> {
+        walked(dict, body)
+            .findings
+            .iter()
+            .map(|f| {
+                let mut s = format!(
+                    "{}@{}:{}",
+                    f.segment_id,
+                    f.position.set_segment.unwrap(),
+                    f.code.unwrap().value
+                );
+                if let Some(e) = f.position.element {
+                    s.push_str(&format!("/{e}"));
+                }
+                if let Some(c) = f.position.component {
+                    s.push_str(&format!("-{c}"));
+                }
+                s
+            })
+            .collect()
+    }
+
+    fn check(body: &str) -> Vec<String> {
+        check_with(DICT, body)
+    }
+
+    const GOOD: &str =
+        "BEG*00*PO1*20240101~REF*DP*1~N1*ST*X~N3*A~N1*BT*Y~PO1*1*2*EA*3~PID*F~PO1*2~CTT*2~";
+
+    #[test]
+    fn a_valid_body_has_no_findings_and_every_segment_a_place() {
+        assert_eq!(check(GOOD), Vec::<String>::new());
+        let w = walked(DICT, GOOD);
+        assert!(w.structure_ok());
+        let opened: Vec<bool> = w
+            .places
+            .iter()
+            .map(|p| p.unwrap().opened.is_some())
+            .collect();
+        assert_eq!(
+            opened,
+            [false, false, true, false, true, true, false, true, false]
+        );
+        // CTT closes the PO1 loop: only the root stays open.
+        assert_eq!(w.places[8].unwrap().kept, 1);
+        assert_eq!(w.places[3].unwrap().kept, 2);
+    }
+
+    #[test]
+    fn segment_errors_carry_their_ak304_codes() {
+        // 1: unknown to the version; 6: known but not in this set.
+        assert_eq!(check(&GOOD.replace("REF*DP*1~", "ZZZ*1~")), ["ZZZ@3:1"]);
+        assert_eq!(check(&GOOD.replace("REF*DP*1~", "TD5*1~")), ["TD5@3:6"]);
+        // 2: PID belongs to the PO1 loop, not open in the heading.
+        assert_eq!(check(&GOOD.replace("REF*DP*1~", "PID*F~")), ["PID@3:2"]);
+        // 3: BEG missing, reported where the next segment stands; the PO1 loop missing.
+        assert_eq!(
+            check(&GOOD.replace("BEG*00*PO1*20240101~", "")),
+            ["BEG@2:3"]
+        );
+        assert_eq!(check("BEG*00*1~CTT*0~"), ["PO1@3:3"]);
+        // 4: a third N1 loop; 5: a third REF.
+        assert_eq!(
+            check(&GOOD.replace("N1*BT*Y~", "N1*BT*Y~N1*SF*Z~")),
+            ["N1@7:4"]
+        );
+        assert_eq!(
+            check(&GOOD.replace("REF*DP*1~", "REF*DP*1~REF*DP*2~REF*DP*3~")),
+            ["REF@5:5"]
+        );
+        // 7: BEG again after the heading moved on.
+        assert_eq!(check(&GOOD.replace("N3*A~", "N3*A~BEG*00*2~")), ["BEG@6:7"]);
+        // CTT is mandatory at the end: reported at SE.
+        assert_eq!(check(&GOOD.replace("CTT*2~", "")), ["CTT@10:3"]);
+    }
+
+    #[test]
+    fn element_errors_carry_their_ak403_codes_and_positions() {
+        let cases = [
+            ("BEG*00*PO1", "BEG**PO1", "BEG@2:1/1"),
+            ("BEG*00*PO1", "BEG*01*PO1", "BEG@2:7/1"),
+            ("*20240101~", "*20240132~", "BEG@2:8/3"),
+            ("*20240101~", "*20240101*2460~", "BEG@2:9/4"),
+            ("BEG*00*PO1", "BEG*00*PO1234567890", "BEG@2:5/2"),
+            ("N1*ST*X~", "N1*S*X~", "N1@4:4/1"),
+            ("N3*A~", "N3*A*B~", "N3@5:3/2"),
+            ("CTT*2~", "CTT*2X~", "CTT@10:6/1"),
+            // R0203 (required): neither REF02 nor REF03.
+            ("REF*DP*1~", "REF*DP~", "REF@3:2/2"),
+            // P0304 (paired): N103 without N104.
+            ("N1*ST*X~", "N1*ST*X*92~", "N1@4:2/4"),
+            // C0402 (conditional): a price without a quantity.
+            ("PO1*2~", "PO1*2***3~", "PO1@9:2/2"),
+            // Composite: the mandatory unit code missing, a bad exponent.
+            ("*EA*3~", "*:1*3~", "PO1@7:1/3-1"),
+            ("*EA*3~", "*EA:X*3~", "PO1@7:6/3-2"),
+        ];
+        for (from, to, expected) in cases {
+            assert_eq!(check(&GOOD.replace(from, to)), [expected], "{to}");
+        }
+    }
+
+    #[test]
+    fn exclusion_and_list_conditions() {
+        let exclusion = DICT.replace("syntax = [\"C0402\"]", "syntax = [\"E0204\"]");
+        assert_eq!(check_with(&exclusion, GOOD), ["PO1@7:10/4"]);
+        let list = DICT.replace("syntax = [\"C0402\"]", "syntax = [\"L010204\"]");
+        assert_eq!(
+            check_with(&list, &GOOD.replace("PO1*1*2*EA*3~", "PO1*1**EA~")),
+            ["PO1@7:2/2", "PO1@9:2/2"]
+        );
+        assert_eq!(
+            check_with(&list, &GOOD.replace("PO1*2~", "PO1*2***4~")),
+            Vec::<String>::new()
+        );
+    }
+
+    fn simple(data_type: DataType, min: u16, max: u16) -> Simple {
+        Simple {
+            data_type,
+            min,
+            max,
+            codes: None,
+        }
+    }
+
+    #[test]
+    fn values_by_type() {
+        let dt = simple(DataType::Dt, 8, 8);
+        assert_eq!(check_value(&dt, b"20240229"), None);
+        assert_eq!(check_value(&dt, b"20230229").map(|c| c.0), Some("8"));
+        assert_eq!(check_value(&dt, b"2024013").map(|c| c.0), Some("8"));
+        let dt6 = simple(DataType::Dt, 6, 6);
+        assert_eq!(check_value(&dt6, b"240131"), None);
+        let tm = simple(DataType::Tm, 4, 8);
+        assert_eq!(check_value(&tm, b"2359"), None);
+        assert_eq!(check_value(&tm, b"235960").map(|c| c.0), Some("9"));
+        assert_eq!(check_value(&tm, b"2460").map(|c| c.0), Some("9"));
+        let n2 = simple(DataType::N(2), 1, 5);
+        assert_eq!(check_value(&n2, b"-12345"), None);
+        assert_eq!(check_value(&n2, b"123456").map(|c| c.0), Some("5"));
+        assert_eq!(check_value(&n2, b"1.5").map(|c| c.0), Some("6"));
+        let r = simple(DataType::R, 1, 4);
+        assert_eq!(check_value(&r, b"-12.50"), None);
+        assert_eq!(check_value(&r, b"1.2.3").map(|c| c.0), Some("6"));
+        assert_eq!(check_value(&r, b"12345.0").map(|c| c.0), Some("5"));
+        let an = simple(DataType::An, 2, 3);
+        assert_eq!(check_value(&an, b"A").map(|c| c.0), Some("4"));
+        assert_eq!(check_value(&an, b"A\x01").map(|c| c.0), Some("6"));
+        assert_eq!(check_value(&r, b"X").map(|c| c.0), Some("6"));
+        let mut id = simple(DataType::Id, 2, 2);
+        id.codes = Some(std::sync::Arc::new(
+            [b"00".to_vec().into_boxed_slice()].into_iter().collect(),
+        ));
+        assert_eq!(check_value(&id, b"00"), None);
+        assert_eq!(check_value(&id, b"01").map(|c| c.0), Some("7"));
+    }
+}
