@@ -182,6 +182,8 @@ struct RawPartner {
     delimiters: Option<RawDelimiters>,
     #[serde(default = "partner_defaults::validation")]
     validation: Validation,
+    #[serde(default)]
+    translation: crate::translate::Form,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -251,6 +253,8 @@ pub struct Partner {
     pub delimiters: Option<OutboundDelimiters>,
     /// Envelope only, or sets against their definitions too (the default).
     pub validation: Validation,
+    /// The JSON form of translations: structured where a definition exists (the default), or raw.
+    pub translation: crate::translate::Form,
 }
 
 impl Partner {
@@ -271,6 +275,7 @@ impl Partner {
             ack_version: None,
             delimiters: None,
             validation: partner_defaults::validation(),
+            translation: crate::translate::Form::default(),
         }
     }
 
@@ -397,6 +402,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         ack_version: raw.ack_version,
         delimiters,
         validation: raw.validation,
+        translation: raw.translation,
     })
 }
 

@@ -32,9 +32,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// X12 to JSON on stdout (lossless generic form); no registry
-    Parse { file: PathBuf },
-    /// The JSON of `parse` back to X12 on stdout
+    /// X12 to JSON on stdout: sets with a definition in the structured form (loops, named
+    /// elements), others in the lossless generic form; no registry
+    Parse {
+        file: PathBuf,
+        /// The generic form for every set (segments in order, elements by position)
+        #[arg(long)]
+        raw: bool,
+    },
+    /// The JSON of `parse` (either form) back to X12 on stdout
     Render { file: PathBuf },
     /// Process files once through the registry: claim, validate, translate, acknowledge
     Process {
@@ -565,9 +571,14 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let code = match cli.command {
-        Command::Parse { file } => {
+        Command::Parse { file, raw } => {
             let input = read(&file, &limits)?;
-            match x12gate::translate::write_document(&input, limits, &mut out) {
+            let form = if raw {
+                x12gate::translate::Form::Raw
+            } else {
+                x12gate::translate::Form::Structured
+            };
+            match x12gate::translate::write_document(&input, limits, form, &mut out) {
                 Ok(()) => exit::OK,
                 Err(x12gate::translate::ParseError::Io(e)) => return Err(e.into()),
                 Err(e) => {

@@ -651,8 +651,13 @@ fn prepare(
                 .copied()
                 .unwrap_or(false)
         };
-        let doc = crate::translate::interchange_document(ic, it.utf8, &keep)
-            .map_err(|e| ProcessError::Translate(e.to_string()))?;
+        let doc = crate::translate::interchange_document(
+            ic,
+            it.utf8,
+            decision.partner.translation,
+            &keep,
+        )
+        .map_err(|e| ProcessError::Translate(e.to_string()))?;
         files.push(Output {
             item: i,
             dir: g.out.clone(),

@@ -164,6 +164,9 @@ pub struct Node {
     pub children: Vec<usize>,
     /// Nesting depth; the root is 0.
     pub depth: u16,
+    /// The structured-JSON key: the segment id, or `<id>_loop`; a second node with the same
+    /// key in one loop gets `_2` (and so on).
+    pub key: String,
 }
 
 impl Node {
@@ -289,6 +292,12 @@ impl Schemas {
     pub fn find(&self, gs08: &[u8], set_id: &[u8]) -> Option<&Arc<SetDef>> {
         let version = std::str::from_utf8(gs08.get(..6)?).ok()?;
         let id = std::str::from_utf8(set_id).ok()?;
+        self.sets.get(&(version.to_string(), id.to_string()))
+    }
+
+    /// The definition a structured document names: `004010/850`.
+    pub fn find_key(&self, key: &str) -> Option<&Arc<SetDef>> {
+        let (version, id) = key.split_once('/')?;
         self.sets.get(&(version.to_string(), id.to_string()))
     }
 
@@ -575,6 +584,7 @@ fn compile(
         segment: 0,
         children: Vec::new(),
         depth: 0,
+        key: String::new(),
     }];
     let mut segments: Vec<SegmentDef> = Vec::new();
     let mut seg_index: HashMap<String, usize> = HashMap::new();
@@ -645,6 +655,7 @@ fn compile(
             segment,
             children: Vec::new(),
             depth,
+            key: String::new(),
         });
         nodes[parent].children.push(index);
         if is_loop {
@@ -673,6 +684,19 @@ fn compile(
     }
     if nodes[0].children.is_empty() {
         return Err(format!("schemas/{path}: the structure is empty"));
+    }
+    for i in 0..nodes.len() {
+        let mut taken: HashMap<String, u32> = HashMap::new();
+        for c in nodes[i].children.clone() {
+            let base = if nodes[c].is_loop() {
+                format!("{}_loop", nodes[c].id)
+            } else {
+                nodes[c].id.clone()
+            };
+            let n = taken.entry(base.clone()).or_insert(0);
+            *n += 1;
+            nodes[c].key = if *n == 1 { base } else { format!("{base}_{n}") };
+        }
     }
     let hierarchy = match &raw.hierarchy {
         None => None,

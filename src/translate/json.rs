@@ -4,7 +4,9 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::x12::{Element, Interchange, Interchanges, Limits, ReadError, Segment};
+use crate::x12::{Element, Interchange, Interchanges, Limits, ReadError, Segment, TransactionSet};
+
+use super::structured;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -13,7 +15,7 @@ pub enum Encoding {
     Latin1,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Document {
     pub encoding: Encoding,
@@ -31,7 +33,7 @@ pub struct JsonDelimiters {
     pub line_ending: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonInterchange {
     pub delimiters: JsonDelimiters,
@@ -43,7 +45,7 @@ pub struct JsonInterchange {
     pub iea: Option<Vec<JsonElement>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonGroup {
     pub gs: Vec<JsonElement>,
@@ -51,12 +53,31 @@ pub struct JsonGroup {
     pub ge: Option<Vec<JsonElement>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonSet {
     pub st: Vec<JsonElement>,
+    /// The generic form of the body: every segment in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub segments: Vec<JsonSegment>,
+    /// The structured form's definition, `004010/850`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// The structured form of the body: loops and named elements (see `structured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<serde_json::Value>,
     pub se: Option<Vec<JsonElement>>,
+}
+
+/// Which JSON form sets with a definition take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Form {
+    /// Loops and named elements where a definition exists; the generic form elsewhere.
+    #[default]
+    Structured,
+    /// The generic form everywhere.
+    Raw,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +123,7 @@ pub enum RenderError {
 
 struct Text {
     encoding: Encoding,
+    form: Form,
 }
 
 impl Text {
@@ -137,6 +159,39 @@ impl Text {
         s.elements().map(|e| self.element(e)).collect()
     }
 
+    /// A set in the structured form when it has a definition that holds it, else generic.
+    fn set(&self, version: &[u8], set: &TransactionSet<'_>) -> JsonSet {
+        let id = set.st.element(1).unwrap_or_default();
+        let structured = match (self.form, crate::schema::builtin()) {
+            (Form::Structured, Ok(schemas)) => schemas.find(version, id).and_then(|def| {
+                let decode = |b: &[u8]| self.decode(b);
+                structured::content(def, set, &decode).map(|c| (def.name_key(), c))
+            }),
+            _ => None,
+        };
+        let (schema, content, segments) = match structured {
+            Some((schema, content)) => (Some(schema), Some(content), Vec::new()),
+            None => (
+                None,
+                None,
+                set.body
+                    .segments()
+                    .map(|s| JsonSegment {
+                        id: self.decode(s.id),
+                        elements: self.elements(&s),
+                    })
+                    .collect(),
+            ),
+        };
+        JsonSet {
+            st: self.elements(&set.st),
+            segments,
+            schema,
+            content,
+            se: set.se.as_ref().map(|s| self.elements(s)),
+        }
+    }
+
     fn interchange(&self, ic: &Interchange<'_>) -> Result<JsonInterchange, ParseError> {
         if let Some(s) = ic.stray.first() {
             return Err(ParseError::Stray {
@@ -155,18 +210,7 @@ impl Text {
                 sets: g
                     .sets
                     .iter()
-                    .map(|set| JsonSet {
-                        st: self.elements(&set.st),
-                        segments: set
-                            .body
-                            .segments()
-                            .map(|s| JsonSegment {
-                                id: self.decode(s.id),
-                                elements: self.elements(&s),
-                            })
-                            .collect(),
-                        se: set.se.as_ref().map(|s| self.elements(s)),
-                    })
+                    .map(|set| self.set(g.gs.element(8).unwrap_or_default(), set))
                     .collect(),
                 ge: g.ge.as_ref().map(|s| self.elements(s)),
             })
@@ -193,6 +237,7 @@ impl Text {
 pub fn interchange_document(
     ic: &Interchange<'_>,
     input_is_utf8: bool,
+    form: Form,
     keep: &dyn Fn(usize, usize) -> bool,
 ) -> Result<Vec<u8>, ParseError> {
     let encoding = if input_is_utf8 {
@@ -200,7 +245,7 @@ pub fn interchange_document(
     } else {
         Encoding::Latin1
     };
-    let mut json = Text { encoding }.interchange(ic)?;
+    let mut json = Text { encoding, form }.interchange(ic)?;
     for (g, group) in json.groups.iter_mut().enumerate() {
         let mut s = 0;
         group.sets.retain(|_| {
@@ -222,6 +267,7 @@ pub fn interchange_document(
 pub fn write_document(
     input: &[u8],
     limits: Limits,
+    form: Form,
     out: &mut impl Write,
 ) -> Result<(), ParseError> {
     let encoding = if std::str::from_utf8(input).is_ok() {
@@ -229,7 +275,7 @@ pub fn write_document(
     } else {
         Encoding::Latin1
     };
-    let text = Text { encoding };
+    let text = Text { encoding, form };
     write!(
         out,
         "{{\"encoding\":{},\"interchanges\":[",
@@ -246,10 +292,15 @@ pub fn write_document(
     Ok(())
 }
 
-/// The JSON document of `input`, in memory.
+/// The JSON document of `input` in the generic form, in memory.
 pub fn parse_document(input: &[u8], limits: Limits) -> Result<Document, ParseError> {
+    parse_document_as(input, limits, Form::Raw)
+}
+
+/// The JSON document of `input` in `form`, in memory.
+pub fn parse_document_as(input: &[u8], limits: Limits, form: Form) -> Result<Document, ParseError> {
     let mut buf = Vec::new();
-    write_document(input, limits, &mut buf)?;
+    write_document(input, limits, form, &mut buf)?;
     serde_json::from_slice(&buf).map_err(|e| ParseError::Io(e.into()))
 }
 
@@ -360,6 +411,51 @@ impl<W: Write> Renderer<'_, W> {
     }
 }
 
+/// The body of a structured set as generic segments, in the definition's order.
+fn structured_segments(
+    schema: &str,
+    content: &serde_json::Value,
+    place: &str,
+) -> Result<Vec<JsonSegment>, RenderError> {
+    let def = crate::schema::builtin()
+        .map_err(|e| invalid(place, e))?
+        .find_key(schema)
+        .ok_or_else(|| {
+            invalid(
+                place,
+                format!("no definition {schema:?} (expected e.g. \"004010/850\")"),
+            )
+        })?;
+    let segments = structured::segments(def, content, &format!("{place} content"))
+        .map_err(|(p, problem)| invalid(p, problem))?;
+    Ok(segments
+        .into_iter()
+        .map(|(id, elements)| JsonSegment {
+            id,
+            elements: elements
+                .into_iter()
+                .map(|reps| {
+                    let mut reps: Vec<JsonElement> = reps
+                        .into_iter()
+                        .map(|mut parts| {
+                            if parts.len() > 1 {
+                                JsonElement::Composite { components: parts }
+                            } else {
+                                JsonElement::Simple(parts.pop().unwrap_or_default())
+                            }
+                        })
+                        .collect();
+                    if reps.len() > 1 {
+                        JsonElement::Repeated { repeats: reps }
+                    } else {
+                        reps.pop().unwrap_or(JsonElement::Simple(String::new()))
+                    }
+                })
+                .collect(),
+        })
+        .collect())
+}
+
 /// Segment ids the reader treats as envelope; a body segment with one of them would not read back.
 const CONTROL_IDS: [&str; 6] = ["ISA", "IEA", "GS", "GE", "ST", "SE"];
 
@@ -443,7 +539,23 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
             for (s, set) in group.sets.iter().enumerate() {
                 let splace = format!("{gplace} set {}", s + 1);
                 r.segment("ST", &set.st, &splace)?;
-                for (k, seg) in set.segments.iter().enumerate() {
+                let from_content = match (&set.schema, &set.content) {
+                    (Some(schema), Some(content)) => structured_segments(schema, content, &splace)?,
+                    (None, None) => Vec::new(),
+                    _ => {
+                        return Err(invalid(
+                            &splace,
+                            "a structured set needs both `schema` and `content`",
+                        ))
+                    }
+                };
+                if !from_content.is_empty() && !set.segments.is_empty() {
+                    return Err(invalid(
+                        &splace,
+                        "a set has either `segments` (generic) or `content` (structured), not both",
+                    ));
+                }
+                for (k, seg) in from_content.iter().chain(&set.segments).enumerate() {
                     if CONTROL_IDS.contains(&seg.id.as_str()) {
                         return Err(invalid(
                             format!("{splace} segment {}", k + 2),

@@ -7,13 +7,18 @@
 //! it holds the repetition separator, so composites and repetitions are explicit and a
 //! consumer never has to know the sender's delimiters.
 //!
+//! With a definition (`schemas/`), a set takes the structured form instead: `"schema":
+//! "004010/850"` and `"content"`, its segments grouped into the definition's loops with named
+//! elements (see `structured`). `render` accepts both forms.
+//!
 //! Text is UTF-8 when the whole input is; otherwise every byte maps to the character with the
 //! same number (`"encoding": "latin1"`; otherwise `"utf8"`), which keeps any byte sequence representable and
 //! reversible.
 
 mod json;
+mod structured;
 
 pub use json::{
-    interchange_document, parse_document, render_document, write_document, Document, ParseError,
-    RenderError,
+    interchange_document, parse_document, parse_document_as, render_document, write_document,
+    Document, Form, JsonElement, ParseError, RenderError,
 };

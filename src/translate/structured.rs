@@ -1,0 +1,485 @@
+//! The structured form of a transaction set: its segments grouped into the loops of its
+//! definition, elements named, the 856's HL levels nested by parent.
+//!
+//! ```json
+//! {"BEG": {"transaction_set_purpose_code_01": "00", ...},
+//!  "N1_loop": [{"N1": {...}, "N3": [{...}]}],
+//!  "PO1_loop": [{"PO1": {...}, "PID_loop": [...]}]}
+//! ```
+//!
+//! A segment or loop the definition allows once is an object, one allowed more often an
+//! array; a repeating element is an array, a composite an object of its components; empty
+//! elements are left out. HL loops nest under their parent's `HL_loop` when the file lists
+//! each level right after its parent (as 856s do); otherwise they stay in order, unnested.
+//! A set the definition cannot hold exactly (misplaced segments, more elements than defined)
+//! stays in the generic form, so nothing is ever lost.
+
+use serde_json::{Map, Value};
+
+use crate::schema::check::{walk, Place};
+use crate::schema::{ElementDef, Kind, SetDef};
+use crate::x12::{Element, TransactionSet};
+
+/// Why a set's content could not be rendered: the place, and the problem.
+pub(super) type Problem = (String, String);
+
+/// A rendered segment: its id and elements, each a list of repetitions, each a list of
+/// components.
+pub(super) type Rendered = (String, Vec<Vec<Vec<String>>>);
+
+/// One open loop iteration while building.
+struct Level {
+    node: usize,
+    obj: Map<String, Value>,
+    /// For an iteration of the hierarchy loop: HL01 and HL02.
+    hl: Option<(String, String)>,
+}
+
+/// The structured content of `ts`, or `None` when the definition cannot hold it exactly.
+pub(super) fn content(
+    def: &SetDef,
+    ts: &TransactionSet<'_>,
+    decode: &dyn Fn(&[u8]) -> String,
+) -> Option<Value> {
+    // Missing segments do not matter here, only segments that have no place.
+    let walked = walk(def, ts, 0, 0, true);
+    let mut stack = vec![Level {
+        node: 0,
+        obj: Map::new(),
+        hl: None,
+    }];
+    // Iterations of the hierarchy loop, in order, with the loop frame they belong to.
+    let mut levels: Vec<(String, String, Map<String, Value>)> = Vec::new();
+    for (segment, place) in ts.body.segments().zip(&walked.places) {
+        let Place { node, kept, opened } = (*place)?;
+        while stack.len() > kept {
+            if !close(def, &mut stack, &mut levels) {
+                return None;
+            }
+        }
+        if let Some(loop_node) = opened {
+            let hl = (Some(loop_node) == def.hierarchy).then(|| {
+                let value = |n| decode(segment.element(n).unwrap_or_default());
+                (value(1), value(2))
+            });
+            stack.push(Level {
+                node: loop_node,
+                obj: Map::new(),
+                hl,
+            });
+        }
+        let seg_def = def.segment_of(node)?;
+        let mut obj = Map::new();
+        for (i, e) in segment.elements().enumerate() {
+            if e.value.is_empty() {
+                continue;
+            }
+            let edef = seg_def.elements.get(i)?;
+            obj.insert(edef.key.clone(), element(edef, e, decode)?);
+        }
+        let top = stack.last_mut()?;
+        if !add(
+            &mut top.obj,
+            &def.nodes[node].key,
+            def.nodes[node].max,
+            Value::Object(obj),
+        ) {
+            return None;
+        }
+    }
+    while stack.len() > 1 {
+        if !close(def, &mut stack, &mut levels) {
+            return None;
+        }
+    }
+    let mut root = stack.pop()?;
+    if let Some(h) = def.hierarchy.filter(|_| !levels.is_empty()) {
+        root.obj
+            .insert(def.nodes[h].key.clone(), nest(&def.nodes[h].key, levels));
+    }
+    Some(Value::Object(root.obj))
+}
+
+/// Closes the innermost open iteration into its parent; iterations of a hierarchy loop at
+/// the top level wait in `levels`, to be nested by parent at the end.
+fn close(
+    def: &SetDef,
+    stack: &mut Vec<Level>,
+    levels: &mut Vec<(String, String, Map<String, Value>)>,
+) -> bool {
+    let Some(level) = stack.pop() else {
+        return false;
+    };
+    let n = &def.nodes[level.node];
+    if let Some((id, parent)) = level.hl {
+        if n.parent == 0 {
+            levels.push((id, parent, level.obj));
+            return true;
+        }
+    }
+    match stack.last_mut() {
+        Some(top) => add(&mut top.obj, &n.key, n.max, Value::Object(level.obj)),
+        None => false,
+    }
+}
+
+/// Adds `value` under `key`: as the object itself when the definition allows one, else to
+/// an array. False when a second one arrives where only one fits (over its maximum use).
+fn add(obj: &mut Map<String, Value>, key: &str, max: u32, value: Value) -> bool {
+    if max == 1 {
+        return obj.insert(key.to_string(), value).is_none();
+    }
+    match obj.get_mut(key) {
+        Some(Value::Array(a)) => a.push(value),
+        _ => {
+            obj.insert(key.to_string(), Value::Array(vec![value]));
+        }
+    }
+    true
+}
+
+/// HL iterations nested under their parents when each follows its parent's subtree in
+/// order (pre-order), else the flat list.
+fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
+    // Pre-order check: each level's parent is on the path from the root to the previous one.
+    let mut path: Vec<&str> = Vec::new();
+    let mut nestable = true;
+    for (id, parent, _) in &levels {
+        while path.last().is_some_and(|p| p != parent) {
+            path.pop();
+        }
+        if path.is_empty() && !parent.is_empty() || path.contains(&id.as_str()) {
+            nestable = false;
+            break;
+        }
+        path.push(id);
+    }
+    if !nestable {
+        return Value::Array(levels.into_iter().map(|l| Value::Object(l.2)).collect());
+    }
+    let mut roots = Vec::new();
+    let mut open: Vec<(String, Map<String, Value>)> = Vec::new();
+    let attach = |open: &mut Vec<(String, Map<String, Value>)>, roots: &mut Vec<Value>| {
+        if let Some((_, obj)) = open.pop() {
+            match open.last_mut() {
+                Some((_, parent)) => {
+                    add(parent, key, u32::MAX, Value::Object(obj));
+                }
+                None => roots.push(Value::Object(obj)),
+            }
+        }
+    };
+    for (id, parent, obj) in levels {
+        while open.last().is_some_and(|(p, _)| *p != parent) {
+            attach(&mut open, &mut roots);
+        }
+        open.push((id, obj));
+    }
+    while !open.is_empty() {
+        attach(&mut open, &mut roots);
+    }
+    Value::Array(roots)
+}
+
+fn element(def: &ElementDef, e: Element<'_>, decode: &dyn Fn(&[u8]) -> String) -> Option<Value> {
+    if def.repeat > 1 {
+        let reps: Option<Vec<Value>> = e.repetitions().map(|r| single(def, r, decode)).collect();
+        return reps.map(Value::Array);
+    }
+    if e.is_repeated() {
+        return None;
+    }
+    single(def, e, decode)
+}
+
+fn single(def: &ElementDef, e: Element<'_>, decode: &dyn Fn(&[u8]) -> String) -> Option<Value> {
+    match &def.kind {
+        Kind::Simple(_) => (!e.is_composite()).then(|| Value::String(decode(e.value))),
+        Kind::Composite { components, .. } => {
+            let mut obj = Map::new();
+            for (i, c) in e.components().enumerate() {
+                if c.is_empty() {
+                    continue;
+                }
+                obj.insert(components.get(i)?.key.clone(), Value::String(decode(c)));
+            }
+            Some(Value::Object(obj))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- rendering
+
+/// The body segments of structured `content`, in definition order, as (id, elements) where
+/// each element is a list of repetitions, each a list of components.
+pub(super) fn segments(
+    def: &SetDef,
+    content: &Value,
+    place: &str,
+) -> Result<Vec<Rendered>, Problem> {
+    let mut out = Vec::new();
+    let obj = content
+        .as_object()
+        .ok_or_else(|| (place.to_string(), "content must be an object".to_string()))?;
+    render_loop(def, 0, obj, place, &mut out)?;
+    Ok(out)
+}
+
+fn items<'v>(
+    value: &'v Value,
+    max: u32,
+    place: &str,
+) -> Result<Vec<&'v Map<String, Value>>, Problem> {
+    let problem = |what: &str| (place.to_string(), what.to_string());
+    match value {
+        Value::Object(o) if max == 1 => Ok(vec![o]),
+        Value::Array(a) if max > 1 => a
+            .iter()
+            .map(|v| {
+                v.as_object()
+                    .ok_or_else(|| problem("expected an object in the array"))
+            })
+            .collect(),
+        _ if max == 1 => Err(problem("expected an object (the definition allows one)")),
+        _ => Err(problem("expected an array of objects")),
+    }
+}
+
+fn render_loop(
+    def: &SetDef,
+    node: usize,
+    obj: &Map<String, Value>,
+    place: &str,
+    out: &mut Vec<Rendered>,
+) -> Result<(), Problem> {
+    let n = &def.nodes[node];
+    let nested = Some(node) == def.hierarchy;
+    for key in obj.keys() {
+        let known = n.children.iter().any(|c| def.nodes[*c].key == *key) || nested && *key == n.key;
+        if !known {
+            return Err((
+                place.to_string(),
+                format!("{key:?} is not a segment or loop of this place in the definition"),
+            ));
+        }
+    }
+    for child in &n.children {
+        let c = &def.nodes[*child];
+        let Some(value) = obj.get(&c.key) else {
+            continue;
+        };
+        let here = format!("{place}/{}", c.key);
+        for (i, item) in items(value, c.max, &here)?.into_iter().enumerate() {
+            let here = if c.max == 1 {
+                here.clone()
+            } else {
+                format!("{here}[{i}]")
+            };
+            if c.is_loop() {
+                render_loop(def, *child, item, &here, out)?;
+            } else {
+                out.push(segment(def, *child, item, &here)?);
+            }
+        }
+    }
+    if nested {
+        if let Some(value) = obj.get(&n.key) {
+            let here = format!("{place}/{}", n.key);
+            for (i, item) in items(value, u32::MAX, &here)?.into_iter().enumerate() {
+                render_loop(def, node, item, &format!("{here}[{i}]"), out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn segment(
+    def: &SetDef,
+    node: usize,
+    obj: &Map<String, Value>,
+    place: &str,
+) -> Result<Rendered, Problem> {
+    let problem = |what: String| (place.to_string(), what);
+    let sdef = def
+        .segment_of(node)
+        .ok_or_else(|| problem("no definition".into()))?;
+    for key in obj.keys() {
+        if !sdef.elements.iter().any(|e| e.key == *key) {
+            return Err(problem(format!("{key:?} is not an element of {}", sdef.id)));
+        }
+    }
+    let mut elements = Vec::new();
+    for edef in &sdef.elements {
+        let Some(v) = obj.get(&edef.key) else {
+            elements.push(Vec::new());
+            continue;
+        };
+        let here = format!("{place}.{}", edef.key);
+        let reps = if edef.repeat > 1 {
+            v.as_array()
+                .ok_or_else(|| (here.clone(), "a repeating element is an array".to_string()))?
+                .iter()
+                .map(|r| components(edef, r, &here))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![components(edef, v, &here)?]
+        };
+        elements.push(reps);
+    }
+    while elements
+        .last()
+        .is_some_and(|e| e.iter().all(|r| r.iter().all(String::is_empty)))
+    {
+        elements.pop();
+    }
+    Ok((sdef.id.clone(), elements))
+}
+
+fn components(def: &ElementDef, v: &Value, place: &str) -> Result<Vec<String>, Problem> {
+    let problem = |what: String| (place.to_string(), what);
+    match (&def.kind, v) {
+        (Kind::Simple(_), Value::String(s)) => Ok(vec![s.clone()]),
+        (Kind::Simple(_), _) => Err(problem("expected a string".into())),
+        (Kind::Composite { components, .. }, Value::Object(o)) => {
+            for key in o.keys() {
+                if !components.iter().any(|c| c.key == *key) {
+                    return Err(problem(format!(
+                        "{key:?} is not a component of {}",
+                        def.reference
+                    )));
+                }
+            }
+            let mut parts: Vec<String> = components
+                .iter()
+                .map(|c| match o.get(&c.key) {
+                    Some(Value::String(s)) => Ok(s.clone()),
+                    None => Ok(String::new()),
+                    Some(_) => Err(problem(format!("{} must be a string", c.key))),
+                })
+                .collect::<Result<_, _>>()?;
+            while parts.last().is_some_and(String::is_empty) {
+                parts.pop();
+            }
+            Ok(parts)
+        }
+        (Kind::Composite { .. }, _) => {
+            Err(problem("a composite is an object of its components".into()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::sample::{DICT, SET, SHIP};
+    use crate::schema::Schemas;
+    use crate::x12::{Interchanges, Limits};
+
+    fn schemas() -> Schemas {
+        Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("004010/856.toml", SHIP),
+        ])
+        .unwrap()
+    }
+
+    /// The structured content of a one-set interchange, and its body rendered back.
+    fn round_trip(id: &str, body: &str) -> (Option<Value>, Option<String>) {
+        let s = schemas();
+        let count = body.matches('~').count() + 2;
+        let x = format!(
+            "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*^*00501*000000001*0*P*:~\
+GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
+        );
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let def = s.find(b"004010", id.as_bytes()).unwrap();
+        let decode = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let content = content(def, &ic.groups[0].sets[0], &decode);
+        let rendered = content.as_ref().map(|c| {
+            let mut out = String::new();
+            for (id, elements) in segments(def, c, "test").unwrap() {
+                out.push_str(&id);
+                for reps in elements {
+                    out.push('*');
+                    let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
+                    out.push_str(&reps.join("^"));
+                }
+                out.push('~');
+            }
+            out
+        });
+        (content, rendered)
+    }
+
+    #[test]
+    fn loops_and_named_elements_round_trip() {
+        let body =
+            "BEG*00*PO1*20240101~REF*DP*1~N1*ST*X~N3*A~N1*BT*Y~PO1*1*2*EA:2*3~PID*F~PO1*2~CTT*2~";
+        let (content, rendered) = round_trip("850", body);
+        let c = content.unwrap();
+        assert_eq!(c["BEG"]["number_02"], "PO1");
+        assert_eq!(c["REF"][0]["qualifier_01"], "DP");
+        assert_eq!(c["N1_loop"][1]["N1"]["name_02"], "Y");
+        assert_eq!(c["N1_loop"][0]["N3"]["address_01"], "A");
+        assert_eq!(c["PO1_loop"][0]["PO1"]["unit_03"]["exponent_02"], "2");
+        assert_eq!(c["PO1_loop"][0]["PID"]["type_01"], "F");
+        assert_eq!(c["PO1_loop"].as_array().unwrap().len(), 2);
+        assert_eq!(c["CTT"]["lines_01"], "2");
+        assert_eq!(rendered.unwrap(), body);
+    }
+
+    #[test]
+    fn hl_levels_nest_by_parent_in_pre_order_and_stay_flat_otherwise() {
+        let body =
+            "BSN*S1~HL*1**S~REF*BM*1~HL*2*1*O~N1*ST*X~HL*3*2*I~HL*4*2*I~HL*5*1*O~HL*6*5*I~CTT*6~";
+        let (content, rendered) = round_trip("856", body);
+        let c = content.unwrap();
+        let shipment = &c["HL_loop"][0];
+        assert_eq!(c["HL_loop"].as_array().unwrap().len(), 1);
+        assert_eq!(shipment["REF"][0]["qualifier_01"], "BM");
+        let orders = shipment["HL_loop"].as_array().unwrap();
+        assert_eq!(orders.len(), 2);
+        assert_eq!(orders[0]["N1_loop"][0]["N1"]["entity_01"], "ST");
+        assert_eq!(orders[0]["HL_loop"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            orders[1]["HL_loop"][0]["HL"]["hierarchical_id_number_01"],
+            "6"
+        );
+        assert_eq!(rendered.unwrap(), body);
+        // All orders first, then all items: not pre-order, so the levels stay flat.
+        let body = "BSN*S1~HL*1**S~HL*2*1*O~HL*3*1*O~HL*4*2*I~HL*5*3*I~";
+        let (content, rendered) = round_trip("856", body);
+        assert_eq!(content.unwrap()["HL_loop"].as_array().unwrap().len(), 5);
+        assert_eq!(rendered.unwrap(), body);
+    }
+
+    #[test]
+    fn what_the_definition_cannot_hold_stays_generic() {
+        // Out of sequence, and an element past the definition's last.
+        assert!(round_trip("850", "REF*DP*1~BEG*00*1~PO1*1~").0.is_none());
+        assert!(round_trip("850", "BEG*00*1*20240101*1200*X~PO1*1~")
+            .0
+            .is_none());
+        // A second BEG has no place in an object.
+        assert!(round_trip("850", "BEG*00*1~BEG*00*2~PO1*1~").0.is_none());
+        // Element errors and missing segments do not stop the structured form.
+        assert!(round_trip("850", "BEG*99*1~PO1*1~").0.is_some());
+    }
+
+    #[test]
+    fn rendering_names_the_place_of_a_bad_key() {
+        let s = schemas();
+        let def = s.find(b"004010", b"850").unwrap();
+        let c: Value = serde_json::json!({"BEG": {"purpose_01": "00", "numbr_02": "1"}});
+        let e = segments(def, &c, "set 1").unwrap_err();
+        assert_eq!(e.0, "set 1/BEG");
+        assert!(e.1.contains("numbr_02"), "{}", e.1);
+        let c: Value = serde_json::json!({"PO1_loop": {"PO1": {}}});
+        let e = segments(def, &c, "set 1").unwrap_err();
+        assert!(e.1.contains("array"), "{}", e.1);
+    }
+}
