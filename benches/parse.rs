@@ -9,7 +9,10 @@
 //! - `tokenise`: cut the whole file into segments (`x12::Segments`), id included.
 //! - `envelope_tree`: read every interchange into its envelope tree (`x12::Interchanges`),
 //!   which cuts every segment once.
-//! - `tokenise_and_validate`: `validate::file`, the work `x12gate validate` does after reading.
+//! - `tokenise_and_validate`: envelope validation (`validate::file_with` without definitions),
+//!   what a partner with `validation = "envelope"` gets: plain parsing.
+//! - `schema_validate`: the same plus every set walked against its definition (`schemas/`),
+//!   segment by segment and element by element: what `x12gate validate` does by default.
 //!
 //! `cargo bench --bench parse`; criterion prints each case's throughput in MiB/s or GiB/s.
 
@@ -65,7 +68,18 @@ fn parse(c: &mut Criterion) {
     });
 
     group.bench_function("tokenise_and_validate", |b| {
-        b.iter(|| x12gate::validate::file(black_box(&input), Limits::default()).len())
+        b.iter(|| x12gate::validate::file_with(black_box(&input), Limits::default(), None).len())
+    });
+
+    let schemas = x12gate::schema::builtin().expect("the built-in definitions load");
+    assert!(
+        x12gate::validate::file_with(&input, Limits::default(), Some(schemas)).is_empty(),
+        "the generated file validates clean against the definitions"
+    );
+    group.bench_function("schema_validate", |b| {
+        b.iter(|| {
+            x12gate::validate::file_with(black_box(&input), Limits::default(), Some(schemas)).len()
+        })
     });
 
     group.finish();
