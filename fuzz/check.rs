@@ -11,7 +11,7 @@
 //! and renders back reads again into the same document.
 #![allow(dead_code)]
 
-use x12gate::translate::{parse_document, render_document, Document};
+use x12gate::translate::{parse_document, parse_document_as, render_document, Document, Form};
 use x12gate::validate::{self, Finding, Level};
 use x12gate::x12::{Interchanges, Limits, Segment};
 
@@ -64,11 +64,41 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
         );
     }
     let rendered = document.as_ref().and_then(|doc| round_trip(doc, limits));
+    structured_matches_generic(input, limits, rendered.as_deref());
     Outcome {
         findings,
         document,
         rendered,
     }
+}
+
+/// The structured form (sets with a definition in loops) renders to exactly what the
+/// generic form renders to: it never loses or reorders anything.
+pub fn structured_matches_generic(input: &[u8], limits: Limits, generic: Option<&[u8]>) {
+    let Ok(doc) = parse_document_as(input, limits, Form::Structured) else {
+        assert!(
+            generic.is_none(),
+            "the generic form reads but the structured one does not\ninput: {}",
+            show(input)
+        );
+        return;
+    };
+    let Some(generic) = generic else { return };
+    let json = serde_json::to_vec(&doc).expect("a document serializes");
+    let mut out = Vec::new();
+    if let Err(e) = render_document(&json, &mut out) {
+        panic!(
+            "the structured form does not render where the generic one does: {e}\ninput: {}",
+            show(input)
+        );
+    }
+    assert!(
+        out == generic,
+        "the structured form renders differently from the generic one\ninput: {}\nstructured: {}\ngeneric:    {}",
+        show(input),
+        show(&out),
+        show(generic)
+    );
 }
 
 /// Walks every interchange, set and segment; returns how many results were read errors.

@@ -97,7 +97,40 @@ pub(super) fn content(
         root.obj
             .insert(def.nodes[h].key.clone(), nest(&def.nodes[h].key, levels));
     }
-    Some(Value::Object(root.obj))
+    let content = Value::Object(root.obj);
+    exact(def, ts, &content, decode).then_some(content)
+}
+
+/// Whether `content` renders back to exactly the set's segments. What a definition cannot
+/// say (a trailing empty element, an empty composite, an unnested HL out of order) makes the
+/// set stay generic instead of changing on its way through.
+fn exact(
+    def: &SetDef,
+    ts: &TransactionSet<'_>,
+    content: &Value,
+    decode: &dyn Fn(&[u8]) -> String,
+) -> bool {
+    let Ok(rendered) = segments(def, content, "") else {
+        return false;
+    };
+    if rendered.len() != ts.body.count as usize {
+        return false;
+    }
+    rendered
+        .iter()
+        .zip(ts.body.segments())
+        .all(|((id, elements), s)| {
+            let d = s.delimiters;
+            let (e, c) = (decode(&[d.element]), decode(&[d.component]));
+            let r = d.repetition.map(|r| decode(&[r])).unwrap_or_default();
+            let mut text = id.clone();
+            for reps in elements {
+                text.push_str(&e);
+                let reps: Vec<String> = reps.iter().map(|parts| parts.join(&c)).collect();
+                text.push_str(&reps.join(&r));
+            }
+            text == decode(s.raw)
+        })
 }
 
 /// Closes the innermost open iteration into its parent; iterations of a hierarchy loop at
@@ -464,6 +497,9 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
         assert!(round_trip("850", "BEG*00*1*20240101*1200*X~PO1*1~")
             .0
             .is_none());
+        // A trailing empty element or an empty composite has no name to stand under.
+        assert!(round_trip("850", "BEG*00*1*~PO1*1~").0.is_none());
+        assert!(round_trip("850", "BEG*00*1~PO1*1*2*:*3~").0.is_none());
         // A second BEG has no place in an object.
         assert!(round_trip("850", "BEG*00*1~BEG*00*2~PO1*1~").0.is_none());
         // Element errors and missing segments do not stop the structured form.
