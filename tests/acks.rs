@@ -69,15 +69,31 @@ fn segments(bytes: &[u8]) -> Vec<String> {
 fn golden_acknowledgments_for_every_fixture() {
     let bless = std::env::var_os("X12GATE_BLESS").is_some();
     let mut failures = Vec::new();
+    let default_config = config();
     let mut files = x12_files(&root().join("fixtures"));
     files.extend(x12_files(&root().join("fixtures/broken")));
     assert!(files.len() > 40, "fixtures missing: {}", files.len());
+    // Schema errors are answered in the 999 too (IK3/CTX/IK4): those fixtures have a second
+    // golden, `<case>.999`, made with every partner on `ack = "999"`.
+    let mut config_999 = config();
+    for p in &mut config_999.partners {
+        p.ack = AckKind::ImplementationAck;
+    }
+    let mut cases = Vec::new();
     for file in files {
-        let got: Vec<u8> = acks(&std::fs::read(&file).unwrap())
+        let findings = std::fs::read_to_string(file.with_extension("findings")).unwrap_or_default();
+        if findings.contains(" AK304 ") || findings.contains(" AK403 ") {
+            cases.push((file.clone(), "999", &config_999));
+        }
+        cases.push((file, "ack", &default_config));
+    }
+    for (file, extension, config) in cases {
+        let got: Vec<u8> = acks_with(&std::fs::read(&file).unwrap(), config)
+            .0
             .into_iter()
             .flat_map(|o| o.bytes)
             .collect();
-        let golden = file.with_extension("ack");
+        let golden = file.with_extension(extension);
         if bless {
             std::fs::write(&golden, &got).unwrap();
             continue;

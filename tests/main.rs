@@ -6,5 +6,6 @@ mod fixtures;
 mod fuzz_corpus;
 mod process;
 mod props;
+mod schemas;
 mod util;
 mod watch;

@@ -926,15 +926,13 @@ mod crash {
         assert_eq!(last[2], segment(&segs, "ISA")[13], "{segs:?}");
     }
 
-    /// The quantity (PO102) of the first PO1 of a translation document.
+    /// The quantity (PO102) of the first PO1 of a translation document (structured form).
     fn first_po1_quantity(doc: &Value) -> String {
-        doc["interchanges"][0]["groups"][0]["sets"][0]["segments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["id"] == "PO1")
-            .map(|s| s["elements"][1].as_str().unwrap().to_string())
-            .unwrap()
+        let set = &doc["interchanges"][0]["groups"][0]["sets"][0];
+        set["content"]["PO1_loop"][0]["PO1"]["quantity_ordered_02"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no PO1_loop[0].PO1.quantity_ordered_02 in {set}"))
+            .to_string()
     }
 
     /// The crashing run's lease: long enough for a `--no-wait` run to find it alive.

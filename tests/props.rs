@@ -973,11 +973,13 @@ fn well_formed(f: &File) -> Result<(), TestCaseError> {
     let b = build(f);
     let bytes = &b.bytes;
     let outcome = check::check_with(bytes, Limits::default());
+    // Well formed as to envelopes: the bodies are random segments, which the definitions of
+    // the sets they claim to be reject (their own property test is in `schemas`).
+    let envelope: Vec<_> = outcome.findings.iter().filter(|f| !is_schema(f)).collect();
     prop_assert!(
-        outcome.findings.is_empty(),
+        envelope.is_empty(),
         "findings on a well-formed file:\n{}\ninput: {}",
-        outcome
-            .findings
+        envelope
             .iter()
             .map(|f| format!("  {f}"))
             .collect::<Vec<_>>()
@@ -1105,4 +1107,14 @@ proptest! {
     fn small_generated_files_validate_and_round_trip(f in file(SMALL)) {
         well_formed(&f)?;
     }
+}
+
+/// Whether a finding comes from a transaction set's definition (AK304/AK403).
+pub fn is_schema(f: &x12gate::validate::Finding) -> bool {
+    f.code.is_some_and(|c| {
+        matches!(
+            c.list,
+            x12gate::validate::CodeList::Ak304 | x12gate::validate::CodeList::Ak403
+        )
+    })
 }

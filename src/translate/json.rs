@@ -57,9 +57,9 @@ pub struct JsonGroup {
 #[serde(deny_unknown_fields)]
 pub struct JsonSet {
     pub st: Vec<JsonElement>,
-    /// The generic form of the body: every segment in order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub segments: Vec<JsonSegment>,
+    /// The generic form of the body: every segment in order (absent in the structured form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<Vec<JsonSegment>>,
     /// The structured form's definition, `004010/850`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
@@ -170,17 +170,19 @@ impl Text {
             _ => None,
         };
         let (schema, content, segments) = match structured {
-            Some((schema, content)) => (Some(schema), Some(content), Vec::new()),
+            Some((schema, content)) => (Some(schema), Some(content), None),
             None => (
                 None,
                 None,
-                set.body
-                    .segments()
-                    .map(|s| JsonSegment {
-                        id: self.decode(s.id),
-                        elements: self.elements(&s),
-                    })
-                    .collect(),
+                Some(
+                    set.body
+                        .segments()
+                        .map(|s| JsonSegment {
+                            id: self.decode(s.id),
+                            elements: self.elements(&s),
+                        })
+                        .collect(),
+                ),
             ),
         };
         JsonSet {
@@ -549,13 +551,14 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
                         ))
                     }
                 };
-                if !from_content.is_empty() && !set.segments.is_empty() {
+                let generic = set.segments.as_deref().unwrap_or_default();
+                if set.content.is_some() && set.segments.is_some() {
                     return Err(invalid(
                         &splace,
                         "a set has either `segments` (generic) or `content` (structured), not both",
                     ));
                 }
-                for (k, seg) in from_content.iter().chain(&set.segments).enumerate() {
+                for (k, seg) in from_content.iter().chain(generic).enumerate() {
                     if CONTROL_IDS.contains(&seg.id.as_str()) {
                         return Err(invalid(
                             format!("{splace} segment {}", k + 2),
@@ -597,7 +600,10 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
     #[test]
     fn round_trip_is_byte_identical_for_canonical_input() {
         let doc = parse_document(X.as_bytes(), Limits::default()).unwrap();
-        let seg = &doc.interchanges[0].groups[0].sets[0].segments[1];
+        let seg = &doc.interchanges[0].groups[0].sets[0]
+            .segments
+            .as_ref()
+            .unwrap()[1];
         assert_eq!(seg.id, "REF");
         assert_eq!(
             seg.elements[1],
@@ -633,8 +639,11 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
     #[test]
     fn render_refuses_a_delimiter_inside_a_value() {
         let mut doc = parse_document(X.as_bytes(), Limits::default()).unwrap();
-        doc.interchanges[0].groups[0].sets[0].segments[0].elements[0] =
-            JsonElement::Simple("a*b".into());
+        doc.interchanges[0].groups[0].sets[0]
+            .segments
+            .as_mut()
+            .unwrap()[0]
+            .elements[0] = JsonElement::Simple("a*b".into());
         let err = render_document(&serde_json::to_vec(&doc).unwrap(), &mut Vec::new()).unwrap_err();
         assert!(
             err.to_string()

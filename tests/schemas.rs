@@ -1,0 +1,327 @@
+//! Transaction-set definitions: documents generated from every definition validate clean and
+//! round-trip through the structured form; the real-shaped fixtures do too, in the shape an
+//! ERP expects (named loops, the 856 tree); schema errors reach the 997 and the 999; a
+//! partner can ask for envelope checks only; sets without a definition pass through.
+
+use proptest::prelude::*;
+use serde_json::Value;
+use x12gate::config::{AckKind, Config, Validation};
+use x12gate::schema::{self, SetDef};
+use x12gate::translate::{parse_document, parse_document_as, render_document, Document, Form};
+use x12gate::x12::Limits;
+
+use crate::util::{fixture, root, x12gate};
+
+/// One interchange holding one set with `body`, in the definition's version.
+fn interchange(def: &SetDef, body: &[(String, Vec<Vec<Vec<String>>>)]) -> Vec<u8> {
+    let (isa12, isa11) = if def.version.as_str() >= "004020" {
+        ("00501", "^")
+    } else {
+        ("00401", "U")
+    };
+    let mut text = format!(
+        "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*{isa11}*{isa12}*000000001*0*P*:~\n\
+GS*PO*ACME*X12GATE*20240101*1200*1*X*{}~\nST*{}*0001~\n",
+        def.version, def.id
+    );
+    for (id, elements) in body {
+        text.push_str(id);
+        for reps in elements {
+            text.push('*');
+            let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
+            text.push_str(&reps.join("^"));
+        }
+        text.push_str("~\n");
+    }
+    text.push_str(&format!(
+        "SE*{}*0001~\nGE*1*1~\nIEA*1*000000001~\n",
+        body.len() + 2
+    ));
+    text.into_bytes()
+}
+
+fn render(doc: &Document) -> Vec<u8> {
+    let mut out = Vec::new();
+    render_document(&serde_json::to_vec(doc).unwrap(), &mut out)
+        .unwrap_or_else(|e| panic!("render: {e}"));
+    out
+}
+
+fn definitions() -> Vec<&'static std::sync::Arc<SetDef>> {
+    schema::builtin()
+        .expect("the built-in definitions load")
+        .all()
+}
+
+#[test]
+fn the_six_sets_are_defined_in_both_versions() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    for version in ["004010", "005010"] {
+        for id in ["810", "850", "855", "856", "860", "997"] {
+            let key = format!("{version}/{id}");
+            assert!(have.contains(&key), "{key} missing from {have:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A document generated from each definition validates clean, takes the structured form
+    /// and renders back from it byte for byte.
+    #[test]
+    fn generated_documents_validate_clean_and_round_trip(seed in any::<u64>()) {
+        for def in definitions() {
+            let body = schema::example::body(def, seed);
+            let bytes = interchange(def, &body);
+            let shown = String::from_utf8_lossy(&bytes);
+            let findings: Vec<String> = x12gate::validate::file(&bytes, Limits::default())
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            prop_assert!(findings.is_empty(), "{}: {findings:#?}\n{shown}", def.name_key());
+            let doc = parse_document_as(&bytes, Limits::default(), Form::Structured).unwrap();
+            let set = &doc.interchanges[0].groups[0].sets[0];
+            let key = def.name_key();
+            prop_assert_eq!(set.schema.as_deref(), Some(key.as_str()), "{}", shown);
+            prop_assert!(set.segments.is_none());
+            let back = render(&doc);
+            prop_assert!(back == bytes, "{}: rendered\n{}\nfrom\n{}", def.name_key(), String::from_utf8_lossy(&back), shown);
+        }
+    }
+}
+
+/// The sets of a fixture, structured.
+fn structured(name: &str) -> (Document, Vec<u8>) {
+    let bytes = std::fs::read(fixture(name)).unwrap();
+    let doc = parse_document_as(&bytes, Limits::default(), Form::Structured).unwrap();
+    (doc, bytes)
+}
+
+fn content<'d>(doc: &'d Document, set: usize) -> &'d Value {
+    let s = &doc.interchanges[0].groups[0].sets[set];
+    s.content
+        .as_ref()
+        .unwrap_or_else(|| panic!("set {set} is not structured: {:?}", s.segments))
+}
+
+#[test]
+fn every_valid_fixture_round_trips_through_the_structured_form() {
+    let mut structured_sets = 0;
+    for entry in std::fs::read_dir(root().join("fixtures")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "x12") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let Ok(raw) = parse_document(&bytes, Limits::default()) else {
+            continue;
+        };
+        let doc = parse_document_as(&bytes, Limits::default(), Form::Structured).unwrap();
+        for ic in &doc.interchanges {
+            for g in &ic.groups {
+                let version = g.gs.get(7).map(|v| format!("{v:?}")).unwrap_or_default();
+                for s in &g.sets {
+                    let id = format!("{:?}", s.st.first());
+                    let defined = schema::builtin().unwrap().all().iter().any(|d| {
+                        version.contains(&d.version) && id.contains(&format!("\"{}\"", d.id))
+                    });
+                    assert_eq!(
+                        s.schema.is_some(),
+                        defined,
+                        "{}: set {id} of {version}: structured {}",
+                        path.display(),
+                        s.schema.is_some()
+                    );
+                    structured_sets += usize::from(s.schema.is_some());
+                }
+            }
+        }
+        assert_eq!(
+            render(&doc),
+            render(&raw),
+            "{}: the structured form renders differently",
+            path.display()
+        );
+    }
+    assert!(
+        structured_sets >= 10,
+        "only {structured_sets} structured sets"
+    );
+}
+
+#[test]
+fn a_purchase_order_has_named_loops_in_both_versions() {
+    for name in ["850-004010-multi.x12", "850-005010-multi.x12"] {
+        let (doc, bytes) = structured(name);
+        let c = content(&doc, 0);
+        assert_eq!(c["BEG"]["purchase_order_number_03"], "PO-88213", "{name}");
+        let parties = c["N1_loop"].as_array().expect("N1 loops");
+        assert!(parties.len() >= 3, "{name}: {} N1 loops", parties.len());
+        assert_eq!(parties[0]["N1"]["entity_identifier_code_01"], "BT");
+        let lines = c["PO1_loop"].as_array().expect("PO1 loops");
+        assert!(lines.len() >= 3, "{name}: {} PO1 loops", lines.len());
+        assert_eq!(lines[1]["PO1"]["assigned_identification_01"], "2");
+        assert_eq!(render(&doc), bytes, "{name}");
+    }
+}
+
+#[test]
+fn a_ship_notice_nests_shipment_order_pack_item() {
+    for name in ["856-004010-sopi.x12", "856-005010-sopi.x12"] {
+        let (doc, bytes) = structured(name);
+        let c = content(&doc, 0);
+        let level = |v: &Value| v["HL"]["hierarchical_level_code_03"].clone();
+        let shipments = c["HL_loop"].as_array().expect("HL tree");
+        assert_eq!(shipments.len(), 1, "{name}");
+        let shipment = &shipments[0];
+        assert_eq!(level(shipment), "S");
+        let order = &shipment["HL_loop"][0];
+        assert_eq!(level(order), "O");
+        let packs = order["HL_loop"].as_array().expect("packs");
+        assert!(packs.len() >= 2, "{name}");
+        assert_eq!(level(&packs[0]), "P");
+        let items = packs[0]["HL_loop"].as_array().expect("items");
+        assert_eq!(level(&items[0]), "I");
+        assert_eq!(render(&doc), bytes, "{name}");
+    }
+}
+
+#[test]
+fn parse_gives_the_structured_form_and_raw_the_generic_one_and_render_takes_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = fixture("850-004010-multi.x12");
+    let structured = x12gate(dir.path())
+        .arg("parse")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let raw = x12gate(dir.path())
+        .args(["parse", "--raw"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(structured.status.success() && raw.status.success());
+    let s: Value = serde_json::from_slice(&structured.stdout).unwrap();
+    let r: Value = serde_json::from_slice(&raw.stdout).unwrap();
+    let set = |v: &Value| v["interchanges"][0]["groups"][0]["sets"][0].clone();
+    assert_eq!(set(&s)["schema"], "004010/850");
+    assert!(set(&s)["content"]["PO1_loop"].is_array());
+    assert!(set(&r)["segments"].is_array() && set(&r)["content"].is_null());
+    let mut rendered = Vec::new();
+    for out in [&structured.stdout, &raw.stdout] {
+        let json = dir.path().join("doc.json");
+        std::fs::write(&json, out).unwrap();
+        let r = x12gate(dir.path())
+            .arg("render")
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        rendered.push(r.stdout);
+    }
+    assert_eq!(rendered[0], rendered[1]);
+    assert_eq!(rendered[0], std::fs::read(&file).unwrap());
+}
+
+#[test]
+fn render_names_the_place_of_a_bad_structured_key() {
+    let (mut doc, _) = structured("850-004010-multi.x12");
+    let set = &mut doc.interchanges[0].groups[0].sets[0];
+    let content = set.content.as_mut().unwrap();
+    content["PO1_loop"][1]["PO1"]["quantity_ordred_02"] = Value::String("5".into());
+    let err = render_document(&serde_json::to_vec(&doc).unwrap(), &mut Vec::new()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("PO1_loop[1]/PO1") && text.contains("quantity_ordred_02"),
+        "{text}"
+    );
+}
+
+fn config_with(validation: Validation, ack: AckKind) -> Config {
+    let mut config = Config::load(&root().join("partners.toml")).unwrap();
+    for p in &mut config.partners {
+        p.validation = validation;
+        p.ack = ack;
+    }
+    config
+}
+
+/// AK2..AK5 (or IK5) of the first 997/999 of `file` under `config`.
+fn set_response(file: &str, config: &Config) -> Vec<String> {
+    let bytes = std::fs::read(root().join(file)).unwrap();
+    let ic = x12gate::x12::Interchanges::new(&bytes, config.limits)
+        .next()
+        .unwrap()
+        .unwrap();
+    let decision = x12gate::pipeline::decide(&ic, config);
+    let counters = x12gate::registry::PreviewCounters::default();
+    let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+        .unwrap()
+        .and_hms_opt(3, 4, 0)
+        .unwrap();
+    let acks = x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now).unwrap();
+    let text: String = acks
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.bytes).into_owned())
+        .collect();
+    text.split(['~', '\n'])
+        .map(str::trim)
+        .filter(|s| {
+            ["AK2", "AK3", "AK4", "AK5", "IK3", "IK4", "IK5", "CTX"]
+                .iter()
+                .any(|id| s.starts_with(&format!("{id}*")))
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn envelope_partners_get_no_segment_errors_and_schema_partners_do() {
+    let file = "fixtures/broken/element-invalid-code.x12";
+    let schema = set_response(
+        file,
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(schema.iter().any(|s| s.starts_with("AK3*")), "{schema:?}");
+    assert!(
+        schema.iter().any(|s| s.starts_with("AK5*R*5")),
+        "{schema:?}"
+    );
+    let envelope = set_response(
+        file,
+        &config_with(Validation::Envelope, AckKind::FunctionalAck),
+    );
+    assert!(
+        !envelope.iter().any(|s| s.starts_with("AK3*")),
+        "{envelope:?}"
+    );
+    assert!(envelope.iter().any(|s| s == "AK5*A"), "{envelope:?}");
+}
+
+#[test]
+fn a_999_carries_ik3_ctx_and_ik4() {
+    let file = "fixtures/broken/element-invalid-code.x12";
+    let got = set_response(
+        file,
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.iter().any(|s| s.starts_with("IK3*")), "{got:?}");
+    assert!(got.iter().any(|s| s.starts_with("IK4*")), "{got:?}");
+    assert!(got.iter().any(|s| s.starts_with("IK5*R*5")), "{got:?}");
+}
+
+#[test]
+fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
+    // The 271 has no definition: generic JSON, an AK5 A with no AK3.
+    let file = "fixtures/repetitions-composites-005010.x12";
+    let (doc, _) = structured("repetitions-composites-005010.x12");
+    let set = &doc.interchanges[0].groups[0].sets[0];
+    assert!(set.schema.is_none() && set.segments.as_ref().is_some_and(|s| !s.is_empty()));
+    let got = set_response(
+        file,
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(!got.iter().any(|s| s.starts_with("AK3*")), "{got:?}");
+    assert!(got.iter().any(|s| s == "AK5*A"), "{got:?}");
+}
