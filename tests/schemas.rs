@@ -98,7 +98,7 @@ fn structured(name: &str) -> (Document, Vec<u8>) {
     (doc, bytes)
 }
 
-fn content<'d>(doc: &'d Document, set: usize) -> &'d Value {
+fn content(doc: &Document, set: usize) -> &Value {
     let s = &doc.interchanges[0].groups[0].sets[set];
     s.content
         .as_ref()
