@@ -72,15 +72,17 @@ struct SetAt {
     st_ordinal: u32,
 }
 
-struct Walker<'d> {
+struct Walker<'d, 'a> {
     def: &'d SetDef,
     at: SetAt,
     frames: Vec<Frame>,
     findings: Vec<Finding>,
     /// Segment errors so far (the cap counts these, not element findings).
     segment_errors: usize,
-    /// The trigger values of open loops, for 999 CTX: (loop depth, "PO101", "3").
-    contexts: Vec<(usize, String, String)>,
+    /// The open loops' trigger values, for 999 CTX: (frame depth, loop node, its 01 element).
+    contexts: Vec<(usize, usize, &'a [u8])>,
+    /// Byte classes under this interchange's delimiters.
+    table: [u8; 256],
 }
 
 /// Walks `set` (group `group`, set `set` of its interchange) against `def`. With `places`
@@ -101,6 +103,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
         findings: Vec::new(),
         segment_errors: 0,
         contexts: Vec::new(),
+        table: byte_table(ts.st.delimiters),
     };
     let mut placed = Vec::new();
     for segment in ts.body.segments() {
@@ -135,7 +138,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
     }
 }
 
-impl Walker<'_> {
+impl<'a> Walker<'_, 'a> {
     fn set_segment(&self, ordinal: u32) -> u32 {
         ordinal.saturating_sub(self.at.st_ordinal).saturating_add(1)
     }
@@ -146,26 +149,25 @@ impl Walker<'_> {
             .map_or(&[][..], |s| s.id.as_bytes())
     }
 
-    /// The child of `frame`'s loop at or after its position that `id` starts, if any.
-    fn find_in(&self, frame: &Frame, id: &[u8]) -> Option<usize> {
+    /// The child of `frame`'s loop at or after its position that segment `tag` starts.
+    fn find_in(&self, frame: &Frame, tag: u32) -> Option<usize> {
         let node = &self.def.nodes[frame.node];
         // A loop's trigger (child 0) seen again starts the loop's next iteration, which the
         // enclosing frame handles; the root has no trigger.
         let first = if frame.node == 0 { 0 } else { 1 };
         let from = frame.at.unwrap_or(0).max(first);
-        node.children
+        node.child_tags
+            .get(from..)?
             .iter()
-            .enumerate()
-            .skip(from)
-            .find(|(_, c)| self.trigger_id(**c) == id)
-            .map(|(i, _)| i)
+            .position(|t| *t == tag)
+            .map(|i| i + from)
     }
 
-    fn segment(&mut self, segment: &Segment<'_>) -> Option<Place> {
-        let id = segment.id;
+    fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {
+        let tag = super::definition::tag(segment.id);
         let found = (0..self.frames.len())
             .rev()
-            .find_map(|depth| self.find_in(&self.frames[depth], id).map(|ci| (depth, ci)));
+            .find_map(|depth| self.find_in(&self.frames[depth], tag).map(|ci| (depth, ci)));
         let Some((depth, ci)) = found else {
             self.unplaced(segment);
             return None;
@@ -219,11 +221,10 @@ impl Walker<'_> {
             self.segment_finding(rule, code, segment, message);
         } else if let Some(seg_def) = self.def.segment_of(segment_node) {
             if let Some(loop_node) = opened {
-                let value = segment.text(1);
-                let depth = self.frames.len() - 1;
+                let value = segment.element(1).unwrap_or_default();
                 if !value.is_empty() {
-                    let name = format!("{}01", self.def.nodes[loop_node].id);
-                    self.contexts.push((depth, name, value.to_string()));
+                    self.contexts
+                        .push((self.frames.len() - 1, loop_node, value));
                 }
             }
             self.elements(segment, seg_def);
@@ -241,13 +242,15 @@ impl Walker<'_> {
         let node = &self.def.nodes[frame.node];
         let from = frame.at.map_or(0, |a| a + 1);
         let to = until.unwrap_or(node.children.len());
-        let missing: Vec<usize> = node
-            .children
+        if node.next_mandatory.get(from).is_none_or(|m| *m >= to) {
+            return;
+        }
+        let nodes = &self.def.nodes;
+        let skipped = node.children.get(from..to).unwrap_or_default();
+        let missing: Vec<usize> = skipped
             .iter()
-            .take(to)
-            .skip(from)
             .copied()
-            .filter(|c| self.def.nodes[*c].req == Req::M)
+            .filter(|c| nodes[*c].req == Req::M)
             .collect();
         for child in missing {
             let id = String::from_utf8_lossy(self.trigger_id(child)).into_owned();
@@ -315,6 +318,16 @@ impl Walker<'_> {
         self.segment_finding(rule, code, segment, message);
     }
 
+    /// The innermost open loop's business unit: `PO101` and its value.
+    fn context(&self) -> Option<(String, String)> {
+        self.contexts.last().map(|(_, node, value)| {
+            (
+                format!("{}01", self.def.nodes[*node].id),
+                String::from_utf8_lossy(value).into_owned(),
+            )
+        })
+    }
+
     fn loop_id(&self) -> Option<String> {
         self.frames
             .last()
@@ -349,7 +362,7 @@ impl Walker<'_> {
         message: String,
     ) {
         self.segment_errors += 1;
-        let context = self.contexts.last().map(|(_, n, v)| (n.clone(), v.clone()));
+        let context = self.context();
         self.findings.push(Finding {
             rule,
             level: Level::Set,
@@ -376,113 +389,53 @@ impl Walker<'_> {
     fn elements(&mut self, segment: &Segment<'_>, def: &SegmentDef) {
         let mut errors = ElementErrors::default();
         let mut present: u64 = 0;
-        let d = segment.delimiters;
-        for (i, element) in segment.elements().enumerate() {
-            let position = i + 1;
-            let Some(edef) = def.elements.get(i) else {
-                if !element.value.is_empty()
-                    || segment.elements().skip(i).any(|e| !e.value.is_empty())
-                {
-                    errors.push(
-                        position,
-                        None,
-                        None,
-                        None,
-                        "3",
-                        "more elements than the definition's",
-                        element.value,
-                    );
+        // One pass over the segment's bytes: each element's value is cut at the element
+        // separator while its bytes are classified, so each byte is looked at once.
+        let body = segment.raw.get(segment.id.len() + 1..);
+        let mut extra: Option<(usize, &[u8])> = None;
+        let mut extra_used = false;
+        if let Some(body) = body {
+            let table = &self.table;
+            let (mut start, mut acc, mut digits, mut position) = (0, 0u8, 0usize, 1usize);
+            for i in 0..=body.len() {
+                let t = body.get(i).map_or(ELEMENT, |b| table[usize::from(*b)]);
+                if t & ELEMENT == 0 {
+                    acc |= t;
+                    digits += usize::from(t & DIGIT);
+                    continue;
                 }
-                break;
-            };
-            if element.value.is_empty() {
-                if edef.req == Req::M {
-                    errors.push(
-                        position,
-                        None,
-                        None,
-                        edef.reference_number(),
-                        "1",
-                        "mandatory element missing",
-                        b"",
-                    );
-                }
-                continue;
-            }
-            if position <= 64 {
-                present |= 1 << (position - 1);
-            }
-            let repeats = match d.repetition {
-                Some(r) if memchr(r, element.value).is_some() => {
-                    if edef.repeat <= 1 {
-                        errors.push(
-                            position,
-                            None,
-                            None,
-                            edef.reference_number(),
-                            "6",
-                            "the repetition separator in an element that does not repeat",
-                            element.value,
-                        );
-                        continue;
-                    }
-                    true
-                }
-                _ => false,
-            };
-            for (r, rep) in element.repetitions().enumerate() {
-                let repetition = repeats.then(|| u16::try_from(r + 1).unwrap_or(u16::MAX));
-                if r >= edef.repeat as usize {
-                    errors.push(
-                        position,
-                        None,
-                        repetition,
-                        edef.reference_number(),
-                        "6",
-                        "more repetitions than the element allows",
-                        rep.value,
-                    );
-                    break;
-                }
-                match &edef.kind {
-                    Kind::Simple(simple) => {
-                        if memchr(d.component, rep.value).is_some() {
-                            errors.push(
-                                position,
-                                None,
-                                repetition,
-                                edef.reference_number(),
-                                "6",
-                                "the component separator in a simple element",
-                                rep.value,
-                            );
-                        } else if let Some((code, why)) = check_value(simple, rep.value) {
-                            errors.push(
-                                position,
-                                None,
-                                repetition,
-                                edef.reference_number(),
-                                code,
-                                why,
-                                rep.value,
-                            );
+                let value = body.get(start..i).unwrap_or_default();
+                match def.elements.get(position - 1) {
+                    Some(edef) => {
+                        if !value.is_empty() && position <= 64 {
+                            present |= 1 << (position - 1);
                         }
+                        let class = Class { acc, digits };
+                        element(&mut errors, segment, position, value, edef, class);
                     }
-                    Kind::Composite { components, syntax } => {
-                        composite(
-                            &mut errors,
-                            position,
-                            repetition,
-                            components,
-                            syntax,
-                            rep.components(),
-                        );
+                    None => {
+                        extra.get_or_insert((position, value));
+                        extra_used |= !value.is_empty();
                     }
                 }
+                (start, acc, digits, position) = (i + 1, 0, 0, position + 1);
             }
         }
+        if let Some((position, value)) = extra.filter(|_| extra_used) {
+            errors.push(
+                position,
+                None,
+                None,
+                None,
+                "3",
+                "more elements than the definition's",
+                value,
+            );
+        }
         for s in &def.syntax {
-            syntax_note(&mut errors, s, present, None, &def.elements);
+            if violated(s, present) {
+                syntax_note(&mut errors, s, present, None, &def.elements);
+            }
         }
         if errors.list.is_empty() {
             return;
@@ -490,7 +443,7 @@ impl Walker<'_> {
         errors.list.truncate(MAX_ELEMENT_ERRORS);
         let rejects_set = errors.list.iter().any(|e| e.rejects(def));
         let loop_id = self.loop_id();
-        let context = self.contexts.last().map(|(_, n, v)| (n.clone(), v.clone()));
+        let context = self.context();
         for e in errors.list {
             let edef = def.elements.get(usize::from(e.position).saturating_sub(1));
             let rejects = rejects_set;
@@ -539,6 +492,194 @@ impl Walker<'_> {
             });
         }
         self.segment_errors += 1;
+    }
+}
+
+/// Byte classes, for the one-pass element scan.
+const DIGIT: u8 = 1;
+const CONTROL: u8 = 2;
+const DOT: u8 = 4;
+const MINUS: u8 = 8;
+/// The interchange's component or repetition separator.
+const SEPARATOR: u8 = 16;
+/// The interchange's element separator.
+const ELEMENT: u8 = 32;
+/// Any other byte: letters, spaces, punctuation.
+const OTHER: u8 = 64;
+
+/// The class of every byte value, delimiters aside.
+const CLASSES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b {
+            0x30..=0x39 => DIGIT,
+            0x00..=0x1f | 0x7f => CONTROL,
+            0x2e => DOT,
+            0x2d => MINUS,
+            _ => OTHER,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// The classes of every byte value, with this interchange's delimiters marked.
+fn byte_table(d: crate::x12::Delimiters) -> [u8; 256] {
+    let mut t = CLASSES;
+    t[usize::from(d.component)] = SEPARATOR;
+    if let Some(r) = d.repetition {
+        t[usize::from(r)] = SEPARATOR;
+    }
+    t[usize::from(d.element)] = ELEMENT;
+    t
+}
+
+/// What the scan learned about one element's bytes: the union of their classes, and how
+/// many were digits.
+#[derive(Clone, Copy)]
+struct Class {
+    acc: u8,
+    digits: usize,
+}
+
+/// Whether a relational condition fails, from the present elements' bits alone.
+#[inline]
+fn violated(note: &Syntax, present: u64) -> bool {
+    let hit = present & note.mask;
+    match note.kind {
+        SyntaxKind::Paired => hit != 0 && hit != note.mask,
+        SyntaxKind::Required => hit == 0,
+        SyntaxKind::Exclusion => hit.count_ones() > 1,
+        SyntaxKind::Conditional => hit & note.first != 0 && hit != note.mask,
+        SyntaxKind::ListConditional => hit & note.first != 0 && hit == note.first,
+    }
+}
+
+/// Checks element `position` of `segment` (its bytes `value`, classified as `class`).
+fn element(
+    errors: &mut ElementErrors,
+    segment: &Segment<'_>,
+    position: usize,
+    value: &[u8],
+    edef: &ElementDef,
+    class: Class,
+) {
+    if value.is_empty() {
+        if edef.req == Req::M {
+            errors.push(
+                position,
+                None,
+                None,
+                edef.reference_number(),
+                "1",
+                "mandatory element missing",
+                b"",
+            );
+        }
+        return;
+    }
+    if class.acc & SEPARATOR == 0 {
+        // The common case: one value, no components, no repetitions.
+        match &edef.kind {
+            Kind::Simple(simple) => {
+                if let Some((code, why)) = check_scanned(simple, value, class) {
+                    errors.push(
+                        position,
+                        None,
+                        None,
+                        edef.reference_number(),
+                        code,
+                        why,
+                        value,
+                    );
+                }
+            }
+            Kind::Composite { components, syntax } => {
+                composite(
+                    errors,
+                    position,
+                    None,
+                    components,
+                    syntax,
+                    std::iter::once(value),
+                );
+            }
+        }
+        return;
+    }
+    let d = segment.delimiters;
+    let element = crate::x12::Element {
+        value,
+        delimiters: d,
+    };
+    let repeats = match d.repetition {
+        Some(r) if memchr(r, value).is_some() => {
+            if edef.repeat <= 1 {
+                errors.push(
+                    position,
+                    None,
+                    None,
+                    edef.reference_number(),
+                    "6",
+                    "the repetition separator in an element that does not repeat",
+                    value,
+                );
+                return;
+            }
+            true
+        }
+        _ => false,
+    };
+    for (r, rep) in element.repetitions().enumerate() {
+        let repetition = repeats.then(|| u16::try_from(r + 1).unwrap_or(u16::MAX));
+        if r >= edef.repeat as usize {
+            errors.push(
+                position,
+                None,
+                repetition,
+                edef.reference_number(),
+                "6",
+                "more repetitions than the element allows",
+                rep.value,
+            );
+            break;
+        }
+        match &edef.kind {
+            Kind::Simple(simple) => {
+                if memchr(d.component, rep.value).is_some() {
+                    errors.push(
+                        position,
+                        None,
+                        repetition,
+                        edef.reference_number(),
+                        "6",
+                        "the component separator in a simple element",
+                        rep.value,
+                    );
+                } else if let Some((code, why)) = check_value(simple, rep.value) {
+                    errors.push(
+                        position,
+                        None,
+                        repetition,
+                        edef.reference_number(),
+                        code,
+                        why,
+                        rep.value,
+                    );
+                }
+            }
+            Kind::Composite { components, syntax } => {
+                composite(
+                    errors,
+                    position,
+                    repetition,
+                    components,
+                    syntax,
+                    rep.components(),
+                );
+            }
+        }
     }
 }
 
@@ -706,6 +847,17 @@ fn syntax_note(
     composite: Option<usize>,
     defs: &[ElementDef],
 ) {
+    let hit = present & note.mask;
+    let violated = match note.kind {
+        SyntaxKind::Paired => hit != 0 && hit != note.mask,
+        SyntaxKind::Required => hit == 0,
+        SyntaxKind::Exclusion => hit.count_ones() > 1,
+        SyntaxKind::Conditional => hit & note.first != 0 && hit != note.mask,
+        SyntaxKind::ListConditional => hit & note.first != 0 && hit == note.first,
+    };
+    if !violated {
+        return;
+    }
     let is = |p: u16| (1..=64).contains(&p) && present & (1 << (p - 1)) != 0;
     let reference = |p: u16| {
         defs.get(usize::from(p).saturating_sub(1))
@@ -772,29 +924,47 @@ fn syntax_note(
 
 /// A present simple value against its type, length and code list: the AK403 code and why.
 pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(&'static str, &'static str)> {
-    let length = match def.data_type {
-        DataType::N(_) | DataType::R => v.iter().filter(|b| b.is_ascii_digit()).count(),
-        _ => v.len(),
-    };
-    let digits = v.iter().all(u8::is_ascii_digit);
+    // Here delimiters are plain characters: the caller has cut the value already.
+    let class = v.iter().fold(Class { acc: 0, digits: 0 }, |c, b| {
+        let t = CLASSES[usize::from(*b)];
+        Class {
+            acc: c.acc | t,
+            digits: c.digits + usize::from(t & DIGIT),
+        }
+    });
+    check_scanned(def, v, class)
+}
+
+/// [`check_value`] for a value already classified by the scan.
+#[inline]
+fn check_scanned(def: &Simple, v: &[u8], class: Class) -> Option<(&'static str, &'static str)> {
+    let only_digits = class.acc == DIGIT;
     match def.data_type {
-        DataType::Dt if !digits || !valid_date(v) => {
+        DataType::Dt if !only_digits || !valid_date(v) => {
             return Some(("8", "not a valid date (CCYYMMDD or YYMMDD)"));
         }
-        DataType::Tm if !digits || !valid_time(v) => {
+        DataType::Tm if !only_digits || !valid_time(v) => {
             return Some(("9", "not a valid time (HHMM, HHMMSS or HHMMSSd..d)"));
         }
         _ => {}
     }
     // A number's length counts its digits, so its form is checked first.
-    let chars_ok = match def.data_type {
-        DataType::N(_) => {
-            let digits = v.strip_prefix(b"-").unwrap_or(v);
-            !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
-        }
-        DataType::R => valid_decimal(v),
-        DataType::B => true,
-        _ => !v.iter().any(|b| *b < 0x20 || *b == 0x7f),
+    let (chars_ok, length) = match def.data_type {
+        DataType::N(_) => (
+            class.digits > 0
+                && class.acc & !(DIGIT | MINUS) == 0
+                && (class.acc & MINUS == 0 || minus_first_only(v)),
+            class.digits,
+        ),
+        DataType::R => (
+            class.digits > 0
+                && class.acc & !(DIGIT | MINUS | DOT) == 0
+                && (class.acc & MINUS == 0 || minus_first_only(v))
+                && (class.acc & DOT == 0 || v.iter().filter(|b| **b == b'.').count() == 1),
+            class.digits,
+        ),
+        DataType::B => (true, v.len()),
+        _ => (class.acc & CONTROL == 0, v.len()),
     };
     if !chars_ok {
         return Some(("6", "holds a character its type does not allow"));
@@ -813,18 +983,8 @@ pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(&'static str, &'sta
     None
 }
 
-fn valid_decimal(v: &[u8]) -> bool {
-    let v = v.strip_prefix(b"-").unwrap_or(v);
-    let mut digits = 0;
-    let mut points = 0;
-    for b in v {
-        match b {
-            b'0'..=b'9' => digits += 1,
-            b'.' => points += 1,
-            _ => return false,
-        }
-    }
-    digits > 0 && points <= 1
+fn minus_first_only(v: &[u8]) -> bool {
+    v.iter().rposition(|b| *b == b'-') == Some(0)
 }
 
 /// The two digits at `at` as a number; 99 when they are not two digits.
@@ -1033,9 +1193,9 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         assert_eq!(check_value(&an, b"A\x01").map(|c| c.0), Some("6"));
         assert_eq!(check_value(&r, b"X").map(|c| c.0), Some("6"));
         let mut id = simple(DataType::Id, 2, 2);
-        id.codes = Some(std::sync::Arc::new(
-            [b"00".to_vec().into_boxed_slice()].into_iter().collect(),
-        ));
+        id.codes = Some(std::sync::Arc::new(crate::schema::definition::Codes::new(
+            [&b"00"[..]].into_iter(),
+        )));
         assert_eq!(check_value(&id, b"00"), None);
         assert_eq!(check_value(&id, b"01").map(|c| c.0), Some("7"));
     }

@@ -70,6 +70,10 @@ pub enum SyntaxKind {
 pub struct Syntax {
     pub kind: SyntaxKind,
     pub positions: Vec<u16>,
+    /// Bit n-1 for each position n (positions past 64 are not checked).
+    pub mask: u64,
+    /// The first position's bit.
+    pub first: u64,
 }
 
 impl Syntax {
@@ -93,10 +97,21 @@ impl Syntax {
             .chunks(2)
             .map(|p| u16::from(p[0] - b'0') * 10 + u16::from(p[1] - b'0'))
             .collect::<Vec<_>>();
-        positions
-            .iter()
-            .all(|p| *p > 0)
-            .then_some(Syntax { kind, positions })
+        let bit = |p: u16| {
+            if (1..=64).contains(&p) {
+                1u64 << (p - 1)
+            } else {
+                0
+            }
+        };
+        let mask = positions.iter().fold(0, |m, p| m | bit(*p));
+        let first = positions.first().map_or(0, |p| bit(*p));
+        positions.iter().all(|p| *p > 0).then_some(Syntax {
+            kind,
+            positions,
+            mask,
+            first,
+        })
     }
 }
 
@@ -107,7 +122,62 @@ pub struct Simple {
     pub min: u16,
     pub max: u16,
     /// The valid values, when the definition lists them (key ID elements only).
-    pub codes: Option<Arc<HashSet<Box<[u8]>>>>,
+    pub codes: Option<Arc<Codes>>,
+}
+
+/// A code list, kept for fast lookups: codes of up to eight bytes (nearly all) as sorted
+/// integers, longer ones as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Codes {
+    short: Vec<u64>,
+    long: Vec<Box<[u8]>>,
+}
+
+impl Codes {
+    fn pack(code: &[u8]) -> Option<u64> {
+        (code.len() <= 8).then(|| {
+            code.iter()
+                .fold(0u64, |n, b| (n << 8) | u64::from(*b))
+                // the length keeps "0" and "00" apart
+                | (code.len() as u64) << 60
+        })
+    }
+
+    pub(crate) fn new<'c>(codes: impl Iterator<Item = &'c [u8]>) -> Codes {
+        let mut c = Codes::default();
+        for code in codes {
+            match Codes::pack(code) {
+                Some(n) if code.len() < 8 => c.short.push(n),
+                _ => c.long.push(code.to_vec().into_boxed_slice()),
+            }
+        }
+        c.short.sort_unstable();
+        c.short.dedup();
+        c
+    }
+
+    pub fn contains(&self, code: &[u8]) -> bool {
+        match Codes::pack(code) {
+            Some(n) if code.len() < 8 => self.short.binary_search(&n).is_ok(),
+            _ => self.long.iter().any(|c| **c == *code),
+        }
+    }
+
+    /// Every code, sorted (for generating documents).
+    pub fn list(&self) -> Vec<Vec<u8>> {
+        let mut all: Vec<Vec<u8>> = self
+            .short
+            .iter()
+            .map(|n| {
+                let len = usize::try_from(n >> 60).unwrap_or(0);
+                let bytes = (n & ((1 << 60) - 1)).to_be_bytes();
+                bytes[8 - len..].to_vec()
+            })
+            .chain(self.long.iter().map(|c| c.to_vec()))
+            .collect();
+        all.sort();
+        all
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +237,24 @@ pub struct Node {
     /// The structured-JSON key: the segment id, or `<id>_loop`; a second node with the same
     /// key in one loop gets `_2` (and so on).
     pub key: String,
+    /// The id of the segment this node matches (a loop: its trigger), packed by [`tag`].
+    pub tag: u32,
+    /// Loops only: for each child index i, the first mandatory child at or after i
+    /// (`children.len()` when none), so the walk finds passed-over mandatory children at once.
+    pub next_mandatory: Vec<usize>,
+    /// Loops only: the children's tags, side by side, so looking for a segment among them
+    /// reads a few cache lines instead of every child node.
+    pub child_tags: Vec<u32>,
+}
+
+/// A segment id packed into an integer, so the walk compares ids in one instruction; ids of
+/// more than three bytes (none is defined) pack to a value no definition uses.
+pub fn tag(id: &[u8]) -> u32 {
+    match id {
+        [a, b] => u32::from_be_bytes([2, 0, *a, *b]),
+        [a, b, c] => u32::from_be_bytes([3, *a, *b, *c]),
+        _ => u32::MAX,
+    }
 }
 
 impl Node {
@@ -278,7 +366,7 @@ struct RawElement {
 struct Dictionary {
     segments: HashMap<String, RawSegment>,
     composites: HashMap<String, RawComposite>,
-    codes: HashMap<String, Arc<HashSet<Box<[u8]>>>>,
+    codes: HashMap<String, Arc<Codes>>,
 }
 
 /// Every definition, by (six-digit version, set id).
@@ -388,10 +476,7 @@ fn add_to_dictionary(d: &mut Dictionary, path: &str, raw: &RawFile) -> Result<()
         }
     }
     for (reference, codes) in &raw.codes {
-        let set: HashSet<Box<[u8]>> = codes
-            .iter()
-            .map(|c| c.as_bytes().to_vec().into_boxed_slice())
-            .collect();
+        let set = Codes::new(codes.iter().map(|c| c.as_bytes()));
         d.codes.insert(reference.clone(), Arc::new(set));
     }
     Ok(())
@@ -585,6 +670,9 @@ fn compile(
         children: Vec::new(),
         depth: 0,
         key: String::new(),
+        tag: u32::MAX,
+        next_mandatory: Vec::new(),
+        child_tags: Vec::new(),
     }];
     let mut segments: Vec<SegmentDef> = Vec::new();
     let mut seg_index: HashMap<String, usize> = HashMap::new();
@@ -656,6 +744,9 @@ fn compile(
             children: Vec::new(),
             depth,
             key: String::new(),
+            tag: tag(name.as_bytes()),
+            next_mandatory: Vec::new(),
+            child_tags: Vec::new(),
         });
         nodes[parent].children.push(index);
         if is_loop {
@@ -681,11 +772,23 @@ fn compile(
             ));
         }
         nodes[i].segment = nodes[first].segment;
+        nodes[i].tag = nodes[first].tag;
     }
     if nodes[0].children.is_empty() {
         return Err(format!("schemas/{path}: the structure is empty"));
     }
     for i in 0..nodes.len() {
+        let children = &nodes[i].children;
+        let mut next = vec![children.len(); children.len() + 1];
+        for c in (0..children.len()).rev() {
+            next[c] = if nodes[children[c]].req == Req::M {
+                c
+            } else {
+                next[c + 1]
+            };
+        }
+        nodes[i].next_mandatory = next;
+        nodes[i].child_tags = nodes[i].children.iter().map(|c| nodes[*c].tag).collect();
         let mut taken: HashMap<String, u32> = HashMap::new();
         for c in nodes[i].children.clone() {
             let base = if nodes[c].is_loop() {
@@ -794,7 +897,12 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
         let Kind::Simple(s353) = &beg.elements[0].kind else {
             panic!()
         };
-        assert!(s353.codes.as_ref().unwrap().contains(&b"05"[..]));
+        assert!(s353.codes.as_ref().unwrap().contains(b"05"));
+        assert!(!s353.codes.as_ref().unwrap().contains(b"5"));
+        assert_eq!(
+            s353.codes.as_ref().unwrap().list(),
+            vec![b"00".to_vec(), b"05".to_vec()]
+        );
         let n1 = def.segment_of(n1_loop.children[0]).unwrap();
         assert_eq!(n1.syntax[0].positions, vec![2, 3]);
         assert_eq!(n1.elements[2].key, "composite_unit_of_measure_03");

@@ -265,8 +265,7 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
     match s.data_type {
         DataType::Id => {
             if let Some(codes) = &s.codes {
-                let mut list: Vec<&[u8]> = codes.iter().map(|c| &c[..]).collect();
-                list.sort_unstable();
+                let list = codes.list();
                 let pick = usize::try_from(rng.range(0, list.len() as u64 - 1)).unwrap_or(0);
                 if let Some(code) = list.get(pick) {
                     return String::from_utf8_lossy(code).into_owned();
