@@ -270,19 +270,91 @@ pub fn file_with(
     limits: crate::x12::Limits,
     schemas: Option<&crate::schema::Schemas>,
 ) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for result in crate::x12::Interchanges::new(input, limits) {
-        match result {
-            Ok(ic) => {
-                findings.extend(interchange(&ic));
-                if let Some(schemas) = schemas {
-                    findings.extend(crate::schema::findings(&ic, schemas));
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    match schemas {
+        Some(schemas) if workers > 1 && input.len() >= PARALLEL_FROM => {
+            file_in_parallel(input, limits, schemas, workers)
+        }
+        _ => {
+            let mut findings = Vec::new();
+            for result in crate::x12::Interchanges::new(input, limits) {
+                match result {
+                    Ok(ic) => {
+                        findings.extend(interchange(&ic));
+                        if let Some(schemas) = schemas {
+                            findings.extend(crate::schema::findings(&ic, schemas));
+                        }
+                    }
+                    Err(e) => findings.push(read_error(&e)),
                 }
             }
-            Err(e) => findings.push(read_error(&e)),
+            findings
         }
     }
-    findings
+}
+
+/// Files from this size have their sets checked against definitions on every core.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// [`file_with`] for a large file: this thread reads interchanges and checks envelopes (the
+/// cheap part) while `workers` threads walk their sets against the definitions; at most two
+/// interchanges per worker wait in between, so memory stays bounded. Findings come out in the
+/// same order as from one thread.
+fn file_in_parallel(
+    input: &[u8],
+    limits: crate::x12::Limits,
+    schemas: &crate::schema::Schemas,
+    workers: usize,
+) -> Vec<Finding> {
+    use std::sync::{mpsc, Mutex};
+    let mut envelope: Vec<Vec<Finding>> = Vec::new();
+    let mut schema: Vec<Vec<Finding>> = Vec::new();
+    let (jobs, queue) = mpsc::sync_channel::<(usize, Interchange<'_>)>(workers * 2);
+    let queue = Mutex::new(queue);
+    let (done, results) = mpsc::channel::<(usize, Vec<Finding>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (queue, done) = (&queue, done.clone());
+            scope.spawn(move || loop {
+                // A poisoned lock or a closed queue both mean there is nothing left to do.
+                let job = match queue.lock() {
+                    Ok(q) => q.recv(),
+                    Err(_) => return,
+                };
+                let Ok((i, ic)) = job else { return };
+                if done
+                    .send((i, crate::schema::findings(&ic, schemas)))
+                    .is_err()
+                {
+                    return;
+                }
+            });
+        }
+        drop(done);
+        for (i, result) in crate::x12::Interchanges::new(input, limits).enumerate() {
+            match result {
+                Ok(ic) => {
+                    envelope.push(interchange(&ic));
+                    if jobs.send((i, ic)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => envelope.push(vec![read_error(&e)]),
+            }
+        }
+        drop(jobs);
+        schema.resize_with(envelope.len(), Vec::new);
+        for (i, found) in results {
+            if let Some(slot) = schema.get_mut(i) {
+                *slot = found;
+            }
+        }
+    });
+    envelope
+        .into_iter()
+        .zip(schema)
+        .flat_map(|(e, s)| e.into_iter().chain(s))
+        .collect()
 }
 
 /// Findings about who sent an interchange and to whom, which need the configuration: a

@@ -325,3 +325,27 @@ fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
     assert!(!got.iter().any(|s| s.starts_with("AK3*")), "{got:?}");
     assert!(got.iter().any(|s| s == "AK5*A"), "{got:?}");
 }
+
+#[test]
+fn a_large_file_is_checked_in_parallel_with_the_same_findings_in_the_same_order() {
+    // Over the 1 MiB threshold, with errors sprinkled through many interchanges.
+    let mut bytes = x12gate::generate::file(7, 3_000_000);
+    let mut planted = 0;
+    for i in 0..bytes.len().saturating_sub(4) {
+        if bytes[i..].starts_with(b"~PO1*") && i % 7 == 0 {
+            bytes[i + 1] = b'Z';
+            planted += 1;
+        }
+    }
+    assert!(planted > 10, "only {planted} errors planted");
+    let schemas = schema::builtin().unwrap();
+    let mut sequential = Vec::new();
+    for ic in x12gate::x12::Interchanges::new(&bytes, Limits::default()) {
+        let ic = ic.unwrap();
+        sequential.extend(x12gate::validate::interchange(&ic));
+        sequential.extend(schema::findings(&ic, schemas));
+    }
+    let parallel = x12gate::validate::file_with(&bytes, Limits::default(), Some(schemas));
+    assert!(sequential.len() >= planted, "{} findings", sequential.len());
+    assert_eq!(parallel, sequential);
+}

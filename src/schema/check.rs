@@ -179,11 +179,17 @@ impl<'a> Walker<'_, 'a> {
                 self.missing_after(frame, None, here);
             }
         }
-        self.contexts.retain(|(d, ..)| *d <= depth);
+        while self.contexts.last().is_some_and(|(d, ..)| *d > depth) {
+            self.contexts.pop();
+        }
         let frame = self.frames[depth];
         let child = self.def.nodes[frame.node].children[ci];
         let repeat = frame.at == Some(ci);
-        self.missing_after(frame, Some(ci), here);
+        let node = &self.def.nodes[frame.node];
+        let from = frame.at.map_or(0, |a| a + 1);
+        if node.next_mandatory.get(from).is_some_and(|m| *m < ci) {
+            self.missing_after(frame, Some(ci), here);
+        }
         let uses = if repeat {
             frame.uses.saturating_add(1)
         } else {
