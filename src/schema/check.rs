@@ -14,7 +14,9 @@ use memchr::memchr;
 use crate::validate::{Code, CodeList, Finding, Level, Rule, SchemaDetail};
 use crate::x12::{Position, Segment, TransactionSet};
 
-use super::definition::{DataType, ElementDef, Kind, Req, SegmentDef, SetDef, Simple, Syntax};
+use super::definition::{
+    DataType, ElementDef, Kind, Plan, Req, SegmentDef, SetDef, Simple, Syntax,
+};
 use super::SyntaxKind;
 
 /// Segment errors kept per set; past this the set is rejected anyway and the 997 stays small.
@@ -152,6 +154,9 @@ impl<'a> Walker<'_, 'a> {
     /// The child of `frame`'s loop at or after its position that segment `tag` starts.
     fn find_in(&self, frame: &Frame, tag: u32) -> Option<usize> {
         let node = &self.def.nodes[frame.node];
+        if node.tag_filter & super::definition::tag_bit(tag) == 0 {
+            return None;
+        }
         // A loop's trigger (child 0) seen again starts the loop's next iteration, which the
         // enclosing frame handles; the root has no trigger.
         let first = if frame.node == 0 { 0 } else { 1 };
@@ -392,40 +397,49 @@ impl<'a> Walker<'_, 'a> {
         });
     }
 
-    fn elements(&mut self, segment: &Segment<'_>, def: &SegmentDef) {
+    fn elements<'s>(&mut self, segment: &Segment<'s>, def: &SegmentDef) {
         let mut errors = ElementErrors::default();
         let mut present: u64 = 0;
         // One pass over the segment's bytes: each element's value is cut at the element
         // separator while its bytes are classified, so each byte is looked at once.
         let body = segment.raw.get(segment.id.len() + 1..);
-        let mut extra: Option<(usize, &[u8])> = None;
+        let mut extra: Option<(usize, &'s [u8])> = None;
         let mut extra_used = false;
+        let mut finish =
+            |position: usize, value: &'s [u8], class: Class| match def.elements.get(position - 1) {
+                Some(edef) => {
+                    if !value.is_empty() && position <= 64 {
+                        present |= 1 << (position - 1);
+                    }
+                    element(&mut errors, segment, position, value, edef, class);
+                }
+                None => {
+                    extra.get_or_insert((position, value));
+                    extra_used |= !value.is_empty();
+                }
+            };
         if let Some(body) = body {
             let table = &self.table;
             let (mut start, mut acc, mut digits, mut position) = (0, 0u8, 0usize, 1usize);
-            for i in 0..=body.len() {
-                let t = body.get(i).map_or(ELEMENT, |b| table[usize::from(*b)]);
+            for (i, b) in body.iter().enumerate() {
+                let t = table[usize::from(*b)];
                 if t & ELEMENT == 0 {
                     acc |= t;
                     digits += usize::from(t & DIGIT);
                     continue;
                 }
-                let value = body.get(start..i).unwrap_or_default();
-                match def.elements.get(position - 1) {
-                    Some(edef) => {
-                        if !value.is_empty() && position <= 64 {
-                            present |= 1 << (position - 1);
-                        }
-                        let class = Class { acc, digits };
-                        element(&mut errors, segment, position, value, edef, class);
-                    }
-                    None => {
-                        extra.get_or_insert((position, value));
-                        extra_used |= !value.is_empty();
-                    }
-                }
+                finish(
+                    position,
+                    body.get(start..i).unwrap_or_default(),
+                    Class { acc, digits },
+                );
                 (start, acc, digits, position) = (i + 1, 0, 0, position + 1);
             }
+            finish(
+                position,
+                body.get(start..).unwrap_or_default(),
+                Class { acc, digits },
+            );
         }
         if let Some((position, value)) = extra.filter(|_| extra_used) {
             errors.push(
@@ -438,8 +452,8 @@ impl<'a> Walker<'_, 'a> {
                 value,
             );
         }
-        for s in &def.syntax {
-            if violated(s, present) {
+        if def.quick.violated(present) {
+            for s in &def.syntax {
                 syntax_note(&mut errors, s, present, None, &def.elements);
             }
         }
@@ -549,20 +563,8 @@ struct Class {
     digits: usize,
 }
 
-/// Whether a relational condition fails, from the present elements' bits alone.
-#[inline]
-fn violated(note: &Syntax, present: u64) -> bool {
-    let hit = present & note.mask;
-    match note.kind {
-        SyntaxKind::Paired => hit != 0 && hit != note.mask,
-        SyntaxKind::Required => hit == 0,
-        SyntaxKind::Exclusion => hit.count_ones() > 1,
-        SyntaxKind::Conditional => hit & note.first != 0 && hit != note.mask,
-        SyntaxKind::ListConditional => hit & note.first != 0 && hit == note.first,
-    }
-}
-
 /// Checks element `position` of `segment` (its bytes `value`, classified as `class`).
+#[inline(always)]
 fn element(
     errors: &mut ElementErrors,
     segment: &Segment<'_>,
@@ -589,6 +591,19 @@ fn element(
         // The common case: one value, no components, no repetitions.
         match &edef.kind {
             Kind::Simple(simple) => {
+                let length = if simple.plan == Plan::Digits {
+                    class.digits
+                } else {
+                    value.len()
+                };
+                let clear = match simple.plan {
+                    Plan::Text => class.acc & CONTROL == 0,
+                    Plan::Digits => class.acc == DIGIT,
+                    Plan::Full => false,
+                };
+                if clear && (usize::from(simple.min)..=usize::from(simple.max)).contains(&length) {
+                    return;
+                }
                 if let Some((code, why)) = check_scanned(simple, value, class) {
                     errors.push(
                         position,
@@ -1166,12 +1181,7 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
     }
 
     fn simple(data_type: DataType, min: u16, max: u16) -> Simple {
-        Simple {
-            data_type,
-            min,
-            max,
-            codes: None,
-        }
+        Simple::new(data_type, min, max, None)
     }
 
     #[test]
@@ -1198,10 +1208,8 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         assert_eq!(check_value(&an, b"A").map(|c| c.0), Some("4"));
         assert_eq!(check_value(&an, b"A\x01").map(|c| c.0), Some("6"));
         assert_eq!(check_value(&r, b"X").map(|c| c.0), Some("6"));
-        let mut id = simple(DataType::Id, 2, 2);
-        id.codes = Some(std::sync::Arc::new(crate::schema::definition::Codes::new(
-            [&b"00"[..]].into_iter(),
-        )));
+        let codes = crate::schema::definition::Codes::new([&b"00"[..]].into_iter());
+        let id = Simple::new(DataType::Id, 2, 2, Some(std::sync::Arc::new(codes)));
         assert_eq!(check_value(&id, b"00"), None);
         assert_eq!(check_value(&id, b"01").map(|c| c.0), Some("7"));
     }

@@ -123,6 +123,37 @@ pub struct Simple {
     pub max: u16,
     /// The valid values, when the definition lists them (key ID elements only).
     pub codes: Option<Arc<Codes>>,
+    /// How the validator can clear a value without looking at its type again.
+    pub(crate) plan: Plan,
+}
+
+/// The shortcut a valid value of a simple element can take through the validator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Text (AN, ID without a code list): no control character, length in range.
+    Text,
+    /// A number (N, R): digits only, digit count in range.
+    Digits,
+    /// Dates, times, binary, code lists, signs and decimal points: the full check.
+    Full,
+}
+
+impl Simple {
+    pub fn new(data_type: DataType, min: u16, max: u16, codes: Option<Arc<Codes>>) -> Simple {
+        let plan = match (data_type, &codes) {
+            (_, Some(_)) => Plan::Full,
+            (DataType::An | DataType::Id, None) => Plan::Text,
+            (DataType::N(_) | DataType::R, None) => Plan::Digits,
+            _ => Plan::Full,
+        };
+        Simple {
+            data_type,
+            min,
+            max,
+            codes,
+            plan,
+        }
+    }
 }
 
 /// A code list, kept for fast lookups: codes of up to eight bytes (nearly all) as sorted
@@ -216,6 +247,60 @@ pub struct SegmentDef {
     pub name: String,
     pub elements: Vec<ElementDef>,
     pub syntax: Vec<Syntax>,
+    /// The same conditions grouped by kind, for a branch-light check that all hold.
+    pub(crate) quick: QuickSyntax,
+}
+
+/// A segment's relational conditions as bit masks, grouped by kind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct QuickSyntax {
+    pub paired: Vec<u64>,
+    pub required: Vec<u64>,
+    pub exclusion: Vec<u64>,
+    /// (first position's bit, all positions' bits)
+    pub conditional: Vec<(u64, u64)>,
+    pub list: Vec<(u64, u64)>,
+}
+
+impl QuickSyntax {
+    fn of(notes: &[Syntax]) -> QuickSyntax {
+        let mut q = QuickSyntax::default();
+        for n in notes {
+            match n.kind {
+                SyntaxKind::Paired => q.paired.push(n.mask),
+                SyntaxKind::Required => q.required.push(n.mask),
+                SyntaxKind::Exclusion => q.exclusion.push(n.mask),
+                SyntaxKind::Conditional => q.conditional.push((n.first, n.mask)),
+                SyntaxKind::ListConditional => q.list.push((n.first, n.mask)),
+            }
+        }
+        q
+    }
+
+    /// Whether any condition fails for the present elements (bit n-1 for position n).
+    #[inline]
+    pub fn violated(&self, present: u64) -> bool {
+        let mut bad = false;
+        for m in &self.paired {
+            let hit = present & m;
+            bad |= hit != 0 && hit != *m;
+        }
+        for m in &self.required {
+            bad |= present & m == 0;
+        }
+        for m in &self.exclusion {
+            bad |= (present & m).count_ones() > 1;
+        }
+        for (first, m) in &self.conditional {
+            let hit = present & m;
+            bad |= hit & first != 0 && hit != *m;
+        }
+        for (first, m) in &self.list {
+            let hit = present & m;
+            bad |= hit & first != 0 && hit == *first;
+        }
+        bad
+    }
 }
 
 /// A node of a set's structure: a segment position or a loop.
@@ -245,6 +330,15 @@ pub struct Node {
     /// Loops only: the children's tags, side by side, so looking for a segment among them
     /// reads a few cache lines instead of every child node.
     pub child_tags: Vec<u32>,
+    /// Loops only: a one-word filter of the tags a segment can match after the trigger
+    /// (bit [`tag_bit`]), so a segment that is not in the loop is passed on at once.
+    pub tag_filter: u64,
+}
+
+/// A tag's bit in a loop's [`Node::tag_filter`].
+#[inline]
+pub fn tag_bit(tag: u32) -> u64 {
+    1 << (tag.wrapping_mul(0x9E37_79B1) >> 26)
 }
 
 /// A segment id packed into an integer, so the walk compares ids in one instruction; ids of
@@ -569,12 +663,7 @@ impl Lookup<'_> {
                 (
                     r.to_string(),
                     None,
-                    Kind::Simple(Simple {
-                        data_type,
-                        min,
-                        max,
-                        codes,
-                    }),
+                    Kind::Simple(Simple::new(data_type, min, max, codes)),
                 )
             }
             (None, Some(c)) if !in_composite => {
@@ -636,6 +725,7 @@ impl Lookup<'_> {
             id: id.to_string(),
             name: raw.name.clone(),
             elements,
+            quick: QuickSyntax::of(&syntax),
             syntax,
         })
     }
@@ -673,6 +763,7 @@ fn compile(
         tag: u32::MAX,
         next_mandatory: Vec::new(),
         child_tags: Vec::new(),
+        tag_filter: 0,
     }];
     let mut segments: Vec<SegmentDef> = Vec::new();
     let mut seg_index: HashMap<String, usize> = HashMap::new();
@@ -747,6 +838,7 @@ fn compile(
             tag: tag(name.as_bytes()),
             next_mandatory: Vec::new(),
             child_tags: Vec::new(),
+            tag_filter: 0,
         });
         nodes[parent].children.push(index);
         if is_loop {
@@ -789,6 +881,13 @@ fn compile(
         }
         nodes[i].next_mandatory = next;
         nodes[i].child_tags = nodes[i].children.iter().map(|c| nodes[*c].tag).collect();
+        // The root has no trigger; a loop's trigger seen again is the enclosing loop's business.
+        let first = usize::from(i != 0);
+        nodes[i].tag_filter = nodes[i]
+            .child_tags
+            .iter()
+            .skip(first)
+            .fold(0, |f, t| f | tag_bit(*t));
         let mut taken: HashMap<String, u32> = HashMap::new();
         for c in nodes[i].children.clone() {
             let base = if nodes[c].is_loop() {
