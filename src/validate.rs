@@ -191,8 +191,12 @@ impl fmt::Display for Finding {
         write!(f, "byte {}", p.byte)?;
         if p.segment > 0 {
             write!(f, ": segment {}", p.segment)?;
+            let in_loop = self.detail.as_ref().and_then(|d| d.loop_id.as_deref());
             match (self.segment_id.is_empty(), p.set_segment) {
-                (false, Some(n)) => write!(f, " ({}, set segment {n})", self.segment_id)?,
+                (false, Some(n)) => match in_loop {
+                    Some(l) => write!(f, " ({}, set segment {n}, loop {l})", self.segment_id)?,
+                    None => write!(f, " ({}, set segment {n})", self.segment_id)?,
+                },
                 (false, None) => write!(f, " ({})", self.segment_id)?,
                 (true, Some(n)) => write!(f, " (set segment {n})")?,
                 (true, None) => {}

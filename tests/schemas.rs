@@ -349,3 +349,72 @@ fn a_large_file_is_checked_in_parallel_with_the_same_findings_in_the_same_order(
     assert!(sequential.len() >= planted, "{} findings", sequential.len());
     assert_eq!(parallel, sequential);
 }
+
+/// `process --json` on one file in a fresh data folder with the example configuration;
+/// returns the report and the folder.
+fn process(name: &str, bytes: &[u8]) -> (Value, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let out = x12gate(dir.path())
+        .args(["process", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (report, dir)
+}
+
+fn read_ack(report: &Value) -> String {
+    let path = report["acks"][0].as_str().expect("an acknowledgment");
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn a_malformed_optional_element_is_noted_and_the_order_still_delivered() {
+    // PER02 (name) is optional, AN 1-60: 61 characters are too long, the order still usable.
+    let good = std::fs::read_to_string(fixture("850-004010-multi.x12")).unwrap();
+    let long = "J".repeat(61);
+    let bytes = good.replace("PER*BD*JANE ROE*", &format!("PER*BD*{long}*"));
+    assert_ne!(bytes, good);
+    let (report, dir) = process("noted.x12", bytes.as_bytes());
+    assert_eq!(report["disposition"], "accepted", "{report}");
+    let ack = read_ack(&report);
+    assert!(ack.contains("AK3*PER*6**8~"), "{ack}");
+    assert!(ack.contains(&format!("AK4*2*93*5*{long}~")), "{ack}");
+    assert!(
+        ack.contains("AK5*E*5~") && ack.contains("AK9*E*1*1*1~"),
+        "{ack}"
+    );
+    let outputs = report["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 1, "{report}");
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(outputs[0].as_str().unwrap()).unwrap()).unwrap();
+    let set = &doc["interchanges"][0]["groups"][0]["sets"][0];
+    assert_eq!(set["content"]["PER"][0]["name_02"], long.as_str());
+    drop(dir);
+}
+
+#[test]
+fn a_set_rejected_by_its_definition_is_not_translated() {
+    let bytes = std::fs::read(root().join("fixtures/broken/element-invalid-code.x12")).unwrap();
+    let (report, _dir) = process("rejected.x12", &bytes);
+    assert_eq!(report["disposition"], "rejected", "{report}");
+    assert!(report["outputs"].as_array().unwrap().is_empty(), "{report}");
+    let ack = read_ack(&report);
+    assert!(
+        ack.contains("AK3*BEG*2**8~AK4*2*92*7*XX~AK5*R*5~")
+            || ack.contains("AK3*BEG*2**8~\nAK4*2*92*7*XX~\nAK5*R*5~"),
+        "{ack}"
+    );
+    assert!(
+        report["reason"].as_str().unwrap().contains("BEG02"),
+        "{report}"
+    );
+}

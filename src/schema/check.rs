@@ -468,16 +468,52 @@ impl<'a> Walker<'_, 'a> {
             let edef = def.elements.get(usize::from(e.position).saturating_sub(1));
             let rejects = rejects_set;
             let (rule, what) = element_rule(e.code);
-            let name = edef.map_or("", |d| d.name.as_str());
-            let mut place = format!("{}{:02}", def.id, e.position);
-            if let Some(c) = e.component {
-                place.push_str(&format!("-{c}"));
-            }
-            let message = if name.is_empty() {
-                format!("{place}: {what}: {}", e.why)
-            } else {
-                format!("{place} ({name}): {what}: {}", e.why)
+            // The element (or component) the error is about, for its name and limits.
+            let target = match (edef, e.component) {
+                (Some(d), Some(c)) => match &d.kind {
+                    Kind::Composite { components, .. } => {
+                        components.get(usize::from(c).saturating_sub(1))
+                    }
+                    Kind::Simple(_) => Some(d),
+                },
+                (d, _) => d,
             };
+            let name = target.map_or("", |d| d.name.as_str());
+            let mut message = if name.is_empty() {
+                what.to_string()
+            } else {
+                format!("{name}: {what}")
+            };
+            match (target.map(|d| &d.kind), &e.bad_value) {
+                (Some(Kind::Simple(simple)), Some(value)) if matches!(e.code, "4" | "5") => {
+                    let (n, unit) = match simple.data_type {
+                        DataType::N(_) | DataType::R => {
+                            (value.bytes().filter(u8::is_ascii_digit).count(), "digits")
+                        }
+                        _ => (value.chars().count(), "characters"),
+                    };
+                    let unit = if n == 1 {
+                        unit.trim_end_matches('s')
+                    } else {
+                        unit
+                    };
+                    message.push_str(&format!(
+                        " ({n} {unit}; {}-{} allowed)",
+                        simple.min, simple.max
+                    ));
+                }
+                (Some(_), Some(value)) if e.code == "7" => {
+                    let list = target.map_or("", |d| d.reference.as_str());
+                    message.push_str(&format!(
+                        ": {value:?} is not in the code list of element {list}"
+                    ));
+                }
+                _ if e.code != "1" => {
+                    message.push_str(": ");
+                    message.push_str(&e.why);
+                }
+                _ => {}
+            }
             let element_no = usize::from(e.position);
             let mut position = Position {
                 byte: segment.element_offset(element_no),
