@@ -479,10 +479,15 @@ impl<'a> Walker<'_, 'a> {
                 (d, _) => d,
             };
             let name = target.map_or("", |d| d.name.as_str());
+            // The message names its place too: it is also the reason a report carries.
+            let mut place = format!("{}{:02}", def.id, e.position);
+            if let Some(c) = e.component {
+                place.push_str(&format!("-{c}"));
+            }
             let mut message = if name.is_empty() {
-                what.to_string()
+                format!("{place}: {what}")
             } else {
-                format!("{name}: {what}")
+                format!("{place} ({name}): {what}")
             };
             match (target.map(|d| &d.kind), &e.bad_value) {
                 (Some(Kind::Simple(simple)), Some(value)) if matches!(e.code, "4" | "5") => {
