@@ -167,6 +167,9 @@ pub struct SchemaDetail {
     /// The innermost loop the segment stands in (its id in the definition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loop_id: Option<String>,
+    /// AK303: LS01 of the bounded (LS/LE) loop the segment stands in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounded_loop: Option<String>,
     /// AK402: the data element reference number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<u32>,

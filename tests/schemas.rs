@@ -301,14 +301,54 @@ fn envelope_partners_get_no_segment_errors_and_schema_partners_do() {
 
 #[test]
 fn a_999_carries_ik3_ctx_and_ik4() {
-    let file = "fixtures/broken/element-invalid-code.x12";
+    // N104 too short, in the ship-to N1 loop: the CTX names that party.
+    let file = "fixtures/broken/element-too-short.x12";
     let got = set_response(
         file,
         &config_with(Validation::Schema, AckKind::ImplementationAck),
     );
-    assert!(got.iter().any(|s| s.starts_with("IK3*")), "{got:?}");
-    assert!(got.iter().any(|s| s.starts_with("IK4*")), "{got:?}");
-    assert!(got.iter().any(|s| s.starts_with("IK5*R*5")), "{got:?}");
+    assert_eq!(
+        got,
+        [
+            "AK2*850*0001",
+            "IK3*N1*5**8",
+            "CTX*N101>ST",
+            "IK4*4*67*4*7",
+            "IK5*R*5"
+        ],
+        "{got:?}"
+    );
+}
+
+#[test]
+fn an_error_in_a_bounded_loop_names_it_in_ak303_and_its_line_in_ctx() {
+    // LS/LE around lead times inside line 2: LDT02 holds a letter.
+    let good = std::fs::read_to_string(fixture("850-004010-multi.x12")).unwrap();
+    let bytes = good
+        .replace("PO4*12~\n", "PO4*12~\nLS*A~\nLDT*AE*1X*DA~\nLE*A~\n")
+        .replace("SE*27*0001", "SE*30*0001");
+    assert_ne!(bytes, good);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ls.x12");
+    std::fs::write(&file, &bytes).unwrap();
+    let config = config_with(Validation::Schema, AckKind::ImplementationAck);
+    let got = set_response(file.to_str().unwrap(), &config);
+    assert!(got.contains(&"IK3*LDT*24*A*8".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*PO101>2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK4*2*380*6".to_string()), "{got:?}");
+}
+
+#[test]
+fn an_envelope_error_rejects_the_set_whatever_the_validation() {
+    // A segment id with a space: AK502 5 from the envelope rules alone still rejects.
+    let file = "fixtures/broken/segment-id-invalid.x12";
+    for validation in [Validation::Envelope, Validation::Schema] {
+        let got = set_response(file, &config_with(validation, AckKind::FunctionalAck));
+        assert!(
+            got.iter().any(|s| s == "AK5*R*5"),
+            "{validation:?}: {got:?}"
+        );
+    }
 }
 
 #[test]

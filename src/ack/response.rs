@@ -278,6 +278,9 @@ pub fn respond(
                 .map(|c| c.value)
                 .collect();
             codes.dedup();
+            // Envelope errors in a set (counts, control numbers, trailer, segment ids) all
+            // reject it; schema errors reject it or only note it, by their severity.
+            let envelope_rejects = !codes.is_empty();
             let segment_errors = segment_errors(&set_findings, partner.ack);
             let schema_rejects = set_findings
                 .iter()
@@ -286,9 +289,7 @@ pub fn respond(
                 // AK502 5: one or more segments in error.
                 codes.push("5");
             }
-            // Envelope errors in a set (counts, control numbers, trailer) all reject it;
-            // schema errors reject it or only note it, by their severity.
-            let status = if group_rejected || schema_rejects || codes.iter().any(|c| *c != "5") {
+            let status = if group_rejected || envelope_rejects || schema_rejects {
                 Status::Rejected
             } else if !segment_errors.is_empty() {
                 Status::AcceptedWithErrors
@@ -397,8 +398,8 @@ fn segment_errors(findings: &[&Finding], kind: AckKind) -> Vec<SegmentError> {
         let segment = |code| SegmentError {
             id: f.segment_id.clone(),
             position,
-            // AK303 names bounded (LS/LE) loops only; none of the defined sets has one.
-            loop_id: None,
+            // AK303 names bounded (LS/LE) loops only, by their LS01.
+            loop_id: detail.bounded_loop.clone(),
             code,
             contexts: contexts.clone(),
             elements: Vec::new(),

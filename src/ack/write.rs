@@ -89,6 +89,13 @@ impl Writer<'_> {
         self.set_segments += 1;
     }
 
+    /// A copied value (AK404, CTX01-2) without our component separator, which `segment`
+    /// keeps (composites need it) and which would otherwise split the value.
+    fn value(&self, v: &str) -> String {
+        let c = char::from(self.env.delimiters.component);
+        v.chars().filter(|x| *x != c).collect()
+    }
+
     /// A composite (AK401, CTX01): components joined by the component separator, trailing empties dropped.
     fn composite(&self, parts: &[&str]) -> String {
         let used = parts
@@ -353,11 +360,11 @@ fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
         let reference = el.reference.map(|r| r.to_string()).unwrap_or_default();
         // AK404 is not sent for invalid-character errors (the copy would carry the bad byte).
         let bad = if el.code == "6" {
-            ""
+            String::new()
         } else {
-            el.bad_value.as_deref().unwrap_or("")
+            w.value(el.bad_value.as_deref().unwrap_or(""))
         };
-        w.segment(id, &[&position, &reference, el.code, bad]);
+        w.segment(id, &[&position, &reference, el.code, &bad]);
     }
 }
 
@@ -413,7 +420,11 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
                 ],
             );
             for c in &seg.contexts {
-                let ctx01 = w.composite(&[&c.name, c.reference.as_deref().unwrap_or("")]);
+                let (name, reference) = (
+                    w.value(&c.name),
+                    w.value(c.reference.as_deref().unwrap_or("")),
+                );
+                let ctx01 = w.composite(&[&name, &reference]);
                 let position = c.position.map(|p| p.to_string()).unwrap_or_default();
                 let element = c.element.map(|e| e.to_string()).unwrap_or_default();
                 w.segment(

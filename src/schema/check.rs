@@ -109,12 +109,8 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
     };
     let mut placed = Vec::new();
     for segment in ts.body.segments() {
-        if w.segment_errors >= MAX_SEGMENT_ERRORS {
-            if places {
-                placed.push(None);
-            }
-            continue;
-        }
+        // Past the cap the walk goes on placing segments (for the structured form and for
+        // honest "missing" answers at the end) but records nothing more.
         let place = w.segment(&segment);
         if places {
             placed.push(place);
@@ -131,8 +127,8 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
             ts.st.offset,
         ),
     };
-    while let Some(frame) = w.frames.pop() {
-        w.missing_after(frame, None, end);
+    while !w.frames.is_empty() {
+        w.close_frame(end);
     }
     Walk {
         findings: w.findings,
@@ -180,13 +176,9 @@ impl<'a> Walker<'_, 'a> {
         let here = (segment.ordinal, segment.offset);
         // Leaving inner loops: what they still required is missing.
         while self.frames.len() > depth + 1 {
-            if let Some(frame) = self.frames.pop() {
-                self.missing_after(frame, None, here);
-            }
+            self.close_frame(here);
         }
-        while self.contexts.last().is_some_and(|(d, ..)| *d > depth) {
-            self.contexts.pop();
-        }
+        self.keep_contexts(depth);
         let frame = self.frames[depth];
         let child = self.def.nodes[frame.node].children[ci];
         let repeat = frame.at == Some(ci);
@@ -245,6 +237,24 @@ impl<'a> Walker<'_, 'a> {
             kept: depth + 1,
             opened,
         })
+    }
+
+    /// Ends the innermost open loop iteration (the root, at SE): its missing mandatory
+    /// children are reported in its own context, which then closes with it.
+    fn close_frame(&mut self, here: (u32, usize)) {
+        let depth = self.frames.len().saturating_sub(1);
+        self.keep_contexts(depth);
+        if let Some(frame) = self.frames.pop() {
+            self.missing_after(frame, None, here);
+        }
+        self.keep_contexts(depth.saturating_sub(1));
+    }
+
+    /// Drops the contexts of loops deeper than frame `depth`.
+    fn keep_contexts(&mut self, depth: usize) {
+        while self.contexts.last().is_some_and(|(d, ..)| *d > depth) {
+            self.contexts.pop();
+        }
     }
 
     /// Mandatory children of `frame`'s loop that were passed over: those after its position
@@ -329,14 +339,25 @@ impl<'a> Walker<'_, 'a> {
         self.segment_finding(rule, code, segment, message);
     }
 
-    /// The innermost open loop's business unit: `PO101` and its value.
+    /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
+    /// its value.
     fn context(&self) -> Option<(String, String)> {
-        self.contexts.last().map(|(_, node, value)| {
+        self.contexts.first().map(|(_, node, value)| {
             (
                 format!("{}01", self.def.nodes[*node].id),
                 String::from_utf8_lossy(value).into_owned(),
             )
         })
+    }
+
+    /// LS01 of the innermost open bounded (LS/LE) loop: what AK303 names.
+    fn bounded_loop(&self) -> Option<String> {
+        let ls = super::definition::tag(b"LS");
+        self.contexts
+            .iter()
+            .rev()
+            .find(|(_, node, _)| self.def.nodes[*node].tag == ls)
+            .map(|(_, _, value)| String::from_utf8_lossy(value).into_owned())
     }
 
     fn loop_id(&self) -> Option<String> {
@@ -373,6 +394,9 @@ impl<'a> Walker<'_, 'a> {
         message: String,
     ) {
         self.segment_errors += 1;
+        if self.segment_errors > MAX_SEGMENT_ERRORS {
+            return;
+        }
         let context = self.context();
         self.findings.push(Finding {
             rule,
@@ -388,6 +412,7 @@ impl<'a> Walker<'_, 'a> {
             message,
             detail: Some(Box::new(SchemaDetail {
                 loop_id,
+                bounded_loop: self.bounded_loop(),
                 reference: None,
                 repetition: None,
                 bad_value: None,
@@ -398,15 +423,18 @@ impl<'a> Walker<'_, 'a> {
     }
 
     fn elements<'s>(&mut self, segment: &Segment<'s>, def: &SegmentDef) {
+        if self.segment_errors >= MAX_SEGMENT_ERRORS {
+            return;
+        }
         let mut errors = ElementErrors::default();
         let mut present: u64 = 0;
         // One pass over the segment's bytes: each element's value is cut at the element
         // separator while its bytes are classified, so each byte is looked at once.
         let body = segment.raw.get(segment.id.len() + 1..);
         let mut extra: Option<(usize, &'s [u8])> = None;
-        let mut extra_used = false;
-        let mut finish =
-            |position: usize, value: &'s [u8], class: Class| match def.elements.get(position - 1) {
+        let mut seen = 0;
+        let mut finish = |position: usize, value: &'s [u8], class: Class| {
+            match def.elements.get(position - 1) {
                 Some(edef) => {
                     if !value.is_empty() && position <= 64 {
                         present |= 1 << (position - 1);
@@ -414,10 +442,13 @@ impl<'a> Walker<'_, 'a> {
                     element(&mut errors, segment, position, value, edef, class);
                 }
                 None => {
-                    extra.get_or_insert((position, value));
-                    extra_used |= !value.is_empty();
+                    if extra.is_none() && !value.is_empty() {
+                        extra = Some((position, value));
+                    }
                 }
-            };
+            }
+            seen = position;
+        };
         if let Some(body) = body {
             let table = &self.table;
             let (mut start, mut acc, mut digits, mut position) = (0, 0u8, 0usize, 1usize);
@@ -441,7 +472,21 @@ impl<'a> Walker<'_, 'a> {
                 Class { acc, digits },
             );
         }
-        if let Some((position, value)) = extra.filter(|_| extra_used) {
+        // Mandatory elements after the last one sent are missing too.
+        for (i, edef) in def.elements.iter().enumerate().skip(seen) {
+            if edef.req == Req::M {
+                errors.push(
+                    i + 1,
+                    None,
+                    None,
+                    edef.reference_number(),
+                    "1",
+                    "mandatory element missing",
+                    b"",
+                );
+            }
+        }
+        if let Some((position, value)) = extra {
             errors.push(
                 position,
                 None,
@@ -463,6 +508,7 @@ impl<'a> Walker<'_, 'a> {
         errors.list.truncate(MAX_ELEMENT_ERRORS);
         let rejects_set = errors.list.iter().any(|e| e.rejects(def));
         let loop_id = self.loop_id();
+        let bounded_loop = self.bounded_loop();
         let context = self.context();
         for e in errors.list {
             let edef = def.elements.get(usize::from(e.position).saturating_sub(1));
@@ -544,6 +590,7 @@ impl<'a> Walker<'_, 'a> {
                 message,
                 detail: Some(Box::new(SchemaDetail {
                     loop_id: loop_id.clone(),
+                    bounded_loop: bounded_loop.clone(),
                     reference: e.reference,
                     repetition: e.repetition,
                     bad_value: e.bad_value,
@@ -1204,6 +1251,42 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         for (from, to, expected) in cases {
             assert_eq!(check(&GOOD.replace(from, to)), [expected], "{to}");
         }
+    }
+
+    #[test]
+    fn mandatory_elements_after_the_last_one_sent_are_missing() {
+        assert_eq!(
+            check(&GOOD.replace("BEG*00*PO1*20240101~", "BEG*00~")),
+            ["BEG@2:1/2"]
+        );
+        assert_eq!(check(&GOOD.replace("CTT*2~", "CTT~")), ["CTT@10:1/1"]);
+        // An extra element is reported where the data is, not at the first empty one.
+        assert_eq!(check(&GOOD.replace("N3*A~", "N3*A***X~")), ["N3@5:3/4"]);
+    }
+
+    #[test]
+    fn past_the_cap_nothing_more_is_recorded_and_nothing_is_invented() {
+        let body = format!("BEG*00*1~{}PO1*1~CTT*1~", "ZZZ*1~".repeat(150));
+        let w = walked(DICT, &body);
+        assert_eq!(w.findings.len(), MAX_SEGMENT_ERRORS);
+        assert!(w.findings.iter().all(|f| f.segment_id == "ZZZ"));
+        // The walk went on: PO1 and CTT found their places.
+        assert!(w.places.last().unwrap().is_some());
+    }
+
+    #[test]
+    fn a_context_is_the_outermost_open_loop_and_closes_with_it() {
+        let context = |body: &str| {
+            walked(DICT, body)
+                .findings
+                .iter()
+                .map(|f| f.detail.as_ref().unwrap().context.clone())
+                .collect::<Vec<_>>()
+        };
+        let in_line = GOOD.replace("PID*F~", "PID*FF~");
+        assert_eq!(context(&in_line), [Some(("PO101".into(), "1".into()))]);
+        // CTT is missing at SE, at the root: no line is to blame.
+        assert_eq!(context(&GOOD.replace("CTT*2~", "")), [None]);
     }
 
     #[test]

@@ -498,8 +498,9 @@ impl Schemas {
             // Structure lines are reported as lines of the file: the text starts on the line
             // after `structure = """`.
             let first_line = text
-                .find("structure")
-                .map_or(0, |at| text[..at].lines().count() + 1);
+                .lines()
+                .position(|l| l.starts_with("structure"))
+                .map_or(0, |at| at + 1);
             parsed.push((*path, first_line, raw));
         }
         // Dictionaries first: every segment, composite and code list a version's files declare.

@@ -27,6 +27,9 @@ pub(super) type Problem = (String, String);
 /// components.
 pub(super) type Rendered = (String, Vec<Vec<Vec<String>>>);
 
+/// HL levels nested at most this deep (shipment, order, tare, pack, item is 5).
+const MAX_NESTING: usize = 32;
+
 /// One open loop iteration while building.
 struct Level {
     node: usize,
@@ -181,7 +184,12 @@ fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
         while path.last().is_some_and(|p| p != parent) {
             path.pop();
         }
-        if path.is_empty() && !parent.is_empty() || path.contains(&id.as_str()) {
+        // Deeper than any real hierarchy, a tree would only strain the stack and JSON
+        // readers' nesting limits (serde_json's is 128).
+        if path.is_empty() && !parent.is_empty()
+            || path.contains(&id.as_str())
+            || path.len() >= MAX_NESTING
+        {
             nestable = false;
             break;
         }
@@ -488,6 +496,25 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
         let (content, rendered) = round_trip("856", body);
         assert_eq!(content.unwrap()["HL_loop"].as_array().unwrap().len(), 5);
         assert_eq!(rendered.unwrap(), body);
+    }
+
+    #[test]
+    fn a_chain_deeper_than_any_real_hierarchy_stays_flat() {
+        let chain = |n: usize| {
+            let mut body = String::from("BSN*S1~HL*1**S~");
+            for i in 2..=n {
+                body.push_str(&format!("HL*{i}*{}*I~", i - 1));
+            }
+            body
+        };
+        let (content, rendered) = round_trip("856", &chain(MAX_NESTING));
+        assert_eq!(content.unwrap()["HL_loop"].as_array().unwrap().len(), 1);
+        assert_eq!(rendered.unwrap(), chain(MAX_NESTING));
+        let deep = chain(MAX_NESTING + 1);
+        let (content, rendered) = round_trip("856", &deep);
+        let levels = content.unwrap()["HL_loop"].as_array().unwrap().len();
+        assert_eq!(levels, MAX_NESTING + 1);
+        assert_eq!(rendered.unwrap(), deep);
     }
 
     #[test]
