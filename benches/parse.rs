@@ -11,8 +11,10 @@
 //!   which cuts every segment once.
 //! - `tokenise_and_validate`: envelope validation (`validate::file_with` without definitions),
 //!   what a partner with `validation = "envelope"` gets: plain parsing.
-//! - `schema_validate`: the same plus every set walked against its definition (`schemas/`),
-//!   segment by segment and element by element: what `x12gate validate` does by default.
+//! - `schema_validate_one_thread`: the same plus every set walked against its definition
+//!   (`schemas/`), segment by segment and element by element, on this thread alone.
+//! - `schema_validate`: the same on every core (sets are walked by worker threads while this
+//!   one reads envelopes): what `x12gate validate` does by default on a large file.
 //!
 //! `cargo bench --bench parse`; criterion prints each case's throughput in MiB/s or GiB/s.
 
@@ -76,6 +78,11 @@ fn parse(c: &mut Criterion) {
         x12gate::validate::file_with(&input, Limits::default(), Some(schemas)).is_empty(),
         "the generated file validates clean against the definitions"
     );
+    group.bench_function("schema_validate_one_thread", |b| {
+        b.iter(|| {
+            x12gate::validate::file_on(black_box(&input), Limits::default(), Some(schemas), 1).len()
+        })
+    });
     group.bench_function("schema_validate", |b| {
         b.iter(|| {
             x12gate::validate::file_with(black_box(&input), Limits::default(), Some(schemas)).len()

@@ -278,6 +278,17 @@ pub fn file_with(
     schemas: Option<&crate::schema::Schemas>,
 ) -> Vec<Finding> {
     let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    file_on(input, limits, schemas, workers)
+}
+
+/// [`file_with`] on at most `threads` threads (1: all on this one).
+pub fn file_on(
+    input: &[u8],
+    limits: crate::x12::Limits,
+    schemas: Option<&crate::schema::Schemas>,
+    threads: usize,
+) -> Vec<Finding> {
+    let workers = threads;
     match schemas {
         Some(schemas) if workers > 1 && input.len() >= PARALLEL_FROM => {
             file_in_parallel(input, limits, schemas, workers)
