@@ -473,7 +473,9 @@ impl<'a> Walker<'_, 'a> {
             );
         }
         // Mandatory elements after the last one sent are missing too.
-        for (i, edef) in def.elements.iter().enumerate().skip(seen) {
+        let missing_at_end = def.elements.get(seen..def.last_mandatory).unwrap_or_default();
+        for (i, edef) in missing_at_end.iter().enumerate() {
+            let i = seen + i;
             if edef.req == Req::M {
                 errors.push(
                     i + 1,

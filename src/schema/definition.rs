@@ -249,6 +249,9 @@ pub struct SegmentDef {
     pub syntax: Vec<Syntax>,
     /// The same conditions grouped by kind, for a branch-light check that all hold.
     pub(crate) quick: QuickSyntax,
+    /// The position of the last mandatory element (0 when none): a segment that reaches it
+    /// cannot lack one at its end.
+    pub(crate) last_mandatory: usize,
 }
 
 /// A segment's relational conditions as bit masks, grouped by kind.
@@ -722,11 +725,16 @@ impl Lookup<'_> {
             .map(|(i, e)| self.element(e, i + 1, &format!("segment {id}"), false))
             .collect::<Result<Vec<_>, _>>()?;
         let syntax = self.syntax(&raw.syntax, elements.len(), &format!("segment {id}"))?;
+        let last_mandatory = elements
+            .iter()
+            .rposition(|e| e.req == Req::M)
+            .map_or(0, |i| i + 1);
         Ok(SegmentDef {
             id: id.to_string(),
             name: raw.name.clone(),
             elements,
             quick: QuickSyntax::of(&syntax),
+            last_mandatory,
             syntax,
         })
     }
