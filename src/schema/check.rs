@@ -81,8 +81,8 @@ struct Walker<'d, 'a> {
     findings: Vec<Finding>,
     /// Segment errors so far (the cap counts these, not element findings).
     segment_errors: usize,
-    /// The open loops' trigger values, for 999 CTX: (frame depth, loop node, its 01 element).
-    contexts: Vec<(usize, usize, &'a [u8])>,
+    /// The open loops' first segments, for 999 CTX and AK303: (frame depth, loop node, segment).
+    contexts: Vec<(usize, usize, Segment<'a>)>,
     /// Byte classes under this interchange's delimiters.
     table: [u8; 256],
 }
@@ -224,11 +224,9 @@ impl<'a> Walker<'_, 'a> {
             self.segment_finding(rule, code, segment, message);
         } else if let Some(seg_def) = self.def.segment_of(segment_node) {
             if let Some(loop_node) = opened {
-                let value = segment.element(1).unwrap_or_default();
-                if !value.is_empty() {
-                    self.contexts
-                        .push((self.frames.len() - 1, loop_node, value));
-                }
+                // Its first element is read only if an error needs the context.
+                self.contexts
+                    .push((self.frames.len() - 1, loop_node, *segment));
             }
             self.elements(segment, seg_def);
         }
@@ -342,11 +340,12 @@ impl<'a> Walker<'_, 'a> {
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
     /// its value.
     fn context(&self) -> Option<(String, String)> {
-        self.contexts.first().map(|(_, node, value)| {
-            (
+        self.contexts.iter().find_map(|(_, node, segment)| {
+            let value = segment.element(1).filter(|v| !v.is_empty())?;
+            Some((
                 format!("{}01", self.def.nodes[*node].id),
                 String::from_utf8_lossy(value).into_owned(),
-            )
+            ))
         })
     }
 
@@ -357,7 +356,8 @@ impl<'a> Walker<'_, 'a> {
             .iter()
             .rev()
             .find(|(_, node, _)| self.def.nodes[*node].tag == ls)
-            .map(|(_, _, value)| String::from_utf8_lossy(value).into_owned())
+            .and_then(|(_, _, segment)| segment.element(1))
+            .map(|value| String::from_utf8_lossy(value).into_owned())
     }
 
     fn loop_id(&self) -> Option<String> {
@@ -433,21 +433,43 @@ impl<'a> Walker<'_, 'a> {
         let body = segment.raw.get(segment.id.len() + 1..);
         let mut extra: Option<(usize, &'s [u8])> = None;
         let mut seen = 0;
+        // Each element: cleared by its shortcut when it can be, else checked in full.
         let mut finish = |position: usize, value: &'s [u8], class: Class| {
-            match def.elements.get(position - 1) {
-                Some(edef) => {
-                    if !value.is_empty() && position <= 64 {
-                        present |= 1 << (position - 1);
-                    }
-                    element(&mut errors, segment, position, value, edef, class);
+            seen = position;
+            let Some(fast) = def.fast.get(position - 1) else {
+                if extra.is_none() && !value.is_empty() {
+                    extra = Some((position, value));
                 }
-                None => {
-                    if extra.is_none() && !value.is_empty() {
-                        extra = Some((position, value));
-                    }
+                return;
+            };
+            if value.is_empty() {
+                if !fast.mandatory {
+                    return;
+                }
+            } else {
+                if position <= 64 {
+                    present |= 1 << (position - 1);
+                }
+                let length = if fast.plan == Plan::Digits {
+                    class.digits
+                } else {
+                    value.len()
+                };
+                let forbidden = match fast.plan {
+                    Plan::Text => CONTROL | SEPARATOR,
+                    Plan::Digits => !DIGIT,
+                    Plan::Full => u8::MAX,
+                };
+                if class.acc & forbidden == 0
+                    && length >= usize::from(fast.min)
+                    && length <= usize::from(fast.max)
+                {
+                    return;
                 }
             }
-            seen = position;
+            if let Some(edef) = def.elements.get(position - 1) {
+                element(&mut errors, segment, position, value, edef, class);
+            }
         };
         if let Some(body) = body {
             let table = &self.table;
@@ -473,7 +495,10 @@ impl<'a> Walker<'_, 'a> {
             );
         }
         // Mandatory elements after the last one sent are missing too.
-        let missing_at_end = def.elements.get(seen..def.last_mandatory).unwrap_or_default();
+        let missing_at_end = def
+            .elements
+            .get(seen..def.last_mandatory)
+            .unwrap_or_default();
         for (i, edef) in missing_at_end.iter().enumerate() {
             let i = seen + i;
             if edef.req == Req::M {
@@ -653,8 +678,9 @@ struct Class {
     digits: usize,
 }
 
-/// Checks element `position` of `segment` (its bytes `value`, classified as `class`).
-#[inline(always)]
+/// Checks element `position` of `segment` (its bytes `value`, classified as `class`): the
+/// full check, for values the shortcut did not clear.
+#[cold]
 fn element(
     errors: &mut ElementErrors,
     segment: &Segment<'_>,

@@ -252,6 +252,18 @@ pub struct SegmentDef {
     /// The position of the last mandatory element (0 when none): a segment that reaches it
     /// cannot lack one at its end.
     pub(crate) last_mandatory: usize,
+    /// Per element, what a valid value looks like in a few bytes, so the usual case is
+    /// cleared without touching the (large) element definitions.
+    pub(crate) fast: Vec<FastElement>,
+}
+
+/// An element's shortcut: its plan and length bounds, and whether it must be present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FastElement {
+    pub plan: Plan,
+    pub min: u16,
+    pub max: u16,
+    pub mandatory: bool,
 }
 
 /// A segment's relational conditions as bit masks, grouped by kind.
@@ -729,12 +741,28 @@ impl Lookup<'_> {
             .iter()
             .rposition(|e| e.req == Req::M)
             .map_or(0, |i| i + 1);
+        let fast = elements
+            .iter()
+            .map(|e| {
+                let (plan, min, max) = match &e.kind {
+                    Kind::Simple(s) => (s.plan, s.min, s.max),
+                    Kind::Composite { .. } => (Plan::Full, 0, 0),
+                };
+                FastElement {
+                    plan,
+                    min,
+                    max,
+                    mandatory: e.req == Req::M,
+                }
+            })
+            .collect();
         Ok(SegmentDef {
             id: id.to_string(),
             name: raw.name.clone(),
             elements,
             quick: QuickSyntax::of(&syntax),
             last_mandatory,
+            fast,
             syntax,
         })
     }
