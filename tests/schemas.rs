@@ -24,15 +24,7 @@ fn interchange(def: &SetDef, body: &[(String, Vec<Vec<Vec<String>>>)]) -> Vec<u8
 GS*PO*ACME*X12GATE*20240101*1200*1*X*{}~\nST*{}*0001~\n",
         def.version, def.id
     );
-    for (id, elements) in body {
-        text.push_str(id);
-        for reps in elements {
-            text.push('*');
-            let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
-            text.push_str(&reps.join("^"));
-        }
-        text.push_str("~\n");
-    }
+    text.push_str(&schema::example::to_x12(body, "\n"));
     text.push_str(&format!(
         "SE*{}*0001~\nGE*1*1~\nIEA*1*000000001~\n",
         body.len() + 2

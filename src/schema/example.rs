@@ -49,6 +49,23 @@ pub fn body(def: &SetDef, seed: u64) -> Vec<(String, Vec<Vec<Vec<String>>>)> {
     g.out
 }
 
+/// Segments from [`body`] as X12 text with `*`, `:`, `^` and `~`, each segment followed by
+/// `line_ending`.
+pub fn to_x12(segments: &[(String, Vec<Vec<Vec<String>>>)], line_ending: &str) -> String {
+    let mut text = String::new();
+    for (id, elements) in segments {
+        text.push_str(id);
+        for reps in elements {
+            text.push('*');
+            let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
+            text.push_str(&reps.join("^"));
+        }
+        text.push('~');
+        text.push_str(line_ending);
+    }
+    text
+}
+
 struct Generator<'d> {
     def: &'d SetDef,
     rng: Rng,
@@ -327,16 +344,7 @@ mod tests {
             let def = s.find(b"004010", id).unwrap();
             for seed in 0..200 {
                 let segments = body(def, seed);
-                let mut text = String::new();
-                for (sid, elements) in &segments {
-                    text.push_str(sid);
-                    for reps in elements {
-                        text.push('*');
-                        let r: Vec<String> = reps.iter().map(|c| c.join(":")).collect();
-                        text.push_str(&r.join("^"));
-                    }
-                    text.push('~');
-                }
+                let text = to_x12(&segments, "");
                 let x = format!(
                     "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*^*00501*000000001*0*P*:~GS*PO*A*B*20240101*1200*1*X*004010~ST*{}*0001~{text}SE*{}*0001~GE*1*1~IEA*1*000000001~",
                     String::from_utf8_lossy(id),

@@ -440,19 +440,9 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
         let def = s.find(b"004010", id.as_bytes()).unwrap();
         let decode = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let content = content(def, &ic.groups[0].sets[0], &decode);
-        let rendered = content.as_ref().map(|c| {
-            let mut out = String::new();
-            for (id, elements) in segments(def, c, "test").unwrap() {
-                out.push_str(&id);
-                for reps in elements {
-                    out.push('*');
-                    let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
-                    out.push_str(&reps.join("^"));
-                }
-                out.push('~');
-            }
-            out
-        });
+        let rendered = content
+            .as_ref()
+            .map(|c| crate::schema::example::to_x12(&segments(def, c, "test").unwrap(), ""));
         (content, rendered)
     }
 
