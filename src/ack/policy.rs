@@ -128,6 +128,24 @@ pub fn group_rejects(code: &str) -> bool {
     GROUP_REJECTING.iter().any(|(c, _)| *c == code)
 }
 
+/// Element errors (AK403) that only note a set (AK5 E) when the element is optional: the
+/// value is present but malformed, and the document means the same without it. Any other
+/// element error, any error in a mandatory or relational element, and every segment error
+/// (AK304) reject the set.
+pub const NOTED_IN_OPTIONAL_ELEMENTS: &[(&str, &str)] = &[
+    ("4", "too short"),
+    ("5", "too long"),
+    ("6", "invalid character"),
+    ("7", "invalid code value"),
+    ("8", "invalid date"),
+    ("9", "invalid time"),
+];
+
+/// Whether an element error with AK403 `code` rejects its set.
+pub fn element_error_rejects(code: &str, element_optional: bool) -> bool {
+    !(element_optional && NOTED_IN_OPTIONAL_ELEMENTS.iter().any(|(c, _)| *c == code))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -855,15 +855,13 @@ struct ElementError {
 }
 
 impl ElementError {
-    /// Errors in optional elements, where the value is only malformed (not missing, not in
-    /// breach of a relational condition), leave the set's meaning intact: they are noted (AK5
-    /// E). Everything else rejects the set.
+    /// Whether this error rejects the set; the policy is `ack::policy`'s.
     fn rejects(&self, def: &SegmentDef) -> bool {
         let optional = def
             .elements
             .get(usize::from(self.position).saturating_sub(1))
             .is_some_and(|e| e.req == Req::O);
-        !(optional && matches!(self.code, "4" | "5" | "6" | "7" | "8" | "9"))
+        crate::ack::policy::element_error_rejects(self.code, optional)
     }
 }
 
