@@ -971,15 +971,7 @@ fn syntax_note(
     composite: Option<usize>,
     defs: &[ElementDef],
 ) {
-    let hit = present & note.mask;
-    let violated = match note.kind {
-        SyntaxKind::Paired => hit != 0 && hit != note.mask,
-        SyntaxKind::Required => hit == 0,
-        SyntaxKind::Exclusion => hit.count_ones() > 1,
-        SyntaxKind::Conditional => hit & note.first != 0 && hit != note.mask,
-        SyntaxKind::ListConditional => hit & note.first != 0 && hit == note.first,
-    };
-    if !violated {
+    if !note.violated(present) {
         return;
     }
     let is = |p: u16| (1..=64).contains(&p) && present & (1 << (p - 1)) != 0;

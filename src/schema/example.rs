@@ -238,28 +238,11 @@ fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: us
                 _ => {}
             }
         }
-        if syntax.iter().all(|s| holds(s, p)) {
+        if !syntax.iter().any(|s| s.violated(p)) {
             return p;
         }
     }
     mandatory
-}
-
-fn holds(s: &Syntax, p: u64) -> bool {
-    let on: Vec<bool> = s
-        .positions
-        .iter()
-        .map(|q| p & (1u64 << (q - 1)) != 0)
-        .collect();
-    let count = on.iter().filter(|b| **b).count();
-    let first = on.first().copied().unwrap_or(false);
-    match s.kind {
-        SyntaxKind::Paired => count == 0 || count == on.len(),
-        SyntaxKind::Required => count > 0,
-        SyntaxKind::Exclusion => count <= 1,
-        SyntaxKind::Conditional => !first || count == on.len(),
-        SyntaxKind::ListConditional => !first || count > 1,
-    }
 }
 
 fn simple(rng: &mut Rng, s: &Simple) -> String {
