@@ -45,6 +45,8 @@ struct RawGateway {
     rejected: PathBuf,
     #[serde(default = "defaults::database")]
     database: PathBuf,
+    #[serde(default = "defaults::work")]
+    work: PathBuf,
     #[serde(default = "defaults::lease_seconds")]
     lease_seconds: u64,
     #[serde(default = "defaults::unknown_partners")]
@@ -81,6 +83,9 @@ mod defaults {
     }
     pub fn database() -> PathBuf {
         "data/x12gate.db".into()
+    }
+    pub fn work() -> PathBuf {
+        "data/work".into()
     }
     pub fn lease_seconds() -> u64 {
         300
@@ -417,6 +422,9 @@ pub struct Gateway {
     pub archive: PathBuf,
     pub rejected: PathBuf,
     pub database: PathBuf,
+    /// Where `watch` moves an inbox file before reading it (one folder per watcher process);
+    /// on the inbox's file system, never inside the inbox.
+    pub work: PathBuf,
     pub lease_seconds: u64,
     pub unknown_partners: UnknownPartners,
     /// Files processed at once by `watch` (default: the number of cores).
@@ -474,6 +482,15 @@ impl Config {
                 g.id_qualifier
             )));
         }
+        let (inbox, work) = (abs(g.inbox), abs(g.work));
+        if work.starts_with(&inbox) || inbox.starts_with(&work) {
+            return Err(invalid(format!(
+                "gateway.work {}: must be outside the inbox {} (and the inbox outside it): \
+                 files in the work folder are being processed",
+                work.display(),
+                inbox.display()
+            )));
+        }
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
             let line = line_of(text, spanned.span().start);
@@ -493,7 +510,8 @@ impl Config {
             gateway: Gateway {
                 id_qualifier: g.id_qualifier,
                 id: g.id,
-                inbox: abs(g.inbox),
+                inbox,
+                work,
                 outbox: abs(g.outbox),
                 out: abs(g.out),
                 archive: abs(g.archive),

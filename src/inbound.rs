@@ -2,12 +2,20 @@
 //! when everything in it was accepted (or replayed as a duplicate), `rejected/` with a
 //! `NAME.reason.json` beside it otherwise, so nothing is lost and someone is told why.
 //!
-//! Names are never overwritten: a name already taken gets `-1`, `-2`, ... before its extension.
+//! The file placed is the one the watcher took into its work folder ([`Taken`]), never
+//! whatever is at the inbox path now. Names are never overwritten: a name already taken gets
+//! `-1`, `-2`, ... before its extension. Placing is a hard link from the work folder, then
+//! the work file is removed; a crash in between leaves a work file that is already placed,
+//! which [`placed`] finds again (same inode under one of its candidate names), so a restart
+//! never places a file twice. For `rejected/`, the reason file is created first, durably and
+//! exclusively (it reserves the name), and carries the intake's ticket, so that a reason
+//! left by a crash before its file was linked is recognised as ours and completed.
 
 use std::path::{Path, PathBuf};
 
 use crate::ack::Disposition;
 use crate::config::Config;
+use crate::intake::Taken;
 use crate::pipeline::Report;
 
 /// Which inbox names are not (yet) files to take: hidden ones and ones still being written
@@ -33,6 +41,8 @@ struct ReasonFile<'a> {
     correlation_id: Option<&'a str>,
     contact: Option<&'a str>,
     time: String,
+    /// The intake this file was taken in: the same for every attempt at placing it.
+    ticket: &'a str,
     interchanges: &'a [Report],
 }
 
@@ -45,16 +55,23 @@ fn candidate_names(name: &str) -> impl Iterator<Item = String> + '_ {
     std::iter::once(name.to_string()).chain((1u32..).map(move |n| format!("{stem}-{n}{ext}")))
 }
 
+const MAX_CANDIDATES: usize = 100_000;
+
+fn no_free_name(name: &str, dir: &Path) -> std::io::Error {
+    std::io::Error::other(format!("no free name for {name} in {}", dir.display()))
+}
+
+fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
+}
+
 /// Links `file` into `dir` under the first free name. A hard link fails when the name
 /// exists, so two disposals racing for one name can never overwrite each other (a
 /// check-then-rename could).
-fn link_into(file: &Path, dir: &Path) -> std::io::Result<PathBuf> {
+fn link_into(file: &Path, name: &str, dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "unnamed".into());
-    for candidate in candidate_names(&name).take(100_000) {
+    for candidate in candidate_names(name).take(MAX_CANDIDATES) {
         let target = dir.join(&candidate);
         match std::fs::hard_link(file, &target) {
             Ok(()) => return Ok(target),
@@ -62,10 +79,7 @@ fn link_into(file: &Path, dir: &Path) -> std::io::Result<PathBuf> {
             Err(e) => return Err(e),
         }
     }
-    Err(std::io::Error::other(format!(
-        "no free name for {name} in {}",
-        dir.display()
-    )))
+    Err(no_free_name(name, dir))
 }
 
 /// The worst outcome of a file's interchanges: the one that decides where the file goes. An
@@ -76,67 +90,120 @@ pub fn verdict(reports: &[Report]) -> Option<&Report> {
         .find(|r| !r.disposition.is_success() || r.replayed.is_some_and(|d| !d.is_success()))
 }
 
-/// Moves a processed file to the archive, or to `rejected/` with its reason written first:
-/// the file leaves the inbox only once its new place (and reason) exist, so a failure or a
-/// crash at any point leaves it in the inbox to be retried, never in `rejected/` unexplained.
-/// No folder is fsynced: a move lost to a power cut leaves the file in the inbox, where the
-/// registry answers it as a duplicate and it is moved again.
-pub fn dispose(file: &Path, reports: &[Report], config: &Config) -> std::io::Result<Destination> {
+/// Where `taken` was already placed, if an earlier attempt placed it and was cut short
+/// before removing it from the work folder.
+pub fn placed(taken: &Taken, config: &Config) -> Option<Destination> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(&taken.path).ok()?;
+    if meta.nlink() < 2 {
+        return None;
+    }
     let g = &config.gateway;
+    let day = g.archive.join(taken.day());
+    // Candidates are taken in order, so the search ends at the first name free in both.
+    for candidate in candidate_names(&taken.name).take(MAX_CANDIDATES) {
+        let (archived, rejected) = (day.join(&candidate), g.rejected.join(&candidate));
+        if same_file(&meta, &archived) {
+            return Some(Destination::Archived(archived));
+        }
+        if same_file(&meta, &rejected) {
+            let reason = g.rejected.join(format!("{candidate}.reason.json"));
+            return Some(Destination::Rejected {
+                file: rejected,
+                reason,
+            });
+        }
+        let reason = g.rejected.join(format!("{candidate}.reason.json"));
+        if !archived.exists() && !rejected.exists() && !reason.exists() {
+            break;
+        }
+    }
+    None
+}
+
+/// Places a processed file: in the archive, or in `rejected/` with its reason written first.
+/// The file leaves the work folder only once its new place (and reason) exist, so a failure
+/// or a crash at any point leaves it there to be retried (and [`placed`] to find it), never
+/// in `rejected/` unexplained. The archive folder is not fsynced: a placement lost to a power
+/// cut leaves the file in the work folder, where the registry answers it as a duplicate and
+/// it is placed again.
+pub fn dispose(taken: &Taken, reports: &[Report], config: &Config) -> std::io::Result<Destination> {
+    let g = &config.gateway;
+    if let Some(done) = placed(taken, config) {
+        std::fs::remove_file(&taken.path)?;
+        return Ok(done);
+    }
     let destination = match verdict(reports) {
-        None => {
-            let day = chrono::Local::now().format("%Y/%m/%d").to_string();
-            Destination::Archived(link_into(file, &g.archive.join(day))?)
-        }
-        Some(worst) => {
-            let linked = link_into(file, &g.rejected)?;
-            match write_reason(file, &linked, worst, reports, config) {
-                Ok(reason) => Destination::Rejected {
-                    file: linked,
-                    reason,
-                },
-                Err(e) => {
-                    let _ = std::fs::remove_file(&linked);
-                    return Err(e);
-                }
-            }
-        }
+        None => Destination::Archived(link_into(
+            &taken.path,
+            &taken.name,
+            &g.archive.join(taken.day()),
+        )?),
+        Some(worst) => reject(taken, worst, reports, config)?,
     };
-    std::fs::remove_file(file)?;
+    std::fs::remove_file(&taken.path)?;
     Ok(destination)
 }
 
-fn write_reason(
-    file: &Path,
-    linked: &Path,
+/// Links `taken` into `rejected/` under the first name whose reason file we could create (or
+/// which holds our own reason from an attempt cut short).
+fn reject(
+    taken: &Taken,
     worst: &Report,
     reports: &[Report],
     config: &Config,
-) -> std::io::Result<PathBuf> {
+) -> std::io::Result<Destination> {
+    let dir = &config.gateway.rejected;
+    std::fs::create_dir_all(dir)?;
+    let shown = config.gateway.inbox.join(&taken.name);
     let contact = worst
         .sender
         .as_deref()
         .and_then(|s| s.split_once(':'))
         .and_then(|(q, id)| config.partner(q, id))
         .and_then(|p| p.contact.as_deref());
-    let reason = ReasonFile {
-        file: file.display().to_string(),
+    let body = serde_json::to_vec_pretty(&ReasonFile {
+        file: shown.display().to_string(),
         disposition: worst.replayed.unwrap_or(worst.disposition),
         reason_code: worst.reason_code.as_deref(),
         reason: worst.reason.as_deref(),
         correlation_id: worst.correlation_id.as_deref(),
         contact,
         time: chrono::Local::now().to_rfc3339(),
+        ticket: taken.ticket(),
         interchanges: reports,
-    };
-    let linked_name = linked
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let name = format!("{linked_name}.reason.json");
-    let body = serde_json::to_vec_pretty(&reason).map_err(std::io::Error::other)?;
-    // The temporary name is this file's own, so concurrent disposals never share one.
-    crate::outputs::write_atomic(&config.gateway.rejected, &name, &body, &linked_name)
+    })
+    .map_err(std::io::Error::other)?;
+    let owner = crate::owner::Owner::current().id();
+    for candidate in candidate_names(&taken.name).take(MAX_CANDIDATES) {
+        let file = dir.join(&candidate);
+        let reason_name = format!("{candidate}.reason.json");
+        let reason = dir.join(&reason_name);
+        if std::fs::symlink_metadata(&file).is_ok() {
+            continue;
+        }
+        let ours = std::fs::read(&reason)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| v["ticket"] == taken.ticket());
+        if ours {
+            // Our own reason from an attempt cut short: bring it up to date, then link.
+            crate::outputs::write_atomic(dir, &reason_name, &body, &owner)?;
+        } else if !crate::outputs::write_new(dir, &reason_name, &body, &owner)? {
+            continue;
+        }
+        match std::fs::hard_link(&taken.path, &file) {
+            Ok(()) => return Ok(Destination::Rejected { file, reason }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_file(&reason);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&reason);
+                return Err(e);
+            }
+        }
+    }
+    Err(no_free_name(&taken.name, dir))
 }
 
 #[cfg(test)]
@@ -162,12 +229,18 @@ mod tests {
         std::fs::write(out.join("a-1.x12"), b"2").unwrap();
         std::fs::write(inbox.join("a.x12"), b"3").unwrap();
         assert_eq!(
-            link_into(&inbox.join("a.x12"), &out).unwrap(),
+            link_into(&inbox.join("a.x12"), "a.x12", &out).unwrap(),
             out.join("a-2.x12")
         );
         assert_eq!(std::fs::read(out.join("a.x12")).unwrap(), b"1");
         std::fs::write(inbox.join("b"), b"4").unwrap();
-        assert_eq!(link_into(&inbox.join("b"), &out).unwrap(), out.join("b"));
-        assert_eq!(link_into(&inbox.join("b"), &out).unwrap(), out.join("b-1"));
+        assert_eq!(
+            link_into(&inbox.join("b"), "b", &out).unwrap(),
+            out.join("b")
+        );
+        assert_eq!(
+            link_into(&inbox.join("b"), "b", &out).unwrap(),
+            out.join("b-1")
+        );
     }
 }

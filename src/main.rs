@@ -15,6 +15,8 @@ mod exit {
     pub const OPERATIONAL: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const FINDINGS: u8 = 3;
+    /// Stopped by SIGINT/SIGTERM before every file was processed.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 #[derive(Parser)]
@@ -208,8 +210,14 @@ fn main() -> ExitCode {
             });
         }
     };
+    // The watcher's own lines (start-up, summary, shutdown) are for the operator: shown by
+    // default. Per-interchange lines at info stay behind RUST_LOG.
+    let default = match cli.command {
+        Command::Watch { .. } => "warn,x12gate::watch=info",
+        _ => "warn",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
@@ -377,8 +385,13 @@ fn process(
     use std::io::IsTerminal;
     let mut registry = open_registry(config)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
+    stop_on_signals(&options.stop)?;
     let lease = std::time::Duration::from_secs(config.gateway.lease_seconds);
-    for dir in [&config.gateway.out, &config.gateway.outbox] {
+    for dir in [
+        &config.gateway.out,
+        &config.gateway.outbox,
+        &config.gateway.rejected,
+    ] {
         x12gate::outputs::clean_stale(dir, lease);
     }
     let progress = (files.len() > 20 && std::io::stderr().is_terminal()).then(|| {
@@ -393,11 +406,25 @@ fn process(
     });
     let mut code = exit::OK;
     let mut operational = false;
+    let mut done = 0;
     for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
+        if options.stop.abandoned() {
+            break;
+        }
+        let sources: Vec<x12gate::pipeline::Source> = chunk
+            .iter()
+            .map(|p| x12gate::pipeline::Source::from(p.as_path()))
+            .collect();
         // An unusable database, or outputs that cannot be written, stop the run with nothing
         // of the failing batch marked done.
-        let outcomes = x12gate::pipeline::process_files(chunk, config, &mut registry, &options)
-            .map_err(|e| Failure::Operational(e.into()))?;
+        let outcomes =
+            match x12gate::pipeline::process_files(&sources, config, &mut registry, &options, None)
+            {
+                Ok(outcomes) => outcomes,
+                Err(x12gate::pipeline::ProcessError::Interrupted) => break,
+                Err(e) => return Err(Failure::Operational(e.into())),
+            };
+        done += outcomes.len();
         for outcome in outcomes {
             let reports = match outcome.result {
                 Ok(reports) => reports,
@@ -448,7 +475,34 @@ fn process(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    if options.stop.abandoned() {
+        out.flush()?;
+        eprintln!(
+            "x12gate: stopped by a signal: {} of {} file(s) not processed; claims cut short were marked failed, so a rerun takes them over at once",
+            files.len().saturating_sub(done),
+            files.len()
+        );
+        return Ok(exit::INTERRUPTED);
+    }
     Ok(if operational { exit::OPERATIONAL } else { code })
+}
+
+/// SIGTERM and SIGINT ask `process` to stop at the next safe point (waits end at once, work
+/// in progress is abandoned between steps with its claims marked failed); a second signal
+/// exits at once, which is safe because claims are leased and owners are checked for life.
+fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let again = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(
+            signal,
+            i32::from(exit::INTERRUPTED),
+            again.clone(),
+        )?;
+        signal_hook::flag::register(signal, again.clone())?;
+        signal_hook::flag::register_usize(signal, stop.flag(), x12gate::pipeline::Stop::ABANDON)?;
+    }
+    Ok(())
 }
 
 /// `watch`: the tokio runtime, and the signals. The first SIGINT/SIGTERM stops taking files
@@ -479,6 +533,15 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
                     std::process::exit(130);
                 });
             };
+            // The configuration is read once, at start: SIGHUP (a closed terminal, a habit of
+            // daemons) must not kill the watcher, and does not reload it either.
+            if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::warn!("SIGHUP ignored: the configuration is read at start; restart the watcher to apply a change");
+                    }
+                });
+            }
             x12gate::watch::run(std::sync::Arc::new(config), options, shutdown).await
         })
         .map_err(|e| Failure::Operational(e.into()))?;
@@ -486,7 +549,14 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
         "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
         summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
     );
-    Ok(exit::OK)
+    // `--once` reports like `process`: anything rejected or in conflict is exit 3.
+    Ok(
+        if once && (summary.rejected_files > 0 || summary.conflicts > 0) {
+            exit::FINDINGS
+        } else {
+            exit::OK
+        },
+    )
 }
 
 fn history(

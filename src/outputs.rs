@@ -39,12 +39,21 @@ pub fn safe_name(key: &str) -> String {
     name
 }
 
+/// A temporary name for `name` in `tmp_dir`, unique within this process and ending in the
+/// writer's id (after the last `.`), so that [`clean_stale`] can tell a dead writer's
+/// leftovers from a live writer's work.
+fn temporary(tmp_dir: &Path, name: &str, owner: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_dir.join(format!("{name}.{n}.{}", safe_name(owner)))
+}
+
 /// Writes `bytes` to `dir/name` atomically and durably; returns the absolute path.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<PathBuf> {
     let tmp_dir = dir.join(TMP_DIR);
     fs::create_dir_all(&tmp_dir)?;
     let final_path = dir.join(name);
-    let tmp_path = tmp_dir.join(format!("{name}.{}", safe_name(owner)));
+    let tmp_path = temporary(&tmp_dir, name, owner);
     {
         let mut f = File::create(&tmp_path)?;
         f.write_all(bytes)?;
@@ -55,12 +64,35 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::i
     Ok(std::path::absolute(&final_path).unwrap_or(final_path))
 }
 
+/// Writes `bytes` to `dir/name` durably only if that name is free: `Ok(false)` when it is
+/// taken. The file appears complete (written and fsynced under a temporary name, then
+/// hard-linked, which fails on an existing name) and the folder is fsynced before returning.
+pub fn write_new(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<bool> {
+    let tmp_dir = dir.join(TMP_DIR);
+    fs::create_dir_all(&tmp_dir)?;
+    let tmp_path = temporary(&tmp_dir, name, owner);
+    {
+        let mut f = File::create(&tmp_path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    let linked = fs::hard_link(&tmp_path, dir.join(name));
+    fs::remove_file(&tmp_path)?;
+    match linked {
+        Ok(()) => {
+            File::open(dir)?.sync_all()?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes many files durably in one round: several threads each write their share to
 /// temporary names, fsync them (the file system then serves the fsyncs together) and rename
 /// them into place, each rename after its own file's fsync; then each folder is fsynced
 /// once. Returns the absolute paths, in order.
 pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Result<Vec<PathBuf>> {
-    let suffix = safe_name(owner);
     let mut dirs: Vec<&Path> = Vec::new();
     for (dir, ..) in files {
         if !dirs.contains(dir) {
@@ -71,7 +103,7 @@ pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Resul
     let threads = files.len().clamp(1, 32);
     let chunk = files.len().div_ceil(threads).max(1);
     let write_one = |(dir, name, bytes): &(&Path, &str, &[u8])| -> std::io::Result<PathBuf> {
-        let tmp = dir.join(TMP_DIR).join(format!("{name}.{suffix}"));
+        let tmp = temporary(&dir.join(TMP_DIR), name, owner);
         let mut f = File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
@@ -102,20 +134,26 @@ pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Resul
     Ok(done)
 }
 
-/// Removes temporary files older than `age` (left by a crash) from `dir`'s temporary folder.
+/// Removes temporary files left by a crash from `dir`'s temporary folder: those of an owner
+/// that is dead (their names end in the owner's id, see [`crate::owner`]) at once, any other
+/// once older than `age`.
 pub fn clean_stale(dir: &Path, age: Duration) {
     let Ok(entries) = fs::read_dir(dir.join(TMP_DIR)) else {
         return;
     };
     let now = SystemTime::now();
     for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let dead = name
+            .rsplit_once('.')
+            .is_some_and(|(_, owner)| crate::owner::is_dead(owner));
         let old = entry
             .metadata()
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| now.duration_since(t).ok())
             .is_some_and(|d| d >= age);
-        if old {
+        if dead || old {
             let _ = fs::remove_file(entry.path());
         }
     }
@@ -153,5 +191,29 @@ mod tests {
         fs::write(dir.path().join(TMP_DIR).join("left.over"), b"x").unwrap();
         clean_stale(dir.path(), Duration::ZERO);
         assert_eq!(fs::read_dir(dir.path().join(TMP_DIR)).unwrap().count(), 0);
+        // A live owner's temporary stays until it is old; a dead owner's goes at once.
+        let me = crate::owner::Owner::current();
+        let live = format!("a.x12.{}", safe_name(&me.id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_owner = crate::owner::Owner {
+            pid: child.id(),
+            start: 1,
+            ..me.clone()
+        };
+        child.wait().unwrap();
+        let dead = format!("b.x12.{}", safe_name(&format!("{}:3", dead_owner.id())));
+        for n in [&live, &dead] {
+            fs::write(dir.path().join(TMP_DIR).join(n), b"x").unwrap();
+        }
+        clean_stale(dir.path(), Duration::from_secs(3600));
+        let left: Vec<_> = fs::read_dir(dir.path().join(TMP_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, [live]);
+        assert!(!write_new(dir.path(), "a.x12", b"other", "o").unwrap());
+        assert_eq!(fs::read(&p).unwrap(), b"hello");
+        assert!(write_new(dir.path(), "n.x12", b"new", "o").unwrap());
+        assert_eq!(fs::read(dir.path().join("n.x12")).unwrap(), b"new");
     }
 }

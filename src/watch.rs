@@ -1,15 +1,18 @@
 //! `x12gate watch`: the only async code. It watches the inbox, decides when a file is
-//! complete, and hands complete files to a bounded set of blocking workers that run the same
-//! synchronous pipeline as `process`.
+//! complete, takes it out of the inbox into its work folder ([`crate::intake`]) and hands it
+//! to a bounded set of blocking workers that run the same synchronous pipeline as `process`.
 //!
 //! Events (notify, or none with `--poll`) only say "look at this path"; a periodic rescan of
 //! the inbox catches whatever events missed (a full channel, a network file system), so no
 //! file depends on an event arriving. Parsing, SQLite and fsync run on `spawn_blocking`
 //! threads, never on the executor, and each worker owns its registry connection while it
-//! works. On shutdown the watcher stops taking files and waits for the ones in flight; claims
-//! are leased, so even an abrupt exit loses and doubles nothing.
+//! works. Files are taken in arrival order (modification time, then name), and batches claim
+//! their keys in the order they were dispatched ([`ClaimOrder`]), so the first file to arrive
+//! wins a key. On shutdown the watcher stops taking files, stops waiting for other processes'
+//! leases and lets the files in flight finish; what is left in its work folder is adopted by
+//! the next watcher, and claims are leased, so even an abrupt exit loses and doubles nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +25,8 @@ use tokio::task::JoinSet;
 use crate::ack::Disposition;
 use crate::config::Config;
 use crate::inbound::{self, Destination};
-use crate::pipeline::{self, ProcessOptions, Report};
+use crate::intake::{Intake, IntakeError, Taken};
+use crate::pipeline::{self, ClaimOrder, ProcessOptions, Report, Source, Turn};
 use crate::registry::{Registry, RegistryError};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,6 +45,8 @@ pub enum WatchError {
     Registry(#[from] RegistryError),
     #[error("inbox {path}: {cause}")]
     Inbox { path: String, cause: std::io::Error },
+    #[error(transparent)]
+    Intake(#[from] IntakeError),
     #[error("file events: {0}")]
     Events(#[from] notify::Error),
 }
@@ -56,14 +62,23 @@ pub struct Summary {
     pub retries: u64,
 }
 
-/// One inbox file the watcher knows about.
+/// An inbox file seen but not taken yet: taken once its size and mtime have been still for
+/// the settle time.
 #[derive(Debug)]
-struct Candidate {
+struct Seen {
     size: u64,
     modified: SystemTime,
     /// When the size or mtime last changed (as we observed it).
     changed_at: Instant,
-    in_flight: bool,
+    /// After a failed take (the rename was refused), when to try again.
+    not_before: Option<Instant>,
+}
+
+/// A taken file waiting for a worker; after an operational failure, not before `not_before`.
+#[derive(Debug)]
+struct Queued {
+    taken: Taken,
+    size: u64,
     attempts: u32,
     not_before: Option<Instant>,
 }
@@ -79,25 +94,53 @@ enum Outcome {
         reports: Vec<Report>,
         destination: Destination,
     },
-    Failed(String),
+    /// An earlier attempt had placed it already (it was cut short before cleaning up).
+    Placed(Destination),
+    /// The file left our work folder while we worked on it (a watcher that thought us dead
+    /// adopted it): its new owner decides it.
+    Gone,
+    /// Try again later: an operational failure, or undecided (in progress elsewhere).
+    Retry { error: String, operational: bool },
 }
 
-/// Processes a batch of files (one transaction per step for all of them, see
-/// `pipeline::process_files`) and moves each where it belongs.
+/// Processes a batch of taken files (one transaction per step for all of them, see
+/// `pipeline::process_files`) and places each where it belongs.
 fn process_batch(
-    paths: Vec<PathBuf>,
+    batch: Vec<Queued>,
+    turn: Turn,
     config: &Config,
     pool: &Pool,
     options: &ProcessOptions,
-) -> Vec<(PathBuf, Outcome)> {
+) -> Vec<(Queued, Outcome)> {
+    let retry = |e: String| Outcome::Retry {
+        error: e,
+        operational: true,
+    };
+    // A file placed by an attempt cut short is only cleaned up, not processed again.
+    let (placed, todo): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|q| (inbound::placed(&q.taken, config), q))
+        .partition(|(p, _)| p.is_some());
+    let mut outcomes: Vec<(Queued, Outcome)> = placed
+        .into_iter()
+        .filter_map(|(p, q)| {
+            let p = p?;
+            Some(match std::fs::remove_file(&q.taken.path) {
+                Ok(()) => (q, Outcome::Placed(p)),
+                Err(e) => (q, retry(e.to_string())),
+            })
+        })
+        .collect();
+    let todo: Vec<Queued> = todo.into_iter().map(|(_, q)| q).collect();
+    if todo.is_empty() {
+        return outcomes;
+    }
     let taken = pool.lock().ok().and_then(|mut p| p.pop());
     let mut registry = match taken.map_or_else(|| Registry::open(&config.gateway.database), Ok) {
         Ok(r) => r,
         Err(e) => {
-            return paths
-                .into_iter()
-                .map(|p| (p, Outcome::Failed(e.to_string())))
-                .collect()
+            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            return outcomes;
         }
     };
     // Each batch is its own claimant: two batches of one watcher meeting the same key must
@@ -108,88 +151,63 @@ fn process_batch(
         owner: format!("{}:{n}", options.owner),
         ..options.clone()
     };
-    let result = pipeline::process_files(&paths, config, &mut registry, &options);
+    let sources: Vec<Source> = todo
+        .iter()
+        .map(|q| Source {
+            read: q.taken.path.clone(),
+            name: config
+                .gateway
+                .inbox
+                .join(&q.taken.name)
+                .display()
+                .to_string(),
+        })
+        .collect();
+    let result = pipeline::process_files(&sources, config, &mut registry, &options, Some(turn));
     if let Ok(mut p) = pool.lock() {
         p.push(registry);
     }
-    let outcomes = match result {
-        Ok(outcomes) => outcomes,
+    let mut results = match result {
+        Ok(results) => results.into_iter(),
         Err(e) => {
-            return paths
-                .into_iter()
-                .map(|p| (p, Outcome::Failed(e.to_string())))
-                .collect()
+            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            return outcomes;
         }
     };
-    outcomes
-        .into_iter()
-        .map(|o| {
-            let outcome = match o.result {
-                Err(e) => Outcome::Failed(e.to_string()),
-                // Undecided here (another process took the claim over): leave the file in the
-                // inbox; the retry meets the decision as a duplicate.
-                Ok(reports)
-                    if reports
-                        .iter()
-                        .any(|r| r.disposition == Disposition::InProgress) =>
-                {
-                    Outcome::Failed("in progress elsewhere; retried later".into())
+    for q in todo {
+        let gone = || !q.taken.path.exists();
+        let outcome = match results.next().map(|o| o.result) {
+            None => Outcome::Retry {
+                error: "stopped before it was read".into(),
+                operational: false,
+            },
+            Some(Err(_)) if gone() => Outcome::Gone,
+            Some(Err(e)) => retry(e.to_string()),
+            // Undecided here (another process holds it, or the wait was stopped): it stays in
+            // the work folder; the retry meets the decision as a duplicate.
+            Some(Ok(reports))
+                if reports
+                    .iter()
+                    .any(|r| r.disposition == Disposition::InProgress) =>
+            {
+                Outcome::Retry {
+                    error: "in progress elsewhere; retried later".into(),
+                    operational: false,
                 }
-                Ok(reports) => match inbound::dispose(&o.path, &reports, config) {
-                    Ok(destination) => Outcome::Done {
-                        reports,
-                        destination,
-                    },
-                    // The registry has the decision; the next attempt replays it as a duplicate.
-                    Err(e) => Outcome::Failed(format!(
-                        "moving {} after processing: {e}",
-                        o.path.display()
-                    )),
+            }
+            Some(Ok(reports)) => match inbound::dispose(&q.taken, &reports, config) {
+                Ok(destination) => Outcome::Done {
+                    reports,
+                    destination,
                 },
-            };
-            (o.path, outcome)
-        })
-        .collect()
-}
-
-/// Records what became of a file taken from the inbox.
-fn record_outcome(
-    candidates: &mut HashMap<PathBuf, Candidate>,
-    summary: &mut Summary,
-    path: PathBuf,
-    outcome: Outcome,
-    retry_max: Duration,
-) {
-    match outcome {
-        Outcome::Done {
-            reports,
-            destination,
-        } => {
-            candidates.remove(&path);
-            for r in &reports {
-                match r.disposition {
-                    Disposition::Accepted | Disposition::Partial => summary.accepted += 1,
-                    Disposition::Duplicate => summary.duplicates += 1,
-                    Disposition::Conflict => summary.conflicts += 1,
-                    _ => {}
-                }
-            }
-            if let Destination::Rejected { file, reason } = &destination {
-                summary.rejected_files += 1;
-                tracing::warn!(file = %file.display(), reason = %reason.display(), "file rejected");
-            }
-        }
-        Outcome::Failed(error) => {
-            summary.retries += 1;
-            if let Some(c) = candidates.get_mut(&path) {
-                c.in_flight = false;
-                c.attempts += 1;
-                let wait = backoff(c.attempts, retry_max);
-                c.not_before = Some(Instant::now() + wait);
-                tracing::error!(file = %path.display(), %error, retry_in_ms = wait.as_millis() as u64, "operational failure; the file stays in the inbox");
-            }
-        }
+                Err(_) if gone() => Outcome::Gone,
+                // The registry has the decision; the next attempt replays it as a duplicate.
+                Err(e) => retry(format!("placing {} after processing: {e}", q.taken.name)),
+            },
+        };
+        outcomes.push((q, outcome));
     }
+    outcomes
 }
 
 /// Exponential backoff with jitter: about 0.5 s, 1 s, 2 s, ... up to `max`.
@@ -216,23 +234,15 @@ fn rejected_backlog(config: &Config) -> usize {
         .unwrap_or(0)
 }
 
-fn log_summary(s: &Summary, config: &Config, in_flight: usize, waiting: usize) {
-    tracing::info!(
-        files_taken = s.files_taken,
-        accepted = s.accepted,
-        duplicates = s.duplicates,
-        conflicts = s.conflicts,
-        rejected_files = s.rejected_files,
-        retries = s.retries,
-        in_flight,
-        waiting,
-        rejected_backlog = rejected_backlog(config),
-        "summary"
-    );
+/// An inbox entry: a regular file to consider, or something we leave alone.
+enum Entry {
+    File { size: u64, modified: SystemTime },
+    Other(&'static str),
 }
 
-/// Lists the inbox's candidate files (regular files with names not ignored).
-fn scan(inbox: &Path) -> std::io::Result<Vec<(PathBuf, u64, SystemTime)>> {
+/// Lists the inbox's entries whose names are not ignored. Symbolic links are not followed
+/// (`DirEntry::metadata` does not follow them).
+fn scan(inbox: &Path) -> std::io::Result<Vec<(PathBuf, Entry)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(inbox)? {
         let entry = entry?;
@@ -241,16 +251,290 @@ fn scan(inbox: &Path) -> std::io::Result<Vec<(PathBuf, u64, SystemTime)>> {
             continue;
         }
         let Ok(meta) = entry.metadata() else { continue };
-        if meta.is_file() {
-            found.push((
-                entry.path(),
-                meta.len(),
-                meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            ));
+        let e = if meta.is_file() {
+            Entry::File {
+                size: meta.len(),
+                modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            }
+        } else {
+            Entry::Other(crate::input::kind_of(&meta))
+        };
+        found.push((entry.path(), e));
+    }
+    Ok(found)
+}
+
+/// The watcher's state between ticks. One task owns it; the blocking workers get only what
+/// they need (the configuration, the registry pool, a batch of files and its turn).
+struct Watcher {
+    config: Arc<Config>,
+    intake: Intake,
+    pool: Pool,
+    options: Arc<ProcessOptions>,
+    order: Arc<ClaimOrder>,
+    workers: Arc<Semaphore>,
+    /// Inbox files not complete yet, by path.
+    seen: HashMap<PathBuf, Seen>,
+    /// Inbox entries that are not regular files (folders, links, FIFOs): warned about once,
+    /// left alone.
+    warned: HashSet<PathBuf>,
+    /// Taken files waiting for a worker.
+    queue: Vec<Queued>,
+    tasks: JoinSet<Vec<(Queued, Outcome)>>,
+    summary: Summary,
+    settle: Duration,
+    tick_every: Duration,
+    retry_max: Duration,
+    last_scan: Instant,
+    last_dispatch: Instant,
+}
+
+impl Watcher {
+    fn inbox_error(&self, cause: std::io::Error) -> WatchError {
+        WatchError::Inbox {
+            path: self.config.gateway.inbox.display().to_string(),
+            cause,
         }
     }
-    found.sort();
-    Ok(found)
+
+    /// Rescans the inbox: new files start settling, changed ones start again, vanished ones
+    /// are forgotten, entries we do not take are warned about once.
+    fn rescan(&mut self, now: Instant) -> Result<(), WatchError> {
+        self.last_scan = now;
+        let found = scan(&self.config.gateway.inbox).map_err(|e| self.inbox_error(e))?;
+        let present: HashSet<&PathBuf> = found.iter().map(|(p, _)| p).collect();
+        self.seen.retain(|p, _| present.contains(p));
+        self.warned.retain(|p| present.contains(p));
+        for (path, entry) in &found {
+            match entry {
+                Entry::Other(kind) => {
+                    if self.warned.insert(path.clone()) {
+                        tracing::warn!(path = %path.display(), "{kind} in the inbox: not taken (only regular files directly in the inbox are), left where it is");
+                    }
+                }
+                Entry::File { size, modified } => {
+                    let s = self.seen.entry(path.clone()).or_insert(Seen {
+                        size: *size,
+                        modified: *modified,
+                        changed_at: now,
+                        not_before: None,
+                    });
+                    if s.size != *size || s.modified != *modified {
+                        s.size = *size;
+                        s.modified = *modified;
+                        s.changed_at = now;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inbox files complete now, in arrival order.
+    fn settled(&self, now: Instant) -> Vec<(PathBuf, u64)> {
+        let mut ready: Vec<(SystemTime, &PathBuf, u64)> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.not_before.is_none_or(|t| t <= now))
+            .filter(|(_, s)| {
+                // A file is complete once it has not been modified for `settle`. An mtime in
+                // the future (clock skew on a network share) falls back to our own observation.
+                let quiet = SystemTime::now()
+                    .duration_since(s.modified)
+                    .unwrap_or_else(|_| now.duration_since(s.changed_at));
+                // ... and its size and mtime were the same at the last rescan too.
+                quiet >= self.settle && now.duration_since(s.changed_at) >= self.tick_every
+            })
+            .map(|(p, s)| (s.modified, p, s.size))
+            .collect();
+        ready.sort();
+        ready.into_iter().map(|(_, p, n)| (p.clone(), n)).collect()
+    }
+
+    /// Puts taken files in the queue, keeping it in arrival order.
+    fn enqueue(&mut self, files: impl IntoIterator<Item = Taken>) {
+        for taken in files {
+            let size = std::fs::symlink_metadata(&taken.path).map_or(0, |m| m.len());
+            self.queue.push(Queued {
+                taken,
+                size,
+                attempts: 0,
+                not_before: None,
+            });
+        }
+        self.queue.sort_by(|a, b| {
+            (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
+        });
+    }
+
+    /// Hands ready files to free workers: queued ones first (they arrived earlier), then
+    /// complete inbox files, each taken out of the inbox only now, as it joins a batch.
+    fn dispatch(&mut self, now: Instant) {
+        let free = self.workers.available_permits();
+        if free == 0 {
+            return;
+        }
+        let due: Vec<usize> = (0..self.queue.len())
+            .filter(|i| self.queue[*i].not_before.is_none_or(|t| t <= now))
+            .collect();
+        let mut inbox = self.settled(now).into_iter();
+        let total = due.len() + inbox.len();
+        if total == 0 {
+            return;
+        }
+        // While a batch has just started, let a few more files gather rather than start a
+        // batch of a handful: it is the durable steps, not the files, that cost. The hold is
+        // short, so a slow file in flight never keeps the others waiting long.
+        if !self.tasks.is_empty()
+            && total < pipeline::BATCH_FILES
+            && now.duration_since(self.last_dispatch) < GATHER
+        {
+            return;
+        }
+        // A trickle goes one file per worker; a flood is split into batches across the free
+        // workers, so that each durable step serves many files (as `process` does).
+        let size = total.div_ceil(free).clamp(1, pipeline::BATCH_FILES);
+        let mut due: std::collections::VecDeque<Queued> = {
+            let mut picked = Vec::with_capacity(due.len());
+            for i in due.into_iter().rev() {
+                picked.push(self.queue.remove(i));
+            }
+            picked.reverse();
+            picked.into()
+        };
+        loop {
+            let Ok(permit) = self.workers.clone().try_acquire_owned() else {
+                break;
+            };
+            let mut batch = Vec::new();
+            let mut bytes = 0u64;
+            while batch.len() < size && bytes < pipeline::BATCH_BYTES as u64 {
+                if let Some(q) = due.pop_front() {
+                    bytes += q.size;
+                    batch.push(q);
+                    continue;
+                }
+                let Some((path, size)) = inbox.next() else {
+                    break;
+                };
+                match self.intake.take(&path) {
+                    Ok(Some(taken)) => {
+                        self.seen.remove(&path);
+                        bytes += size;
+                        batch.push(Queued {
+                            taken,
+                            size,
+                            attempts: 0,
+                            not_before: None,
+                        });
+                    }
+                    // Taken by another watcher, or removed.
+                    Ok(None) => {
+                        self.seen.remove(&path);
+                    }
+                    Err(e) => {
+                        tracing::error!(file = %path.display(), error = %e, "could not move the file out of the inbox into the work folder; retried later");
+                        if let Some(s) = self.seen.get_mut(&path) {
+                            s.not_before = Some(now + backoff(2, self.retry_max));
+                        }
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            self.summary.files_taken += batch.len() as u64;
+            self.last_dispatch = now;
+            tracing::debug!(files = batch.len(), "batch taken");
+            let turn = ClaimOrder::turn(&self.order);
+            let (config, pool, opts) =
+                (self.config.clone(), self.pool.clone(), self.options.clone());
+            let handle = tokio::task::spawn_blocking(move || {
+                let outcomes = process_batch(batch, turn, &config, &pool, &opts);
+                drop(permit);
+                outcomes
+            });
+            self.tasks.spawn(async move {
+                // invariant: process_batch does not panic; were it to, its files stay in the
+                // work folder and the next watcher adopts them.
+                handle.await.unwrap_or_default()
+            });
+        }
+        // Queued files no batch had room for wait for the next round.
+        self.queue.extend(due);
+        self.queue.sort_by(|a, b| {
+            (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
+        });
+    }
+
+    /// Records what became of a file.
+    fn record(&mut self, mut q: Queued, outcome: Outcome) {
+        match outcome {
+            Outcome::Done {
+                reports,
+                destination,
+            } => {
+                for r in &reports {
+                    match r.disposition {
+                        Disposition::Accepted | Disposition::Partial => self.summary.accepted += 1,
+                        Disposition::Duplicate => self.summary.duplicates += 1,
+                        Disposition::Conflict => self.summary.conflicts += 1,
+                        _ => {}
+                    }
+                }
+                if let Destination::Rejected { file, reason } = &destination {
+                    self.summary.rejected_files += 1;
+                    tracing::warn!(file = %file.display(), reason = %reason.display(), "file rejected");
+                }
+            }
+            Outcome::Placed(destination) => {
+                tracing::info!(file = %q.taken.name, to = ?destination, "already placed by an attempt cut short; cleaned up");
+            }
+            Outcome::Gone => {
+                tracing::warn!(file = %q.taken.name, "the file left our work folder while we worked on it (adopted by another watcher); it decides it");
+            }
+            Outcome::Retry { error, operational } => {
+                self.summary.retries += 1;
+                q.attempts += 1;
+                let wait = backoff(q.attempts, self.retry_max);
+                q.not_before = Some(Instant::now() + wait);
+                let retry_in_ms = wait.as_millis() as u64;
+                if operational {
+                    tracing::error!(file = %q.taken.name, %error, retry_in_ms, "operational failure; the file stays in the work folder and is retried");
+                } else {
+                    tracing::info!(file = %q.taken.name, %error, retry_in_ms, "not decided yet; retried");
+                }
+                self.queue.push(q);
+                self.queue.sort_by(|a, b| {
+                    (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
+                });
+            }
+        }
+    }
+
+    fn log_summary(&self) {
+        let s = &self.summary;
+        tracing::info!(
+            files_taken = s.files_taken,
+            accepted = s.accepted,
+            duplicates = s.duplicates,
+            conflicts = s.conflicts,
+            rejected_files = s.rejected_files,
+            retries = s.retries,
+            in_flight = self.tasks.len(),
+            waiting = self.queue.len() + self.seen.len(),
+            rejected_backlog = rejected_backlog(&self.config),
+            "summary"
+        );
+    }
+
+    /// With `--once`: everything present was taken and decided; files that failed
+    /// operationally wait for the next run.
+    fn once_done(&self) -> bool {
+        self.tasks.is_empty()
+            && self.queue.iter().all(|q| q.not_before.is_some())
+            && self.seen.values().all(|s| s.not_before.is_some())
+    }
 }
 
 /// Runs the watcher until `shutdown` resolves (or, with `once`, until the inbox is done).
@@ -265,27 +549,60 @@ pub async fn run(
         path: inbox.display().to_string(),
         cause: source,
     })?;
-    // An unusable database stops the watcher before it takes anything.
+    // An unusable database or set of folders stops the watcher before it takes anything.
     let first = Registry::open(&g.database)?;
-    let pool: Pool = Arc::new(Mutex::new(vec![first]));
+    let intake = Intake::open(g)?;
     let lease = Duration::from_secs(g.lease_seconds);
-    for dir in [&g.out, &g.outbox] {
+    for dir in [&g.out, &g.outbox, &g.rejected] {
         crate::outputs::clean_stale(dir, lease);
     }
-    let process_options = Arc::new(ProcessOptions::new(false));
     let settle = Duration::from_millis(g.settle_ms);
-    let retry_max = Duration::from_secs(g.retry_max_seconds);
-    let workers = Arc::new(Semaphore::new(g.workers.max(1)));
+    let tick_every =
+        Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));
+    let mut w = Watcher {
+        config: config.clone(),
+        intake,
+        pool: Arc::new(Mutex::new(vec![first])),
+        options: Arc::new(ProcessOptions::new(false)),
+        order: Arc::new(ClaimOrder::default()),
+        workers: Arc::new(Semaphore::new(g.workers.max(1))),
+        seen: HashMap::new(),
+        warned: HashSet::new(),
+        queue: Vec::new(),
+        tasks: JoinSet::new(),
+        summary: Summary::default(),
+        settle,
+        tick_every,
+        retry_max: Duration::from_secs(g.retry_max_seconds),
+        last_scan: Instant::now() - Duration::from_secs(3600),
+        last_dispatch: Instant::now(),
+    };
+    // Files left by watchers that are gone come first: they arrived before anything new.
+    let adopted = w.intake.adopt();
+    tracing::info!(
+        config = %config.path.display(),
+        inbox = %inbox.display(),
+        registry = %g.database.display(),
+        work = %w.intake.folder().display(),
+        workers = g.workers.max(1),
+        settle_ms = g.settle_ms,
+        poll_ms = g.poll_ms,
+        lease_seconds = g.lease_seconds,
+        adopted = adopted.len(),
+        mode = if options.once { "once" } else if options.poll { "poll" } else { "events" },
+        "x12gate watch started"
+    );
+    w.enqueue(adopted);
 
     // File events only nudge: a full channel sets `rescan` instead of losing a file.
     let (events_tx, mut events) = mpsc::channel::<PathBuf>(4096);
     let rescan = Arc::new(AtomicBool::new(true));
-    let _watcher = if options.poll || options.once {
+    let _events = if options.poll || options.once {
         None
     } else {
-        use notify::Watcher;
+        use notify::Watcher as _;
         let flag = rescan.clone();
-        let mut w =
+        let mut n =
             notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
                 Ok(event) => {
                     for p in event.paths {
@@ -296,21 +613,17 @@ pub async fn run(
                 }
                 Err(_) => flag.store(true, Ordering::Relaxed),
             })?;
-        w.watch(&inbox, notify::RecursiveMode::NonRecursive)?;
-        Some(w)
+        n.watch(&inbox, notify::RecursiveMode::NonRecursive)?;
+        Some(n)
     };
 
-    let mut candidates: HashMap<PathBuf, Candidate> = HashMap::new();
-    let mut tasks: JoinSet<Vec<(PathBuf, Outcome)>> = JoinSet::new();
-    let mut summary = Summary::default();
-    let tick_every =
-        Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_scan = Instant::now() - Duration::from_secs(3600);
     let mut last_summary = Instant::now();
-    let mut last_dispatch = Instant::now();
+    let mut last_adopt = Instant::now();
+    let mut last_beat = Instant::now();
     let summary_every = Duration::from_secs(g.summary_seconds.max(1));
+    let beat_every = (lease / 4).clamp(Duration::from_millis(500), Duration::from_secs(10));
     tokio::pin!(shutdown);
     let mut stopping = false;
 
@@ -318,12 +631,13 @@ pub async fn run(
         tokio::select! {
             biased;
             () = &mut shutdown, if !stopping => {
-                tracing::info!(in_flight = tasks.len(), "shutting down: taking no new files, finishing the ones in flight");
+                tracing::info!(in_flight = w.tasks.len(), "shutting down: taking no new files, no longer waiting for other processes, finishing the files in flight");
+                w.options.stop.stop_waiting();
                 stopping = true;
             }
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                for (path, outcome) in done.unwrap_or_default() {
-                    record_outcome(&mut candidates, &mut summary, path, outcome, retry_max);
+            Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
+                for (q, outcome) in done.unwrap_or_default() {
+                    w.record(q, outcome);
                 }
             }
             Some(path) = events.recv() => {
@@ -336,125 +650,44 @@ pub async fn run(
         }
 
         if stopping {
-            if tasks.is_empty() {
+            if w.tasks.is_empty() {
                 break;
             }
             continue;
         }
         let now = Instant::now();
-        let poll_due = now.duration_since(last_scan) >= Duration::from_millis(g.poll_ms);
-        let waiting = candidates.values().any(|c| !c.in_flight);
+        let poll_due = now.duration_since(w.last_scan) >= Duration::from_millis(g.poll_ms);
         // At most one rescan per tick, however many events arrive: a flood of events must
         // not turn into a flood of directory listings.
-        let scan_due = now.duration_since(last_scan) >= tick_every;
-        if poll_due || (scan_due && (waiting || rescan.load(Ordering::Relaxed))) {
+        let scan_due = now.duration_since(w.last_scan) >= tick_every;
+        if poll_due || (scan_due && (!w.seen.is_empty() || rescan.load(Ordering::Relaxed))) {
             rescan.store(false, Ordering::Relaxed);
-            last_scan = now;
-            let found = scan(&inbox).map_err(|source| WatchError::Inbox {
-                path: inbox.display().to_string(),
-                cause: source,
-            })?;
-            let present: std::collections::HashSet<&PathBuf> =
-                found.iter().map(|(p, ..)| p).collect();
-            candidates.retain(|p, c| c.in_flight || present.contains(p));
-            for (path, size, modified) in &found {
-                let c = candidates.entry(path.clone()).or_insert(Candidate {
-                    size: *size,
-                    modified: *modified,
-                    changed_at: now,
-                    in_flight: false,
-                    attempts: 0,
-                    not_before: None,
-                });
-                if c.size != *size || c.modified != *modified {
-                    c.size = *size;
-                    c.modified = *modified;
-                    c.changed_at = now;
-                }
-            }
+            w.rescan(now)?;
         }
-        // Hand settled files to free workers, oldest names first.
-        let mut ready: Vec<PathBuf> = candidates
-            .iter()
-            .filter(|(_, c)| !c.in_flight && c.not_before.is_none_or(|t| t <= now))
-            .filter(|(_, c)| {
-                // A file is complete once it has not been modified for `settle`. An mtime in
-                // the future (clock skew on a network share) falls back to our own observation.
-                let quiet = SystemTime::now()
-                    .duration_since(c.modified)
-                    .unwrap_or_else(|_| now.duration_since(c.changed_at));
-                // ... and its size and mtime were the same at the last rescan too.
-                quiet >= settle && now.duration_since(c.changed_at) >= tick_every
-            })
-            .map(|(p, _)| p.clone())
-            .collect();
-        ready.sort();
-        // A trickle goes one file per worker; a flood is split into batches across the free
-        // workers, so that each durable step serves many files (as `process` does).
-        let free = workers.available_permits().max(1);
-        let size = ready.len().div_ceil(free).clamp(1, pipeline::BATCH_FILES);
-        // While a batch has just started, let a few more files gather rather than start a
-        // batch of a handful: it is the durable steps, not the files, that cost. The hold is
-        // short, so a slow file in flight never keeps the others waiting long.
-        let gathering = !tasks.is_empty()
-            && ready.len() < pipeline::BATCH_FILES
-            && now.duration_since(last_dispatch) < GATHER;
-        if gathering {
-            ready.clear();
+        if now.duration_since(last_beat) >= beat_every {
+            last_beat = now;
+            w.intake.heartbeat();
         }
-        for chunk in ready.chunks(size) {
-            let Ok(permit) = workers.clone().try_acquire_owned() else {
-                break;
-            };
-            for path in chunk {
-                if let Some(c) = candidates.get_mut(path) {
-                    c.in_flight = true;
-                }
-            }
-            summary.files_taken += chunk.len() as u64;
-            last_dispatch = now;
-            tracing::debug!(files = chunk.len(), "batch taken");
-            let paths = chunk.to_vec();
-            let again = paths.clone();
-            let (config, pool, opts) = (config.clone(), pool.clone(), process_options.clone());
-            let handle = tokio::task::spawn_blocking(move || {
-                let outcomes = process_batch(paths, &config, &pool, &opts);
-                drop(permit);
-                outcomes
-            });
-            tasks.spawn(async move {
-                handle.await.unwrap_or_else(|e| {
-                    again
-                        .into_iter()
-                        .map(|p| (p, Outcome::Failed(e.to_string())))
-                        .collect()
-                })
-            });
+        if now.duration_since(last_adopt) >= Duration::from_secs(2) {
+            last_adopt = now;
+            let adopted = w.intake.adopt();
+            w.enqueue(adopted);
         }
+        w.dispatch(now);
         if now.duration_since(last_summary) >= summary_every {
             last_summary = now;
-            log_summary(
-                &summary,
-                &config,
-                tasks.len(),
-                candidates.values().filter(|c| !c.in_flight).count(),
-            );
+            w.log_summary();
         }
-        if options.once
-            && tasks.is_empty()
-            && candidates
-                .values()
-                .all(|c| c.not_before.is_some() || c.in_flight)
-        {
-            // Everything present was taken; files that failed operationally wait for the next run.
+        if options.once && w.once_done() {
             break;
         }
     }
-    log_summary(
-        &summary,
-        &config,
-        0,
-        candidates.values().filter(|c| !c.in_flight).count(),
-    );
+    w.log_summary();
+    let left = w.intake.left();
+    if left > 0 {
+        tracing::warn!(files = left, work = %w.intake.folder().display(), "files left undecided in the work folder; the next watcher adopts them");
+    }
+    let summary = w.summary;
+    w.intake.close();
     Ok(summary)
 }

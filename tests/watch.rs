@@ -38,12 +38,12 @@ const TEMPLATE_ISA13: &str = "000000101";
 
 /// The `[gateway]` settings a test cares about.
 #[derive(Debug, Clone, Copy)]
-struct Settings {
-    settle_ms: u64,
-    poll_ms: u64,
-    lease_seconds: u64,
-    workers: usize,
-    summary_seconds: u64,
+pub(crate) struct Settings {
+    pub settle_ms: u64,
+    pub poll_ms: u64,
+    pub lease_seconds: u64,
+    pub workers: usize,
+    pub summary_seconds: u64,
 }
 
 impl Default for Settings {
@@ -59,14 +59,14 @@ impl Default for Settings {
 }
 
 /// One test's gateway: a temporary folder with its own partners.toml and folders.
-struct Gate {
+pub(crate) struct Gate {
     tmp: tempfile::TempDir,
     /// Watcher runs so far, to name their logs.
     runs: std::sync::atomic::AtomicU32,
 }
 
 impl Gate {
-    fn new(s: Settings) -> Gate {
+    pub(crate) fn new(s: Settings) -> Gate {
         let tmp = tempfile::tempdir().expect("temporary folder");
         let config = format!(
             r#"[gateway]
@@ -107,58 +107,75 @@ contact = "edi-ops@example.com"
         }
     }
 
-    fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.tmp.path()
     }
-    fn inbox(&self) -> PathBuf {
+    pub(crate) fn inbox(&self) -> PathBuf {
         self.dir().join("inbox")
     }
-    fn archive(&self) -> PathBuf {
+    pub(crate) fn archive(&self) -> PathBuf {
         self.dir().join("archive")
     }
-    fn rejected(&self) -> PathBuf {
+    pub(crate) fn rejected(&self) -> PathBuf {
         self.dir().join("rejected")
     }
-    fn outbox(&self) -> PathBuf {
+    pub(crate) fn outbox(&self) -> PathBuf {
         self.dir().join("outbox")
     }
-    fn out(&self) -> PathBuf {
+    pub(crate) fn out(&self) -> PathBuf {
         self.dir().join("out")
     }
 
     /// Starts `x12gate watch ARGS...` in the background; its stderr goes to a log file.
-    fn start(&self, args: &[&str]) -> Watcher {
+    pub(crate) fn start(&self, args: &[&str]) -> Watcher {
         self.start_logging(args, "warn")
     }
 
     /// [`Gate::start`] with the log filter `filter`.
-    fn start_logging(&self, args: &[&str], filter: &str) -> Watcher {
+    pub(crate) fn start_logging(&self, args: &[&str], filter: &str) -> Watcher {
+        self.spawn(args, Some(filter), None)
+    }
+
+    /// `x12gate watch ARGS...` with the log filter `filter` (`None`: the default level, as
+    /// an operator runs it) and crash points `failpoints` armed.
+    pub(crate) fn spawn(
+        &self,
+        args: &[&str],
+        filter: Option<&str>,
+        failpoints: Option<&str>,
+    ) -> Watcher {
         let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let log = self.dir().join(format!("watch-{n}.log"));
         let err = fs::File::create(&log).expect("create the watcher's log");
-        let child = Command::new(assert_cmd::cargo::cargo_bin("x12gate"))
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin("x12gate"));
+        command
             .current_dir(self.dir())
             .arg("watch")
             .args(args)
-            .env("RUST_LOG", filter)
+            .env_remove("RUST_LOG")
             .env_remove("FAILPOINTS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("start x12gate watch");
+            .stderr(err);
+        if let Some(filter) = filter {
+            command.env("RUST_LOG", filter);
+        }
+        if let Some(points) = failpoints {
+            command.env("FAILPOINTS", points);
+        }
+        let child = command.spawn().expect("start x12gate watch");
         Watcher { child, log }
     }
 
     /// `x12gate watch --once`, to its end; returns the exit status and the log.
-    fn once(&self) -> (ExitStatus, String) {
+    pub(crate) fn once(&self) -> (ExitStatus, String) {
         let mut w = self.start(&["--once"]);
         let status = w.wait(Duration::from_secs(120));
         (status, w.log())
     }
 
     /// `x12gate history --json`, one object per decision.
-    fn history(&self) -> Vec<Value> {
+    pub(crate) fn history(&self) -> Vec<Value> {
         let out = crate::util::x12gate(self.dir())
             .args(["history", "--json"])
             .output()
@@ -177,7 +194,7 @@ contact = "edi-ops@example.com"
     }
 
     /// `x12gate stats --json`: interchange counts by disposition (or unfinished state).
-    fn counts(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn counts(&self) -> BTreeMap<String, u64> {
         let out = crate::util::x12gate(self.dir())
             .args(["stats", "--json"])
             .output()
@@ -194,7 +211,7 @@ contact = "edi-ops@example.com"
     }
 
     /// Names of the files in the inbox (temporary and hidden ones included).
-    fn inbox_names(&self) -> BTreeSet<String> {
+    pub(crate) fn inbox_names(&self) -> BTreeSet<String> {
         fs::read_dir(self.inbox())
             .expect("read inbox")
             .flatten()
@@ -204,7 +221,7 @@ contact = "edi-ops@example.com"
     }
 
     /// Files in the archive (any day) and in `rejected/` (not the reason files), by name.
-    fn moved(&self) -> Moved {
+    pub(crate) fn moved(&self) -> Moved {
         let mut m = Moved::default();
         for p in files_under(&self.archive()) {
             let name = file_name(&p);
@@ -226,7 +243,7 @@ contact = "edi-ops@example.com"
     }
 
     /// One line describing where things are, for failure messages.
-    fn state(&self) -> String {
+    pub(crate) fn state(&self) -> String {
         let m = self.moved();
         format!(
             "inbox {} file(s), archive {}, rejected {} (+{} reasons), outbox {}, out {}",
@@ -251,29 +268,29 @@ impl Drop for Gate {
 }
 
 #[derive(Debug, Default)]
-struct Moved {
-    archived: BTreeMap<String, PathBuf>,
-    rejected: BTreeMap<String, PathBuf>,
+pub(crate) struct Moved {
+    pub archived: BTreeMap<String, PathBuf>,
+    pub rejected: BTreeMap<String, PathBuf>,
     /// Reason files, by the name of the rejected file they explain.
-    reasons: BTreeMap<String, PathBuf>,
+    pub reasons: BTreeMap<String, PathBuf>,
     /// Names found twice (in different archive days).
-    twice: Vec<String>,
+    pub twice: Vec<String>,
 }
 
 impl Moved {
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.archived.len() + self.rejected.len()
     }
 }
 
 /// A watcher process; killed if a test ends while it still runs.
-struct Watcher {
-    child: Child,
-    log: PathBuf,
+pub(crate) struct Watcher {
+    pub child: Child,
+    pub log: PathBuf,
 }
 
 impl Watcher {
-    fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.child.id().to_string())
@@ -287,7 +304,7 @@ impl Watcher {
     }
 
     /// Waits for the process to exit; fails (after killing it) if it is not done in time.
-    fn wait(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) fn wait(&mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().expect("poll the watcher") {
@@ -305,7 +322,7 @@ impl Watcher {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -320,7 +337,7 @@ impl Drop for Watcher {
 }
 
 /// Polls `done` until it holds; fails after `within` with `state()` in the message.
-fn wait_for(
+pub(crate) fn wait_for(
     within: Duration,
     what: &str,
     mut done: impl FnMut() -> bool,
@@ -337,14 +354,14 @@ fn wait_for(
     }
 }
 
-fn file_name(p: &Path) -> String {
+pub(crate) fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
 
 /// Regular files under `dir`, recursively, skipping hidden entries (`.x12gate-tmp`).
-fn files_under(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let Ok(entries) = fs::read_dir(dir) else {
         return found;
@@ -364,7 +381,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Names of the regular, not hidden, files directly in `dir`.
-fn top_files(dir: &Path) -> BTreeSet<String> {
+pub(crate) fn top_files(dir: &Path) -> BTreeSet<String> {
     fs::read_dir(dir)
         .map(|d| {
             d.flatten()
@@ -378,7 +395,7 @@ fn top_files(dir: &Path) -> BTreeSet<String> {
 
 /// The files directly in `dir`, grouped by the key number their name starts with
 /// (`ZZ_ACME_000000123.`); `None` for names of no such key.
-fn by_key_name(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
+pub(crate) fn by_key_name(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
     let mut found: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
     for name in top_files(dir) {
         let n = name
@@ -392,7 +409,7 @@ fn by_key_name(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
 }
 
 /// The watcher's final line: files taken, accepted, duplicates, conflicts, files rejected.
-fn final_counts(log: &str) -> Option<[u64; 5]> {
+pub(crate) fn final_counts(log: &str) -> Option<[u64; 5]> {
     let line = log
         .lines()
         .rev()
@@ -408,13 +425,13 @@ fn final_counts(log: &str) -> Option<[u64; 5]> {
 // ---------------------------------------------------------------------------------------------
 // Interchanges and planned files.
 
-fn template() -> &'static str {
+pub(crate) fn template() -> &'static str {
     static T: OnceLock<String> = OnceLock::new();
     T.get_or_init(|| fs::read_to_string(fixture("850-004010.x12")).expect("the 850 fixture"))
 }
 
 /// The fixture 850 as interchange `n` (ISA13, IEA02, GS06 and GE02), ordering `po`.
-fn interchange(n: u32, po: &str) -> String {
+pub(crate) fn interchange(n: u32, po: &str) -> String {
     let t = template();
     let replace = |text: String, from: &str, to: &str, times: usize| {
         assert_eq!(text.matches(from).count(), times, "template: {from}");
@@ -428,25 +445,25 @@ fn interchange(n: u32, po: &str) -> String {
 
 /// The same interchange as sent again later: other enveloping time and CRLF line endings,
 /// which the fingerprint ignores (SPEC section 3).
-fn re_enveloped(text: &str) -> String {
+pub(crate) fn re_enveloped(text: &str) -> String {
     assert!(text.contains("*240115*0930*U*"));
     text.replace("*240115*0930*U*", "*240116*1015*U*")
         .replace("~\n", "~\r\n")
 }
 
 /// SE01 one short: the set is rejected (997 AK5 R), so the interchange is.
-fn broken_se01(text: &str) -> String {
+pub(crate) fn broken_se01(text: &str) -> String {
     assert!(text.contains("SE*13*0001~"));
     text.replace("SE*13*0001~", "SE*12*0001~")
 }
 
-fn key(n: u32) -> String {
+pub(crate) fn key(n: u32) -> String {
     format!("ZZ:ACME:{n:09}")
 }
 
 /// How a file reaches the inbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Arrival {
+pub(crate) enum Arrival {
     /// Written under its name in one go.
     Direct,
     /// Written as `NAME.part`, renamed once older than the settle time.
@@ -461,24 +478,24 @@ enum Arrival {
 
 /// One interchange in a planned file.
 #[derive(Debug, Clone)]
-struct Ic {
-    n: u32,
-    po: String,
+pub(crate) struct Ic {
+    pub n: u32,
+    pub po: String,
     /// SE01 wrong: the interchange is rejected.
-    broken: bool,
+    pub broken: bool,
 }
 
 #[derive(Debug, Clone)]
-struct Planned {
-    name: String,
-    bytes: Vec<u8>,
-    arrival: Arrival,
+pub(crate) struct Planned {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub arrival: Arrival,
     /// Empty for a file that is not X12.
-    ics: Vec<Ic>,
+    pub ics: Vec<Ic>,
 }
 
 /// Files that are not X12 at all.
-fn not_x12(i: usize) -> Vec<u8> {
+pub(crate) fn not_x12(i: usize) -> Vec<u8> {
     match i % 4 {
         0 => b"Hello, this is not EDI.\n".to_vec(),
         1 => b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<< /Type /Catalog >>\nendobj\n".to_vec(),
@@ -493,7 +510,7 @@ fn not_x12(i: usize) -> Vec<u8> {
 /// only changed the enveloping time and the line endings. Files of a key of their own arrive
 /// by every way (with `slow`, one in ten is written slowly in place); the order of arrival is
 /// shuffled and the names (`fNNNN.x12`) follow it.
-fn corpus(count: usize, base: u32, slow: bool) -> Vec<Planned> {
+pub(crate) fn corpus(count: usize, base: u32, slow: bool) -> Vec<Planned> {
     let mut n = base;
     let mut next = || {
         n += 1;
@@ -646,7 +663,7 @@ fn first_name(f: &Planned) -> String {
 }
 
 /// Writes `bytes` to `path` in place in `chunks` parts, pausing `pause` between them.
-fn write_slowly(path: &Path, bytes: &[u8], chunks: usize, pause: Duration) {
+pub(crate) fn write_slowly(path: &Path, bytes: &[u8], chunks: usize, pause: Duration) {
     use std::io::Write;
     let mut f = fs::File::create(path).expect("create a slowly written file");
     let size = bytes.len().div_ceil(chunks);
@@ -661,7 +678,13 @@ fn write_slowly(path: &Path, bytes: &[u8], chunks: usize, pause: Duration) {
 /// Drops `files` into `inbox` while a watcher runs: one every `gap`, temporary names renamed
 /// once they are older than `hold` (so a watcher that took them would have taken them), slow
 /// files written by threads of their own. Returns when every file is under its final name.
-fn drop_files(inbox: &Path, files: &[Planned], gap: Duration, hold: Duration, pause: Duration) {
+pub(crate) fn drop_files(
+    inbox: &Path,
+    files: &[Planned],
+    gap: Duration,
+    hold: Duration,
+    pause: Duration,
+) {
     let mut pending: VecDeque<(PathBuf, PathBuf, Instant)> = VecDeque::new();
     let rename = |from: &Path, to: &Path| {
         fs::rename(from, to).unwrap_or_else(|e| {
@@ -698,7 +721,7 @@ fn drop_files(inbox: &Path, files: &[Planned], gap: Duration, hold: Duration, pa
 }
 
 /// Writes every file under its final name at once (for the interrupted runs).
-fn drop_all(inbox: &Path, files: &[Planned]) {
+pub(crate) fn drop_all(inbox: &Path, files: &[Planned]) {
     for f in files {
         fs::write(inbox.join(&f.name), &f.bytes).expect("drop a file");
     }
@@ -707,7 +730,7 @@ fn drop_all(inbox: &Path, files: &[Planned]) {
 // ---------------------------------------------------------------------------------------------
 // The end state.
 
-fn reason_json(path: &Path) -> Value {
+pub(crate) fn reason_json(path: &Path) -> Value {
     let text = fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading the reason file {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()))
@@ -715,7 +738,7 @@ fn reason_json(path: &Path) -> Value {
 
 /// How strictly [`check_end_state`] counts events that a restart may legitimately repeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Run {
+pub(crate) enum Run {
     /// Nothing was cut short: exactly one decision per file and interchange.
     Clean,
     /// A process was killed: a file whose interchanges were decided but which was not yet
@@ -726,7 +749,7 @@ enum Run {
 }
 
 /// Checks the end state of a gateway that was given `files`; the inbox must be empty.
-fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
+pub(crate) fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
     let inbox = gate.inbox_names();
     assert!(inbox.is_empty(), "files left in the inbox: {inbox:?}");
     let m = gate.moved();
@@ -999,7 +1022,7 @@ fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
 }
 
 /// How many moved files the final line should report as taken etc., for a clean run.
-fn expected_summary(files: &[Planned]) -> [u64; 5] {
+pub(crate) fn expected_summary(files: &[Planned]) -> [u64; 5] {
     let ics: u64 = files.iter().map(|f| f.ics.len() as u64).sum();
     let mut seen: BTreeSet<u32> = BTreeSet::new();
     let mut contents: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
@@ -1123,7 +1146,11 @@ fn copies_of_one_key_taken_together() {
     }
     drop_all(&gate.inbox(), &files);
     let (status, log) = gate.once();
-    assert_eq!(status.code(), Some(0), "log:\n{log}");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "--once rejected files: exit 3; log:\n{log}"
+    );
     check_end_state(&gate, &files, Run::Clean);
     assert_eq!(
         final_counts(&log),
@@ -1146,7 +1173,11 @@ fn corrected_resend_arriving_with_its_rejected_original() {
     fs::write(gate.inbox().join("a-broken.x12"), &broken).unwrap();
     fs::write(gate.inbox().join("b-corrected.x12"), &corrected).unwrap();
     let (status, log) = gate.once();
-    assert_eq!(status.code(), Some(0), "log:\n{log}");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "--once rejected files: exit 3; log:\n{log}"
+    );
     let m = gate.moved();
     let history = gate.history();
     let decisions: Vec<String> = history
@@ -1178,7 +1209,7 @@ fn corrected_resend_arriving_with_its_rejected_original() {
 }
 
 /// Claims not yet completed (`in_flight` or `failed`), read from the registry.
-fn unfinished_claims(gate: &Gate) -> u64 {
+pub(crate) fn unfinished_claims(gate: &Gate) -> u64 {
     let db = gate.dir().join("x12gate.db");
     let Ok(Some(registry)) = x12gate::registry::Registry::open_read_only(&db) else {
         return 0;
@@ -1267,7 +1298,13 @@ fn sigterm_mid_load_then_restart_reaches_the_same_end_state() {
     );
 
     let (status, log) = gate.once();
-    assert_eq!(status.code(), Some(0), "the restart; log:\n{log}");
+    let counts = final_counts(&log).expect("final line");
+    let want = if counts[3] + counts[4] > 0 { 3 } else { 0 };
+    assert_eq!(
+        status.code(),
+        Some(want),
+        "the restart: exit 3 when it rejected files; log:\n{log}"
+    );
     check_end_state(&gate, &files, Run::Clean);
 }
 
@@ -1403,9 +1440,10 @@ fn not_x12_is_rejected_with_a_reason_and_the_rest_goes_on() {
     assert_eq!(final_counts(&w.log()), Some([3, 2, 0, 0, 1]), "{}", w.log());
 }
 
-/// `--once` takes what is in the inbox (not temporary or hidden names) and exits 0.
+/// `--once` takes what is in the inbox (not temporary or hidden names); it exits 3 because a
+/// file was rejected, like `process`, and 0 when there was nothing to reject.
 #[test]
-fn once_processes_the_inbox_and_exits_0() {
+fn once_processes_the_inbox_and_exits_3_on_a_rejection() {
     let gate = Gate::new(Settings::default());
     let inbox = gate.inbox();
     let files = [
@@ -1428,7 +1466,11 @@ fn once_processes_the_inbox_and_exits_0() {
     }
     let started = Instant::now();
     let (status, log) = gate.once();
-    assert_eq!(status.code(), Some(0), "log:\n{log}");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "--once rejected files: exit 3; log:\n{log}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "--once took {:?}",
@@ -1666,20 +1708,27 @@ fn concurrent_moves_never_overwrite_each_other() {
         fs::create_dir_all(gate.rejected()).unwrap();
         fs::write(gate.rejected().join("x.x12"), b"earlier").unwrap();
         let names = ["x.x12", "x-1.x12"];
-        for name in names {
-            fs::write(gate.inbox().join(name), name).unwrap();
-        }
+        let mut intake = x12gate::intake::Intake::open(&config.gateway).expect("a work folder");
+        let taken: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let path = gate.inbox().join(name);
+                fs::write(&path, name).unwrap();
+                intake.take(&path).unwrap().expect("taken")
+            })
+            .collect();
         let start = std::sync::Barrier::new(names.len());
         let failures: Vec<String> = std::thread::scope(|scope| {
-            let moves: Vec<_> = names
+            let moves: Vec<_> = taken
                 .iter()
-                .map(|name| {
-                    let (config, start, path) = (&config, &start, gate.inbox().join(name));
+                .map(|taken| {
+                    let (config, start) = (&config, &start);
+                    let path = gate.inbox().join(&taken.name);
                     scope.spawn(move || {
                         let reports = [report(&path)];
                         start.wait();
-                        x12gate::inbound::dispose(&path, &reports, config)
-                            .map_err(|e| format!("moving {name}: {e}"))
+                        x12gate::inbound::dispose(taken, &reports, config)
+                            .map_err(|e| format!("moving {}: {e}", taken.name))
                     })
                 })
                 .collect();
@@ -1707,8 +1756,10 @@ fn concurrent_moves_never_overwrite_each_other() {
     }
 }
 
-/// The first SIGTERM lets the file in flight finish (here it waits for a claim that a
-/// crashed `process` holds for a minute); a second one exits at once with 130.
+/// The first SIGTERM lets the file in flight finish (here a crash point holds it for half
+/// a minute after its outputs are written); a second one exits at once with 130. The file
+/// stays in the dead watcher's work folder, and the next watcher adopts it and finishes it at
+/// once, without waiting for the minute-long lease of the claim it left.
 #[cfg(feature = "failpoints")]
 #[test]
 fn second_signal_exits_at_once() {
@@ -1718,21 +1769,8 @@ fn second_signal_exits_at_once() {
         summary_seconds: 1,
         ..Settings::default()
     });
-    let held = gate.dir().join("held.x12");
-    let bytes = interchange(1001, "PO-HELD");
-    fs::write(&held, &bytes).unwrap();
-    let crashed = crate::util::x12gate(gate.dir())
-        .args(["process"])
-        .arg(&held)
-        .env("FAILPOINTS", "claim.after=return")
-        .output()
-        .expect("run process");
-    assert!(
-        !crashed.status.success(),
-        "the failpoint aborts after the claim: {crashed:?}"
-    );
-    fs::write(gate.inbox().join("held.x12"), &bytes).unwrap();
-    let mut w = gate.start_logging(&[], "info");
+    fs::write(gate.inbox().join("held.x12"), interchange(1001, "PO-HELD")).unwrap();
+    let mut w = gate.spawn(&[], None, Some("outputs.after=sleep(30000)"));
     wait_for(
         Duration::from_secs(30),
         "the watcher to hold the file (a summary with in_flight=1)",
@@ -1746,7 +1784,7 @@ fn second_signal_exits_at_once() {
         || w.log().contains("shutting down"),
         || w.log(),
     );
-    // Still finishing: the claim it waits for has most of a minute to run.
+    // Still finishing: the file in flight has most of half a minute to go.
     let still = Instant::now() + Duration::from_millis(700);
     while Instant::now() < still {
         assert!(
@@ -1761,9 +1799,30 @@ fn second_signal_exits_at_once() {
     assert_eq!(status.code(), Some(130), "log:\n{}", w.log());
     assert!(w.log().contains("second signal"), "{}", w.log());
     assert!(
-        gate.inbox_names().contains("held.x12"),
-        "the unfinished file stays in the inbox"
+        gate.inbox_names().is_empty(),
+        "the file left the inbox when taken"
     );
+    assert!(gate.moved().count() == 0, "{}", gate.state());
+
+    let started = Instant::now();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(0), "log:\n{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the restart waited {:?} for the dead watcher's lease",
+        started.elapsed()
+    );
+    assert_eq!(
+        gate.moved().archived.keys().collect::<Vec<_>>(),
+        ["held.x12"]
+    );
+    let accepted: Vec<Value> = gate
+        .history()
+        .into_iter()
+        .filter(|e| e["event"] == "accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "{accepted:?}");
+    assert_eq!(accepted[0]["attempt"], 2, "{accepted:?}");
 }
 
 /// The speed figure: `watch` against `process` on the same small files, each on a fresh

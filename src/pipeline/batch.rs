@@ -26,12 +26,12 @@ use crate::{fingerprint, outputs, validate};
 use super::{
     acknowledgments, correlation_id, decide_with, interchange_key, json, outbound_name,
     output_stem, CountingCounters, Decision, ProcessError, ProcessOptions, Report,
-    ReservedCounters,
+    ReservedCounters, Source, Turn,
 };
 
 /// Files read per batch, and the bytes they may hold together.
 pub const BATCH_FILES: usize = 256;
-const BATCH_BYTES: usize = 64 << 20;
+pub const BATCH_BYTES: usize = 64 << 20;
 
 /// What became of one file: its interchanges' reports, or why it could not be read.
 #[derive(Debug)]
@@ -66,38 +66,50 @@ pub fn process_file(
     registry: &mut Registry,
     options: &ProcessOptions,
 ) -> Result<Vec<Report>, ProcessError> {
-    let mut outcomes = process_files(&[path.to_path_buf()], config, registry, options)?;
+    let mut outcomes = process_files(&[Source::from(path)], config, registry, options, None)?;
     match outcomes.pop() {
         Some(o) => o.result,
         None => Ok(Vec::new()),
     }
 }
 
-/// Processes files in batches. `Err` only for what stops the run (the registry, or outputs
-/// that cannot be written); a file that cannot be read is an `Err` in its own outcome.
+/// Processes files in batches. `Err` only for what stops the run (the registry, outputs that
+/// cannot be written, a stop mid-batch); a file that cannot be read is an `Err` in its own
+/// outcome. With a `turn`, the first batch claims its keys in that turn (see
+/// [`super::ClaimOrder`]); callers that need the order for every file pass at most
+/// [`BATCH_FILES`] files of at most [`BATCH_BYTES`] together. After a stop request that
+/// abandons work, the files not yet begun are left out of the outcomes.
 pub fn process_files(
-    paths: &[PathBuf],
+    sources: &[Source],
     config: &Config,
     registry: &mut Registry,
     options: &ProcessOptions,
+    mut turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
-    let mut outcomes = Vec::with_capacity(paths.len());
+    let mut outcomes = Vec::with_capacity(sources.len());
     let mut start = 0;
-    while start < paths.len() {
+    while start < sources.len() && !options.stop.abandoned() {
         // A batch: up to BATCH_FILES files and BATCH_BYTES bytes (always at least one file).
         let mut inputs = Vec::new();
         let mut bytes = 0;
-        while let Some(path) = paths.get(start + inputs.len()) {
+        while let Some(source) = sources.get(start + inputs.len()) {
             if inputs.len() >= BATCH_FILES || (bytes >= BATCH_BYTES && !inputs.is_empty()) {
                 break;
             }
-            let read = crate::input::read(path, config.limits.max_file_bytes);
+            let read = crate::input::read(&source.read, config.limits.max_file_bytes);
             bytes += read.as_ref().map_or(0, Vec::len);
             inputs.push(read);
         }
-        let batch = &paths[start..start + inputs.len()];
+        let batch = &sources[start..start + inputs.len()];
         start += inputs.len();
-        outcomes.extend(run_batch(batch, inputs, config, registry, options)?);
+        outcomes.extend(run_batch(
+            batch,
+            inputs,
+            config,
+            registry,
+            options,
+            turn.take(),
+        )?);
     }
     Ok(outcomes)
 }
@@ -110,13 +122,14 @@ enum Slot {
 }
 
 fn run_batch(
-    paths: &[PathBuf],
+    sources: &[Source],
     inputs: Vec<Result<Vec<u8>, crate::input::InputError>>,
     config: &Config,
     registry: &mut Registry,
     options: &ProcessOptions,
+    mut turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
-    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let shown: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
     // Buffers first, so that the interchanges can borrow them for the whole batch.
     let mut failures: Vec<Option<ProcessError>> = Vec::with_capacity(inputs.len());
     let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(inputs.len());
@@ -137,14 +150,7 @@ fn run_batch(
                     )?))],
                 )
             }
-            Err(crate::input::InputError::Io { cause: source, .. }) => (
-                Vec::new(),
-                Some(ProcessError::Io {
-                    path: name.clone(),
-                    cause: source,
-                }),
-                Vec::new(),
-            ),
+            Err(e) => (Vec::new(), Some(ProcessError::Input(e)), Vec::new()),
         };
         buffers.push(buffer);
         failures.push(failure);
@@ -171,6 +177,7 @@ fn run_batch(
     }
     let mut pending: Vec<usize> = (0..items.len()).collect();
     let mut backoff = Duration::from_millis(20);
+    let mut waiting = Waiting::default();
     while !pending.is_empty() {
         // A key may appear twice in a batch (a resend in the same call): the later copy
         // waits for the next round, where it meets the first one's completed claim.
@@ -178,21 +185,40 @@ fn run_batch(
         let (round, later): (Vec<usize>, Vec<usize>) = pending
             .into_iter()
             .partition(|i| seen.insert(items[*i].key.clone()));
-        let busy = run_round(&round, &mut items, config, registry, options)?;
+        if let Some(t) = &turn {
+            let lease = Duration::from_secs(config.gateway.lease_seconds);
+            t.wait(lease.min(Duration::from_secs(60)));
+        }
+        let round_result = run_round(&round, &mut items, config, registry, options);
+        // The turn ends with the first claim transaction, whatever its outcome.
+        turn = None;
+        let busy = round_result?;
         if !busy.is_empty() && later.is_empty() {
-            std::thread::sleep(backoff);
+            waiting.log(&busy, &items);
+            if !options.stop.sleep(backoff) {
+                // Stopped while waiting: these stay undecided; a rerun meets the holder's
+                // decision.
+                for (i, holder) in &busy {
+                    let report = &mut items[*i].report;
+                    report.reason = Some(format!(
+                        "stopped while waiting for {}, which holds the claim",
+                        crate::owner::describe(&holder.owner)
+                    ));
+                }
+                break;
+            }
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
-        pending = busy.into_iter().chain(later).collect();
+        pending = busy.into_iter().map(|(i, _)| i).chain(later).collect();
         pending.sort_unstable();
     }
     let mut reports: Vec<Option<Report>> = items.into_iter().map(|it| Some(it.report)).collect();
-    let outcomes = paths
+    let outcomes = sources
         .iter()
         .zip(failures)
         .zip(slots)
-        .map(|((path, failure), slots)| FileOutcome {
-            path: path.clone(),
+        .map(|((source, failure), slots)| FileOutcome {
+            path: source.read.clone(),
             result: match failure {
                 Some(e) => Err(e),
                 None => Ok(slots
@@ -278,10 +304,61 @@ fn span(item: &Item<'_>) -> tracing::Span {
     tracing::error_span!("interchange", correlation_id = %item.report.correlation_id.as_deref().unwrap_or("-"))
 }
 
+/// Who holds a key we wait for, and until when.
+#[derive(Debug, Clone)]
+struct Holder {
+    owner: String,
+    lease_expires_ms: i64,
+}
+
+/// Tells, at the default log level, what a batch waits for: once per holder, then every
+/// half minute while the wait goes on.
+#[derive(Default)]
+struct Waiting {
+    told: std::collections::HashMap<String, std::time::Instant>,
+}
+
+impl Waiting {
+    fn log(&mut self, busy: &[(usize, Holder)], items: &[Item<'_>]) {
+        let mut by_owner: std::collections::BTreeMap<&str, (usize, i64, &str)> =
+            std::collections::BTreeMap::new();
+        for (i, h) in busy {
+            let e = by_owner.entry(h.owner.as_str()).or_insert((
+                0,
+                h.lease_expires_ms,
+                items[*i].key.as_str(),
+            ));
+            e.0 += 1;
+            e.1 = e.1.max(h.lease_expires_ms);
+        }
+        let now = std::time::Instant::now();
+        for (owner, (count, until, first)) in by_owner {
+            let due = self
+                .told
+                .get(owner)
+                .is_none_or(|t| now.duration_since(*t) >= Duration::from_secs(30));
+            if !due {
+                continue;
+            }
+            self.told.insert(owner.to_string(), now);
+            let until = chrono::DateTime::from_timestamp_millis(until)
+                .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
+                .unwrap_or_default();
+            tracing::warn!(
+                holder = %crate::owner::describe(owner),
+                interchanges = count,
+                first = first,
+                lease_until = %until,
+                "waiting for another process that holds these interchanges, at most until its lease ends (SIGTERM or SIGINT stops the wait)"
+            );
+        }
+    }
+}
+
 /// What a round does with an interchange once its claim is answered.
 enum Plan {
     /// Retry in a later round (another process holds it).
-    Busy,
+    Busy(Holder),
     /// Settled without writing (in progress elsewhere, with `--no-wait`).
     Event(&'static str),
     /// Replay these stored acknowledgments (a duplicate).
@@ -303,14 +380,14 @@ struct Output {
 }
 
 /// One round over items with distinct keys; returns the items whose keys are busy elsewhere
-/// (to retry), having settled every other one.
+/// (to retry) with their holders, having settled every other one.
 fn run_round(
     round: &[usize],
     items: &mut [Item<'_>],
     config: &Config,
     registry: &mut Registry,
     options: &ProcessOptions,
-) -> Result<Vec<usize>, ProcessError> {
+) -> Result<Vec<(usize, Holder)>, ProcessError> {
     let lease_ms =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     // (2) Claim every key in one transaction.
@@ -327,21 +404,30 @@ fn run_round(
                     file: &it.report.file,
                     owner: &options.owner,
                     lease_ms,
+                    is_dead: &crate::owner::is_dead,
                 })
             })
             .collect::<Result<Vec<_>, _>>()
     })?;
     let mut plans = Vec::with_capacity(round.len());
+    let mut takeovers: std::collections::BTreeMap<String, usize> = Default::default();
     for (&i, claim) in round.iter().zip(claims) {
         let it = &mut items[i];
         let _enter = span(it).entered();
         let plan = match claim {
             Claim::Busy { owner, .. } if options.no_wait => {
-                tracing::info!(%owner, "in progress elsewhere; not waiting");
-                it.report.reason = Some(format!("another process ({owner}) holds the claim"));
+                let holder = crate::owner::describe(&owner);
+                tracing::info!(%holder, "in progress elsewhere; not waiting");
+                it.report.reason = Some(format!("{holder} holds the claim"));
                 Plan::Event("in_progress")
             }
-            Claim::Busy { .. } => Plan::Busy,
+            Claim::Busy {
+                owner,
+                lease_expires_ms,
+            } => Plan::Busy(Holder {
+                owner,
+                lease_expires_ms,
+            }),
             Claim::Duplicate(done) => {
                 // The original's outcome travels with the replay: an exact resend of a rejected
                 // interchange is answered the same way and is still a rejected file.
@@ -378,23 +464,36 @@ fn run_round(
                 first_fingerprint,
             } => {
                 it.report.attempt = Some(attempt);
+                let why = match &previous {
+                    Previous::Expired { .. } => "its lease expired",
+                    Previous::Dead { .. } => "its process is dead",
+                    _ => "it failed",
+                };
                 it.report.took_over = match previous {
-                    Previous::Expired { owner } => Some(owner),
+                    Previous::Expired { owner } | Previous::Dead { owner } => Some(owner),
                     Previous::Failed => Some("failed attempt".into()),
                     _ => None,
                 };
-                if it.report.took_over.is_some() {
-                    tracing::warn!(attempt, took_over = ?it.report.took_over, "taking over an unfinished claim");
+                if let Some(from) = &it.report.took_over {
+                    tracing::info!(attempt, took_over = %from, "taking over an unfinished claim: {why}");
+                    *takeovers
+                        .entry(format!("{} ({why})", crate::owner::describe(from)))
+                        .or_default() += 1;
                 }
                 Plan::Own(first_fingerprint)
             }
         };
         plans.push((i, plan));
     }
-    let busy: Vec<usize> = plans
+    for (from, n) in &takeovers {
+        tracing::warn!(interchanges = n, "taking over unfinished claims of {from}");
+    }
+    let busy: Vec<(usize, Holder)> = plans
         .iter()
-        .filter(|(_, p)| matches!(p, Plan::Busy))
-        .map(|(i, _)| *i)
+        .filter_map(|(i, p)| match p {
+            Plan::Busy(h) => Some((*i, h.clone())),
+            _ => None,
+        })
         .collect();
     let owned: Vec<usize> = plans
         .iter()
@@ -403,6 +502,15 @@ fn run_round(
         .collect();
     if !owned.is_empty() {
         fail::fail_point!("claim.after", |_| std::process::abort());
+    }
+    if options.stop.abandoned() {
+        return Err(fail_all(
+            registry,
+            &owned,
+            items,
+            options,
+            ProcessError::Interrupted,
+        ));
     }
 
     // (3) Decide, reserve and renew (and number the TA1s of conflicts), in one transaction.
@@ -445,7 +553,7 @@ fn run_round(
                         });
                     }
                 }
-                Plan::Busy | Plan::Event(_) => {}
+                Plan::Busy(_) | Plan::Event(_) => {}
             }
         }
         Ok::<_, ProcessError>((prepared, outputs))
@@ -454,6 +562,15 @@ fn run_round(
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
+    if options.stop.abandoned() {
+        return Err(fail_all(
+            registry,
+            &owned,
+            items,
+            options,
+            ProcessError::Interrupted,
+        ));
+    }
     let replays = writes.len();
     writes.extend(
         prepared
@@ -557,7 +674,7 @@ fn run_round(
                 Plan::Replay(_) => "duplicate",
                 Plan::Refuse(_) => "conflict",
                 Plan::Event(event) => event,
-                Plan::Busy | Plan::Own(_) => continue,
+                Plan::Busy(_) | Plan::Own(_) => continue,
             };
             let it = &items[*i];
             b.record_event(
@@ -696,8 +813,14 @@ fn fail_all(
     options: &ProcessOptions,
     e: ProcessError,
 ) -> ProcessError {
-    for i in owned {
-        let _ = registry.fail(&items[*i].key, &options.owner, &e.to_string());
+    let reason = e.to_string();
+    let failed = registry.batch(|b| {
+        owned
+            .iter()
+            .try_for_each(|i| b.fail(&items[*i].key, &options.owner, &reason))
+    });
+    if let Err(f) = failed {
+        tracing::warn!(error = %f, "could not mark the batch's claims failed; they wait for their lease");
     }
     e
 }

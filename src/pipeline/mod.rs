@@ -159,10 +159,15 @@ pub struct Report {
 pub enum ProcessError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
     #[error("{path}: {cause}")]
     Io { path: String, cause: std::io::Error },
     #[error("{0}")]
     Translate(String),
+    /// A stop (SIGTERM, SIGINT) cut the batch short; its claims were marked failed.
+    #[error("stopped before the batch was complete; its claims were marked failed, so a rerun takes them over at once")]
+    Interrupted,
 }
 
 /// How `process` behaves.
@@ -170,22 +175,162 @@ pub enum ProcessError {
 pub struct ProcessOptions {
     /// Report `in_progress` instead of waiting for another process's live lease.
     pub no_wait: bool,
-    /// This process's identity in leases.
+    /// This process's identity in leases ([`crate::owner::Owner::id`], perhaps with a suffix).
     pub owner: String,
+    /// Set by signals: stop waiting, or stop altogether at the next safe point.
+    pub stop: Stop,
 }
 
 impl ProcessOptions {
     pub fn new(no_wait: bool) -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "localhost".into());
-        let nonce = blake3::hash(
-            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
-        )
-        .to_hex();
         ProcessOptions {
             no_wait,
-            owner: format!("{host}:{}:{}", std::process::id(), &nonce[..8]),
+            owner: crate::owner::Owner::current().id(),
+            stop: Stop::default(),
+        }
+    }
+}
+
+/// A request to stop early, shared by whoever hears the signal and the work it stops. It has
+/// two levels: `watch`'s first SIGTERM only stops waiting for leases held by other processes
+/// (the files in flight finish); `process`'s SIGTERM also abandons its own work at the next
+/// step boundary, marking its claims failed so that nobody waits for them.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Stop {
+    pub const RUNNING: usize = 0;
+    pub const STOP_WAITING: usize = 1;
+    pub const ABANDON: usize = 2;
+
+    /// The flag itself, for signal handlers (`signal_hook::flag::register_usize`).
+    pub fn flag(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        self.0.clone()
+    }
+
+    pub fn stop_waiting(&self) {
+        self.0
+            .fetch_max(Self::STOP_WAITING, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn abandon(&self) {
+        self.0
+            .fetch_max(Self::ABANDON, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn level(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn waiting_stopped(&self) -> bool {
+        self.level() >= Self::STOP_WAITING
+    }
+
+    pub fn abandoned(&self) -> bool {
+        self.level() >= Self::ABANDON
+    }
+
+    /// Sleeps `total` in short steps; `false` when waiting was stopped meanwhile.
+    fn sleep(&self, total: std::time::Duration) -> bool {
+        let step = std::time::Duration::from_millis(20);
+        let until = std::time::Instant::now() + total;
+        while std::time::Instant::now() < until {
+            if self.waiting_stopped() {
+                return false;
+            }
+            std::thread::sleep(
+                step.min(until.saturating_duration_since(std::time::Instant::now())),
+            );
+        }
+        !self.waiting_stopped()
+    }
+}
+
+/// Claims in arrival order across the concurrent batches of one process: each batch gets a
+/// [`Turn`] when it is dispatched and claims its keys only once every batch dispatched before
+/// it has claimed its own, so that of two files with one key the earlier arrival always wins,
+/// whichever worker gets to the database first.
+#[derive(Debug, Default)]
+pub struct ClaimOrder {
+    /// The next turn to claim, and turns finished out of order.
+    state: std::sync::Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    changed: std::sync::Condvar,
+    issued: std::sync::atomic::AtomicU64,
+}
+
+/// One batch's place in a [`ClaimOrder`]; dropping it ends the turn.
+#[derive(Debug)]
+pub struct Turn {
+    order: std::sync::Arc<ClaimOrder>,
+    n: u64,
+}
+
+impl ClaimOrder {
+    /// The next turn, in dispatch order.
+    pub fn turn(order: &std::sync::Arc<ClaimOrder>) -> Turn {
+        Turn {
+            order: order.clone(),
+            n: order
+                .issued
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+}
+
+impl Turn {
+    /// Waits until every earlier turn has ended. Bounded: a turn stuck for longer than
+    /// `limit` (it cannot be, but a wedged disk could) no longer holds the others up.
+    fn wait(&self, limit: std::time::Duration) {
+        let Ok(mut state) = self.order.state.lock() else {
+            return;
+        };
+        let until = std::time::Instant::now() + limit;
+        while state.0 < self.n {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    turn = self.n,
+                    "claim order: an earlier batch did not claim in time; going ahead"
+                );
+                return;
+            }
+            state = match self.order.changed.wait_timeout(state, left) {
+                Ok((s, _)) => s,
+                Err(_) => return,
+            };
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.order.state.lock() {
+            state.1.insert(self.n);
+            loop {
+                let next = state.0;
+                if !state.1.remove(&next) {
+                    break;
+                }
+                state.0 += 1;
+            }
+        }
+        self.order.changed.notify_all();
+    }
+}
+
+/// A file to process: where to read it, and the name that reports and the history give it
+/// (for a file the watcher moved into its work folder, the path it arrived under).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub read: std::path::PathBuf,
+    pub name: String,
+}
+
+impl From<&std::path::Path> for Source {
+    fn from(p: &std::path::Path) -> Self {
+        Source {
+            read: p.to_path_buf(),
+            name: p.display().to_string(),
         }
     }
 }
@@ -239,4 +384,4 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 mod batch;
 
-pub use batch::{process_file, process_files, FileOutcome, BATCH_FILES};
+pub use batch::{process_file, process_files, FileOutcome, BATCH_BYTES, BATCH_FILES};

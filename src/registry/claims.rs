@@ -18,7 +18,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// What a process asks for when it opens an interchange's envelope.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClaimRequest<'a> {
     pub key: &'a str,
     /// The partner's `QUAL:ID`.
@@ -26,9 +26,12 @@ pub struct ClaimRequest<'a> {
     pub control_number: &'a str,
     pub fingerprint: &'a str,
     pub file: &'a str,
-    /// Who we are (`host:pid:nonce`), so a lease can be told apart from another's.
+    /// Who we are ([`crate::owner::Owner::id`]), so a lease can be told apart from another's.
     pub owner: &'a str,
     pub lease_ms: i64,
+    /// Whether the holder of a live lease is certainly dead (a crashed process on this host):
+    /// its claim is taken over at once instead of after the lease.
+    pub is_dead: &'a dyn Fn(&str) -> bool,
 }
 
 /// How we came to own a claim.
@@ -38,6 +41,8 @@ pub enum Previous {
     New,
     /// An earlier attempt's lease expired (it crashed or hung): we took over from it.
     Expired { owner: String },
+    /// The earlier attempt's owner is dead (its lease had not run out yet).
+    Dead { owner: String },
     /// An earlier attempt failed operationally.
     Failed,
     /// The earlier outcome was `rejected` and this is a corrected resend.
@@ -367,7 +372,11 @@ fn claim(
         ("completed", _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
         ("completed", Some("rejected")) => take_over(Previous::Rejected { fingerprint })?,
         ("completed", _) => Claim::Conflict(load_completed(tx, req.key)?),
-        ("in_flight", _) if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) => {
+        ("in_flight", _)
+            if lease.unwrap_or(0) > now
+                && owner.as_deref() != Some(req.owner)
+                && !owner.as_deref().is_some_and(req.is_dead) =>
+        {
             Claim::Busy {
                 owner: owner.unwrap_or_default(),
                 lease_expires_ms: lease.unwrap_or(0),
@@ -376,6 +385,11 @@ fn claim(
         // An unfinished attempt may have written its outputs before it died, and downstream
         // may have taken them: only the same content may finish its work.
         ("in_flight" | "failed", _) if !same => Claim::Conflict(load_completed(tx, req.key)?),
+        ("in_flight", _) if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) => {
+            take_over(Previous::Dead {
+                owner: owner.unwrap_or_default(),
+            })?
+        }
         ("in_flight", _) => take_over(Previous::Expired {
             owner: owner.unwrap_or_default(),
         })?,
@@ -497,20 +511,22 @@ fn complete(
     Ok(true)
 }
 
-impl Registry {
-    /// Marks our claim failed (an operational error stopped the work), so the next attempt
-    /// takes it over at once instead of waiting for the lease.
-    pub fn fail(&mut self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
-        self.conn
-            .execute(
+impl Batch<'_> {
+    /// Marks our claim failed (an operational error or a stop cut the work short), so the
+    /// next attempt takes it over at once instead of waiting for the lease.
+    pub fn fail(&self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
+        self.tx
+            .prepare_cached(
                 "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
                  WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-                params![key, owner, reason],
             )
+            .and_then(|mut s| s.execute(params![key, owner, reason]))
             .map(drop)
             .map_err(|e| self.sql(e))
     }
+}
 
+impl Registry {
     /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
     /// file that holds no interchange).
     pub fn record_event(

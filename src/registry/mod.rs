@@ -59,6 +59,13 @@ fn wait_for_lock(attempt: i32) -> bool {
     true
 }
 
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 /// An open registry database.
 pub struct Registry {
     conn: Connection,
@@ -67,7 +74,28 @@ pub struct Registry {
 
 impl Registry {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    ///
+    /// Several processes may start at once on a database that does not exist yet. Switching a
+    /// new file to WAL and the first migration take locks for which SQLite does not always
+    /// call the busy handler (it answers "database is locked" at once rather than risk a
+    /// deadlock), so the whole opening is retried on a busy database, up to [`BUSY_TIMEOUT`].
     pub fn open(path: &Path) -> Result<Registry, RegistryError> {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::open_once(path) {
+                Err(RegistryError::Sqlite { cause, .. })
+                    if is_busy(&cause) && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<Registry, RegistryError> {
         let shown = path.display().to_string();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
