@@ -141,6 +141,7 @@ pub fn dispose(taken: &Taken, reports: &[Report], config: &Config) -> std::io::R
         )?),
         Some(worst) => reject(taken, worst, reports, config)?,
     };
+    fail::fail_point!("place.after", |_| std::process::abort());
     std::fs::remove_file(&taken.path)?;
     Ok(destination)
 }
@@ -192,6 +193,7 @@ fn reject(
         } else if !crate::outputs::write_new(dir, &reason_name, &body, &owner)? {
             continue;
         }
+        fail::fail_point!("reason.after", |_| std::process::abort());
         match std::fs::hard_link(&taken.path, &file) {
             Ok(()) => return Ok(Destination::Rejected { file, reason }),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {

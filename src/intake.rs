@@ -339,5 +339,15 @@ mod tests {
             "the dead folder is removed"
         );
         assert!(g.work.join(other_host.file_id()).exists());
+        // Once the other host's heartbeat is older than the lease, its files are adopted.
+        let old = SystemTime::now() - Duration::from_secs(g.lease_seconds + 60);
+        fs::File::options()
+            .write(true)
+            .open(g.work.join(other_host.file_id()).join(ALIVE))
+            .and_then(|f| f.set_modified(old))
+            .unwrap();
+        let got: Vec<String> = intake.adopt().into_iter().map(|t| t.name).collect();
+        assert_eq!(got, ["b.x12"]);
+        assert_eq!(intake.left(), 2);
     }
 }

@@ -4,6 +4,7 @@ mod acks;
 mod cli;
 mod fixtures;
 mod fuzz_corpus;
+mod intake;
 mod process;
 mod props;
 mod schemas;
