@@ -51,6 +51,12 @@ impl Taken {
         })
     }
 
+    /// Arrival order: modification time, then name, then the order of taking (the file
+    /// system's clock is coarse, so two files often share a modification time).
+    pub fn arrival_order(&self, other: &Taken) -> std::cmp::Ordering {
+        (self.arrived, &self.name, self.ticket()).cmp(&(other.arrived, &other.name, other.ticket()))
+    }
+
     /// This intake's ticket: `YYYYMMDD-<tag>-<seq>`.
     pub fn ticket(&self) -> &str {
         self.path
@@ -192,7 +198,7 @@ impl Intake {
                     .collect()
             })
             .unwrap_or_default();
-        found.sort_by(|a, b| (a.arrived, &a.name).cmp(&(b.arrived, &b.name)));
+        found.sort_by(Taken::arrival_order);
         found
     }
 
@@ -248,7 +254,7 @@ impl Intake {
             let _ = fs::remove_file(dir.join(ALIVE));
             let _ = fs::remove_dir(&dir);
         }
-        adopted.sort_by(|a, b| (a.arrived, &a.name).cmp(&(b.arrived, &b.name)));
+        adopted.sort_by(Taken::arrival_order);
         adopted
     }
 

@@ -362,9 +362,7 @@ impl Watcher {
                 not_before: None,
             });
         }
-        self.queue.sort_by(|a, b| {
-            (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
-        });
+        self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
     }
 
     /// Hands ready files to free workers: queued ones first (they arrived earlier), then
@@ -462,9 +460,7 @@ impl Watcher {
         }
         // Queued files no batch had room for wait for the next round.
         self.queue.extend(due);
-        self.queue.sort_by(|a, b| {
-            (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
-        });
+        self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
     }
 
     /// Records what became of a file.
@@ -505,9 +501,7 @@ impl Watcher {
                     tracing::info!(file = %q.taken.name, %error, retry_in_ms, "not decided yet; retried");
                 }
                 self.queue.push(q);
-                self.queue.sort_by(|a, b| {
-                    (a.taken.arrived, &a.taken.name).cmp(&(b.taken.arrived, &b.taken.name))
-                });
+                self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
             }
         }
     }

@@ -344,6 +344,16 @@ impl Waiting {
             let until = chrono::DateTime::from_timestamp_millis(until)
                 .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
                 .unwrap_or_default();
+            // Another batch of this very process (a watcher's workers meeting one key) is a
+            // short, normal wait; only another process is news for the operator.
+            if owner.starts_with(&crate::owner::Owner::current().id()) {
+                tracing::debug!(
+                    interchanges = count,
+                    first,
+                    "waiting for another batch of this process"
+                );
+                continue;
+            }
             tracing::warn!(
                 holder = %crate::owner::describe(owner),
                 interchanges = count,
