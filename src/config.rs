@@ -446,6 +446,23 @@ pub struct Config {
     pub gateway: Gateway,
     pub limits: Limits,
     pub partners: Vec<Partner>,
+    /// The file's text, so that later checks can name a key's line.
+    source: String,
+}
+
+/// Whether `line` sets `key` (`key = ...`, blanks allowed).
+fn sets_key(line: &str, key: &str) -> bool {
+    line.trim_start()
+        .strip_prefix(key)
+        .is_some_and(|rest| rest.trim_start().starts_with('='))
+}
+
+/// The table a header line opens (`[gateway]`, `[[partner]]`), if it is one.
+fn header(line: &str) -> Option<&str> {
+    let t = line.trim();
+    t.strip_prefix('[')
+        .and_then(|t| t.split(']').next())
+        .map(|t| t.trim_start_matches('[').trim())
 }
 
 impl Config {
@@ -483,14 +500,6 @@ impl Config {
             )));
         }
         let (inbox, work) = (abs(g.inbox), abs(g.work));
-        if work.starts_with(&inbox) || inbox.starts_with(&work) {
-            return Err(invalid(format!(
-                "gateway.work {}: must be outside the inbox {} (and the inbox outside it): \
-                 files in the work folder are being processed",
-                work.display(),
-                inbox.display()
-            )));
-        }
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
             let line = line_of(text, spanned.span().start);
@@ -506,6 +515,7 @@ impl Config {
             partners.push(p);
         }
         Ok(Config {
+            source: text.to_string(),
             path: path.to_path_buf(),
             gateway: Gateway {
                 id_qualifier: g.id_qualifier,
@@ -530,6 +540,51 @@ impl Config {
             limits: raw.limits,
             partners,
         })
+    }
+
+    /// The 1-based line that sets `key` in table `table` (`gateway`, `limits`).
+    pub fn line_of(&self, table: &str, key: &str) -> Option<usize> {
+        let mut current = None;
+        for (i, line) in self.source.lines().enumerate() {
+            if let Some(h) = header(line) {
+                current = Some(h);
+            } else if current == Some(table) && sets_key(line, key) {
+                return Some(i + 1);
+            }
+        }
+        None
+    }
+
+    /// The line that sets `key` in the `[[partner]]` named `name`, or else that table's
+    /// header line (the key takes its default).
+    pub fn line_of_partner(&self, name: &str, key: &str) -> Option<usize> {
+        let lines: Vec<&str> = self.source.lines().collect();
+        let starts: Vec<usize> = (0..lines.len())
+            .filter(|i| header(lines[*i]) == Some("partner"))
+            .collect();
+        for start in &starts {
+            let end = lines
+                .iter()
+                .enumerate()
+                .skip(*start + 1)
+                .find(|(_, l)| header(l).is_some())
+                .map_or(lines.len(), |(i, _)| i);
+            let block = &lines[start + 1..end];
+            let named = block.iter().any(|l| {
+                sets_key(l, "name")
+                    && l.split_once('=')
+                        .is_some_and(|(_, v)| v.trim().trim_matches('"') == name)
+            });
+            if named {
+                return Some(
+                    block
+                        .iter()
+                        .position(|l| sets_key(l, key))
+                        .map_or(start + 1, |i| start + 2 + i),
+                );
+            }
+        }
+        None
     }
 
     /// The partner that sent an interchange, by ISA05/ISA06 (trimmed).

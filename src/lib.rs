@@ -34,6 +34,7 @@ pub mod owner;
 pub mod pipeline;
 pub mod registry;
 pub mod schema;
+pub mod setup;
 pub mod translate;
 pub mod validate;
 pub mod watch;

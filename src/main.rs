@@ -88,6 +88,26 @@ enum Command {
     },
     /// Remove keys older than each partner's duplicate_window_days
     Prune,
+    /// Create the folders and the registry of a new gateway (or rebuild a lost registry:
+    /// the counters start above the highest control numbers found in the outbox)
+    Init {
+        /// The first ISA13 to send to every partner (at least; the outbox may say higher)
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        isa13_from: Option<u32>,
+        /// The first GS06 to send to every partner (at least)
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        gs06_from: Option<u32>,
+    },
+    /// Check the configuration, folders and registry without changing anything (process
+    /// and watch run the same checks first)
+    Check,
+    /// Unfinished claims (in flight or failed); `claims release KEY` frees one
+    Claims {
+        #[command(subcommand)]
+        action: Option<ClaimsAction>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
     Ack { file: PathBuf },
     /// Outbound control-number counters (our ISA13 and GS06) per partner
@@ -106,6 +126,19 @@ enum Command {
         /// `validation = "envelope"`)
         #[arg(long)]
         envelope: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClaimsAction {
+    /// Mark KEY's claim failed so the next attempt takes it over at once; refused while its
+    /// owner is a live process on this host, and for another host's owner without --force
+    Release {
+        /// QUAL:ID:ISA13 (the control number may be unpadded)
+        key: String,
+        /// Release a claim whose owner is on another host (make sure it is dead)
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -153,9 +186,9 @@ impl From<CounterKind> for x12gate::registry::Counter {
 }
 
 fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
-    use x12gate::registry::{ControlNumbers, Counter, Registry};
-    let op = |e: x12gate::registry::RegistryError| Failure::Operational(e.into());
-    let registry = Registry::open(&config.gateway.database).map_err(op)?;
+    use x12gate::registry::{ControlNumbers, Counter};
+    let op = registry_failure;
+    let registry = x12gate::setup::open_registry(config).map_err(op)?;
     match action {
         CounterAction::Show { partner } => {
             for (name, c) in [("ISA13", Counter::Interchange), ("GS06", Counter::Group)] {
@@ -347,9 +380,158 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
     Ok(code)
 }
 
+/// A registry error as the command line sees it: a missing, foreign or other gateway's
+/// registry is a set-up mistake (exit 2), the rest operational (exit 1).
+fn registry_failure(e: x12gate::registry::RegistryError) -> Failure {
+    if e.is_setup() {
+        Failure::Usage(e.into())
+    } else {
+        Failure::Operational(e.into())
+    }
+}
+
+/// The existing registry (history, stats, prune, claims, counter): never created here.
 fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure> {
-    x12gate::registry::Registry::open(&config.gateway.database)
-        .map_err(|e| Failure::Operational(e.into()))
+    x12gate::registry::Registry::open(
+        &config.gateway.database,
+        x12gate::setup::identity(&config.gateway),
+    )
+    .map_err(registry_failure)
+}
+
+/// The checks that come before any work; every problem on its own line, exit 2.
+fn preflight(config: &Config) -> Result<(), Failure> {
+    let problems = x12gate::setup::check(config);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    for p in &problems {
+        eprintln!("x12gate: {}: {p}", config.path.display());
+    }
+    Err(Failure::Usage(anyhow::anyhow!(
+        "{} problem(s) in {}; nothing was processed",
+        problems.len(),
+        config.path.display()
+    )))
+}
+
+fn init(
+    config: &Config,
+    isa13_from: Option<u32>,
+    gs06_from: Option<u32>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    use x12gate::setup::InitError;
+    let done = x12gate::setup::init(config, isa13_from, gs06_from).map_err(|e| match e {
+        InitError::Exists(..) => Failure::Usage(e.into()),
+        InitError::Registry(e) => registry_failure(e),
+        e => Failure::Operational(e.into()),
+    })?;
+    writeln!(
+        out,
+        "created registry {} (installation {})",
+        done.database.display(),
+        done.installation
+    )?;
+    if done.outbox_files > 0 {
+        writeln!(
+            out,
+            "read {} file(s) in the outbox for the control numbers already sent",
+            done.outbox_files
+        )?;
+    }
+    for (partner, (isa13, gs06)) in &done.counters {
+        writeln!(
+            out,
+            "{partner}: next ISA13 {:09}, next GS06 {}",
+            isa13 + 1,
+            gs06 + 1
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+fn claims(
+    config: &Config,
+    action: Option<ClaimsAction>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    use x12gate::owner::{describe, liveness, Liveness};
+    let mut registry = open_registry(config)?;
+    let op = |e: x12gate::registry::RegistryError| Failure::Operational(e.into());
+    let time = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
+            .unwrap_or_default()
+    };
+    match action {
+        None => {
+            for c in registry.unfinished().map_err(op)? {
+                let holder = c.owner.as_deref().map(describe);
+                if json {
+                    let mut v =
+                        serde_json::to_value(&c).map_err(|e| Failure::Operational(e.into()))?;
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("holder".into(), holder.into());
+                        o.insert("lease_expires".into(), c.lease_expires_ms.map(time).into());
+                    }
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{:<30} {:<9} attempt {} {} {} since {} {}",
+                        c.key,
+                        c.state,
+                        c.attempts,
+                        holder.unwrap_or_else(|| "no owner".into()),
+                        c.lease_expires_ms
+                            .map(|t| format!("lease until {}", time(t)))
+                            .unwrap_or_default(),
+                        time(c.first_seen_ms),
+                        c.file.as_deref().unwrap_or("-")
+                    )?;
+                }
+            }
+            Ok(exit::OK)
+        }
+        Some(ClaimsAction::Release { key, force }) => {
+            let key = x12gate::pipeline::typed_key(&key);
+            let Some(claim) = registry.unfinished_claim(&key).map_err(op)? else {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{key}: no unfinished claim (see `x12gate claims`)"
+                )));
+            };
+            let Some(owner) = claim.owner.filter(|_| claim.state == "in_flight") else {
+                writeln!(out, "{key}: already failed; the next attempt takes it over")?;
+                return Ok(exit::OK);
+            };
+            match liveness(&owner) {
+                Liveness::Alive => {
+                    return Err(Failure::Usage(anyhow::anyhow!(
+                        "{key}: held by {}, which is working on it; not released",
+                        describe(&owner)
+                    )))
+                }
+                Liveness::Unknown if !force => {
+                    return Err(Failure::Usage(anyhow::anyhow!(
+                        "{key}: held by {}, which cannot be checked from here; make sure it is dead, then use --force",
+                        describe(&owner)
+                    )))
+                }
+                _ => {}
+            }
+            let why = format!("released by an operator from {}", describe(&owner));
+            if registry.release(&key, &owner, &why).map_err(op)? {
+                writeln!(out, "{key}: released from {}", describe(&owner))?;
+                Ok(exit::OK)
+            } else {
+                Err(Failure::Usage(anyhow::anyhow!(
+                    "{key}: the claim changed meanwhile; see `x12gate claims`"
+                )))
+            }
+        }
+    }
 }
 
 /// Milliseconds since the epoch for `--since`/`--until`: RFC 3339, or a local date (its start,
@@ -383,7 +565,8 @@ fn process(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     use std::io::IsTerminal;
-    let mut registry = open_registry(config)?;
+    preflight(config)?;
+    let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
     stop_on_signals(&options.stop)?;
     let lease = std::time::Duration::from_secs(config.gateway.lease_seconds);
@@ -509,6 +692,7 @@ fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
 /// and lets the ones in flight finish; a second one exits at once, which is safe because
 /// claims are leased.
 fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
+    preflight(&config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -727,6 +911,31 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             exit::OK
         }
         Command::Counter { action } => counter(action, &config(cli.config.as_deref())?, &mut out)?,
+        Command::Init {
+            isa13_from,
+            gs06_from,
+        } => init(
+            &config(cli.config.as_deref())?,
+            isa13_from,
+            gs06_from,
+            &mut out,
+        )?,
+        Command::Check => {
+            let config = config(cli.config.as_deref())?;
+            let problems = x12gate::setup::check(&config);
+            for p in &problems {
+                writeln!(out, "{}: {p}", config.path.display())?;
+            }
+            if problems.is_empty() {
+                writeln!(out, "{}: no problems", config.path.display())?;
+                exit::OK
+            } else {
+                exit::USAGE
+            }
+        }
+        Command::Claims { action, json } => {
+            claims(&config(cli.config.as_deref())?, action, json, &mut out)?
+        }
         Command::Validate {
             files,
             json,

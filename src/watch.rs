@@ -136,7 +136,16 @@ fn process_batch(
         return outcomes;
     }
     let taken = pool.lock().ok().and_then(|mut p| p.pop());
-    let mut registry = match taken.map_or_else(|| Registry::open(&config.gateway.database), Ok) {
+    let opened = taken.map_or_else(
+        || {
+            Registry::open(
+                &config.gateway.database,
+                crate::setup::identity(&config.gateway),
+            )
+        },
+        Ok,
+    );
+    let mut registry = match opened {
         Ok(r) => r,
         Err(e) => {
             outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
@@ -544,7 +553,7 @@ pub async fn run(
         cause: source,
     })?;
     // An unusable database or set of folders stops the watcher before it takes anything.
-    let first = Registry::open(&g.database)?;
+    let first = crate::setup::open_registry(&config)?;
     let intake = Intake::open(g)?;
     let lease = Duration::from_secs(g.lease_seconds);
     for dir in [&g.out, &g.outbox, &g.rejected] {

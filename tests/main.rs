@@ -8,5 +8,6 @@ mod intake;
 mod process;
 mod props;
 mod schemas;
+mod setup;
 mod util;
 mod watch;

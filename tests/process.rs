@@ -696,7 +696,14 @@ fn prune_removes_exactly_the_keys_older_than_their_partners_window() {
     assert_eq!(first.code(), Some(0), "{first}");
     assert_eq!(count(&first.reports(), "accepted"), 4, "{first}");
     {
-        let registry = x12gate::registry::Registry::open(&gate.database()).unwrap();
+        let registry = x12gate::registry::Registry::open(
+            &gate.database(),
+            x12gate::registry::Identity {
+                qualifier: "ZZ",
+                id: "X12GATE",
+            },
+        )
+        .unwrap();
         registry.age_for_tests("ZZ:ACME:000000201", 31).unwrap(); // beyond 30 days
         registry.age_for_tests("ZZ:ACME:000000202", 29).unwrap(); // within
         registry.age_for_tests("ZZ:GLOBEX:000000201", 40).unwrap(); // within 45
@@ -865,9 +872,13 @@ fn json_lines_carry_every_field_with_its_type_and_exit_codes_follow() {
     assert!(!c["reason"].as_str().unwrap().is_empty());
     assert_eq!(c["control_number"], "000000101");
 
-    // history --json: at least the fields of process --json, and the time.
-    for e in gate.history() {
-        assert_report_shape(&e);
+    // history --json: at least the fields of process --json, and the time, for every
+    // decision on an interchange (the registry's own `init` event names the gateway).
+    let history = gate.history();
+    assert_eq!(history[0]["event"], "init", "{history:?}");
+    assert!(history[0]["installation"].is_string(), "{history:?}");
+    for e in history.iter().skip(1) {
+        assert_report_shape(e);
         assert!(e["time"].is_string() && e["event"].is_string(), "{e}");
     }
 }
@@ -1154,11 +1165,13 @@ mod crash {
                 Instant::now() < deadline,
                 "the stalled process never claimed"
             );
-            if gate.database().exists() {
-                let registry = x12gate::registry::Registry::open(&gate.database()).unwrap();
+            // Read-only: the stalled process may still be creating the registry.
+            if let Ok(Some(registry)) =
+                x12gate::registry::Registry::open_read_only(&gate.database())
+            {
                 if registry
                     .stats()
-                    .unwrap()
+                    .unwrap_or_default()
                     .iter()
                     .any(|(_, d, _)| d == "in_flight")
                 {

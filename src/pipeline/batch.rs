@@ -533,12 +533,14 @@ fn run_round(
                 Plan::Own(first) => {
                     prepared.push(prepare(b, *i, it, first, config, options, lease_ms)?)
                 }
+                // Into the outbox of the configuration in force, whatever folder the first
+                // answer went to (a restored or moved gateway): rows store the name, older
+                // rows an absolute path of which only the name counts.
                 Plan::Replay(acks) => outputs.extend(acks.iter().map(|a| {
-                    let p = Path::new(&a.path);
                     Output {
                         item: *i,
-                        dir: p.parent().unwrap_or(Path::new(".")).to_path_buf(),
-                        name: p
+                        dir: config.gateway.outbox.clone(),
+                        name: Path::new(&a.path)
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default(),
@@ -615,7 +617,7 @@ fn run_round(
                 if n >= replays {
                     stored.entry(w.item).or_default().push(StoredAck {
                         kind,
-                        path,
+                        path: w.name,
                         bytes: w.bytes,
                     });
                 }

@@ -335,6 +335,19 @@ impl From<&std::path::Path> for Source {
     }
 }
 
+/// A key as an operator types it: `QUAL:ID:ISA13` with the control number perhaps not
+/// padded (`ZZ:ACME:101` is `ZZ:ACME:000000101`).
+pub fn typed_key(key: &str) -> String {
+    match key.rsplit_once(':') {
+        Some((head, n))
+            if !n.is_empty() && n.len() < 9 && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("{head}:{n:0>9}")
+        }
+        _ => key.to_string(),
+    }
+}
+
 /// The registry key of an interchange: sender + ISA13, or sender + receiver + ISA13.
 pub fn interchange_key(ic: &Interchange<'_>, scope: InterchangeScope) -> String {
     let isa = &ic.isa;

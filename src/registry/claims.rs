@@ -53,6 +53,8 @@ pub enum Previous {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredAck {
     pub kind: String,
+    /// Its file name in the outbox (rows written before this was a name hold an absolute
+    /// path; only its last component counts).
     pub path: String,
     pub bytes: Vec<u8>,
 }
@@ -126,6 +128,24 @@ pub struct Event {
     pub disposition: Option<String>,
     /// The JSON detail recorded with the event.
     pub detail: String,
+}
+
+/// A claim not completed: in flight (perhaps with a dead owner) or failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unfinished {
+    pub key: String,
+    pub partner: String,
+    pub control_number: String,
+    /// `in_flight` or `failed`.
+    pub state: String,
+    pub owner: Option<String>,
+    pub lease_expires_ms: Option<i64>,
+    pub attempts: u32,
+    pub file: Option<String>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    /// Why it failed, for a failed claim.
+    pub reason: Option<String>,
 }
 
 /// Filters for `history`; `None` matches everything.
@@ -527,6 +547,80 @@ impl Batch<'_> {
 }
 
 impl Registry {
+    /// Claims not completed, oldest first.
+    pub fn unfinished(&self) -> Result<Vec<Unfinished>, RegistryError> {
+        self.unfinished_where("state != 'completed'", &[])
+    }
+
+    fn unfinished_where(
+        &self,
+        condition: &str,
+        args: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<Unfinished>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT key, partner, control_number, state, owner, lease_expires, attempts, file,
+                        first_seen, last_seen, reason
+                 FROM interchanges WHERE {condition} ORDER BY first_seen, key"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(args, |r| {
+                Ok(Unfinished {
+                    key: r.get(0)?,
+                    partner: r.get(1)?,
+                    control_number: r.get(2)?,
+                    state: r.get(3)?,
+                    owner: r.get(4)?,
+                    lease_expires_ms: r.get(5)?,
+                    attempts: r.get(6)?,
+                    file: r.get(7)?,
+                    first_seen_ms: r.get(8)?,
+                    last_seen_ms: r.get(9)?,
+                    reason: r.get(10)?,
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// The unfinished claim of `key`, if there is one.
+    pub fn unfinished_claim(&self, key: &str) -> Result<Option<Unfinished>, RegistryError> {
+        Ok(self
+            .unfinished_where("state != 'completed' AND key = ?1", &[&key])?
+            .pop())
+    }
+
+    /// Marks `key`'s in-flight claim failed, if `owner` still holds it, so the next attempt
+    /// takes it over at once; records who released it. `Ok(false)` when the claim changed
+    /// meanwhile (completed, or taken by someone else).
+    pub fn release(&mut self, key: &str, owner: &str, why: &str) -> Result<bool, RegistryError> {
+        self.batch(|b| {
+            let n = b
+                .tx
+                .execute(
+                    "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
+                     WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+                    params![key, owner, why],
+                )
+                .map_err(|e| b.sql(e))?;
+            if n == 1 {
+                let detail = serde_json::json!({ "released_from": owner, "reason": why }).to_string();
+                let (partner, control): (String, String) = b
+                    .tx
+                    .query_row(
+                        "SELECT partner, control_number FROM interchanges WHERE key = ?1",
+                        [key],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(|e| b.sql(e))?;
+                b.record_event("released", Some(key), Some(&partner), Some(&control), "failed", &detail)?;
+            }
+            Ok(n == 1)
+        })
+    }
+
     /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
     /// file that holds no interchange).
     pub fn record_event(

@@ -145,7 +145,14 @@ mod tests {
     #[test]
     fn counts_per_partner_and_kind_and_wraps() {
         let dir = tempfile::tempdir().unwrap();
-        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        let r = Registry::create(
+            &dir.path().join("r.db"),
+            super::super::Identity {
+                qualifier: "ZZ",
+                id: "US",
+            },
+        )
+        .unwrap();
         assert_eq!(
             r.next_control_number("ZZ:ACME", Counter::Interchange)
                 .unwrap(),
@@ -176,7 +183,14 @@ mod tests {
         );
         // Reopening keeps the values.
         drop(r);
-        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        let r = Registry::create(
+            &dir.path().join("r.db"),
+            super::super::Identity {
+                qualifier: "ZZ",
+                id: "US",
+            },
+        )
+        .unwrap();
         assert_eq!(
             r.current_control_number("ZZ:ACME", Counter::Interchange)
                 .unwrap(),
@@ -187,7 +201,14 @@ mod tests {
     #[test]
     fn preview_starts_after_the_registry_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        let r = Registry::create(
+            &dir.path().join("r.db"),
+            super::super::Identity {
+                qualifier: "ZZ",
+                id: "US",
+            },
+        )
+        .unwrap();
         r.set_control_number("ZZ:ACME", Counter::Interchange, 41)
             .unwrap();
         let p = PreviewCounters::after(Some(&r), "ZZ:ACME").unwrap();

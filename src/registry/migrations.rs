@@ -65,6 +65,15 @@ const MIGRATIONS: &[&str] = &[
         detail         TEXT NOT NULL
     ) STRICT;
     CREATE INDEX events_partner_at ON events (partner, at);",
+    // 3: whose registry this is: the gateway's ISA05/ISA06 and an installation id, so that a
+    // configuration pointing at another gateway's registry is refused.
+    "CREATE TABLE gateway (
+        one            INTEGER PRIMARY KEY CHECK (one = 1),
+        id_qualifier   TEXT NOT NULL,
+        id             TEXT NOT NULL,
+        installation   TEXT NOT NULL,
+        created        INTEGER NOT NULL
+    ) STRICT;",
 ];
 
 pub enum Error {
@@ -76,6 +85,11 @@ impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         Error::Sqlite(e)
     }
+}
+
+/// The schema version this x12gate writes.
+pub fn known() -> i64 {
+    MIGRATIONS.len() as i64
 }
 
 pub fn apply(conn: &mut Connection) -> Result<(), Error> {

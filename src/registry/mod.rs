@@ -17,11 +17,11 @@ mod migrations;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 pub use claims::{
     now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous,
-    Reservation, StoredAck,
+    Reservation, StoredAck, Unfinished,
 };
 pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
 
@@ -41,6 +41,47 @@ pub enum RegistryError {
         found: i64,
         known: i64,
     },
+    /// No registry where the configuration says (or an empty file): a typo in `database`,
+    /// or a lost registry; never silently replaced by a new one.
+    #[error("registry {path}: {what}; if this is a new gateway run `x12gate init`, otherwise fix `database` or restore the registry")]
+    Missing { path: String, what: String },
+    /// A file that is not an x12gate registry.
+    #[error("registry {path}: not an x12gate registry ({what}); fix `database`")]
+    Foreign { path: String, what: String },
+    /// Another gateway's registry.
+    #[error("registry {path} belongs to gateway {found} (installation {installation}), not to {expected} of this configuration; fix `database` or `[gateway] id`")]
+    NotOurs {
+        path: String,
+        found: String,
+        expected: String,
+        installation: String,
+    },
+}
+
+impl RegistryError {
+    /// A mistake in the configuration or the set-up (exit 2), not an operational failure.
+    pub fn is_setup(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::Missing { .. }
+                | RegistryError::Foreign { .. }
+                | RegistryError::NotOurs { .. }
+                | RegistryError::TooNew { .. }
+        )
+    }
+}
+
+/// Whose registry it is: our ISA05/ISA06 (`[gateway] id_qualifier`, `id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity<'a> {
+    pub qualifier: &'a str,
+    pub id: &'a str,
+}
+
+impl std::fmt::Display for Identity<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.qualifier, self.id)
+    }
 }
 
 /// How long a writer waits for another process's transaction before giving up.
@@ -59,6 +100,33 @@ fn wait_for_lock(attempt: i32) -> bool {
     true
 }
 
+/// `PRAGMA user_version` and the number of schema objects; a file that is not SQLite is
+/// [`RegistryError::Foreign`].
+fn version_and_tables(conn: &Connection, shown: &str) -> Result<(i64, i64), RegistryError> {
+    conn.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .map_err(|e| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => RegistryError::Foreign {
+            path: shown.to_string(),
+            what: "not an SQLite database".into(),
+        },
+        _ => RegistryError::Sqlite {
+            path: shown.to_string(),
+            cause: e,
+        },
+    })
+}
+
+fn foreign_tables(shown: &str, tables: i64) -> RegistryError {
+    RegistryError::Foreign {
+        path: shown.to_string(),
+        what: format!("an SQLite database with {tables} object(s) of another program"),
+    }
+}
+
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
@@ -73,17 +141,92 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    ///
+    /// Opens the existing registry at `path` for the gateway `who`, bringing its schema up
+    /// to date. A missing or empty file, a file that is not a registry and another gateway's
+    /// registry are errors ([`RegistryError::is_setup`]); nothing is created.
+    pub fn open(path: &Path, who: Identity<'_>) -> Result<Registry, RegistryError> {
+        Self::opening(path, who, false)
+    }
+
+    /// Creates the registry at `path` (and its folder) for `who`, or opens it when another
+    /// process created it first: `x12gate init`, and the first run of a gateway without
+    /// history.
+    pub fn create(path: &Path, who: Identity<'_>) -> Result<Registry, RegistryError> {
+        Self::opening(path, who, true)
+    }
+
+    /// Checks, reading only, that `path` holds a registry of `who` that this version can
+    /// open: the errors of [`Registry::open`], without migrating or recording anything.
+    pub fn verify(path: &Path, who: Identity<'_>) -> Result<(), RegistryError> {
+        let shown = path.display().to_string();
+        if !Self::exists(path) {
+            return Err(RegistryError::Missing {
+                path: shown,
+                what: "no such file".into(),
+            });
+        }
+        let sql = |source| RegistryError::Sqlite {
+            path: shown.clone(),
+            cause: source,
+        };
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(sql)?;
+        conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+        let (version, tables) = version_and_tables(&conn, &shown)?;
+        if version == 0 && tables > 0 {
+            return Err(foreign_tables(&shown, tables));
+        }
+        if version == 0 {
+            return Err(RegistryError::Missing {
+                path: shown,
+                what: "the database is empty".into(),
+            });
+        }
+        let known = migrations::known();
+        if version > known {
+            return Err(RegistryError::TooNew {
+                path: shown,
+                found: version,
+                known,
+            });
+        }
+        if version >= 3 {
+            let row: Option<(String, String, String)> = conn
+                .query_row(
+                    "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()
+                .map_err(sql)?;
+            if let Some((qualifier, id, installation)) = row {
+                if qualifier != who.qualifier || id != who.id {
+                    return Err(RegistryError::NotOurs {
+                        path: shown,
+                        found: format!("{qualifier}:{id}"),
+                        expected: who.to_string(),
+                        installation,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `path` holds a registry at all (a file with content); no SQL is run.
+    pub fn exists(path: &Path) -> bool {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
+    }
+
     /// Several processes may start at once on a database that does not exist yet. Switching a
     /// new file to WAL and the first migration take locks for which SQLite does not always
     /// call the busy handler (it answers "database is locked" at once rather than risk a
     /// deadlock), so the whole opening is retried on a busy database, up to [`BUSY_TIMEOUT`].
-    pub fn open(path: &Path) -> Result<Registry, RegistryError> {
+    fn opening(path: &Path, who: Identity<'_>, create: bool) -> Result<Registry, RegistryError> {
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(2);
         loop {
-            match Self::open_once(path) {
+            match Self::open_once(path, who, create) {
                 Err(RegistryError::Sqlite { cause, .. })
                     if is_busy(&cause) && started.elapsed() < BUSY_TIMEOUT =>
                 {
@@ -95,13 +238,25 @@ impl Registry {
         }
     }
 
-    fn open_once(path: &Path) -> Result<Registry, RegistryError> {
+    fn open_once(path: &Path, who: Identity<'_>, create: bool) -> Result<Registry, RegistryError> {
         let shown = path.display().to_string();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
-                path: shown.clone(),
-                cause: source,
-            })?;
+        if create {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
+                    path: shown.clone(),
+                    cause: source,
+                })?;
+            }
+        } else if !Self::exists(path) {
+            let what = if path.exists() {
+                "the file is empty"
+            } else {
+                "no such file"
+            };
+            return Err(RegistryError::Missing {
+                path: shown,
+                what: what.into(),
+            });
         }
         let sql = |source| RegistryError::Sqlite {
             path: shown.clone(),
@@ -109,6 +264,17 @@ impl Registry {
         };
         let conn = Connection::open(path).map_err(sql)?;
         conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+        // Not a database at all, or somebody else's: refuse before writing anything.
+        let (version, tables) = version_and_tables(&conn, &shown)?;
+        if version == 0 && tables > 0 {
+            return Err(foreign_tables(&shown, tables));
+        }
+        if version == 0 && !create {
+            return Err(RegistryError::Missing {
+                path: shown,
+                what: "the database is empty".into(),
+            });
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -125,7 +291,77 @@ impl Registry {
                 known,
             },
         })?;
+        registry.claim_identity(who)?;
         Ok(registry)
+    }
+
+    /// Records `who` as the registry's gateway if none is recorded yet (a new registry, or
+    /// one from before identities were kept), then checks that it is `who`.
+    fn claim_identity(&mut self, who: Identity<'_>) -> Result<(), RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sqlite {
+            path: path.clone(),
+            cause: source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let installation = blake3::hash(
+            format!(
+                "{:?}{}{}",
+                std::time::SystemTime::now(),
+                std::process::id(),
+                path
+            )
+            .as_bytes(),
+        )
+        .to_hex()[..16]
+            .to_string();
+        let now = claims::now_ms();
+        let inserted = tx
+            .execute(
+                "INSERT INTO gateway (one, id_qualifier, id, installation, created)
+                 VALUES (1, ?1, ?2, ?3, ?4) ON CONFLICT (one) DO NOTHING",
+                rusqlite::params![who.qualifier, who.id, installation, now],
+            )
+            .map_err(sql)?;
+        if inserted == 1 {
+            let detail =
+                serde_json::json!({ "gateway": who.to_string(), "installation": installation })
+                    .to_string();
+            tx.execute(
+                "INSERT INTO events (at, event, detail) VALUES (?1, 'init', ?2)",
+                rusqlite::params![now, detail],
+            )
+            .map_err(sql)?;
+        }
+        let (qualifier, id, installation): (String, String, String) = tx
+            .query_row(
+                "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        if qualifier != who.qualifier || id != who.id {
+            return Err(RegistryError::NotOurs {
+                path,
+                found: format!("{qualifier}:{id}"),
+                expected: who.to_string(),
+                installation,
+            });
+        }
+        Ok(())
+    }
+
+    /// The installation id recorded when the registry was created.
+    pub fn installation(&self) -> Result<String, RegistryError> {
+        self.conn
+            .query_row("SELECT installation FROM gateway WHERE one = 1", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.sql(e))
     }
 
     /// Opens an existing database without writing to it (no migration); `None` when there is

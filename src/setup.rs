@@ -1,0 +1,380 @@
+//! A gateway's set-up, before any work: the checks of `x12gate check` (which `process` and
+//! `watch` run too, before they claim anything), `x12gate init`, and opening the registry.
+//!
+//! The registry is the memory of what was processed and which control numbers were sent; a
+//! new, empty one in its place means double deliveries and reused numbers. So it is created
+//! only by `init`, or by the first `process`/`watch` of a gateway that has no history yet (no
+//! registry, nothing in `outbox/` or `archive/`), which keeps the README's one-command start.
+//! Anywhere else a missing registry is an error that names the path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Gateway};
+use crate::registry::{Counter, Identity, Registry, RegistryError};
+
+/// One thing wrong with a configuration, naming the key and its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `gateway.inbox`, `partner "Acme".duplicate_window_days`, ...
+    pub key: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}, `{}`: {}", self.key, self.message),
+            None => write!(f, "`{}`: {}", self.key, self.message),
+        }
+    }
+}
+
+/// The gateway's identity in its registry.
+pub fn identity(g: &Gateway) -> Identity<'_> {
+    Identity {
+        qualifier: &g.id_qualifier,
+        id: &g.id,
+    }
+}
+
+/// The folders files move between, by their keys.
+fn folders(g: &Gateway) -> [(&'static str, &Path); 6] {
+    [
+        ("inbox", &g.inbox),
+        ("outbox", &g.outbox),
+        ("out", &g.out),
+        ("archive", &g.archive),
+        ("rejected", &g.rejected),
+        ("work", &g.work),
+    ]
+}
+
+/// Whether this user can create files in `dir` (an existing folder): a probe file created
+/// and removed at once.
+fn writable(dir: &Path) -> bool {
+    let probe = dir.join(format!(".x12gate-check-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// What is wrong with folder `path`, if anything: it must be a folder we can write to, or
+/// not exist yet under a folder we can write to.
+fn folder_problem(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_dir() => Some(format!("{} is a file, not a folder", path.display())),
+        Ok(_) if !writable(path) => {
+            Some(format!("{}: this user cannot write here", path.display()))
+        }
+        Ok(_) => None,
+        Err(_) => {
+            let mut up = path.parent();
+            while let Some(p) = up {
+                match std::fs::metadata(p) {
+                    Ok(m) if m.is_dir() => {
+                        return (!writable(p)).then(|| {
+                            format!(
+                            "{} does not exist and cannot be created: this user cannot write to {}",
+                            path.display(),
+                            p.display()
+                        )
+                        })
+                    }
+                    Ok(_) => {
+                        return Some(format!(
+                            "{} cannot be created: {} is a file",
+                            path.display(),
+                            p.display()
+                        ))
+                    }
+                    Err(_) => up = p.parent(),
+                }
+            }
+            Some(format!("{}: no existing parent folder", path.display()))
+        }
+    }
+}
+
+/// What shows that a gateway has processed files before: acknowledgments in the outbox or
+/// files in the archive. `None` for a gateway without history.
+pub fn history(g: &Gateway) -> Option<String> {
+    fn files(dir: &Path, deep: bool, limit: usize) -> usize {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in entries.flatten() {
+            if n >= limit {
+                break;
+            }
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_file() => n += 1,
+                Ok(t) if t.is_dir() && deep => n += files(&e.path(), true, limit - n),
+                _ => {}
+            }
+        }
+        n
+    }
+    let found: Vec<String> = [
+        ("the outbox", &g.outbox, false),
+        ("the archive", &g.archive, true),
+    ]
+    .into_iter()
+    .filter_map(|(what, dir, deep)| {
+        let n = files(dir, deep, 1000);
+        (n > 0).then(|| {
+            format!(
+                "{what} holds {n}{} file(s)",
+                if n >= 1000 { "+" } else { "" }
+            )
+        })
+    })
+    .collect();
+    (!found.is_empty()).then(|| found.join(", "))
+}
+
+/// Every problem of `config` that would make `process` or `watch` lose, double or misplace
+/// a file, without changing anything.
+pub fn check(config: &Config) -> Vec<Problem> {
+    let g = &config.gateway;
+    let mut problems = Vec::new();
+    let gateway_key = |key: &str, message: String| Problem {
+        key: format!("gateway.{key}"),
+        line: config.line_of("gateway", key),
+        message,
+    };
+    let named = folders(g);
+    for (key, path) in named {
+        if let Some(m) = folder_problem(path) {
+            problems.push(gateway_key(key, m));
+        }
+    }
+    // Distinct, and none inside another: a watcher would take its own outputs as input, or
+    // reject its rejections forever.
+    for (i, (a, pa)) in named.iter().enumerate() {
+        for (b, pb) in named.iter().skip(i + 1) {
+            let m = if pa == pb {
+                Some(format!(
+                    "is the same folder as `gateway.{b}` ({})",
+                    pa.display()
+                ))
+            } else if pa.starts_with(pb) {
+                Some(format!(
+                    "{} is inside `gateway.{b}` ({})",
+                    pa.display(),
+                    pb.display()
+                ))
+            } else if pb.starts_with(pa) {
+                Some(format!("contains `gateway.{b}` ({})", pb.display()))
+            } else {
+                None
+            };
+            if let Some(m) = m {
+                problems.push(gateway_key(a, m));
+            }
+        }
+    }
+    if g.database.starts_with(&g.inbox) || g.database.starts_with(&g.work) {
+        problems.push(gateway_key(
+            "database",
+            format!(
+                "{} is inside the inbox or the work folder",
+                g.database.display()
+            ),
+        ));
+    }
+    if g.database.is_dir() {
+        problems.push(gateway_key(
+            "database",
+            format!("{} is a folder", g.database.display()),
+        ));
+    } else if let Err(e) = registry_problem(g) {
+        problems.push(gateway_key("database", e.to_string()));
+    }
+    if g.lease_seconds < 1 {
+        problems.push(gateway_key(
+            "lease_seconds",
+            "must be at least 1 second".into(),
+        ));
+    }
+    let limits = &config.limits;
+    for (key, zero) in [
+        ("max_file_bytes", limits.max_file_bytes == 0),
+        ("max_segments_per_set", limits.max_segments_per_set == 0),
+        ("max_element_len", limits.max_element_len == 0),
+    ] {
+        if zero {
+            problems.push(Problem {
+                key: format!("limits.{key}"),
+                line: config.line_of("limits", key),
+                message: "must be more than 0".into(),
+            });
+        }
+    }
+    for p in &config.partners {
+        if p.duplicate_window_days < 1 {
+            problems.push(Problem {
+                key: format!("partner {:?}.duplicate_window_days", p.name),
+                line: config.line_of_partner(&p.name, "duplicate_window_days"),
+                message: "must be at least 1 day: a resend after a shorter window would be processed again".into(),
+            });
+        }
+    }
+    problems
+}
+
+/// Whether the registry can be used as it is: present and ours, or absent (or still being
+/// created) in a gateway without history, where the first run creates it. Read only.
+fn registry_problem(g: &Gateway) -> Result<(), RegistryError> {
+    match Registry::verify(&g.database, identity(g)) {
+        Err(RegistryError::Missing { .. }) => match history(g) {
+            Some(h) => Err(missing_with_history(g, &h)),
+            None => Ok(()),
+        },
+        other => other,
+    }
+}
+
+fn missing_with_history(g: &Gateway, history: &str) -> RegistryError {
+    RegistryError::Missing {
+        path: g.database.display().to_string(),
+        what: format!(
+            "no registry here, but this gateway has a history ({history}): a new registry would process resends again and reuse control numbers already sent; `x12gate init` reads the highest numbers from the outbox"
+        ),
+    }
+}
+
+/// Opens the gateway's registry for `process`, `watch` and `counter`: the existing one, or,
+/// in a gateway without history, a new one (said in a warn line). Several processes may
+/// start at once on a new gateway; creating opens what another one created first.
+pub fn open_registry(config: &Config) -> Result<Registry, RegistryError> {
+    let g = &config.gateway;
+    match history(g) {
+        Some(h) if !Registry::exists(&g.database) => Err(missing_with_history(g, &h)),
+        Some(_) => Registry::open(&g.database, identity(g)),
+        None => {
+            if !Registry::exists(&g.database) {
+                tracing::warn!(database = %g.database.display(), "no registry yet: creating it (the first run of a gateway without history)");
+            }
+            Registry::create(&g.database, identity(g))
+        }
+    }
+}
+
+/// What `init` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Initialized {
+    pub database: PathBuf,
+    pub installation: String,
+    /// Per partner (`QUAL:ID`), the last ISA13 and GS06 taken as used: the next numbers
+    /// sent are above them.
+    pub counters: BTreeMap<String, (u32, u32)>,
+    /// Outbox files read for their numbers.
+    pub outbox_files: usize,
+}
+
+/// Why `init` did nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    #[error("registry {0} exists already (installation {1}); nothing changed")]
+    Exists(String, String),
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// The highest ISA13 and GS06 of our interchanges in `outbox`, per receiver.
+fn numbers_in_outbox(
+    outbox: &Path,
+    limits: crate::x12::Limits,
+) -> (BTreeMap<String, (u32, u32)>, usize) {
+    let mut highest: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    let mut read = 0;
+    let Ok(entries) = std::fs::read_dir(outbox) else {
+        return (highest, 0);
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if e.file_name().to_string_lossy().starts_with('.') || !path.is_file() {
+            continue;
+        }
+        let Ok(bytes) = crate::input::read(&path, 64 << 20) else {
+            continue;
+        };
+        read += 1;
+        for ic in crate::x12::Interchanges::new(&bytes, limits).flatten() {
+            let partner = format!("{}:{}", ic.isa.trimmed(7), ic.isa.trimmed(8));
+            let entry = highest.entry(partner).or_insert((0, 0));
+            if let Ok(n) = ic.isa.control_number().parse::<u32>() {
+                entry.0 = entry.0.max(n);
+            }
+            for g in &ic.groups {
+                if let Ok(n) = g.gs.text(6).parse::<u32>() {
+                    entry.1 = entry.1.max(n);
+                }
+            }
+        }
+    }
+    (highest, read)
+}
+
+/// `x12gate init`: creates the folders and the registry. When the outbox already holds
+/// acknowledgments (a registry lost and rebuilt), the counters start above the highest
+/// numbers found there, or above `isa13_from`/`gs06_from` minus one for every partner when
+/// given, so no control number is ever sent twice.
+pub fn init(
+    config: &Config,
+    isa13_from: Option<u32>,
+    gs06_from: Option<u32>,
+) -> Result<Initialized, InitError> {
+    let g = &config.gateway;
+    if Registry::exists(&g.database) {
+        let installation = Registry::open(&g.database, identity(g))
+            .and_then(|r| r.installation())
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        return Err(InitError::Exists(
+            g.database.display().to_string(),
+            installation,
+        ));
+    }
+    for (_, dir) in folders(g) {
+        std::fs::create_dir_all(dir).map_err(|cause| InitError::Io {
+            path: dir.display().to_string(),
+            cause,
+        })?;
+    }
+    let (mut counters, outbox_files) = numbers_in_outbox(&g.outbox, config.limits);
+    for p in &config.partners {
+        counters.entry(p.key()).or_insert((0, 0));
+    }
+    for (isa13, gs06) in counters.values_mut() {
+        *isa13 = (*isa13).max(isa13_from.map_or(0, |n| n.saturating_sub(1)));
+        *gs06 = (*gs06).max(gs06_from.map_or(0, |n| n.saturating_sub(1)));
+    }
+    let registry = Registry::create(&g.database, identity(g))?;
+    for (partner, (isa13, gs06)) in &counters {
+        for (counter, value) in [(Counter::Interchange, *isa13), (Counter::Group, *gs06)] {
+            if value > 0 {
+                registry.set_control_number(partner, counter, value)?;
+            }
+        }
+    }
+    counters.retain(|_, (a, b)| *a > 0 || *b > 0);
+    Ok(Initialized {
+        database: g.database.clone(),
+        installation: registry.installation()?,
+        counters,
+        outbox_files,
+    })
+}

@@ -1,0 +1,347 @@
+//! Operator mistakes refused before anything is claimed (SPEC 5 and 6): a typo'd or lost
+//! registry, another gateway's registry, folders that overlap or are files; replays into the
+//! outbox of the configuration in force; `init`, `check` and `claims`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::util::{fixture, x12gate};
+
+/// A gateway folder with `partners.toml`; `gateway_extra` lines replace the defaults.
+fn gateway(dir: &Path, gateway_extra: &str) -> PathBuf {
+    let text = format!(
+        r#"[gateway]
+id_qualifier = "ZZ"
+id = "X12GATE"
+{gateway_extra}
+
+[[partner]]
+name = "Acme Retail"
+id_qualifier = "ZZ"
+id = "ACME"
+ack = "997"
+"#
+    );
+    let config = dir.join("partners.toml");
+    fs::write(&config, text).unwrap();
+    config
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    x12gate(dir)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("FAILPOINTS")
+        .output()
+        .expect("run x12gate")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The fixture 850 as interchange `n` of Acme.
+fn po(n: u32) -> String {
+    let t = fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    t.replace("000000101", &format!("{n:09}"))
+        .replace("*101*X*004010~", &format!("*{n}*X*004010~"))
+        .replace("GE*1*101~", &format!("GE*1*{n}~"))
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    fs::write(&p, body).unwrap();
+    p.display().to_string()
+}
+
+/// ISA13 of every acknowledgment in `outbox`.
+fn sent_numbers(outbox: &Path) -> Vec<u32> {
+    let mut n: Vec<u32> = fs::read_dir(outbox)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_file())
+                .filter_map(|e| {
+                    let t = fs::read_to_string(e.path()).ok()?;
+                    t.split('*').nth(13)?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    n.sort();
+    n
+}
+
+/// A typo in `database` of a gateway with a history: refused (exit 2, the path named),
+/// nothing claimed, no folder created; the same for `history`, `stats` and `claims`.
+#[test]
+fn a_typo_in_the_database_path_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let file = write(d, "po.x12", &po(101));
+    assert_eq!(run(d, &["process", &file]).status.code(), Some(0));
+    let typo = d.join("nonexistent/deep/x12gate.db");
+    gateway(d, &format!("database = \"{}\"", typo.display()));
+    for args in [
+        vec!["process", file.as_str()],
+        vec!["watch", "--once"],
+        vec!["history"],
+        vec!["stats"],
+        vec!["claims"],
+    ] {
+        let o = run(d, &args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(&typo.display().to_string()), "{args:?}: {t}");
+    }
+    assert!(!d.join("nonexistent").exists(), "a folder was created");
+    let o = run(d, &["check"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("line 4, `gateway.database`") && t.contains("history"),
+        "{t}"
+    );
+}
+
+/// A deleted, then an emptied registry in a gateway whose outbox holds acknowledgments:
+/// refused. `init` rebuilds it with the counters above the numbers already sent, so the next
+/// acknowledgment never reuses one.
+#[test]
+fn a_lost_registry_is_refused_and_init_never_reuses_a_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let files: Vec<String> = (0..3)
+        .map(|i| write(d, &format!("po{i}.x12"), &po(201 + i)))
+        .collect();
+    let mut args = vec!["process"];
+    args.extend(files.iter().map(String::as_str));
+    assert_eq!(run(d, &args).status.code(), Some(0));
+    let sent = sent_numbers(&d.join("data/outbox"));
+    assert_eq!(sent, [1, 2, 3]);
+    let db = d.join("data/x12gate.db");
+    for lose in ["delete", "empty"] {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        if lose == "empty" {
+            fs::write(&db, b"").unwrap();
+        }
+        let o = run(d, &["process", &write(d, "new.x12", &po(300))]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{lose}: {t}");
+        assert!(t.contains("outbox holds 3"), "{lose}: {t}");
+        assert_eq!(sent_numbers(&d.join("data/outbox")), [1, 2, 3], "{lose}");
+    }
+    fs::remove_file(&db).unwrap();
+    let o = run(d, &["init"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("ZZ:ACME: next ISA13 000000004"), "{t}");
+    let again = run(d, &["init"]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    let o = run(d, &["process", &write(d, "new.x12", &po(300))]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(sent_numbers(&d.join("data/outbox")), [1, 2, 3, 4]);
+}
+
+/// `init --isa13-from` sets where our numbers start, above what the outbox shows.
+#[test]
+fn init_starts_the_counters_where_it_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let o = run(d, &["init", "--isa13-from", "500", "--gs06-from", "70"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for sub in ["inbox", "outbox", "out", "archive", "rejected", "work"] {
+        assert!(d.join("data").join(sub).is_dir(), "{sub}");
+    }
+    let o = run(d, &["process", &write(d, "po.x12", &po(101))]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(sent_numbers(&d.join("data/outbox")), [500]);
+    let ack = fs::read_to_string(d.join("data/outbox/ZZ_ACME_000000101.997.x12")).unwrap();
+    assert!(
+        ack.contains("GS*FA*X12GATE*ACME*") && ack.contains("*70*X*004010~"),
+        "{ack}"
+    );
+}
+
+/// Another gateway's registry (the configuration's `[gateway] id` changed): refused.
+#[test]
+fn another_gateways_registry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let file = write(d, "po.x12", &po(101));
+    assert_eq!(run(d, &["process", &file]).status.code(), Some(0));
+    let config = fs::read_to_string(d.join("partners.toml")).unwrap();
+    fs::write(
+        d.join("partners.toml"),
+        config.replace("id = \"X12GATE\"", "id = \"OTHERGATE\""),
+    )
+    .unwrap();
+    let o = run(d, &["process", &file]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("belongs to gateway ZZ:X12GATE") && t.contains("ZZ:OTHERGATE"),
+        "{t}"
+    );
+}
+
+/// A gateway copied elsewhere (a restore, a new host) and the old folder removed: a resend
+/// is replayed into the outbox of the configuration in force, and the old one is not made
+/// again.
+#[test]
+fn a_moved_gateway_replays_into_its_new_outbox() {
+    let root = tempfile::tempdir().unwrap();
+    let old = root.path().join("old");
+    fs::create_dir_all(&old).unwrap();
+    gateway(&old, "");
+    let file = write(root.path(), "po.x12", &po(101));
+    assert_eq!(run(&old, &["process", &file]).status.code(), Some(0));
+    let new = root.path().join("new");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&old)
+        .arg(&new)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    fs::remove_dir_all(&old).unwrap();
+    fs::remove_file(new.join("data/outbox/ZZ_ACME_000000101.997.x12")).unwrap();
+    let o = run(&new, &["process", "--json", &file]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["disposition"], "duplicate", "{r}");
+    let ack = new.join("data/outbox/ZZ_ACME_000000101.997.x12");
+    assert_eq!(r["acks"][0], ack.display().to_string(), "{r}");
+    assert!(ack.is_file());
+    assert!(!old.exists(), "the old gateway folder was made again");
+}
+
+/// Folders that overlap, or that are files: refused by `check`, `process` and `watch`
+/// before anything is read or moved, naming the key and its line.
+#[test]
+fn overlapping_folders_are_refused_everywhere() {
+    for (setting, key) in [
+        ("inbox = \"\"", "gateway.inbox"),
+        ("rejected = \"data/inbox\"", "gateway.inbox"),
+        ("outbox = \"data/inbox\"", "gateway.inbox"),
+        ("out = \"afile\"", "gateway.out"),
+        ("archive = \"data\"", "gateway.archive"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        gateway(d, setting);
+        fs::write(d.join("afile"), b"a regular file").unwrap();
+        let file = write(d, "po.x12", &po(101));
+        fs::create_dir_all(d.join("data/inbox")).unwrap();
+        let waiting = d.join("data/inbox/waiting.x12");
+        fs::write(&waiting, po(102)).unwrap();
+        for args in [
+            vec!["check"],
+            vec!["process", file.as_str()],
+            vec!["watch", "--once"],
+        ] {
+            let o = run(d, &args);
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{setting} {args:?}: {t}");
+            assert!(t.contains(&format!("`{key}`")), "{setting} {args:?}: {t}");
+        }
+        assert!(waiting.is_file(), "{setting}: the inbox file was moved");
+        assert!(d.join("partners.toml").is_file());
+        assert!(
+            !d.join("data/x12gate.db").exists(),
+            "{setting}: a registry was made"
+        );
+    }
+}
+
+/// `check` on a sound configuration: exit 0, and nothing created.
+#[test]
+fn check_changes_nothing_on_a_sound_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let o = run(d, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no problems"));
+    let left: Vec<_> = fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["partners.toml"], "check created something");
+}
+
+/// `claims` lists an unfinished claim with its holder; `claims release` frees a dead
+/// owner's claim (recorded in the history) and refuses a live one's.
+#[cfg(feature = "failpoints")]
+#[test]
+fn claims_lists_and_releases_unfinished_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "lease_seconds = 300");
+    let file = write(d, "po.x12", &po(101));
+    let crashed = x12gate(d)
+        .args(["process", &file])
+        .env("FAILPOINTS", "claim.after=return")
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success());
+    let o = run(d, &["claims", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let c: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(c["key"], "ZZ:ACME:000000101");
+    assert_eq!(c["state"], "in_flight");
+    assert!(
+        c["holder"].as_str().is_some_and(|h| h.ends_with("(dead)")),
+        "{c}"
+    );
+    let o = run(d, &["claims", "release", "ZZ:ACME:101"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(d, &["claims", "--json"]);
+    let c: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(c["state"], "failed", "{c}");
+    let history = run(d, &["history", "--json"]);
+    assert!(String::from_utf8_lossy(&history.stdout).contains("\"event\":\"released\""));
+
+    // A live holder: refused.
+    let held = write(d, "held.x12", &po(102));
+    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("x12gate"))
+        .current_dir(d)
+        .args(["process", &held])
+        .env("FAILPOINTS", "claim.after=sleep(30000)")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let o = run(d, &["claims"]);
+        if String::from_utf8_lossy(&o.stdout).contains("ZZ:ACME:000000102") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no claim of the holder"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = run(d, &["claims", "release", "ZZ:ACME:000000102"]);
+    let t = text(&o);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("(alive)") && t.contains("not released"), "{t}");
+}
