@@ -15,7 +15,12 @@
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
 //! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads, atomic writes.
 //! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete.
-//! - [`inbound`], [`watch`]: the directory watcher and where a processed file goes.
+//! - [`intake`], [`inbound`], [`watch`]: the watcher's work folders (a file is taken by
+//!   rename before it is read), where a processed file goes (placed exactly once), and the
+//!   directory watcher itself.
+//! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
+//! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
+//!   created.
 //! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
 //!
 //! Data flow: bytes → `x12::Interchanges` → `validate` → `ack::respond` → (`registry` claim)

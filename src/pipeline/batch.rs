@@ -514,13 +514,7 @@ fn run_round(
         fail::fail_point!("claim.after", |_| std::process::abort());
     }
     if options.stop.abandoned() {
-        return Err(fail_all(
-            registry,
-            &owned,
-            items,
-            options,
-            ProcessError::Interrupted,
-        ));
+        return Err(interrupted(registry, &owned, items, options));
     }
 
     // (3) Decide, reserve and renew (and number the TA1s of conflicts), in one transaction.
@@ -575,13 +569,7 @@ fn run_round(
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
     if options.stop.abandoned() {
-        return Err(fail_all(
-            registry,
-            &owned,
-            items,
-            options,
-            ProcessError::Interrupted,
-        ));
+        return Err(interrupted(registry, &owned, items, options));
     }
     let replays = writes.len();
     writes.extend(
@@ -814,6 +802,16 @@ fn prepare(
         group_keys,
         lost,
     })
+}
+
+/// A stop that abandons work, between two steps: the batch's claims are marked failed.
+fn interrupted(
+    registry: &mut Registry,
+    owned: &[usize],
+    items: &[Item<'_>],
+    options: &ProcessOptions,
+) -> ProcessError {
+    fail_all(registry, owned, items, options, ProcessError::Interrupted)
 }
 
 /// After an operational failure mid-batch: mark the batch's claims failed (best effort) so a

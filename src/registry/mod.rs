@@ -100,6 +100,18 @@ fn wait_for_lock(attempt: i32) -> bool {
     true
 }
 
+/// A connection that cannot write, waiting for other processes' locks like the others.
+fn read_only(path: &Path, shown: &str) -> Result<Connection, RegistryError> {
+    let sql = |source| RegistryError::Sqlite {
+        path: shown.to_string(),
+        cause: source,
+    };
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(sql)?;
+    conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+    Ok(conn)
+}
+
 /// `PRAGMA user_version` and the number of schema objects; a file that is not SQLite is
 /// [`RegistryError::Foreign`].
 fn version_and_tables(conn: &Connection, shown: &str) -> Result<(i64, i64), RegistryError> {
@@ -169,9 +181,7 @@ impl Registry {
             path: shown.clone(),
             cause: source,
         };
-        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(sql)?;
-        conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+        let conn = read_only(path, &shown)?;
         let (version, tables) = version_and_tables(&conn, &shown)?;
         if version == 0 && tables > 0 {
             return Err(foreign_tables(&shown, tables));
@@ -375,9 +385,7 @@ impl Registry {
             path: shown.clone(),
             cause: source,
         };
-        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(sql)?;
-        conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+        let conn = read_only(path, &shown)?;
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(sql)?;
