@@ -290,6 +290,49 @@ impl Partner {
     }
 }
 
+/// A TOML error as an operator reads it: the expected type in words ("a whole number of
+/// seconds", not `u64`), and a missing `[gateway]` said as such rather than pointed at the
+/// first line of the file.
+fn in_words(text: &str, e: &toml::de::Error) -> String {
+    if e.message().contains("missing field `gateway`") {
+        return "no [gateway] table: the file needs at least [gateway] with id_qualifier and id (our ISA05/ISA06)".into();
+    }
+    let key = e
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .and_then(|before| before.lines().last())
+        .and_then(|line| line.split_once('='))
+        .map(|(key, _)| key.trim().to_string())
+        .unwrap_or_default();
+    let unit = ["seconds", "ms", "days", "bytes", "len"]
+        .into_iter()
+        .find(|u| key.ends_with(&format!("_{u}")))
+        .map(|u| match u {
+            "ms" => " of milliseconds",
+            "len" => " of bytes",
+            "seconds" => " of seconds",
+            "days" => " of days",
+            _ => " of bytes",
+        })
+        .unwrap_or("");
+    let whole = format!("a whole number{unit}, 0 or more");
+    let mut message = e.to_string();
+    for (rust, words) in [
+        ("expected u64", format!("expected {whole}")),
+        ("expected u32", format!("expected {whole}")),
+        ("expected usize", format!("expected {whole}")),
+        ("expected u16", format!("expected {whole}")),
+        ("expected u8", format!("expected {whole}")),
+        ("expected a boolean", "expected true or false".to_string()),
+    ] {
+        message = message.replace(rust, &words);
+    }
+    if !key.is_empty() && e.message().contains("invalid") {
+        message = format!("key `{key}`: {message}");
+    }
+    message
+}
+
 /// The 1-based line of byte `offset` in `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()
@@ -480,7 +523,7 @@ impl Config {
             path: path.to_path_buf(),
             message,
         };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(in_words(text, &e)))?;
         let base = std::path::absolute(path)
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
@@ -660,6 +703,39 @@ mod tests {
         assert!(
             bad.contains("line 4") && bad.contains("fingerprint_ignore"),
             "{bad}"
+        );
+    }
+
+    #[test]
+    fn errors_say_the_type_in_words_and_a_missing_gateway_as_such() {
+        let e = Config::from_str(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X\"\nlease_seconds = \"300\"\n",
+            Path::new("p.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 4")
+                && e.contains("`lease_seconds`")
+                && e.contains("expected a whole number of seconds")
+                && !e.contains("u64"),
+            "{e}"
+        );
+        let e = Config::from_str(
+            "# a comment\n\n[limits]\nmax_file_bytes = 5\n",
+            Path::new("p.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no [gateway] table") && !e.contains("line 1"),
+            "{e}"
+        );
+        let e = load("[[partner]]\nname = \"A\"\nid_qualifier = \"ZZ\"\nid = \"A\"\nduplicate_window_days = -1\n")
+            .unwrap_err();
+        assert!(
+            e.contains("line 8") && e.contains("whole number of days"),
+            "{e}"
         );
     }
 

@@ -19,6 +19,7 @@
 //!   rename before it is read), where a processed file goes (placed exactly once), and the
 //!   directory watcher itself.
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
+//! - [`desk`]: the EDI desk's tools on one interchange: `show` and `reprocess`.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
 //! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
@@ -29,6 +30,7 @@
 
 pub mod ack;
 pub mod config;
+pub mod desk;
 pub mod fingerprint;
 pub mod generate;
 pub mod inbound;

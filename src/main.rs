@@ -101,6 +101,29 @@ enum Command {
     /// Check the configuration, folders and registry without changing anything (process
     /// and watch run the same checks first)
     Check,
+    /// Everything about one interchange: claim, contents seen, findings, acknowledgments
+    /// sent (with our ISA13/GS06), outputs, where its file is, history
+    Show {
+        /// QUAL:ID:ISA13, or ID:ISA13 when the id is unique; the number may be unpadded
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Process rejected interchanges again from their stored file (after adding a partner,
+    /// fixing a limit or a definition), as a new attempt with fresh acknowledgments
+    Reprocess {
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Read this copy of the interchange instead of the stored one
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Also reprocess an accepted interchange: the ERP may receive it twice
+        #[arg(long)]
+        force: bool,
+        /// One JSON object per interchange per line
+        #[arg(long)]
+        json: bool,
+    },
     /// Unfinished claims (in flight or failed); `claims release KEY` frees one
     Claims {
         #[command(subcommand)]
@@ -449,6 +472,170 @@ fn init(
         )?;
     }
     Ok(exit::OK)
+}
+
+fn desk_failure(e: x12gate::desk::DeskError) -> Failure {
+    use x12gate::desk::DeskError;
+    match e {
+        DeskError::Registry(e) => registry_failure(e),
+        DeskError::Process(e) => Failure::Operational(e.into()),
+        e => Failure::Usage(e.into()),
+    }
+}
+
+fn local_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
+        .unwrap_or_default()
+}
+
+/// `show`: one interchange whole.
+fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
+    let registry = open_registry(config)?;
+    let key = x12gate::desk::resolve(&registry, key).map_err(desk_failure)?;
+    let s = x12gate::desk::show(config, &registry, &key).map_err(desk_failure)?;
+    if json {
+        let mut v = serde_json::to_value(&s).map_err(|e| Failure::Operational(e.into()))?;
+        let events: Vec<serde_json::Value> = s
+            .events
+            .iter()
+            .map(|e| {
+                let mut d: serde_json::Value =
+                    serde_json::from_str(&e.detail).unwrap_or_else(|_| serde_json::json!({}));
+                if let Some(o) = d.as_object_mut() {
+                    o.insert("time".into(), local_time(e.at_ms).into());
+                    o.insert("event".into(), e.event.clone().into());
+                }
+                d
+            })
+            .collect();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("events".into(), events.into());
+        }
+        writeln!(out, "{v}")?;
+        return Ok(exit::OK);
+    }
+    let r = &s.record;
+    let outcome = match (&r.disposition, &r.reason) {
+        (Some(d), Some(why)) => format!(
+            "{d} ({}{why})",
+            r.reason_code
+                .as_deref()
+                .map(|c| format!("{c} "))
+                .unwrap_or_default()
+        ),
+        (Some(d), None) => d.clone(),
+        (None, _) => "-".into(),
+    };
+    writeln!(out, "{}  {}  {outcome}", r.key, r.state)?;
+    writeln!(
+        out,
+        "  partner {}, attempts {}, first seen {}, last seen {}",
+        r.partner,
+        r.attempts,
+        local_time(r.first_seen_ms),
+        local_time(r.last_seen_ms)
+    )?;
+    if let Some(h) = &s.holder {
+        writeln!(
+            out,
+            "  held by {h}{}",
+            r.lease_expires_ms
+                .map(|t| format!(", lease until {}", local_time(t)))
+                .unwrap_or_default()
+        )?;
+    }
+    for (attempt, fp, at) in &r.fingerprints {
+        writeln!(
+            out,
+            "  content of attempt {attempt}: {fp} ({})",
+            local_time(*at)
+        )?;
+    }
+    match &s.file_now {
+        Some(f) => writeln!(out, "  file: {}", f.display())?,
+        None => writeln!(
+            out,
+            "  file: not found (recorded as {})",
+            r.file.as_deref().unwrap_or("-")
+        )?,
+    }
+    if !s.findings.is_empty() {
+        writeln!(out, "  findings:")?;
+        for f in &s.findings {
+            writeln!(out, "    {f}")?;
+        }
+    }
+    for a in &s.acks {
+        writeln!(
+            out,
+            "  sent {} {}: our ISA13 {}, GS06 {}",
+            a.kind.to_uppercase(),
+            a.name,
+            a.isa13.as_deref().unwrap_or("-"),
+            if a.gs06.is_empty() {
+                "-".to_string()
+            } else {
+                a.gs06.join(", ")
+            }
+        )?;
+        for line in a.text.lines() {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    for o in &r.outputs {
+        writeln!(out, "  output: {o}")?;
+    }
+    writeln!(out, "  history:")?;
+    for e in &s.events {
+        writeln!(out, "    {} {}", local_time(e.at_ms), e.event)?;
+    }
+    Ok(exit::OK)
+}
+
+/// `reprocess`: rejected interchanges again, each as a new attempt.
+fn reprocess(
+    config: &Config,
+    keys: &[String],
+    file: Option<&Path>,
+    force: bool,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    preflight(config)?;
+    let mut registry = open_registry(config)?;
+    let options = x12gate::pipeline::ProcessOptions::new(false);
+    let mut code = exit::OK;
+    for given in keys {
+        let key = x12gate::desk::resolve(&registry, given).map_err(desk_failure)?;
+        if force {
+            eprintln!("x12gate: {key}: reprocessing with --force: if it was accepted, the ERP may receive it twice");
+        }
+        let r = x12gate::desk::reprocess(config, &mut registry, &key, file, force, &options)
+            .map_err(desk_failure)?;
+        if !r.disposition.is_success() {
+            code = exit::FINDINGS;
+        }
+        if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(&r).map_err(|e| Failure::Operational(e.into()))?
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{key}: attempt {} {}{}",
+                r.attempt.unwrap_or(0),
+                r.disposition.as_str(),
+                r.reason
+                    .as_ref()
+                    .map(|x| format!(" ({x})"))
+                    .unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(code)
 }
 
 fn claims(
@@ -882,6 +1069,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         } => {
             let config = config(cli.config.as_deref())?;
             let filter = x12gate::registry::EventFilter {
+                key: None,
                 partner,
                 control_number,
                 disposition,
@@ -933,6 +1121,20 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 exit::USAGE
             }
         }
+        Command::Show { key, json } => show(&config(cli.config.as_deref())?, &key, json, &mut out)?,
+        Command::Reprocess {
+            keys,
+            file,
+            force,
+            json,
+        } => reprocess(
+            &config(cli.config.as_deref())?,
+            &keys,
+            file.as_deref(),
+            force,
+            json,
+            &mut out,
+        )?,
         Command::Claims { action, json } => {
             claims(&config(cli.config.as_deref())?, action, json, &mut out)?
         }

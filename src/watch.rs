@@ -173,12 +173,12 @@ fn process_batch(
         })
         .collect();
     let result = pipeline::process_files(&sources, config, &mut registry, &options, Some(turn));
-    if let Ok(mut p) = pool.lock() {
-        p.push(registry);
-    }
     let mut results = match result {
         Ok(results) => results.into_iter(),
         Err(e) => {
+            if let Ok(mut p) = pool.lock() {
+                p.push(registry);
+            }
             outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
             return outcomes;
         }
@@ -216,7 +216,51 @@ fn process_batch(
         };
         outcomes.push((q, outcome));
     }
+    record_placements(&mut registry, config, &outcomes);
+    if let Ok(mut p) = pool.lock() {
+        p.push(registry);
+    }
     outcomes
+}
+
+/// Where each interchange's file went, in the history (`show` reads it), in one transaction
+/// for the batch. A crash before it loses only this note, never the file or its decision.
+fn record_placements(registry: &mut Registry, config: &Config, outcomes: &[(Queued, Outcome)]) {
+    let recorded = registry.batch(|b| {
+        for (q, outcome) in outcomes {
+            let Outcome::Done {
+                reports,
+                destination,
+            } = outcome
+            else {
+                continue;
+            };
+            let placed = match destination {
+                Destination::Archived(p) => p,
+                Destination::Rejected { file, .. } => file,
+            };
+            let detail = serde_json::json!({
+                "file": config.gateway.inbox.join(&q.taken.name).display().to_string(),
+                "placed": placed.display().to_string(),
+                "ticket": q.taken.ticket(),
+            })
+            .to_string();
+            for r in reports.iter().filter(|r| r.key.is_some()) {
+                b.record_note(
+                    "placed",
+                    r.key.as_deref(),
+                    r.sender.as_deref(),
+                    r.control_number.as_deref(),
+                    None,
+                    &detail,
+                )?;
+            }
+        }
+        Ok::<_, RegistryError>(())
+    });
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "could not record where the files of a batch were placed");
+    }
 }
 
 /// Exponential backoff with jitter: about 0.5 s, 1 s, 2 s, ... up to `max`.

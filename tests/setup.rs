@@ -345,3 +345,142 @@ fn claims_lists_and_releases_unfinished_claims() {
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("(alive)") && t.contains("not released"), "{t}");
 }
+
+/// An interchange from a sender that was not configured is rejected; once the partner is
+/// added, `reprocess` processes it again from its stored file as attempt 2: accepted, a 997
+/// sent, and the history keeps the rejection. An accepted interchange is refused without
+/// `--force`, and reprocessed with it, saying plainly what that may do.
+#[test]
+fn reprocess_after_adding_the_partner_and_force_on_an_accepted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let newco = po(101).replace("*ZZ*ACME           *", "*ZZ*NEWCO          *");
+    let file = write(d, "newco.x12", &newco);
+    let o = run(d, &["process", &file]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let config = fs::read_to_string(d.join("partners.toml")).unwrap();
+    fs::write(
+        d.join("partners.toml"),
+        format!("{config}\n[[partner]]\nname = \"Newco\"\nid_qualifier = \"ZZ\"\nid = \"NEWCO\"\n"),
+    )
+    .unwrap();
+    // A plain resend is still the rejection replayed...
+    let o = run(d, &["process", "--json", &file]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["replayed"], "rejected", "{r}");
+    // ... reprocess is the way out.
+    let o = run(d, &["reprocess", "--json", "NEWCO:101"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["disposition"], "accepted", "{r}");
+    assert_eq!(r["attempt"], 2, "{r}");
+    let ack = d.join("data/outbox/ZZ_NEWCO_000000101.997.x12");
+    assert!(fs::read_to_string(&ack).unwrap().contains("AK5*A~"));
+    let history = run(d, &["history", "--json"]);
+    let events: Vec<String> = String::from_utf8_lossy(&history.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["key"] == "ZZ:NEWCO:000000101")
+        .map(|e| e["event"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(events, ["rejected", "duplicate", "reopened", "accepted"]);
+
+    let o = run(d, &["reprocess", "ZZ:NEWCO:000000101"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("it was accepted") && t.contains("--force"),
+        "{t}"
+    );
+    let o = run(d, &["reprocess", "--force", "--json", "ZZ:NEWCO:000000101"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("the ERP may receive it twice"), "{t}");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (r["disposition"].as_str(), r["attempt"].as_u64()),
+        (Some("accepted"), Some(3))
+    );
+    // Fresh numbers for the fresh answer.
+    let ack = fs::read_to_string(&ack).unwrap();
+    assert!(ack.contains("*000000002*0*P*"), "{ack}");
+}
+
+/// `show` on an accepted, a rejected and a conflicting key: the state and outcome, the
+/// acknowledgments with our numbers, where the file is, and the history.
+#[test]
+fn show_tells_an_interchange_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let good = write(d, "good.x12", &po(101));
+    let bad = write(d, "bad.x12", &po(102).replace("SE*13*0001~", "SE*12*0001~"));
+    let reused = write(d, "reused.x12", &po(101).replace("PO1*1*120", "PO1*1*125"));
+    run(d, &["process", &good, &bad]);
+    run(d, &["process", &reused]);
+    let show = |key: &str| -> Value {
+        let o = run(d, &["show", "--json", key]);
+        assert_eq!(o.status.code(), Some(0), "{key}: {}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let a = show("ZZ:ACME:101");
+    assert_eq!(a["record"]["disposition"], "accepted", "{a}");
+    assert_eq!(a["acks"][0]["isa13"], "000000001", "{a}");
+    assert_eq!(a["acks"][0]["gs06"][0], "1", "{a}");
+    assert!(a["acks"][0]["text"].as_str().unwrap().contains("AK5*A~"));
+    assert_eq!(a["file_now"], good.as_str());
+    let events: Vec<&str> = a["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert_eq!(events, ["accepted", "conflict"], "{a}");
+    let r = show("ACME:102");
+    assert_eq!(r["record"]["disposition"], "rejected", "{r}");
+    assert!(
+        r["findings"][0]
+            .as_str()
+            .is_some_and(|f| f.contains("se-segment-count")),
+        "{r}"
+    );
+    assert!(
+        r["acks"][0]["text"].as_str().unwrap().contains("AK5*R*4~"),
+        "{r}"
+    );
+    let missing = run(d, &["show", "ZZ:ACME:999"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    let plain = run(d, &["show", "ZZ:ACME:101"]);
+    let t = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        t.contains("ZZ:ACME:000000101  completed  accepted")
+            && t.contains("sent 997 ZZ_ACME_000000101.997.x12: our ISA13 000000001, GS06 1"),
+        "{t}"
+    );
+}
+
+/// After the watcher placed a file, `show` says where it is: in the archive.
+#[test]
+fn show_finds_the_file_the_watcher_placed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "settle_ms = 0");
+    fs::create_dir_all(d.join("data/inbox")).unwrap();
+    fs::write(d.join("data/inbox/order.x12"), po(101)).unwrap();
+    let o = run(d, &["watch", "--once"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(d, &["show", "--json", "ACME:101"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let now = v["file_now"].as_str().unwrap_or_default();
+    assert!(
+        now.starts_with(&d.join("data/archive").display().to_string())
+            && now.ends_with("/order.x12"),
+        "{v}"
+    );
+    assert!(v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"] == "placed"));
+}

@@ -165,8 +165,16 @@ fn run_batch(
         for read in Interchanges::new(input, config.limits) {
             match read {
                 Ok(ic) => {
+                    let it = item(&shown[file], input, utf8, ic, config);
+                    if options
+                        .only
+                        .as_ref()
+                        .is_some_and(|keys| !keys.contains(&it.key))
+                    {
+                        continue;
+                    }
                     slots[file].push(Slot::Item(items.len()));
-                    items.push(item(&shown[file], input, utf8, ic, config));
+                    items.push(it);
                 }
                 Err(e) => {
                     let report = file_rejection(registry, &shown[file], e.to_string())?;
@@ -262,6 +270,7 @@ fn item<'a>(
         attempt: None,
         took_over: None,
         replayed: None,
+        key: Some(key.clone()),
     };
     Item {
         utf8,
@@ -294,6 +303,7 @@ fn file_rejection(
         attempt: None,
         took_over: None,
         replayed: None,
+        key: None,
     };
     registry.record_event("unreadable", None, None, None, "rejected", &json(&report))?;
     Ok(report)
@@ -302,6 +312,13 @@ fn file_rejection(
 fn span(item: &Item<'_>) -> tracing::Span {
     // At ERROR level so the span (and its correlation id) is on every line any filter lets through.
     tracing::error_span!("interchange", correlation_id = %item.report.correlation_id.as_deref().unwrap_or("-"))
+}
+
+/// Whether a takeover was from an owner (worth a warn line per owner) or of a claim marked
+/// failed (an operational failure, a stop, a release or a reprocess: said where it happened).
+enum PreviousKind {
+    Owner,
+    Failed,
 }
 
 /// Who holds a key we wait for, and until when.
@@ -474,10 +491,10 @@ fn run_round(
                 first_fingerprint,
             } => {
                 it.report.attempt = Some(attempt);
-                let why = match &previous {
-                    Previous::Expired { .. } => "its lease expired",
-                    Previous::Dead { .. } => "its process is dead",
-                    _ => "it failed",
+                let (why, previous_kind) = match &previous {
+                    Previous::Expired { .. } => ("its lease expired", PreviousKind::Owner),
+                    Previous::Dead { .. } => ("its process is dead", PreviousKind::Owner),
+                    _ => ("it failed", PreviousKind::Failed),
                 };
                 it.report.took_over = match previous {
                     Previous::Expired { owner } | Previous::Dead { owner } => Some(owner),
@@ -486,9 +503,11 @@ fn run_round(
                 };
                 if let Some(from) = &it.report.took_over {
                     tracing::info!(attempt, took_over = %from, "taking over an unfinished claim: {why}");
-                    *takeovers
-                        .entry(format!("{} ({why})", crate::owner::describe(from)))
-                        .or_default() += 1;
+                    if !matches!(previous_kind, PreviousKind::Failed) {
+                        *takeovers
+                            .entry(format!("{} ({why})", crate::owner::describe(from)))
+                            .or_default() += 1;
+                    }
                 }
                 Plan::Own(first_fingerprint)
             }

@@ -151,6 +151,9 @@ pub struct Report {
     /// Whose expired or failed claim this attempt took over, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_over: Option<String>,
+    /// The registry key (not printed: `history --json` gives it from the event).
+    #[serde(skip)]
+    pub key: Option<String>,
 }
 
 /// An operational failure: nothing about the interchange was decided or marked done.
@@ -179,6 +182,8 @@ pub struct ProcessOptions {
     pub owner: String,
     /// Set by signals: stop waiting, or stop altogether at the next safe point.
     pub stop: Stop,
+    /// Only these keys (`reprocess`): the file's other interchanges are left alone.
+    pub only: Option<Vec<String>>,
 }
 
 impl ProcessOptions {
@@ -187,6 +192,7 @@ impl ProcessOptions {
             no_wait,
             owner: crate::owner::Owner::current().id(),
             stop: Stop::default(),
+            only: None,
         }
     }
 }

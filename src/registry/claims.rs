@@ -118,7 +118,7 @@ pub struct Completion<'a> {
 }
 
 /// An audit event, as `history` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Event {
     pub at_ms: i64,
     pub event: String,
@@ -148,9 +148,35 @@ pub struct Unfinished {
     pub reason: Option<String>,
 }
 
+/// Everything the registry holds about one interchange key, for `show`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Record {
+    pub key: String,
+    pub partner: String,
+    pub control_number: String,
+    pub state: String,
+    pub disposition: Option<String>,
+    pub reason_code: Option<String>,
+    pub reason: Option<String>,
+    pub attempts: u32,
+    pub owner: Option<String>,
+    pub lease_expires_ms: Option<i64>,
+    /// The file the last attempt read, as it was named then.
+    pub file: Option<String>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    /// Every content seen under this key: (attempt, fingerprint, when).
+    pub fingerprints: Vec<(u32, String, i64)>,
+    /// As stored (`show` prints them as text).
+    #[serde(skip)]
+    pub acks: Vec<StoredAck>,
+    pub outputs: Vec<String>,
+}
+
 /// Filters for `history`; `None` matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
+    pub key: Option<String>,
     pub partner: Option<String>,
     pub control_number: Option<String>,
     pub disposition: Option<String>,
@@ -255,6 +281,27 @@ impl Batch<'_> {
         disposition: &str,
         detail: &str,
     ) -> Result<(), RegistryError> {
+        self.record_note(
+            event,
+            key,
+            partner,
+            control_number,
+            Some(disposition),
+            detail,
+        )
+    }
+
+    /// An event that records no decision (where a file was placed, a claim released): no
+    /// disposition, so `history --disposition` lists decisions only.
+    pub fn record_note(
+        &self,
+        event: &str,
+        key: Option<&str>,
+        partner: Option<&str>,
+        control_number: Option<&str>,
+        disposition: Option<&str>,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
         insert_event(
             &self.tx,
             now_ms(),
@@ -262,7 +309,7 @@ impl Batch<'_> {
             key,
             partner,
             control_number,
-            Some(disposition),
+            disposition,
             detail,
         )
         .map_err(|e| self.sql(e))
@@ -585,6 +632,120 @@ impl Registry {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
     }
 
+    /// Everything about `key`, if the registry has it.
+    pub fn record(&self, key: &str) -> Result<Option<Record>, RegistryError> {
+        let sql = |e| self.sql(e);
+        let row = self
+            .conn
+            .query_row(
+                "SELECT key, partner, control_number, state, disposition, reason_code, reason,
+                        attempts, owner, lease_expires, file, first_seen, last_seen
+                 FROM interchanges WHERE key = ?1",
+                [key],
+                |r| {
+                    Ok(Record {
+                        key: r.get(0)?,
+                        partner: r.get(1)?,
+                        control_number: r.get(2)?,
+                        state: r.get(3)?,
+                        disposition: r.get(4)?,
+                        reason_code: r.get(5)?,
+                        reason: r.get(6)?,
+                        attempts: r.get(7)?,
+                        owner: r.get(8)?,
+                        lease_expires_ms: r.get(9)?,
+                        file: r.get(10)?,
+                        first_seen_ms: r.get(11)?,
+                        last_seen_ms: r.get(12)?,
+                        fingerprints: Vec::new(),
+                        acks: Vec::new(),
+                        outputs: Vec::new(),
+                    })
+                },
+            )
+            .optional()
+            .map_err(sql)?;
+        let Some(mut record) = row else {
+            return Ok(None);
+        };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT attempt, fingerprint, seen FROM fingerprints WHERE key = ?1 ORDER BY attempt")
+            .map_err(sql)?;
+        record.fingerprints = stmt
+            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)?;
+        let done = load_completed(&self.conn, key).map_err(sql)?;
+        record.acks = done.acks;
+        record.outputs = done.outputs;
+        Ok(Some(record))
+    }
+
+    /// Keys of interchange `control_number` from senders whose id (ISA06) is `id`, whatever
+    /// their qualifier: `show ACME:101`.
+    pub fn keys_of(&self, id: &str, control_number: &str) -> Result<Vec<String>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT key FROM interchanges WHERE control_number = ?2
+                   AND substr(partner, instr(partner, ':') + 1) = ?1 ORDER BY key",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![id, control_number], |r| r.get(0))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Opens a completed interchange for another attempt (`reprocess`): marked failed, with
+    /// its reserved control numbers dropped, so that the next claim of the same content takes
+    /// it over as attempt n+1 and answers with fresh acknowledgments. Only a rejected one
+    /// unless `accepted_too`. Returns the disposition it had, or `None` when there was
+    /// nothing to reopen.
+    pub fn reopen(
+        &mut self,
+        key: &str,
+        accepted_too: bool,
+    ) -> Result<Option<String>, RegistryError> {
+        self.batch(|b| {
+            let was: Option<(String, Option<String>, String, String)> = b
+                .tx
+                .query_row(
+                    "SELECT state, disposition, partner, control_number FROM interchanges WHERE key = ?1",
+                    [key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()
+                .map_err(|e| b.sql(e))?;
+            let Some((state, disposition, partner, control)) = was else {
+                return Ok(None);
+            };
+            let disposition = disposition.unwrap_or_default();
+            if state != "completed" || (disposition != "rejected" && !accepted_too) {
+                return Ok(None);
+            }
+            b.tx.execute(
+                "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL,
+                        reservation = NULL, reason = 'reopened for reprocessing'
+                 WHERE key = ?1 AND state = 'completed'",
+                [key],
+            )
+            .map_err(|e| b.sql(e))?;
+            // The answers sent for the earlier outcome stay in the history.
+            let earlier = load_completed(&b.tx, key).map_err(|e| b.sql(e))?;
+            let acks: Vec<serde_json::Value> = earlier
+                .acks
+                .iter()
+                .map(|a| serde_json::json!({ "kind": a.kind, "path": a.path, "bytes": String::from_utf8_lossy(&a.bytes) }))
+                .collect();
+            let detail = serde_json::json!({ "was": disposition, "acks": acks }).to_string();
+            b.record_note("reopened", Some(key), Some(&partner), Some(&control), None, &detail)?;
+            Ok(Some(disposition))
+        })
+    }
+
     /// The unfinished claim of `key`, if there is one.
     pub fn unfinished_claim(&self, key: &str) -> Result<Option<Unfinished>, RegistryError> {
         Ok(self
@@ -615,7 +776,7 @@ impl Registry {
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(|e| b.sql(e))?;
-                b.record_event("released", Some(key), Some(&partner), Some(&control), "failed", &detail)?;
+                b.record_note("released", Some(key), Some(&partner), Some(&control), None, &detail)?;
             }
             Ok(n == 1)
         })
@@ -643,7 +804,7 @@ impl Registry {
                 "SELECT at, event, key, partner, control_number, disposition, detail FROM events
                  WHERE (?1 IS NULL OR partner = ?1) AND (?2 IS NULL OR control_number = ?2)
                    AND (?3 IS NULL OR disposition = ?3) AND (?4 IS NULL OR at >= ?4)
-                   AND (?5 IS NULL OR at <= ?5)
+                   AND (?5 IS NULL OR at <= ?5) AND (?6 IS NULL OR key = ?6)
                  ORDER BY id",
             )
             .map_err(|e| self.sql(e))?;
@@ -654,7 +815,8 @@ impl Registry {
                     f.control_number,
                     f.disposition,
                     f.since_ms,
-                    f.until_ms
+                    f.until_ms,
+                    f.key
                 ],
                 |r| {
                     Ok(Event {

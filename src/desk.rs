@@ -1,0 +1,228 @@
+//! The EDI desk's tools on one interchange: `show` (everything known about it, from the
+//! registry and the folders) and `reprocess` (a rejected interchange again, as a new
+//! attempt, after its cause was fixed).
+//!
+//! "Where is my 997 for 101?" is answered from the key alone: the claim, every content seen
+//! under it, the findings of the file as it is now, each acknowledgment sent with our ISA13
+//! and GS06, the outputs, where the inbound file was placed, and the history.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+use crate::pipeline::{self, ProcessError, ProcessOptions, Report, Source};
+use crate::registry::{Event, EventFilter, Record, Registry, RegistryError};
+
+/// Why a key cannot be shown or reprocessed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeskError {
+    #[error("{0}: the registry has no such interchange")]
+    Unknown(String),
+    #[error("{given}: several interchanges match ({}); give QUAL:ID:ISA13", .keys.join(", "))]
+    Ambiguous { given: String, keys: Vec<String> },
+    #[error("{key}: {why}")]
+    Refused { key: String, why: String },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+/// The registry key an operator means: `QUAL:ID:ISA13`, or `ID:ISA13` when only one sender
+/// with that id sent that number; the number may be unpadded.
+pub fn resolve(registry: &Registry, given: &str) -> Result<String, DeskError> {
+    let typed = pipeline::typed_key(given);
+    if registry.record(&typed)?.is_some() {
+        return Ok(typed);
+    }
+    if let Some((id, number)) = typed.split_once(':').filter(|(_, n)| !n.contains(':')) {
+        let mut keys = registry.keys_of(id, number)?;
+        return match keys.len() {
+            0 => Err(DeskError::Unknown(given.to_string())),
+            1 => Ok(keys.remove(0)),
+            _ => Err(DeskError::Ambiguous {
+                given: given.to_string(),
+                keys,
+            }),
+        };
+    }
+    Err(DeskError::Unknown(given.to_string()))
+}
+
+/// One acknowledgment as sent: its kind, file name, and our control numbers in it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SentAck {
+    pub kind: String,
+    pub name: String,
+    pub isa13: Option<String>,
+    pub gs06: Vec<String>,
+    pub text: String,
+}
+
+/// Everything known about one interchange.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Shown {
+    pub record: Record,
+    /// Whether the claim's owner is alive, for an unfinished claim.
+    pub holder: Option<String>,
+    pub acks: Vec<SentAck>,
+    /// Where the inbound file is now (the last placement the watcher recorded, or the file
+    /// `process` read), if it still exists.
+    pub file_now: Option<PathBuf>,
+    /// The findings of that file's interchange as the configuration in force judges it.
+    pub findings: Vec<String>,
+    pub events: Vec<Event>,
+}
+
+fn placed_at(events: &[Event]) -> Option<PathBuf> {
+    events
+        .iter()
+        .rev()
+        .filter(|e| e.event == "placed")
+        .find_map(|e| {
+            let v: serde_json::Value = serde_json::from_str(&e.detail).ok()?;
+            v["placed"].as_str().map(PathBuf::from)
+        })
+}
+
+/// The findings of interchange `key` in `file`; `None` when the file does not hold it.
+fn findings_in(file: &Path, key: &str, config: &Config) -> Option<Vec<String>> {
+    let bytes = crate::input::read(file, config.limits.max_file_bytes).ok()?;
+    for ic in crate::x12::Interchanges::new(&bytes, config.limits).flatten() {
+        let scope = config
+            .partner(ic.isa.trimmed(5), ic.isa.trimmed(6))
+            .map_or(crate::config::InterchangeScope::Sender, |p| {
+                p.interchange_scope
+            });
+        if pipeline::interchange_key(&ic, scope) == key {
+            return Some(
+                pipeline::decide(&ic, config)
+                    .findings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+            );
+        }
+    }
+    None
+}
+
+/// Everything known about `key`.
+pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, DeskError> {
+    let record = registry
+        .record(key)?
+        .ok_or_else(|| DeskError::Unknown(key.to_string()))?;
+    let events = registry.history(&EventFilter {
+        key: Some(key.to_string()),
+        ..EventFilter::default()
+    })?;
+    let acks = record
+        .acks
+        .iter()
+        .map(|a| {
+            let ic = crate::x12::Interchanges::new(&a.bytes, config.limits)
+                .flatten()
+                .next();
+            SentAck {
+                kind: a.kind.clone(),
+                name: Path::new(&a.path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                isa13: ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
+                gs06: ic
+                    .as_ref()
+                    .map(|ic| ic.groups.iter().map(|g| g.gs.text(6).to_string()).collect())
+                    .unwrap_or_default(),
+                text: String::from_utf8_lossy(&a.bytes).into_owned(),
+            }
+        })
+        .collect();
+    let file_now = placed_at(&events)
+        .or_else(|| record.file.as_ref().map(PathBuf::from))
+        .filter(|p| p.is_file());
+    let findings = file_now
+        .as_deref()
+        .and_then(|f| findings_in(f, key, config))
+        .unwrap_or_default();
+    let holder = record
+        .owner
+        .as_deref()
+        .filter(|_| record.state == "in_flight")
+        .map(crate::owner::describe);
+    Ok(Shown {
+        record,
+        holder,
+        acks,
+        file_now,
+        findings,
+        events,
+    })
+}
+
+/// Processes `key` again from its stored file (or `file`), as a new attempt with fresh
+/// acknowledgments and control numbers; only a rejected interchange unless `force`. The
+/// earlier outcome, and the answers sent for it, stay in the history (`reopened`).
+pub fn reprocess(
+    config: &Config,
+    registry: &mut Registry,
+    key: &str,
+    file: Option<&Path>,
+    force: bool,
+    options: &ProcessOptions,
+) -> Result<Report, DeskError> {
+    let refused = |why: String| DeskError::Refused {
+        key: key.to_string(),
+        why,
+    };
+    let shown = show(config, registry, key)?;
+    let r = &shown.record;
+    if r.state != "completed" {
+        return Err(refused(format!(
+            "not completed ({}); see `x12gate claims`",
+            r.state
+        )));
+    }
+    let disposition = r.disposition.clone().unwrap_or_default();
+    if disposition != "rejected" && !force {
+        return Err(refused(format!(
+            "it was {disposition}; reprocessing it may deliver it to the ERP a second time (--force does, knowingly)"
+        )));
+    }
+    let source = match file {
+        Some(f) => f.to_path_buf(),
+        None => shown.file_now.clone().ok_or_else(|| {
+            refused("its file is no longer where it was recorded; give a copy with --file".into())
+        })?,
+    };
+    if findings_in(&source, key, config).is_none() {
+        return Err(refused(format!(
+            "{} does not hold this interchange",
+            source.display()
+        )));
+    }
+    registry.reopen(key, force)?;
+    let only = ProcessOptions {
+        only: Some(vec![key.to_string()]),
+        ..options.clone()
+    };
+    let outcomes = pipeline::process_files(
+        &[Source::from(source.as_path())],
+        config,
+        registry,
+        &only,
+        None,
+    )?;
+    let report = outcomes
+        .into_iter()
+        .next()
+        .map(|o| o.result)
+        .transpose()?
+        .and_then(|mut reports| reports.pop());
+    report.ok_or_else(|| {
+        refused(format!(
+            "{} does not hold this interchange",
+            source.display()
+        ))
+    })
+}
