@@ -57,12 +57,29 @@ impl InputError {
     }
 }
 
+/// Reads `path` (`-`: standard input) whole, refusing more than `max_bytes`.
 pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
     let shown = || path.display().to_string();
     let io = |source| InputError::Io {
         path: shown(),
         cause: source,
     };
+    if path == Path::new("-") {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(io)?;
+        if buf.len() as u64 > max_bytes {
+            return Err(InputError::TooLarge {
+                path: shown(),
+                size: buf.len() as u64,
+                limit: max_bytes,
+            });
+        }
+        return Ok(buf);
+    }
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::File::options()
         .read(true)

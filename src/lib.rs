@@ -20,6 +20,7 @@
 //!   directory watcher itself.
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
 //! - [`desk`]: the EDI desk's tools on one interchange: `show` and `reprocess`.
+//! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
 //! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
@@ -42,6 +43,7 @@ pub mod pipeline;
 pub mod registry;
 pub mod schema;
 pub mod setup;
+pub mod text;
 pub mod translate;
 pub mod validate;
 pub mod watch;

@@ -9,6 +9,32 @@ use clap::{Parser, Subcommand};
 use x12gate::config::Config;
 use x12gate::x12::Limits;
 
+/// Whether stderr carries JSON lines (`--log-format json`): then the lines the binary
+/// itself prints (errors, summaries) are JSON objects too, shaped like the log lines.
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A line for the operator on stderr, at `level` (`ERROR`, `WARN`, `INFO`): plain text, or
+/// one JSON object with `--log-format json`, so that a JSON stream stays JSON.
+macro_rules! say {
+    ($level:expr, $($arg:tt)*) => {
+        say_line($level, &format!($($arg)*))
+    };
+}
+
+fn say_line(level: &str, message: &str) {
+    if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+        let line = serde_json::json!({
+            "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            "level": level,
+            "fields": { "message": message },
+            "target": "x12gate",
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("{message}");
+    }
+}
+
 /// Exit codes of the command line (SPEC section 6).
 mod exit {
     pub const OK: u8 = 0;
@@ -20,7 +46,16 @@ mod exit {
 }
 
 #[derive(Parser)]
-#[command(name = "x12gate", version, about = "Inbound ANSI X12 gateway")]
+#[command(
+    name = "x12gate",
+    version,
+    about = "Inbound ANSI X12 gateway",
+    after_help = "Dispositions: accepted, partial, rejected, duplicate, conflict, in_progress.\n\
+Exit codes: 0 everything accepted or replayed (validate, check: no findings); 3 anything \
+rejected, partial, in conflict or in progress (validate: findings); 1 operational failure \
+(I/O, database), nothing marked done; 2 usage or configuration error (a file that does not \
+exist or is not a regular file included); 130 stopped by SIGINT/SIGTERM."
+)]
 struct Cli {
     /// Configuration file [default: ./partners.toml, used when present]
     #[arg(long, global = true)]
@@ -37,15 +72,20 @@ enum Command {
     /// X12 to JSON on stdout: sets with a definition in the structured form (loops, named
     /// elements), others in the lossless generic form; no registry
     Parse {
+        /// An X12 file (`-`: standard input)
         file: PathBuf,
         /// The generic form for every set (segments in order, elements by position)
         #[arg(long)]
         raw: bool,
     },
     /// The JSON of `parse` (either form) back to X12 on stdout
-    Render { file: PathBuf },
+    Render {
+        /// The JSON document (`-`: standard input)
+        file: PathBuf,
+    },
     /// Process files once through the registry: claim, validate, translate, acknowledge
     Process {
+        /// X12 files (`-`: standard input)
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// One JSON object per interchange per line
@@ -64,25 +104,31 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// The audit trail: one line per decision taken
+    /// The audit trail: one line per decision taken (and notes: init, placed, released)
     History {
+        /// Only this sender: QUAL:ID, or ID when one configured partner has it
         #[arg(long)]
         partner: Option<String>,
+        /// Only this ISA13 (the number may be unpadded: 101 is 000000101)
         #[arg(long)]
         control_number: Option<String>,
+        /// Only this disposition: accepted, partial, rejected, duplicate, conflict, in_progress
         #[arg(long)]
         disposition: Option<String>,
-        /// Only events at or after this time (RFC 3339, or a date YYYY-MM-DD)
+        /// Only events at or after this time: RFC 3339, a UTC time (2026-12-01T08:00:00) or a UTC date (YYYY-MM-DD)
         #[arg(long)]
         since: Option<String>,
-        /// Only events at or before this time (RFC 3339, or a date YYYY-MM-DD)
+        /// Only events at or before this time: RFC 3339, a UTC time or a UTC date (its end)
         #[arg(long)]
         until: Option<String>,
+        /// One JSON object per event per line, with every field of `process --json` and the time
         #[arg(long)]
         json: bool,
     },
-    /// Counts by partner and disposition, and the rejected-file backlog
+    /// Counts by partner: interchanges by disposition, decisions by kind (duplicates and
+    /// conflicts included), and the rejected-file backlog
     Stats {
+        /// One JSON object
         #[arg(long)]
         json: bool,
     },
@@ -106,12 +152,14 @@ enum Command {
     Show {
         /// QUAL:ID:ISA13, or ID:ISA13 when the id is unique; the number may be unpadded
         key: String,
+        /// The same as one JSON object
         #[arg(long)]
         json: bool,
     },
     /// Process rejected interchanges again from their stored file (after adding a partner,
     /// fixing a limit or a definition), as a new attempt with fresh acknowledgments
     Reprocess {
+        /// Interchange keys: QUAL:ID:ISA13, or ID:ISA13 when one sender has that id
         #[arg(required = true)]
         keys: Vec<String>,
         /// Read this copy of the interchange instead of the stored one
@@ -128,18 +176,24 @@ enum Command {
     Claims {
         #[command(subcommand)]
         action: Option<ClaimsAction>,
+        /// One JSON object per claim per line
         #[arg(long)]
         json: bool,
     },
     /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
-    Ack { file: PathBuf },
+    Ack {
+        /// An X12 file (`-`: standard input)
+        file: PathBuf,
+    },
     /// Outbound control-number counters (our ISA13 and GS06) per partner
     Counter {
         #[command(subcommand)]
         action: CounterAction,
     },
-    /// Envelope diagnostics with byte offset, segment position and X12 code; no registry
+    /// Diagnostics with byte offset, segment position and X12 code: envelope rules, and
+    /// every set with a definition checked against it; no registry
     Validate {
+        /// X12 files (`-`: standard input)
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// One JSON object per finding per line
@@ -174,20 +228,27 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum CounterAction {
     /// Print the last numbers handed out to PARTNER (QUAL:ID)
-    Show { partner: String },
-    /// Take the next COUNT numbers and print them, one per line
+    Show {
+        /// A configured partner, QUAL:ID
+        partner: String,
+    },
+    /// Take the next COUNT numbers and print them, one per line (9 digits, as sent)
     Next {
         partner: String,
+        /// Which counter: our ISA13 or our GS06
         #[arg(long, value_enum, default_value = "isa13")]
         kind: CounterKind,
+        /// How many numbers to take
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
     /// Set a counter, so that the next number handed out is VALUE + 1
     Set {
         partner: String,
+        /// isa13 or gs06
         #[arg(value_enum)]
         kind: CounterKind,
+        /// The number just sent: the next one handed out is VALUE + 1 (1 to 999999999)
         #[arg(value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
         value: u32,
     },
@@ -211,6 +272,23 @@ impl From<CounterKind> for x12gate::registry::Counter {
 fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     use x12gate::registry::{ControlNumbers, Counter};
     let op = registry_failure;
+    let partner = match &action {
+        CounterAction::Show { partner }
+        | CounterAction::Next { partner, .. }
+        | CounterAction::Set { partner, .. } => partner,
+    };
+    if !config.partners.iter().any(|p| &p.key() == partner) {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{}: not a configured partner (QUAL:ID; configured: {})",
+            x12gate::text::printable(partner),
+            config
+                .partners
+                .iter()
+                .map(|p| p.key())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let registry = x12gate::setup::open_registry(config).map_err(op)?;
     match action {
         CounterAction::Show { partner } => {
@@ -231,7 +309,7 @@ fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Resu
             for _ in 0..count {
                 writeln!(
                     out,
-                    "{}",
+                    "{:09}",
                     registry
                         .next_control_number(&partner, kind.into())
                         .map_err(op)?
@@ -243,9 +321,23 @@ fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Resu
             kind,
             value,
         } => {
-            registry
-                .set_control_number(&partner, kind.into(), value)
+            let counter: Counter = kind.into();
+            let before = registry
+                .current_control_number(&partner, counter)
                 .map_err(op)?;
+            registry
+                .set_control_number(&partner, counter, value)
+                .map_err(op)?;
+            let name = match kind {
+                CounterKind::Isa13 => "ISA13",
+                CounterKind::Gs06 => "GS06",
+            };
+            writeln!(
+                out,
+                "{partner} {name} {value:09} (was {}); the next one sent is {:09}",
+                before.map_or("none".to_string(), |v| format!("{v:09}")),
+                value % 999_999_999 + 1
+            )?;
         }
     }
     Ok(exit::OK)
@@ -278,7 +370,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
     match cli.log_format {
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Json => {
+            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            logs.json().init()
+        }
         LogFormat::Text => {
             use std::io::IsTerminal;
             logs.with_ansi(std::io::stderr().is_terminal()).init()
@@ -287,11 +382,11 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(e)) => {
-            eprintln!("x12gate: {e:#}");
+            say!("ERROR", "x12gate: {e:#}");
             ExitCode::from(exit::USAGE)
         }
         Err(Failure::Operational(e)) => {
-            eprintln!("x12gate: {e:#}");
+            say!("ERROR", "x12gate: {e:#}");
             ExitCode::from(exit::OPERATIONAL)
         }
     }
@@ -350,7 +445,8 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
         let ic = match result {
             Ok(ic) => ic,
             Err(e) => {
-                eprintln!(
+                say!(
+                    "ERROR",
                     "{}: {e}; nothing can be acknowledged for it",
                     file.display()
                 );
@@ -377,7 +473,8 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
                 )
             })
             .collect();
-        eprintln!(
+        say!(
+            "INFO",
             "{}: {} {}{}; sends {}",
             file.display(),
             x12gate::pipeline::correlation_id(&ic),
@@ -429,7 +526,7 @@ fn preflight(config: &Config) -> Result<(), Failure> {
         return Ok(());
     }
     for p in &problems {
-        eprintln!("x12gate: {}: {p}", config.path.display());
+        say!("ERROR", "x12gate: {}: {p}", config.path.display());
     }
     Err(Failure::Usage(anyhow::anyhow!(
         "{} problem(s) in {}; nothing was processed",
@@ -609,7 +706,7 @@ fn reprocess(
     for given in keys {
         let key = x12gate::desk::resolve(&registry, given).map_err(desk_failure)?;
         if force {
-            eprintln!("x12gate: {key}: reprocessing with --force: if it was accepted, the ERP may receive it twice");
+            say!("WARN", "x12gate: {key}: reprocessing with --force: if it was accepted, the ERP may receive it twice");
         }
         let r = x12gate::desk::reprocess(config, &mut registry, &key, file, force, &options)
             .map_err(desk_failure)?;
@@ -721,15 +818,25 @@ fn claims(
     }
 }
 
-/// Milliseconds since the epoch for `--since`/`--until`: RFC 3339, or a local date (its start,
-/// or its end when `end_of_day`).
+/// Milliseconds since the epoch for `--since`/`--until`: RFC 3339; a date and time without a
+/// zone (`2026-12-01T08:00:00`), taken as UTC; or a date (its start, or its end when
+/// `end_of_day`), in UTC too.
 fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.timestamp_millis());
     }
+    for format in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, format) {
+            return Ok(t.and_utc().timestamp_millis());
+        }
+    }
     let date = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| {
         Failure::Usage(anyhow::anyhow!(
-            "{s:?}: expected RFC 3339 (2026-01-31T09:30:00Z) or a date (2026-01-31)"
+            "{s:?}: expected RFC 3339 (2026-01-31T09:30:00Z), a UTC time (2026-01-31T09:30:00) or a date (2026-01-31)"
         ))
     })?;
     let time = if end_of_day {
@@ -737,9 +844,78 @@ fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
     } else {
         date.and_hms_opt(0, 0, 0)
     };
-    time.and_then(|t| t.and_local_timezone(chrono::Local).earliest())
-        .map(|t| t.timestamp_millis())
-        .ok_or_else(|| Failure::Usage(anyhow::anyhow!("{s:?}: not a valid local time")))
+    time.map(|t| t.and_utc().timestamp_millis())
+        .ok_or_else(|| Failure::Usage(anyhow::anyhow!("{s:?}: not a valid time")))
+}
+
+/// The filters of `history` as the registry keeps them: a bare partner id resolved to
+/// `QUAL:ID` when one configured partner has it, the control number padded, the
+/// disposition checked against the list.
+fn history_filter(
+    config: &Config,
+    partner: Option<String>,
+    control_number: Option<String>,
+    disposition: Option<String>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<x12gate::registry::EventFilter, Failure> {
+    use x12gate::ack::Disposition;
+    let partner = match partner {
+        Some(p) if !p.contains(':') => {
+            let matching: Vec<String> = config
+                .partners
+                .iter()
+                .filter(|q| q.id == p)
+                .map(|q| q.key())
+                .collect();
+            match matching.as_slice() {
+                [one] => Some(one.clone()),
+                [] => {
+                    return Err(Failure::Usage(anyhow::anyhow!(
+                        "--partner {p}: no configured partner has this id; give QUAL:ID"
+                    )))
+                }
+                _ => {
+                    return Err(Failure::Usage(anyhow::anyhow!(
+                        "--partner {p}: several partners have this id ({}); give QUAL:ID",
+                        matching.join(", ")
+                    )))
+                }
+            }
+        }
+        other => other,
+    };
+    let control_number = control_number.map(|n| {
+        if !n.is_empty() && n.len() < 9 && n.bytes().all(|b| b.is_ascii_digit()) {
+            format!("{n:0>9}")
+        } else {
+            n
+        }
+    });
+    if let Some(d) = &disposition {
+        let known = [
+            Disposition::Accepted,
+            Disposition::Partial,
+            Disposition::Rejected,
+            Disposition::Duplicate,
+            Disposition::Conflict,
+            Disposition::InProgress,
+        ];
+        if !known.iter().any(|k| k.as_str() == d) {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "--disposition {d}: expected one of {}",
+                known.map(|k| k.as_str()).join(", ")
+            )));
+        }
+    }
+    Ok(x12gate::registry::EventFilter {
+        key: None,
+        partner,
+        control_number,
+        disposition,
+        since_ms: since.map(|s| parse_time(s, false)).transpose()?,
+        until_ms: until.map(|s| parse_time(s, true)).transpose()?,
+    })
 }
 
 /// `process`: every file through the registry; per-file problems are counted and the run
@@ -775,7 +951,7 @@ fn process(
         bar
     });
     let mut code = exit::OK;
-    let mut operational = false;
+    let (mut operational, mut usage) = (false, false);
     let mut done = 0;
     for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
         if options.stop.abandoned() {
@@ -798,10 +974,26 @@ fn process(
         for outcome in outcomes {
             let reports = match outcome.result {
                 Ok(reports) => reports,
-                // A file that cannot be read is counted and the run goes on.
+                // A file that cannot be read is counted and the run goes on: a path that
+                // does not exist or is not a regular file is a usage mistake (exit 2), an
+                // unreadable one an operational failure (exit 1).
                 Err(e) => {
-                    eprintln!("x12gate: {e}");
-                    operational = true;
+                    let mistake = matches!(
+                        &e,
+                        x12gate::pipeline::ProcessError::Input(i) if i.is_not_found()
+                    );
+                    usage |= mistake;
+                    operational |= !mistake;
+                    let message = x12gate::text::printable(&e.to_string()).into_owned();
+                    if json {
+                        let line = serde_json::json!({
+                            "file": outcome.path.display().to_string(),
+                            "disposition": null,
+                            "error": message,
+                        });
+                        writeln!(out, "{line}")?;
+                    }
+                    say!("ERROR", "x12gate: {message}");
                     continue;
                 }
             };
@@ -831,8 +1023,10 @@ fn process(
                         r.disposition.as_str(),
                         reason.unwrap_or_default()
                     );
+                    let line = x12gate::text::printable(&line);
+                    // The report is stdout's, whatever stderr's progress bar is doing.
                     match &progress {
-                        Some(bar) => bar.println(line),
+                        Some(bar) => bar.suspend(|| writeln!(out, "{line}"))?,
                         None => writeln!(out, "{line}")?,
                     }
                 }
@@ -847,14 +1041,20 @@ fn process(
     }
     if options.stop.abandoned() {
         out.flush()?;
-        eprintln!(
+        say!("WARN", 
             "x12gate: stopped by a signal: {} of {} file(s) not processed; claims cut short were marked failed, so a rerun takes them over at once",
             files.len().saturating_sub(done),
             files.len()
         );
         return Ok(exit::INTERRUPTED);
     }
-    Ok(if operational { exit::OPERATIONAL } else { code })
+    Ok(if operational {
+        exit::OPERATIONAL
+    } else if usage {
+        exit::USAGE
+    } else {
+        code
+    })
 }
 
 /// SIGTERM and SIGINT ask `process` to stop at the next safe point (waits end at once, work
@@ -916,7 +1116,7 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
             x12gate::watch::run(std::sync::Arc::new(config), options, shutdown).await
         })
         .map_err(|e| Failure::Operational(e.into()))?;
-    eprintln!(
+    say!("INFO", 
         "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
         summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
     );
@@ -957,13 +1157,32 @@ fn history(
             }
             writeln!(out, "{v}")?;
         } else {
-            writeln!(
-                out,
-                "{time} {:<12} {:<30} {}",
-                e.event,
-                e.key.as_deref().unwrap_or("-"),
-                e.disposition.as_deref().unwrap_or("-")
-            )?;
+            // Time, key, what happened (the disposition, or the note's kind), then the file
+            // and the reason or where the file went.
+            let detail: serde_json::Value =
+                serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
+            let field = |name: &str| detail[name].as_str().map(x12gate::text::printable);
+            let what = e.disposition.as_deref().unwrap_or(&e.event);
+            let mut line = format!(
+                "{time} {:<30} {what:<11}",
+                x12gate::text::printable(e.key.as_deref().unwrap_or("-"))
+            );
+            if e.event != what {
+                line.push_str(&format!(" ({})", e.event));
+            }
+            if let Some(file) = field("file") {
+                line.push_str(&format!(" {file}"));
+            }
+            if let Some(placed) = field("placed") {
+                line.push_str(&format!(" -> {placed}"));
+            }
+            if let Some(reason) = field("reason") {
+                let code = field("reason_code")
+                    .map(|c| format!("{c} "))
+                    .unwrap_or_default();
+                line.push_str(&format!(": {code}{reason}"));
+            }
+            writeln!(out, "{line}")?;
         }
     }
     Ok(exit::OK)
@@ -984,19 +1203,34 @@ fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Failur
                 .count()
         })
         .unwrap_or(0);
+    let decisions = registry
+        .decisions()
+        .map_err(|e| Failure::Operational(e.into()))?;
     if json {
         let by: Vec<serde_json::Value> = rows
             .iter()
             .map(|(p, d, n)| serde_json::json!({ "partner": p, "disposition": d, "count": n }))
             .collect();
+        let decided: Vec<serde_json::Value> = decisions
+            .iter()
+            .map(|(p, d, n)| serde_json::json!({ "partner": p, "decision": d, "count": n }))
+            .collect();
         writeln!(
             out,
             "{}",
-            serde_json::json!({ "interchanges": by, "rejected_backlog": backlog })
+            serde_json::json!({ "interchanges": by, "decisions": decided, "rejected_backlog": backlog })
         )?;
     } else {
+        writeln!(out, "interchanges (one per key), by disposition:")?;
         for (p, d, n) in &rows {
-            writeln!(out, "{p:<24} {d:<12} {n}")?;
+            writeln!(out, "  {:<24} {d:<12} {n}", x12gate::text::printable(p))?;
+        }
+        writeln!(
+            out,
+            "decisions (every file's interchanges, resends included):"
+        )?;
+        for (p, d, n) in &decisions {
+            writeln!(out, "  {:<24} {d:<12} {n}", x12gate::text::printable(p))?;
         }
         writeln!(
             out,
@@ -1019,25 +1253,37 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             } else {
                 x12gate::translate::Form::Structured
             };
-            match x12gate::translate::write_document(&input, limits, form, &mut out) {
+            // A dry run first, so that a file that cannot be translated leaves nothing
+            // half-written on stdout.
+            let dry =
+                x12gate::translate::write_document(&input, limits, form, &mut std::io::sink());
+            match dry
+                .and_then(|()| x12gate::translate::write_document(&input, limits, form, &mut out))
+            {
                 Ok(()) => exit::OK,
                 Err(x12gate::translate::ParseError::Io(e)) => return Err(e.into()),
                 Err(e) => {
                     out.flush()?;
-                    eprintln!("{}: {e}", file.display());
+                    say!("ERROR", "{}: {e}", file.display());
                     exit::FINDINGS
                 }
             }
         }
         Command::Render { file } => {
-            let json = std::fs::read(&file)
+            let json = x12gate::input::read(&file, limits.max_file_bytes)
                 .with_context(|| file.display().to_string())
                 .map_err(Failure::Usage)?;
-            match x12gate::translate::render_document(&json, &mut out) {
-                Ok(()) => exit::OK,
+            // Rendered in memory first (the X12 is smaller than the JSON already read), so
+            // that a document that fails halfway leaves nothing on stdout.
+            let mut rendered = Vec::new();
+            match x12gate::translate::render_document(&json, &mut rendered) {
+                Ok(()) => {
+                    out.write_all(&rendered)?;
+                    exit::OK
+                }
                 Err(x12gate::translate::RenderError::Io(e)) => return Err(e.into()),
                 Err(e) => {
-                    eprintln!("{}: {e}", file.display());
+                    say!("ERROR", "{}: {e}", file.display());
                     exit::USAGE
                 }
             }
@@ -1068,14 +1314,14 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
         } => {
             let config = config(cli.config.as_deref())?;
-            let filter = x12gate::registry::EventFilter {
-                key: None,
+            let filter = history_filter(
+                &config,
                 partner,
                 control_number,
                 disposition,
-                since_ms: since.as_deref().map(|s| parse_time(s, false)).transpose()?,
-                until_ms: until.as_deref().map(|s| parse_time(s, true)).transpose()?,
-            };
+                since.as_deref(),
+                until.as_deref(),
+            )?;
             history(&config, &filter, json, &mut out)?
         }
         Command::Stats { json } => stats(&config(cli.config.as_deref())?, json, &mut out)?,
@@ -1095,7 +1341,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             for key in &removed {
                 writeln!(out, "{key}")?;
             }
-            eprintln!("pruned {} key(s)", removed.len());
+            say!("INFO", "pruned {} key(s)", removed.len());
             exit::OK
         }
         Command::Counter { action } => counter(action, &config(cli.config.as_deref())?, &mut out)?,
@@ -1181,9 +1427,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 if !json {
                     let n = findings.len();
                     if n == 0 {
-                        eprintln!("{}: clean", file.display());
+                        say!("INFO", "{}: clean", file.display());
                     } else {
-                        eprintln!(
+                        say!(
+                            "INFO",
                             "{}: {n} finding{}",
                             file.display(),
                             if n == 1 { "" } else { "s" }

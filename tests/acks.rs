@@ -388,7 +388,10 @@ fn counter_wraps_from_999999999_to_1() {
         .args(["counter", "next", "ZZ:ACME", "--count", "3"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "999999999\n1\n2\n");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "999999999\n000000001\n000000002\n"
+    );
 }
 
 #[test]

@@ -9,5 +9,6 @@ mod process;
 mod props;
 mod schemas;
 mod setup;
+mod surprises;
 mod util;
 mod watch;

@@ -849,6 +849,23 @@ impl Registry {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
     }
 
+    /// Decisions by partner and kind (`accepted`, `duplicate`, `conflict`, ...), from the
+    /// audit trail: every interchange of every file, resends included.
+    pub fn decisions(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT partner, event, COUNT(*) FROM events
+                 WHERE partner IS NOT NULL AND disposition IS NOT NULL
+                 GROUP BY partner, event ORDER BY partner, event",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
     /// Removes completed keys (and their group keys) last seen before each partner's window.
     /// `window_days` gives a partner's window from its `QUAL:ID`. Returns the keys removed.
     pub fn prune(

@@ -242,8 +242,14 @@ impl<'a> Iterator for Interchanges<'a> {
         self.seen_any = true;
         let tail = self.input.get(start..).unwrap_or_default();
         if !tail.starts_with(b"ISA") {
-            let shown: String = String::from_utf8_lossy(tail.get(..12).unwrap_or(tail))
-                .escape_debug()
+            // Bytes as ASCII, the rest as \xNN: a binary file's bytes never reach a reason
+            // or a terminal as they are.
+            let shown: String = tail
+                .get(..12)
+                .unwrap_or(tail)
+                .iter()
+                .flat_map(|b| std::ascii::escape_default(*b))
+                .map(char::from)
                 .collect();
             self.resync(start);
             return Some(Err(ReadError {

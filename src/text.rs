@@ -1,0 +1,38 @@
+//! Text from input made safe for a terminal or a log line: an ISA06 or a file name may hold
+//! escape sequences that would repaint an operator's screen, so control characters (C0,
+//! DEL, C1) are shown escaped (`\u{1b}`), never sent raw. JSON output needs none of this:
+//! serde escapes control characters itself.
+
+use std::borrow::Cow;
+
+/// `s` with every control character escaped; borrowed when there is none.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_control_characters_only() {
+        assert_eq!(printable("ZZ:ACME"), "ZZ:ACME");
+        assert!(matches!(printable("plain"), Cow::Borrowed(_)));
+        assert_eq!(printable("A\u{1b}[2JB"), "A\\u{1b}[2JB");
+        assert_eq!(printable("x\u{9b}y\u{7f}"), "x\\u{9b}y\\u{7f}");
+        assert_eq!(printable("é ü"), "é ü");
+    }
+}
