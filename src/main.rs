@@ -147,6 +147,12 @@ enum Command {
     /// Check the configuration, folders and registry without changing anything (process
     /// and watch run the same checks first)
     Check,
+    /// A consistent copy of the registry, safe while `watch` runs (copying the file is not:
+    /// the registry is in WAL mode)
+    Backup {
+        /// Where to write the copy (must not exist)
+        dest: PathBuf,
+    },
     /// Everything about one interchange: claim, contents seen, findings, acknowledgments
     /// sent (with our ISA13/GS06), outputs, where its file is, history
     Show {
@@ -1381,6 +1387,24 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             &mut out,
         )?,
+        Command::Backup { dest } => {
+            let config = config(cli.config.as_deref())?;
+            if dest.exists() {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: exists already; a backup never overwrites, give a new name",
+                    dest.display()
+                )));
+            }
+            let registry = open_registry(&config)?;
+            let pages = registry.backup(&dest).map_err(registry_failure)?;
+            writeln!(
+                out,
+                "{}: a consistent copy of {} ({pages} pages), integrity checked",
+                dest.display(),
+                config.gateway.database.display()
+            )?;
+            exit::OK
+        }
         Command::Claims { action, json } => {
             claims(&config(cli.config.as_deref())?, action, json, &mut out)?
         }

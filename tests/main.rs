@@ -8,6 +8,7 @@ mod intake;
 mod process;
 mod props;
 mod schemas;
+mod service;
 mod setup;
 mod surprises;
 mod util;

@@ -223,6 +223,47 @@ impl Registry {
         Ok(())
     }
 
+    /// A consistent copy of the registry at `dest`, taken while other processes keep
+    /// working (SQLite's online backup: pages are copied in steps, and the copy restarts if
+    /// a writer changes what was copied). `dest` must not exist. Returns the pages copied.
+    pub fn backup(&self, dest: &Path) -> Result<u64, RegistryError> {
+        let shown = dest.display().to_string();
+        if dest.exists() {
+            return Err(RegistryError::Io {
+                path: shown,
+                cause: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "the backup's destination exists already; give a new name",
+                ),
+            });
+        }
+        let sql = |source| RegistryError::Sqlite {
+            path: shown.clone(),
+            cause: source,
+        };
+        let mut copy = Connection::open(dest).map_err(sql)?;
+        let pages = {
+            let backup = rusqlite::backup::Backup::new(&self.conn, &mut copy).map_err(sql)?;
+            backup
+                .run_to_completion(256, Duration::from_millis(5), None)
+                .map_err(sql)?;
+            backup.progress().pagecount
+        };
+        // The copy is a registry on its own: one file, no WAL beside it.
+        copy.pragma_update(None, "journal_mode", "DELETE")
+            .map_err(sql)?;
+        let ok: String = copy
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(sql)?;
+        if ok != "ok" {
+            return Err(RegistryError::Io {
+                path: shown,
+                cause: std::io::Error::other(format!("the copy fails its integrity check: {ok}")),
+            });
+        }
+        Ok(u64::try_from(pages).unwrap_or(0))
+    }
+
     /// Whether `path` holds a registry at all (a file with content); no SQL is run.
     pub fn exists(path: &Path) -> bool {
         std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
