@@ -85,23 +85,25 @@ fn placed_at(events: &[Event]) -> Option<PathBuf> {
         })
 }
 
-/// The findings of interchange `key` in `file`; `None` when the file does not hold it.
-fn findings_in(file: &Path, key: &str, config: &Config) -> Option<Vec<String>> {
+/// Interchange `key` as `file` holds it: its findings and its fingerprint; `None` when the
+/// file does not hold it.
+fn read_in(file: &Path, key: &str, config: &Config) -> Option<(Vec<String>, String)> {
     let bytes = crate::input::read(file, config.limits.max_file_bytes).ok()?;
     for ic in crate::x12::Interchanges::new(&bytes, config.limits).flatten() {
-        let scope = config
-            .partner(ic.isa.trimmed(5), ic.isa.trimmed(6))
-            .map_or(crate::config::InterchangeScope::Sender, |p| {
-                p.interchange_scope
-            });
-        if pipeline::interchange_key(&ic, scope) == key {
-            return Some(
-                pipeline::decide(&ic, config)
-                    .findings
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-            );
+        let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
+        let partner = config
+            .partner(qualifier, id)
+            .cloned()
+            .unwrap_or_else(|| crate::config::Partner::unknown(qualifier, id));
+        if pipeline::interchange_key(&ic, partner.interchange_scope) == key {
+            let findings = pipeline::decide(&ic, config)
+                .findings
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let fingerprint =
+                crate::fingerprint::fingerprint(&bytes, &ic, &partner.fingerprint_ignore);
+            return Some((findings, fingerprint));
         }
     }
     None
@@ -143,7 +145,8 @@ pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, De
         .filter(|p| p.is_file());
     let findings = file_now
         .as_deref()
-        .and_then(|f| findings_in(f, key, config))
+        .and_then(|f| read_in(f, key, config))
+        .map(|(findings, _)| findings)
         .unwrap_or_default();
     let holder = record
         .owner
@@ -195,34 +198,63 @@ pub fn reprocess(
             refused("its file is no longer where it was recorded; give a copy with --file".into())
         })?,
     };
-    if findings_in(&source, key, config).is_none() {
-        return Err(refused(format!(
-            "{} does not hold this interchange",
-            source.display()
-        )));
+    // The same content only: other content under this number is a corrected resend (send it
+    // with `process`) or a conflict, never a reprocessing.
+    match read_in(&source, key, config) {
+        None => {
+            return Err(refused(format!(
+                "{} does not hold this interchange",
+                source.display()
+            )))
+        }
+        Some((_, fingerprint)) if !r.fingerprints.iter().any(|(_, f, _)| *f == fingerprint) => {
+            return Err(refused(format!(
+                "{} holds other content under this control number (fingerprint {}); process it as a new file instead",
+                source.display(),
+                fingerprint.get(..12).unwrap_or(&fingerprint)
+            )))
+        }
+        Some(_) => {}
     }
-    registry.reopen(key, force)?;
+    let Some(was) = registry.reopen(key, force)? else {
+        return Err(refused("it changed meanwhile; see `x12gate show`".into()));
+    };
     let only = ProcessOptions {
         only: Some(vec![key.to_string()]),
         ..options.clone()
     };
-    let outcomes = pipeline::process_files(
+    let outcome = pipeline::process_files(
         &[Source::from(source.as_path())],
         config,
         registry,
         &only,
         None,
-    )?;
-    let report = outcomes
-        .into_iter()
-        .next()
-        .map(|o| o.result)
-        .transpose()?
-        .and_then(|mut reports| reports.pop());
-    report.ok_or_else(|| {
-        refused(format!(
-            "{} does not hold this interchange",
-            source.display()
-        ))
-    })
+    )
+    .map_err(DeskError::from)
+    .and_then(|outcomes| {
+        let reports = outcomes
+            .into_iter()
+            .next()
+            .map(|o| o.result)
+            .transpose()?
+            .unwrap_or_default();
+        Ok(reports
+            .into_iter()
+            .find(|rep| rep.key.as_deref() == Some(key)))
+    });
+    match outcome {
+        Ok(Some(report)) => Ok(report),
+        // Nothing was decided: the interchange is put back as it was, so that a plain resend
+        // still meets its earlier outcome.
+        other => {
+            registry.restore(key, &was)?;
+            match other {
+                Err(e) => Err(e),
+                _ => Err(refused(format!(
+                    "{} could not be read again; nothing changed",
+                    source.display()
+                ))),
+            }
+        }
+    }
 }

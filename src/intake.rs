@@ -165,18 +165,18 @@ impl Intake {
             self.tag,
             self.seq
         );
-        // A name at the file system's limit leaves room for the ticket by losing its middle.
+        // A name at the file system's limit (255 bytes) leaves room for the ticket by losing
+        // its middle: at most 90 bytes from each end, cut at character boundaries.
         let kept = if name.len() > 200 {
-            let head: String = name.chars().take(90).collect();
-            let tail: String = name
-                .chars()
-                .rev()
-                .take(90)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            format!("{head}...{tail}")
+            let mut head = 90;
+            while !name.is_char_boundary(head) {
+                head -= 1;
+            }
+            let mut tail = name.len() - 90;
+            while !name.is_char_boundary(tail) {
+                tail += 1;
+            }
+            format!("{}...{}", &name[..head], &name[tail..])
         } else {
             name
         };
@@ -309,6 +309,24 @@ mod tests {
         assert_eq!(intake.arrived_as(&b), file);
         assert_eq!(a.day(), chrono::Local::now().format("%Y/%m/%d").to_string());
         assert_eq!(intake.listed(), vec![a, b]);
+    }
+
+    #[test]
+    fn a_long_name_keeps_its_ends_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gateway(dir.path());
+        let mut intake = Intake::open(&g).unwrap();
+        let long = format!("{}.x12", "é".repeat(120));
+        assert!(long.len() > 200 && long.len() < 255);
+        let file = g.inbox.join(&long);
+        fs::write(&file, b"A").unwrap();
+        let t = intake.take(&file).unwrap().unwrap();
+        assert!(t.path.file_name().unwrap().len() <= 255);
+        assert!(
+            t.name.starts_with("éé") && t.name.ends_with("é.x12"),
+            "{}",
+            t.name
+        );
     }
 
     #[test]

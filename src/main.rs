@@ -295,7 +295,8 @@ fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Resu
                 .join(", ")
         )));
     }
-    let registry = x12gate::setup::open_registry(config).map_err(op)?;
+    // Counters live in the registry of a gateway that exists: `init` first.
+    let registry = open_registry(config)?;
     match action {
         CounterAction::Show { partner } => {
             for (name, c) in [("ISA13", Counter::Interchange), ("GS06", Counter::Group)] {
@@ -549,7 +550,7 @@ fn init(
 ) -> Result<u8, Failure> {
     use x12gate::setup::InitError;
     let done = x12gate::setup::init(config, isa13_from, gs06_from).map_err(|e| match e {
-        InitError::Exists(..) => Failure::Usage(e.into()),
+        InitError::Exists(..) | InitError::NumbersUnknown(_) => Failure::Usage(e.into()),
         InitError::Registry(e) => registry_failure(e),
         e => Failure::Operational(e.into()),
     })?;
@@ -763,14 +764,17 @@ fn claims(
                     let mut v =
                         serde_json::to_value(&c).map_err(|e| Failure::Operational(e.into()))?;
                     if let Some(o) = v.as_object_mut() {
+                        let age = (x12gate::registry::now_ms() - c.first_seen_ms).max(0) / 1000;
+                        o.insert("age_seconds".into(), age.into());
                         o.insert("holder".into(), holder.into());
                         o.insert("lease_expires".into(), c.lease_expires_ms.map(time).into());
                     }
                     writeln!(out, "{v}")?;
                 } else {
+                    let age = (x12gate::registry::now_ms() - c.first_seen_ms).max(0) / 1000;
                     writeln!(
                         out,
-                        "{:<30} {:<9} attempt {} {} {} since {} {}",
+                        "{:<30} {:<9} attempt {} {} {} since {} (age {}s) {}",
                         c.key,
                         c.state,
                         c.attempts,
@@ -779,6 +783,7 @@ fn claims(
                             .map(|t| format!("lease until {}", time(t)))
                             .unwrap_or_default(),
                         time(c.first_seen_ms),
+                        age,
                         c.file.as_deref().unwrap_or("-")
                     )?;
                 }
@@ -1126,7 +1131,16 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
         "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
         summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
     );
-    // `--once` reports like `process`: anything rejected or in conflict is exit 3.
+    // `--once` reports like `process`: files it could not finish are exit 1 (they wait in
+    // the work folder for the next run), anything rejected or in conflict exit 3.
+    if once && summary.left > 0 {
+        say!(
+            "ERROR",
+            "x12gate: {} file(s) could not be finished; they wait in the work folder for the next run",
+            summary.left
+        );
+        return Ok(exit::OPERATIONAL);
+    }
     Ok(
         if once && (summary.rejected_files > 0 || summary.conflicts > 0) {
             exit::FINDINGS

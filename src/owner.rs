@@ -3,10 +3,10 @@
 //! Claims in the registry and folders in `work/` carry their owner's id, so that a crashed
 //! owner's work is taken over at once instead of after its lease. The id names the host, the
 //! process id, the process's start time (so a reused pid is not mistaken for the owner), the
-//! boot (a hash of the boot id) and the pid namespace (so a container with a pid space of its
-//! own is never judged from outside it).
+//! boot (a hash of the boot id), the pid namespace (so a container with a pid space of its
+//! own is never judged from outside it) and the machine (a hash of `/etc/machine-id`).
 //!
-//! An owner is declared dead only from `/proc` of the same host name and pid namespace: its
+//! An owner is declared dead only from `/proc` of the same machine and pid namespace: its
 //! pid is gone or belongs to a newer process, or the host has booted since. Anything else
 //! (another host, another container, an id of an older release, no `/proc`) is
 //! [`Liveness::Unknown`] and waits for the lease, which is the safe answer. This relies on
@@ -25,6 +25,9 @@ pub struct Owner {
     pub boot: String,
     /// The pid namespace's inode (`/proc/self/ns/pid`): where `pid` means something.
     pub pidns: String,
+    /// First 12 hex digits of the hash of `/etc/machine-id`: two machines (cloned VMs) with
+    /// one host name are never judged from each other's `/proc`.
+    pub machine: String,
     /// Random per process, so that two ids of one process never collide with a reused pid
     /// on a system without `/proc`.
     pub nonce: String,
@@ -56,6 +59,12 @@ fn host() -> String {
 fn boot() -> Option<String> {
     let boot = read("/proc/sys/kernel/random/boot_id")?;
     Some(blake3::hash(boot.trim().as_bytes()).to_hex()[..12].to_string())
+}
+
+fn machine() -> Option<String> {
+    let id = read("/etc/machine-id").or_else(|| read("/var/lib/dbus/machine-id"))?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| blake3::hash(id.as_bytes()).to_hex()[..12].to_string())
 }
 
 fn pidns() -> Option<String> {
@@ -91,17 +100,18 @@ impl Owner {
                 start: start_time(pid).unwrap_or(0),
                 boot: boot().unwrap_or_else(|| "unknown".into()),
                 pidns: pidns().unwrap_or_else(|| "unknown".into()),
+                machine: machine().unwrap_or_else(|| "unknown".into()),
                 nonce,
             }
         })
     }
 
-    /// `host:pid:start:boot:pidns:nonce`, the owner of registry claims. Callers may append
-    /// `:suffix` to tell several claimants of one process apart.
+    /// `host:pid:start:boot:pidns:machine:nonce`, the owner of registry claims. Callers may
+    /// append `:suffix` to tell several claimants of one process apart.
     pub fn id(&self) -> String {
         format!(
-            "{}:{}:{}:{}:{}:{}",
-            self.host, self.pid, self.start, self.boot, self.pidns, self.nonce
+            "{}:{}:{}:{}:{}:{}:{}",
+            self.host, self.pid, self.start, self.boot, self.pidns, self.machine, self.nonce
         )
     }
 
@@ -116,14 +126,20 @@ impl Owner {
 pub fn liveness(id: &str) -> Liveness {
     let sep = if id.contains(':') { ':' } else { '_' };
     let fields: Vec<&str> = id.split(sep).collect();
-    let [host, pid, start, boot, pidns, _nonce, ..] = fields.as_slice() else {
+    let [host, pid, start, boot, pidns, machine, _nonce, ..] = fields.as_slice() else {
         return Liveness::Unknown;
     };
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
         return Liveness::Unknown;
     };
     let me = Owner::current();
-    if *host != me.host || *pidns != me.pidns || me.boot == "unknown" || start == 0 {
+    if *host != me.host
+        || *pidns != me.pidns
+        || *machine != me.machine
+        || me.machine == "unknown"
+        || me.boot == "unknown"
+        || start == 0
+    {
         return Liveness::Unknown;
     }
     if *boot != me.boot {
@@ -202,6 +218,13 @@ mod tests {
             ..me.clone()
         };
         assert_eq!(liveness(&container.id()), Liveness::Unknown);
+        // A cloned machine with our host name, rebooted or not: never judged from here.
+        let clone = Owner {
+            machine: "000000000000".into(),
+            boot: "000000000000".into(),
+            ..me.clone()
+        };
+        assert_eq!(liveness(&clone.id()), Liveness::Unknown);
         // The id of earlier releases: host:pid:nonce (and a batch suffix).
         assert_eq!(
             liveness(&format!("{}:123:abcdef12", me.host)),
@@ -212,7 +235,7 @@ mod tests {
             Liveness::Unknown
         );
         assert_eq!(liveness(""), Liveness::Unknown);
-        assert_eq!(liveness("a:b:c:d:e:f"), Liveness::Unknown);
+        assert_eq!(liveness("a:b:c:d:e:f:g"), Liveness::Unknown);
     }
 
     #[test]

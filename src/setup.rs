@@ -101,6 +101,28 @@ fn folder_problem(path: &Path) -> Option<String> {
     }
 }
 
+/// `path` resolved as the kernel would: the part that exists canonical (symbolic links and
+/// `..` followed), the rest, which does not exist yet, normalised as written.
+fn resolve(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut at = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+            }
+            other => {
+                at.push(other);
+                if let Ok(real) = std::fs::canonicalize(&at) {
+                    at = real;
+                }
+            }
+        }
+    }
+    at
+}
+
 /// What shows that a gateway has processed files before: acknowledgments in the outbox or
 /// files in the archive. `None` for a gateway without history.
 pub fn history(g: &Gateway) -> Option<String> {
@@ -159,9 +181,11 @@ pub fn check(config: &Config) -> Vec<Problem> {
         }
     }
     // Distinct, and none inside another: a watcher would take its own outputs as input, or
-    // reject its rejections forever.
-    for (i, (a, pa)) in named.iter().enumerate() {
-        for (b, pb) in named.iter().skip(i + 1) {
+    // reject its rejections forever. Compared as resolved (`..` and symbolic links of the
+    // part that exists followed), so that neither hides an overlap.
+    let resolved: Vec<(&str, PathBuf)> = named.iter().map(|(k, p)| (*k, resolve(p))).collect();
+    for (i, (a, pa)) in resolved.iter().enumerate() {
+        for (b, pb) in resolved.iter().skip(i + 1) {
             let m = if pa == pb {
                 Some(format!(
                     "is the same folder as `gateway.{b}` ({})",
@@ -180,6 +204,32 @@ pub fn check(config: &Config) -> Vec<Problem> {
             };
             if let Some(m) = m {
                 problems.push(gateway_key(a, m));
+            }
+        }
+    }
+    // Files move between these by rename and hard link: one file system.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let device = |p: &Path| {
+            p.ancestors()
+                .find_map(|a| std::fs::metadata(a).ok())
+                .map(|m| m.dev())
+        };
+        let inbox = device(&g.inbox);
+        for (key, path) in [
+            ("work", &g.work),
+            ("archive", &g.archive),
+            ("rejected", &g.rejected),
+        ] {
+            if inbox.is_some() && device(path) != inbox {
+                problems.push(gateway_key(
+                    key,
+                    format!(
+                        "{} is on another file system than the inbox {}: files move between them by rename and hard link; put it beside the inbox",
+                        path.display(),
+                        g.inbox.display()
+                    ),
+                ));
             }
         }
     }
@@ -288,6 +338,10 @@ pub struct Initialized {
 pub enum InitError {
     #[error("registry {0} exists already (installation {1}); nothing changed")]
     Exists(String, String),
+    /// The gateway has a history but the outbox shows no number we sent: the numbers must be
+    /// given, or the first acknowledgments would reuse numbers partners already have.
+    #[error("this gateway has a history ({0}) but its outbox holds no acknowledgment to read our last control numbers from; give --isa13-from and --gs06-from above the last numbers the partners received")]
+    NumbersUnknown(String),
     #[error("{path}: {cause}")]
     Io { path: String, cause: std::io::Error },
     #[error(transparent)]
@@ -355,6 +409,11 @@ pub fn init(
         })?;
     }
     let (mut counters, outbox_files) = numbers_in_outbox(&g.outbox, config.limits);
+    if counters.is_empty() && (isa13_from.is_none() || gs06_from.is_none()) {
+        if let Some(h) = history(g) {
+            return Err(InitError::NumbersUnknown(h));
+        }
+    }
     for p in &config.partners {
         counters.entry(p.key()).or_insert((0, 0));
     }

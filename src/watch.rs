@@ -60,6 +60,8 @@ pub struct Summary {
     pub conflicts: u64,
     pub rejected_files: u64,
     pub retries: u64,
+    /// Files left undecided in the work folder at the end (failed, or held elsewhere).
+    pub left: u64,
 }
 
 /// An inbox file seen but not taken yet: taken once its size and mtime have been still for
@@ -333,7 +335,8 @@ struct Watcher {
     warned: HashSet<PathBuf>,
     /// Taken files waiting for a worker.
     queue: Vec<Queued>,
-    tasks: JoinSet<Vec<(Queued, Outcome)>>,
+    /// Batches at work: what they decided, or (a worker that panicked) the files they held.
+    tasks: JoinSet<(Vec<Taken>, Vec<(Queued, Outcome)>)>,
     summary: Summary,
     settle: Duration,
     tick_every: Duration,
@@ -468,6 +471,17 @@ impl Watcher {
                 let Some((path, size)) = inbox.next() else {
                     break;
                 };
+                // A file this user cannot read stays in the inbox, where it can be seen, and
+                // is named once; moved into the work folder it would only fail there.
+                if let Err(e) = std::fs::File::open(&path) {
+                    if self.warned.insert(path.clone()) {
+                        tracing::warn!(file = %path.display(), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
+                    }
+                    if let Some(s) = self.seen.get_mut(&path) {
+                        s.not_before = Some(now + self.retry_max);
+                    }
+                    continue;
+                }
                 match self.intake.take(&path) {
                     Ok(Some(taken)) => {
                         self.seen.remove(&path);
@@ -498,6 +512,7 @@ impl Watcher {
             self.last_dispatch = now;
             tracing::debug!(files = batch.len(), "batch taken");
             let turn = ClaimOrder::turn(&self.order);
+            let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
             let (config, pool, opts) =
                 (self.config.clone(), self.pool.clone(), self.options.clone());
             let handle = tokio::task::spawn_blocking(move || {
@@ -506,9 +521,11 @@ impl Watcher {
                 outcomes
             });
             self.tasks.spawn(async move {
-                // invariant: process_batch does not panic; were it to, its files stay in the
-                // work folder and the next watcher adopts them.
-                handle.await.unwrap_or_default()
+                match handle.await {
+                    Ok(outcomes) => (Vec::new(), outcomes),
+                    // A worker that panicked decided nothing: its files go back to the queue.
+                    Err(_) => (held, Vec::new()),
+                }
             });
         }
         // Queued files no batch had room for wait for the next round.
@@ -683,8 +700,14 @@ pub async fn run(
                 stopping = true;
             }
             Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
-                for (q, outcome) in done.unwrap_or_default() {
+                let (lost, outcomes) = done.unwrap_or_default();
+                for (q, outcome) in outcomes {
                     w.record(q, outcome);
+                }
+                if !lost.is_empty() {
+                    tracing::error!(files = lost.len(), "a worker failed; its files are retried");
+                    w.summary.retries += lost.len() as u64;
+                    w.enqueue(lost);
                 }
             }
             Some(path) = events.recv() => {
@@ -734,6 +757,7 @@ pub async fn run(
     if left > 0 {
         tracing::warn!(files = left, work = %w.intake.folder().display(), "files left undecided in the work folder; the next watcher adopts them");
     }
+    w.summary.left = left as u64;
     let summary = w.summary;
     w.intake.close();
     Ok(summary)

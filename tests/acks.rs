@@ -340,11 +340,9 @@ fn counters_from_two_processes_never_collide() {
         dir.path().join("partners.toml"),
     )
     .unwrap();
-    // Create the database first so both processes race on the counter, not on the schema.
-    x12gate(dir.path())
-        .args(["counter", "show", "ZZ:ACME"])
-        .assert()
-        .success();
+    // Create the gateway first (counters need a registry) so both processes race on the
+    // counter, not on the schema.
+    x12gate(dir.path()).args(["init"]).assert().success();
     let bin = assert_cmd::cargo::cargo_bin("x12gate");
     let spawn = || {
         std::process::Command::new(&bin)
@@ -380,6 +378,7 @@ fn counter_wraps_from_999999999_to_1() {
         dir.path().join("partners.toml"),
     )
     .unwrap();
+    x12gate(dir.path()).args(["init"]).assert().success();
     x12gate(dir.path())
         .args(["counter", "set", "ZZ:ACME", "isa13", "999999998"])
         .assert()

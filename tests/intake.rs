@@ -842,3 +842,39 @@ fn a_crash_while_placing_a_file_never_places_it_twice() {
         check_end_state(&gate, &files, Run::Killed);
     }
 }
+
+/// A file the gateway's user cannot read (another user's upload, mode 0600) stays in the
+/// inbox, where it can be seen, named once in a warn line, instead of vanishing into the work
+/// folder to fail there forever. (Root reads everything, so as root the file is simply read.)
+#[test]
+fn an_unreadable_inbox_file_stays_in_the_inbox() {
+    use std::os::unix::fs::PermissionsExt;
+    let gate = Gate::new(Settings::default());
+    let locked = gate.inbox().join("locked.x12");
+    fs::write(&locked, interchange(640_001, "PO-LOCKED")).unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+    let readable = fs::File::open(&locked).is_ok();
+    fs::write(
+        gate.inbox().join("open.x12"),
+        interchange(640_002, "PO-OPEN"),
+    )
+    .unwrap();
+    let mut w = gate.spawn(&["--once"], None, None);
+    let status = w.wait(Duration::from_secs(60));
+    let log = w.log();
+    let m = gate.moved();
+    assert!(m.archived.contains_key("open.x12"), "{log}");
+    if readable {
+        eprintln!("running as a user who reads mode 000 files (root): the file was read");
+        assert!(m.archived.contains_key("locked.x12"), "{log}");
+        assert_eq!(status.code(), Some(0), "{log}");
+    } else {
+        assert!(locked.exists(), "the unreadable file left the inbox");
+        assert!(gate.leftovers().is_empty(), "{:?}", gate.leftovers());
+        assert_eq!(
+            log.matches("cannot read this inbox file").count(),
+            1,
+            "{log}"
+        );
+    }
+}

@@ -239,6 +239,7 @@ fn overlapping_folders_are_refused_everywhere() {
         ("outbox = \"data/inbox\"", "gateway.inbox"),
         ("out = \"afile\"", "gateway.out"),
         ("archive = \"data\"", "gateway.archive"),
+        ("rejected = \"data/x/../inbox\"", "gateway.inbox"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -483,4 +484,55 @@ fn show_finds_the_file_the_watcher_placed() {
         .unwrap()
         .iter()
         .any(|e| e["event"] == "placed"));
+}
+
+/// `reprocess` with a copy holding other content under the number is refused before anything
+/// changes: the key keeps its outcome and a plain resend still replays it.
+#[test]
+fn reprocess_of_other_content_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let bad = write(d, "bad.x12", &po(102).replace("SE*13*0001~", "SE*12*0001~"));
+    assert_eq!(run(d, &["process", &bad]).status.code(), Some(3));
+    let other = write(d, "other.x12", &po(102).replace("PO1*1*120", "PO1*1*999"));
+    let o = run(d, &["reprocess", "ZZ:ACME:102", "--file", &other]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("other content"), "{t}");
+    let o = run(d, &["claims"]);
+    assert!(
+        stdout_of(&o).is_empty(),
+        "a claim was left open: {}",
+        text(&o)
+    );
+    let o = run(d, &["process", "--json", &bad]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (r["disposition"].as_str(), r["replayed"].as_str()),
+        (Some("duplicate"), Some("rejected")),
+        "{r}"
+    );
+}
+
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `init` in a gateway whose archive shows a history but whose outbox was emptied (the
+/// transport took the acknowledgments): it cannot know our last numbers, so it asks for them.
+#[test]
+fn init_asks_for_the_numbers_when_the_outbox_cannot_tell() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    fs::create_dir_all(d.join("data/archive/2026/11/30")).unwrap();
+    fs::write(d.join("data/archive/2026/11/30/old.x12"), po(101)).unwrap();
+    let o = run(d, &["init"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("--isa13-from"), "{t}");
+    assert!(!d.join("data/x12gate.db").exists());
+    let o = run(d, &["init", "--isa13-from", "900", "--gs06-from", "900"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }

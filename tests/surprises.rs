@@ -258,6 +258,9 @@ fn counter_refuses_strangers_and_says_what_it_did() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     gateway(d);
+    let o = run(d, &["counter", "show", "ZZ:ACME"]);
+    assert_eq!(o.status.code(), Some(2), "no registry yet: `init` first");
+    assert_eq!(run(d, &["init"]).status.code(), Some(0));
     let o = run(d, &["counter", "set", "ZZ:NOBODY", "isa13", "5"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

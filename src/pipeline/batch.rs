@@ -176,6 +176,8 @@ fn run_batch(
                     slots[file].push(Slot::Item(items.len()));
                     items.push(it);
                 }
+                // Reprocessing one key leaves the file's unreadable parts alone.
+                Err(_) if options.only.is_some() => {}
                 Err(e) => {
                     let report = file_rejection(registry, &shown[file], e.to_string())?;
                     slots[file].push(Slot::Done(Box::new(report)));
@@ -417,6 +419,16 @@ fn run_round(
 ) -> Result<Vec<(usize, Holder)>, ProcessError> {
     let lease_ms =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    // The registry keeps where the file was, whatever folder `process` was run from.
+    let files: std::collections::HashMap<usize, String> = round
+        .iter()
+        .map(|&i| {
+            let f = &items[i].report.file;
+            let abs =
+                std::path::absolute(f).map_or_else(|_| f.clone(), |p| p.display().to_string());
+            (i, abs)
+        })
+        .collect();
     // (2) Claim every key in one transaction.
     let claims: Vec<Claim> = registry.batch(|b| {
         round
@@ -428,7 +440,9 @@ fn run_round(
                     partner: &it.partner.key(),
                     control_number: it.ic.isa.control_number(),
                     fingerprint: &it.fingerprint,
-                    file: &it.report.file,
+                    file: files
+                        .get(&i)
+                        .map_or(it.report.file.as_str(), String::as_str),
                     owner: &options.owner,
                     lease_ms,
                     is_dead: &crate::owner::is_dead,

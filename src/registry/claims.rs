@@ -728,7 +728,7 @@ impl Registry {
             }
             b.tx.execute(
                 "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL,
-                        reservation = NULL, reason = 'reopened for reprocessing'
+                        reservation = NULL
                  WHERE key = ?1 AND state = 'completed'",
                 [key],
             )
@@ -743,6 +743,20 @@ impl Registry {
             let detail = serde_json::json!({ "was": disposition, "acks": acks }).to_string();
             b.record_note("reopened", Some(key), Some(&partner), Some(&control), None, &detail)?;
             Ok(Some(disposition))
+        })
+    }
+
+    /// Undoes [`Registry::reopen`] when the reprocessing decided nothing: completed again
+    /// with the disposition it had, if nobody has claimed it since.
+    pub fn restore(&mut self, key: &str, disposition: &str) -> Result<(), RegistryError> {
+        self.batch(|b| {
+            b.tx.execute(
+                "UPDATE interchanges SET state = 'completed', disposition = ?2
+                 WHERE key = ?1 AND state = 'failed' AND owner IS NULL",
+                params![key, disposition],
+            )
+            .map(drop)
+            .map_err(|e| b.sql(e))
         })
     }
 
