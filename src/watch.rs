@@ -85,6 +85,10 @@ struct Queued {
     not_before: Option<Instant>,
 }
 
+/// What a batch at work comes back with: what it decided, or (a worker that panicked) the
+/// files it held, to retry.
+type BatchDone = (Vec<Taken>, Vec<(Queued, Outcome)>);
+
 /// How long newly ready files may wait for company while a batch has just started.
 const GATHER: Duration = Duration::from_millis(100);
 
@@ -335,8 +339,7 @@ struct Watcher {
     warned: HashSet<PathBuf>,
     /// Taken files waiting for a worker.
     queue: Vec<Queued>,
-    /// Batches at work: what they decided, or (a worker that panicked) the files they held.
-    tasks: JoinSet<(Vec<Taken>, Vec<(Queued, Outcome)>)>,
+    tasks: JoinSet<BatchDone>,
     summary: Summary,
     settle: Duration,
     tick_every: Duration,
