@@ -61,6 +61,8 @@ struct RawGateway {
     summary_seconds: u64,
     #[serde(default = "defaults::retry_max_seconds")]
     retry_max_seconds: u64,
+    #[serde(default)]
+    metrics: Option<String>,
 }
 
 mod defaults {
@@ -480,6 +482,8 @@ pub struct Gateway {
     pub summary_seconds: u64,
     /// Upper bound of the retry backoff after an operational failure.
     pub retry_max_seconds: u64,
+    /// Where `watch` serves `/metrics` and `/healthz` (off when `None`).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// A loaded, checked configuration.
@@ -543,6 +547,14 @@ impl Config {
             )));
         }
         let (inbox, work) = (abs(g.inbox), abs(g.work));
+        let metrics = match &g.metrics {
+            None => None,
+            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
+                invalid(format!(
+                    "gateway.metrics {a:?}: {e}; expected an address and port such as \"127.0.0.1:9101\""
+                ))
+            })?),
+        };
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
             let line = line_of(text, spanned.span().start);
@@ -579,6 +591,7 @@ impl Config {
                 poll_ms: g.poll_ms.max(10),
                 summary_seconds: g.summary_seconds,
                 retry_max_seconds: g.retry_max_seconds.max(1),
+                metrics,
             },
             limits: raw.limits,
             partners,

@@ -20,6 +20,7 @@
 //!   directory watcher itself.
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
 //! - [`desk`]: the EDI desk's tools on one interchange: `show` and `reprocess`.
+//! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
@@ -37,6 +38,7 @@ pub mod generate;
 pub mod inbound;
 pub mod input;
 pub mod intake;
+pub mod metrics;
 pub mod outputs;
 pub mod owner;
 pub mod pipeline;

@@ -147,6 +147,9 @@ enum Command {
     /// Check the configuration, folders and registry without changing anything (process
     /// and watch run the same checks first)
     Check,
+    /// The metrics `watch` serves at /metrics, printed once (for cron and node-exporter's
+    /// textfile collector)
+    Metrics,
     /// A consistent copy of the registry, safe while `watch` runs (copying the file is not:
     /// the registry is in WAL mode)
     Backup {
@@ -1401,6 +1404,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             &mut out,
         )?,
+        Command::Metrics => {
+            let config = config(cli.config.as_deref())?;
+            let text = x12gate::metrics::render(&config, None).map_err(registry_failure)?;
+            out.write_all(text.as_bytes())?;
+            exit::OK
+        }
         Command::Backup { dest } => {
             let config = config(cli.config.as_deref())?;
             if dest.exists() {

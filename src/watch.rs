@@ -47,6 +47,11 @@ pub enum WatchError {
     Inbox { path: String, cause: std::io::Error },
     #[error(transparent)]
     Intake(#[from] IntakeError),
+    #[error("metrics {addr}: {cause}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        cause: std::io::Error,
+    },
     #[error("file events: {0}")]
     Events(#[from] notify::Error),
 }
@@ -112,6 +117,20 @@ enum Outcome {
 /// Processes a batch of taken files (one transaction per step for all of them, see
 /// `pipeline::process_files`) and places each where it belongs.
 fn process_batch(
+    batch: Vec<Queued>,
+    turn: Turn,
+    config: &Config,
+    pool: &Pool,
+    options: &ProcessOptions,
+    live: &crate::metrics::Live,
+) -> Vec<(Queued, Outcome)> {
+    let started = Instant::now();
+    let outcomes = process_batch_timed(batch, turn, config, pool, options);
+    live.batch_seconds.observe(started.elapsed().as_secs_f64());
+    outcomes
+}
+
+fn process_batch_timed(
     batch: Vec<Queued>,
     turn: Turn,
     config: &Config,
@@ -332,6 +351,7 @@ struct Watcher {
     options: Arc<ProcessOptions>,
     order: Arc<ClaimOrder>,
     workers: Arc<Semaphore>,
+    live: Arc<crate::metrics::Live>,
     /// Inbox files not complete yet, by path.
     seen: HashMap<PathBuf, Seen>,
     /// Inbox entries that are not regular files (folders, links, FIFOs): warned about once,
@@ -516,10 +536,14 @@ impl Watcher {
             tracing::debug!(files = batch.len(), "batch taken");
             let turn = ClaimOrder::turn(&self.order);
             let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
-            let (config, pool, opts) =
-                (self.config.clone(), self.pool.clone(), self.options.clone());
+            let (config, pool, opts, live) = (
+                self.config.clone(),
+                self.pool.clone(),
+                self.options.clone(),
+                self.live.clone(),
+            );
             let handle = tokio::task::spawn_blocking(move || {
-                let outcomes = process_batch(batch, turn, &config, &pool, &opts);
+                let outcomes = process_batch(batch, turn, &config, &pool, &opts, &live);
                 drop(permit);
                 outcomes
             });
@@ -633,6 +657,7 @@ pub async fn run(
         options: Arc::new(ProcessOptions::new(false)),
         order: Arc::new(ClaimOrder::default()),
         workers: Arc::new(Semaphore::new(g.workers.max(1))),
+        live: Arc::new(crate::metrics::Live::default()),
         seen: HashMap::new(),
         warned: HashSet::new(),
         queue: Vec::new(),
@@ -643,6 +668,16 @@ pub async fn run(
         retry_max: Duration::from_secs(g.retry_max_seconds),
         last_scan: Instant::now() - Duration::from_secs(3600),
         last_dispatch: Instant::now(),
+    };
+    // The metrics port is taken before any file: a port in use stops the watcher at start.
+    let metrics = match g.metrics {
+        None => None,
+        Some(addr) => {
+            let server = crate::metrics::bind(addr, config.clone(), w.live.clone())
+                .await
+                .map_err(|cause| WatchError::Metrics { addr, cause })?;
+            Some(tokio::spawn(server))
+        }
     };
     // Files left by watchers that are gone come first: they arrived before anything new.
     let adopted = w.intake.adopt();
@@ -656,6 +691,7 @@ pub async fn run(
         poll_ms = g.poll_ms,
         lease_seconds = g.lease_seconds,
         adopted = adopted.len(),
+        metrics = %g.metrics.map_or("off".to_string(), |a| a.to_string()),
         mode = if options.once { "once" } else if options.poll { "poll" } else { "events" },
         "x12gate watch started"
     );
@@ -761,6 +797,9 @@ pub async fn run(
         tracing::warn!(files = left, work = %w.intake.folder().display(), "files left undecided in the work folder; the next watcher adopts them");
     }
     w.summary.left = left as u64;
+    if let Some(server) = metrics {
+        server.abort();
+    }
     let summary = w.summary;
     w.intake.close();
     Ok(summary)

@@ -81,3 +81,157 @@ fn backups_while_the_watcher_works_are_consistent() {
         "an existing copy is never overwritten"
     );
 }
+
+/// One HTTP GET on 127.0.0.1: the status and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the watcher");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let status = all
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = all
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+/// `/metrics` of a running watcher after a known mix of files, read with a Prometheus text
+/// parser: each counter has its value, the backlog is what `rejected/` holds; `/healthz` is
+/// 200, and 503 with the reason once the outbox is unusable.
+#[test]
+fn metrics_and_health_of_a_running_watcher() {
+    let gate = Gate::new(Settings::default());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = fs::read_to_string(gate.dir().join("partners.toml")).unwrap();
+    fs::write(
+        gate.dir().join("partners.toml"),
+        config.replacen(
+            "[gateway]\n",
+            &format!("[gateway]\nmetrics = \"{addr}\"\n"),
+            1,
+        ),
+    )
+    .unwrap();
+    let mut w = gate.start(&[]);
+    wait_for(
+        Duration::from_secs(30),
+        "the metrics port",
+        || std::net::TcpStream::connect(&addr).is_ok(),
+        || w.log(),
+    );
+    let files = [
+        ("a.x12", interchange(750_001, "PO-A")),
+        ("b.x12", interchange(750_002, "PO-B")),
+        ("a-again.x12", interchange(750_001, "PO-A")),
+        ("c-reused.x12", interchange(750_002, "PO-OTHER")),
+        (
+            "d-broken.x12",
+            crate::watch::broken_se01(&interchange(750_003, "PO-D")),
+        ),
+        ("junk.bin", "not X12 at all".to_string()),
+    ];
+    for (i, (name, body)) in files.iter().enumerate() {
+        fs::write(gate.inbox().join(name), body).unwrap();
+        let want = i + 1;
+        wait_for(
+            Duration::from_secs(60),
+            "the file placed",
+            || gate.moved().count() == want,
+            || gate.state(),
+        );
+    }
+    let (status, text) = get(&addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("the exposition format parses");
+    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in:\n{text}"))
+    };
+    let acme = ("partner", "ZZ:ACME");
+    for (decision, n) in [
+        ("accepted", 2.0),
+        ("duplicate", 1.0),
+        ("conflict", 1.0),
+        ("rejected", 1.0),
+    ] {
+        assert_eq!(
+            value(
+                "x12gate_interchanges_total",
+                &[acme, ("decision", decision)]
+            ),
+            n,
+            "{decision}"
+        );
+    }
+    assert_eq!(value("x12gate_conflicts_total", &[acme]), 1.0);
+    assert_eq!(
+        value(
+            "x12gate_acknowledgments_sent_total",
+            &[acme, ("kind", "997")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        value(
+            "x12gate_acknowledgments_sent_total",
+            &[acme, ("kind", "ta1")]
+        ),
+        1.0
+    );
+    let m = gate.moved();
+    assert_eq!(m.rejected.len(), 3, "{m:?}");
+    assert_eq!(
+        value("x12gate_rejected_backlog_files", &[]),
+        m.rejected.len() as f64
+    );
+    assert_eq!(
+        value("x12gate_unfinished_claims", &[("state", "in_flight")]),
+        0.0
+    );
+    let last = value("x12gate_partner_last_received_timestamp_seconds", &[acme]);
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!((now - last).abs() < 120.0, "{last} vs {now}");
+    assert!(text.contains("x12gate_batch_seconds_count"), "{text}");
+
+    let (status, body) = get(&addr, "/healthz");
+    assert_eq!(status, 200, "{body}");
+    fs::rename(gate.outbox(), gate.dir().join("outbox-moved")).unwrap();
+    fs::write(gate.outbox(), b"not a folder").unwrap();
+    let (status, body) = get(&addr, "/healthz");
+    assert_eq!(status, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(v["problems"].to_string().contains("gateway.outbox"), "{v}");
+    w.signal("TERM");
+    assert_eq!(
+        w.wait(Duration::from_secs(30)).code(),
+        Some(0),
+        "{}",
+        w.log()
+    );
+}

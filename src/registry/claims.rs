@@ -173,6 +173,20 @@ pub struct Record {
     pub outputs: Vec<String>,
 }
 
+/// The registry's part of `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// (partner, decision, count), every decision ever recorded.
+    pub decisions: Vec<(String, String, u64)>,
+    /// (partner, kind, count): acknowledgments written, replays included.
+    pub acks_sent: Vec<(String, String, u64)>,
+    /// (state, count) of claims not completed.
+    pub unfinished: Vec<(String, u64)>,
+    pub oldest_unfinished_ms: Option<i64>,
+    /// (partner, time of its latest decision).
+    pub last_received: Vec<(String, i64)>,
+}
+
 /// Filters for `history`; `None` matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
@@ -878,6 +892,57 @@ impl Registry {
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// What `/metrics` reports from the registry, read in one go.
+    pub fn snapshot(&self) -> Result<Snapshot, RegistryError> {
+        let sql = |e| self.sql(e);
+        let rows3 = |query: &str| -> Result<Vec<(String, String, u64)>, RegistryError> {
+            let mut stmt = self.conn.prepare(query).map_err(sql)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(sql)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql)
+        };
+        let decisions = self.decisions()?;
+        let acks_sent = rows3(
+            "SELECT e.partner,
+                    CASE WHEN j.value LIKE '%.997.x12' THEN '997'
+                         WHEN j.value LIKE '%.999.x12' THEN '999'
+                         WHEN j.value LIKE '%.ta1.x12' THEN 'ta1' ELSE 'other' END,
+                    COUNT(*)
+             FROM events e, json_each(e.detail, '$.acks') j
+             WHERE e.partner IS NOT NULL AND e.disposition IS NOT NULL AND json_valid(e.detail)
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        )?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT state, COUNT(*), MIN(first_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
+            .map_err(sql)?;
+        let unfinished: Vec<(String, u64, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT partner, MAX(at) FROM events
+                 WHERE partner IS NOT NULL AND disposition IS NOT NULL GROUP BY partner ORDER BY partner",
+            )
+            .map_err(sql)?;
+        let last_received: Vec<(String, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)?;
+        Ok(Snapshot {
+            decisions,
+            acks_sent,
+            oldest_unfinished_ms: unfinished.iter().map(|(_, _, t)| *t).min(),
+            unfinished: unfinished.into_iter().map(|(s, n, _)| (s, n)).collect(),
+            last_received,
+        })
     }
 
     /// Removes completed keys (and their group keys) last seen before each partner's window.

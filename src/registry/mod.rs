@@ -21,7 +21,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 pub use claims::{
     now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous,
-    Record, Reservation, StoredAck, Unfinished,
+    Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
 

@@ -1,0 +1,243 @@
+//! What the gateway tells a monitoring system: `/metrics` in the Prometheus text format and
+//! `/healthz`, served by `watch` on `[gateway] metrics`, and `x12gate metrics` for cron and
+//! node-exporter's textfile collector.
+//!
+//! Counts come from the registry at each scrape, not from process memory: the audit trail is
+//! append-only, so its counts only grow (Prometheus counters), they survive restarts, and two
+//! watchers on one registry report the same numbers. Only the batch durations live in the
+//! process that measured them.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry as Exposition;
+
+use crate::config::Config;
+use crate::registry::{Registry, RegistryError};
+
+type Labels = Vec<(String, String)>;
+
+/// Measurements of this process (the watcher's batches).
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub batch_seconds: Histogram,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            // 5 ms to about 80 s.
+            batch_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 15)),
+        }
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+/// Files waiting in `rejected/` for someone (not the reason files).
+pub fn rejected_backlog(config: &Config) -> usize {
+    std::fs::read_dir(&config.gateway.rejected)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_type().is_ok_and(|t| t.is_file())
+                        && !e.file_name().to_string_lossy().starts_with('.')
+                        && !e.file_name().to_string_lossy().ends_with(".reason.json")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The exposition text: the registry's counts, the folders' backlog, and `live` when given.
+pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryError> {
+    let g = &config.gateway;
+    let snap = match Registry::open_read_only(&g.database)? {
+        Some(r) => r.snapshot()?,
+        None => Default::default(),
+    };
+    let mut reg = Exposition::with_prefix("x12gate");
+
+    let decisions = Family::<Labels, Counter>::default();
+    let conflicts = Family::<Labels, Counter>::default();
+    for (partner, decision, n) in &snap.decisions {
+        decisions
+            .get_or_create(&labels(&[("partner", partner), ("decision", decision)]))
+            .inc_by(*n);
+        if decision == "conflict" {
+            conflicts
+                .get_or_create(&labels(&[("partner", partner)]))
+                .inc_by(*n);
+        }
+    }
+    reg.register(
+        "interchanges",
+        "Decisions on interchanges by partner (QUAL:ID) and decision: accepted, partial, rejected, duplicate, conflict, in_progress",
+        decisions,
+    );
+    reg.register(
+        "conflicts",
+        "Control numbers reused for other content (TA1 025), by partner",
+        conflicts,
+    );
+    let acks = Family::<Labels, Counter>::default();
+    for (partner, kind, n) in &snap.acks_sent {
+        acks.get_or_create(&labels(&[("partner", partner), ("kind", kind)]))
+            .inc_by(*n);
+    }
+    reg.register(
+        "acknowledgments_sent",
+        "Acknowledgments written to the outbox (replays included), by partner and kind: ta1, 997, 999",
+        acks,
+    );
+    let backlog = Gauge::<i64>::default();
+    backlog.set(i64::try_from(rejected_backlog(config)).unwrap_or(i64::MAX));
+    reg.register(
+        "rejected_backlog_files",
+        "Files in rejected/ waiting for someone",
+        backlog,
+    );
+    let unfinished = Family::<Labels, Gauge>::default();
+    for state in ["in_flight", "failed"] {
+        let n = snap
+            .unfinished
+            .iter()
+            .find(|(s, _)| s == state)
+            .map_or(0, |(_, n)| *n);
+        unfinished
+            .get_or_create(&labels(&[("state", state)]))
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    reg.register(
+        "unfinished_claims",
+        "Claims not completed, by state (in_flight, failed)",
+        unfinished,
+    );
+    let oldest = Gauge::<i64>::default();
+    oldest.set(
+        snap.oldest_unfinished_ms
+            .map_or(0, |t| (crate::registry::now_ms() - t).max(0) / 1000),
+    );
+    reg.register(
+        "oldest_unfinished_claim_age_seconds",
+        "Age of the oldest claim not completed (0 when there is none)",
+        oldest,
+    );
+    let last = Family::<Labels, Gauge>::default();
+    for (partner, at) in &snap.last_received {
+        last.get_or_create(&labels(&[("partner", partner)]))
+            .set(at / 1000);
+    }
+    reg.register(
+        "partner_last_received_timestamp_seconds",
+        "When each partner's latest interchange was decided (Unix time), for inactivity alerts",
+        last,
+    );
+    let info = Family::<Labels, Gauge>::default();
+    info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
+        .set(1);
+    reg.register("build_info", "The x12gate version running", info);
+    if let Some(live) = live {
+        reg.register(
+            "batch_seconds",
+            "Time to process one batch of files, from claim to completion",
+            live.batch_seconds.clone(),
+        );
+    }
+    let mut text = String::new();
+    encode(&mut text, &reg).map_err(|e| RegistryError::Io {
+        path: "metrics".into(),
+        cause: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(text)
+}
+
+/// Whether the gateway can work: the checks of `x12gate check`. `Err` carries the problems.
+pub fn health(config: &Config) -> Result<(), Vec<String>> {
+    let problems = crate::setup::check(config);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.iter().map(ToString::to_string).collect())
+    }
+}
+
+#[derive(Clone)]
+struct State {
+    config: Arc<Config>,
+    live: Arc<Live>,
+}
+
+async fn metrics_page(
+    axum::extract::State(s): axum::extract::State<State>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let rendered = tokio::task::spawn_blocking(move || render(&s.config, Some(&s.live))).await;
+    match rendered {
+        Ok(Ok(text)) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Ok(Err(e)) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("the registry cannot be read: {e}\n"),
+        )
+            .into_response(),
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn health_page(
+    axum::extract::State(s): axum::extract::State<State>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let checked = tokio::task::spawn_blocking(move || health(&s.config)).await;
+    let (status, body) = match checked {
+        Ok(Ok(())) => (
+            axum::http::StatusCode::OK,
+            serde_json::json!({ "status": "ok" }),
+        ),
+        Ok(Err(problems)) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "unavailable", "problems": problems }),
+        ),
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "unavailable", "problems": [e.to_string()] }),
+        ),
+    };
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Binds `addr` now (so a port in use stops the watcher at start), and returns the server
+/// to run until `shutdown`.
+pub async fn bind(
+    addr: std::net::SocketAddr,
+    config: Arc<Config>,
+    live: Arc<Live>,
+) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics_page))
+        .route("/healthz", axum::routing::get(health_page))
+        .with_state(State { config, live });
+    Ok(async move { axum::serve(listener, app).await })
+}
