@@ -179,6 +179,8 @@ struct RawPartner {
     fingerprint_ignore: Vec<String>,
     #[serde(default)]
     contact: Option<String>,
+    #[serde(default)]
+    retention_days: Option<u32>,
     #[serde(default = "partner_defaults::scope")]
     interchange_scope: InterchangeScope,
     #[serde(default = "partner_defaults::yes")]
@@ -251,6 +253,9 @@ pub struct Partner {
     /// Fields blanked before fingerprinting: `ISA01`..`ISA16`, `GS01`..`GS08`.
     pub fingerprint_ignore: Vec<String>,
     pub contact: Option<String>,
+    /// How long this partner's files stay in `archive/`, `out/` and `outbox/` once their key
+    /// was pruned (`prune --files`); `None` keeps them.
+    pub retention_days: Option<u32>,
     pub interchange_scope: InterchangeScope,
     /// Whether accepted sets get their own AK2/AK5 (IK5) loop in a 997/999.
     pub ack_accepted_sets: bool,
@@ -277,6 +282,7 @@ impl Partner {
             check_group_duplicates: true,
             fingerprint_ignore: partner_defaults::fingerprint_ignore(),
             contact: None,
+            retention_days: None,
             interchange_scope: partner_defaults::scope(),
             ack_accepted_sets: true,
             ack_version: None,
@@ -447,6 +453,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         check_group_duplicates: raw.check_group_duplicates,
         fingerprint_ignore: raw.fingerprint_ignore,
         contact: raw.contact,
+        retention_days: raw.retention_days,
         interchange_scope: raw.interchange_scope,
         ack_accepted_sets: raw.ack_accepted_sets,
         ack_version: raw.ack_version,

@@ -21,6 +21,7 @@
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
 //! - [`desk`]: the EDI desk's tools on one interchange: `show` and `reprocess`.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
+//! - [`retention`]: which files in `archive/`, `out/`, `outbox/` are past retention.
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
@@ -43,6 +44,7 @@ pub mod outputs;
 pub mod owner;
 pub mod pipeline;
 pub mod registry;
+pub mod retention;
 pub mod schema;
 pub mod setup;
 pub mod text;

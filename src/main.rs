@@ -132,8 +132,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Remove keys older than each partner's duplicate_window_days
-    Prune,
+    /// Remove keys older than each partner's duplicate_window_days; with --files, list the
+    /// files past their partner's retention_days instead (deleted with --apply)
+    Prune {
+        /// Files in archive/, out/ and outbox/ past retention (never one a key in the
+        /// registry still refers to), instead of keys
+        #[arg(long)]
+        files: bool,
+        /// With --files: delete them (without it, only list them)
+        #[arg(long, requires = "files")]
+        apply: bool,
+    },
     /// Create the folders and the registry of a new gateway (or rebuild a lost registry:
     /// the counters start above the highest control numbers found in the outbox)
     Init {
@@ -1348,7 +1357,34 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             history(&config, &filter, json, &mut out)?
         }
         Command::Stats { json } => stats(&config(cli.config.as_deref())?, json, &mut out)?,
-        Command::Prune => {
+        Command::Prune { files: true, apply } => {
+            let config = config(cli.config.as_deref())?;
+            let registry = open_registry(&config)?;
+            let plan = x12gate::retention::plan(&config, &registry).map_err(registry_failure)?;
+            for (path, partner, age) in &plan.delete {
+                writeln!(
+                    out,
+                    "{} {} ({partner}, {age} days old)",
+                    if apply { "deleted" } else { "would delete" },
+                    x12gate::text::printable(&path.display().to_string())
+                )?;
+            }
+            let done = if apply {
+                x12gate::retention::apply(&config, &plan)?
+            } else {
+                0
+            };
+            say!(
+                "INFO",
+                "{} file(s) past retention{}; {} kept for keys still in the registry, {} kept as no partner could be told",
+                plan.delete.len(),
+                if apply { format!(", {done} deleted") } else { " (dry run: --apply deletes them)".into() },
+                plan.live,
+                plan.unattributed
+            );
+            exit::OK
+        }
+        Command::Prune { .. } => {
             let config = config(cli.config.as_deref())?;
             let mut registry = open_registry(&config)?;
             let windows = |partner: &str| {

@@ -235,3 +235,97 @@ fn metrics_and_health_of_a_running_watcher() {
         w.log()
     );
 }
+
+/// `prune --files`: only files past their partner's `retention_days` whose key has left the
+/// registry; a dry run lists them, `--apply` deletes them, everything else stays.
+#[test]
+fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
+    let gate = Gate::new(Settings::default());
+    let config = fs::read_to_string(gate.dir().join("partners.toml")).unwrap();
+    fs::write(
+        gate.dir().join("partners.toml"),
+        format!("{config}retention_days = 1\n"),
+    )
+    .unwrap();
+    fs::write(gate.inbox().join("a.x12"), interchange(760_001, "PO-A")).unwrap();
+    fs::write(gate.inbox().join("b.x12"), interchange(760_002, "PO-B")).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(0), "{log}");
+    let every_file = || {
+        let mut all = Vec::new();
+        for dir in [gate.out(), gate.outbox(), gate.archive()] {
+            all.extend(crate::watch::files_under(&dir));
+        }
+        all.sort();
+        all
+    };
+    let old = std::time::SystemTime::now() - Duration::from_secs(3 * 86_400);
+    for f in every_file() {
+        fs::File::options()
+            .write(true)
+            .open(&f)
+            .and_then(|h| h.set_modified(old))
+            .unwrap();
+    }
+    let prune_files = |apply: bool| {
+        let mut c = crate::util::x12gate(gate.dir());
+        c.args(["prune", "--files"]);
+        if apply {
+            c.arg("--apply");
+        }
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(prune_files(false), "", "every key is still in the registry");
+    {
+        let registry = x12gate::registry::Registry::open(
+            &gate.dir().join("x12gate.db"),
+            x12gate::registry::Identity {
+                qualifier: "ZZ",
+                id: "X12GATE",
+            },
+        )
+        .unwrap();
+        registry.age_for_tests("ZZ:ACME:000760001", 40).unwrap();
+    }
+    let pruned = crate::util::x12gate(gate.dir())
+        .arg("prune")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&pruned.stdout),
+        "ZZ:ACME:000760001\n"
+    );
+    let before = every_file();
+    let listed = prune_files(false);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 3, "{listed}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("would delete ")),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("ZZ_ACME_000760001.json")
+            && listed.contains("ZZ_ACME_000760001.997.x12")
+            && listed.contains("/a.x12"),
+        "{listed}"
+    );
+    assert_eq!(every_file(), before, "a dry run deleted something");
+    let applied = prune_files(true);
+    assert_eq!(applied.lines().count(), 3, "{applied}");
+    let after = every_file();
+    assert_eq!(after.len(), before.len() - 3);
+    assert!(
+        after
+            .iter()
+            .all(|p| !p.display().to_string().contains("760001") && !p.ends_with("a.x12")),
+        "{after:?}"
+    );
+    assert!(after.iter().any(|p| p.ends_with("b.x12")), "{after:?}");
+}

@@ -697,6 +697,16 @@ impl Registry {
         Ok(Some(record))
     }
 
+    /// Every key the registry holds (completed or not).
+    pub fn keys(&self) -> Result<Vec<String>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT key FROM interchanges")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(|e| self.sql(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+    }
+
     /// Keys of interchange `control_number` from senders whose id (ISA06) is `id`, whatever
     /// their qualifier: `show ACME:101`.
     pub fn keys_of(&self, id: &str, control_number: &str) -> Result<Vec<String>, RegistryError> {

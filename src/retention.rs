@@ -1,0 +1,161 @@
+//! File retention (`prune --files`): a partner's files in `archive/`, `out/` and `outbox/`
+//! that are older than its `retention_days` go, but never one that a key still in the
+//! registry refers to (a key inside its `duplicate_window_days` may be resent, and `show`
+//! and `reprocess` read its file): such files go only after `prune` removed their key.
+//!
+//! Which partner a file belongs to: outputs are named after their key (`ZZ_ACME_000000101.`);
+//! an archived file by the watcher's `placed` note in the history. A file that cannot be
+//! attributed is kept, and counted.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::config::Config;
+use crate::outputs::safe_name;
+use crate::registry::{EventFilter, Registry, RegistryError};
+
+/// What `prune --files` would do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Files past their partner's retention, with the partner and their age in days.
+    pub delete: Vec<(PathBuf, String, u64)>,
+    /// Files kept because a key in the registry refers to them.
+    pub live: usize,
+    /// Files kept because no partner could be told for them.
+    pub unattributed: usize,
+}
+
+fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_dir() => files_under(&e.path(), found),
+            Ok(t) if t.is_file() => found.push(e.path()),
+            _ => {}
+        }
+    }
+}
+
+fn age_days(path: &Path) -> Option<u64> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    let age = SystemTime::now()
+        .duration_since(modified)
+        .unwrap_or(Duration::ZERO);
+    Some(age.as_secs() / 86_400)
+}
+
+/// What is past retention now.
+pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError> {
+    let g = &config.gateway;
+    // Partners by the name their keys start with (`ZZ_ACME_`), and their retention.
+    let partners: Vec<(String, String, Option<u32>)> = config
+        .partners
+        .iter()
+        .map(|p| {
+            (
+                format!("{}_", safe_name(&p.key())),
+                p.key(),
+                p.retention_days,
+            )
+        })
+        .collect();
+    let live_keys: HashSet<String> = registry.keys()?.into_iter().collect();
+    let live: HashSet<String> = live_keys.iter().map(|k| safe_name(k)).collect();
+    // Where the watcher placed each inbound file, and for which key.
+    let mut placed: HashMap<PathBuf, (String, String)> = HashMap::new();
+    for e in registry.history(&EventFilter::default())? {
+        if e.event != "placed" {
+            continue;
+        }
+        let at = serde_json::from_str::<serde_json::Value>(&e.detail)
+            .ok()
+            .and_then(|v| v["placed"].as_str().map(PathBuf::from));
+        if let (Some(at), Some(key), Some(partner)) = (at, e.key, e.partner) {
+            placed.insert(at, (key, partner));
+        }
+    }
+    let retention = |partner: &str| {
+        config
+            .partners
+            .iter()
+            .find(|p| p.key() == partner)
+            .and_then(|p| p.retention_days)
+    };
+    let mut plan = Plan::default();
+    let mut consider = |path: PathBuf, partner: Option<(String, Option<u32>)>, is_live: bool| {
+        if is_live {
+            plan.live += 1;
+            return;
+        }
+        let Some((partner, days)) = partner else {
+            plan.unattributed += 1;
+            return;
+        };
+        if let (Some(days), Some(age)) = (days, age_days(&path)) {
+            if age >= u64::from(days) {
+                plan.delete.push((path, partner, age));
+            }
+        }
+    };
+    for dir in [&g.out, &g.outbox] {
+        let mut found = Vec::new();
+        files_under(dir, &mut found);
+        for path in found {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let stem = name.split('.').next().unwrap_or_default().to_string();
+            let partner = partners
+                .iter()
+                .find(|(prefix, ..)| stem.starts_with(prefix.as_str()))
+                .map(|(_, key, days)| (key.clone(), *days));
+            consider(path, partner, live.contains(&stem));
+        }
+    }
+    let mut archived = Vec::new();
+    files_under(&g.archive, &mut archived);
+    for path in archived {
+        match placed.get(&path) {
+            Some((key, partner)) => {
+                let days = retention(partner);
+                consider(
+                    path.clone(),
+                    Some((partner.clone(), days)),
+                    live_keys.contains(key),
+                )
+            }
+            None => consider(path, None, false),
+        }
+    }
+    plan.delete.sort();
+    Ok(plan)
+}
+
+/// Deletes what `plan` lists, then the archive's day folders left empty; returns how many
+/// files went.
+pub fn apply(config: &Config, plan: &Plan) -> std::io::Result<usize> {
+    let mut n = 0;
+    for (path, ..) in &plan.delete {
+        match std::fs::remove_file(path) {
+            Ok(()) => n += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        // Empty day folders (archive/YYYY/MM/DD) go with their last file.
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            if d == config.gateway.archive || std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    Ok(n)
+}
