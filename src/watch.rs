@@ -388,7 +388,7 @@ impl Watcher {
             match entry {
                 Entry::Other(kind) => {
                     if self.warned.insert(path.clone()) {
-                        tracing::warn!(path = %path.display(), "{kind} in the inbox: not taken (only regular files directly in the inbox are), left where it is");
+                        tracing::warn!(path = %crate::text::printable(&path.display().to_string()), "{kind} in the inbox: not taken (only regular files directly in the inbox are), left where it is");
                     }
                 }
                 Entry::File { size, modified } => {
@@ -498,7 +498,7 @@ impl Watcher {
                 // is named once; moved into the work folder it would only fail there.
                 if let Err(e) = std::fs::File::open(&path) {
                     if self.warned.insert(path.clone()) {
-                        tracing::warn!(file = %path.display(), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
+                        tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
                     }
                     if let Some(s) = self.seen.get_mut(&path) {
                         s.not_before = Some(now + self.retry_max);
@@ -521,7 +521,7 @@ impl Watcher {
                         self.seen.remove(&path);
                     }
                     Err(e) => {
-                        tracing::error!(file = %path.display(), error = %e, "could not move the file out of the inbox into the work folder; retried later");
+                        tracing::error!(file = %crate::text::printable(&path.display().to_string()), error = %e, "could not move the file out of the inbox into the work folder; retried later");
                         if let Some(s) = self.seen.get_mut(&path) {
                             s.not_before = Some(now + backoff(2, self.retry_max));
                         }
@@ -577,14 +577,14 @@ impl Watcher {
                 }
                 if let Destination::Rejected { file, reason } = &destination {
                     self.summary.rejected_files += 1;
-                    tracing::warn!(file = %file.display(), reason = %reason.display(), "file rejected");
+                    tracing::warn!(file = %crate::text::printable(&file.display().to_string()), reason = %crate::text::printable(&reason.display().to_string()), "file rejected");
                 }
             }
             Outcome::Placed(destination) => {
-                tracing::info!(file = %q.taken.name, to = ?destination, "already placed by an attempt cut short; cleaned up");
+                tracing::info!(file = %crate::text::printable(&q.taken.name), to = ?destination, "already placed by an attempt cut short; cleaned up");
             }
             Outcome::Gone => {
-                tracing::warn!(file = %q.taken.name, "the file left our work folder while we worked on it (adopted by another watcher); it decides it");
+                tracing::warn!(file = %crate::text::printable(&q.taken.name), "the file left our work folder while we worked on it (adopted by another watcher); it decides it");
             }
             Outcome::Retry { error, operational } => {
                 self.summary.retries += 1;
@@ -593,9 +593,9 @@ impl Watcher {
                 q.not_before = Some(Instant::now() + wait);
                 let retry_in_ms = wait.as_millis() as u64;
                 if operational {
-                    tracing::error!(file = %q.taken.name, %error, retry_in_ms, "operational failure; the file stays in the work folder and is retried");
+                    tracing::error!(file = %crate::text::printable(&q.taken.name), error = %crate::text::printable(&error), retry_in_ms, "operational failure; the file stays in the work folder and is retried");
                 } else {
-                    tracing::info!(file = %q.taken.name, %error, retry_in_ms, "not decided yet; retried");
+                    tracing::info!(file = %crate::text::printable(&q.taken.name), error = %crate::text::printable(&error), retry_in_ms, "not decided yet; retried");
                 }
                 self.queue.push(q);
                 self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));

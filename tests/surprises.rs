@@ -329,6 +329,18 @@ fn control_characters_from_input_are_escaped() {
     }
     let history = stdout(&run(d, &["history", "--json"]));
     assert!(history.contains("\\\\x89PNG"), "{history}");
+    // Log lines too, at every level.
+    let logged = x12gate(d)
+        .args(["process", "h.x12", "b.bin"])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    let err = stderr(&logged);
+    assert!(err.contains("AC\\u{1b}[2JME"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "a log line printed an escape: {err:?}"
+    );
 }
 
 /// `--help` gives the dispositions and the exit codes, and every flag says what it does.

@@ -290,7 +290,7 @@ fn file_rejection(
     file: &str,
     reason: String,
 ) -> Result<Report, ProcessError> {
-    tracing::warn!(file, %reason, "rejected: no readable interchange");
+    tracing::warn!(file = %crate::text::printable(file), reason = %crate::text::printable(&reason), "rejected: no readable interchange");
     let report = Report {
         file: file.to_string(),
         correlation_id: None,
@@ -313,7 +313,8 @@ fn file_rejection(
 
 fn span(item: &Item<'_>) -> tracing::Span {
     // At ERROR level so the span (and its correlation id) is on every line any filter lets through.
-    tracing::error_span!("interchange", correlation_id = %item.report.correlation_id.as_deref().unwrap_or("-"))
+    let id = item.report.correlation_id.as_deref().unwrap_or("-");
+    tracing::error_span!("interchange", correlation_id = %crate::text::printable(id))
 }
 
 /// Whether a takeover was from an owner (worth a warn line per owner) or of a claim marked
