@@ -481,3 +481,54 @@ fn an_interchange_cut_off_before_its_first_group_is_answered() {
     assert_eq!(out.len(), 1, "a TA1 (ACME's policy is on_error)");
     assert!(String::from_utf8_lossy(&out[0].bytes).contains("TA1*000000101*240115*0930*R*023~"));
 }
+
+/// Answering many broken sets is linear: 50,000 sets with a wrong SE01 in one group are
+/// decided and acknowledged in less than four times what validating them takes, measured in
+/// the same test (a ratio, not a time: the machine may be busy).
+#[test]
+fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
+    use std::fmt::Write as _;
+    const SETS: usize = 50_000;
+    let mut x12 = String::from("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000101*0*P*>~GS*PO*ACME*X12GATE*20240115*0930*101*X*004010~");
+    for i in 1..=SETS {
+        // SE01 says 2 where ST..SE holds 3 segments: AK502 4 for every set.
+        write!(x12, "ST*850*{i:09}~BEG*00*SA*PO{i}**20240115~SE*2*{i:09}~").unwrap();
+    }
+    write!(x12, "GE*{SETS}*101~IEA*1*000000101~").unwrap();
+    let mut config = config();
+    for p in &mut config.partners {
+        p.validation = x12gate::config::Validation::Envelope;
+    }
+    let limits = Limits::default();
+    let time = |f: &mut dyn FnMut()| {
+        let started = std::time::Instant::now();
+        f();
+        started.elapsed()
+    };
+    let mut findings = 0;
+    let validating = time(&mut || {
+        findings = x12gate::validate::file_with(x12.as_bytes(), limits, None).len();
+    });
+    assert!(findings >= SETS, "{findings}");
+    let mut sent = 0;
+    let answering = time(&mut || {
+        for ic in Interchanges::new(x12.as_bytes(), limits) {
+            let ic = ic.unwrap();
+            let decision = x12gate::pipeline::decide(&ic, &config);
+            let counters = PreviewCounters::default();
+            let outbound =
+                x12gate::pipeline::acknowledgments(&ic, &decision, &config, &counters, now())
+                    .unwrap();
+            sent += outbound.iter().map(|o| o.bytes.len()).sum::<usize>();
+        }
+    });
+    eprintln!("{SETS} broken sets: validated in {validating:?}, decided and acknowledged in {answering:?}");
+    assert!(
+        sent > SETS * 10,
+        "a 997 with an AK2 loop per set: {sent} bytes"
+    );
+    assert!(
+        answering < validating * 4,
+        "answering took {answering:?}, validating {validating:?}"
+    );
+}

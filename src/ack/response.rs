@@ -248,6 +248,17 @@ pub fn respond(
         };
     }
 
+    // Findings bucketed once by group and by set, in their order: looking them up per set
+    // made answering n sets O(n x findings), minutes for a file of many broken sets.
+    let mut by_group: std::collections::HashMap<usize, Vec<&Finding>> = Default::default();
+    let mut by_set: std::collections::HashMap<(usize, usize), Vec<&Finding>> = Default::default();
+    for f in findings {
+        match (f.level, f.group, f.set) {
+            (Level::Group, Some(g), _) => by_group.entry(g).or_default().push(f),
+            (Level::Set, Some(g), Some(s)) => by_set.entry((g, s)).or_default().push(f),
+            _ => {}
+        }
+    }
     let mut groups = Vec::new();
     let (mut accepted, mut rejected) = (0u32, 0u32);
     let mut first_set_problem = None;
@@ -258,9 +269,11 @@ pub fn respond(
             continue;
         }
         let mut group_sets = Vec::with_capacity(group.sets.len());
-        let group_codes: Vec<&'static str> = findings
+        let group_codes: Vec<&'static str> = by_group
+            .get(&gi)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
-            .filter(|f| f.level == Level::Group && f.group == Some(gi))
             .filter_map(|f| f.code.map(|c| c.value))
             .collect();
         let group_rejected = group_codes.iter().any(|c| policy::group_rejects(c));
@@ -268,10 +281,7 @@ pub fn respond(
         let mut group_accepted = 0u32;
         let mut any_noted = !group_codes.is_empty();
         for (si, set) in group.sets.iter().enumerate() {
-            let set_findings: Vec<&Finding> = findings
-                .iter()
-                .filter(|f| f.level == Level::Set && f.group == Some(gi) && f.set == Some(si))
-                .collect();
+            let set_findings: &[&Finding] = by_set.get(&(gi, si)).map_or(&[], Vec::as_slice);
             let mut codes: Vec<&'static str> = set_findings
                 .iter()
                 .filter_map(|f| f.code.filter(|c| c.list == CodeList::Ak502))
@@ -281,7 +291,7 @@ pub fn respond(
             // Envelope errors in a set (counts, control numbers, trailer, segment ids) all
             // reject it; schema errors reject it or only note it, by their severity.
             let envelope_rejects = !codes.is_empty();
-            let segment_errors = segment_errors(&set_findings, partner.ack);
+            let segment_errors = segment_errors(set_findings, partner.ack);
             let schema_rejects = set_findings
                 .iter()
                 .any(|f| f.detail.as_ref().is_some_and(|d| d.rejects));
@@ -331,9 +341,9 @@ pub fn respond(
             Status::Accepted
         };
         if group_rejected && first_set_problem.is_none() {
-            first_set_problem = findings
-                .iter()
-                .find(|f| f.level == Level::Group && f.group == Some(gi))
+            first_set_problem = by_group
+                .get(&gi)
+                .and_then(|g| g.first())
                 .map(|f| f.message.clone());
         }
         let declared = group
