@@ -23,6 +23,27 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     )
 }
 
+/// At most the first `max` bytes of `s`, cut at a character boundary.
+pub fn bounded(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `s` cut to about `max` bytes for a reason or a log line, saying how much was left out.
+pub fn shortened(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let kept = bounded(s, max);
+    Cow::Owned(format!("{kept}... ({} more bytes)", s.len() - kept.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,5 +55,14 @@ mod tests {
         assert_eq!(printable("A\u{1b}[2JB"), "A\\u{1b}[2JB");
         assert_eq!(printable("x\u{9b}y\u{7f}"), "x\\u{9b}y\\u{7f}");
         assert_eq!(printable("é ü"), "é ü");
+    }
+
+    #[test]
+    fn bounds_cut_at_characters() {
+        assert_eq!(bounded("abcdef", 3), "abc");
+        assert_eq!(bounded("éé", 3), "é");
+        assert_eq!(bounded("ab", 3), "ab");
+        assert_eq!(shortened("abcdef", 4), "abcd... (2 more bytes)");
+        assert_eq!(shortened("abc", 4), "abc");
     }
 }

@@ -532,3 +532,57 @@ fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
         "answering took {answering:?}, validating {validating:?}"
     );
 }
+
+/// A 1 MB segment id, a 1 MB element, a 1 MB stray segment: no acknowledgment, report,
+/// reason, history event or registry row grows past a few KB.
+#[test]
+fn huge_values_from_input_never_grow_what_we_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::copy(root().join("partners.toml"), d.join("partners.toml")).unwrap();
+    let base = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
+    let huge = "X".repeat(1 << 20);
+    let cases = [
+        ("id", base.replacen("BEG*", &format!("{huge}*1~BEG*"), 1)),
+        (
+            "element",
+            base.replacen("BEG*00*SA*", &format!("BEG*00*SA*{huge}"), 1),
+        ),
+        (
+            "stray",
+            base.replace("000000101", "000000102")
+                .replacen("GE*", &format!("{huge}*1~GE*"), 1),
+        ),
+        ("after", format!("{base}{huge}")),
+    ];
+    for (name, body) in &cases {
+        std::fs::write(d.join(format!("{name}.x12")), body).unwrap();
+        let out = x12gate(d)
+            .args(["process", "--json", &format!("{name}.x12")])
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.len() < 8 << 10,
+            "{name}: a report of {} bytes",
+            out.stdout.len()
+        );
+        assert!(
+            out.stderr.len() < 8 << 10,
+            "{name}: {} bytes of stderr",
+            out.stderr.len()
+        );
+    }
+    for entry in std::fs::read_dir(d.join("data/outbox")).unwrap().flatten() {
+        let size = entry.metadata().unwrap().len();
+        assert!(size < 8 << 10, "{}: {size} bytes", entry.path().display());
+    }
+    let db = rusqlite::Connection::open(d.join("data/x12gate.db")).unwrap();
+    for query in [
+        "SELECT COALESCE(MAX(LENGTH(detail)), 0) FROM events",
+        "SELECT COALESCE(MAX(LENGTH(reason)), 0) FROM interchanges",
+        "SELECT COALESCE(MAX(LENGTH(bytes)), 0) FROM acks",
+    ] {
+        let n: i64 = db.query_row(query, [], |r| r.get(0)).unwrap();
+        assert!(n < 8 << 10, "{query}: {n}");
+    }
+}

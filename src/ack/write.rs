@@ -7,6 +7,7 @@ use chrono::NaiveDateTime;
 
 use crate::config::{AckKind, Gateway, Partner};
 use crate::registry::{ControlNumbers, Counter, RegistryError};
+use crate::text::bounded;
 use crate::x12::{Delimiters, Interchange};
 
 use super::{GroupResponse, InterchangeResponse, SegmentError, SetResponse, Ta1};
@@ -47,6 +48,9 @@ type FaGroupKey = (String, String, String);
 /// The 999's implementation guide (GS08 and ST03).
 const IMPLEMENTATION_ACK_GUIDE: &str = "005010X231A1";
 
+/// The longest element our acknowledgments carry (AK404/IK404: 1 to 99).
+const MAX_ELEMENT: usize = 99;
+
 /// The envelope every outbound interchange to this partner shares.
 struct Envelope {
     sender: (String, String),
@@ -79,14 +83,23 @@ impl Writer<'_> {
         self.out.extend_from_slice(id.as_bytes());
         for e in elements.iter().take(used) {
             self.out.push(d.element);
+            // Nothing copied from input grows an acknowledgment: no element of TA1, 997 or
+            // 999 is longer than AK404's 99 bytes.
             self.out.extend(
-                e.bytes()
+                bounded(e, MAX_ELEMENT)
+                    .bytes()
                     .filter(|b| *b != d.element && *b != d.segment && Some(*b) != d.repetition),
             );
         }
         self.out.push(d.segment);
         self.out.extend_from_slice(self.env.line_ending);
         self.set_segments += 1;
+    }
+
+    /// A segment id as AK301/IK301 carries it: at most 3 characters (a longer one is
+    /// reported as such, and its first bytes point at it).
+    fn segment_id(id: &str) -> &str {
+        bounded(id, 3)
     }
 
     /// A copied value (AK404, CTX01-2) without our component separator, which `segment`
@@ -383,7 +396,7 @@ fn functional_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str, era_5010: b
             w.segment(
                 "AK3",
                 &[
-                    &seg.id,
+                    Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
                     seg.loop_id.as_deref().unwrap_or(""),
                     seg.code,
@@ -413,7 +426,7 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
             w.segment(
                 "IK3",
                 &[
-                    &seg.id,
+                    Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
                     seg.loop_id.as_deref().unwrap_or(""),
                     seg.code,

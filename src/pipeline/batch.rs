@@ -285,11 +285,20 @@ fn item<'a>(
 }
 
 /// A part of a file that holds no readable interchange: nothing can be claimed or answered.
+/// The longest reason a report, a reason file, the history or the registry keeps: findings
+/// quote values from input, and an input value must not grow every record of it.
+const MAX_REASON: usize = 512;
+
+fn bounded_reason(text: &str) -> String {
+    crate::text::shortened(text, MAX_REASON).into_owned()
+}
+
 fn file_rejection(
     registry: &mut Registry,
     file: &str,
     reason: String,
 ) -> Result<Report, ProcessError> {
+    let reason = bounded_reason(&reason);
     tracing::warn!(file = %crate::text::printable(file), reason = %crate::text::printable(&reason), "rejected: no readable interchange");
     let report = Report {
         file: file.to_string(),
@@ -491,7 +500,7 @@ fn run_round(
                 let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
                 it.report.disposition = Disposition::Conflict;
                 it.report.reason_code = Some("025".into());
-                it.report.reason = response.reason.as_ref().map(|r| r.text.clone());
+                it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
                 tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
                 Plan::Refuse(Box::new(Decision {
                     partner: it.partner.clone(),
@@ -661,7 +670,7 @@ fn run_round(
             .as_ref()
             .and_then(|r| r.code)
             .map(String::from);
-        it.report.reason = response.reason.as_ref().map(|r| r.text.clone());
+        it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
     }
     if !owned.is_empty() {
         fail::fail_point!("complete.before", |_| std::process::abort());
