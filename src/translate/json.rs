@@ -259,7 +259,9 @@ pub fn interchange_document(
         encoding,
         interchanges: vec![json],
     };
-    let mut out = serde_json::to_vec_pretty(&doc).map_err(io::Error::from)?;
+    // Compact: the systems behind us are machines, and pretty-printing made the JSON about
+    // 12 times the X12, compact about 4 times (the 850 fixture: 489 bytes, 1,997 of JSON).
+    let mut out = serde_json::to_vec(&doc).map_err(io::Error::from)?;
     out.push(b'\n');
     Ok(out)
 }
