@@ -22,6 +22,9 @@ macro_rules! say {
 }
 
 fn say_line(level: &str, message: &str) {
+    // Messages quote input (a sender id, a segment): escaped, and cut to a sane length.
+    let message = x12gate::text::printable(&x12gate::text::shortened(message, 4096)).into_owned();
+    let message = message.as_str();
     if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
         let line = serde_json::json!({
             "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
@@ -54,7 +57,8 @@ mod exit {
 Exit codes: 0 everything accepted or replayed (validate, check: no findings); 3 anything \
 rejected, partial, in conflict or in progress (validate: findings); 1 operational failure \
 (I/O, database), nothing marked done; 2 usage or configuration error (a file that does not \
-exist or is not a regular file included); 130 stopped by SIGINT/SIGTERM."
+exist or is not a regular file included); 130 stopped by SIGINT/SIGTERM. `watch --once`: 1 \
+when files could not be finished, else 3 when it rejected any, else 0."
 )]
 struct Cli {
     /// Configuration file [default: ./partners.toml, used when present]
@@ -252,6 +256,7 @@ enum CounterAction {
     },
     /// Take the next COUNT numbers and print them, one per line (9 digits, as sent)
     Next {
+        /// A configured partner, QUAL:ID
         partner: String,
         /// Which counter: our ISA13 or our GS06
         #[arg(long, value_enum, default_value = "isa13")]
@@ -262,6 +267,7 @@ enum CounterAction {
     },
     /// Set a counter, so that the next number handed out is VALUE + 1
     Set {
+        /// A configured partner, QUAL:ID
         partner: String,
         /// isa13 or gs06
         #[arg(value_enum)]
@@ -368,6 +374,11 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() && wants_json_logs() => {
+            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            say!("ERROR", "{}", e.render());
+            return ExitCode::from(exit::USAGE);
+        }
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
@@ -409,6 +420,15 @@ fn main() -> ExitCode {
             ExitCode::from(exit::OPERATIONAL)
         }
     }
+}
+
+/// Whether the arguments ask for JSON logs, read before clap could parse them (to report
+/// clap's own errors in that form).
+fn wants_json_logs() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.windows(2)
+        .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || args.iter().any(|a| a == "--log-format=json")
 }
 
 enum Failure {
@@ -643,7 +663,13 @@ fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<
         (Some(d), None) => d.clone(),
         (None, _) => "-".into(),
     };
-    writeln!(out, "{}  {}  {outcome}", r.key, r.state)?;
+    let outcome = x12gate::text::printable(&outcome);
+    writeln!(
+        out,
+        "{}  {}  {outcome}",
+        x12gate::text::printable(&r.key),
+        r.state
+    )?;
     writeln!(
         out,
         "  partner {}, attempts {}, first seen {}, last seen {}",
@@ -696,7 +722,7 @@ fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<
             }
         )?;
         for line in a.text.lines() {
-            writeln!(out, "    {line}")?;
+            writeln!(out, "    {}", x12gate::text::printable(line))?;
         }
     }
     for o in &r.outputs {
@@ -787,7 +813,7 @@ fn claims(
                     writeln!(
                         out,
                         "{:<30} {:<9} attempt {} {} {} since {} (age {}s) {}",
-                        c.key,
+                        x12gate::text::printable(&c.key),
                         c.state,
                         c.attempts,
                         holder.unwrap_or_else(|| "no owner".into()),
@@ -1123,7 +1149,7 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
                         _ = tokio::signal::ctrl_c() => {}
                         _ = term.recv() => {}
                     }
-                    eprintln!("x12gate: second signal, exiting now; unfinished claims will be taken over after their lease");
+                    say!("WARN", "x12gate: second signal, exiting now; unfinished claims are taken over at once by the next run on this host");
                     std::process::exit(130);
                 });
             };
@@ -1262,6 +1288,7 @@ fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Failur
             "decisions (every file's interchanges, resends included):"
         )?;
         for (p, d, n) in &decisions {
+            let p = if p.is_empty() { "(no partner)" } else { p };
             writeln!(out, "  {:<24} {d:<12} {n}", x12gate::text::printable(p))?;
         }
         writeln!(
@@ -1302,7 +1329,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             }
         }
         Command::Render { file } => {
-            let json = x12gate::input::read(&file, limits.max_file_bytes)
+            // The JSON of a file within max_file_bytes is several times larger.
+            let json = x12gate::input::read(&file, limits.max_file_bytes.saturating_mul(16))
                 .with_context(|| file.display().to_string())
                 .map_err(Failure::Usage)?;
             // Rendered in memory first (the X12 is smaller than the JSON already read), so
@@ -1398,7 +1426,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 .prune(&windows)
                 .map_err(|e| Failure::Operational(e.into()))?;
             for key in &removed {
-                writeln!(out, "{key}")?;
+                writeln!(out, "{}", x12gate::text::printable(key))?;
             }
             say!("INFO", "pruned {} key(s)", removed.len());
             exit::OK
@@ -1454,7 +1482,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     dest.display()
                 )));
             }
-            let registry = open_registry(&config)?;
+            // Read only: a backup taken by a newer binary must not migrate the live registry.
+            let registry = x12gate::registry::Registry::open_read_only(&config.gateway.database)
+                .map_err(registry_failure)?
+                .ok_or_else(|| {
+                    Failure::Usage(anyhow::anyhow!(
+                        "{}: no registry to back up",
+                        config.gateway.database.display()
+                    ))
+                })?;
             let pages = registry.backup(&dest).map_err(registry_failure)?;
             writeln!(
                 out,

@@ -37,10 +37,27 @@ impl Default for Live {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
+    // The encoder writes label values as they are: a quote, backslash or line break would
+    // make the whole exposition unreadable.
+    let escaped = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
     pairs
         .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .map(|(k, v)| ((*k).to_string(), escaped(v)))
         .collect()
+}
+
+/// The partner label: a configured partner's `QUAL:ID`, `unknown` for any other sender (or
+/// none), so that a stranger's ISA06 neither makes labels without end nor alerts forever.
+fn partner_label(config: &Config, partner: &str) -> String {
+    if config.partners.iter().any(|p| p.key() == partner) {
+        partner.to_string()
+    } else {
+        "unknown".to_string()
+    }
 }
 
 /// Files waiting in `rejected/` for someone (not the reason files).
@@ -70,12 +87,13 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
     let decisions = Family::<Labels, Counter>::default();
     let conflicts = Family::<Labels, Counter>::default();
     for (partner, decision, n) in &snap.decisions {
+        let partner = partner_label(config, partner);
         decisions
-            .get_or_create(&labels(&[("partner", partner), ("decision", decision)]))
+            .get_or_create(&labels(&[("partner", &partner), ("decision", decision)]))
             .inc_by(*n);
         if decision == "conflict" {
             conflicts
-                .get_or_create(&labels(&[("partner", partner)]))
+                .get_or_create(&labels(&[("partner", &partner)]))
                 .inc_by(*n);
         }
     }
@@ -91,7 +109,8 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
     );
     let acks = Family::<Labels, Counter>::default();
     for (partner, kind, n) in &snap.acks_sent {
-        acks.get_or_create(&labels(&[("partner", partner), ("kind", kind)]))
+        let partner = partner_label(config, partner);
+        acks.get_or_create(&labels(&[("partner", &partner), ("kind", kind)]))
             .inc_by(*n);
     }
     reg.register(
@@ -133,9 +152,12 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
         oldest,
     );
     let last = Family::<Labels, Gauge>::default();
+    // Configured partners only: the alert on a partner gone silent is for partners we expect.
     for (partner, at) in &snap.last_received {
-        last.get_or_create(&labels(&[("partner", partner)]))
-            .set(at / 1000);
+        if partner_label(config, partner) != "unknown" {
+            last.get_or_create(&labels(&[("partner", partner)]))
+                .set(at / 1000);
+        }
     }
     reg.register(
         "partner_last_received_timestamp_seconds",
@@ -204,7 +226,17 @@ async fn health_page(
     axum::extract::State(s): axum::extract::State<State>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let checked = tokio::task::spawn_blocking(move || health(&s.config)).await;
+    // A hung file system must not hang the probe: past five seconds the answer is 503.
+    let checked = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || health(&s.config)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Ok(Err(vec![
+            "the checks did not finish within 5 s (a hung file system?)".into(),
+        ]))
+    });
     let (status, body) = match checked {
         Ok(Ok(())) => (
             axum::http::StatusCode::OK,

@@ -67,8 +67,9 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
         .collect();
     let live_keys: HashSet<String> = registry.keys()?.into_iter().collect();
     let live: HashSet<String> = live_keys.iter().map(|k| safe_name(k)).collect();
-    // Where the watcher placed each inbound file, and for which key.
-    let mut placed: HashMap<PathBuf, (String, String)> = HashMap::new();
+    // Where the watcher placed each inbound file, and for which keys (a file may hold
+    // several interchanges: it stays while any of them is live).
+    let mut placed: HashMap<PathBuf, (Vec<String>, String)> = HashMap::new();
     for e in registry.history(&EventFilter::default())? {
         if e.event != "placed" {
             continue;
@@ -77,7 +78,8 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
             .ok()
             .and_then(|v| v["placed"].as_str().map(PathBuf::from));
         if let (Some(at), Some(key), Some(partner)) = (at, e.key, e.partner) {
-            placed.insert(at, (key, partner));
+            let entry = placed.entry(at).or_insert_with(|| (Vec::new(), partner));
+            entry.0.push(key);
         }
     }
     let retention = |partner: &str| {
@@ -112,9 +114,13 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let stem = name.split('.').next().unwrap_or_default().to_string();
+            // Exactly `QUAL_ID_` and nine digits: `ZZ_ACME_EU_...` is not ACME's.
             let partner = partners
                 .iter()
-                .find(|(prefix, ..)| stem.starts_with(prefix.as_str()))
+                .find(|(prefix, ..)| {
+                    stem.strip_prefix(prefix.as_str())
+                        .is_some_and(|n| n.len() == 9 && n.bytes().all(|b| b.is_ascii_digit()))
+                })
                 .map(|(_, key, days)| (key.clone(), *days));
             consider(path, partner, live.contains(&stem));
         }
@@ -123,12 +129,12 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
     files_under(&g.archive, &mut archived);
     for path in archived {
         match placed.get(&path) {
-            Some((key, partner)) => {
+            Some((keys, partner)) => {
                 let days = retention(partner);
                 consider(
                     path.clone(),
                     Some((partner.clone(), days)),
-                    live_keys.contains(key),
+                    keys.iter().any(|k| live_keys.contains(k)),
                 )
             }
             None => consider(path, None, false),
@@ -148,10 +154,12 @@ pub fn apply(config: &Config, plan: &Plan) -> std::io::Result<usize> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        // Empty day folders (archive/YYYY/MM/DD) go with their last file.
-        let mut dir = path.parent();
+        // Empty day folders (archive/YYYY/MM/DD) go with their last file; nothing at or
+        // above the archive, and nothing in out/ or outbox/.
+        let archive = &config.gateway.archive;
+        let mut dir = path.parent().filter(|d| d.starts_with(archive));
         while let Some(d) = dir {
-            if d == config.gateway.archive || std::fs::remove_dir(d).is_err() {
+            if d == archive.as_path() || std::fs::remove_dir(d).is_err() {
                 break;
             }
             dir = d.parent();

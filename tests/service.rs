@@ -24,6 +24,17 @@ fn backups_while_the_watcher_works_are_consistent() {
         let name = format!("f{i:04}.x12");
         fs::rename(staging.join(&name), gate.inbox().join(&name)).unwrap();
     }
+    wait_for(
+        Duration::from_secs(30),
+        "the watcher to create the registry",
+        || {
+            matches!(
+                x12gate::registry::Registry::open_read_only(&gate.dir().join("x12gate.db")),
+                Ok(Some(_))
+            )
+        },
+        || w.log(),
+    );
     let mut copies = Vec::new();
     let mut n = 0;
     while gate.moved().count() < 1000 && n < 200 {
@@ -144,6 +155,11 @@ fn metrics_and_health_of_a_running_watcher() {
             crate::watch::broken_se01(&interchange(750_003, "PO-D")),
         ),
         ("junk.bin", "not X12 at all".to_string()),
+        // A stranger whose ISA06 holds a quote: a label of its own would break the format.
+        (
+            "stranger.x12",
+            interchange(750_009, "PO-S").replace("*ZZ*ACME           *", "*ZZ*EV\"IL          *"),
+        ),
     ];
     for (i, (name, body)) in files.iter().enumerate() {
         fs::write(gate.inbox().join(name), body).unwrap();
@@ -190,6 +206,21 @@ fn metrics_and_health_of_a_running_watcher() {
         );
     }
     assert_eq!(value("x12gate_conflicts_total", &[acme]), 1.0);
+    // Not X12 (unreadable), and a stranger (rejected): counted, under one label.
+    for decision in ["unreadable", "rejected"] {
+        assert_eq!(
+            value(
+                "x12gate_interchanges_total",
+                &[("partner", "unknown"), ("decision", decision)]
+            ),
+            1.0,
+            "{decision}"
+        );
+    }
+    assert!(
+        !text.contains("EV"),
+        "a stranger's id became a label:\n{text}"
+    );
     assert_eq!(
         value(
             "x12gate_acknowledgments_sent_total",
@@ -205,7 +236,7 @@ fn metrics_and_health_of_a_running_watcher() {
         1.0
     );
     let m = gate.moved();
-    assert_eq!(m.rejected.len(), 3, "{m:?}");
+    assert_eq!(m.rejected.len(), 4, "{m:?}");
     assert_eq!(
         value("x12gate_rejected_backlog_files", &[]),
         m.rejected.len() as f64
@@ -218,6 +249,14 @@ fn metrics_and_health_of_a_running_watcher() {
     let now = chrono::Utc::now().timestamp() as f64;
     assert!((now - last).abs() < 120.0, "{last} vs {now}");
     assert!(text.contains("x12gate_batch_seconds_count"), "{text}");
+    // `x12gate metrics` prints the registry's part the same.
+    let once = crate::util::x12gate(gate.dir())
+        .arg("metrics")
+        .output()
+        .unwrap();
+    let once = String::from_utf8(once.stdout).unwrap();
+    let line = "x12gate_interchanges_total{partner=\"ZZ:ACME\",decision=\"accepted\"} 2";
+    assert!(once.contains(line) && text.contains(line), "{once}");
 
     let (status, body) = get(&addr, "/healthz");
     assert_eq!(status, 200, "{body}");
@@ -294,6 +333,10 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
         .unwrap();
         registry.age_for_tests("ZZ:ACME:000760001", 40).unwrap();
     }
+    // A resent 997 of the same key, written today: past the key's window, not its file's
+    // retention, so it stays.
+    let fresh = gate.outbox().join("ZZ_ACME_000760001.fresh.997.x12");
+    fs::write(&fresh, b"ISA*...").unwrap();
     let pruned = crate::util::x12gate(gate.dir())
         .arg("prune")
         .output()
@@ -302,7 +345,7 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
         String::from_utf8_lossy(&pruned.stdout),
         "ZZ:ACME:000760001\n"
     );
-    let before = every_file();
+    let before: Vec<_> = every_file().into_iter().filter(|p| *p != fresh).collect();
     let listed = prune_files(false);
     let lines: Vec<&str> = listed.lines().collect();
     assert_eq!(lines.len(), 3, "{listed}");
@@ -316,10 +359,14 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
             && listed.contains("/a.x12"),
         "{listed}"
     );
-    assert_eq!(every_file(), before, "a dry run deleted something");
+    assert_eq!(
+        every_file().len(),
+        before.len() + 1,
+        "a dry run deleted something"
+    );
     let applied = prune_files(true);
     assert_eq!(applied.lines().count(), 3, "{applied}");
-    let after = every_file();
+    let after: Vec<_> = every_file().into_iter().filter(|p| *p != fresh).collect();
     assert_eq!(after.len(), before.len() - 3);
     assert!(
         after
@@ -328,4 +375,8 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
         "{after:?}"
     );
     assert!(after.iter().any(|p| p.ends_with("b.x12")), "{after:?}");
+    assert!(
+        fresh.exists(),
+        "a file younger than its retention was deleted"
+    );
 }

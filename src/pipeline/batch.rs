@@ -434,8 +434,12 @@ fn run_round(
         .iter()
         .map(|&i| {
             let f = &items[i].report.file;
-            let abs =
-                std::path::absolute(f).map_or_else(|_| f.clone(), |p| p.display().to_string());
+            // Standard input has no path to keep.
+            let abs = if f == "-" {
+                f.clone()
+            } else {
+                std::path::absolute(f).map_or_else(|_| f.clone(), |p| p.display().to_string())
+            };
             (i, abs)
         })
         .collect();

@@ -890,12 +890,13 @@ impl Registry {
     /// Decisions by partner and kind (`accepted`, `duplicate`, `conflict`, ...), from the
     /// audit trail: every interchange of every file, resends included.
     pub fn decisions(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+        // A file with no readable interchange has no partner: it counts under "".
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT partner, event, COUNT(*) FROM events
-                 WHERE partner IS NOT NULL AND disposition IS NOT NULL
-                 GROUP BY partner, event ORDER BY partner, event",
+                "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
+                 WHERE disposition IS NOT NULL
+                 GROUP BY 1, event ORDER BY 1, event",
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -927,7 +928,8 @@ impl Registry {
         )?;
         let mut stmt = self
             .conn
-            .prepare("SELECT state, COUNT(*), MIN(first_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
+            // last_seen: when the claim was last taken (first_seen may be days older).
+            .prepare("SELECT state, COUNT(*), MIN(last_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
             .map_err(sql)?;
         let unfinished: Vec<(String, u64, i64)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))

@@ -224,44 +224,77 @@ impl Registry {
     }
 
     /// A consistent copy of the registry at `dest`, taken while other processes keep
-    /// working (SQLite's online backup: pages are copied in steps, and the copy restarts if
-    /// a writer changes what was copied). `dest` must not exist. Returns the pages copied.
+    /// working: SQLite's online backup in one step (a read transaction: in WAL mode writers
+    /// go on meanwhile, and a one-step copy never restarts), into a temporary name renamed
+    /// into place once the copy passes `PRAGMA integrity_check`, so `dest` is whole or
+    /// absent. `dest` must not exist. Returns the pages copied.
     pub fn backup(&self, dest: &Path) -> Result<u64, RegistryError> {
         let shown = dest.display().to_string();
+        let io = |cause: std::io::Error| RegistryError::Io {
+            path: shown.clone(),
+            cause,
+        };
         if dest.exists() {
-            return Err(RegistryError::Io {
-                path: shown,
-                cause: std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "the backup's destination exists already; give a new name",
-                ),
-            });
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "the backup's destination exists already; give a new name",
+            )));
         }
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "backup".into());
+        let tmp = dest.with_file_name(format!(".{name}.{}.partial", std::process::id()));
         let sql = |source| RegistryError::Sqlite {
             path: shown.clone(),
             cause: source,
         };
-        let mut copy = Connection::open(dest).map_err(sql)?;
-        let pages = {
-            let backup = rusqlite::backup::Backup::new(&self.conn, &mut copy).map_err(sql)?;
-            backup
-                .run_to_completion(256, Duration::from_millis(5), None)
+        let copied = (|| {
+            let mut copy = Connection::open(&tmp).map_err(sql)?;
+            let pages = {
+                let backup = rusqlite::backup::Backup::new(&self.conn, &mut copy).map_err(sql)?;
+                // All pages in one step; a writer holding a lock only delays it.
+                let mut tries = 0;
+                loop {
+                    match backup.step(-1).map_err(sql)? {
+                        rusqlite::backup::StepResult::Done => break,
+                        rusqlite::backup::StepResult::More => {}
+                        _ if tries < 3000 => {
+                            tries += 1;
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        _ => {
+                            return Err(io(std::io::Error::other(
+                                "the registry stayed locked for 30 s; try again",
+                            )))
+                        }
+                    }
+                }
+                backup.progress().pagecount
+            };
+            // The copy is a registry on its own: one file, no WAL beside it.
+            copy.pragma_update(None, "journal_mode", "DELETE")
                 .map_err(sql)?;
-            backup.progress().pagecount
-        };
-        // The copy is a registry on its own: one file, no WAL beside it.
-        copy.pragma_update(None, "journal_mode", "DELETE")
-            .map_err(sql)?;
-        let ok: String = copy
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .map_err(sql)?;
-        if ok != "ok" {
-            return Err(RegistryError::Io {
-                path: shown,
-                cause: std::io::Error::other(format!("the copy fails its integrity check: {ok}")),
-            });
+            let ok: String = copy
+                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .map_err(sql)?;
+            if ok != "ok" {
+                return Err(io(std::io::Error::other(format!(
+                    "the copy fails its integrity check: {ok}"
+                ))));
+            }
+            Ok(u64::try_from(pages).unwrap_or(0))
+        })();
+        match copied {
+            Ok(pages) => {
+                std::fs::rename(&tmp, dest).map_err(io)?;
+                Ok(pages)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
         }
-        Ok(u64::try_from(pages).unwrap_or(0))
     }
 
     /// Whether `path` holds a registry at all (a file with content); no SQL is run.
