@@ -605,6 +605,13 @@ impl Config {
         })
     }
 
+    /// The value `key` has in table `table` as the file writes it (before defaults and
+    /// clamping), for checks that must see what the operator wrote.
+    pub fn written(&self, table: &str, key: &str) -> Option<toml::Value> {
+        let doc: toml::Table = self.source.parse().ok()?;
+        doc.get(table)?.get(key).cloned()
+    }
+
     /// The 1-based line that sets `key` in table `table` (`gateway`, `limits`).
     pub fn line_of(&self, table: &str, key: &str) -> Option<usize> {
         let mut current = None;

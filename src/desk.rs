@@ -66,6 +66,9 @@ pub struct Shown {
     /// Whether the claim's owner is alive, for an unfinished claim.
     pub holder: Option<String>,
     pub acks: Vec<SentAck>,
+    /// TA1s sent for conflicting contents under this key (read back from the outbox, where
+    /// they are still there; the registry keeps only the accepted content's answers).
+    pub conflict_acks: Vec<SentAck>,
     /// Where the inbound file is now (the last placement the watcher recorded, or the file
     /// `process` read), if it still exists.
     pub file_now: Option<PathBuf>,
@@ -140,6 +143,35 @@ pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, De
             }
         })
         .collect();
+    let conflict_acks = events
+        .iter()
+        .filter(|e| e.event == "conflict")
+        .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e.detail).ok())
+        .flat_map(|v| {
+            v["acks"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.as_str().map(String::from))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .filter_map(|p| {
+            let name = Path::new(&p).file_name()?.to_string_lossy().into_owned();
+            let bytes = std::fs::read(config.gateway.outbox.join(&name)).ok()?;
+            let ic = crate::x12::Interchanges::new(&bytes, config.limits)
+                .flatten()
+                .next();
+            Some(SentAck {
+                kind: "ta1".into(),
+                isa13: ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
+                gs06: Vec::new(),
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+                name,
+            })
+        })
+        .collect();
     let file_now = placed_at(&events)
         .or_else(|| record.file.as_ref().map(PathBuf::from))
         .filter(|p| p.is_file());
@@ -157,6 +189,7 @@ pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, De
         record,
         holder,
         acks,
+        conflict_acks,
         file_now,
         findings,
         events,

@@ -725,6 +725,17 @@ fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<
             writeln!(out, "    {}", x12gate::text::printable(line))?;
         }
     }
+    for a in &s.conflict_acks {
+        writeln!(
+            out,
+            "  sent TA1 {} for other content (a conflict): our ISA13 {}",
+            a.name,
+            a.isa13.as_deref().unwrap_or("-")
+        )?;
+        for line in a.text.lines() {
+            writeln!(out, "    {}", x12gate::text::printable(line))?;
+        }
+    }
     for o in &r.outputs {
         writeln!(out, "  output: {o}")?;
     }

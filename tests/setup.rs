@@ -234,6 +234,7 @@ fn a_moved_gateway_replays_into_its_new_outbox() {
 #[test]
 fn overlapping_folders_are_refused_everywhere() {
     for (setting, key) in [
+        ("workers = 0", "gateway.workers"),
         ("inbox = \"\"", "gateway.inbox"),
         ("rejected = \"data/inbox\"", "gateway.inbox"),
         ("outbox = \"data/inbox\"", "gateway.inbox"),
@@ -438,6 +439,10 @@ fn show_tells_an_interchange_whole() {
         .filter_map(|e| e["event"].as_str())
         .collect();
     assert_eq!(events, ["accepted", "conflict"], "{a}");
+    // The conflict's TA1 025, with our number.
+    let ta1 = &a["conflict_acks"][0];
+    assert!(ta1["text"].as_str().unwrap().contains("*R*025~"), "{a}");
+    assert!(ta1["isa13"].is_string(), "{a}");
     let r = show("ACME:102");
     assert_eq!(r["record"]["disposition"], "rejected", "{r}");
     assert!(
