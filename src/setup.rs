@@ -252,16 +252,10 @@ pub fn check(config: &Config) -> Vec<Problem> {
     }
     // The loader makes 0 workers "one per core" and lifts a short poll to 10 ms; a 0 the
     // operator wrote is still a mistake to report.
-    for key in [
-        "workers",
-        "poll_ms",
-        "settle_ms",
-        "summary_seconds",
-        "retry_max_seconds",
-    ] {
+    for key in ["workers", "poll_ms", "summary_seconds", "retry_max_seconds"] {
         if config
             .written("gateway", key)
-            .is_some_and(|v| v.as_integer().is_some_and(|n| n < 1) && key != "settle_ms")
+            .is_some_and(|v| v.as_integer().is_some_and(|n| n < 1))
         {
             problems.push(gateway_key(key, "must be at least 1".into()));
         }
