@@ -88,11 +88,18 @@ pub fn write_new(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::
     }
 }
 
+/// What writes one file's content (bytes made already, or a translation written as it is
+/// made).
+pub type Content<'a> = dyn Fn(&mut dyn Write) -> std::io::Result<()> + Sync + 'a;
+
 /// Writes many files durably in one round: several threads each write their share to
 /// temporary names, fsync them (the file system then serves the fsyncs together) and rename
 /// them into place, each rename after its own file's fsync; then each folder is fsynced
 /// once. Returns the absolute paths, in order.
-pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Result<Vec<PathBuf>> {
+pub fn write_many(
+    files: &[(&Path, &str, &Content<'_>)],
+    owner: &str,
+) -> std::io::Result<Vec<PathBuf>> {
     let mut dirs: Vec<&Path> = Vec::new();
     for (dir, ..) in files {
         if !dirs.contains(dir) {
@@ -102,15 +109,19 @@ pub fn write_many(files: &[(&Path, &str, &[u8])], owner: &str) -> std::io::Resul
     }
     let threads = files.len().clamp(1, 32);
     let chunk = files.len().div_ceil(threads).max(1);
-    let write_one = |(dir, name, bytes): &(&Path, &str, &[u8])| -> std::io::Result<PathBuf> {
-        let tmp = temporary(&dir.join(TMP_DIR), name, owner);
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        let final_path = dir.join(name);
-        fs::rename(&tmp, &final_path)?;
-        Ok(std::path::absolute(&final_path).unwrap_or(final_path))
-    };
+    let write_one =
+        |(dir, name, content): &(&Path, &str, &Content<'_>)| -> std::io::Result<PathBuf> {
+            let tmp = temporary(&dir.join(TMP_DIR), name, owner);
+            let mut f = std::io::BufWriter::with_capacity(1 << 16, File::create(&tmp)?);
+            content(&mut f)?;
+            let f = f
+                .into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?;
+            f.sync_all()?;
+            let final_path = dir.join(name);
+            fs::rename(&tmp, &final_path)?;
+            Ok(std::path::absolute(&final_path).unwrap_or(final_path))
+        };
     let done = std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .chunks(chunk)

@@ -414,9 +414,24 @@ struct Output {
     item: usize,
     dir: PathBuf,
     name: String,
-    bytes: Vec<u8>,
+    content: Content,
     ack: Option<String>,
 }
+
+/// What an output holds: bytes made already (acknowledgments), or a translation written
+/// straight into its file when the outputs are written, so that a large interchange's JSON
+/// is never held in memory.
+enum Content {
+    Bytes(Vec<u8>),
+    /// The interchange's translation in `form`, with the sets `keep[group][set]` accepts.
+    Translation {
+        form: crate::translate::Form,
+        keep: Vec<Vec<bool>>,
+    },
+}
+
+/// Writes one output's content to `out`.
+type Writer<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync + 'a>;
 
 /// One round over items with distinct keys; returns the items whose keys are busy elsewhere
 /// (to retry) with their holders, having settled every other one.
@@ -585,7 +600,7 @@ fn run_round(
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default(),
-                        bytes: a.bytes.clone(),
+                        content: Content::Bytes(a.bytes.clone()),
                         ack: Some(a.kind.clone()),
                     }
                 })),
@@ -601,7 +616,7 @@ fn run_round(
                                 outputs::safe_name(&it.key),
                                 o.kind.extension()
                             ),
-                            bytes: o.bytes,
+                            content: Content::Bytes(o.bytes),
                             ack: Some(o.kind.extension().to_string()),
                         });
                     }
@@ -627,11 +642,39 @@ fn run_round(
     );
 
     // (4) Write every output durably.
-    let files: Vec<(&Path, &str, &[u8])> = writes
-        .iter()
-        .map(|w| (w.dir.as_path(), w.name.as_str(), w.bytes.as_slice()))
-        .collect();
-    let written = match outputs::write_many(&files, &options.owner) {
+    let written = {
+        let items: &[Item<'_>] = items;
+        let writers: Vec<Writer<'_>> = writes
+            .iter()
+            .map(|w| -> Writer<'_> {
+                match &w.content {
+                    Content::Bytes(bytes) => Box::new(move |out| out.write_all(bytes)),
+                    Content::Translation { form, keep } => {
+                        let it = &items[w.item];
+                        Box::new(move |out| {
+                            let keep = |g: usize, s: usize| {
+                                keep.get(g).and_then(|k| k.get(s)).copied().unwrap_or(false)
+                            };
+                            crate::translate::write_interchange_document(
+                                &it.ic, it.utf8, *form, &keep, out,
+                            )
+                            .map_err(|e| match e {
+                                crate::translate::ParseError::Io(e) => e,
+                                e => std::io::Error::other(format!("translating: {e}")),
+                            })
+                        })
+                    }
+                }
+            })
+            .collect();
+        let files: Vec<(&Path, &str, &outputs::Content<'_>)> = writes
+            .iter()
+            .zip(&writers)
+            .map(|(w, write)| (w.dir.as_path(), w.name.as_str(), write.as_ref()))
+            .collect();
+        outputs::write_many(&files, &options.owner)
+    };
+    let written = match written {
         Ok(paths) => paths,
         Err(e) => {
             let e = ProcessError::Io {
@@ -650,10 +693,14 @@ fn run_round(
             Some(kind) => {
                 report.acks.push(path.clone());
                 if n >= replays {
+                    let bytes = match w.content {
+                        Content::Bytes(b) => b,
+                        Content::Translation { .. } => Vec::new(),
+                    };
                     stored.entry(w.item).or_default().push(StoredAck {
                         kind,
                         path: w.name,
-                        bytes: w.bytes,
+                        bytes,
                     });
                 }
             }
@@ -815,18 +862,21 @@ fn prepare(
                 .copied()
                 .unwrap_or(false)
         };
-        let doc = crate::translate::interchange_document(
-            ic,
-            it.utf8,
-            decision.partner.translation,
-            &keep,
-        )
-        .map_err(|e| ProcessError::Translate(e.to_string()))?;
+        // Written straight into its file at step (4); only whether its sets are kept is
+        // decided here.
         files.push(Output {
             item: i,
             dir: g.out.clone(),
             name: format!("{stem}.json"),
-            bytes: doc,
+            content: Content::Translation {
+                form: decision.partner.translation,
+                keep: ic
+                    .groups
+                    .iter()
+                    .enumerate()
+                    .map(|(gi, group)| (0..group.sets.len()).map(|si| keep(gi, si)).collect())
+                    .collect(),
+            },
             ack: None,
         });
     }
@@ -836,7 +886,7 @@ fn prepare(
             dir: g.outbox.clone(),
             name: outbound_name(&stem, &o),
             ack: Some(o.kind.extension().to_string()),
-            bytes: o.bytes,
+            content: Content::Bytes(o.bytes),
         });
     }
     // The fence: a fresh lease covers the writes and the completion; a claim another process

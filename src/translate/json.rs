@@ -257,7 +257,7 @@ pub fn write_interchange_document(
     input_is_utf8: bool,
     form: Form,
     keep: &dyn Fn(usize, usize) -> bool,
-    out: &mut impl Write,
+    out: &mut dyn Write,
 ) -> Result<(), ParseError> {
     let encoding = if input_is_utf8 {
         Encoding::Utf8
