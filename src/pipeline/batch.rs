@@ -156,7 +156,13 @@ fn run_batch(
         failures.push(failure);
         slots.push(slot);
     }
-    let mut items = Vec::new();
+    // Interchanges are settled a window at a time (claimed, decided, written, completed),
+    // so that a file of a hundred thousand interchanges holds the state of a window, not of
+    // the file; each report is kept, by its place in the batch.
+    let mut reports: Vec<Option<Report>> = Vec::new();
+    let mut items: Vec<Item<'_>> = Vec::with_capacity(WINDOW);
+    let mut offset = 0;
+    let mut stopped = false;
     for (file, input) in buffers.iter().enumerate() {
         if input.is_empty() && (failures[file].is_some() || !slots[file].is_empty()) {
             continue;
@@ -173,7 +179,7 @@ fn run_batch(
                     {
                         continue;
                     }
-                    slots[file].push(Slot::Item(items.len()));
+                    slots[file].push(Slot::Item(offset + items.len()));
                     items.push(it);
                 }
                 // Reprocessing one key leaves the file's unreadable parts alone.
@@ -183,46 +189,15 @@ fn run_batch(
                     slots[file].push(Slot::Done(Box::new(report)));
                 }
             }
-        }
-    }
-    let mut pending: Vec<usize> = (0..items.len()).collect();
-    let mut backoff = Duration::from_millis(20);
-    let mut waiting = Waiting::default();
-    while !pending.is_empty() {
-        // A key may appear twice in a batch (a resend in the same call): the later copy
-        // waits for the next round, where it meets the first one's completed claim.
-        let mut seen = std::collections::HashSet::new();
-        let (round, later): (Vec<usize>, Vec<usize>) = pending
-            .into_iter()
-            .partition(|i| seen.insert(items[*i].key.clone()));
-        if let Some(t) = &turn {
-            let lease = Duration::from_secs(config.gateway.lease_seconds);
-            t.wait(lease.min(Duration::from_secs(60)));
-        }
-        let round_result = run_round(&round, &mut items, config, registry, options);
-        // The turn ends with the first claim transaction, whatever its outcome.
-        turn = None;
-        let busy = round_result?;
-        if !busy.is_empty() && later.is_empty() {
-            waiting.log(&busy, &items);
-            if !options.stop.sleep(backoff) {
-                // Stopped while waiting: these stay undecided; a rerun meets the holder's
-                // decision.
-                for (i, holder) in &busy {
-                    let report = &mut items[*i].report;
-                    report.reason = Some(format!(
-                        "stopped while waiting for {}, which holds the claim",
-                        crate::owner::describe(&holder.owner)
-                    ));
-                }
-                break;
+            if items.len() >= WINDOW {
+                stopped |= settle(&mut items, stopped, &mut turn, config, registry, options)?;
+                offset += items.len();
+                reports.extend(items.drain(..).map(|it| Some(it.report)));
             }
-            backoff = (backoff * 2).min(Duration::from_millis(500));
         }
-        pending = busy.into_iter().map(|(i, _)| i).chain(later).collect();
-        pending.sort_unstable();
     }
-    let mut reports: Vec<Option<Report>> = items.into_iter().map(|it| Some(it.report)).collect();
+    settle(&mut items, stopped, &mut turn, config, registry, options)?;
+    reports.extend(items.drain(..).map(|it| Some(it.report)));
     let outcomes = sources
         .iter()
         .zip(failures)
@@ -242,6 +217,67 @@ fn run_batch(
         })
         .collect();
     Ok(outcomes)
+}
+
+/// Interchanges settled together: enough that each durable step serves many, few enough
+/// that a window's state (claims, decisions, outputs) stays small.
+const WINDOW: usize = 1024;
+
+/// Claims, decides, writes and completes every item of a window, retrying keys another
+/// process holds; with `stopped` (a stop came while waiting in an earlier window), only
+/// marks them undecided. Returns whether a stop came while waiting.
+fn settle(
+    items: &mut [Item<'_>],
+    stopped: bool,
+    turn: &mut Option<Turn>,
+    config: &Config,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+) -> Result<bool, ProcessError> {
+    if stopped {
+        for it in items.iter_mut() {
+            it.report.reason = Some("stopped before it was claimed".into());
+        }
+        return Ok(true);
+    }
+    let mut pending: Vec<usize> = (0..items.len()).collect();
+    let mut backoff = Duration::from_millis(20);
+    let mut waiting = Waiting::default();
+    while !pending.is_empty() {
+        // A key may appear twice in a window (a resend in the same call): the later copy
+        // waits for the next round, where it meets the first one's completed claim.
+        let mut seen = std::collections::HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = pending
+            .into_iter()
+            .partition(|i| seen.insert(items[*i].key.clone()));
+        if let Some(t) = turn.as_ref() {
+            let lease = Duration::from_secs(config.gateway.lease_seconds);
+            t.wait(lease.min(Duration::from_secs(60)));
+        }
+        let round_result = run_round(&round, items, config, registry, options);
+        // The turn ends with the first claim transaction, whatever its outcome.
+        *turn = None;
+        let busy = round_result?;
+        if !busy.is_empty() && later.is_empty() {
+            waiting.log(&busy, items);
+            if !options.stop.sleep(backoff) {
+                // Stopped while waiting: these stay undecided; a rerun meets the holder's
+                // decision.
+                for (i, holder) in &busy {
+                    let report = &mut items[*i].report;
+                    report.reason = Some(format!(
+                        "stopped while waiting for {}, which holds the claim",
+                        crate::owner::describe(&holder.owner)
+                    ));
+                }
+                return Ok(true);
+            }
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+        pending = busy.into_iter().map(|(i, _)| i).chain(later).collect();
+        pending.sort_unstable();
+    }
+    Ok(false)
 }
 
 fn item<'a>(
