@@ -65,20 +65,7 @@ pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
         cause: source,
     };
     if path == Path::new("-") {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .lock()
-            .take(max_bytes.saturating_add(1))
-            .read_to_end(&mut buf)
-            .map_err(io)?;
-        if buf.len() as u64 > max_bytes {
-            return Err(InputError::TooLarge {
-                path: shown(),
-                size: buf.len() as u64,
-                limit: max_bytes,
-            });
-        }
-        return Ok(buf);
+        return bounded(std::io::stdin().lock(), 0, max_bytes, path);
     }
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::File::options()
@@ -101,14 +88,27 @@ pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
             limit: max_bytes,
         });
     }
-    let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    // `take` guards against a file that grows between the size check and the read.
-    file.take(max_bytes.saturating_add(1))
+    bounded(file, size, max_bytes, path)
+}
+
+/// Reads `from` to its end, at most `max_bytes` (`take` guards against a file that grows
+/// between a size check and the read, and bounds standard input).
+fn bounded(
+    from: impl Read,
+    expected: u64,
+    max_bytes: u64,
+    path: &Path,
+) -> Result<Vec<u8>, InputError> {
+    let mut buf = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    from.take(max_bytes.saturating_add(1))
         .read_to_end(&mut buf)
-        .map_err(io)?;
+        .map_err(|cause| InputError::Io {
+            path: path.display().to_string(),
+            cause,
+        })?;
     if buf.len() as u64 > max_bytes {
         return Err(InputError::TooLarge {
-            path: shown(),
+            path: path.display().to_string(),
             size: buf.len() as u64,
             limit: max_bytes,
         });

@@ -786,6 +786,7 @@ fn the_watcher_says_what_it_does_and_survives_sighup() {
 }
 
 /// Three new interchanges, a resend of the first, a broken one and a file that is not X12.
+#[cfg(feature = "failpoints")]
 fn placing_corpus() -> Vec<crate::watch::Planned> {
     use crate::watch::{broken_se01, not_x12, Arrival, Ic, Planned};
     let ic = |n: u32, broken: bool| Ic {
