@@ -79,7 +79,6 @@ impl Taken {
 /// This process's work folder.
 #[derive(Debug)]
 pub struct Intake {
-    inbox: PathBuf,
     root: PathBuf,
     mine: PathBuf,
     tag: String,
@@ -130,7 +129,6 @@ impl Intake {
             }
         }
         let intake = Intake {
-            inbox: g.inbox.clone(),
             root: g.work.clone(),
             tag: blake3::hash(me.id().as_bytes()).to_hex()[..8].to_string(),
             mine,
@@ -270,11 +268,6 @@ impl Intake {
             let _ = fs::remove_dir(&self.mine);
         }
     }
-
-    /// The inbox path a taken file arrived under.
-    pub fn arrived_as(&self, t: &Taken) -> PathBuf {
-        self.inbox.join(&t.name)
-    }
 }
 
 #[cfg(test)]
@@ -306,7 +299,6 @@ mod tests {
         assert_ne!(a.ticket(), b.ticket());
         assert_eq!(fs::read(&a.path).unwrap(), b"A");
         assert_eq!(fs::read(&b.path).unwrap(), b"B");
-        assert_eq!(intake.arrived_as(&b), file);
         assert_eq!(a.day(), chrono::Local::now().format("%Y/%m/%d").to_string());
         assert_eq!(intake.listed(), vec![a, b]);
     }

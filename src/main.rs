@@ -1262,16 +1262,7 @@ fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Failur
     let rows = registry
         .stats()
         .map_err(|e| Failure::Operational(e.into()))?;
-    // Rejected files waiting for someone: those in `rejected/` that are not reason files.
-    let backlog = std::fs::read_dir(&config.gateway.rejected)
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    !e.file_name().to_string_lossy().ends_with(".reason.json") && e.path().is_file()
-                })
-                .count()
-        })
-        .unwrap_or(0);
+    let backlog = x12gate::metrics::rejected_backlog(config);
     let decisions = registry
         .decisions()
         .map_err(|e| Failure::Operational(e.into()))?;

@@ -300,18 +300,6 @@ fn backoff(attempts: u32, max: Duration) -> Duration {
     base.mul_f64(0.5 + f64::from(nanos % 1000) / 1000.0)
 }
 
-fn rejected_backlog(config: &Config) -> usize {
-    std::fs::read_dir(&config.gateway.rejected)
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    e.path().is_file() && !e.file_name().to_string_lossy().ends_with(".reason.json")
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 /// An inbox entry: a regular file to consider, or something we leave alone.
 enum Entry {
     File { size: u64, modified: SystemTime },
@@ -614,7 +602,7 @@ impl Watcher {
             retries = s.retries,
             in_flight = self.tasks.len(),
             waiting = self.queue.len() + self.seen.len(),
-            rejected_backlog = rejected_backlog(&self.config),
+            rejected_backlog = crate::metrics::rejected_backlog(&self.config),
             "summary"
         );
     }
