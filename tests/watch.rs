@@ -1807,7 +1807,7 @@ fn second_signal_exits_at_once() {
         std::thread::sleep(Duration::from_millis(50));
     }
     w.signal("TERM");
-    let status = w.wait(Duration::from_secs(10));
+    let status = w.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(130), "log:\n{}", w.log());
     assert!(w.log().contains("second signal"), "{}", w.log());
     assert!(
