@@ -222,10 +222,23 @@ impl Registry {
             path: path.to_string(),
             cause: source,
         };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
+        // BEGIN IMMEDIATE can answer "database is locked" without calling the busy handler
+        // (opening a WAL read snapshot while many processes start on one file): nothing has
+        // run yet, so it is simply tried again, up to the busy timeout.
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(1);
+        let tx = loop {
+            match self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+            {
+                Err(e) if super::is_busy(&e) && started.elapsed() < super::BUSY_TIMEOUT => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                }
+                other => break other.map_err(sql)?,
+            }
+        };
         let batch = Batch { tx, path };
         let out = f(&batch)?;
         batch.tx.commit().map_err(sql)?;
