@@ -631,16 +631,14 @@ impl Registry {
         condition: &str,
         args: &[&dyn rusqlite::ToSql],
     ) -> Result<Vec<Unfinished>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.all(
+            &format!(
                 "SELECT key, partner, control_number, state, owner, lease_expires, attempts, file,
                         first_seen, last_seen, reason
                  FROM interchanges WHERE {condition} ORDER BY first_seen, key"
-            ))
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map(args, |r| {
+            ),
+            args,
+            |r| {
                 Ok(Unfinished {
                     key: r.get(0)?,
                     partner: r.get(1)?,
@@ -654,9 +652,8 @@ impl Registry {
                     last_seen_ms: r.get(9)?,
                     reason: r.get(10)?,
                 })
-            })
-            .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+            },
+        )
     }
 
     /// Everything about `key`, if the registry has it.
@@ -712,28 +709,30 @@ impl Registry {
 
     /// Every key the registry holds (completed or not).
     pub fn keys(&self) -> Result<Vec<String>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT key FROM interchanges")
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt.query_map([], |r| r.get(0)).map_err(|e| self.sql(e))?;
+        self.all("SELECT key FROM interchanges", [], |r| r.get(0))
+    }
+
+    /// Every row `query` answers, each made by `row`: the one way lists are read.
+    fn all<T, P: rusqlite::Params>(
+        &self,
+        query: &str,
+        params: P,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, RegistryError> {
+        let mut stmt = self.conn.prepare(query).map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map(params, row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
     }
 
     /// Keys of interchange `control_number` from senders whose id (ISA06) is `id`, whatever
     /// their qualifier: `show ACME:101`.
     pub fn keys_of(&self, id: &str, control_number: &str) -> Result<Vec<String>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT key FROM interchanges WHERE control_number = ?2
-                   AND substr(partner, instr(partner, ':') + 1) = ?1 ORDER BY key",
-            )
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map(params![id, control_number], |r| r.get(0))
-            .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+        self.all(
+            "SELECT key FROM interchanges WHERE control_number = ?2
+               AND substr(partner, instr(partner, ':') + 1) = ?1 ORDER BY key",
+            params![id, control_number],
+            |r| r.get(0),
+        )
     }
 
     /// Opens a completed interchange for another attempt (`reprocess`): marked failed, with
@@ -887,46 +886,32 @@ impl Registry {
 
     /// Interchange counts by partner and disposition (`in_flight` and `failed` for unfinished ones).
     pub fn stats(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
-                 FROM interchanges GROUP BY partner, d ORDER BY partner, d",
-            )
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+        self.all(
+            "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
+             FROM interchanges GROUP BY partner, d ORDER BY partner, d",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// Decisions by partner and kind (`accepted`, `duplicate`, `conflict`, ...), from the
     /// audit trail: every interchange of every file, resends included.
     pub fn decisions(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
         // A file with no readable interchange has no partner: it counts under "".
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
-                 WHERE disposition IS NOT NULL
-                 GROUP BY 1, event ORDER BY 1, event",
-            )
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
+        self.all(
+            "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
+             WHERE disposition IS NOT NULL
+             GROUP BY 1, event ORDER BY 1, event",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// What `/metrics` reports from the registry, read in one go.
     pub fn snapshot(&self) -> Result<Snapshot, RegistryError> {
         let sql = |e| self.sql(e);
         let rows3 = |query: &str| -> Result<Vec<(String, String, u64)>, RegistryError> {
-            let mut stmt = self.conn.prepare(query).map_err(sql)?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(sql)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(sql)
+            self.all(query, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         };
         let decisions = self.decisions()?;
         let acks_sent = rows3(
