@@ -9,7 +9,7 @@
 //! - `tokenise`: cut the whole file into segments (`x12::Segments`), id included.
 //! - `envelope_tree`: read every interchange into its envelope tree (`x12::Interchanges`),
 //!   which cuts every segment once.
-//! - `tokenise_and_validate`: envelope validation (`validate::file_with` without definitions),
+//! - `tokenise_and_validate`: envelope validation (`check::file` without definitions),
 //!   what a partner with `validation = "envelope"` gets: plain parsing.
 //! - `schema_validate_one_thread`: the same plus every set walked against its definition
 //!   (`schemas/`), segment by segment and element by element, on this thread alone.
@@ -70,22 +70,40 @@ fn parse(c: &mut Criterion) {
     });
 
     group.bench_function("tokenise_and_validate", |b| {
-        b.iter(|| x12gate::validate::file_with(black_box(&input), Limits::default(), None).len())
+        b.iter(|| {
+            x12gate::check::file(black_box(&input), Limits::default(), &Default::default()).len()
+        })
     });
 
     let schemas = x12gate::schema::builtin().expect("the built-in definitions load");
     assert!(
-        x12gate::validate::file_with(&input, Limits::default(), Some(schemas)).is_empty(),
+        x12gate::check::file(
+            &input,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(schemas)
+        )
+        .is_empty(),
         "the generated file validates clean against the definitions"
     );
     group.bench_function("schema_validate_one_thread", |b| {
         b.iter(|| {
-            x12gate::validate::file_on(black_box(&input), Limits::default(), Some(schemas), 1).len()
+            x12gate::check::file_on(
+                black_box(&input),
+                Limits::default(),
+                &x12gate::check::Checks::definitions(schemas),
+                1,
+            )
+            .len()
         })
     });
     group.bench_function("schema_validate", |b| {
         b.iter(|| {
-            x12gate::validate::file_with(black_box(&input), Limits::default(), Some(schemas)).len()
+            x12gate::check::file(
+                black_box(&input),
+                Limits::default(),
+                &x12gate::check::Checks::definitions(schemas),
+            )
+            .len()
         })
     });
 

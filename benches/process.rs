@@ -339,7 +339,14 @@ fn readdress(input: &[u8], number: u32) -> Option<Vec<u8>> {
         out.extend_from_slice(&fields.join(&element));
         out.push(terminator);
     }
-    (sets == 1 && x12gate::validate::file(&out, Limits::default()).is_empty()).then_some(out)
+    (sets == 1
+        && x12gate::check::file(
+            &out,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        )
+        .is_empty())
+    .then_some(out)
 }
 
 const CONFIG: &str = r#"[gateway]

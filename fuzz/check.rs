@@ -11,8 +11,9 @@
 //! and renders back reads again into the same document.
 #![allow(dead_code)]
 
+use x12gate::finding::{Finding, Level};
 use x12gate::translate::{parse_document, parse_document_as, render_document, Document, Form};
-use x12gate::validate::{self, Finding, Level};
+use x12gate::validate;
 use x12gate::x12::{Interchanges, Limits, Segment};
 
 /// Limits small enough that the breach paths run on small inputs too.
@@ -25,7 +26,7 @@ pub const TIGHT: Limits = Limits {
 /// What the readers made of an input, for callers that want to check more.
 #[derive(Debug)]
 pub struct Outcome {
-    /// Findings of `validate::file`.
+    /// Findings of `check::file`.
     pub findings: Vec<Finding>,
     /// The generic form, when the input reads into one.
     pub document: Option<Document>,
@@ -42,7 +43,11 @@ pub fn check(input: &[u8]) {
 /// Runs every reader on `input` under `limits` and checks the rules in the module comment.
 pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
     let read_errors = read(input, limits);
-    let findings = validate::file(input, limits);
+    let findings = x12gate::check::file(
+        input,
+        limits,
+        &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+    );
     for f in &findings {
         check_finding(input, f);
     }
@@ -50,7 +55,7 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
     assert_eq!(
         file_level,
         read_errors,
-        "validate::file reports {file_level} file-level findings for {read_errors} read errors\n\
+        "check::file reports {file_level} file-level findings for {read_errors} read errors\n\
          input: {}",
         show(input)
     );
@@ -268,7 +273,11 @@ pub fn check_render(json: &[u8]) {
     let mut out = Vec::new();
     if render_document(json, &mut out).is_ok() {
         read(&out, Limits::default());
-        let _ = validate::file(&out, Limits::default());
+        let _ = x12gate::check::file(
+            &out,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        );
         let _ = parse_document(&out, Limits::default());
     }
 }

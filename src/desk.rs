@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::config::Config;
 use crate::pipeline::{self, ProcessError, ProcessOptions, Report, Source};
 use crate::registry::{Event, EventFilter, Record, Registry, RegistryError};
+use crate::schema::Schemas;
 
 /// Why a key cannot be shown or reprocessed.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +91,12 @@ fn placed_at(events: &[Event]) -> Option<PathBuf> {
 
 /// Interchange `key` as `file` holds it: its findings and its fingerprint; `None` when the
 /// file does not hold it.
-fn read_in(file: &Path, key: &str, config: &Config) -> Option<(Vec<String>, String)> {
+fn read_in(
+    file: &Path,
+    key: &str,
+    config: &Config,
+    schemas: &Schemas,
+) -> Option<(Vec<String>, String)> {
     let bytes = crate::input::read(file, config.limits.max_file_bytes).ok()?;
     for ic in crate::x12::Interchanges::new(&bytes, config.limits).flatten() {
         let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
@@ -99,7 +105,7 @@ fn read_in(file: &Path, key: &str, config: &Config) -> Option<(Vec<String>, Stri
             .cloned()
             .unwrap_or_else(|| crate::config::Partner::unknown(qualifier, id));
         if pipeline::interchange_key(&ic, partner.interchange_scope) == key {
-            let findings = pipeline::decide(&ic, config)
+            let findings = pipeline::decide(&ic, config, schemas)
                 .findings
                 .iter()
                 .map(ToString::to_string)
@@ -113,7 +119,12 @@ fn read_in(file: &Path, key: &str, config: &Config) -> Option<(Vec<String>, Stri
 }
 
 /// Everything known about `key`.
-pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, DeskError> {
+pub fn show(
+    config: &Config,
+    schemas: &Schemas,
+    registry: &Registry,
+    key: &str,
+) -> Result<Shown, DeskError> {
     let record = registry
         .record(key)?
         .ok_or_else(|| DeskError::Unknown(key.to_string()))?;
@@ -177,7 +188,7 @@ pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, De
         .filter(|p| p.is_file());
     let findings = file_now
         .as_deref()
-        .and_then(|f| read_in(f, key, config))
+        .and_then(|f| read_in(f, key, config, schemas))
         .map(|(findings, _)| findings)
         .unwrap_or_default();
     let holder = record
@@ -201,6 +212,7 @@ pub fn show(config: &Config, registry: &Registry, key: &str) -> Result<Shown, De
 /// earlier outcome, and the answers sent for it, stay in the history (`reopened`).
 pub fn reprocess(
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     key: &str,
     file: Option<&Path>,
@@ -211,7 +223,7 @@ pub fn reprocess(
         key: key.to_string(),
         why,
     };
-    let shown = show(config, registry, key)?;
+    let shown = show(config, schemas, registry, key)?;
     let r = &shown.record;
     if r.state != "completed" {
         return Err(refused(format!(
@@ -233,7 +245,7 @@ pub fn reprocess(
     };
     // The same content only: other content under this number is a corrected resend (send it
     // with `process`) or a conflict, never a reprocessing.
-    match read_in(&source, key, config) {
+    match read_in(&source, key, config, schemas) {
         None => {
             return Err(refused(format!(
                 "{} does not hold this interchange",
@@ -259,6 +271,7 @@ pub fn reprocess(
     let outcome = pipeline::process_files(
         &[Source::from(source.as_path())],
         config,
+        schemas,
         registry,
         &only,
         None,

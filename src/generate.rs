@@ -14,7 +14,7 @@
 //! ```
 //! let bytes = x12gate::generate::file(7, 64 * 1024);
 //! assert!(bytes.len() >= 64 * 1024);
-//! assert!(x12gate::validate::file(&bytes, Default::default()).is_empty());
+//! assert!(x12gate::check::file(&bytes, Default::default(), &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap())).is_empty());
 //! ```
 
 use std::fmt::{self, Display};
@@ -791,10 +791,9 @@ const PRODUCTS: &[(&str, &str, (u64, u64))] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate;
     use crate::x12::{Interchanges, Limits};
 
-    fn render(findings: &[validate::Finding]) -> String {
+    fn render(findings: &[crate::finding::Finding]) -> String {
         findings.iter().take(5).map(|f| format!("{f}\n")).collect()
     }
 
@@ -809,7 +808,11 @@ mod tests {
         for (seed, size) in [(1, 0), (2, 1_000), (3, 50_000), (4, 2_000_000)] {
             let bytes = file(seed, size);
             assert!(bytes.len() >= size);
-            let findings = validate::file(&bytes, Limits::default());
+            let findings = crate::check::file(
+                &bytes,
+                Limits::default(),
+                &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+            );
             assert!(findings.is_empty(), "seed {seed}: {}", render(&findings));
         }
     }
@@ -874,7 +877,11 @@ mod tests {
             Generator::with_options(5, options)
                 .write_to(&mut out, 200_000)
                 .unwrap();
-            let findings = validate::file(&out, Limits::default());
+            let findings = crate::check::file(
+                &out,
+                Limits::default(),
+                &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+            );
             assert!(findings.is_empty(), "{delimiters:?}: {}", render(&findings));
             let ic = Interchanges::new(&out, Limits::default())
                 .next()
@@ -898,7 +905,11 @@ mod tests {
         let all: Vec<_> = Interchanges::new(&out, Limits::default()).collect();
         assert_eq!(all.len(), 1);
         assert!(all[0].as_ref().unwrap().groups.len() > 10);
-        let findings = validate::file(&out, Limits::default());
+        let findings = crate::check::file(
+            &out,
+            Limits::default(),
+            &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+        );
         assert!(findings.is_empty(), "{}", render(&findings));
     }
 

@@ -32,8 +32,10 @@
 #![forbid(unsafe_code)]
 
 pub mod ack;
+pub mod check;
 pub mod config;
 pub mod desk;
+pub mod finding;
 pub mod fingerprint;
 pub mod generate;
 pub mod inbound;

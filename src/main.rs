@@ -493,7 +493,7 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
                 continue;
             }
         };
-        let decision = x12gate::pipeline::decide(&ic, config);
+        let decision = x12gate::pipeline::decide(&ic, config, definitions()?);
         let counters = PreviewCounters::after(registry.as_ref(), &decision.partner.key())
             .map_err(|e| Failure::Operational(e.into()))?;
         let outbound = x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now)
@@ -610,6 +610,12 @@ fn init(
     Ok(exit::OK)
 }
 
+/// The built-in transaction-set definitions, loaded once; a failure to load them stops the
+/// command rather than letting it check less than it says.
+fn definitions() -> Result<&'static x12gate::schema::Schemas, Failure> {
+    x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))
+}
+
 fn desk_failure(e: x12gate::desk::DeskError) -> Failure {
     use x12gate::desk::DeskError;
     match e {
@@ -629,7 +635,7 @@ fn local_time(ms: i64) -> String {
 fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
     let registry = open_registry(config)?;
     let key = x12gate::desk::resolve(&registry, key).map_err(desk_failure)?;
-    let s = x12gate::desk::show(config, &registry, &key).map_err(desk_failure)?;
+    let s = x12gate::desk::show(config, definitions()?, &registry, &key).map_err(desk_failure)?;
     if json {
         let mut v = serde_json::to_value(&s).map_err(|e| Failure::Operational(e.into()))?;
         let events: Vec<serde_json::Value> = s
@@ -764,8 +770,16 @@ fn reprocess(
         if force {
             say!("WARN", "x12gate: {key}: reprocessing with --force: if it was accepted, the ERP may receive it twice");
         }
-        let r = x12gate::desk::reprocess(config, &mut registry, &key, file, force, &options)
-            .map_err(desk_failure)?;
+        let r = x12gate::desk::reprocess(
+            config,
+            definitions()?,
+            &mut registry,
+            &key,
+            file,
+            force,
+            &options,
+        )
+        .map_err(desk_failure)?;
         if !r.disposition.is_success() {
             code = exit::FINDINGS;
         }
@@ -989,6 +1003,7 @@ fn process(
 ) -> Result<u8, Failure> {
     use std::io::IsTerminal;
     preflight(config)?;
+    let schemas = definitions()?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
     stop_on_signals(&options.stop)?;
@@ -1023,13 +1038,18 @@ fn process(
             .collect();
         // An unusable database, or outputs that cannot be written, stop the run with nothing
         // of the failing batch marked done.
-        let outcomes =
-            match x12gate::pipeline::process_files(&sources, config, &mut registry, &options, None)
-            {
-                Ok(outcomes) => outcomes,
-                Err(x12gate::pipeline::ProcessError::Interrupted) => break,
-                Err(e) => return Err(Failure::Operational(e.into())),
-            };
+        let outcomes = match x12gate::pipeline::process_files(
+            &sources,
+            config,
+            schemas,
+            &mut registry,
+            &options,
+            None,
+        ) {
+            Ok(outcomes) => outcomes,
+            Err(x12gate::pipeline::ProcessError::Interrupted) => break,
+            Err(e) => return Err(Failure::Operational(e.into())),
+        };
         done += outcomes.len();
         for outcome in outcomes {
             let reports = match outcome.result {
@@ -1140,6 +1160,7 @@ fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
 /// claims are leased.
 fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
     preflight(&config)?;
+    let schemas = definitions()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1173,7 +1194,7 @@ fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
                     }
                 });
             }
-            x12gate::watch::run(std::sync::Arc::new(config), options, shutdown).await
+            x12gate::watch::run(std::sync::Arc::new(config), schemas, options, shutdown).await
         })
         .map_err(|e| Failure::Operational(e.into()))?;
     say!("INFO", 
@@ -1510,18 +1531,14 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             envelope,
         } => {
-            let schemas = if envelope {
-                None
-            } else {
-                Some(
-                    x12gate::schema::builtin()
-                        .map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?,
-                )
+            let checks = x12gate::check::Checks {
+                schemas: if envelope { None } else { Some(definitions()?) },
+                routing: None,
             };
             let mut any = false;
             for file in &files {
                 let findings = match read(file, &limits) {
-                    Ok(input) => x12gate::validate::file_with(&input, limits, schemas),
+                    Ok(input) => x12gate::check::file(&input, limits, &checks),
                     Err(Failure::Operational(e)) => {
                         match e.downcast_ref::<x12gate::input::InputError>() {
                             Some(x12gate::input::InputError::TooLarge { size, limit, .. }) => {

@@ -1,476 +1,118 @@
-//! Envelope validation: the tree's facts turned into findings that carry X12 codes.
+//! Envelope and routing rules: the tree's facts turned into findings.
 //!
-//! Bad EDI is data, not an error: every problem becomes a [`Finding`] with the rule it
-//! breaks, the place it breaks it and the code an acknowledgment must carry for it (TA105 for
-//! the interchange, AK905 for a group, AK502 for a set). The acknowledgment builders read the
-//! codes from here; nothing else decides them.
+//! Each rule here looks at the ISA/IEA, GS/GE and ST/SE envelopes of one interchange, or at
+//! who sent it to whom; what a set's content breaks against its definition is
+//! `schema::check`'s, and `check` puts both together.
 
 use std::collections::HashSet;
-use std::fmt;
 
 use chrono::{NaiveDate, NaiveTime};
 
+use crate::finding::{release, Code, Finding, Rule, Ta105};
 use crate::x12::{
     Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind, Segment,
     TransactionSet,
 };
 
-/// Which acknowledgment element a code belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum CodeList {
-    /// TA105, interchange note code (I18).
-    #[serde(rename = "TA105")]
-    Ta105,
-    /// AK905 / 999 AK905, functional group syntax error code (716).
-    #[serde(rename = "AK905")]
-    Ak905,
-    /// AK502 / IK502, transaction set syntax error code (718).
-    #[serde(rename = "AK502")]
-    Ak502,
-    /// AK304 / IK304, segment syntax error code (720; 620 in the 999 shares 1-8).
-    #[serde(rename = "AK304")]
-    Ak304,
-    /// AK403 / IK403, data element syntax error code (723; 621 in the 999 shares 1-10).
-    #[serde(rename = "AK403")]
-    Ak403,
-}
-
-impl CodeList {
-    fn name(self) -> &'static str {
-        match self {
-            CodeList::Ta105 => "TA105",
-            CodeList::Ak905 => "AK905",
-            CodeList::Ak502 => "AK502",
-            CodeList::Ak304 => "AK304",
-            CodeList::Ak403 => "AK403",
-        }
-    }
-}
-
-/// An X12 code: the list it comes from and its value (`TA105 025`, `AK502 23`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Code {
-    pub list: CodeList,
-    pub value: &'static str,
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.list.name(), self.value)
-    }
-}
-
-/// The envelope rules. Names are stable: tests, `--json` output and operators rely on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Rule {
-    // Whole file
-    NotAnInterchange,
-    IsaUnreadable,
-    ElementSeparator,
-    SegmentTerminator,
-    EmptyFile,
-    FileTooLarge,
-    // Interchange
-    IsaFieldWidth,
-    IsaFieldValue,
-    DelimitersNotDistinct,
-    IeaMissing,
-    IeaGroupCount,
-    IeaControlNumber,
-    SegmentOutsideEnvelope,
-    LimitExceeded,
-    UnknownSender,
-    ReceiverQualifierNotOurs,
-    ReceiverNotOurs,
-    // Group
-    GsControlNumberSyntax,
-    GsVersionMissing,
-    GsDuplicateControlNumber,
-    GsSeenBefore,
-    GeMissing,
-    GeSetCount,
-    GeControlNumber,
-    // Transaction set
-    StIdInvalid,
-    StControlNumberInvalid,
-    StDuplicateControlNumber,
-    SeMissing,
-    SeSegmentCount,
-    SeControlNumber,
-    SegmentIdInvalid,
-    // Transaction set content, against its schema: segments (AK304)
-    SegmentUnrecognized,
-    SegmentUnexpected,
-    SegmentMissing,
-    LoopOverMaximum,
-    SegmentOverMaximumUse,
-    SegmentNotInSet,
-    SegmentOutOfSequence,
-    // ... and elements (AK403)
-    ElementMissing,
-    ElementConditionalMissing,
-    ElementTooMany,
-    ElementTooShort,
-    ElementTooLong,
-    ElementInvalidCharacter,
-    ElementInvalidCode,
-    ElementInvalidDate,
-    ElementInvalidTime,
-    ElementExclusionViolated,
-}
-
-impl Rule {
-    pub fn name(self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-}
-
-/// Which envelope a finding belongs to; the acknowledgment answers at that level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    File,
-    Interchange,
-    Group,
-    Set,
-}
-
-/// One problem, where it is, and the code that reports it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Finding {
-    pub rule: Rule,
-    pub level: Level,
-    /// `None` only for file-level problems no interchange can report.
-    pub code: Option<Code>,
-    pub position: Position,
-    pub segment_id: String,
-    /// Index of the group in its interchange (0-based), for group and set findings.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<usize>,
-    /// Index of the set in its group (0-based), for set findings.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub set: Option<usize>,
-    pub message: String,
-    /// What a schema finding adds for AK3/AK4 (IK3/IK4/CTX).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<Box<SchemaDetail>>,
-}
-
-/// The parts of a schema finding that only segment and element errors have.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SchemaDetail {
-    /// The innermost loop the segment stands in (its id in the definition).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub loop_id: Option<String>,
-    /// AK303: LS01 of the bounded (LS/LE) loop the segment stands in.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bounded_loop: Option<String>,
-    /// AK402: the data element reference number.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reference: Option<u32>,
-    /// AK401-3: repetition position, for repeating elements.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub repetition: Option<u16>,
-    /// AK404: a copy of the bad value.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bad_value: Option<String>,
-    /// The loop's business unit (999 CTX01): its trigger's first element and that value,
-    /// such as `PO101` and `3`: which line of the document the error is on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context: Option<(String, String)>,
-    /// Whether the error rejects the set (AK501 R) or only notes it (E).
-    pub rejects: bool,
-}
-
-impl fmt::Display for Finding {
-    /// `byte 453: segment 15 (SE, set segment 13), element SE01: <message> [rule; code]`
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = &self.position;
-        write!(f, "byte {}", p.byte)?;
-        if p.segment > 0 {
-            write!(f, ": segment {}", p.segment)?;
-            let in_loop = self.detail.as_ref().and_then(|d| d.loop_id.as_deref());
-            match (self.segment_id.is_empty(), p.set_segment) {
-                (false, Some(n)) => match in_loop {
-                    Some(l) => write!(f, " ({}, set segment {n}, loop {l})", self.segment_id)?,
-                    None => write!(f, " ({}, set segment {n})", self.segment_id)?,
-                },
-                (false, None) => write!(f, " ({})", self.segment_id)?,
-                (true, Some(n)) => write!(f, " (set segment {n})")?,
-                (true, None) => {}
-            }
-        }
-        if let Some(e) = p.element {
-            write!(f, ", element {}{e:02}", self.segment_id)?;
-            if let Some(c) = p.component {
-                write!(f, "-{c}")?;
-            }
-        }
-        write!(f, ": {} [{}", self.message, self.rule.name())?;
-        if let Some(code) = self.code {
-            write!(f, "; {code}")?;
-        }
-        write!(f, "]")
-    }
-}
-
 /// A finding for a file that could not be read as an interchange.
 pub fn read_error(e: &ReadError) -> Finding {
-    let (rule, code) = match e.kind {
-        ReadErrorKind::NotAnInterchange => (Rule::NotAnInterchange, None),
-        ReadErrorKind::IsaUnreadable => (Rule::IsaUnreadable, Some("022")),
-        ReadErrorKind::ElementSeparator => (Rule::ElementSeparator, Some("026")),
-        ReadErrorKind::SegmentTerminator => (Rule::SegmentTerminator, Some("004")),
-        _ => (Rule::EmptyFile, None),
+    let rule = match e.kind {
+        ReadErrorKind::NotAnInterchange => Rule::NotAnInterchange,
+        ReadErrorKind::IsaUnreadable => Rule::IsaUnreadable,
+        ReadErrorKind::ElementSeparator => Rule::ElementSeparator,
+        ReadErrorKind::SegmentTerminator => Rule::SegmentTerminator,
+        _ => Rule::EmptyFile,
     };
-    Finding {
-        rule,
-        level: Level::File,
-        code: code.map(|value| Code {
-            list: CodeList::Ta105,
-            value,
-        }),
-        position: Position {
-            byte: e.offset,
-            ..Position::default()
-        },
-        segment_id: String::new(),
-        group: None,
-        set: None,
-        message: e.message.clone(),
-        detail: None,
-    }
+    let position = Position {
+        byte: e.offset,
+        ..Position::default()
+    };
+    Finding::new(rule, position, "", e.message.clone())
 }
 
 /// The finding for a file refused for its size before it was read.
 pub fn too_large(size: u64, limit: u64) -> Finding {
-    Finding {
-        rule: Rule::FileTooLarge,
-        level: Level::File,
-        code: None,
-        position: Position::default(),
-        segment_id: String::new(),
-        group: None,
-        set: None,
-        message: format!(
-            "the file is {size} bytes, more than the limit of {limit} (limits.max_file_bytes)"
-        ),
-        detail: None,
-    }
+    Finding::new(
+        Rule::FileTooLarge,
+        Position::default(),
+        "",
+        format!("the file is {size} bytes, more than the limit of {limit} (limits.max_file_bytes)"),
+    )
 }
 
-/// Every finding of a whole file, one interchange at a time so memory stays bounded by the
-/// largest interchange's tree, not by the file.
-/// Sets with a built-in definition are checked against it too.
-pub fn file(input: &[u8], limits: crate::x12::Limits) -> Vec<Finding> {
-    file_with(input, limits, crate::schema::builtin().ok())
+/// Who we are, and whether this interchange's sender may be answered: what the routing
+/// rules need from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Routing<'a> {
+    /// ISA07/ISA08 an interchange must be addressed to.
+    pub qualifier: &'a str,
+    pub id: &'a str,
+    /// Whether the sender is a configured partner, or unknown partners are accepted.
+    pub sender_known: bool,
 }
 
-/// [`file`], with these definitions or (`None`) with envelope rules only.
-pub fn file_with(
-    input: &[u8],
-    limits: crate::x12::Limits,
-    schemas: Option<&crate::schema::Schemas>,
-) -> Vec<Finding> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
-    file_on(input, limits, schemas, workers)
-}
-
-/// [`file_with`] on at most `threads` threads (1: all on this one).
-pub fn file_on(
-    input: &[u8],
-    limits: crate::x12::Limits,
-    schemas: Option<&crate::schema::Schemas>,
-    threads: usize,
-) -> Vec<Finding> {
-    let workers = threads;
-    match schemas {
-        Some(schemas) if workers > 1 && input.len() >= PARALLEL_FROM => {
-            file_in_parallel(input, limits, schemas, workers)
-        }
-        _ => {
-            let mut findings = Vec::new();
-            for result in crate::x12::Interchanges::new(input, limits) {
-                match result {
-                    Ok(ic) => {
-                        findings.extend(interchange(&ic));
-                        if let Some(schemas) = schemas {
-                            findings.extend(crate::schema::findings(&ic, schemas));
-                        }
-                    }
-                    Err(e) => findings.push(read_error(&e)),
-                }
-            }
-            findings
-        }
-    }
-}
-
-/// Files from this size have their sets checked against definitions on every core.
-const PARALLEL_FROM: usize = 1 << 20;
-
-/// [`file_with`] for a large file: this thread reads interchanges and checks envelopes (the
-/// cheap part) while `workers` threads walk their sets against the definitions; at most two
-/// interchanges per worker wait in between, so memory stays bounded. Findings come out in the
-/// same order as from one thread.
-fn file_in_parallel(
-    input: &[u8],
-    limits: crate::x12::Limits,
-    schemas: &crate::schema::Schemas,
-    workers: usize,
-) -> Vec<Finding> {
-    use std::sync::{mpsc, Mutex};
-    let mut envelope: Vec<Vec<Finding>> = Vec::new();
-    let mut schema: Vec<Vec<Finding>> = Vec::new();
-    let (jobs, queue) = mpsc::sync_channel::<(usize, Interchange<'_>)>(workers * 2);
-    let queue = Mutex::new(queue);
-    let (done, results) = mpsc::channel::<(usize, Vec<Finding>)>();
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            let (queue, done) = (&queue, done.clone());
-            scope.spawn(move || loop {
-                // A poisoned lock or a closed queue both mean there is nothing left to do.
-                let job = match queue.lock() {
-                    Ok(q) => q.recv(),
-                    Err(_) => return,
-                };
-                let Ok((i, ic)) = job else { return };
-                if done
-                    .send((i, crate::schema::findings(&ic, schemas)))
-                    .is_err()
-                {
-                    return;
-                }
-            });
-        }
-        drop(done);
-        for (i, result) in crate::x12::Interchanges::new(input, limits).enumerate() {
-            match result {
-                Ok(ic) => {
-                    envelope.push(interchange(&ic));
-                    if jobs.send((i, ic)).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => envelope.push(vec![read_error(&e)]),
-            }
-        }
-        drop(jobs);
-        schema.resize_with(envelope.len(), Vec::new);
-        for (i, found) in results {
-            if let Some(slot) = schema.get_mut(i) {
-                *slot = found;
-            }
-        }
-    });
-    envelope
-        .into_iter()
-        .zip(schema)
-        .flat_map(|(e, s)| e.into_iter().chain(s))
-        .collect()
-}
-
-/// Findings about who sent an interchange and to whom, which need the configuration: a
-/// receiver other than us, or a sender no `[[partner]]` declares (when unknown partners are
-/// refused).
-pub fn routing(
-    ic: &Interchange<'_>,
-    our_qualifier: &str,
-    our_id: &str,
-    sender_known: bool,
-) -> Vec<Finding> {
-    let mut v = Validator {
-        findings: Vec::new(),
-    };
+/// Findings about who sent an interchange and to whom: a receiver other than us, or a
+/// sender no `[[partner]]` declares (when unknown partners are refused).
+pub fn routing(ic: &Interchange<'_>, us: &Routing<'_>) -> Vec<Finding> {
     let isa = &ic.isa;
-    let finding = |v: &mut Validator, n: usize, rule: Rule, code: &'static str, message: String| {
-        let p = isa_position(isa, n);
-        v.findings.push(Finding {
-            rule,
-            level: Level::Interchange,
-            code: Some(Code {
-                list: CodeList::Ta105,
-                value: code,
-            }),
-            position: p,
-            segment_id: "ISA".into(),
-            group: None,
-            set: None,
-            message,
-            detail: None,
-        });
+    let at = |n: usize, rule: Rule, message: String| {
+        Finding::new(rule, isa_position(isa, n), "ISA", message)
     };
+    let mut findings = Vec::new();
+    let our_id = us.id;
     if isa.trimmed(8) != our_id {
-        finding(&mut v, 8, Rule::ReceiverNotOurs, "009", format!(
-            "ISA08 \"{}\" is not our id \"{our_id}\": this interchange is addressed to someone else", isa.trimmed(8)));
-    } else if isa.trimmed(7) != our_qualifier {
-        finding(
-            &mut v,
+        findings.push(at(8, Rule::ReceiverNotOurs, format!(
+            "ISA08 \"{}\" is not our id \"{our_id}\": this interchange is addressed to someone else", isa.trimmed(8))));
+    } else if isa.trimmed(7) != us.qualifier {
+        findings.push(at(
             7,
             Rule::ReceiverQualifierNotOurs,
-            "007",
             format!(
-                "ISA07 \"{}\" is not our qualifier \"{our_qualifier}\"",
-                isa.trimmed(7)
+                "ISA07 \"{}\" is not our qualifier \"{}\"",
+                isa.trimmed(7),
+                us.qualifier
             ),
-        );
+        ));
     }
-    if !sender_known {
-        finding(
-            &mut v,
+    if !us.sender_known {
+        findings.push(at(
             6,
             Rule::UnknownSender,
-            "006",
             format!(
                 "sender {}:{} is not a configured partner (unknown_partners = \"reject\")",
                 isa.trimmed(5),
                 isa.trimmed(6)
             ),
-        );
+        ));
     }
-    v.findings
+    findings
 }
 
 /// The finding for a group whose GS06 (with its GS02) an earlier interchange of the same
 /// sender already used within the partner's window.
 pub fn group_seen_before(ic: &Interchange<'_>, gi: usize) -> Option<Finding> {
     let gs = &ic.groups.get(gi)?.gs;
-    let code = duplicate_group_code(gs);
     let message = format!(
         "GS06 \"{}\" from application sender \"{}\" was already used by an earlier interchange",
         shown(gs.element(6).unwrap_or_default()),
         shown(gs.element(2).unwrap_or_default())
     );
-    let f = finding(
-        Rule::GsSeenBefore,
-        Level::Group,
-        Code {
-            list: CodeList::Ak905,
-            value: code,
-        },
-        gs,
-        6,
-        message,
-    );
-    Some(Finding {
-        group: Some(gi),
-        ..f
-    })
+    Some(group_finding(gi, gs, Rule::GsSeenBefore, gs, 6, message))
 }
 
-/// AK905 for a GS06 that is not unique: 004010's list has no such code and 6 is what other
-/// translators send; from 004050 on the list has 19.
-fn duplicate_group_code(gs: &Segment<'_>) -> &'static str {
-    if release(gs.element(8).unwrap_or_default()).is_some_and(|r| r >= 4050) {
-        "19"
-    } else {
-        "6"
-    }
+/// A finding of a group rule at element `element` of `segment` (its GS or GE), with the
+/// code for the release its GS08 declares.
+fn group_finding(
+    gi: usize,
+    gs: &Segment<'_>,
+    rule: Rule,
+    segment: &Segment<'_>,
+    element: usize,
+    message: String,
+) -> Finding {
+    Finding::new(rule, at(segment, element), segment.id_str(), message)
+        .in_group(gi)
+        .in_release(release(gs.element(8).unwrap_or_default()))
 }
 
 /// Every envelope finding of one interchange, in file order within each level.
@@ -532,21 +174,10 @@ fn all_digits(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(u8::is_ascii_digit)
 }
 
-/// The numeric release of a GS08 or ISA12 (`004010` or `005010X222A1` -> 4010, `00401` -> 401).
-fn release(version: &[u8]) -> Option<u32> {
-    let digits: Vec<u8> = version
-        .iter()
-        .take(6)
-        .copied()
-        .take_while(u8::is_ascii_digit)
-        .collect();
-    std::str::from_utf8(&digits).ok()?.parse().ok()
-}
-
 /// One ISA field's rule: its width, the note code for it, and what values it admits.
 struct IsaField {
     width: usize,
-    code: &'static str,
+    code: Ta105,
     valid: fn(&[u8]) -> bool,
     expected: &'static str,
 }
@@ -578,97 +209,97 @@ fn isa_time(v: &[u8]) -> bool {
 const ISA_FIELDS: [IsaField; 16] = [
     IsaField {
         width: 2,
-        code: "010",
+        code: Ta105::AuthorizationQualifier,
         valid: |v| matches!(v, b"00" | b"01" | b"02" | b"03" | b"04" | b"05" | b"06"),
         expected: "an authorization qualifier 00-06",
     },
     IsaField {
         width: 10,
-        code: "011",
+        code: Ta105::AuthorizationValue,
         valid: any,
         expected: "10 characters",
     },
     IsaField {
         width: 2,
-        code: "012",
+        code: Ta105::SecurityQualifier,
         valid: |v| matches!(v, b"00" | b"01"),
         expected: "00 or 01",
     },
     IsaField {
         width: 10,
-        code: "013",
+        code: Ta105::SecurityValue,
         valid: any,
         expected: "10 characters",
     },
     IsaField {
         width: 2,
-        code: "005",
+        code: Ta105::SenderQualifier,
         valid: id_qualifier,
         expected: "an interchange id qualifier (I05)",
     },
     IsaField {
         width: 15,
-        code: "006",
+        code: Ta105::SenderId,
         valid: not_blank,
         expected: "a sender id, space padded to 15",
     },
     IsaField {
         width: 2,
-        code: "007",
+        code: Ta105::ReceiverQualifier,
         valid: id_qualifier,
         expected: "an interchange id qualifier (I05)",
     },
     IsaField {
         width: 15,
-        code: "008",
+        code: Ta105::ReceiverId,
         valid: not_blank,
         expected: "a receiver id, space padded to 15",
     },
     IsaField {
         width: 6,
-        code: "014",
+        code: Ta105::Date,
         valid: isa_date,
         expected: "a valid date YYMMDD",
     },
     IsaField {
         width: 4,
-        code: "015",
+        code: Ta105::Time,
         valid: isa_time,
         expected: "a valid time HHMM",
     },
     IsaField {
         width: 1,
-        code: "016",
+        code: Ta105::StandardsIdentifier,
         valid: any,
         expected: "one character",
     },
     IsaField {
         width: 5,
-        code: "017",
+        code: Ta105::Version,
         valid: |v| all_digits(v) && release(v).is_some_and(|r| (200..=899).contains(&r)),
         expected: "a version such as 00401 or 00501",
     },
     IsaField {
         width: 9,
-        code: "018",
+        code: Ta105::ControlNumber,
         valid: all_digits,
         expected: "nine digits",
     },
     IsaField {
         width: 1,
-        code: "019",
+        code: Ta105::AcknowledgmentRequested,
         valid: |v| matches!(v, b"0" | b"1"),
         expected: "0 or 1",
     },
     IsaField {
         width: 1,
-        code: "020",
+        code: Ta105::TestIndicator,
         valid: |v| matches!(v, b"P" | b"T" | b"I"),
         expected: "P, T or I",
     },
     IsaField {
         width: 1,
-        code: "027",
+        code: Ta105::ComponentSeparator,
         valid: |v| {
             v.first()
                 .is_some_and(|b| !b.is_ascii_alphanumeric() && *b != b' ')
@@ -685,91 +316,43 @@ struct SetAt {
     st_ordinal: u32,
 }
 
-/// A finding at element `element` (0 for the whole segment) of `segment`.
-fn finding(
-    rule: Rule,
-    level: Level,
-    code: Code,
-    segment: &Segment<'_>,
-    element: usize,
-    message: String,
-) -> Finding {
-    Finding {
-        rule,
-        level,
-        code: Some(code),
-        position: at(segment, element),
-        segment_id: segment.id_str(),
-        group: None,
-        set: None,
-        message,
-        detail: None,
-    }
-}
-
 impl Validator {
     fn interchange_finding(
         &mut self,
         rule: Rule,
-        code: &'static str,
         segment: &Segment<'_>,
         element: usize,
         message: String,
     ) {
-        let code = Code {
-            list: CodeList::Ta105,
-            value: code,
-        };
-        self.findings.push(finding(
-            rule,
-            Level::Interchange,
-            code,
-            segment,
-            element,
-            message,
-        ));
+        let f = Finding::new(rule, at(segment, element), segment.id_str(), message);
+        self.findings.push(f);
     }
 
     fn group_finding(
         &mut self,
         gi: usize,
+        gs: &Segment<'_>,
         rule: Rule,
-        code: &'static str,
         segment: &Segment<'_>,
         element: usize,
         message: String,
     ) {
-        let code = Code {
-            list: CodeList::Ak905,
-            value: code,
-        };
-        let f = finding(rule, Level::Group, code, segment, element, message);
-        self.findings.push(Finding {
-            group: Some(gi),
-            ..f
-        });
+        let f = group_finding(gi, gs, rule, segment, element, message);
+        self.findings.push(f);
     }
 
     fn set_finding(
         &mut self,
         at: SetAt,
         rule: Rule,
-        code: &'static str,
         segment: &Segment<'_>,
         element: usize,
         message: String,
     ) {
-        let code = Code {
-            list: CodeList::Ak502,
-            value: code,
-        };
-        let mut f = finding(rule, Level::Set, code, segment, element, message);
+        let mut f = Finding::new(rule, self::at(segment, element), segment.id_str(), message)
+            .in_set(at.group, at.set);
         f.position.set_segment = segment.ordinal.checked_sub(at.st_ordinal).map(|d| d + 1);
-        self.findings.push(Finding {
-            group: Some(at.group),
-            set: Some(at.set),
-            ..f
-        });
+        self.findings.push(f);
     }
 
     fn isa(&mut self, ic: &Interchange<'_>) {
@@ -802,20 +385,8 @@ impl Validator {
             } else {
                 continue;
             };
-            self.findings.push(Finding {
-                rule: rule_hit,
-                level: Level::Interchange,
-                code: Some(Code {
-                    list: CodeList::Ta105,
-                    value: rule.code,
-                }),
-                position: p,
-                segment_id: "ISA".into(),
-                group: None,
-                set: None,
-                message,
-                detail: None,
-            });
+            let f = Finding::new(rule_hit, p, "ISA", message).coded(Code::Ta105(rule.code));
+            self.findings.push(f);
         }
         let d = isa.delimiters;
         let isa11 = isa.field(11);
@@ -824,7 +395,6 @@ impl Validator {
         if component_clash {
             self.interchange_finding(
                 Rule::DelimitersNotDistinct,
-                "027",
                 &isa.segment,
                 16,
                 format!(
@@ -836,16 +406,18 @@ impl Validator {
         let repetition_clash = version.is_some_and(|v| v >= 402)
             && matches!(isa11, [r] if !r.is_ascii_alphanumeric() && (*r == d.element || *r == d.segment));
         if repetition_clash {
-            self.interchange_finding(
-                Rule::DelimitersNotDistinct,
-                "016",
-                &isa.segment,
-                11,
-                format!(
-                    "ISA11 repetition separator \"{}\" equals another delimiter",
-                    shown(isa11)
-                ),
+            let message = format!(
+                "ISA11 repetition separator \"{}\" equals another delimiter",
+                shown(isa11)
             );
+            let f = Finding::new(
+                Rule::DelimitersNotDistinct,
+                at(&isa.segment, 11),
+                "ISA",
+                message,
+            )
+            .coded(Code::Ta105(Ta105::StandardsIdentifier));
+            self.findings.push(f);
         }
     }
 
@@ -853,7 +425,6 @@ impl Validator {
         for segment in &ic.stray {
             self.interchange_finding(
                 Rule::SegmentOutsideEnvelope,
-                "024",
                 segment,
                 0,
                 format!(
@@ -867,23 +438,12 @@ impl Validator {
                 LimitKind::SegmentsPerSet => "segments in one transaction set",
                 LimitKind::ElementLength => "bytes in one element",
             };
-            self.findings.push(Finding {
-                rule: Rule::LimitExceeded,
-                level: Level::Interchange,
-                code: Some(Code {
-                    list: CodeList::Ta105,
-                    value: "024",
-                }),
-                position: breach.position,
-                segment_id: String::new(),
-                group: None,
-                set: None,
-                message: format!(
-                    "limit exceeded: more than {} {what} ({} found)",
-                    breach.limit, breach.actual
-                ),
-                detail: None,
-            });
+            let message = format!(
+                "limit exceeded: more than {} {what} ({} found)",
+                breach.limit, breach.actual
+            );
+            let f = Finding::new(Rule::LimitExceeded, breach.position, "", message);
+            self.findings.push(f);
         }
         let Some(iea) = &ic.iea else {
             let last = match ic.end {
@@ -895,20 +455,9 @@ impl Validator {
                 segment: ic.segment_count.saturating_add(1),
                 ..Position::default()
             };
-            self.findings.push(Finding {
-                rule: Rule::IeaMissing,
-                level: Level::Interchange,
-                code: Some(Code {
-                    list: CodeList::Ta105,
-                    value: "023",
-                }),
-                position: p,
-                segment_id: "IEA".into(),
-                group: None,
-                set: None,
-                message: format!("IEA missing: {last} before the interchange was closed"),
-                detail: None,
-            });
+            let message = format!("IEA missing: {last} before the interchange was closed");
+            self.findings
+                .push(Finding::new(Rule::IeaMissing, p, "IEA", message));
             return;
         };
         let declared = iea.element(1).unwrap_or_default();
@@ -916,7 +465,6 @@ impl Validator {
         if number(declared) != Some(groups as u64) {
             self.interchange_finding(
                 Rule::IeaGroupCount,
-                "021",
                 iea,
                 1,
                 format!(
@@ -929,7 +477,6 @@ impl Validator {
         if iea02 != ic.isa.field(13) {
             self.interchange_finding(
                 Rule::IeaControlNumber,
-                "001",
                 iea,
                 2,
                 format!(
@@ -947,18 +494,17 @@ impl Validator {
         if !(all_digits(gs06) && gs06.len() <= 9) {
             self.group_finding(
                 gi,
+                gs,
                 Rule::GsControlNumberSyntax,
-                "6",
                 gs,
                 6,
                 format!("GS06 \"{}\" must be 1 to 9 digits", shown(gs06)),
             );
         } else if !seen_gs06.insert(gs06) {
-            let code = duplicate_group_code(gs);
             self.group_finding(
                 gi,
+                gs,
                 Rule::GsDuplicateControlNumber,
-                code,
                 gs,
                 6,
                 format!(
@@ -970,8 +516,8 @@ impl Validator {
         if gs.element(8).is_none_or(<[u8]>::is_empty) {
             self.group_finding(
                 gi,
+                gs,
                 Rule::GsVersionMissing,
-                "2",
                 gs,
                 8,
                 "GS08 (version) is missing".into(),
@@ -986,8 +532,8 @@ impl Validator {
         let Some(ge) = &group.ge else {
             self.group_finding(
                 gi,
+                gs,
                 Rule::GeMissing,
-                "3",
                 gs,
                 0,
                 format!(
@@ -1002,8 +548,8 @@ impl Validator {
         if number(ge01) != Some(sets as u64) {
             self.group_finding(
                 gi,
+                gs,
                 Rule::GeSetCount,
-                "5",
                 ge,
                 1,
                 format!(
@@ -1016,8 +562,8 @@ impl Validator {
         if ge02 != gs06 {
             self.group_finding(
                 gi,
+                gs,
                 Rule::GeControlNumber,
-                "4",
                 ge,
                 2,
                 format!(
@@ -1047,7 +593,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::StIdInvalid,
-                "6",
                 st,
                 1,
                 format!(
@@ -1061,7 +606,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::StControlNumberInvalid,
-                "7",
                 st,
                 2,
                 format!("ST02 \"{}\" must be 4 to 9 characters", shown(st02)),
@@ -1070,7 +614,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::StDuplicateControlNumber,
-                "23",
                 st,
                 2,
                 format!(
@@ -1083,7 +626,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::SegmentIdInvalid,
-                "5",
                 bad,
                 0,
                 format!("segment id \"{}\" is not 2 or 3 capital letters or digits (AK304 1: unrecognized segment id)", shown(bad.id)),
@@ -1093,7 +635,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::SeMissing,
-                "2",
                 st,
                 0,
                 format!(
@@ -1109,7 +650,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::SeSegmentCount,
-                "4",
                 se,
                 1,
                 format!(
@@ -1123,7 +663,6 @@ impl Validator {
             self.set_finding(
                 at,
                 Rule::SeControlNumber,
-                "3",
                 se,
                 2,
                 format!(

@@ -28,6 +28,7 @@ use crate::inbound::{self, Destination};
 use crate::intake::{Intake, IntakeError, Taken};
 use crate::pipeline::{self, ClaimOrder, ProcessOptions, Report, Source, Turn};
 use crate::registry::{Registry, RegistryError};
+use crate::schema::Schemas;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WatchOptions {
@@ -120,12 +121,13 @@ fn process_batch(
     batch: Vec<Queued>,
     turn: Turn,
     config: &Config,
+    schemas: &Schemas,
     pool: &Pool,
     options: &ProcessOptions,
     live: &crate::metrics::Live,
 ) -> Vec<(Queued, Outcome)> {
     let started = Instant::now();
-    let outcomes = process_batch_timed(batch, turn, config, pool, options);
+    let outcomes = process_batch_timed(batch, turn, config, schemas, pool, options);
     live.batch_seconds.observe(started.elapsed().as_secs_f64());
     outcomes
 }
@@ -134,6 +136,7 @@ fn process_batch_timed(
     batch: Vec<Queued>,
     turn: Turn,
     config: &Config,
+    schemas: &Schemas,
     pool: &Pool,
     options: &ProcessOptions,
 ) -> Vec<(Queued, Outcome)> {
@@ -197,7 +200,14 @@ fn process_batch_timed(
                 .to_string(),
         })
         .collect();
-    let result = pipeline::process_files(&sources, config, &mut registry, &options, Some(turn));
+    let result = pipeline::process_files(
+        &sources,
+        config,
+        schemas,
+        &mut registry,
+        &options,
+        Some(turn),
+    );
     let mut results = match result {
         Ok(results) => results.into_iter(),
         Err(e) => {
@@ -334,6 +344,7 @@ fn scan(inbox: &Path) -> std::io::Result<Vec<(PathBuf, Entry)>> {
 /// they need (the configuration, the registry pool, a batch of files and its turn).
 struct Watcher {
     config: Arc<Config>,
+    schemas: &'static Schemas,
     intake: Intake,
     pool: Pool,
     options: Arc<ProcessOptions>,
@@ -524,6 +535,7 @@ impl Watcher {
             tracing::debug!(files = batch.len(), "batch taken");
             let turn = ClaimOrder::turn(&self.order);
             let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
+            let schemas = self.schemas;
             let (config, pool, opts, live) = (
                 self.config.clone(),
                 self.pool.clone(),
@@ -531,7 +543,7 @@ impl Watcher {
                 self.live.clone(),
             );
             let handle = tokio::task::spawn_blocking(move || {
-                let outcomes = process_batch(batch, turn, &config, &pool, &opts, &live);
+                let outcomes = process_batch(batch, turn, &config, schemas, &pool, &opts, &live);
                 drop(permit);
                 outcomes
             });
@@ -619,6 +631,7 @@ impl Watcher {
 /// Runs the watcher until `shutdown` resolves (or, with `once`, until the inbox is done).
 pub async fn run(
     config: Arc<Config>,
+    schemas: &'static Schemas,
     options: WatchOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, WatchError> {
@@ -640,6 +653,7 @@ pub async fn run(
         Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));
     let mut w = Watcher {
         config: config.clone(),
+        schemas,
         intake,
         pool: Arc::new(Mutex::new(vec![first])),
         options: Arc::new(ProcessOptions::new(false)),

@@ -32,7 +32,7 @@ fn acks_with(input: &[u8], config: &Config) -> (Vec<Outbound>, Vec<Disposition>)
     let mut all = Vec::new();
     let mut dispositions = Vec::new();
     for ic in Interchanges::new(input, config.limits).flatten() {
-        let decision = x12gate::pipeline::decide(&ic, config);
+        let decision = x12gate::pipeline::decide(&ic, config, x12gate::schema::builtin().unwrap());
         let counters = PreviewCounters::default();
         all.extend(
             x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now()).unwrap(),
@@ -188,7 +188,11 @@ fn an_acknowledgment_is_never_acknowledged() {
     let mixed = po
         .replacen("GE*1*101~\n", &format!("GE*1*101~\n{fa_group}"), 1)
         .replace("IEA*1*", "IEA*2*");
-    let ic_findings = x12gate::validate::file(mixed.as_bytes(), Limits::default());
+    let ic_findings = x12gate::check::file(
+        mixed.as_bytes(),
+        Limits::default(),
+        &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+    );
     assert!(ic_findings.is_empty(), "{ic_findings:#?}");
     let out = acks(mixed.as_bytes());
     assert_eq!(out.len(), 1);
@@ -290,8 +294,11 @@ fn routing_rejects_other_receivers_and_unknown_senders() {
         .next()
         .unwrap()
         .unwrap();
-    let decision = x12gate::pipeline::decide(&ic, &config());
-    assert_eq!(decision.response.reason.unwrap().code, Some("006"));
+    let decision = x12gate::pipeline::decide(&ic, &config(), x12gate::schema::builtin().unwrap());
+    assert_eq!(
+        decision.response.reason.unwrap().code.map(|c| c.value()),
+        Some("006")
+    );
     let mut accepting = config();
     accepting.gateway.unknown_partners = x12gate::config::UnknownPartners::Accept;
     let (out, d) = acks_with(stranger.as_bytes(), &accepting);
@@ -507,14 +514,15 @@ fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
     };
     let mut findings = 0;
     let validating = time(&mut || {
-        findings = x12gate::validate::file_with(x12.as_bytes(), limits, None).len();
+        findings = x12gate::check::file(x12.as_bytes(), limits, &Default::default()).len();
     });
     assert!(findings >= SETS, "{findings}");
     let mut sent = 0;
     let answering = time(&mut || {
         for ic in Interchanges::new(x12.as_bytes(), limits) {
             let ic = ic.unwrap();
-            let decision = x12gate::pipeline::decide(&ic, &config);
+            let decision =
+                x12gate::pipeline::decide(&ic, &config, x12gate::schema::builtin().unwrap());
             let counters = PreviewCounters::default();
             let outbound =
                 x12gate::pipeline::acknowledgments(&ic, &decision, &config, &counters, now())

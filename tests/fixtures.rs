@@ -9,7 +9,7 @@
 //!   `fixtures/broken/<rule>[-<variant>].findings`.
 //!
 //! # The `.findings` format
-//! One line per expected finding, in the order `validate::file` reports them:
+//! One line per expected finding, in the order `check::file` reports them:
 //!
 //! ```text
 //! <rule> [<LIST> <code>] byte=<n> [segment=<n>] [set_segment=<n>] [element=<n>] [component=<n>]
@@ -30,13 +30,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use x12gate::finding::Finding;
 use x12gate::translate::{parse_document, render_document, Document};
-use x12gate::validate::{self, Finding};
 use x12gate::x12::{Delimiters, Interchange, Interchanges, Limits, Segment};
 
 use crate::util::{fixture, root};
 
-/// Every rule of `validate::Rule` that a broken fixture must exercise.
+/// Every rule of `finding::Rule` that a broken fixture must exercise.
 const RULES: &[&str] = &[
     "segment-id-invalid",
     "not-an-interchange",
@@ -191,7 +191,7 @@ fn broken_dir() -> PathBuf {
 
 /// A finding as one line of a `.findings` file.
 fn golden_line(f: &Finding) -> String {
-    let mut s = f.rule.name();
+    let mut s = f.rule.name().to_string();
     if let Some(code) = f.code {
         write!(s, " {code}").ok();
     }
@@ -299,7 +299,11 @@ fn valid_fixtures_validate_clean() {
     let mut failures = String::new();
     for name in VALID {
         let input = read(name);
-        let findings = validate::file(&input, Limits::default());
+        let findings = x12gate::check::file(
+            &input,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        );
         if !findings.is_empty() {
             writeln!(failures, "{name}:").ok();
             for f in &findings {
@@ -396,7 +400,11 @@ fn broken_fixtures_match_their_goldens() {
         let text =
             std::fs::read_to_string(dir.join(format!("{case}.findings"))).expect("golden readable");
         let want = golden(&text);
-        let findings = validate::file(&input, limits_for(case));
+        let findings = x12gate::check::file(
+            &input,
+            limits_for(case),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        );
         let got: Vec<String> = findings.iter().map(golden_line).collect();
         let messages: Vec<String> = findings.iter().map(ToString::to_string).collect();
         if want.is_empty() {
@@ -470,7 +478,11 @@ fn findings_with_an_element_point_at_its_value() {
             continue;
         };
         let sep = ic.delimiters().element;
-        for f in validate::file(&input, limits_for(&case)) {
+        for f in x12gate::check::file(
+            &input,
+            limits_for(&case),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        ) {
             let Some(element) = f.position.element else {
                 continue;
             };

@@ -1110,11 +1110,11 @@ proptest! {
 }
 
 /// Whether a finding comes from a transaction set's definition (AK304/AK403).
-pub fn is_schema(f: &x12gate::validate::Finding) -> bool {
+pub fn is_schema(f: &x12gate::finding::Finding) -> bool {
     f.code.is_some_and(|c| {
         matches!(
-            c.list,
-            x12gate::validate::CodeList::Ak304 | x12gate::validate::CodeList::Ak403
+            c.list(),
+            x12gate::finding::CodeList::Ak304 | x12gate::finding::CodeList::Ak403
         )
     })
 }

@@ -67,7 +67,7 @@ proptest! {
             let body = schema::example::body(def, seed);
             let bytes = interchange(def, &body);
             let shown = String::from_utf8_lossy(&bytes);
-            let findings: Vec<String> = x12gate::validate::file(&bytes, Limits::default())
+            let findings: Vec<String> = x12gate::check::file(&bytes, Limits::default(), &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()))
                 .iter()
                 .map(ToString::to_string)
                 .collect();
@@ -246,7 +246,7 @@ fn set_response(file: &str, config: &Config) -> Vec<String> {
         .next()
         .unwrap()
         .unwrap();
-    let decision = x12gate::pipeline::decide(&ic, config);
+    let decision = x12gate::pipeline::decide(&ic, config, x12gate::schema::builtin().unwrap());
     let counters = x12gate::registry::PreviewCounters::default();
     let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
         .unwrap()
@@ -377,7 +377,11 @@ fn a_large_file_is_checked_in_parallel_with_the_same_findings_in_the_same_order(
         sequential.extend(x12gate::validate::interchange(&ic));
         sequential.extend(schema::findings(&ic, schemas));
     }
-    let parallel = x12gate::validate::file_with(&bytes, Limits::default(), Some(schemas));
+    let parallel = x12gate::check::file(
+        &bytes,
+        Limits::default(),
+        &x12gate::check::Checks::definitions(schemas),
+    );
     assert!(sequential.len() >= planted, "{} findings", sequential.len());
     assert_eq!(parallel, sequential);
 }

@@ -1,4 +1,4 @@
-//! Every reader on arbitrary bytes: `Interchanges`, `validate::file`, `parse_document`, and
+//! Every reader on arbitrary bytes: `Interchanges`, `check::file`, `parse_document`, and
 //! the render / re-read round trip of whatever reads. The rules are in `../check.rs`.
 #![no_main]
 

@@ -7,105 +7,146 @@
 //! The README prints this table; change it here and only here.
 
 use super::Status;
+use crate::finding::{Ak403, Ak905, Code, Finding, Ta105};
 
 /// TA104 for each TA105 note code, and why.
-pub const TA1_POLICY: &[(&str, Status, &str)] = &[
-    ("000", Status::Accepted, "no error"),
+pub const TA1_POLICY: &[(Ta105, Status, &str)] = &[
+    (Ta105::NoError, Status::Accepted, "no error"),
     (
-        "001",
+        Ta105::ControlNumbersDiffer,
         Status::AcceptedWithErrors,
         "IEA02 differs from ISA13; the header is used, content is intact",
     ),
-    ("002", Status::Rejected, "control standard not supported"),
-    ("003", Status::Rejected, "control version not supported"),
     (
-        "004",
+        Ta105::StandardNotSupported,
+        Status::Rejected,
+        "control standard not supported",
+    ),
+    (
+        Ta105::VersionNotSupported,
+        Status::Rejected,
+        "control version not supported",
+    ),
+    (
+        Ta105::SegmentTerminator,
         Status::Rejected,
         "segment terminator invalid: content cannot be cut safely",
     ),
     (
-        "005",
+        Ta105::SenderQualifier,
         Status::Rejected,
         "sender qualifier invalid: the sender cannot be identified",
     ),
     (
-        "006",
+        Ta105::SenderId,
         Status::Rejected,
         "sender id invalid or not a configured partner",
     ),
     (
-        "007",
+        Ta105::ReceiverQualifier,
         Status::Rejected,
         "receiver qualifier invalid or not ours",
     ),
-    ("008", Status::Rejected, "receiver id invalid"),
+    (Ta105::ReceiverId, Status::Rejected, "receiver id invalid"),
     (
-        "009",
+        Ta105::UnknownReceiver,
         Status::Rejected,
         "receiver is not us: addressed to someone else",
     ),
-    ("010", Status::Rejected, "authorization qualifier invalid"),
-    ("011", Status::Rejected, "authorization information invalid"),
-    ("012", Status::Rejected, "security qualifier invalid"),
-    ("013", Status::Rejected, "security information invalid"),
     (
-        "014",
+        Ta105::AuthorizationQualifier,
+        Status::Rejected,
+        "authorization qualifier invalid",
+    ),
+    (
+        Ta105::AuthorizationValue,
+        Status::Rejected,
+        "authorization information invalid",
+    ),
+    (
+        Ta105::SecurityQualifier,
+        Status::Rejected,
+        "security qualifier invalid",
+    ),
+    (
+        Ta105::SecurityValue,
+        Status::Rejected,
+        "security information invalid",
+    ),
+    (
+        Ta105::Date,
         Status::AcceptedWithErrors,
         "interchange date invalid; enveloping time is not business content",
     ),
     (
-        "015",
+        Ta105::Time,
         Status::AcceptedWithErrors,
         "interchange time invalid; enveloping time is not business content",
     ),
-    ("016", Status::Rejected, "standards identifier invalid"),
     (
-        "017",
+        Ta105::StandardsIdentifier,
+        Status::Rejected,
+        "standards identifier invalid",
+    ),
+    (
+        Ta105::Version,
         Status::Rejected,
         "version invalid: the rules to read it by are unknown",
     ),
     (
-        "018",
+        Ta105::ControlNumber,
         Status::Rejected,
         "control number invalid: the interchange cannot be identified",
     ),
     (
-        "019",
+        Ta105::AcknowledgmentRequested,
         Status::AcceptedWithErrors,
         "acknowledgment-requested flag invalid",
     ),
     (
-        "020",
+        Ta105::TestIndicator,
         Status::Rejected,
         "usage indicator invalid: test and production cannot be told apart",
     ),
     (
-        "021",
+        Ta105::GroupCount,
         Status::AcceptedWithErrors,
         "IEA01 group count wrong; each group is acknowledged on its own",
     ),
-    ("022", Status::Rejected, "control structure invalid"),
     (
-        "023",
+        Ta105::ControlStructure,
+        Status::Rejected,
+        "control structure invalid",
+    ),
+    (
+        Ta105::PrematureEnd,
         Status::Rejected,
         "premature end of file: content may be missing",
     ),
     (
-        "024",
+        Ta105::InvalidContent,
         Status::Rejected,
         "invalid content (segments outside envelopes, limits exceeded)",
     ),
     (
-        "025",
+        Ta105::DuplicateControlNumber,
         Status::Rejected,
         "duplicate control number with different content",
     ),
-    ("026", Status::Rejected, "element separator invalid"),
-    ("027", Status::Rejected, "component separator invalid"),
+    (
+        Ta105::ElementSeparator,
+        Status::Rejected,
+        "element separator invalid",
+    ),
+    (
+        Ta105::ComponentSeparator,
+        Status::Rejected,
+        "component separator invalid",
+    ),
 ];
 
 /// TA104 for a note code; codes not in the table reject.
-pub fn ta104(note: &str) -> Status {
+pub fn ta104(note: Ta105) -> Status {
     TA1_POLICY
         .iter()
         .find(|(code, ..)| *code == note)
@@ -114,17 +155,26 @@ pub fn ta104(note: &str) -> Status {
 
 /// Group-level codes (AK905) that reject the whole group; the others are noted (E) and the
 /// sets are decided one by one.
-pub const GROUP_REJECTING: &[(&str, &str)] = &[
+pub const GROUP_REJECTING: &[(Ak905, &str)] = &[
     (
-        "2",
+        Ak905::VersionNotSupported,
         "version missing: the group cannot be read by any rules",
     ),
-    ("3", "GE missing: the group may be truncated"),
-    ("6", "GS06 invalid or not unique (before 004050)"),
-    ("19", "GS06 not unique within the interchange (004050 on)"),
+    (
+        Ak905::TrailerMissing,
+        "GE missing: the group may be truncated",
+    ),
+    (
+        Ak905::ControlNumberInvalid,
+        "GS06 invalid or not unique (before 004050)",
+    ),
+    (
+        Ak905::ControlNumberNotUnique,
+        "GS06 not unique within the interchange (004050 on)",
+    ),
 ];
 
-pub fn group_rejects(code: &str) -> bool {
+pub fn group_rejects(code: Ak905) -> bool {
     GROUP_REJECTING.iter().any(|(c, _)| *c == code)
 }
 
@@ -132,18 +182,25 @@ pub fn group_rejects(code: &str) -> bool {
 /// value is present but malformed, and the document means the same without it. Any other
 /// element error, any error in a mandatory or relational element, and every segment error
 /// (AK304) reject the set.
-pub const NOTED_IN_OPTIONAL_ELEMENTS: &[(&str, &str)] = &[
-    ("4", "too short"),
-    ("5", "too long"),
-    ("6", "invalid character"),
-    ("7", "invalid code value"),
-    ("8", "invalid date"),
-    ("9", "invalid time"),
+pub const NOTED_IN_OPTIONAL_ELEMENTS: &[(Ak403, &str)] = &[
+    (Ak403::TooShort, "too short"),
+    (Ak403::TooLong, "too long"),
+    (Ak403::InvalidCharacter, "invalid character"),
+    (Ak403::InvalidCode, "invalid code value"),
+    (Ak403::InvalidDate, "invalid date"),
+    (Ak403::InvalidTime, "invalid time"),
 ];
 
-/// Whether an element error with AK403 `code` rejects its set.
-pub fn element_error_rejects(code: &str, element_optional: bool) -> bool {
-    !(element_optional && NOTED_IN_OPTIONAL_ELEMENTS.iter().any(|(c, _)| *c == code))
+/// Whether a finding of a set's definition (an AK304 segment or AK403 element error)
+/// rejects its set; envelope findings of a set always do.
+pub fn schema_finding_rejects(f: &Finding) -> bool {
+    let optional = f.detail.as_ref().is_some_and(|d| d.element_optional);
+    match f.code {
+        Some(Code::Ak403(code)) => {
+            !(optional && NOTED_IN_OPTIONAL_ELEMENTS.iter().any(|(c, _)| *c == code))
+        }
+        _ => true,
+    }
 }
 
 #[cfg(test)]
@@ -152,13 +209,17 @@ mod tests {
 
     #[test]
     fn table_has_each_code_once_and_in_order() {
-        let codes: Vec<&str> = TA1_POLICY.iter().map(|(c, ..)| *c).collect();
+        let codes: Vec<&str> = TA1_POLICY.iter().map(|(c, ..)| c.value()).collect();
         let mut sorted = codes.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(codes, sorted);
-        assert_eq!(ta104("025"), Status::Rejected);
-        assert_eq!(ta104("021"), Status::AcceptedWithErrors);
-        assert_eq!(ta104("999"), Status::Rejected);
+        assert_eq!(
+            codes.len(),
+            Ta105::ALL.len(),
+            "every TA105 code has a policy"
+        );
+        assert_eq!(ta104(Ta105::DuplicateControlNumber), Status::Rejected);
+        assert_eq!(ta104(Ta105::GroupCount), Status::AcceptedWithErrors);
     }
 }

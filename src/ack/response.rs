@@ -2,7 +2,7 @@
 //! 997/999 transaction set per functional group.
 
 use crate::config::{AckKind, Partner, Ta1Policy};
-use crate::validate::{CodeList, Finding, Level};
+use crate::finding::{Ak304, Ak403, Ak502, Ak905, Code, Finding, Level, Ta105};
 use crate::x12::Interchange;
 
 use super::policy;
@@ -76,7 +76,7 @@ pub struct Ta1 {
     pub time: String,
     pub status: Status,
     /// TA105.
-    pub note: &'static str,
+    pub note: Ta105,
 }
 
 /// One bounded context (999 CTX): which business unit or trigger segment an error sits in.
@@ -103,7 +103,7 @@ pub struct ElementError {
     /// AK402: data element reference number.
     pub reference: Option<u32>,
     /// AK403 (723) / IK403 (621).
-    pub code: &'static str,
+    pub code: Ak403,
     /// AK404: a copy of the bad element (never sent for invalid-character errors).
     pub bad_value: Option<String>,
 }
@@ -117,7 +117,7 @@ pub struct SegmentError {
     /// AK303: loop identifier, for bounded loops.
     pub loop_id: Option<String>,
     /// AK304 (720) / IK304 (620).
-    pub code: &'static str,
+    pub code: Ak304,
     pub contexts: Vec<Context>,
     pub elements: Vec<ElementError>,
 }
@@ -131,7 +131,7 @@ pub struct SetResponse {
     pub convention: Option<String>,
     pub status: Status,
     /// AK502..AK506, at most five.
-    pub codes: Vec<&'static str>,
+    pub codes: Vec<Ak502>,
     pub segment_errors: Vec<SegmentError>,
 }
 
@@ -152,7 +152,7 @@ pub struct GroupResponse {
     pub received: u32,
     pub accepted: u32,
     /// AK905..AK909, at most five.
-    pub codes: Vec<&'static str>,
+    pub codes: Vec<Ak905>,
     /// The AK2 loops to send: every set not plainly accepted, and accepted ones when the
     /// partner wants them.
     pub sets: Vec<SetResponse>,
@@ -162,7 +162,7 @@ pub struct GroupResponse {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Reason {
     /// The TA1 note code, when the reason is at interchange level.
-    pub code: Option<&'static str>,
+    pub code: Option<Ta105>,
     pub text: String,
 }
 
@@ -199,17 +199,16 @@ pub fn respond(
         findings
             .iter()
             .filter(|f| matches!(f.level, Level::Interchange | Level::File))
-            .filter_map(|f| {
-                f.code
-                    .filter(|c| c.list == CodeList::Ta105)
-                    .map(|c| (f, c.value, policy::ta104(c.value)))
+            .filter_map(|f| match f.code {
+                Some(Code::Ta105(c)) => Some((f, c, policy::ta104(c))),
+                _ => None,
             })
     };
     let decisive = interchange_findings()
         .find(|(.., s)| *s == Status::Rejected)
         .or_else(|| interchange_findings().next());
     let ta1_status = decisive.map_or(Status::Accepted, |(.., s)| s);
-    let note = decisive.map_or("000", |(_, code, _)| code);
+    let note = decisive.map_or(Ta105::NoError, |(_, code, _)| code);
 
     // An interchange of acknowledgments only (TA1s, FA groups) is read, never answered.
     // (An interchange with nothing in it, or cut off before its first GS, is answered.)
@@ -269,23 +268,28 @@ pub fn respond(
             continue;
         }
         let mut group_sets = Vec::with_capacity(group.sets.len());
-        let group_codes: Vec<&'static str> = by_group
+        let group_codes: Vec<Ak905> = by_group
             .get(&gi)
             .map(Vec::as_slice)
             .unwrap_or_default()
             .iter()
-            .filter_map(|f| f.code.map(|c| c.value))
+            .filter_map(|f| match f.code {
+                Some(Code::Ak905(c)) => Some(c),
+                _ => None,
+            })
             .collect();
-        let group_rejected = group_codes.iter().any(|c| policy::group_rejects(c));
+        let group_rejected = group_codes.iter().any(|c| policy::group_rejects(*c));
         let mut sets = Vec::new();
         let mut group_accepted = 0u32;
         let mut any_noted = !group_codes.is_empty();
         for (si, set) in group.sets.iter().enumerate() {
             let set_findings: &[&Finding] = by_set.get(&(gi, si)).map_or(&[], Vec::as_slice);
-            let mut codes: Vec<&'static str> = set_findings
+            let mut codes: Vec<Ak502> = set_findings
                 .iter()
-                .filter_map(|f| f.code.filter(|c| c.list == CodeList::Ak502))
-                .map(|c| c.value)
+                .filter_map(|f| match f.code {
+                    Some(Code::Ak502(c)) => Some(c),
+                    _ => None,
+                })
                 .collect();
             codes.dedup();
             // Envelope errors in a set (counts, control numbers, trailer, segment ids) all
@@ -294,10 +298,10 @@ pub fn respond(
             let segment_errors = segment_errors(set_findings, partner.ack);
             let schema_rejects = set_findings
                 .iter()
-                .any(|f| f.detail.as_ref().is_some_and(|d| d.rejects));
-            if !segment_errors.is_empty() && !codes.contains(&"5") {
-                // AK502 5: one or more segments in error.
-                codes.push("5");
+                .filter(|f| f.detail.is_some())
+                .any(|f| policy::schema_finding_rejects(f));
+            if !segment_errors.is_empty() && !codes.contains(&Ak502::SegmentsInError) {
+                codes.push(Ak502::SegmentsInError);
             }
             let status = if group_rejected || envelope_rejects || schema_rejects {
                 Status::Rejected
@@ -414,23 +418,25 @@ fn segment_errors(findings: &[&Finding], kind: AckKind) -> Vec<SegmentError> {
             contexts: contexts.clone(),
             elements: Vec::new(),
         };
-        match code.list {
-            CodeList::Ak304 => out.push(segment(code.value)),
-            CodeList::Ak403 => {
+        match code {
+            Code::Ak304(code) => out.push(segment(code)),
+            Code::Ak403(code) => {
                 let element = ElementError {
                     position: f.position.element.unwrap_or(0),
                     component: f.position.component,
                     repetition: detail.repetition,
                     reference: detail.reference,
-                    code: code.value,
+                    code,
                     bad_value: detail.bad_value.clone(),
                 };
                 match out.last_mut() {
-                    Some(last) if last.code == "8" && last.position == position => {
+                    Some(last)
+                        if last.code == Ak304::ElementErrors && last.position == position =>
+                    {
                         last.elements.push(element);
                     }
                     _ => {
-                        let mut s = segment("8");
+                        let mut s = segment(Ak304::ElementErrors);
                         s.elements.push(element);
                         out.push(s);
                     }
@@ -454,13 +460,13 @@ pub fn conflict(
         date: text(ic.isa.field(9)),
         time: text(ic.isa.field(10)),
         status: Status::Rejected,
-        note: "025",
+        note: Ta105::DuplicateControlNumber,
     });
     let short: String = earlier_fingerprint.chars().take(12).collect();
     InterchangeResponse {
         disposition: Disposition::Conflict,
         reason: Some(Reason {
-            code: Some("025"),
+            code: Some(Ta105::DuplicateControlNumber),
             text: format!(
                 "control number {} was already used by this sender for different content (fingerprint {short}); nothing processed",
                 ic.isa.control_number()

@@ -6,6 +6,7 @@
 use chrono::NaiveDateTime;
 
 use crate::config::{AckKind, Gateway, Partner};
+use crate::finding::Ak403;
 use crate::registry::{ControlNumbers, Counter, RegistryError};
 use crate::text::bounded;
 use crate::x12::{Delimiters, Interchange};
@@ -328,7 +329,7 @@ fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
             &ta1.date,
             &ta1.time,
             ta1.status.code(),
-            ta1.note,
+            ta1.note.value(),
         ],
     );
     w.iea(0, control);
@@ -359,7 +360,7 @@ fn ak9(w: &mut Writer<'_>, g: &GroupResponse) {
 
 fn set_status(w: &mut Writer<'_>, id: &str, s: &SetResponse) {
     let mut e = vec![s.status.code()];
-    e.extend(s.codes.iter().copied());
+    e.extend(s.codes.iter().map(|c| c.value()));
     w.segment(id, &e);
 }
 
@@ -372,12 +373,12 @@ fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
         ]);
         let reference = el.reference.map(|r| r.to_string()).unwrap_or_default();
         // AK404 is not sent for invalid-character errors (the copy would carry the bad byte).
-        let bad = if el.code == "6" {
+        let bad = if el.code == Ak403::InvalidCharacter {
             String::new()
         } else {
             w.value(el.bad_value.as_deref().unwrap_or(""))
         };
-        w.segment(id, &[&position, &reference, el.code, &bad]);
+        w.segment(id, &[&position, &reference, el.code.value(), &bad]);
     }
 }
 
@@ -399,7 +400,7 @@ fn functional_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str, era_5010: b
                     Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
                     seg.loop_id.as_deref().unwrap_or(""),
-                    seg.code,
+                    seg.code.value(),
                 ],
             );
             element_errors(w, "AK4", seg);
@@ -429,7 +430,7 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
                     Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
                     seg.loop_id.as_deref().unwrap_or(""),
-                    seg.code,
+                    seg.code.value(),
                 ],
             );
             for c in &seg.contexts {
@@ -484,7 +485,7 @@ mod tests {
             id: "NM1".into(),
             position: 5,
             loop_id: Some("2010AA".into()),
-            code: "8",
+            code: crate::finding::Ak304::ElementErrors,
             contexts: vec![Context {
                 name: "CLM01".into(),
                 reference: Some("A37YH556".into()),
@@ -496,7 +497,7 @@ mod tests {
                     component: None,
                     repetition: None,
                     reference: Some(67),
-                    code: "7",
+                    code: Ak403::InvalidCode,
                     bad_value: Some("XX".into()),
                 },
                 ElementError {
@@ -504,7 +505,7 @@ mod tests {
                     component: Some(2),
                     repetition: Some(1),
                     reference: None,
-                    code: "6",
+                    code: Ak403::InvalidCharacter,
                     bad_value: Some("bad\u{1}".into()),
                 },
             ],
@@ -529,7 +530,7 @@ mod tests {
                     control_number: "0001".into(),
                     convention: Some("005010X222A1".into()),
                     status: Status::Rejected,
-                    codes: vec!["5"],
+                    codes: vec![crate::finding::Ak502::SegmentsInError],
                     segment_errors: vec![seg],
                 }],
             }],

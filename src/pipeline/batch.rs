@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
 use crate::registry::{Batch, Claim, ClaimRequest, Completion, Previous, Registry, StoredAck};
+use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
 
@@ -63,10 +64,18 @@ struct Prepared {
 pub fn process_file(
     path: &Path,
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
 ) -> Result<Vec<Report>, ProcessError> {
-    let mut outcomes = process_files(&[Source::from(path)], config, registry, options, None)?;
+    let mut outcomes = process_files(
+        &[Source::from(path)],
+        config,
+        schemas,
+        registry,
+        options,
+        None,
+    )?;
     match outcomes.pop() {
         Some(o) => o.result,
         None => Ok(Vec::new()),
@@ -82,6 +91,7 @@ pub fn process_file(
 pub fn process_files(
     sources: &[Source],
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
     mut turn: Option<Turn>,
@@ -106,6 +116,7 @@ pub fn process_files(
             batch,
             inputs,
             config,
+            schemas,
             registry,
             options,
             turn.take(),
@@ -125,6 +136,7 @@ fn run_batch(
     sources: &[Source],
     inputs: Vec<Result<Vec<u8>, crate::input::InputError>>,
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
     mut turn: Option<Turn>,
@@ -190,13 +202,17 @@ fn run_batch(
                 }
             }
             if items.len() >= WINDOW {
-                stopped |= settle(&mut items, stopped, &mut turn, config, registry, options)?;
+                stopped |= settle(
+                    &mut items, stopped, &mut turn, config, schemas, registry, options,
+                )?;
                 offset += items.len();
                 reports.extend(items.drain(..).map(|it| Some(it.report)));
             }
         }
     }
-    settle(&mut items, stopped, &mut turn, config, registry, options)?;
+    settle(
+        &mut items, stopped, &mut turn, config, schemas, registry, options,
+    )?;
     reports.extend(items.drain(..).map(|it| Some(it.report)));
     let outcomes = sources
         .iter()
@@ -231,6 +247,7 @@ fn settle(
     stopped: bool,
     turn: &mut Option<Turn>,
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
 ) -> Result<bool, ProcessError> {
@@ -254,7 +271,7 @@ fn settle(
             let lease = Duration::from_secs(config.gateway.lease_seconds);
             t.wait(lease.min(Duration::from_secs(60)));
         }
-        let round_result = run_round(&round, items, config, registry, options);
+        let round_result = run_round(&round, items, config, schemas, registry, options);
         // The turn ends with the first claim transaction, whatever its outcome.
         *turn = None;
         let busy = round_result?;
@@ -475,6 +492,7 @@ fn run_round(
     round: &[usize],
     items: &mut [Item<'_>],
     config: &Config,
+    schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
 ) -> Result<Vec<(usize, Holder)>, ProcessError> {
@@ -554,7 +572,8 @@ fn run_round(
             Claim::Conflict(earlier) => {
                 let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
                 it.report.disposition = Disposition::Conflict;
-                it.report.reason_code = Some("025".into());
+                it.report.reason_code =
+                    Some(crate::finding::Ta105::DuplicateControlNumber.to_string());
                 it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
                 tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
                 Plan::Refuse(Box::new(Decision {
@@ -622,9 +641,9 @@ fn run_round(
         for (i, plan) in &plans {
             let it = &items[*i];
             match plan {
-                Plan::Own(first) => {
-                    prepared.push(prepare(b, *i, it, first, config, options, lease_ms)?)
-                }
+                Plan::Own(first) => prepared.push(prepare(
+                    b, *i, it, first, config, schemas, options, lease_ms,
+                )?),
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
                 // rows an absolute path of which only the name counts.
@@ -756,7 +775,7 @@ fn run_round(
             .reason
             .as_ref()
             .and_then(|r| r.code)
-            .map(String::from);
+            .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
     }
     if !owned.is_empty() {
@@ -836,12 +855,14 @@ fn run_round(
 }
 
 /// Step (3) for one owned interchange, inside the batch's transaction.
+#[allow(clippy::too_many_arguments)] // until the round is split into its steps
 fn prepare(
     b: &Batch<'_>,
     i: usize,
     it: &Item<'_>,
     first_fingerprint: &str,
     config: &Config,
+    schemas: &Schemas,
     options: &ProcessOptions,
     lease_ms: i64,
 ) -> Result<Prepared, ProcessError> {
@@ -867,7 +888,7 @@ fn prepare(
                 .filter_map(|(gi, _)| validate::group_seen_before(ic, gi)),
         );
     }
-    let decision = decide_with(ic, config, extra);
+    let decision = decide_with(ic, config, schemas, extra);
 
     // Size the reservation with a dry run, then write with the reserved numbers, so a
     // takeover of this claim writes the very same bytes.

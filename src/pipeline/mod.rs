@@ -8,10 +8,13 @@
 use chrono::NaiveDateTime;
 
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
+use crate::check::{self, Checks};
 use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
+use crate::finding::Finding;
 use crate::outputs;
 use crate::registry::{ControlNumbers, Counter, RegistryError, MAX_CONTROL_NUMBER};
-use crate::validate::{self, Finding};
+use crate::schema::Schemas;
+use crate::validate::Routing;
 use crate::x12::Interchange;
 
 /// Everything decided about one interchange before anything is written.
@@ -34,33 +37,33 @@ pub fn correlation_id(ic: &Interchange<'_>) -> String {
     )
 }
 
-/// Validates an interchange against the envelope rules and the configuration, and decides its
-/// disposition and acknowledgments.
-pub fn decide(ic: &Interchange<'_>, config: &Config) -> Decision {
-    decide_with(ic, config, Vec::new())
+/// Checks an interchange (envelope rules, routing, and with the partner's `validation =
+/// "schema"` the sets against `schemas`) and decides its disposition and acknowledgments.
+pub fn decide(ic: &Interchange<'_>, config: &Config, schemas: &Schemas) -> Decision {
+    decide_with(ic, config, schemas, Vec::new())
 }
 
 /// [`decide`] with findings found elsewhere (the registry's group duplicates).
-pub fn decide_with(ic: &Interchange<'_>, config: &Config, extra: Vec<Finding>) -> Decision {
+pub fn decide_with(
+    ic: &Interchange<'_>,
+    config: &Config,
+    schemas: &Schemas,
+    extra: Vec<Finding>,
+) -> Decision {
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
     let configured = config.partner(qualifier, id).cloned();
     let known = configured.is_some();
     let partner = configured.unwrap_or_else(|| Partner::unknown(qualifier, id));
     let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
-    let mut findings = validate::routing(
-        ic,
-        &config.gateway.id_qualifier,
-        &config.gateway.id,
-        known || accept_unknown,
-    );
-    findings.extend(validate::interchange(ic));
-    if partner.validation == Validation::Schema {
-        // invariant: the built-in definitions load (a unit test loads them all).
-        if let Ok(schemas) = crate::schema::builtin() {
-            findings.extend(crate::schema::findings(ic, schemas));
-        }
-    }
-    findings.extend(extra);
+    let checks = Checks {
+        schemas: (partner.validation == Validation::Schema).then_some(schemas),
+        routing: Some(Routing {
+            qualifier: &config.gateway.id_qualifier,
+            id: &config.gateway.id,
+            sender_known: known || accept_unknown,
+        }),
+    };
+    let findings = check::interchange(ic, &checks, extra);
     let mut response = ack::respond(ic, &findings, &partner);
     if !(known || accept_unknown) {
         // Nobody we know to answer: the rejection is recorded with its reason, not sent.

@@ -11,7 +11,7 @@
 use chrono::NaiveDate;
 use memchr::memchr;
 
-use crate::validate::{Code, CodeList, Finding, Level, Rule, SchemaDetail};
+use crate::finding::{Ak403, Finding, Rule, SchemaDetail};
 use crate::x12::{Position, Segment, TransactionSet};
 
 use super::definition::{
@@ -200,17 +200,17 @@ impl<'a> Walker<'_, 'a> {
             (child, None)
         };
         if over {
-            let (rule, code, what) = if opened.is_some() {
-                (Rule::LoopOverMaximum, "4", "loop")
+            let (rule, what) = if opened.is_some() {
+                (Rule::LoopOverMaximum, "loop")
             } else {
-                (Rule::SegmentOverMaximumUse, "5", "segment")
+                (Rule::SegmentOverMaximumUse, "segment")
             };
             let message = format!(
                 "{} {what} occurs {uses} times, more than the {} the definition allows",
                 segment.id_str(),
                 node.max
             );
-            self.segment_finding(rule, code, segment, message);
+            self.segment_finding(rule, segment, message);
         } else if let Some(seg_def) = self.def.segment_of(segment_node) {
             if let Some(loop_node) = opened {
                 // Its first element is read only if an error needs the context.
@@ -279,7 +279,6 @@ impl<'a> Walker<'_, 'a> {
             let loop_id = (frame.node != 0).then(|| node.id.clone());
             self.push_segment_error(
                 Rule::SegmentMissing,
-                "3",
                 id,
                 position,
                 loop_id,
@@ -292,16 +291,14 @@ impl<'a> Walker<'_, 'a> {
     fn unplaced(&mut self, segment: &Segment<'_>) {
         let id = segment.id;
         let name = segment.id_str();
-        let (rule, code, message) = if !self.def.knows(id) {
+        let (rule, message) = if !self.def.knows(id) {
             (
                 Rule::SegmentUnrecognized,
-                "1",
                 format!("{name} is not a segment of X12 {}", self.def.version),
             )
         } else if self.def.places(id).is_empty() {
             (
                 Rule::SegmentNotInSet,
-                "6",
                 format!(
                     "{name} is not part of transaction set {} ({})",
                     self.def.id, self.def.version
@@ -313,17 +310,15 @@ impl<'a> Walker<'_, 'a> {
         }) {
             (
                 Rule::SegmentOutOfSequence,
-                "7",
                 format!("{name} is out of sequence: the definition places it earlier"),
             )
         } else {
             (
                 Rule::SegmentUnexpected,
-                "2",
                 format!("{name} is unexpected here: it belongs to a loop not open at this point"),
             )
         };
-        self.segment_finding(rule, code, segment, message);
+        self.segment_finding(rule, segment, message);
     }
 
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
@@ -356,13 +351,7 @@ impl<'a> Walker<'_, 'a> {
             .map(|f| self.def.nodes[f.node].id.clone())
     }
 
-    fn segment_finding(
-        &mut self,
-        rule: Rule,
-        code: &'static str,
-        s: &Segment<'_>,
-        message: String,
-    ) {
+    fn segment_finding(&mut self, rule: Rule, s: &Segment<'_>, message: String) {
         let position = Position {
             byte: s.offset,
             segment: s.ordinal,
@@ -370,13 +359,12 @@ impl<'a> Walker<'_, 'a> {
             ..Position::default()
         };
         let loop_id = self.loop_id();
-        self.push_segment_error(rule, code, s.id_str(), position, loop_id, message);
+        self.push_segment_error(rule, s.id_str(), position, loop_id, message);
     }
 
     fn push_segment_error(
         &mut self,
         rule: Rule,
-        code: &'static str,
         segment_id: String,
         position: Position,
         loop_id: Option<String>,
@@ -386,29 +374,19 @@ impl<'a> Walker<'_, 'a> {
         if self.segment_errors > MAX_SEGMENT_ERRORS {
             return;
         }
-        let context = self.context();
-        self.findings.push(Finding {
-            rule,
-            level: Level::Set,
-            code: Some(Code {
-                list: CodeList::Ak304,
-                value: code,
-            }),
-            position,
-            segment_id,
-            group: Some(self.at.group),
-            set: Some(self.at.set),
-            message,
-            detail: Some(Box::new(SchemaDetail {
-                loop_id,
-                bounded_loop: self.bounded_loop(),
-                reference: None,
-                repetition: None,
-                bad_value: None,
-                context,
-                rejects: true,
-            })),
-        });
+        let detail = SchemaDetail {
+            loop_id,
+            bounded_loop: self.bounded_loop(),
+            reference: None,
+            repetition: None,
+            bad_value: None,
+            context: self.context(),
+            element_optional: false,
+        };
+        let f = Finding::new(rule, position, segment_id, message)
+            .in_set(self.at.group, self.at.set)
+            .with_detail(detail);
+        self.findings.push(f);
     }
 
     fn elements<'s>(&mut self, segment: &Segment<'s>, def: &SegmentDef) {
@@ -496,7 +474,7 @@ impl<'a> Walker<'_, 'a> {
                     None,
                     None,
                     edef.reference_number(),
-                    "1",
+                    Ak403::MandatoryMissing,
                     "mandatory element missing",
                     b"",
                 );
@@ -508,7 +486,7 @@ impl<'a> Walker<'_, 'a> {
                 None,
                 None,
                 None,
-                "3",
+                Ak403::TooMany,
                 "more elements than the definition's",
                 value,
             );
@@ -522,14 +500,12 @@ impl<'a> Walker<'_, 'a> {
             return;
         }
         errors.list.truncate(MAX_ELEMENT_ERRORS);
-        let rejects_set = errors.list.iter().any(|e| e.rejects(def));
         let loop_id = self.loop_id();
         let bounded_loop = self.bounded_loop();
         let context = self.context();
         for e in errors.list {
             let edef = def.elements.get(usize::from(e.position).saturating_sub(1));
-            let rejects = rejects_set;
-            let (rule, what) = element_rule(e.code);
+            let (rule, what) = (e.code.rule(), e.code.description());
             // The element (or component) the error is about, for its name and limits.
             let target = match (edef, e.component) {
                 (Some(d), Some(c)) => match &d.kind {
@@ -552,7 +528,9 @@ impl<'a> Walker<'_, 'a> {
                 format!("{place} ({name}): {what}")
             };
             match (target.map(|d| &d.kind), &e.bad_value) {
-                (Some(Kind::Simple(simple)), Some(value)) if matches!(e.code, "4" | "5") => {
+                (Some(Kind::Simple(simple)), Some(value))
+                    if matches!(e.code, Ak403::TooShort | Ak403::TooLong) =>
+                {
                     let (n, unit) = match simple.data_type {
                         DataType::N(_) | DataType::R => {
                             (value.bytes().filter(u8::is_ascii_digit).count(), "digits")
@@ -569,13 +547,13 @@ impl<'a> Walker<'_, 'a> {
                         simple.min, simple.max
                     ));
                 }
-                (Some(_), Some(value)) if e.code == "7" => {
+                (Some(_), Some(value)) if e.code == Ak403::InvalidCode => {
                     let list = target.map_or("", |d| d.reference.as_str());
                     message.push_str(&format!(
                         ": {value:?} is not in the code list of element {list}"
                     ));
                 }
-                _ if e.code != "1" => {
+                _ if e.code != Ak403::MandatoryMissing => {
                     message.push_str(": ");
                     message.push_str(&e.why);
                 }
@@ -592,28 +570,19 @@ impl<'a> Walker<'_, 'a> {
             if element_no > segment.element_count() {
                 position.byte = segment.offset;
             }
-            self.findings.push(Finding {
-                rule,
-                level: Level::Set,
-                code: Some(Code {
-                    list: CodeList::Ak403,
-                    value: e.code,
-                }),
-                position,
-                segment_id: def.id.clone(),
-                group: Some(self.at.group),
-                set: Some(self.at.set),
-                message,
-                detail: Some(Box::new(SchemaDetail {
-                    loop_id: loop_id.clone(),
-                    bounded_loop: bounded_loop.clone(),
-                    reference: e.reference,
-                    repetition: e.repetition,
-                    bad_value: e.bad_value,
-                    context: context.clone(),
-                    rejects,
-                })),
-            });
+            let detail = SchemaDetail {
+                loop_id: loop_id.clone(),
+                bounded_loop: bounded_loop.clone(),
+                reference: e.reference,
+                repetition: e.repetition,
+                bad_value: e.bad_value,
+                context: context.clone(),
+                element_optional: edef.is_some_and(|d| d.req == Req::O),
+            };
+            let f = Finding::new(rule, position, def.id.clone(), message)
+                .in_set(self.at.group, self.at.set)
+                .with_detail(detail);
+            self.findings.push(f);
         }
         self.segment_errors += 1;
     }
@@ -685,7 +654,7 @@ fn element(
                 None,
                 None,
                 edef.reference_number(),
-                "1",
+                Ak403::MandatoryMissing,
                 "mandatory element missing",
                 b"",
             );
@@ -747,7 +716,7 @@ fn element(
                     None,
                     None,
                     edef.reference_number(),
-                    "6",
+                    Ak403::InvalidCharacter,
                     "the repetition separator in an element that does not repeat",
                     value,
                 );
@@ -765,7 +734,7 @@ fn element(
                 None,
                 repetition,
                 edef.reference_number(),
-                "6",
+                Ak403::InvalidCharacter,
                 "more repetitions than the element allows",
                 rep.value,
             );
@@ -779,7 +748,7 @@ fn element(
                         None,
                         repetition,
                         edef.reference_number(),
-                        "6",
+                        Ak403::InvalidCharacter,
                         "the component separator in a simple element",
                         rep.value,
                     );
@@ -809,49 +778,14 @@ fn element(
     }
 }
 
-fn element_rule(code: &str) -> (Rule, &'static str) {
-    match code {
-        "1" => (Rule::ElementMissing, "mandatory data element missing"),
-        "2" => (
-            Rule::ElementConditionalMissing,
-            "conditional required data element missing",
-        ),
-        "3" => (Rule::ElementTooMany, "too many data elements"),
-        "4" => (Rule::ElementTooShort, "data element too short"),
-        "5" => (Rule::ElementTooLong, "data element too long"),
-        "6" => (
-            Rule::ElementInvalidCharacter,
-            "invalid character in data element",
-        ),
-        "7" => (Rule::ElementInvalidCode, "invalid code value"),
-        "8" => (Rule::ElementInvalidDate, "invalid date"),
-        "9" => (Rule::ElementInvalidTime, "invalid time"),
-        _ => (
-            Rule::ElementExclusionViolated,
-            "exclusion condition violated",
-        ),
-    }
-}
-
 struct ElementError {
     position: u16,
     component: Option<u16>,
     repetition: Option<u16>,
     reference: Option<u32>,
-    code: &'static str,
+    code: Ak403,
     why: String,
     bad_value: Option<String>,
-}
-
-impl ElementError {
-    /// Whether this error rejects the set; the policy is `ack::policy`'s.
-    fn rejects(&self, def: &SegmentDef) -> bool {
-        let optional = def
-            .elements
-            .get(usize::from(self.position).saturating_sub(1))
-            .is_some_and(|e| e.req == Req::O);
-        crate::ack::policy::element_error_rejects(self.code, optional)
-    }
 }
 
 #[derive(Default)]
@@ -867,12 +801,12 @@ impl ElementErrors {
         component: Option<usize>,
         repetition: Option<u16>,
         reference: Option<u32>,
-        code: &'static str,
+        code: Ak403,
         why: &str,
         value: &[u8],
     ) {
         // AK404 is not a copy of a missing value, nor of an invalid character.
-        let bad_value = (!value.is_empty() && code != "6").then(|| {
+        let bad_value = (!value.is_empty() && code != Ak403::InvalidCharacter).then(|| {
             let text = String::from_utf8_lossy(value);
             text.chars().take(MAX_BAD_VALUE).collect()
         });
@@ -906,7 +840,7 @@ fn composite<'a>(
                 Some(i + 1),
                 repetition,
                 None,
-                "3",
+                Ak403::TooMany,
                 "more components than the composite's",
                 value,
             );
@@ -919,7 +853,7 @@ fn composite<'a>(
                     Some(i + 1),
                     repetition,
                     cdef.reference_number(),
-                    "1",
+                    Ak403::MandatoryMissing,
                     "mandatory component missing",
                     b"",
                 );
@@ -950,7 +884,7 @@ fn composite<'a>(
                 Some(i + 1),
                 repetition,
                 cdef.reference_number(),
-                "1",
+                Ak403::MandatoryMissing,
                 "mandatory component missing",
                 b"",
             );
@@ -981,7 +915,7 @@ fn syntax_note(
     };
     let ps = &note.positions;
     let count = ps.iter().filter(|p| is(**p)).count();
-    let mut report = |p: u16, code: &'static str, why: String| {
+    let mut report = |p: u16, code: Ak403, why: String| {
         let (position, component) = match composite {
             Some(e) => (e, Some(usize::from(p))),
             None => (usize::from(p), None),
@@ -1000,7 +934,7 @@ fn syntax_note(
             for p in ps.iter().filter(|p| !is(**p)) {
                 report(
                     *p,
-                    "2",
+                    Ak403::ConditionalMissing,
                     format!("elements {} are used together or not at all", list()),
                 );
             }
@@ -1008,7 +942,7 @@ fn syntax_note(
         SyntaxKind::Required if count == 0 => {
             report(
                 first,
-                "2",
+                Ak403::ConditionalMissing,
                 format!("at least one of elements {} is required", list()),
             );
         }
@@ -1016,7 +950,7 @@ fn syntax_note(
             for p in ps.iter().filter(|p| is(**p)).skip(1) {
                 report(
                     *p,
-                    "10",
+                    Ak403::ExclusionViolated,
                     format!("only one of elements {} may be used", list()),
                 );
             }
@@ -1025,21 +959,21 @@ fn syntax_note(
             for p in ps.iter().skip(1).filter(|p| !is(**p)) {
                 report(
                     *p,
-                    "2",
+                    Ak403::ConditionalMissing,
                     format!("element {first:02} is present, so {} are required", list()),
                 );
             }
         }
         SyntaxKind::ListConditional if is(first) && count == 1 => {
             let second = ps.get(1).copied().unwrap_or(first);
-            report(second, "2", format!("element {first:02} is present, so at least one of the others of {} is required", list()));
+            report(second, Ak403::ConditionalMissing, format!("element {first:02} is present, so at least one of the others of {} is required", list()));
         }
         _ => {}
     }
 }
 
 /// A present simple value against its type, length and code list: the AK403 code and why.
-pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(&'static str, &'static str)> {
+pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(Ak403, &'static str)> {
     // Here delimiters are plain characters: the caller has cut the value already.
     let class = v.iter().fold(Class { acc: 0, digits: 0 }, |c, b| {
         let t = CLASSES[usize::from(*b)];
@@ -1053,14 +987,17 @@ pub(crate) fn check_value(def: &Simple, v: &[u8]) -> Option<(&'static str, &'sta
 
 /// [`check_value`] for a value already classified by the scan.
 #[inline]
-fn check_scanned(def: &Simple, v: &[u8], class: Class) -> Option<(&'static str, &'static str)> {
+fn check_scanned(def: &Simple, v: &[u8], class: Class) -> Option<(Ak403, &'static str)> {
     let only_digits = class.acc == DIGIT;
     match def.data_type {
         DataType::Dt if !only_digits || !valid_date(v) => {
-            return Some(("8", "not a valid date (CCYYMMDD or YYMMDD)"));
+            return Some((Ak403::InvalidDate, "not a valid date (CCYYMMDD or YYMMDD)"));
         }
         DataType::Tm if !only_digits || !valid_time(v) => {
-            return Some(("9", "not a valid time (HHMM, HHMMSS or HHMMSSd..d)"));
+            return Some((
+                Ak403::InvalidTime,
+                "not a valid time (HHMM, HHMMSS or HHMMSSd..d)",
+            ));
         }
         _ => {}
     }
@@ -1083,17 +1020,20 @@ fn check_scanned(def: &Simple, v: &[u8], class: Class) -> Option<(&'static str, 
         _ => (class.acc & CONTROL == 0, v.len()),
     };
     if !chars_ok {
-        return Some(("6", "holds a character its type does not allow"));
+        return Some((
+            Ak403::InvalidCharacter,
+            "holds a character its type does not allow",
+        ));
     }
     if length < usize::from(def.min) {
-        return Some(("4", "shorter than the minimum length"));
+        return Some((Ak403::TooShort, "shorter than the minimum length"));
     }
     if length > usize::from(def.max) {
-        return Some(("5", "longer than the maximum length"));
+        return Some((Ak403::TooLong, "longer than the maximum length"));
     }
     if let Some(codes) = &def.codes {
         if !codes.contains(v) {
-            return Some(("7", "not a code of this element's list"));
+            return Some((Ak403::InvalidCode, "not a code of this element's list"));
         }
     }
     None
@@ -1167,7 +1107,7 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
                     "{}@{}:{}",
                     f.segment_id,
                     f.position.set_segment.unwrap(),
-                    f.code.unwrap().value
+                    f.code.unwrap().value()
                 );
                 if let Some(e) = f.position.element {
                     s.push_str(&format!("/{e}"));
@@ -1319,29 +1259,32 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
     fn values_by_type() {
         let dt = simple(DataType::Dt, 8, 8);
         assert_eq!(check_value(&dt, b"20240229"), None);
-        assert_eq!(check_value(&dt, b"20230229").map(|c| c.0), Some("8"));
-        assert_eq!(check_value(&dt, b"2024013").map(|c| c.0), Some("8"));
+        assert_eq!(
+            check_value(&dt, b"20230229").map(|c| c.0.value()),
+            Some("8")
+        );
+        assert_eq!(check_value(&dt, b"2024013").map(|c| c.0.value()), Some("8"));
         let dt6 = simple(DataType::Dt, 6, 6);
         assert_eq!(check_value(&dt6, b"240131"), None);
         let tm = simple(DataType::Tm, 4, 8);
         assert_eq!(check_value(&tm, b"2359"), None);
-        assert_eq!(check_value(&tm, b"235960").map(|c| c.0), Some("9"));
-        assert_eq!(check_value(&tm, b"2460").map(|c| c.0), Some("9"));
+        assert_eq!(check_value(&tm, b"235960").map(|c| c.0.value()), Some("9"));
+        assert_eq!(check_value(&tm, b"2460").map(|c| c.0.value()), Some("9"));
         let n2 = simple(DataType::N(2), 1, 5);
         assert_eq!(check_value(&n2, b"-12345"), None);
-        assert_eq!(check_value(&n2, b"123456").map(|c| c.0), Some("5"));
-        assert_eq!(check_value(&n2, b"1.5").map(|c| c.0), Some("6"));
+        assert_eq!(check_value(&n2, b"123456").map(|c| c.0.value()), Some("5"));
+        assert_eq!(check_value(&n2, b"1.5").map(|c| c.0.value()), Some("6"));
         let r = simple(DataType::R, 1, 4);
         assert_eq!(check_value(&r, b"-12.50"), None);
-        assert_eq!(check_value(&r, b"1.2.3").map(|c| c.0), Some("6"));
-        assert_eq!(check_value(&r, b"12345.0").map(|c| c.0), Some("5"));
+        assert_eq!(check_value(&r, b"1.2.3").map(|c| c.0.value()), Some("6"));
+        assert_eq!(check_value(&r, b"12345.0").map(|c| c.0.value()), Some("5"));
         let an = simple(DataType::An, 2, 3);
-        assert_eq!(check_value(&an, b"A").map(|c| c.0), Some("4"));
-        assert_eq!(check_value(&an, b"A\x01").map(|c| c.0), Some("6"));
-        assert_eq!(check_value(&r, b"X").map(|c| c.0), Some("6"));
+        assert_eq!(check_value(&an, b"A").map(|c| c.0.value()), Some("4"));
+        assert_eq!(check_value(&an, b"A\x01").map(|c| c.0.value()), Some("6"));
+        assert_eq!(check_value(&r, b"X").map(|c| c.0.value()), Some("6"));
         let codes = crate::schema::definition::Codes::new([&b"00"[..]].into_iter());
         let id = Simple::new(DataType::Id, 2, 2, Some(std::sync::Arc::new(codes)));
         assert_eq!(check_value(&id, b"00"), None);
-        assert_eq!(check_value(&id, b"01").map(|c| c.0), Some("7"));
+        assert_eq!(check_value(&id, b"01").map(|c| c.0.value()), Some("7"));
     }
 }

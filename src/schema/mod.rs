@@ -13,7 +13,7 @@ pub use definition::{
     SyntaxKind,
 };
 
-use crate::validate::Finding;
+use crate::finding::Finding;
 use crate::x12::Interchange;
 
 /// Every schema finding of an interchange: each set that has a definition, walked against it.

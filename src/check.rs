@@ -1,0 +1,142 @@
+//! The one place an interchange's findings are put together: the envelope rules, routing,
+//! the sets' definitions and what the registry found (groups seen before), in that order.
+//! `validate`, `ack` and `process` all take their findings from here, so a rule added once
+//! is in every path.
+
+use crate::finding::Finding;
+use crate::schema::Schemas;
+use crate::validate::{self, Routing};
+use crate::x12::{Interchange, Interchanges, Limits};
+
+/// What an interchange is checked against.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checks<'a> {
+    /// The definitions sets are walked against; `None`: envelope rules only.
+    pub schemas: Option<&'a Schemas>,
+    /// Who we are and whether the sender is known; `None` where no configuration is at hand
+    /// (`validate` of a file on its own).
+    pub routing: Option<Routing<'a>>,
+}
+
+impl<'a> Checks<'a> {
+    /// Envelope rules and these definitions, no routing: what `validate` checks a file by.
+    pub fn definitions(schemas: &'a Schemas) -> Checks<'a> {
+        Checks {
+            schemas: Some(schemas),
+            routing: None,
+        }
+    }
+}
+
+/// Every finding of one interchange, with `extra` (the registry's) last.
+pub fn interchange(
+    ic: &Interchange<'_>,
+    checks: &Checks<'_>,
+    extra: impl IntoIterator<Item = Finding>,
+) -> Vec<Finding> {
+    let mut findings = envelope(ic, checks);
+    findings.extend(content(ic, checks));
+    findings.extend(extra);
+    findings
+}
+
+/// The cheap part: routing and envelopes.
+fn envelope(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
+    let mut findings = checks
+        .routing
+        .map(|us| validate::routing(ic, &us))
+        .unwrap_or_default();
+    findings.extend(validate::interchange(ic));
+    findings
+}
+
+/// The sets against their definitions.
+fn content(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
+    checks
+        .schemas
+        .map(|schemas| crate::schema::findings(ic, schemas))
+        .unwrap_or_default()
+}
+
+/// Every finding of a whole file, one interchange at a time so memory stays bounded by the
+/// largest interchange's tree, not by the file; on every core for a large file.
+pub fn file(input: &[u8], limits: Limits, checks: &Checks<'_>) -> Vec<Finding> {
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    file_on(input, limits, checks, workers)
+}
+
+/// [`file`] on at most `threads` threads (1: all on this one).
+pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize) -> Vec<Finding> {
+    if checks.schemas.is_some() && threads > 1 && input.len() >= PARALLEL_FROM {
+        return file_in_parallel(input, limits, checks, threads);
+    }
+    let mut findings = Vec::new();
+    for result in Interchanges::new(input, limits) {
+        match result {
+            Ok(ic) => findings.extend(interchange(&ic, checks, [])),
+            Err(e) => findings.push(validate::read_error(&e)),
+        }
+    }
+    findings
+}
+
+/// Files from this size have their sets checked against definitions on every core.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// [`file`] for a large file: this thread reads interchanges and checks envelopes (the
+/// cheap part) while `workers` threads walk their sets against the definitions; at most two
+/// interchanges per worker wait in between, so memory stays bounded. Findings come out in the
+/// same order as from one thread.
+fn file_in_parallel(
+    input: &[u8],
+    limits: Limits,
+    checks: &Checks<'_>,
+    workers: usize,
+) -> Vec<Finding> {
+    use std::sync::{mpsc, Mutex};
+    let mut envelopes: Vec<Vec<Finding>> = Vec::new();
+    let mut contents: Vec<Vec<Finding>> = Vec::new();
+    let (jobs, queue) = mpsc::sync_channel::<(usize, Interchange<'_>)>(workers * 2);
+    let queue = Mutex::new(queue);
+    let (done, results) = mpsc::channel::<(usize, Vec<Finding>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let (queue, done) = (&queue, done.clone());
+            scope.spawn(move || loop {
+                // A poisoned lock or a closed queue both mean there is nothing left to do.
+                let job = match queue.lock() {
+                    Ok(q) => q.recv(),
+                    Err(_) => return,
+                };
+                let Ok((i, ic)) = job else { return };
+                if done.send((i, content(&ic, checks))).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done);
+        for (i, result) in Interchanges::new(input, limits).enumerate() {
+            match result {
+                Ok(ic) => {
+                    envelopes.push(envelope(&ic, checks));
+                    if jobs.send((i, ic)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => envelopes.push(vec![validate::read_error(&e)]),
+            }
+        }
+        drop(jobs);
+        contents.resize_with(envelopes.len(), Vec::new);
+        for (i, found) in results {
+            if let Some(slot) = contents.get_mut(i) {
+                *slot = found;
+            }
+        }
+    });
+    envelopes
+        .into_iter()
+        .zip(contents)
+        .flat_map(|(e, s)| e.into_iter().chain(s))
+        .collect()
+}

@@ -1,0 +1,443 @@
+//! The X12 code lists an acknowledgment reports problems with, as types, and the one table
+//! that says which code each rule is reported with.
+//!
+//! A code is a variant, never a string: a typo does not compile, and a rule cannot drift
+//! into another rule's code. The 999's lists share their values with the 997's (IK304 620
+//! with AK304 720 for 1-8, IK403 621 with AK403 723 for 1-10, IK502 618 with AK502 718 for
+//! the codes used here), so one type serves both.
+
+use std::fmt;
+
+use super::{Level, Rule};
+
+/// Declares a code list: its variants, their values, and the list of them all.
+macro_rules! code_list {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every code of the list, in the list's order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The code as it is sent.
+            pub fn value(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)*
+                }
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.value())
+            }
+        }
+
+        /// The code as it is sent.
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.value())
+            }
+        }
+    };
+}
+
+code_list! {
+    /// TA105, interchange note code (I18).
+    Ta105 {
+        NoError = "000",
+        ControlNumbersDiffer = "001",
+        StandardNotSupported = "002",
+        VersionNotSupported = "003",
+        SegmentTerminator = "004",
+        SenderQualifier = "005",
+        SenderId = "006",
+        ReceiverQualifier = "007",
+        ReceiverId = "008",
+        UnknownReceiver = "009",
+        AuthorizationQualifier = "010",
+        AuthorizationValue = "011",
+        SecurityQualifier = "012",
+        SecurityValue = "013",
+        Date = "014",
+        Time = "015",
+        StandardsIdentifier = "016",
+        Version = "017",
+        ControlNumber = "018",
+        AcknowledgmentRequested = "019",
+        TestIndicator = "020",
+        GroupCount = "021",
+        ControlStructure = "022",
+        PrematureEnd = "023",
+        InvalidContent = "024",
+        DuplicateControlNumber = "025",
+        ElementSeparator = "026",
+        ComponentSeparator = "027",
+    }
+}
+
+code_list! {
+    /// AK905 / 999 AK905, functional group syntax error code (716).
+    Ak905 {
+        NotSupported = "1",
+        VersionNotSupported = "2",
+        TrailerMissing = "3",
+        ControlNumbersDiffer = "4",
+        SetCount = "5",
+        ControlNumberInvalid = "6",
+        /// From 004050 on; 004010's list has no "not unique" code.
+        ControlNumberNotUnique = "19",
+    }
+}
+
+code_list! {
+    /// AK502 / IK502, transaction set syntax error code (718).
+    Ak502 {
+        NotSupported = "1",
+        TrailerMissing = "2",
+        ControlNumbersDiffer = "3",
+        SegmentCount = "4",
+        SegmentsInError = "5",
+        IdInvalid = "6",
+        ControlNumberInvalid = "7",
+        DuplicateControlNumber = "23",
+    }
+}
+
+code_list! {
+    /// AK304 / IK304, segment syntax error code (720; 620 in the 999 shares 1-8).
+    Ak304 {
+        Unrecognized = "1",
+        Unexpected = "2",
+        MandatoryMissing = "3",
+        LoopOverMaximum = "4",
+        OverMaximumUse = "5",
+        NotInSet = "6",
+        OutOfSequence = "7",
+        ElementErrors = "8",
+    }
+}
+
+code_list! {
+    /// AK403 / IK403, data element syntax error code (723; 621 in the 999 shares 1-10).
+    Ak403 {
+        MandatoryMissing = "1",
+        ConditionalMissing = "2",
+        TooMany = "3",
+        TooShort = "4",
+        TooLong = "5",
+        InvalidCharacter = "6",
+        InvalidCode = "7",
+        InvalidDate = "8",
+        InvalidTime = "9",
+        ExclusionViolated = "10",
+    }
+}
+
+/// Which acknowledgment element a code belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CodeList {
+    #[serde(rename = "TA105")]
+    Ta105,
+    #[serde(rename = "AK905")]
+    Ak905,
+    #[serde(rename = "AK502")]
+    Ak502,
+    #[serde(rename = "AK304")]
+    Ak304,
+    #[serde(rename = "AK403")]
+    Ak403,
+}
+
+impl CodeList {
+    pub fn name(self) -> &'static str {
+        match self {
+            CodeList::Ta105 => "TA105",
+            CodeList::Ak905 => "AK905",
+            CodeList::Ak502 => "AK502",
+            CodeList::Ak304 => "AK304",
+            CodeList::Ak403 => "AK403",
+        }
+    }
+}
+
+/// An X12 code from one of the lists: `TA105 025`, `AK502 23`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    Ta105(Ta105),
+    Ak905(Ak905),
+    Ak502(Ak502),
+    Ak304(Ak304),
+    Ak403(Ak403),
+}
+
+impl Code {
+    pub fn list(self) -> CodeList {
+        match self {
+            Code::Ta105(_) => CodeList::Ta105,
+            Code::Ak905(_) => CodeList::Ak905,
+            Code::Ak502(_) => CodeList::Ak502,
+            Code::Ak304(_) => CodeList::Ak304,
+            Code::Ak403(_) => CodeList::Ak403,
+        }
+    }
+
+    pub fn value(self) -> &'static str {
+        match self {
+            Code::Ta105(c) => c.value(),
+            Code::Ak905(c) => c.value(),
+            Code::Ak502(c) => c.value(),
+            Code::Ak304(c) => c.value(),
+            Code::Ak403(c) => c.value(),
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.list().name(), self.value())
+    }
+}
+
+/// `{"list": "TA105", "value": "025"}`, the form `validate --json` and the audit log carry.
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Code", 2)?;
+        st.serialize_field("list", &self.list())?;
+        st.serialize_field("value", self.value())?;
+        st.end()
+    }
+}
+
+/// The release a group declares (GS08 `004010`, `005010X222A1` -> 4010, 5010): the one
+/// thing a code can depend on besides the rule.
+pub type Release = Option<u32>;
+
+/// The numeric release of a GS08 or ISA12 (`004010` or `005010X222A1` -> 4010, `00401` -> 401).
+pub fn release(version: &[u8]) -> Release {
+    let digits = version
+        .iter()
+        .take(6)
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(version.get(..digits)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+impl Rule {
+    /// The code this rule is reported with in `release`, the table every finding takes its
+    /// code from. `None` for file-level rules no interchange can answer, and for the ISA
+    /// field rules, whose TA105 names the field (the ISA table in `validate` holds those).
+    pub fn code(self, release: Release) -> Option<Code> {
+        use Rule::*;
+        let code = match self {
+            NotAnInterchange | EmptyFile | FileTooLarge => return None,
+            IsaFieldWidth | IsaFieldValue => return None,
+            IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
+            ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
+            SegmentTerminator => Code::Ta105(Ta105::SegmentTerminator),
+            DelimitersNotDistinct => Code::Ta105(Ta105::ComponentSeparator),
+            IeaMissing => Code::Ta105(Ta105::PrematureEnd),
+            IeaGroupCount => Code::Ta105(Ta105::GroupCount),
+            IeaControlNumber => Code::Ta105(Ta105::ControlNumbersDiffer),
+            SegmentOutsideEnvelope | LimitExceeded => Code::Ta105(Ta105::InvalidContent),
+            UnknownSender => Code::Ta105(Ta105::SenderId),
+            ReceiverQualifierNotOurs => Code::Ta105(Ta105::ReceiverQualifier),
+            ReceiverNotOurs => Code::Ta105(Ta105::UnknownReceiver),
+            GsControlNumberSyntax => Code::Ak905(Ak905::ControlNumberInvalid),
+            GsVersionMissing => Code::Ak905(Ak905::VersionNotSupported),
+            // 004010's list has no "not unique" code and 6 is what other translators send.
+            GsDuplicateControlNumber | GsSeenBefore => match release {
+                Some(r) if r >= 4050 => Code::Ak905(Ak905::ControlNumberNotUnique),
+                _ => Code::Ak905(Ak905::ControlNumberInvalid),
+            },
+            GeMissing => Code::Ak905(Ak905::TrailerMissing),
+            GeSetCount => Code::Ak905(Ak905::SetCount),
+            GeControlNumber => Code::Ak905(Ak905::ControlNumbersDiffer),
+            StIdInvalid => Code::Ak502(Ak502::IdInvalid),
+            StControlNumberInvalid => Code::Ak502(Ak502::ControlNumberInvalid),
+            StDuplicateControlNumber => Code::Ak502(Ak502::DuplicateControlNumber),
+            SeMissing => Code::Ak502(Ak502::TrailerMissing),
+            SeSegmentCount => Code::Ak502(Ak502::SegmentCount),
+            SeControlNumber => Code::Ak502(Ak502::ControlNumbersDiffer),
+            SegmentIdInvalid => Code::Ak502(Ak502::SegmentsInError),
+            SegmentUnrecognized => Code::Ak304(Ak304::Unrecognized),
+            SegmentUnexpected => Code::Ak304(Ak304::Unexpected),
+            SegmentMissing => Code::Ak304(Ak304::MandatoryMissing),
+            LoopOverMaximum => Code::Ak304(Ak304::LoopOverMaximum),
+            SegmentOverMaximumUse => Code::Ak304(Ak304::OverMaximumUse),
+            SegmentNotInSet => Code::Ak304(Ak304::NotInSet),
+            SegmentOutOfSequence => Code::Ak304(Ak304::OutOfSequence),
+            ElementMissing => Code::Ak403(Ak403::MandatoryMissing),
+            ElementConditionalMissing => Code::Ak403(Ak403::ConditionalMissing),
+            ElementTooMany => Code::Ak403(Ak403::TooMany),
+            ElementTooShort => Code::Ak403(Ak403::TooShort),
+            ElementTooLong => Code::Ak403(Ak403::TooLong),
+            ElementInvalidCharacter => Code::Ak403(Ak403::InvalidCharacter),
+            ElementInvalidCode => Code::Ak403(Ak403::InvalidCode),
+            ElementInvalidDate => Code::Ak403(Ak403::InvalidDate),
+            ElementInvalidTime => Code::Ak403(Ak403::InvalidTime),
+            ElementExclusionViolated => Code::Ak403(Ak403::ExclusionViolated),
+        };
+        Some(code)
+    }
+
+    /// The envelope a finding of this rule belongs to; the acknowledgment answers there.
+    pub fn level(self) -> Level {
+        use Rule::*;
+        match self {
+            NotAnInterchange | IsaUnreadable | ElementSeparator | SegmentTerminator | EmptyFile
+            | FileTooLarge => Level::File,
+            IsaFieldWidth
+            | IsaFieldValue
+            | DelimitersNotDistinct
+            | IeaMissing
+            | IeaGroupCount
+            | IeaControlNumber
+            | SegmentOutsideEnvelope
+            | LimitExceeded
+            | UnknownSender
+            | ReceiverQualifierNotOurs
+            | ReceiverNotOurs => Level::Interchange,
+            GsControlNumberSyntax
+            | GsVersionMissing
+            | GsDuplicateControlNumber
+            | GsSeenBefore
+            | GeMissing
+            | GeSetCount
+            | GeControlNumber => Level::Group,
+            StIdInvalid
+            | StControlNumberInvalid
+            | StDuplicateControlNumber
+            | SeMissing
+            | SeSegmentCount
+            | SeControlNumber
+            | SegmentIdInvalid
+            | SegmentUnrecognized
+            | SegmentUnexpected
+            | SegmentMissing
+            | LoopOverMaximum
+            | SegmentOverMaximumUse
+            | SegmentNotInSet
+            | SegmentOutOfSequence
+            | ElementMissing
+            | ElementConditionalMissing
+            | ElementTooMany
+            | ElementTooShort
+            | ElementTooLong
+            | ElementInvalidCharacter
+            | ElementInvalidCode
+            | ElementInvalidDate
+            | ElementInvalidTime
+            | ElementExclusionViolated => Level::Set,
+        }
+    }
+}
+
+impl Ak403 {
+    /// The rule an element error of this code breaks.
+    pub fn rule(self) -> Rule {
+        match self {
+            Ak403::MandatoryMissing => Rule::ElementMissing,
+            Ak403::ConditionalMissing => Rule::ElementConditionalMissing,
+            Ak403::TooMany => Rule::ElementTooMany,
+            Ak403::TooShort => Rule::ElementTooShort,
+            Ak403::TooLong => Rule::ElementTooLong,
+            Ak403::InvalidCharacter => Rule::ElementInvalidCharacter,
+            Ak403::InvalidCode => Rule::ElementInvalidCode,
+            Ak403::InvalidDate => Rule::ElementInvalidDate,
+            Ak403::InvalidTime => Rule::ElementInvalidTime,
+            Ak403::ExclusionViolated => Rule::ElementExclusionViolated,
+        }
+    }
+
+    /// The code list's own words for the code, which messages begin with.
+    pub fn description(self) -> &'static str {
+        match self {
+            Ak403::MandatoryMissing => "mandatory data element missing",
+            Ak403::ConditionalMissing => "conditional required data element missing",
+            Ak403::TooMany => "too many data elements",
+            Ak403::TooShort => "data element too short",
+            Ak403::TooLong => "data element too long",
+            Ak403::InvalidCharacter => "invalid character in data element",
+            Ak403::InvalidCode => "invalid code value",
+            Ak403::InvalidDate => "invalid date",
+            Ak403::InvalidTime => "invalid time",
+            Ak403::ExclusionViolated => "exclusion condition violated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_list_has_distinct_values() {
+        fn distinct(values: Vec<&str>) {
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), values.len(), "{values:?}");
+        }
+        distinct(Ta105::ALL.iter().map(|c| c.value()).collect());
+        distinct(Ak905::ALL.iter().map(|c| c.value()).collect());
+        distinct(Ak502::ALL.iter().map(|c| c.value()).collect());
+        distinct(Ak304::ALL.iter().map(|c| c.value()).collect());
+        distinct(Ak403::ALL.iter().map(|c| c.value()).collect());
+    }
+
+    #[test]
+    fn element_codes_and_rules_correspond_both_ways() {
+        for code in Ak403::ALL {
+            assert_eq!(code.rule().code(None), Some(Code::Ak403(*code)));
+        }
+    }
+
+    #[test]
+    fn a_rules_code_list_matches_its_level() {
+        for rule in Rule::ALL {
+            let Some(code) = rule.code(None) else {
+                continue;
+            };
+            let expected = match rule.level() {
+                Level::File | Level::Interchange => vec![CodeList::Ta105],
+                Level::Group => vec![CodeList::Ak905],
+                Level::Set => vec![CodeList::Ak502, CodeList::Ak304, CodeList::Ak403],
+            };
+            assert!(expected.contains(&code.list()), "{rule:?} -> {code}");
+        }
+    }
+
+    #[test]
+    fn a_duplicate_group_gets_19_from_004050_and_6_before() {
+        let code = |v: &[u8]| {
+            Rule::GsDuplicateControlNumber
+                .code(release(v))
+                .map(Code::value)
+        };
+        assert_eq!(code(b"004010"), Some("6"));
+        assert_eq!(code(b"004050"), Some("19"));
+        assert_eq!(code(b"005010X222A1"), Some("19"));
+        assert_eq!(code(b""), Some("6"));
+        assert_eq!(release(b"00401"), Some(401));
+        assert_eq!(release(b"X12"), None);
+    }
+
+    #[test]
+    fn codes_serialize_as_list_and_value() {
+        let json = serde_json::to_string(&Code::Ta105(Ta105::DuplicateControlNumber)).unwrap();
+        assert_eq!(json, r#"{"list":"TA105","value":"025"}"#);
+        assert_eq!(
+            Code::Ak502(Ak502::DuplicateControlNumber).to_string(),
+            "AK502 23"
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! The vocabulary of problems: which rule a finding breaks, where, and the code an
+//! acknowledgment reports it with.
+//!
+//! Bad EDI is data, not an error: every problem is a [`Finding`]. The rules that find them
+//! live in `validate` (envelopes, routing) and `schema::check` (definitions); `check` puts an
+//! interchange's findings together; `ack` decides what they mean for the answer. Only
+//! `x12::Position` is needed here, so every one of them can depend on this module.
+
+mod code;
+
+use std::fmt;
+
+pub use code::{release, Ak304, Ak403, Ak502, Ak905, Code, CodeList, Release, Ta105};
+
+use crate::x12::Position;
+
+/// Declares the rules with their stable names.
+macro_rules! rules {
+    ($($(#[$meta:meta])* $variant:ident = $name:literal,)*) => {
+        /// The rules a file can break. Names are stable: tests, `--json` output and operators
+        /// rely on them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Rule {
+            $($(#[$meta])* $variant,)*
+        }
+
+        impl Rule {
+            pub const ALL: &'static [Rule] = &[$(Rule::$variant,)*];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Rule::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    // Whole file
+    NotAnInterchange = "not-an-interchange",
+    IsaUnreadable = "isa-unreadable",
+    ElementSeparator = "element-separator",
+    SegmentTerminator = "segment-terminator",
+    EmptyFile = "empty-file",
+    FileTooLarge = "file-too-large",
+    // Interchange
+    IsaFieldWidth = "isa-field-width",
+    IsaFieldValue = "isa-field-value",
+    DelimitersNotDistinct = "delimiters-not-distinct",
+    IeaMissing = "iea-missing",
+    IeaGroupCount = "iea-group-count",
+    IeaControlNumber = "iea-control-number",
+    SegmentOutsideEnvelope = "segment-outside-envelope",
+    LimitExceeded = "limit-exceeded",
+    UnknownSender = "unknown-sender",
+    ReceiverQualifierNotOurs = "receiver-qualifier-not-ours",
+    ReceiverNotOurs = "receiver-not-ours",
+    // Group
+    GsControlNumberSyntax = "gs-control-number-syntax",
+    GsVersionMissing = "gs-version-missing",
+    GsDuplicateControlNumber = "gs-duplicate-control-number",
+    GsSeenBefore = "gs-seen-before",
+    GeMissing = "ge-missing",
+    GeSetCount = "ge-set-count",
+    GeControlNumber = "ge-control-number",
+    // Transaction set
+    StIdInvalid = "st-id-invalid",
+    StControlNumberInvalid = "st-control-number-invalid",
+    StDuplicateControlNumber = "st-duplicate-control-number",
+    SeMissing = "se-missing",
+    SeSegmentCount = "se-segment-count",
+    SeControlNumber = "se-control-number",
+    SegmentIdInvalid = "segment-id-invalid",
+    // Transaction set content, against its definition: segments (AK304)
+    SegmentUnrecognized = "segment-unrecognized",
+    SegmentUnexpected = "segment-unexpected",
+    SegmentMissing = "segment-missing",
+    LoopOverMaximum = "loop-over-maximum",
+    SegmentOverMaximumUse = "segment-over-maximum-use",
+    SegmentNotInSet = "segment-not-in-set",
+    SegmentOutOfSequence = "segment-out-of-sequence",
+    // ... and elements (AK403)
+    ElementMissing = "element-missing",
+    ElementConditionalMissing = "element-conditional-missing",
+    ElementTooMany = "element-too-many",
+    ElementTooShort = "element-too-short",
+    ElementTooLong = "element-too-long",
+    ElementInvalidCharacter = "element-invalid-character",
+    ElementInvalidCode = "element-invalid-code",
+    ElementInvalidDate = "element-invalid-date",
+    ElementInvalidTime = "element-invalid-time",
+    ElementExclusionViolated = "element-exclusion-violated",
+}
+
+impl serde::Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Which envelope a finding belongs to; the acknowledgment answers at that level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    File,
+    Interchange,
+    Group,
+    Set,
+}
+
+/// One problem, where it is, and the code that reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    pub level: Level,
+    /// `None` only for file-level problems no interchange can report.
+    pub code: Option<Code>,
+    pub position: Position,
+    pub segment_id: String,
+    /// Index of the group in its interchange (0-based), for group and set findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+    /// Index of the set in its group (0-based), for set findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<usize>,
+    pub message: String,
+    /// What a definition's finding adds for AK3/AK4 (IK3/IK4/CTX).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<SchemaDetail>>,
+}
+
+/// The parts of a definition's finding that only segment and element errors have.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaDetail {
+    /// The innermost loop the segment stands in (its id in the definition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<String>,
+    /// AK303: LS01 of the bounded (LS/LE) loop the segment stands in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounded_loop: Option<String>,
+    /// AK402: the data element reference number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<u32>,
+    /// AK401-3: repetition position, for repeating elements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<u16>,
+    /// AK404: a copy of the bad value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_value: Option<String>,
+    /// The loop's business unit (999 CTX01): its trigger's first element and that value,
+    /// such as `PO101` and `3`: which line of the document the error is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<(String, String)>,
+    /// Whether the element in error is optional (O) in its segment: the fact the severity
+    /// policy (`ack::policy`) decides by. False for segment errors.
+    pub element_optional: bool,
+}
+
+impl Finding {
+    /// A finding of `rule` at `position`, with the rule's level and code (see
+    /// [`Rule::code`]); a group or set finding is then placed with [`Finding::in_group`] or
+    /// [`Finding::in_set`].
+    pub fn new(
+        rule: Rule,
+        position: Position,
+        segment_id: impl Into<String>,
+        message: String,
+    ) -> Finding {
+        Finding {
+            rule,
+            level: rule.level(),
+            code: rule.code(None),
+            position,
+            segment_id: segment_id.into(),
+            group: None,
+            set: None,
+            message,
+            detail: None,
+        }
+    }
+
+    /// The code for the release the finding's group declares, where the rule's code
+    /// depends on it.
+    pub fn in_release(self, release: Release) -> Finding {
+        Finding {
+            code: self.rule.code(release).or(self.code),
+            ..self
+        }
+    }
+
+    /// A code other than the rule's own: an ISA field rule names the field's TA105.
+    pub fn coded(self, code: Code) -> Finding {
+        Finding {
+            code: Some(code),
+            ..self
+        }
+    }
+
+    pub fn in_group(self, group: usize) -> Finding {
+        Finding {
+            group: Some(group),
+            ..self
+        }
+    }
+
+    pub fn in_set(self, group: usize, set: usize) -> Finding {
+        Finding {
+            group: Some(group),
+            set: Some(set),
+            ..self
+        }
+    }
+
+    pub fn with_detail(self, detail: SchemaDetail) -> Finding {
+        Finding {
+            detail: Some(Box::new(detail)),
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    /// `byte 453: segment 15 (SE, set segment 13), element SE01: <message> [rule; code]`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.position;
+        write!(f, "byte {}", p.byte)?;
+        if p.segment > 0 {
+            write!(f, ": segment {}", p.segment)?;
+            let in_loop = self.detail.as_ref().and_then(|d| d.loop_id.as_deref());
+            match (self.segment_id.is_empty(), p.set_segment) {
+                (false, Some(n)) => match in_loop {
+                    Some(l) => write!(f, " ({}, set segment {n}, loop {l})", self.segment_id)?,
+                    None => write!(f, " ({}, set segment {n})", self.segment_id)?,
+                },
+                (false, None) => write!(f, " ({})", self.segment_id)?,
+                (true, Some(n)) => write!(f, " (set segment {n})")?,
+                (true, None) => {}
+            }
+        }
+        if let Some(e) = p.element {
+            write!(f, ", element {}{e:02}", self.segment_id)?;
+            if let Some(c) = p.component {
+                write!(f, "-{c}")?;
+            }
+        }
+        write!(f, ": {} [{}", self.message, self.rule.name())?;
+        if let Some(code) = self.code {
+            write!(f, "; {code}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_names_are_distinct_kebab_case_and_serialized_as_such() {
+        let mut names: Vec<&str> = Rule::ALL.iter().map(|r| r.name()).collect();
+        assert!(names
+            .iter()
+            .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')));
+        let json = serde_json::to_string(&Rule::GsSeenBefore).unwrap();
+        assert_eq!(json, "\"gs-seen-before\"");
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Rule::ALL.len());
+    }
+
+    #[test]
+    fn a_finding_takes_level_and_code_from_its_rule() {
+        let f = Finding::new(Rule::GeSetCount, Position::default(), "GE", "m".into()).in_group(2);
+        assert_eq!((f.level, f.group, f.set), (Level::Group, Some(2), None));
+        assert_eq!(f.code.map(|c| c.to_string()).as_deref(), Some("AK905 5"));
+        let dup = Finding::new(Rule::GsSeenBefore, Position::default(), "GS", "m".into());
+        assert_eq!(dup.code.map(Code::value), Some("6"));
+        assert_eq!(dup.in_release(Some(5010)).code.map(Code::value), Some("19"));
+    }
+}
