@@ -294,7 +294,7 @@ impl From<CounterKind> for x12gate::registry::Counter {
 }
 
 fn counter(action: CounterAction, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
-    use x12gate::registry::{ControlNumbers, Counter};
+    use x12gate::registry::Counter;
     let op = registry_failure;
     let partner = match &action {
         CounterAction::Show { partner }
@@ -475,7 +475,7 @@ fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
 /// are previewed (the registry's next values), never taken.
 fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     use x12gate::ack::Disposition;
-    use x12gate::registry::{PreviewCounters, Registry};
+    use x12gate::registry::{Counter, Registry};
     let registry = Registry::open_read_only(&config.gateway.database)
         .map_err(|e| Failure::Operational(e.into()))?;
     let now = chrono::Local::now().naive_local();
@@ -494,9 +494,19 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
             }
         };
         let decision = x12gate::pipeline::decide(&ic, config, definitions()?);
-        let counters = PreviewCounters::after(registry.as_ref(), &decision.partner.key())
-            .map_err(|e| Failure::Operational(e.into()))?;
-        let outbound = x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now)
+        let partner = decision.partner.key();
+        let last = |counter| match registry.as_ref() {
+            Some(r) => r
+                .current_control_number(&partner, counter)
+                .map_err(|e| Failure::Operational(e.into())),
+            None => Ok(None),
+        };
+        let numbers = x12gate::ack::Numbers::following(
+            x12gate::pipeline::numbers_needed(&decision),
+            last(Counter::Interchange)?,
+            last(Counter::Group)?,
+        );
+        let outbound = x12gate::pipeline::acknowledgments(&ic, &decision, config, &numbers, now)
             .map_err(|e| Failure::Operational(e.into()))?;
         for o in &outbound {
             out.write_all(&o.bytes)?;

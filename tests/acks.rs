@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use chrono::NaiveDate;
 use x12gate::ack::{Disposition, Outbound, OutboundKind};
 use x12gate::config::{AckKind, Config, Ta1Policy};
-use x12gate::registry::PreviewCounters;
 use x12gate::x12::{Interchanges, Limits};
 
 use crate::util::{fixture, root, x12gate};
@@ -33,7 +32,11 @@ fn acks_with(input: &[u8], config: &Config) -> (Vec<Outbound>, Vec<Disposition>)
     let mut dispositions = Vec::new();
     for ic in Interchanges::new(input, config.limits).flatten() {
         let decision = x12gate::pipeline::decide(&ic, config, x12gate::schema::builtin().unwrap());
-        let counters = PreviewCounters::default();
+        let counters = x12gate::ack::Numbers::following(
+            x12gate::pipeline::numbers_needed(&decision),
+            None,
+            None,
+        );
         all.extend(
             x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now()).unwrap(),
         );
@@ -523,7 +526,11 @@ fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
             let ic = ic.unwrap();
             let decision =
                 x12gate::pipeline::decide(&ic, &config, x12gate::schema::builtin().unwrap());
-            let counters = PreviewCounters::default();
+            let counters = x12gate::ack::Numbers::following(
+                x12gate::pipeline::numbers_needed(&decision),
+                None,
+                None,
+            );
             let outbound =
                 x12gate::pipeline::acknowledgments(&ic, &decision, &config, &counters, now())
                     .unwrap();

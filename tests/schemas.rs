@@ -247,7 +247,8 @@ fn set_response(file: &str, config: &Config) -> Vec<String> {
         .unwrap()
         .unwrap();
     let decision = x12gate::pipeline::decide(&ic, config, x12gate::schema::builtin().unwrap());
-    let counters = x12gate::registry::PreviewCounters::default();
+    let counters =
+        x12gate::ack::Numbers::following(x12gate::pipeline::numbers_needed(&decision), None, None);
     let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
         .unwrap()
         .and_hms_opt(3, 4, 0)

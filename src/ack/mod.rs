@@ -3,8 +3,8 @@
 //! Cut in three: `policy` holds the two tables that are ours to choose (which TA1 note codes
 //! reject an interchange, which group codes reject a group); `response` decides, from an
 //! interchange's tree and findings, the disposition and the content of every acknowledgment;
-//! `write` turns that content into X12 in an outbound envelope with control numbers from the
-//! registry. The decisions never see bytes and the writer never decides, so the schema
+//! `write` turns that content into X12 in an outbound envelope with control numbers given
+//! to it (reserved in the registry by the pipeline, or previewed). The decisions never see bytes and the writer never decides, so the schema
 //! validator can add AK3/AK4 errors without touching either envelope code.
 
 pub mod policy;
@@ -15,4 +15,7 @@ pub use response::{
     conflict, respond, Context, Disposition, ElementError, GroupResponse, InterchangeResponse,
     Reason, SegmentError, SetResponse, Status, Ta1,
 };
-pub use write::{write_acknowledgments, Outbound, OutboundKind};
+pub use write::{
+    numbers_needed, write_acknowledgments, Numbers, NumbersNeeded, Outbound, OutboundKind,
+    ShortOfNumbers,
+};

@@ -7,9 +7,8 @@ use chrono::NaiveDateTime;
 
 use crate::config::{AckKind, Gateway, Partner};
 use crate::finding::Ak403;
-use crate::registry::{ControlNumbers, Counter, RegistryError};
 use crate::text::bounded;
-use crate::x12::{Delimiters, Interchange};
+use crate::x12::{Delimiters, Interchange, MAX_CONTROL_NUMBER};
 
 use super::{GroupResponse, InterchangeResponse, SegmentError, SetResponse, Ta1};
 
@@ -213,60 +212,82 @@ fn outbound_delimiters(partner: &Partner, ic: &Interchange<'_>) -> (Delimiters, 
     (d, ic.line_ending())
 }
 
-/// Builds the outbound interchanges for a response: a TA1 interchange when one is due, and one
-/// interchange with the 997s or 999s (one per functional group answered).
-pub fn write_acknowledgments(
-    response: &InterchangeResponse,
-    ic: &Interchange<'_>,
-    partner: &Partner,
-    gateway: &Gateway,
-    counters: &dyn ControlNumbers,
-    now: NaiveDateTime,
-) -> Result<Vec<Outbound>, RegistryError> {
-    let (delimiters, line_ending) = outbound_delimiters(partner, ic);
-    let usage = match ic.isa.field(15) {
-        b"T" => "T",
-        b"I" => "I",
-        _ => "P",
-    };
-    let partner_key = partner.key();
-    let mut env = Envelope {
-        sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
-        receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
-        version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
-        usage: usage.into(),
-        delimiters,
-        line_ending,
-        now,
-    };
-    let mut outbound = Vec::new();
-    if let Some(ta1) = &response.ta1 {
-        let control = counters.next_control_number(&partner_key, Counter::Interchange)?;
-        outbound.push(Outbound {
-            kind: OutboundKind::Ta1,
-            control_number: control,
-            bytes: ta1_interchange(&env, ta1, control),
-        });
+/// How many control numbers a response's acknowledgments carry: our ISA13s (one per TA1
+/// and one for the 997/999 interchange) and GS06s (one per FA group).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NumbersNeeded {
+    pub isa13: usize,
+    pub gs06: usize,
+}
+
+/// The control numbers one response's acknowledgments carry, in the order they are used;
+/// reserved by the caller (from the registry, or previewed) before anything is written, so
+/// that writing again with the same numbers gives the same bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Numbers {
+    pub isa13: Vec<u32>,
+    pub gs06: Vec<u32>,
+}
+
+impl Numbers {
+    /// The numbers that follow `last_isa13` and `last_gs06` (none: from 1), wrapping after
+    /// 999999999 as the registry's counters do: a preview that takes nothing.
+    pub fn following(
+        needed: NumbersNeeded,
+        last_isa13: Option<u32>,
+        last_gs06: Option<u32>,
+    ) -> Numbers {
+        let run = |last: Option<u32>, n: usize| {
+            let mut v = Vec::with_capacity(n);
+            let mut at = last.unwrap_or(0);
+            for _ in 0..n {
+                at = if at >= MAX_CONTROL_NUMBER { 1 } else { at + 1 };
+                v.push(at);
+            }
+            v
+        };
+        Numbers {
+            isa13: run(last_isa13, needed.isa13),
+            gs06: run(last_gs06, needed.gs06),
+        }
     }
-    if response.groups.is_empty() {
-        return Ok(outbound);
+}
+
+/// Fewer control numbers given than the acknowledgments need (see [`numbers_needed`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the acknowledgments need more control numbers than were reserved ({0})")]
+pub struct ShortOfNumbers(&'static str);
+
+/// How many control numbers [`write_acknowledgments`] will use for `response`.
+pub fn numbers_needed(response: &InterchangeResponse, partner: &Partner) -> NumbersNeeded {
+    let groups = if response.groups.is_empty() {
+        0
+    } else {
+        fa_groups(response, partner).len()
+    };
+    NumbersNeeded {
+        isa13: usize::from(response.ta1.is_some()) + usize::from(groups > 0),
+        gs06: groups,
     }
-    let kind = match response.kind {
+}
+
+/// The acknowledgment kind of a response's 997/999 interchange.
+fn group_ack_kind(response: &InterchangeResponse) -> OutboundKind {
+    match response.kind {
         AckKind::ImplementationAck => OutboundKind::ImplementationAck,
         _ => OutboundKind::FunctionalAck,
-    };
-    env.version = isa_version(partner, ic.isa.version(), response.kind);
-    let control = counters.next_control_number(&partner_key, Counter::Interchange)?;
-    let mut w = Writer {
-        env: &env,
-        out: Vec::new(),
-        set_segments: 0,
-    };
-    w.isa(control);
-    // One FA group per (application codes, version): usually exactly one.
+    }
+}
+
+/// The groups answered, gathered into our FA groups: one per (application codes, version),
+/// usually exactly one.
+fn fa_groups<'r>(
+    response: &'r InterchangeResponse,
+    partner: &Partner,
+) -> Vec<(FaGroupKey, Vec<&'r GroupResponse>)> {
     let mut batches: Vec<(FaGroupKey, Vec<&GroupResponse>)> = Vec::new();
     for g in &response.groups {
-        let version = match kind {
+        let version = match group_ack_kind(response) {
             OutboundKind::ImplementationAck => IMPLEMENTATION_ACK_GUIDE.to_string(),
             _ => functional_ack_version(partner, &g.version),
         };
@@ -280,10 +301,61 @@ pub fn write_acknowledgments(
             None => batches.push((key, vec![g])),
         }
     }
+    batches
+}
+
+/// Builds the outbound interchanges for a response: a TA1 interchange when one is due, and one
+/// interchange with the 997s or 999s (one per functional group answered), numbered by
+/// `numbers` in order.
+pub fn write_acknowledgments(
+    response: &InterchangeResponse,
+    ic: &Interchange<'_>,
+    partner: &Partner,
+    gateway: &Gateway,
+    numbers: &Numbers,
+    now: NaiveDateTime,
+) -> Result<Vec<Outbound>, ShortOfNumbers> {
+    let mut isa13 = numbers.isa13.iter().copied();
+    let mut gs06s = numbers.gs06.iter().copied();
+    let (delimiters, line_ending) = outbound_delimiters(partner, ic);
+    let usage = match ic.isa.field(15) {
+        b"T" => "T",
+        b"I" => "I",
+        _ => "P",
+    };
+    let mut env = Envelope {
+        sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
+        receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
+        version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
+        usage: usage.into(),
+        delimiters,
+        line_ending,
+        now,
+    };
+    let mut outbound = Vec::new();
+    if let Some(ta1) = &response.ta1 {
+        let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
+        outbound.push(Outbound {
+            kind: OutboundKind::Ta1,
+            control_number: control,
+            bytes: ta1_interchange(&env, ta1, control),
+        });
+    }
+    if response.groups.is_empty() {
+        return Ok(outbound);
+    }
+    let kind = group_ack_kind(response);
+    env.version = isa_version(partner, ic.isa.version(), response.kind);
+    let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
+    let mut w = Writer {
+        env: &env,
+        out: Vec::new(),
+        set_segments: 0,
+    };
+    w.isa(control);
+    let batches = fa_groups(response, partner);
     for ((app_sender, app_receiver, version), groups) in &batches {
-        let gs06 = counters
-            .next_control_number(&partner_key, Counter::Group)?
-            .to_string();
+        let gs06 = gs06s.next().ok_or(ShortOfNumbers("GS06"))?.to_string();
         w.segment(
             "GS",
             &[
@@ -464,7 +536,6 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
 mod tests {
     use super::*;
     use crate::ack::{Context, Disposition, ElementError, Status};
-    use crate::registry::PreviewCounters;
     use crate::x12::{Interchanges, Limits};
 
     const INBOUND: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000007*0*T*:~GS*HC*ACME*X12GATE*20240101*1200*9*X*005010X222A1~ST*837*0001*005010X222A1~BHT*0019~SE*3*0001~GE*1*9~IEA*1*000000007~";
@@ -555,7 +626,7 @@ mod tests {
             &ic,
             &partner,
             &gateway(),
-            &PreviewCounters::default(),
+            &Numbers::following(numbers_needed(&response(kind), &partner), None, None),
             now,
         )
         .unwrap();
@@ -566,6 +637,54 @@ mod tests {
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect()
+    }
+
+    #[test]
+    fn previewed_numbers_follow_the_last_ones_and_wrap() {
+        let needed = NumbersNeeded { isa13: 2, gs06: 1 };
+        let n = Numbers::following(needed, Some(41), None);
+        assert_eq!((n.isa13, n.gs06), (vec![42, 43], vec![1]));
+        let n = Numbers::following(needed, Some(MAX_CONTROL_NUMBER), Some(7));
+        assert_eq!((n.isa13, n.gs06), (vec![1, 2], vec![8]));
+    }
+
+    #[test]
+    fn the_numbers_needed_are_the_numbers_used() {
+        for kind in [AckKind::FunctionalAck, AckKind::ImplementationAck] {
+            let mut r = response(kind);
+            let partner = crate::config::Partner::unknown("ZZ", "ACME");
+            let needed = numbers_needed(&r, &partner);
+            assert_eq!(needed, NumbersNeeded { isa13: 1, gs06: 1 });
+            r.ta1 = Some(Ta1 {
+                control_number: "000000001".into(),
+                date: "260102".into(),
+                time: "0304".into(),
+                status: super::super::Status::Accepted,
+                note: crate::finding::Ta105::NoError,
+            });
+            let mut second = r.groups[0].clone();
+            second.application_sender = "OTHER".into();
+            r.groups.push(second);
+            let needed = numbers_needed(&r, &partner);
+            assert_eq!(needed, NumbersNeeded { isa13: 2, gs06: 2 });
+            let ic = Interchanges::new(INBOUND.as_bytes(), Limits::default())
+                .next()
+                .unwrap()
+                .unwrap();
+            let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+                .unwrap()
+                .and_hms_opt(3, 4, 0)
+                .unwrap();
+            let exact = Numbers::following(needed, None, None);
+            let out = write_acknowledgments(&r, &ic, &partner, &gateway(), &exact, now).unwrap();
+            assert_eq!(
+                out.iter().map(|o| o.control_number).collect::<Vec<_>>(),
+                [1, 2]
+            );
+            let mut short = exact.clone();
+            short.gs06.pop();
+            assert!(write_acknowledgments(&r, &ic, &partner, &gateway(), &short, now).is_err());
+        }
     }
 
     #[test]

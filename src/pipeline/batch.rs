@@ -25,9 +25,8 @@ use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
 
 use super::{
-    acknowledgments, correlation_id, decide_with, interchange_key, json, outbound_name,
-    output_stem, CountingCounters, Decision, ProcessError, ProcessOptions, Report,
-    ReservedCounters, Source, Turn,
+    acknowledgments, correlation_id, decide_with, interchange_key, json, numbers_needed,
+    outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report, Source, Turn,
 };
 
 /// Files read per batch, and the bytes they may hold together.
@@ -661,7 +660,10 @@ fn run_round(
                 })),
                 Plan::Refuse(decision) => {
                     let now = chrono::Local::now().naive_local();
-                    for o in acknowledgments(&it.ic, decision, config, b, now)? {
+                    // Not reserved: nothing is claimed, and a resend is refused afresh.
+                    let numbers =
+                        next_numbers(b, &decision.partner.key(), numbers_needed(decision))?;
+                    for o in acknowledgments(&it.ic, decision, config, &numbers, now)? {
                         let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
                         outputs.push(Output {
                             item: *i,
@@ -854,6 +856,23 @@ fn run_round(
     Ok(busy)
 }
 
+/// Control numbers taken from the counters inside the batch, reserved to no claim.
+fn next_numbers(
+    b: &Batch<'_>,
+    partner: &str,
+    needed: ack::NumbersNeeded,
+) -> Result<ack::Numbers, crate::registry::RegistryError> {
+    let take = |counter, n: usize| {
+        (0..n)
+            .map(|_| b.next_control_number_in_batch(partner, counter))
+            .collect::<Result<Vec<u32>, _>>()
+    };
+    Ok(ack::Numbers {
+        isa13: take(crate::registry::Counter::Interchange, needed.isa13)?,
+        gs06: take(crate::registry::Counter::Group, needed.gs06)?,
+    })
+}
+
 /// Step (3) for one owned interchange, inside the batch's transaction.
 #[allow(clippy::too_many_arguments)] // until the round is split into its steps
 fn prepare(
@@ -890,21 +909,19 @@ fn prepare(
     }
     let decision = decide_with(ic, config, schemas, extra);
 
-    // Size the reservation with a dry run, then write with the reserved numbers, so a
-    // takeover of this claim writes the very same bytes.
-    let counting = CountingCounters::default();
+    // Reserved with the claim, so a takeover of this claim writes the very same bytes.
+    let needed = numbers_needed(&decision);
     let now = chrono::Local::now().naive_local();
-    acknowledgments(ic, &decision, config, &counting, now)?;
-    let (isa13, gs06) = *counting.asked.borrow();
-    let reservation = b.reserve_control_numbers(&it.key, &decision.partner.key(), isa13, gs06)?;
+    let reservation =
+        b.reserve_control_numbers(&it.key, &decision.partner.key(), needed.isa13, needed.gs06)?;
     let at = chrono::DateTime::from_timestamp_millis(reservation.at_ms)
         .map(|t| t.with_timezone(&chrono::Local).naive_local())
         .unwrap_or(now);
-    let reserved = ReservedCounters {
-        isa13: std::cell::RefCell::new(reservation.isa13.into_iter()),
-        gs06: std::cell::RefCell::new(reservation.gs06.into_iter()),
+    let numbers = ack::Numbers {
+        isa13: reservation.isa13,
+        gs06: reservation.gs06,
     };
-    let outbound = acknowledgments(ic, &decision, config, &reserved, at)?;
+    let outbound = acknowledgments(ic, &decision, config, &numbers, at)?;
 
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
     let g = &config.gateway;

@@ -12,7 +12,7 @@ use crate::check::{self, Checks};
 use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
 use crate::finding::Finding;
 use crate::outputs;
-use crate::registry::{ControlNumbers, Counter, RegistryError, MAX_CONTROL_NUMBER};
+use crate::registry::RegistryError;
 use crate::schema::Schemas;
 use crate::validate::Routing;
 use crate::x12::Interchange;
@@ -78,57 +78,28 @@ pub fn decide_with(
     }
 }
 
-/// The acknowledgment interchanges for a decision, numbered by `counters`.
+/// How many control numbers the acknowledgments of a decision carry.
+pub fn numbers_needed(decision: &Decision) -> ack::NumbersNeeded {
+    ack::numbers_needed(&decision.response, &decision.partner)
+}
+
+/// The acknowledgment interchanges for a decision, numbered by `numbers` (sized by
+/// [`numbers_needed`]).
 pub fn acknowledgments(
     ic: &Interchange<'_>,
     decision: &Decision,
     config: &Config,
-    counters: &dyn ControlNumbers,
+    numbers: &ack::Numbers,
     now: NaiveDateTime,
-) -> Result<Vec<Outbound>, RegistryError> {
+) -> Result<Vec<Outbound>, ack::ShortOfNumbers> {
     ack::write_acknowledgments(
         &decision.response,
         ic,
         &decision.partner,
         &config.gateway,
-        counters,
+        numbers,
         now,
     )
-}
-
-/// A source of control numbers that only counts what is asked of it, to learn how many
-/// numbers an acknowledgment needs before reserving them.
-#[derive(Default)]
-struct CountingCounters {
-    asked: std::cell::RefCell<(usize, usize)>,
-}
-
-impl ControlNumbers for CountingCounters {
-    fn next_control_number(&self, _: &str, counter: Counter) -> Result<u32, RegistryError> {
-        let mut asked = self.asked.borrow_mut();
-        match counter {
-            Counter::Interchange => asked.0 += 1,
-            Counter::Group => asked.1 += 1,
-        }
-        Ok(1)
-    }
-}
-
-/// Hands out the numbers of a [`Reservation`], in order.
-struct ReservedCounters {
-    isa13: std::cell::RefCell<std::vec::IntoIter<u32>>,
-    gs06: std::cell::RefCell<std::vec::IntoIter<u32>>,
-}
-
-impl ControlNumbers for ReservedCounters {
-    fn next_control_number(&self, _: &str, counter: Counter) -> Result<u32, RegistryError> {
-        let list = match counter {
-            Counter::Interchange => &self.isa13,
-            Counter::Group => &self.gs06,
-        };
-        // invariant: the reservation was sized by a counting run of the same writer.
-        Ok(list.borrow_mut().next().unwrap_or(MAX_CONTROL_NUMBER))
-    }
 }
 
 /// One line of `process --json`, and the detail of the audit event.
@@ -171,6 +142,9 @@ pub enum ProcessError {
     Io { path: String, cause: std::io::Error },
     #[error("{0}")]
     Translate(String),
+    /// An invariant broken: the reservation was sized by [`numbers_needed`].
+    #[error(transparent)]
+    Numbers(#[from] ack::ShortOfNumbers),
     /// A stop (SIGTERM, SIGINT) cut the batch short; its claims were marked failed.
     #[error("stopped before the batch was complete; its claims were marked failed, so a rerun takes them over at once")]
     Interrupted,

@@ -3,15 +3,11 @@
 //! Numbers run from 1 to 999999999 and wrap to 1, as X12 allows once a trading partner
 //! agreement's window has passed.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-
 use rusqlite::{params, OptionalExtension};
 
 use super::{Registry, RegistryError};
 
-/// The highest control number X12's nine digits can carry.
-pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
+pub use crate::x12::MAX_CONTROL_NUMBER;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Counter {
@@ -28,11 +24,6 @@ impl Counter {
             Counter::Group => "GS06",
         }
     }
-}
-
-/// A source of outbound control numbers. `partner` is the partner's `QUAL:ID`.
-pub trait ControlNumbers {
-    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError>;
 }
 
 /// Takes the next number on `conn` (a connection or an open transaction). One statement: the
@@ -53,19 +44,16 @@ pub(super) fn next_in(
     })
 }
 
-impl ControlNumbers for Registry {
-    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
+impl Registry {
+    /// Takes the next number (`counter`), committed at once: `x12gate counter next`.
+    pub fn next_control_number(
+        &self,
+        partner: &str,
+        counter: Counter,
+    ) -> Result<u32, RegistryError> {
         next_in(&self.conn, partner, counter).map_err(|e| self.sql(e))
     }
-}
 
-impl ControlNumbers for super::Batch<'_> {
-    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
-        self.next_control_number_in_batch(partner, counter)
-    }
-}
-
-impl Registry {
     /// The last number handed out, without taking one.
     pub fn current_control_number(
         &self,
@@ -97,44 +85,6 @@ impl Registry {
             )
             .map(drop)
             .map_err(|e| self.sql(e))
-    }
-}
-
-/// Numbers that would be handed out next, taken from nothing persistent: `ack` previews with
-/// these so that looking at an acknowledgment never consumes a number.
-#[derive(Debug, Default)]
-pub struct PreviewCounters {
-    last: RefCell<HashMap<(String, Counter), u32>>,
-}
-
-impl PreviewCounters {
-    /// Starts each counter after the registry's current value, when a registry is given.
-    pub fn after(registry: Option<&Registry>, partner: &str) -> Result<Self, RegistryError> {
-        let preview = PreviewCounters::default();
-        if let Some(r) = registry {
-            for counter in [Counter::Interchange, Counter::Group] {
-                if let Some(v) = r.current_control_number(partner, counter)? {
-                    preview
-                        .last
-                        .borrow_mut()
-                        .insert((partner.to_string(), counter), v);
-                }
-            }
-        }
-        Ok(preview)
-    }
-}
-
-impl ControlNumbers for PreviewCounters {
-    fn next_control_number(&self, partner: &str, counter: Counter) -> Result<u32, RegistryError> {
-        let mut last = self.last.borrow_mut();
-        let slot = last.entry((partner.to_string(), counter)).or_insert(0);
-        *slot = if *slot >= MAX_CONTROL_NUMBER {
-            1
-        } else {
-            *slot + 1
-        };
-        Ok(*slot)
     }
 }
 
@@ -195,38 +145,6 @@ mod tests {
             r.current_control_number("ZZ:ACME", Counter::Interchange)
                 .unwrap(),
             Some(1)
-        );
-    }
-
-    #[test]
-    fn preview_starts_after_the_registry_and_writes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let r = Registry::create(
-            &dir.path().join("r.db"),
-            super::super::Identity {
-                qualifier: "ZZ",
-                id: "US",
-            },
-        )
-        .unwrap();
-        r.set_control_number("ZZ:ACME", Counter::Interchange, 41)
-            .unwrap();
-        let p = PreviewCounters::after(Some(&r), "ZZ:ACME").unwrap();
-        assert_eq!(
-            p.next_control_number("ZZ:ACME", Counter::Interchange)
-                .unwrap(),
-            42
-        );
-        assert_eq!(
-            p.next_control_number("ZZ:ACME", Counter::Interchange)
-                .unwrap(),
-            43
-        );
-        assert_eq!(p.next_control_number("ZZ:ACME", Counter::Group).unwrap(), 1);
-        assert_eq!(
-            r.current_control_number("ZZ:ACME", Counter::Interchange)
-                .unwrap(),
-            Some(41)
         );
     }
 }

@@ -23,7 +23,7 @@ pub use claims::{
     now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous,
     Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
-pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
+pub use counters::{Counter, MAX_CONTROL_NUMBER};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -21,6 +21,9 @@ pub use envelope::{
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
+
+/// The highest control number (ISA13, GS06) X12's nine digits can carry.
+pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
 pub use segment::{Delimiters, Element, Segment, Segments};
 
 /// Skips what may stand before an interchange: a UTF-8 byte order mark, then ASCII whitespace.
