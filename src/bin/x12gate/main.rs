@@ -1417,15 +1417,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Prune { .. } => {
             let config = config(cli.config.as_deref())?;
             let mut registry = open_registry(&config)?;
-            let windows = |partner: &str| {
-                config
-                    .partners
-                    .iter()
-                    .find(|p| p.key() == partner)
-                    .map_or(30, |p| p.duplicate_window_days)
-            };
-            let removed = registry
-                .prune(&windows)
+            let removed = x12gate::retention::prune_keys(&config, &mut registry)
                 .map_err(|e| Failure::Operational(e.into()))?;
             for key in &removed {
                 writeln!(out, "{}", x12gate::text::printable(key))?;
