@@ -10,7 +10,9 @@ use chrono::NaiveDateTime;
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
 use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
 use crate::outputs;
-use crate::registry::{ControlNumbers, Counter, RegistryError, MAX_CONTROL_NUMBER};
+use crate::registry::{
+    ControlNumbers, Counter, PreviewCounters, Registry, RegistryError, MAX_CONTROL_NUMBER,
+};
 use crate::validate::{self, Finding};
 use crate::x12::Interchange;
 
@@ -91,6 +93,28 @@ pub fn acknowledgments(
         counters,
         now,
     )
+}
+
+/// What `ack` shows for one interchange: its decision, and the acknowledgments `process`
+/// would send for it.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub decision: Decision,
+    pub outbound: Vec<Outbound>,
+}
+
+/// Decides `ic` and writes its acknowledgments in memory, numbered after the counters of
+/// `registry` (none: from 1); no number is taken, nothing is written or recorded.
+pub fn preview(
+    ic: &Interchange<'_>,
+    config: &Config,
+    registry: Option<&Registry>,
+    now: NaiveDateTime,
+) -> Result<Preview, RegistryError> {
+    let decision = decide(ic, config);
+    let counters = PreviewCounters::after(registry, &decision.partner.key())?;
+    let outbound = acknowledgments(ic, &decision, config, &counters, now)?;
+    Ok(Preview { decision, outbound })
 }
 
 /// A source of control numbers that only counts what is asked of it, to learn how many

@@ -475,7 +475,7 @@ fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
 /// are previewed (the registry's next values), never taken.
 fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     use x12gate::ack::Disposition;
-    use x12gate::registry::{PreviewCounters, Registry};
+    use x12gate::registry::Registry;
     let registry = Registry::open_read_only(&config.gateway.database)
         .map_err(|e| Failure::Operational(e.into()))?;
     let now = chrono::Local::now().naive_local();
@@ -493,11 +493,9 @@ fn ack(file: &Path, input: &[u8], config: &Config, out: &mut impl Write) -> Resu
                 continue;
             }
         };
-        let decision = x12gate::pipeline::decide(&ic, config);
-        let counters = PreviewCounters::after(registry.as_ref(), &decision.partner.key())
-            .map_err(|e| Failure::Operational(e.into()))?;
-        let outbound = x12gate::pipeline::acknowledgments(&ic, &decision, config, &counters, now)
-            .map_err(|e| Failure::Operational(e.into()))?;
+        let x12gate::pipeline::Preview { decision, outbound } =
+            x12gate::pipeline::preview(&ic, config, registry.as_ref(), now)
+                .map_err(|e| Failure::Operational(e.into()))?;
         for o in &outbound {
             out.write_all(&o.bytes)?;
         }
