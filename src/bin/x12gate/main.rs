@@ -795,7 +795,8 @@ fn claims(
     json: bool,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
-    use x12gate::owner::{describe, liveness, Liveness};
+    use x12gate::desk::Released;
+    use x12gate::owner::describe;
     let mut registry = open_registry(config)?;
     let op = |e: x12gate::registry::RegistryError| Failure::Operational(e.into());
     let time = |ms: i64| {
@@ -839,39 +840,13 @@ fn claims(
         }
         Some(ClaimsAction::Release { key, force }) => {
             let key = x12gate::pipeline::typed_key(&key);
-            let Some(claim) = registry.unfinished_claim(&key).map_err(op)? else {
-                return Err(Failure::Usage(anyhow::anyhow!(
-                    "{key}: no unfinished claim (see `x12gate claims`)"
-                )));
-            };
-            let Some(owner) = claim.owner.filter(|_| claim.state == "in_flight") else {
-                writeln!(out, "{key}: already failed; the next attempt takes it over")?;
-                return Ok(exit::OK);
-            };
-            match liveness(&owner) {
-                Liveness::Alive => {
-                    return Err(Failure::Usage(anyhow::anyhow!(
-                        "{key}: held by {}, which is working on it; not released",
-                        describe(&owner)
-                    )))
+            match x12gate::desk::release(&mut registry, &key, force).map_err(desk_failure)? {
+                Released::AlreadyFailed => {
+                    writeln!(out, "{key}: already failed; the next attempt takes it over")?;
                 }
-                Liveness::Unknown if !force => {
-                    return Err(Failure::Usage(anyhow::anyhow!(
-                        "{key}: held by {}, which cannot be checked from here; make sure it is dead, then use --force",
-                        describe(&owner)
-                    )))
-                }
-                _ => {}
+                Released::From(owner) => writeln!(out, "{key}: released from {owner}")?,
             }
-            let why = format!("released by an operator from {}", describe(&owner));
-            if registry.release(&key, &owner, &why).map_err(op)? {
-                writeln!(out, "{key}: released from {}", describe(&owner))?;
-                Ok(exit::OK)
-            } else {
-                Err(Failure::Usage(anyhow::anyhow!(
-                    "{key}: the claim changed meanwhile; see `x12gate claims`"
-                )))
-            }
+            Ok(exit::OK)
         }
     }
 }
