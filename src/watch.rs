@@ -632,9 +632,7 @@ pub async fn run(
     let first = crate::setup::open_registry(&config)?;
     let intake = Intake::open(g)?;
     let lease = Duration::from_secs(g.lease_seconds);
-    for dir in [&g.out, &g.outbox, &g.rejected] {
-        crate::outputs::clean_stale(dir, lease);
-    }
+    crate::outputs::clean_stale_outputs(g);
     let settle = Duration::from_millis(g.settle_ms);
     let tick_every =
         Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));

@@ -965,14 +965,7 @@ fn process(
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
     stop_on_signals(&options.stop)?;
-    let lease = std::time::Duration::from_secs(config.gateway.lease_seconds);
-    for dir in [
-        &config.gateway.out,
-        &config.gateway.outbox,
-        &config.gateway.rejected,
-    ] {
-        x12gate::outputs::clean_stale(dir, lease);
-    }
+    x12gate::outputs::clean_stale_outputs(&config.gateway);
     let progress = (files.len() > 20 && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(files.len() as u64);
         bar.set_style(
