@@ -114,6 +114,16 @@ enum Outcome {
     Retry { error: String, operational: bool },
 }
 
+impl Outcome {
+    /// An operational failure: the file stays in the work folder and is retried.
+    fn failed(error: String) -> Outcome {
+        Outcome::Retry {
+            error,
+            operational: true,
+        }
+    }
+}
+
 /// Processes a batch of taken files (one transaction per step for all of them, see
 /// `pipeline::process_files`) and places each where it belongs.
 fn process_batch(
@@ -137,10 +147,6 @@ fn process_batch_timed(
     pool: &Pool,
     options: &ProcessOptions,
 ) -> Vec<(Queued, Outcome)> {
-    let retry = |e: String| Outcome::Retry {
-        error: e,
-        operational: true,
-    };
     // A file placed by an attempt cut short is only cleaned up, not processed again.
     let (placed, todo): (Vec<_>, Vec<_>) = batch
         .into_iter()
@@ -152,7 +158,7 @@ fn process_batch_timed(
             let p = p?;
             Some(match std::fs::remove_file(&q.taken.path) {
                 Ok(()) => (q, Outcome::Placed(p)),
-                Err(e) => (q, retry(e.to_string())),
+                Err(e) => (q, Outcome::failed(e.to_string())),
             })
         })
         .collect();
@@ -173,7 +179,10 @@ fn process_batch_timed(
     let mut registry = match opened {
         Ok(r) => r,
         Err(e) => {
-            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            outcomes.extend(
+                todo.into_iter()
+                    .map(|q| (q, Outcome::failed(e.to_string()))),
+            );
             return outcomes;
         }
     };
@@ -204,41 +213,15 @@ fn process_batch_timed(
             if let Ok(mut p) = pool.lock() {
                 p.push(registry);
             }
-            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            outcomes.extend(
+                todo.into_iter()
+                    .map(|q| (q, Outcome::failed(e.to_string()))),
+            );
             return outcomes;
         }
     };
     for q in todo {
-        let gone = || !q.taken.path.exists();
-        let outcome = match results.next().map(|o| o.result) {
-            None => Outcome::Retry {
-                error: "stopped before it was read".into(),
-                operational: false,
-            },
-            Some(Err(_)) if gone() => Outcome::Gone,
-            Some(Err(e)) => retry(e.to_string()),
-            // Undecided here (another process holds it, or the wait was stopped): it stays in
-            // the work folder; the retry meets the decision as a duplicate.
-            Some(Ok(reports))
-                if reports
-                    .iter()
-                    .any(|r| r.disposition == Disposition::InProgress) =>
-            {
-                Outcome::Retry {
-                    error: "in progress elsewhere; retried later".into(),
-                    operational: false,
-                }
-            }
-            Some(Ok(reports)) => match inbound::dispose(&q.taken, &reports, config) {
-                Ok(destination) => Outcome::Done {
-                    reports,
-                    destination,
-                },
-                Err(_) if gone() => Outcome::Gone,
-                // The registry has the decision; the next attempt replays it as a duplicate.
-                Err(e) => retry(format!("placing {} after processing: {e}", q.taken.name)),
-            },
-        };
+        let outcome = outcome_of(&q, results.next().map(|o| o.result), config);
         outcomes.push((q, outcome));
     }
     record_placements(&mut registry, config, &outcomes);
@@ -246,6 +229,45 @@ fn process_batch_timed(
         p.push(registry);
     }
     outcomes
+}
+
+/// What became of one file of a batch, from what the pipeline said of it (`None`: it
+/// stopped before reading it), and the file placed where it belongs when it was decided.
+fn outcome_of(
+    q: &Queued,
+    result: Option<Result<Vec<Report>, pipeline::ProcessError>>,
+    config: &Config,
+) -> Outcome {
+    let gone = || !q.taken.path.exists();
+    match result {
+        None => Outcome::Retry {
+            error: "stopped before it was read".into(),
+            operational: false,
+        },
+        Some(Err(_)) if gone() => Outcome::Gone,
+        Some(Err(e)) => Outcome::failed(e.to_string()),
+        // Undecided here (another process holds it, or the wait was stopped): it stays in
+        // the work folder; the retry meets the decision as a duplicate.
+        Some(Ok(reports))
+            if reports
+                .iter()
+                .any(|r| r.disposition == Disposition::InProgress) =>
+        {
+            Outcome::Retry {
+                error: "in progress elsewhere; retried later".into(),
+                operational: false,
+            }
+        }
+        Some(Ok(reports)) => match inbound::dispose(&q.taken, &reports, config) {
+            Ok(destination) => Outcome::Done {
+                reports,
+                destination,
+            },
+            Err(_) if gone() => Outcome::Gone,
+            // The registry has the decision; the next attempt replays it as a duplicate.
+            Err(e) => Outcome::failed(format!("placing {} after processing: {e}", q.taken.name)),
+        },
+    }
 }
 
 /// Where each interchange's file went, in the history (`show` reads it), in one transaction
@@ -555,70 +577,90 @@ impl Watcher {
                 let Some((path, size)) = inbox.next() else {
                     break;
                 };
-                // A file this user cannot read stays in the inbox, where it can be seen, and
-                // is named once; moved into the work folder it would only fail there.
-                if let Err(e) = std::fs::File::open(&path) {
-                    if self.warned.insert(path.clone()) {
-                        tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
-                    }
-                    if let Some(s) = self.seen.get_mut(&path) {
-                        s.not_before = Some(now + self.retry_max);
-                    }
-                    continue;
-                }
-                match self.intake.take(&path) {
-                    Ok(Some(taken)) => {
-                        self.seen.remove(&path);
-                        bytes += size;
-                        batch.push(Queued {
-                            taken,
-                            size,
-                            attempts: 0,
-                            not_before: None,
-                        });
-                    }
-                    // Taken by another watcher, or removed.
-                    Ok(None) => {
-                        self.seen.remove(&path);
-                    }
-                    Err(e) => {
-                        tracing::error!(file = %crate::text::printable(&path.display().to_string()), error = %e, "could not move the file out of the inbox into the work folder; retried later");
-                        if let Some(s) = self.seen.get_mut(&path) {
-                            s.not_before = Some(now + backoff(2, self.retry_max));
-                        }
-                    }
+                if let Some(q) = self.take(&path, size, now) {
+                    bytes += q.size;
+                    batch.push(q);
                 }
             }
             if batch.is_empty() {
                 break;
             }
-            self.summary.files_taken += batch.len() as u64;
-            self.last_dispatch = now;
-            tracing::debug!(files = batch.len(), "batch taken");
-            let turn = ClaimOrder::turn(&self.order);
-            let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
-            let (config, pool, opts, live) = (
-                self.config.clone(),
-                self.pool.clone(),
-                self.options.clone(),
-                self.live.clone(),
-            );
-            let handle = tokio::task::spawn_blocking(move || {
-                let outcomes = process_batch(batch, turn, &config, &pool, &opts, &live);
-                drop(permit);
-                outcomes
-            });
-            self.tasks.spawn(async move {
-                match handle.await {
-                    Ok(outcomes) => (Vec::new(), outcomes),
-                    // A worker that panicked decided nothing: its files go back to the queue.
-                    Err(_) => (held, Vec::new()),
-                }
-            });
+            self.spawn(batch, permit, now);
         }
         // Queued files no batch had room for wait for the next round.
         self.queue.extend(due);
         self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
+    }
+
+    /// Takes one complete inbox file out of the inbox into the work folder, for a batch;
+    /// `None` when it stays (unreadable, or the rename failed: retried later) or is gone.
+    fn take(&mut self, path: &Path, size: u64, now: Instant) -> Option<Queued> {
+        // A file this user cannot read stays in the inbox, where it can be seen, and
+        // is named once; moved into the work folder it would only fail there.
+        if let Err(e) = std::fs::File::open(path) {
+            if self.warned.insert(path.to_path_buf()) {
+                tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
+            }
+            if let Some(s) = self.seen.get_mut(path) {
+                s.not_before = Some(now + self.retry_max);
+            }
+            return None;
+        }
+        match self.intake.take(path) {
+            Ok(Some(taken)) => {
+                self.seen.remove(path);
+                Some(Queued {
+                    taken,
+                    size,
+                    attempts: 0,
+                    not_before: None,
+                })
+            }
+            // Taken by another watcher, or removed.
+            Ok(None) => {
+                self.seen.remove(path);
+                None
+            }
+            Err(e) => {
+                tracing::error!(file = %crate::text::printable(&path.display().to_string()), error = %e, "could not move the file out of the inbox into the work folder; retried later");
+                if let Some(s) = self.seen.get_mut(path) {
+                    s.not_before = Some(now + backoff(2, self.retry_max));
+                }
+                None
+            }
+        }
+    }
+
+    /// Hands a batch to a blocking worker, which holds `permit` while it works.
+    fn spawn(
+        &mut self,
+        batch: Vec<Queued>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        now: Instant,
+    ) {
+        self.summary.files_taken += batch.len() as u64;
+        self.last_dispatch = now;
+        tracing::debug!(files = batch.len(), "batch taken");
+        let turn = ClaimOrder::turn(&self.order);
+        let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
+        let (config, pool, opts, live) = (
+            self.config.clone(),
+            self.pool.clone(),
+            self.options.clone(),
+            self.live.clone(),
+        );
+        let handle = tokio::task::spawn_blocking(move || {
+            let outcomes = process_batch(batch, turn, &config, &pool, &opts, &live);
+            drop(permit);
+            outcomes
+        });
+        self.tasks.spawn(async move {
+            match handle.await {
+                Ok(outcomes) => (Vec::new(), outcomes),
+                // A worker that panicked decided nothing: its files go back to the queue.
+                Err(_) => (held, Vec::new()),
+            }
+        });
     }
 
     /// Records what became of a file.
