@@ -1,6 +1,7 @@
 //! The EDI desk's tools on one interchange: `show` (everything known about it, from the
-//! registry and the folders) and `reprocess` (a rejected interchange again, as a new
-//! attempt, after its cause was fixed).
+//! registry and the folders), `reprocess` (a rejected interchange again, as a new
+//! attempt, after its cause was fixed) and `claims release` (a stuck claim freed for the next
+//! attempt).
 //!
 //! "Where is my 997 for 101?" is answered from the key alone: the claim, every content seen
 //! under it, the findings of the file as it is now, each acknowledgment sent with our ISA13
@@ -302,5 +303,52 @@ pub fn reprocess(
                 ))),
             }
         }
+    }
+}
+
+/// What [`release`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The claim was in flight: it is failed now. Its owner, described.
+    From(String),
+    /// The claim had failed already: the next attempt takes it over.
+    AlreadyFailed,
+}
+
+/// Marks `key`'s claim failed so that the next attempt takes it over at once. Refused while
+/// its owner is a live process on this host, and, unless `force`, when its owner cannot be
+/// checked from here (another host's): taking a live owner's claim would process it twice.
+pub fn release(registry: &mut Registry, key: &str, force: bool) -> Result<Released, DeskError> {
+    use crate::owner::{describe, liveness, Liveness};
+    let refused = |why: String| DeskError::Refused {
+        key: key.to_string(),
+        why,
+    };
+    let Some(claim) = registry.unfinished_claim(key)? else {
+        return Err(refused("no unfinished claim (see `x12gate claims`)".into()));
+    };
+    let Some(owner) = claim.owner.filter(|_| claim.state == "in_flight") else {
+        return Ok(Released::AlreadyFailed);
+    };
+    match liveness(&owner) {
+        Liveness::Alive => {
+            return Err(refused(format!(
+                "held by {}, which is working on it; not released",
+                describe(&owner)
+            )))
+        }
+        Liveness::Unknown if !force => {
+            let why = "which cannot be checked from here; make sure it is dead, then use --force";
+            return Err(refused(format!("held by {}, {why}", describe(&owner))));
+        }
+        _ => {}
+    }
+    let why = format!("released by an operator from {}", describe(&owner));
+    if registry.release(key, &owner, &why)? {
+        Ok(Released::From(describe(&owner)))
+    } else {
+        Err(refused(
+            "the claim changed meanwhile; see `x12gate claims`".into(),
+        ))
     }
 }

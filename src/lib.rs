@@ -14,18 +14,24 @@
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
 //! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads, atomic writes.
-//! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete.
+//! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete; and
+//!   `ack`'s preview (decided and written in memory, nothing taken).
 //! - [`intake`], [`inbound`], [`watch`]: the watcher's work folders (a file is taken by
 //!   rename before it is read), where a processed file goes (placed exactly once), and the
 //!   directory watcher itself.
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
-//! - [`desk`]: the EDI desk's tools on one interchange: `show` and `reprocess`.
+//! - [`desk`]: the EDI desk's tools on one interchange: `show`, `reprocess` and
+//!   `claims release`.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
-//! - [`retention`]: which files in `archive/`, `out/`, `outbox/` are past retention.
+//! - [`retention`]: which keys are past their duplicate window, and which files in
+//!   `archive/`, `out/`, `outbox/` are past retention.
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
 //! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
+//!
+//! The binary, `src/bin/x12gate/`, holds no decisions: `args` (clap), `commands` (one
+//! function per command: arguments in, the library called, lines out), `exit` (exit codes).
 //!
 //! Data flow: bytes → `x12::Interchanges` → `validate` → `ack::respond` → (`registry` claim)
 //! → `ack` writers + `translate` → `outputs` → (`registry` completion).

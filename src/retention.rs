@@ -1,7 +1,8 @@
-//! File retention (`prune --files`): a partner's files in `archive/`, `out/` and `outbox/`
-//! that are older than its `retention_days` go, but never one that a key still in the
-//! registry refers to (a key inside its `duplicate_window_days` may be resent, and `show`
-//! and `reprocess` read its file): such files go only after `prune` removed their key.
+//! Retention: `prune` removes the keys older than their partner's `duplicate_window_days`;
+//! `prune --files` finds a partner's files in `archive/`, `out/` and `outbox/` that are older
+//! than its `retention_days`, but never one that a key still in the registry refers to (a key
+//! inside its `duplicate_window_days` may be resent, and `show` and `reprocess` read its
+//! file): such files go only after `prune` removed their key.
 //!
 //! Which partner a file belongs to: outputs are named after their key (`ZZ_ACME_000000101.`);
 //! an archived file by the watcher's `placed` note in the history. A file that cannot be
@@ -14,6 +15,20 @@ use std::time::{Duration, SystemTime};
 use crate::config::Config;
 use crate::outputs::safe_name;
 use crate::registry::{EventFilter, Registry, RegistryError};
+
+/// Removes the keys older than their partner's `duplicate_window_days`; returns them.
+pub fn prune_keys(config: &Config, registry: &mut Registry) -> Result<Vec<String>, RegistryError> {
+    // A sender that is not configured (accepted as unknown, or removed since) keeps the
+    // window `Partner::unknown` gives: the default, 30 days.
+    let windows = |partner: &str| {
+        config
+            .partners
+            .iter()
+            .find(|p| p.key() == partner)
+            .map_or(30, |p| p.duplicate_window_days)
+    };
+    registry.prune(&windows)
+}
 
 /// What `prune --files` would do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

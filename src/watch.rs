@@ -115,6 +115,16 @@ enum Outcome {
     Retry { error: String, operational: bool },
 }
 
+impl Outcome {
+    /// An operational failure: the file stays in the work folder and is retried.
+    fn failed(error: String) -> Outcome {
+        Outcome::Retry {
+            error,
+            operational: true,
+        }
+    }
+}
+
 /// Processes a batch of taken files (one transaction per step for all of them, see
 /// `pipeline::process_files`) and places each where it belongs.
 fn process_batch(
@@ -140,10 +150,6 @@ fn process_batch_timed(
     pool: &Pool,
     options: &ProcessOptions,
 ) -> Vec<(Queued, Outcome)> {
-    let retry = |e: String| Outcome::Retry {
-        error: e,
-        operational: true,
-    };
     // A file placed by an attempt cut short is only cleaned up, not processed again.
     let (placed, todo): (Vec<_>, Vec<_>) = batch
         .into_iter()
@@ -155,7 +161,7 @@ fn process_batch_timed(
             let p = p?;
             Some(match std::fs::remove_file(&q.taken.path) {
                 Ok(()) => (q, Outcome::Placed(p)),
-                Err(e) => (q, retry(e.to_string())),
+                Err(e) => (q, Outcome::failed(e.to_string())),
             })
         })
         .collect();
@@ -176,7 +182,10 @@ fn process_batch_timed(
     let mut registry = match opened {
         Ok(r) => r,
         Err(e) => {
-            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            outcomes.extend(
+                todo.into_iter()
+                    .map(|q| (q, Outcome::failed(e.to_string()))),
+            );
             return outcomes;
         }
     };
@@ -214,41 +223,15 @@ fn process_batch_timed(
             if let Ok(mut p) = pool.lock() {
                 p.push(registry);
             }
-            outcomes.extend(todo.into_iter().map(|q| (q, retry(e.to_string()))));
+            outcomes.extend(
+                todo.into_iter()
+                    .map(|q| (q, Outcome::failed(e.to_string()))),
+            );
             return outcomes;
         }
     };
     for q in todo {
-        let gone = || !q.taken.path.exists();
-        let outcome = match results.next().map(|o| o.result) {
-            None => Outcome::Retry {
-                error: "stopped before it was read".into(),
-                operational: false,
-            },
-            Some(Err(_)) if gone() => Outcome::Gone,
-            Some(Err(e)) => retry(e.to_string()),
-            // Undecided here (another process holds it, or the wait was stopped): it stays in
-            // the work folder; the retry meets the decision as a duplicate.
-            Some(Ok(reports))
-                if reports
-                    .iter()
-                    .any(|r| r.disposition == Disposition::InProgress) =>
-            {
-                Outcome::Retry {
-                    error: "in progress elsewhere; retried later".into(),
-                    operational: false,
-                }
-            }
-            Some(Ok(reports)) => match inbound::dispose(&q.taken, &reports, config) {
-                Ok(destination) => Outcome::Done {
-                    reports,
-                    destination,
-                },
-                Err(_) if gone() => Outcome::Gone,
-                // The registry has the decision; the next attempt replays it as a duplicate.
-                Err(e) => retry(format!("placing {} after processing: {e}", q.taken.name)),
-            },
-        };
+        let outcome = outcome_of(&q, results.next().map(|o| o.result), config);
         outcomes.push((q, outcome));
     }
     record_placements(&mut registry, config, &outcomes);
@@ -256,6 +239,45 @@ fn process_batch_timed(
         p.push(registry);
     }
     outcomes
+}
+
+/// What became of one file of a batch, from what the pipeline said of it (`None`: it
+/// stopped before reading it), and the file placed where it belongs when it was decided.
+fn outcome_of(
+    q: &Queued,
+    result: Option<Result<Vec<Report>, pipeline::ProcessError>>,
+    config: &Config,
+) -> Outcome {
+    let gone = || !q.taken.path.exists();
+    match result {
+        None => Outcome::Retry {
+            error: "stopped before it was read".into(),
+            operational: false,
+        },
+        Some(Err(_)) if gone() => Outcome::Gone,
+        Some(Err(e)) => Outcome::failed(e.to_string()),
+        // Undecided here (another process holds it, or the wait was stopped): it stays in
+        // the work folder; the retry meets the decision as a duplicate.
+        Some(Ok(reports))
+            if reports
+                .iter()
+                .any(|r| r.disposition == Disposition::InProgress) =>
+        {
+            Outcome::Retry {
+                error: "in progress elsewhere; retried later".into(),
+                operational: false,
+            }
+        }
+        Some(Ok(reports)) => match inbound::dispose(&q.taken, &reports, config) {
+            Ok(destination) => Outcome::Done {
+                reports,
+                destination,
+            },
+            Err(_) if gone() => Outcome::Gone,
+            // The registry has the decision; the next attempt replays it as a duplicate.
+            Err(e) => Outcome::failed(format!("placing {} after processing: {e}", q.taken.name)),
+        },
+    }
 }
 
 /// Where each interchange's file went, in the history (`show` reads it), in one transaction
@@ -340,17 +362,29 @@ fn scan(inbox: &Path) -> std::io::Result<Vec<(PathBuf, Entry)>> {
     Ok(found)
 }
 
-/// The watcher's state between ticks. One task owns it; the blocking workers get only what
-/// they need (the configuration, the registry pool, a batch of files and its turn).
+/// The watcher's state from start to shutdown. One task owns it and runs the loop
+/// ([`Watcher::serve`]); the blocking workers get only what they need (the configuration,
+/// the registry pool, a batch of files and its turn).
 struct Watcher {
     config: Arc<Config>,
+    /// The definitions sets are checked against, loaded once by the caller.
     schemas: &'static Schemas,
+    /// Our work folder: files are taken into it by rename, and adopted from dead watchers'.
     intake: Intake,
     pool: Pool,
+    /// Shared with every batch: the stop flag (shutdown stops waiting for other processes).
     options: Arc<ProcessOptions>,
     order: Arc<ClaimOrder>,
+    /// One permit per worker: a batch holds one while it works.
     workers: Arc<Semaphore>,
+    /// The figures `/metrics` serves beside the registry's (batch durations).
     live: Arc<crate::metrics::Live>,
+    /// The `/metrics` server, when `[gateway] metrics` is set; stopped at the end.
+    metrics: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// `--once`: stop when everything present was decided.
+    once: bool,
+    /// Set by the first shutdown signal: no new files, only the batches in flight finish.
+    stopping: bool,
     /// Inbox files not complete yet, by path.
     seen: HashMap<PathBuf, Seen>,
     /// Inbox entries that are not regular files (folders, links, FIFOs): warned about once,
@@ -358,13 +392,75 @@ struct Watcher {
     warned: HashSet<PathBuf>,
     /// Taken files waiting for a worker.
     queue: Vec<Queued>,
+    /// The batches at work.
     tasks: JoinSet<BatchDone>,
     summary: Summary,
+    /// How long a file's size and mtime must be still before it is taken (`settle_ms`).
     settle: Duration,
+    /// How often the loop looks at the inbox, the queue and the timers below.
     tick_every: Duration,
+    /// A full rescan at least this often, events or not (`poll_ms`).
+    poll_every: Duration,
+    /// The longest backoff of a retried file (`retry_max_seconds`).
     retry_max: Duration,
+    /// How often the work folder says we are alive (a quarter of the lease, within bounds).
+    beat_every: Duration,
+    /// How often the periodic summary is logged (`summary_seconds`).
+    summary_every: Duration,
     last_scan: Instant,
     last_dispatch: Instant,
+    last_beat: Instant,
+    last_adopt: Instant,
+    last_summary: Instant,
+}
+
+/// File-system events on the inbox (none with `--poll` or `--once`). They only nudge: the
+/// next tick rescans, and a full channel sets `rescan` instead of losing a file.
+struct Nudges {
+    paths: mpsc::Receiver<PathBuf>,
+    /// Rescan at the next tick: an event arrived, or one was lost.
+    rescan: Arc<AtomicBool>,
+    /// Delivers the events while it lives; its callback holds the sender.
+    _watcher: Option<notify::RecommendedWatcher>,
+    /// Without a watcher the sender is kept here, so that `paths` stays open and quiet
+    /// instead of closed.
+    _sender: Option<mpsc::Sender<PathBuf>>,
+}
+
+impl Nudges {
+    /// Starts watching `inbox`, unless `options` ask for polling or a single pass.
+    fn watch(inbox: &Path, options: WatchOptions) -> Result<Nudges, WatchError> {
+        let (events_tx, paths) = mpsc::channel::<PathBuf>(4096);
+        let rescan = Arc::new(AtomicBool::new(true));
+        if options.poll || options.once {
+            return Ok(Nudges {
+                paths,
+                rescan,
+                _watcher: None,
+                _sender: Some(events_tx),
+            });
+        }
+        use notify::Watcher as _;
+        let flag = rescan.clone();
+        let mut n =
+            notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+                Ok(event) => {
+                    for p in event.paths {
+                        if events_tx.try_send(p).is_err() {
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Err(_) => flag.store(true, Ordering::Relaxed),
+            })?;
+        n.watch(inbox, notify::RecursiveMode::NonRecursive)?;
+        Ok(Nudges {
+            paths,
+            rescan,
+            _watcher: Some(n),
+            _sender: None,
+        })
+    }
 }
 
 impl Watcher {
@@ -493,71 +589,91 @@ impl Watcher {
                 let Some((path, size)) = inbox.next() else {
                     break;
                 };
-                // A file this user cannot read stays in the inbox, where it can be seen, and
-                // is named once; moved into the work folder it would only fail there.
-                if let Err(e) = std::fs::File::open(&path) {
-                    if self.warned.insert(path.clone()) {
-                        tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
-                    }
-                    if let Some(s) = self.seen.get_mut(&path) {
-                        s.not_before = Some(now + self.retry_max);
-                    }
-                    continue;
-                }
-                match self.intake.take(&path) {
-                    Ok(Some(taken)) => {
-                        self.seen.remove(&path);
-                        bytes += size;
-                        batch.push(Queued {
-                            taken,
-                            size,
-                            attempts: 0,
-                            not_before: None,
-                        });
-                    }
-                    // Taken by another watcher, or removed.
-                    Ok(None) => {
-                        self.seen.remove(&path);
-                    }
-                    Err(e) => {
-                        tracing::error!(file = %crate::text::printable(&path.display().to_string()), error = %e, "could not move the file out of the inbox into the work folder; retried later");
-                        if let Some(s) = self.seen.get_mut(&path) {
-                            s.not_before = Some(now + backoff(2, self.retry_max));
-                        }
-                    }
+                if let Some(q) = self.take(&path, size, now) {
+                    bytes += q.size;
+                    batch.push(q);
                 }
             }
             if batch.is_empty() {
                 break;
             }
-            self.summary.files_taken += batch.len() as u64;
-            self.last_dispatch = now;
-            tracing::debug!(files = batch.len(), "batch taken");
-            let turn = ClaimOrder::turn(&self.order);
-            let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
-            let schemas = self.schemas;
-            let (config, pool, opts, live) = (
-                self.config.clone(),
-                self.pool.clone(),
-                self.options.clone(),
-                self.live.clone(),
-            );
-            let handle = tokio::task::spawn_blocking(move || {
-                let outcomes = process_batch(batch, turn, &config, schemas, &pool, &opts, &live);
-                drop(permit);
-                outcomes
-            });
-            self.tasks.spawn(async move {
-                match handle.await {
-                    Ok(outcomes) => (Vec::new(), outcomes),
-                    // A worker that panicked decided nothing: its files go back to the queue.
-                    Err(_) => (held, Vec::new()),
-                }
-            });
+            self.spawn(batch, permit, now);
         }
         // Queued files no batch had room for wait for the next round.
         self.queue.extend(due);
         self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
+    }
+
+    /// Takes one complete inbox file out of the inbox into the work folder, for a batch;
+    /// `None` when it stays (unreadable, or the rename failed: retried later) or is gone.
+    fn take(&mut self, path: &Path, size: u64, now: Instant) -> Option<Queued> {
+        // A file this user cannot read stays in the inbox, where it can be seen, and
+        // is named once; moved into the work folder it would only fail there.
+        if let Err(e) = std::fs::File::open(path) {
+            if self.warned.insert(path.to_path_buf()) {
+                tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
+            }
+            if let Some(s) = self.seen.get_mut(path) {
+                s.not_before = Some(now + self.retry_max);
+            }
+            return None;
+        }
+        match self.intake.take(path) {
+            Ok(Some(taken)) => {
+                self.seen.remove(path);
+                Some(Queued {
+                    taken,
+                    size,
+                    attempts: 0,
+                    not_before: None,
+                })
+            }
+            // Taken by another watcher, or removed.
+            Ok(None) => {
+                self.seen.remove(path);
+                None
+            }
+            Err(e) => {
+                tracing::error!(file = %crate::text::printable(&path.display().to_string()), error = %e, "could not move the file out of the inbox into the work folder; retried later");
+                if let Some(s) = self.seen.get_mut(path) {
+                    s.not_before = Some(now + backoff(2, self.retry_max));
+                }
+                None
+            }
+        }
+    }
+
+    /// Hands a batch to a blocking worker, which holds `permit` while it works.
+    fn spawn(
+        &mut self,
+        batch: Vec<Queued>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        now: Instant,
+    ) {
+        self.summary.files_taken += batch.len() as u64;
+        self.last_dispatch = now;
+        tracing::debug!(files = batch.len(), "batch taken");
+        let turn = ClaimOrder::turn(&self.order);
+        let held: Vec<Taken> = batch.iter().map(|q| q.taken.clone()).collect();
+        let schemas = self.schemas;
+        let (config, pool, opts, live) = (
+            self.config.clone(),
+            self.pool.clone(),
+            self.options.clone(),
+            self.live.clone(),
+        );
+        let handle = tokio::task::spawn_blocking(move || {
+            let outcomes = process_batch(batch, turn, &config, schemas, &pool, &opts, &live);
+            drop(permit);
+            outcomes
+        });
+        self.tasks.spawn(async move {
+            match handle.await {
+                Ok(outcomes) => (Vec::new(), outcomes),
+                // A worker that panicked decided nothing: its files go back to the queue.
+                Err(_) => (held, Vec::new()),
+            }
+        });
     }
 
     /// Records what became of a file.
@@ -626,6 +742,188 @@ impl Watcher {
             && self.queue.iter().all(|q| q.not_before.is_some())
             && self.seen.values().all(|s| s.not_before.is_some())
     }
+
+    /// Everything before the first file: the inbox, the registry and the work folder
+    /// (unusable, they stop the watcher before it takes anything), the metrics port, and the
+    /// files left by watchers that are gone, queued first: they arrived before anything new.
+    async fn start(
+        config: Arc<Config>,
+        schemas: &'static Schemas,
+        options: WatchOptions,
+    ) -> Result<Watcher, WatchError> {
+        let g = &config.gateway;
+        std::fs::create_dir_all(&g.inbox).map_err(|source| WatchError::Inbox {
+            path: g.inbox.display().to_string(),
+            cause: source,
+        })?;
+        let first = crate::setup::open_registry(&config)?;
+        let intake = Intake::open(g)?;
+        let lease = Duration::from_secs(g.lease_seconds);
+        crate::outputs::clean_stale_outputs(g);
+        let settle = Duration::from_millis(g.settle_ms);
+        let now = Instant::now();
+        let mut w = Watcher {
+            config: config.clone(),
+            schemas,
+            intake,
+            pool: Arc::new(Mutex::new(vec![first])),
+            options: Arc::new(ProcessOptions::new(false)),
+            order: Arc::new(ClaimOrder::default()),
+            workers: Arc::new(Semaphore::new(g.workers.max(1))),
+            live: Arc::new(crate::metrics::Live::default()),
+            metrics: None,
+            once: options.once,
+            stopping: false,
+            seen: HashMap::new(),
+            warned: HashSet::new(),
+            queue: Vec::new(),
+            tasks: JoinSet::new(),
+            summary: Summary::default(),
+            settle,
+            tick_every: Duration::from_millis(
+                g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10),
+            ),
+            poll_every: Duration::from_millis(g.poll_ms),
+            retry_max: Duration::from_secs(g.retry_max_seconds),
+            beat_every: (lease / 4).clamp(Duration::from_millis(500), Duration::from_secs(10)),
+            summary_every: Duration::from_secs(g.summary_seconds.max(1)),
+            last_scan: now - Duration::from_secs(3600),
+            last_dispatch: now,
+            last_beat: now,
+            last_adopt: now,
+            last_summary: now,
+        };
+        // The metrics port is taken before any file: a port in use stops the watcher at start.
+        if let Some(addr) = g.metrics {
+            let server = crate::metrics::bind(addr, config.clone(), w.live.clone())
+                .await
+                .map_err(|cause| WatchError::Metrics { addr, cause })?;
+            w.metrics = Some(tokio::spawn(server));
+        }
+        let adopted = w.intake.adopt();
+        tracing::info!(
+            config = %config.path.display(),
+            inbox = %g.inbox.display(),
+            registry = %g.database.display(),
+            work = %w.intake.folder().display(),
+            workers = g.workers.max(1),
+            settle_ms = g.settle_ms,
+            poll_ms = g.poll_ms,
+            lease_seconds = g.lease_seconds,
+            adopted = adopted.len(),
+            metrics = %g.metrics.map_or("off".to_string(), |a| a.to_string()),
+            mode = if options.once { "once" } else if options.poll { "poll" } else { "events" },
+            "x12gate watch started"
+        );
+        w.enqueue(adopted);
+        Ok(w)
+    }
+
+    /// The loop: a shutdown, a batch coming back, an event or the tick wakes it; then, unless
+    /// stopping, one [`tick`](Self::tick). It ends when the batches in flight at shutdown
+    /// are done, or with `--once` when the inbox is.
+    async fn serve(
+        &mut self,
+        nudges: &mut Nudges,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), WatchError> {
+        let mut tick = tokio::time::interval(self.tick_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown, if !self.stopping => self.stop(),
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    self.batch_done(done.unwrap_or_default());
+                }
+                Some(path) = nudges.paths.recv() => {
+                    // Only a nudge: the next tick looks at the file.
+                    if path.parent() == Some(self.config.gateway.inbox.as_path()) {
+                        nudges.rescan.store(true, Ordering::Relaxed);
+                    }
+                }
+                _ = tick.tick() => {}
+            }
+            if self.stopping {
+                if self.tasks.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
+            self.tick(Instant::now(), nudges)?;
+            if self.once && self.once_done() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The first shutdown signal: no new files, no more waiting for other processes' leases.
+    fn stop(&mut self) {
+        tracing::info!(in_flight = self.tasks.len(), "shutting down: taking no new files, no longer waiting for other processes, finishing the files in flight");
+        self.options.stop.stop_waiting();
+        self.stopping = true;
+    }
+
+    /// A batch came back: what it decided is recorded; the files of a worker that failed
+    /// are queued again.
+    fn batch_done(&mut self, (lost, outcomes): BatchDone) {
+        for (q, outcome) in outcomes {
+            self.record(q, outcome);
+        }
+        if !lost.is_empty() {
+            tracing::error!(files = lost.len(), "a worker failed; its files are retried");
+            self.summary.retries += lost.len() as u64;
+            self.enqueue(lost);
+        }
+    }
+
+    /// The periodic work, in order: rescan the inbox when due, say the work folder is alive,
+    /// adopt dead watchers' files, hand ready files to free workers, log the summary.
+    fn tick(&mut self, now: Instant, nudges: &Nudges) -> Result<(), WatchError> {
+        let poll_due = now.duration_since(self.last_scan) >= self.poll_every;
+        // At most one rescan per tick, however many events arrive: a flood of events must
+        // not turn into a flood of directory listings.
+        let scan_due = now.duration_since(self.last_scan) >= self.tick_every;
+        if poll_due
+            || (scan_due && (!self.seen.is_empty() || nudges.rescan.load(Ordering::Relaxed)))
+        {
+            nudges.rescan.store(false, Ordering::Relaxed);
+            self.rescan(now)?;
+        }
+        if now.duration_since(self.last_beat) >= self.beat_every {
+            self.last_beat = now;
+            self.intake.heartbeat();
+        }
+        if now.duration_since(self.last_adopt) >= Duration::from_secs(2) {
+            self.last_adopt = now;
+            let adopted = self.intake.adopt();
+            self.enqueue(adopted);
+        }
+        self.dispatch(now);
+        if now.duration_since(self.last_summary) >= self.summary_every {
+            self.last_summary = now;
+            self.log_summary();
+        }
+        Ok(())
+    }
+
+    /// After the loop: the last summary, the files left undecided in the work folder (the
+    /// next watcher adopts them), the metrics server stopped, the work folder given up.
+    fn finish(mut self) -> Summary {
+        self.log_summary();
+        let left = self.intake.left();
+        if left > 0 {
+            tracing::warn!(files = left, work = %self.intake.folder().display(), "files left undecided in the work folder; the next watcher adopts them");
+        }
+        self.summary.left = left as u64;
+        if let Some(server) = self.metrics.take() {
+            server.abort();
+        }
+        let summary = self.summary;
+        self.intake.close();
+        summary
+    }
 }
 
 /// Runs the watcher until `shutdown` resolves (or, with `once`, until the inbox is done).
@@ -635,174 +933,8 @@ pub async fn run(
     options: WatchOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, WatchError> {
-    let g = &config.gateway;
-    let inbox = g.inbox.clone();
-    std::fs::create_dir_all(&inbox).map_err(|source| WatchError::Inbox {
-        path: inbox.display().to_string(),
-        cause: source,
-    })?;
-    // An unusable database or set of folders stops the watcher before it takes anything.
-    let first = crate::setup::open_registry(&config)?;
-    let intake = Intake::open(g)?;
-    let lease = Duration::from_secs(g.lease_seconds);
-    for dir in [&g.out, &g.outbox, &g.rejected] {
-        crate::outputs::clean_stale(dir, lease);
-    }
-    let settle = Duration::from_millis(g.settle_ms);
-    let tick_every =
-        Duration::from_millis(g.poll_ms.min(settle.as_millis().max(20) as u64 / 2).max(10));
-    let mut w = Watcher {
-        config: config.clone(),
-        schemas,
-        intake,
-        pool: Arc::new(Mutex::new(vec![first])),
-        options: Arc::new(ProcessOptions::new(false)),
-        order: Arc::new(ClaimOrder::default()),
-        workers: Arc::new(Semaphore::new(g.workers.max(1))),
-        live: Arc::new(crate::metrics::Live::default()),
-        seen: HashMap::new(),
-        warned: HashSet::new(),
-        queue: Vec::new(),
-        tasks: JoinSet::new(),
-        summary: Summary::default(),
-        settle,
-        tick_every,
-        retry_max: Duration::from_secs(g.retry_max_seconds),
-        last_scan: Instant::now() - Duration::from_secs(3600),
-        last_dispatch: Instant::now(),
-    };
-    // The metrics port is taken before any file: a port in use stops the watcher at start.
-    let metrics = match g.metrics {
-        None => None,
-        Some(addr) => {
-            let server = crate::metrics::bind(addr, config.clone(), w.live.clone())
-                .await
-                .map_err(|cause| WatchError::Metrics { addr, cause })?;
-            Some(tokio::spawn(server))
-        }
-    };
-    // Files left by watchers that are gone come first: they arrived before anything new.
-    let adopted = w.intake.adopt();
-    tracing::info!(
-        config = %config.path.display(),
-        inbox = %inbox.display(),
-        registry = %g.database.display(),
-        work = %w.intake.folder().display(),
-        workers = g.workers.max(1),
-        settle_ms = g.settle_ms,
-        poll_ms = g.poll_ms,
-        lease_seconds = g.lease_seconds,
-        adopted = adopted.len(),
-        metrics = %g.metrics.map_or("off".to_string(), |a| a.to_string()),
-        mode = if options.once { "once" } else if options.poll { "poll" } else { "events" },
-        "x12gate watch started"
-    );
-    w.enqueue(adopted);
-
-    // File events only nudge: a full channel sets `rescan` instead of losing a file.
-    let (events_tx, mut events) = mpsc::channel::<PathBuf>(4096);
-    let rescan = Arc::new(AtomicBool::new(true));
-    let _events = if options.poll || options.once {
-        None
-    } else {
-        use notify::Watcher as _;
-        let flag = rescan.clone();
-        let mut n =
-            notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-                Ok(event) => {
-                    for p in event.paths {
-                        if events_tx.try_send(p).is_err() {
-                            flag.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Err(_) => flag.store(true, Ordering::Relaxed),
-            })?;
-        n.watch(&inbox, notify::RecursiveMode::NonRecursive)?;
-        Some(n)
-    };
-
-    let mut tick = tokio::time::interval(tick_every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_summary = Instant::now();
-    let mut last_adopt = Instant::now();
-    let mut last_beat = Instant::now();
-    let summary_every = Duration::from_secs(g.summary_seconds.max(1));
-    let beat_every = (lease / 4).clamp(Duration::from_millis(500), Duration::from_secs(10));
-    tokio::pin!(shutdown);
-    let mut stopping = false;
-
-    loop {
-        tokio::select! {
-            biased;
-            () = &mut shutdown, if !stopping => {
-                tracing::info!(in_flight = w.tasks.len(), "shutting down: taking no new files, no longer waiting for other processes, finishing the files in flight");
-                w.options.stop.stop_waiting();
-                stopping = true;
-            }
-            Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
-                let (lost, outcomes) = done.unwrap_or_default();
-                for (q, outcome) in outcomes {
-                    w.record(q, outcome);
-                }
-                if !lost.is_empty() {
-                    tracing::error!(files = lost.len(), "a worker failed; its files are retried");
-                    w.summary.retries += lost.len() as u64;
-                    w.enqueue(lost);
-                }
-            }
-            Some(path) = events.recv() => {
-                // Only a nudge: the next tick looks at the file.
-                if path.parent() == Some(inbox.as_path()) {
-                    rescan.store(true, Ordering::Relaxed);
-                }
-            }
-            _ = tick.tick() => {}
-        }
-
-        if stopping {
-            if w.tasks.is_empty() {
-                break;
-            }
-            continue;
-        }
-        let now = Instant::now();
-        let poll_due = now.duration_since(w.last_scan) >= Duration::from_millis(g.poll_ms);
-        // At most one rescan per tick, however many events arrive: a flood of events must
-        // not turn into a flood of directory listings.
-        let scan_due = now.duration_since(w.last_scan) >= tick_every;
-        if poll_due || (scan_due && (!w.seen.is_empty() || rescan.load(Ordering::Relaxed))) {
-            rescan.store(false, Ordering::Relaxed);
-            w.rescan(now)?;
-        }
-        if now.duration_since(last_beat) >= beat_every {
-            last_beat = now;
-            w.intake.heartbeat();
-        }
-        if now.duration_since(last_adopt) >= Duration::from_secs(2) {
-            last_adopt = now;
-            let adopted = w.intake.adopt();
-            w.enqueue(adopted);
-        }
-        w.dispatch(now);
-        if now.duration_since(last_summary) >= summary_every {
-            last_summary = now;
-            w.log_summary();
-        }
-        if options.once && w.once_done() {
-            break;
-        }
-    }
-    w.log_summary();
-    let left = w.intake.left();
-    if left > 0 {
-        tracing::warn!(files = left, work = %w.intake.folder().display(), "files left undecided in the work folder; the next watcher adopts them");
-    }
-    w.summary.left = left as u64;
-    if let Some(server) = metrics {
-        server.abort();
-    }
-    let summary = w.summary;
-    w.intake.close();
-    Ok(summary)
+    let mut w = Watcher::start(config, schemas, options).await?;
+    let mut nudges = Nudges::watch(&w.config.gateway.inbox, options)?;
+    w.serve(&mut nudges, shutdown).await?;
+    Ok(w.finish())
 }

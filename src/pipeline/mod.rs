@@ -12,7 +12,7 @@ use crate::check::{self, Checks};
 use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
 use crate::finding::Finding;
 use crate::outputs;
-use crate::registry::RegistryError;
+use crate::registry::{Counter, Registry, RegistryError};
 use crate::schema::Schemas;
 use crate::validate::Routing;
 use crate::x12::Interchange;
@@ -100,6 +100,47 @@ pub fn acknowledgments(
         numbers,
         now,
     )
+}
+
+/// What `ack` shows for one interchange: its decision, and the acknowledgments `process`
+/// would send for it.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub decision: Decision,
+    pub outbound: Vec<Outbound>,
+}
+
+/// Why a preview could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Numbers(#[from] ack::ShortOfNumbers),
+}
+
+/// Decides `ic` and writes its acknowledgments in memory, numbered after the counters of
+/// `registry` (none: from 1); no number is taken, nothing is written or recorded.
+pub fn preview(
+    ic: &Interchange<'_>,
+    config: &Config,
+    schemas: &Schemas,
+    registry: Option<&Registry>,
+    now: NaiveDateTime,
+) -> Result<Preview, PreviewError> {
+    let decision = decide(ic, config, schemas);
+    let partner = decision.partner.key();
+    let last = |counter| match registry {
+        Some(r) => r.current_control_number(&partner, counter),
+        None => Ok(None),
+    };
+    let numbers = ack::Numbers::following(
+        numbers_needed(&decision),
+        last(Counter::Interchange)?,
+        last(Counter::Group)?,
+    );
+    let outbound = acknowledgments(ic, &decision, config, &numbers, now)?;
+    Ok(Preview { decision, outbound })
 }
 
 /// One line of `process --json`, and the detail of the audit event.

@@ -1,0 +1,259 @@
+//! The command line as clap reads it: every command, its arguments and their help.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "x12gate",
+    version,
+    about = "Inbound ANSI X12 gateway",
+    after_help = "Dispositions: accepted, partial, rejected, duplicate, conflict, in_progress.\n\
+Exit codes: 0 everything accepted or replayed (validate, check: no findings); 3 anything \
+rejected, partial, in conflict or in progress (validate: findings); 1 operational failure \
+(I/O, database), nothing marked done; 2 usage or configuration error (a file that does not \
+exist or is not a regular file included); 130 stopped by SIGINT/SIGTERM. `watch --once`: 1 \
+when files could not be finished, else 3 when it rejected any, else 0."
+)]
+pub struct Cli {
+    /// Configuration file [default: ./partners.toml, used when present]
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Log lines on stderr as text or as JSON objects (filter with RUST_LOG, default warn)
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// X12 to JSON on stdout: sets with a definition in the structured form (loops, named
+    /// elements), others in the lossless generic form; no registry
+    Parse {
+        /// An X12 file (`-`: standard input)
+        file: PathBuf,
+        /// The generic form for every set (segments in order, elements by position)
+        #[arg(long)]
+        raw: bool,
+    },
+    /// The JSON of `parse` (either form) back to X12 on stdout
+    Render {
+        /// The JSON document (`-`: standard input)
+        file: PathBuf,
+    },
+    /// Process files once through the registry: claim, validate, translate, acknowledge
+    Process {
+        /// X12 files (`-`: standard input)
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// One JSON object per interchange per line
+        #[arg(long)]
+        json: bool,
+        /// Report `in_progress` instead of waiting when another process holds an interchange
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Watch the inbox until SIGINT/SIGTERM; finish in-flight files, then exit 0
+    Watch {
+        /// Rescan the inbox every poll_ms instead of relying on file events (network file systems)
+        #[arg(long)]
+        poll: bool,
+        /// Process what is in the inbox now, then exit (for cron)
+        #[arg(long)]
+        once: bool,
+    },
+    /// The audit trail: one line per decision taken (and notes: init, placed, released)
+    History {
+        /// Only this sender: QUAL:ID, or ID when one configured partner has it
+        #[arg(long)]
+        partner: Option<String>,
+        /// Only this ISA13 (the number may be unpadded: 101 is 000000101)
+        #[arg(long)]
+        control_number: Option<String>,
+        /// Only this disposition: accepted, partial, rejected, duplicate, conflict, in_progress
+        #[arg(long)]
+        disposition: Option<String>,
+        /// Only events at or after this time: RFC 3339, a UTC time (2026-12-01T08:00:00) or a UTC date (YYYY-MM-DD)
+        #[arg(long)]
+        since: Option<String>,
+        /// Only events at or before this time: RFC 3339, a UTC time or a UTC date (its end)
+        #[arg(long)]
+        until: Option<String>,
+        /// One JSON object per event per line, with every field of `process --json` and the time
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts by partner: interchanges by disposition, decisions by kind (duplicates and
+    /// conflicts included), and the rejected-file backlog
+    Stats {
+        /// One JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove keys older than each partner's duplicate_window_days; with --files, list the
+    /// files past their partner's retention_days instead (deleted with --apply)
+    Prune {
+        /// Files in archive/, out/ and outbox/ past retention (never one a key in the
+        /// registry still refers to), instead of keys
+        #[arg(long)]
+        files: bool,
+        /// With --files: delete them (without it, only list them)
+        #[arg(long, requires = "files")]
+        apply: bool,
+    },
+    /// Create the folders and the registry of a new gateway (or rebuild a lost registry:
+    /// the counters start above the highest control numbers found in the outbox)
+    Init {
+        /// The first ISA13 to send to every partner (at least; the outbox may say higher)
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        isa13_from: Option<u32>,
+        /// The first GS06 to send to every partner (at least)
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        gs06_from: Option<u32>,
+    },
+    /// Check the configuration, folders and registry without changing anything (process
+    /// and watch run the same checks first)
+    Check,
+    /// The metrics `watch` serves at /metrics, printed once (for cron and node-exporter's
+    /// textfile collector)
+    Metrics,
+    /// A consistent copy of the registry, safe while `watch` runs (copying the file is not:
+    /// the registry is in WAL mode)
+    Backup {
+        /// Where to write the copy (must not exist)
+        dest: PathBuf,
+    },
+    /// Everything about one interchange: claim, contents seen, findings, acknowledgments
+    /// sent (with our ISA13/GS06), outputs, where its file is, history
+    Show {
+        /// QUAL:ID:ISA13, or ID:ISA13 when the id is unique; the number may be unpadded
+        key: String,
+        /// The same as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Process rejected interchanges again from their stored file (after adding a partner,
+    /// fixing a limit or a definition), as a new attempt with fresh acknowledgments
+    Reprocess {
+        /// Interchange keys: QUAL:ID:ISA13, or ID:ISA13 when one sender has that id
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Read this copy of the interchange instead of the stored one
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Also reprocess an accepted interchange: the ERP may receive it twice
+        #[arg(long)]
+        force: bool,
+        /// One JSON object per interchange per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unfinished claims (in flight or failed); `claims release KEY` frees one
+    Claims {
+        #[command(subcommand)]
+        action: Option<ClaimsAction>,
+        /// One JSON object per claim per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
+    Ack {
+        /// An X12 file (`-`: standard input)
+        file: PathBuf,
+    },
+    /// Outbound control-number counters (our ISA13 and GS06) per partner
+    Counter {
+        #[command(subcommand)]
+        action: CounterAction,
+    },
+    /// Diagnostics with byte offset, segment position and X12 code: envelope rules, and
+    /// every set with a definition checked against it; no registry
+    Validate {
+        /// X12 files (`-`: standard input)
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// One JSON object per finding per line
+        #[arg(long)]
+        json: bool,
+        /// Envelope rules only: skip the transaction-set definitions (a partner's
+        /// `validation = "envelope"`)
+        #[arg(long)]
+        envelope: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ClaimsAction {
+    /// Mark KEY's claim failed so the next attempt takes it over at once; refused while its
+    /// owner is a live process on this host, and for another host's owner without --force
+    Release {
+        /// QUAL:ID:ISA13 (the control number may be unpadded)
+        key: String,
+        /// Release a claim whose owner is on another host (make sure it is dead)
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum CounterAction {
+    /// Print the last numbers handed out to PARTNER (QUAL:ID)
+    Show {
+        /// A configured partner, QUAL:ID
+        partner: String,
+    },
+    /// Take the next COUNT numbers and print them, one per line (9 digits, as sent)
+    Next {
+        /// A configured partner, QUAL:ID
+        partner: String,
+        /// Which counter: our ISA13 or our GS06
+        #[arg(long, value_enum, default_value = "isa13")]
+        kind: CounterKind,
+        /// How many numbers to take
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Set a counter, so that the next number handed out is VALUE + 1
+    Set {
+        /// A configured partner, QUAL:ID
+        partner: String,
+        /// isa13 or gs06
+        #[arg(value_enum)]
+        kind: CounterKind,
+        /// The number just sent: the next one handed out is VALUE + 1 (1 to 999999999)
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
+        value: u32,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum CounterKind {
+    Isa13,
+    Gs06,
+}
+
+impl From<CounterKind> for x12gate::registry::Counter {
+    fn from(k: CounterKind) -> Self {
+        match k {
+            CounterKind::Isa13 => x12gate::registry::Counter::Interchange,
+            CounterKind::Gs06 => x12gate::registry::Counter::Group,
+        }
+    }
+}
+
+/// Whether the arguments ask for JSON logs, read before clap could parse them (to report
+/// clap's own errors in that form).
+pub fn wants_json_logs() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.windows(2)
+        .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || args.iter().any(|a| a == "--log-format=json")
+}

@@ -1,0 +1,177 @@
+//! The commands that read a file and print, writing nothing: `parse`, `render`, `validate`
+//! and `ack` (which reads the registry's counters, and takes no number).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use x12gate::config::Config;
+use x12gate::x12::Limits;
+
+use super::{definitions, read};
+use crate::exit::{self, Failure};
+
+/// `parse`: the JSON of `file` on stdout, whole or not at all.
+pub fn parse(file: &Path, raw: bool, limits: Limits, out: &mut impl Write) -> Result<u8, Failure> {
+    let input = read(file, &limits)?;
+    let form = if raw {
+        x12gate::translate::Form::Raw
+    } else {
+        x12gate::translate::Form::Structured
+    };
+    // A dry run first, so that a file that cannot be translated leaves nothing
+    // half-written on stdout.
+    let dry = x12gate::translate::write_document(&input, limits, form, &mut std::io::sink());
+    match dry.and_then(|()| x12gate::translate::write_document(&input, limits, form, out)) {
+        Ok(()) => Ok(exit::OK),
+        Err(x12gate::translate::ParseError::Io(e)) => Err(e.into()),
+        Err(e) => {
+            out.flush()?;
+            say!("ERROR", "{}: {e}", file.display());
+            Ok(exit::FINDINGS)
+        }
+    }
+}
+
+/// `render`: the X12 of a JSON document on stdout, whole or not at all.
+pub fn render(file: &Path, limits: Limits, out: &mut impl Write) -> Result<u8, Failure> {
+    // The JSON of a file within max_file_bytes is several times larger.
+    let json = x12gate::input::read(file, limits.max_file_bytes.saturating_mul(16))
+        .with_context(|| file.display().to_string())
+        .map_err(Failure::Usage)?;
+    // Rendered in memory first (the X12 is smaller than the JSON already read), so
+    // that a document that fails halfway leaves nothing on stdout.
+    let mut rendered = Vec::new();
+    match x12gate::translate::render_document(&json, &mut rendered) {
+        Ok(()) => {
+            out.write_all(&rendered)?;
+            Ok(exit::OK)
+        }
+        Err(x12gate::translate::RenderError::Io(e)) => Err(e.into()),
+        Err(e) => {
+            say!("ERROR", "{}: {e}", file.display());
+            Ok(exit::USAGE)
+        }
+    }
+}
+
+/// `validate`: every file's findings, one per line; a file too large to read is a finding
+/// of its own, and the run goes on.
+pub fn validate(
+    files: &[PathBuf],
+    json: bool,
+    envelope: bool,
+    limits: Limits,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let checks = x12gate::check::Checks {
+        schemas: if envelope { None } else { Some(definitions()?) },
+        routing: None,
+    };
+    let mut any = false;
+    for file in files {
+        let findings = match read(file, &limits) {
+            Ok(input) => x12gate::check::file(&input, limits, &checks),
+            Err(Failure::Operational(e)) => match e.downcast_ref::<x12gate::input::InputError>() {
+                Some(x12gate::input::InputError::TooLarge { size, limit, .. }) => {
+                    vec![x12gate::validate::too_large(*size, *limit)]
+                }
+                _ => return Err(Failure::Operational(e)),
+            },
+            Err(e) => return Err(e),
+        };
+        any |= !findings.is_empty();
+        for f in &findings {
+            if json {
+                let mut v = serde_json::to_value(f).map_err(|e| Failure::Operational(e.into()))?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("file".into(), file.display().to_string().into());
+                }
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{}: {f}", file.display())?;
+            }
+        }
+        if !json {
+            let n = findings.len();
+            if n == 0 {
+                say!("INFO", "{}: clean", file.display());
+            } else {
+                say!(
+                    "INFO",
+                    "{}: {n} finding{}",
+                    file.display(),
+                    if n == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    Ok(if any { exit::FINDINGS } else { exit::OK })
+}
+
+/// `ack`: decides every interchange of `file` and prints the acknowledgments; control numbers
+/// are previewed (the registry's next values), never taken.
+pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
+    use x12gate::ack::Disposition;
+    use x12gate::registry::Registry;
+    let input = read(file, &config.limits)?;
+    let registry = Registry::open_read_only(&config.gateway.database)
+        .map_err(|e| Failure::Operational(e.into()))?;
+    let now = chrono::Local::now().naive_local();
+    let mut code = exit::OK;
+    for result in x12gate::x12::Interchanges::new(&input, config.limits) {
+        let ic = match result {
+            Ok(ic) => ic,
+            Err(e) => {
+                say!(
+                    "ERROR",
+                    "{}: {e}; nothing can be acknowledged for it",
+                    file.display()
+                );
+                code = exit::FINDINGS;
+                continue;
+            }
+        };
+        let x12gate::pipeline::Preview { decision, outbound } =
+            x12gate::pipeline::preview(&ic, config, definitions()?, registry.as_ref(), now)
+                .map_err(|e| Failure::Operational(e.into()))?;
+        for o in &outbound {
+            out.write_all(&o.bytes)?;
+        }
+        let r = &decision.response;
+        let sends: Vec<String> = outbound
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {:09}",
+                    o.kind.extension().to_uppercase(),
+                    o.control_number
+                )
+            })
+            .collect();
+        say!(
+            "INFO",
+            "{}: {} {}{}; sends {}",
+            file.display(),
+            x12gate::pipeline::correlation_id(&ic),
+            r.disposition.as_str(),
+            r.reason
+                .as_ref()
+                .map(|x| format!(
+                    " ({}{})",
+                    x.code.map(|c| format!("{c} ")).unwrap_or_default(),
+                    x.text
+                ))
+                .unwrap_or_default(),
+            if sends.is_empty() {
+                "nothing".to_string()
+            } else {
+                sends.join(", ")
+            },
+        );
+        if r.disposition != Disposition::Accepted {
+            code = exit::FINDINGS;
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,66 @@
+//! One function per command: it takes the parsed arguments and the configuration, calls the
+//! library, and prints; the decisions are the library's.
+
+pub mod desk;
+pub mod inspect;
+pub mod process;
+pub mod registry;
+pub mod setup;
+
+use std::path::Path;
+
+use x12gate::config::Config;
+use x12gate::x12::Limits;
+
+use crate::exit::{registry_failure, Failure};
+
+/// An input file within the configured size: one that does not exist (or is not a regular
+/// file) is a usage mistake, any other failure to read it operational.
+fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
+    x12gate::input::read(path, limits.max_file_bytes).map_err(|e| {
+        if e.is_not_found() {
+            Failure::Usage(e.into())
+        } else {
+            Failure::Operational(e.into())
+        }
+    })
+}
+
+/// The existing registry (history, stats, prune, claims, counter): never created here.
+fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure> {
+    x12gate::registry::Registry::open(
+        &config.gateway.database,
+        x12gate::setup::identity(&config.gateway),
+    )
+    .map_err(registry_failure)
+}
+
+/// The built-in transaction-set definitions, loaded once; a failure to load them stops the
+/// command rather than letting it check less than it says.
+fn definitions() -> Result<&'static x12gate::schema::Schemas, Failure> {
+    x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))
+}
+
+/// The checks that come before any work; every problem on its own line, exit 2.
+fn preflight(config: &Config) -> Result<(), Failure> {
+    let problems = x12gate::setup::check(config);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    for p in &problems {
+        say!("ERROR", "x12gate: {}: {p}", config.path.display());
+    }
+    Err(Failure::Usage(anyhow::anyhow!(
+        "{} problem(s) in {}; nothing was processed",
+        problems.len(),
+        config.path.display()
+    )))
+}
+
+/// A registry time (milliseconds since the epoch) in local time, as `show` and `claims`
+/// print it.
+fn local_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
+        .unwrap_or_default()
+}

@@ -1,0 +1,281 @@
+//! `process` and `watch`: files through the registry, once or as they arrive.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use indicatif::ProgressBar;
+use x12gate::config::Config;
+use x12gate::pipeline::{ProcessError, Report, Source};
+
+use super::{definitions, preflight};
+use crate::exit::{self, registry_failure, Failure};
+
+/// What a `process` run has met so far, for its exit code.
+#[derive(Default)]
+struct Tally {
+    /// `FINDINGS` once an interchange was not a success, else `OK`.
+    code: u8,
+    /// A file could not be read (exit 1).
+    operational: bool,
+    /// A file does not exist or is not a regular file (exit 2).
+    usage: bool,
+    /// Files through the pipeline, read or not.
+    done: usize,
+}
+
+impl Tally {
+    /// The worst of what was met: operational, then usage, then findings.
+    fn code(&self) -> u8 {
+        if self.operational {
+            exit::OPERATIONAL
+        } else if self.usage {
+            exit::USAGE
+        } else {
+            self.code
+        }
+    }
+}
+
+/// `process`: every file through the registry; per-file problems are counted and the run
+/// goes on, operational failures stop it with nothing of the failing interchange marked done.
+pub fn process(
+    files: &[PathBuf],
+    json: bool,
+    no_wait: bool,
+    config: &Config,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    preflight(config)?;
+    let schemas = definitions()?;
+    let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
+    let options = x12gate::pipeline::ProcessOptions::new(no_wait);
+    stop_on_signals(&options.stop)?;
+    x12gate::outputs::clean_stale_outputs(&config.gateway);
+    let progress = progress_bar(files.len());
+    let mut tally = Tally::default();
+    for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
+        if options.stop.abandoned() {
+            break;
+        }
+        let sources: Vec<Source> = chunk.iter().map(|p| Source::from(p.as_path())).collect();
+        // An unusable database, or outputs that cannot be written, stop the run with nothing
+        // of the failing batch marked done.
+        let outcomes = match x12gate::pipeline::process_files(
+            &sources,
+            config,
+            schemas,
+            &mut registry,
+            &options,
+            None,
+        ) {
+            Ok(outcomes) => outcomes,
+            Err(ProcessError::Interrupted) => break,
+            Err(e) => return Err(Failure::Operational(e.into())),
+        };
+        tally.done += outcomes.len();
+        for outcome in outcomes {
+            match outcome.result {
+                Ok(reports) => report(&reports, json, progress.as_ref(), &mut tally, out)?,
+                Err(e) => unreadable(&outcome.path, &e, json, &mut tally, out)?,
+            }
+        }
+        if let Some(bar) = &progress {
+            bar.inc(chunk.len() as u64);
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    if options.stop.abandoned() {
+        out.flush()?;
+        say!("WARN", 
+            "x12gate: stopped by a signal: {} of {} file(s) not processed; claims cut short were marked failed, so a rerun takes them over at once",
+            files.len().saturating_sub(tally.done),
+            files.len()
+        );
+        return Ok(exit::INTERRUPTED);
+    }
+    Ok(tally.code())
+}
+
+/// A progress bar on stderr, for a run long enough to want one and a terminal to show it.
+fn progress_bar(files: usize) -> Option<ProgressBar> {
+    use std::io::IsTerminal;
+    (files > 20 && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(files as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} files {per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    })
+}
+
+/// A file that cannot be read is counted and the run goes on: a path that does not exist or
+/// is not a regular file is a usage mistake (exit 2), an unreadable one an operational
+/// failure (exit 1).
+fn unreadable(
+    path: &std::path::Path,
+    e: &ProcessError,
+    json: bool,
+    tally: &mut Tally,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let mistake = matches!(e, ProcessError::Input(i) if i.is_not_found());
+    tally.usage |= mistake;
+    tally.operational |= !mistake;
+    let message = x12gate::text::printable(&e.to_string()).into_owned();
+    if json {
+        let line = serde_json::json!({
+            "file": path.display().to_string(),
+            "disposition": null,
+            "error": message,
+        });
+        writeln!(out, "{line}")?;
+    }
+    say!("ERROR", "x12gate: {message}");
+    Ok(())
+}
+
+/// One line (or JSON object) per interchange of a file that was read.
+fn report(
+    reports: &[Report],
+    json: bool,
+    progress: Option<&ProgressBar>,
+    tally: &mut Tally,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    for r in reports {
+        if !r.disposition.is_success() {
+            tally.code = exit::FINDINGS;
+        }
+        if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(r).map_err(|e| Failure::Operational(e.into()))?
+            )?;
+        } else {
+            let reason = r.reason.as_ref().map(|x| {
+                let code = r
+                    .reason_code
+                    .as_ref()
+                    .map(|c| format!("{c} "))
+                    .unwrap_or_default();
+                format!(" ({code}{x})")
+            });
+            let line = format!(
+                "{}: {} {}{}",
+                r.file,
+                r.correlation_id.as_deref().unwrap_or("-"),
+                r.disposition.as_str(),
+                reason.unwrap_or_default()
+            );
+            let line = x12gate::text::printable(&line);
+            // The report is stdout's, whatever stderr's progress bar is doing.
+            match progress {
+                Some(bar) => bar.suspend(|| writeln!(out, "{line}"))?,
+                None => writeln!(out, "{line}")?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SIGTERM and SIGINT ask `process` to stop at the next safe point (waits end at once, work
+/// in progress is abandoned between steps with its claims marked failed); a second signal
+/// exits at once, which is safe because claims are leased and owners are checked for life.
+fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let again = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(
+            signal,
+            i32::from(exit::INTERRUPTED),
+            again.clone(),
+        )?;
+        signal_hook::flag::register(signal, again.clone())?;
+        signal_hook::flag::register_usize(signal, stop.flag(), x12gate::pipeline::Stop::ABANDON)?;
+    }
+    Ok(())
+}
+
+/// `watch`: the tokio runtime, and the signals. The first SIGINT/SIGTERM stops taking files
+/// and lets the ones in flight finish; a second one exits at once, which is safe because
+/// claims are leased.
+pub fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
+    preflight(&config)?;
+    let schemas = definitions()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Operational(e.into()))?;
+    let options = x12gate::watch::WatchOptions { poll, once };
+    let summary = runtime
+        .block_on(async move {
+            ignore_hangups();
+            x12gate::watch::run(
+                std::sync::Arc::new(config),
+                schemas,
+                options,
+                first_signal(),
+            )
+            .await
+        })
+        .map_err(|e| Failure::Operational(e.into()))?;
+    say!("INFO", 
+        "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
+        summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
+    );
+    // `--once` reports like `process`: files it could not finish are exit 1 (they wait in
+    // the work folder for the next run), anything rejected or in conflict exit 3.
+    if once && summary.left > 0 {
+        say!(
+            "ERROR",
+            "x12gate: {} file(s) could not be finished; they wait in the work folder for the next run",
+            summary.left
+        );
+        return Ok(exit::OPERATIONAL);
+    }
+    Ok(
+        if once && (summary.rejected_files > 0 || summary.conflicts > 0) {
+            exit::FINDINGS
+        } else {
+            exit::OK
+        },
+    )
+}
+
+/// Resolves at the first SIGINT/SIGTERM, and makes a second one exit at once.
+async fn first_signal() {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        say!("WARN", "x12gate: second signal, exiting now; unfinished claims are taken over at once by the next run on this host");
+        std::process::exit(130);
+    });
+}
+
+/// The configuration is read once, at start: SIGHUP (a closed terminal, a habit of daemons)
+/// must not kill the watcher, and does not reload it either.
+fn ignore_hangups() {
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::warn!("SIGHUP ignored: the configuration is read at start; restart the watcher to apply a change");
+            }
+        });
+    }
+}

@@ -1,0 +1,58 @@
+//! `init` and `check`: a gateway set up, and its set-up checked.
+
+use std::io::Write;
+
+use x12gate::config::Config;
+
+use crate::exit::{self, registry_failure, Failure};
+
+/// `init`: the folders and the registry of a new gateway, and what it found in the outbox.
+pub fn init(
+    config: &Config,
+    isa13_from: Option<u32>,
+    gs06_from: Option<u32>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    use x12gate::setup::InitError;
+    let done = x12gate::setup::init(config, isa13_from, gs06_from).map_err(|e| match e {
+        InitError::Exists(..) | InitError::NumbersUnknown(_) => Failure::Usage(e.into()),
+        InitError::Registry(e) => registry_failure(e),
+        e => Failure::Operational(e.into()),
+    })?;
+    writeln!(
+        out,
+        "created registry {} (installation {})",
+        done.database.display(),
+        done.installation
+    )?;
+    if done.outbox_files > 0 {
+        writeln!(
+            out,
+            "read {} file(s) in the outbox for the control numbers already sent",
+            done.outbox_files
+        )?;
+    }
+    for (partner, (isa13, gs06)) in &done.counters {
+        writeln!(
+            out,
+            "{partner}: next ISA13 {:09}, next GS06 {}",
+            isa13 + 1,
+            gs06 + 1
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+/// `check`: every problem of the configuration, folders and registry, on stdout.
+pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
+    let problems = x12gate::setup::check(config);
+    for p in &problems {
+        writeln!(out, "{}: {p}", config.path.display())?;
+    }
+    if problems.is_empty() {
+        writeln!(out, "{}: no problems", config.path.display())?;
+        Ok(exit::OK)
+    } else {
+        Ok(exit::USAGE)
+    }
+}

@@ -1,0 +1,187 @@
+//! The `x12gate` binary: arguments in, exit code out. Every decision lives in the library.
+//!
+//! [`args`] is the command line as clap reads it, [`commands`] one function per command,
+//! [`exit`] the exit codes and the failures that map to them, [`say`] the lines for the
+//! operator on stderr. This file reads the configuration, once, and dispatches.
+
+// First, so that `say!` is in scope in the modules below it.
+#[macro_use]
+mod say;
+mod args;
+mod commands;
+mod exit;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use x12gate::config::Config;
+use x12gate::x12::Limits;
+
+use args::{Cli, Command, LogFormat};
+use exit::Failure;
+
+fn main() -> ExitCode {
+    // Crash points for tests, armed by FAILPOINTS (SPEC section 8); absent from normal builds.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() && args::wants_json_logs() => {
+            say::JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            say!("ERROR", "{}", e.render());
+            return ExitCode::from(exit::USAGE);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    logs(&cli);
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure::Usage(e)) => {
+            say!("ERROR", "x12gate: {e:#}");
+            ExitCode::from(exit::USAGE)
+        }
+        Err(Failure::Operational(e)) => {
+            say!("ERROR", "x12gate: {e:#}");
+            ExitCode::from(exit::OPERATIONAL)
+        }
+    }
+}
+
+/// The log lines on stderr: `RUST_LOG`'s filter, in the form `--log-format` asks for.
+fn logs(cli: &Cli) {
+    // The watcher's own lines (start-up, summary, shutdown) are for the operator: shown by
+    // default. Per-interchange lines at info stay behind RUST_LOG.
+    let default = match cli.command {
+        Command::Watch { .. } => "warn,x12gate::watch=info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Json => {
+            say::JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            logs.json().init()
+        }
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            logs.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
+}
+
+/// Where the configuration is when `--config` is not given.
+const DEFAULT_CONFIG: &str = "partners.toml";
+
+/// The configuration, read once for the whole invocation: the file `--config` names, or
+/// `./partners.toml` when it exists; `None` when neither is there.
+fn configuration(path: Option<&Path>) -> Result<Option<Config>, Failure> {
+    let default = Path::new(DEFAULT_CONFIG);
+    let path = match path {
+        Some(p) => p,
+        None if default.exists() => default,
+        None => return Ok(None),
+    };
+    Config::load(path)
+        .map(Some)
+        .map_err(|e| Failure::Usage(e.into()))
+}
+
+/// The configuration of a command that cannot work without one (anything that uses the
+/// registry or the partners): its absence is a usage error.
+fn required(config: Option<Config>) -> Result<Config, Failure> {
+    match config {
+        Some(config) => Ok(config),
+        // Loading the file that is not there says so in the words of every other
+        // configuration error.
+        None => Config::load(Path::new(DEFAULT_CONFIG)).map_err(|e| Failure::Usage(e.into())),
+    }
+}
+
+/// One command, with its arguments: the commands that need no registry (parse, render,
+/// validate) take only the limits, and work without a configuration file.
+fn run(cli: Cli) -> Result<u8, Failure> {
+    use commands::{desk, inspect, process, registry, setup};
+    let config = configuration(cli.config.as_deref())?;
+    let limits = config.as_ref().map_or_else(Limits::default, |c| c.limits);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let code = match cli.command {
+        Command::Parse { file, raw } => inspect::parse(&file, raw, limits, &mut out)?,
+        Command::Render { file } => inspect::render(&file, limits, &mut out)?,
+        Command::Validate {
+            files,
+            json,
+            envelope,
+        } => inspect::validate(&files, json, envelope, limits, &mut out)?,
+        Command::Ack { file } => inspect::ack(&file, &required(config)?, &mut out)?,
+        Command::Process {
+            files,
+            json,
+            no_wait,
+        } => process::process(&files, json, no_wait, &required(config)?, &mut out)?,
+        Command::Watch { poll, once } => process::watch(required(config)?, poll, once)?,
+        Command::History {
+            partner,
+            control_number,
+            disposition,
+            since,
+            until,
+            json,
+        } => {
+            let config = required(config)?;
+            let filter = registry::history_filter(
+                &config,
+                partner,
+                control_number,
+                disposition,
+                since.as_deref(),
+                until.as_deref(),
+            )?;
+            registry::history(&config, &filter, json, &mut out)?
+        }
+        Command::Stats { json } => registry::stats(&required(config)?, json, &mut out)?,
+        Command::Prune { files: true, apply } => {
+            registry::prune_files(&required(config)?, apply, &mut out)?
+        }
+        Command::Prune { .. } => registry::prune_keys(&required(config)?, &mut out)?,
+        Command::Counter { action } => registry::counter(action, &required(config)?, &mut out)?,
+        Command::Metrics => registry::metrics(&required(config)?, &mut out)?,
+        Command::Backup { dest } => registry::backup(&required(config)?, &dest, &mut out)?,
+        Command::Init {
+            isa13_from,
+            gs06_from,
+        } => setup::init(&required(config)?, isa13_from, gs06_from, &mut out)?,
+        Command::Check => setup::check(&required(config)?, &mut out)?,
+        Command::Show { key, json } => desk::show(&required(config)?, &key, json, &mut out)?,
+        Command::Reprocess {
+            keys,
+            file,
+            force,
+            json,
+        } => desk::reprocess(
+            &required(config)?,
+            &keys,
+            file.as_deref(),
+            force,
+            json,
+            &mut out,
+        )?,
+        Command::Claims { action, json } => {
+            desk::claims(&required(config)?, action, json, &mut out)?
+        }
+    };
+    out.flush()?;
+    Ok(code)
+}
