@@ -25,7 +25,9 @@
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
-//! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
+//!
+//! Test data (realistic files for benchmarks, documents generated from a definition for
+//! property tests) lives in the workspace crate `crates/testdata`, outside this API.
 //!
 //! Data flow: bytes → `x12::Interchanges` → `validate` → `ack::respond` → (`registry` claim)
 //! → `ack` writers + `translate` → `outputs` → (`registry` completion).
@@ -35,7 +37,6 @@ pub mod ack;
 pub mod config;
 pub mod desk;
 pub mod fingerprint;
-pub mod generate;
 pub mod inbound;
 pub mod input;
 pub mod intake;

@@ -12,7 +12,7 @@
 //! benchmark's input between runs or machines.
 //!
 //! ```
-//! let bytes = x12gate::generate::file(7, 64 * 1024);
+//! let bytes = testdata::file(7, 64 * 1024);
 //! assert!(bytes.len() >= 64 * 1024);
 //! assert!(x12gate::validate::file(&bytes, Default::default()).is_empty());
 //! ```
@@ -20,7 +20,7 @@
 use std::fmt::{self, Display};
 use std::io::{self, Write};
 
-use crate::x12::Delimiters;
+use x12gate::x12::Delimiters;
 
 /// What follows each segment terminator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -791,10 +791,10 @@ const PRODUCTS: &[(&str, &str, (u64, u64))] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate;
-    use crate::x12::{Interchanges, Limits};
+    use x12gate::validate;
+    use x12gate::x12::{Interchanges, Limits};
 
-    fn render(findings: &[validate::Finding]) -> String {
+    fn render(findings: &[impl Display]) -> String {
         findings.iter().take(5).map(|f| format!("{f}\n")).collect()
     }
 
