@@ -4,35 +4,7 @@
 
 use x12gate::schema::{DataType, ElementDef, Kind, Req, SetDef, Simple, Syntax, SyntaxKind};
 
-/// A small deterministic generator (xorshift), so a seed names a document.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            return lo;
-        }
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next_u64() % 100 < percent
-    }
-}
+use crate::rng::Rng;
 
 /// Body segments (ST and SE excluded) of a valid set, as `(id, elements)` where an element
 /// is a list of repetitions, each a list of components: render them with any delimiters.
@@ -205,7 +177,7 @@ fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: us
     for attempt in 0..64 {
         let mut p = mandatory;
         for i in 0..count {
-            if attempt < 48 && rng.chance(40) {
+            if attempt < 48 && rng.percent(40) {
                 p |= 1 << i;
             }
         }
@@ -265,7 +237,7 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
         DataType::Id => {
             if let Some(codes) = &s.codes {
                 let list = codes.list();
-                let pick = usize::try_from(rng.range(0, list.len() as u64 - 1)).unwrap_or(0);
+                let pick = usize::try_from(rng.below(list.len() as u64)).unwrap_or(0);
                 if let Some(code) = list.get(pick) {
                     return String::from_utf8_lossy(code).into_owned();
                 }
@@ -280,7 +252,7 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
         DataType::N(_) => digits(rng, len),
         DataType::R => {
             let v = digits(rng, len);
-            if len > 1 && rng.chance(50) {
+            if len > 1 && rng.percent(50) {
                 let at = usize::try_from(rng.range(1, len as u64 - 1)).unwrap_or(1);
                 format!("{}.{}", &v[..at], &v[at..])
             } else {

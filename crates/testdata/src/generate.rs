@@ -8,7 +8,7 @@
 //! measures the clean path a production file takes.
 //!
 //! The same seed, options and size always give the same bytes: the random source is a
-//! SplitMix64 owned by the generator, so no external crate or platform detail can change a
+//! SplitMix64 owned by this crate, so no external crate or platform detail can change a
 //! benchmark's input between runs or machines.
 //!
 //! ```
@@ -21,6 +21,8 @@ use std::fmt::{self, Display};
 use std::io::{self, Write};
 
 use x12gate::x12::Delimiters;
+
+use crate::rng::Rng;
 
 /// What follows each segment terminator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -85,7 +87,7 @@ impl Generator {
     }
 
     pub fn with_options(seed: u64, options: Options) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let next_interchange = 1 + rng.below(900_000) as u32;
         let next_document = 4_500_000_000 + rng.below(10_000_000);
         Generator {
@@ -127,7 +129,7 @@ impl Generator {
 
     /// One interchange, with sets added until the output holds `target_bytes`.
     fn interchange(&mut self, w: &mut SegmentWriter<'_>, target_bytes: u64) -> io::Result<()> {
-        let v5010 = self.rng.chance(2);
+        let v5010 = self.rng.one_in(2);
         let d = w.d;
         let sender = self.rng.below(PARTNERS.len() as u64) as usize;
         // Any other partner: an offset of 1..len-1 never comes back to the sender.
@@ -231,7 +233,7 @@ impl Generator {
 
     /// Item lines per document: mostly a few dozen, now and then a store-wide order of hundreds.
     fn line_count(&mut self) -> u64 {
-        if self.rng.chance(20) {
+        if self.rng.one_in(20) {
             self.rng.range(100, 600)
         } else {
             self.rng.range(1, 40)
@@ -272,7 +274,7 @@ impl Generator {
             description,
             unit,
             price: Money(self.rng.range(price_range.0, price_range.1)),
-            quantity: if self.rng.chance(4) {
+            quantity: if self.rng.one_in(4) {
                 self.rng.range(1, 500)
             } else {
                 self.rng.range(1, 48)
@@ -330,7 +332,7 @@ impl Generator {
                 ],
             );
             seg(w, "PID", &[&"F", &"", &"", &"", &it.description]);
-            if self.rng.chance(3) {
+            if self.rng.one_in(3) {
                 seg(
                     w,
                     "PO4",
@@ -422,7 +424,7 @@ impl Generator {
                 &"0001",
             ],
         );
-        let orders = if self.rng.chance(4) {
+        let orders = if self.rng.one_in(4) {
             self.rng.range(2, 5)
         } else {
             1
@@ -674,40 +676,6 @@ impl Date {
 impl Display for Date {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:04}{:02}{:02}", self.year, self.month, self.day)
-    }
-}
-
-/// SplitMix64: tiny, fast, and good enough to vary test data; the seed fixes every byte.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`; the modulo bias is irrelevant for test data.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// True one time in `n`.
-    fn chance(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<'t, T>(&mut self, items: &'t [T]) -> &'t T {
-        // invariant: every table passed here is a non-empty constant.
-        &items[self.below(items.len() as u64) as usize]
     }
 }
 

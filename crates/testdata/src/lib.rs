@@ -4,9 +4,13 @@
 //!   with no findings, for benchmarks and load tests; `examples/generate.rs` writes one to
 //!   stdout.
 //! - [`example`]: valid transaction sets generated from a definition, for property tests.
+//!
+//! Both draw from one random source (`rng`, SplitMix64), so a seed names the same bytes on
+//! every machine.
 #![forbid(unsafe_code)]
 
 pub mod example;
 pub mod generate;
+mod rng;
 
 pub use generate::{file, Generator, LineEnding, Options};
