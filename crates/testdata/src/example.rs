@@ -3,8 +3,10 @@
 //! length and code list, the relational conditions satisfied, HL levels numbered and parented.
 
 use x12gate::schema::{DataType, ElementDef, Kind, Req, SetDef, Simple, Syntax, SyntaxKind};
+use x12gate::x12::Delimiters;
 
 use crate::rng::Rng;
+use crate::segments::SegmentWriter;
 
 /// Body segments (ST and SE excluded) of a valid set, as `(id, elements)` where an element
 /// is a list of repetitions, each a list of components: render them with any delimiters.
@@ -21,20 +23,15 @@ pub fn body(def: &SetDef, seed: u64) -> Vec<(String, Vec<Vec<Vec<String>>>)> {
 }
 
 /// Segments from [`body`] as X12 text with `*`, `:`, `^` and `~`, each segment followed by
-/// `line_ending`.
+/// `line_ending` (trailing empty elements dropped, as X12 requires; `body` makes none).
 pub fn to_x12(segments: &[(String, Vec<Vec<Vec<String>>>)], line_ending: &str) -> String {
-    let mut text = String::new();
+    let mut w = SegmentWriter::new(Delimiters::COMMON, line_ending.as_bytes(), 0);
     for (id, elements) in segments {
-        text.push_str(id);
-        for reps in elements {
-            text.push('*');
-            let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
-            text.push_str(&reps.join("^"));
-        }
-        text.push('~');
-        text.push_str(line_ending);
+        w.composed(id, elements);
     }
-    text
+    // Text in, ASCII delimiters between: always UTF-8.
+    String::from_utf8(w.into_bytes())
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 struct Generator<'d> {

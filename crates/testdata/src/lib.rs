@@ -5,12 +5,13 @@
 //!   stdout.
 //! - [`example`]: valid transaction sets generated from a definition, for property tests.
 //!
-//! Both draw from one random source (`rng`, SplitMix64), so a seed names the same bytes on
-//! every machine.
+//! Both draw from one random source (`rng`, SplitMix64) and write through one segment writer
+//! (`segments`), so a seed names the same bytes on every machine.
 #![forbid(unsafe_code)]
 
 pub mod example;
 pub mod generate;
 mod rng;
+mod segments;
 
 pub use generate::{file, Generator, LineEnding, Options};
