@@ -1,4 +1,4 @@
-//! Throughput of the syntax layer on 20 MB of generated, realistic X12 (see `x12gate::generate`).
+//! Throughput of the syntax layer on 20 MB of generated, realistic X12 (see `testdata::generate`).
 //!
 //! Five cases on the same bytes, in the same run, so their ratios mean something on any machine:
 //! - `memchr_floor`: count the segment terminators with `memchr`. Every parser has to find
@@ -24,12 +24,12 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use x12gate::x12::{Interchanges, Limits, Segments};
 
-/// 20 MB (10^6), the size the README quotes; `generate::file` overshoots by at most one set.
+/// 20 MB (10^6), the size the README quotes; `testdata::file` overshoots by at most one set.
 const SIZE: usize = 20_000_000;
 const SEED: u64 = 2024;
 
 fn parse(c: &mut Criterion) {
-    let input = x12gate::generate::file(SEED, SIZE);
+    let input = testdata::file(SEED, SIZE);
     // Every interchange the generator writes declares the same delimiters.
     let delimiters = Interchanges::new(&input, Limits::default())
         .next()

@@ -8,7 +8,7 @@
 //!
 //! What it does:
 //! 1. Generates `X12GATE_BENCH_FILES` (default 10,000) single-interchange files, one small
-//!    850 each (one group, one set, 1-3 KB, from `x12gate::generate`), re-addressed from a
+//!    850 each (one group, one set, 1-3 KB, from `testdata::generate`), re-addressed from a
 //!    configured partner (`ZZ:ACME`) to the gateway (`ZZ:X12GATE`) and renumbered so every
 //!    ISA13 and GS06 is distinct: every file takes the clean path, accepted with a 997 and a
 //!    translation. The files are checked (no validation findings), written, and `sync`ed
@@ -60,7 +60,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, TransactionBehavior};
-use x12gate::generate::Generator;
+use testdata::Generator;
 use x12gate::pipeline::Report;
 use x12gate::x12::Limits;
 

@@ -28,7 +28,9 @@
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
-//! - [`generate`]: deterministic realistic X12 for benchmarks and tests.
+//!
+//! Test data (realistic files for benchmarks, documents generated from a definition for
+//! property tests) lives in the workspace crate `crates/testdata`, outside this API.
 //!
 //! The binary, `src/bin/x12gate/`, holds no decisions: `args` (clap), `commands` (one
 //! function per command: arguments in, the library called, lines out), `exit` (exit codes).
@@ -43,7 +45,6 @@ pub mod config;
 pub mod desk;
 pub mod finding;
 pub mod fingerprint;
-pub mod generate;
 pub mod inbound;
 pub mod input;
 pub mod intake;

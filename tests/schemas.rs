@@ -24,7 +24,7 @@ fn interchange(def: &SetDef, body: &[(String, Vec<Vec<Vec<String>>>)]) -> Vec<u8
 GS*PO*ACME*X12GATE*20240101*1200*1*X*{}~\nST*{}*0001~\n",
         def.version, def.id
     );
-    text.push_str(&schema::example::to_x12(body, "\n"));
+    text.push_str(&testdata::example::to_x12(body, "\n"));
     text.push_str(&format!(
         "SE*{}*0001~\nGE*1*1~\nIEA*1*000000001~\n",
         body.len() + 2
@@ -64,7 +64,7 @@ proptest! {
     #[test]
     fn generated_documents_validate_clean_and_round_trip(seed in any::<u64>()) {
         for def in definitions() {
-            let body = schema::example::body(def, seed);
+            let body = testdata::example::body(def, seed);
             let bytes = interchange(def, &body);
             let shown = String::from_utf8_lossy(&bytes);
             let findings: Vec<String> = x12gate::check::file(&bytes, Limits::default(), &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()))
@@ -362,7 +362,7 @@ fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
 #[test]
 fn a_large_file_is_checked_in_parallel_with_the_same_findings_in_the_same_order() {
     // Over the 1 MiB threshold, with errors sprinkled through many interchanges.
-    let mut bytes = x12gate::generate::file(7, 3_000_000);
+    let mut bytes = testdata::file(7, 3_000_000);
     let mut planted = 0;
     for i in 0..bytes.len().saturating_sub(4) {
         if bytes[i..].starts_with(b"~PO1*") && i % 7 == 0 {

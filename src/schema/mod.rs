@@ -6,7 +6,6 @@
 
 pub mod check;
 pub mod definition;
-pub mod example;
 
 pub use definition::{
     builtin, DataType, ElementDef, Kind, Node, Req, Schemas, SegmentDef, SetDef, Simple, Syntax,

@@ -126,14 +126,20 @@ fn exact(
             let d = s.delimiters;
             let (e, c) = (decode(&[d.element]), decode(&[d.component]));
             let r = d.repetition.map(|r| decode(&[r])).unwrap_or_default();
-            let mut text = id.clone();
-            for reps in elements {
-                text.push_str(&e);
-                let reps: Vec<String> = reps.iter().map(|parts| parts.join(&c)).collect();
-                text.push_str(&reps.join(&r));
-            }
-            text == decode(s.raw)
+            segment_text(id, elements, [&e, &c, &r]) == decode(s.raw)
         })
+}
+
+/// A rendered segment as text, without its terminator, with the element, component and
+/// repetition separators given.
+fn segment_text(id: &str, elements: &[Vec<Vec<String>>], [e, c, r]: [&str; 3]) -> String {
+    let mut text = id.to_string();
+    for reps in elements {
+        text.push_str(e);
+        let reps: Vec<String> = reps.iter().map(|parts| parts.join(c)).collect();
+        text.push_str(&reps.join(r));
+    }
+    text
 }
 
 /// Closes the innermost open iteration into its parent; iterations of a hierarchy loop at
@@ -440,9 +446,13 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
         let def = s.find(b"004010", id.as_bytes()).unwrap();
         let decode = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         let content = content(def, &ic.groups[0].sets[0], &decode);
-        let rendered = content
-            .as_ref()
-            .map(|c| crate::schema::example::to_x12(&segments(def, c, "test").unwrap(), ""));
+        let rendered = content.as_ref().map(|c| {
+            let rendered = segments(def, c, "test").unwrap();
+            rendered
+                .iter()
+                .map(|(id, elements)| segment_text(id, elements, ["*", ":", "^"]) + "~")
+                .collect()
+        });
         (content, rendered)
     }
 

@@ -8,11 +8,11 @@
 //! measures the clean path a production file takes.
 //!
 //! The same seed, options and size always give the same bytes: the random source is a
-//! SplitMix64 owned by the generator, so no external crate or platform detail can change a
+//! SplitMix64 owned by this crate, so no external crate or platform detail can change a
 //! benchmark's input between runs or machines.
 //!
 //! ```
-//! let bytes = x12gate::generate::file(7, 64 * 1024);
+//! let bytes = testdata::file(7, 64 * 1024);
 //! assert!(bytes.len() >= 64 * 1024);
 //! assert!(x12gate::check::file(&bytes, Default::default(), &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap())).is_empty());
 //! ```
@@ -20,7 +20,10 @@
 use std::fmt::{self, Display};
 use std::io::{self, Write};
 
-use crate::x12::Delimiters;
+use x12gate::x12::Delimiters;
+
+use crate::rng::Rng;
+use crate::segments::SegmentWriter;
 
 /// What follows each segment terminator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -85,7 +88,7 @@ impl Generator {
     }
 
     pub fn with_options(seed: u64, options: Options) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let next_interchange = 1 + rng.below(900_000) as u32;
         let next_document = 4_500_000_000 + rng.below(10_000_000);
         Generator {
@@ -108,27 +111,25 @@ impl Generator {
         } else {
             self.options.line_ending
         };
-        let mut w = SegmentWriter {
-            out,
-            buf: Vec::with_capacity(2 * FLUSH_AT),
-            flushed: 0,
-            d,
-            eol: line_ending.bytes(),
-            count: 0,
-        };
+        let mut w = SegmentWriter::new(d, line_ending.bytes(), 2 * FLUSH_AT);
         loop {
-            self.interchange(&mut w, target_bytes)?;
+            self.interchange(&mut w, out, target_bytes)?;
             if w.written() >= target_bytes {
-                w.flush()?;
-                return Ok(w.flushed);
+                w.flush_to(out)?;
+                return Ok(w.flushed());
             }
         }
     }
 
     /// One interchange, with sets added until the output holds `target_bytes`.
-    fn interchange(&mut self, w: &mut SegmentWriter<'_>, target_bytes: u64) -> io::Result<()> {
-        let v5010 = self.rng.chance(2);
-        let d = w.d;
+    fn interchange(
+        &mut self,
+        w: &mut SegmentWriter<'_>,
+        out: &mut dyn Write,
+        target_bytes: u64,
+    ) -> io::Result<()> {
+        let v5010 = self.rng.one_in(2);
+        let d = w.delimiters();
         let sender = self.rng.below(PARTNERS.len() as u64) as usize;
         // Any other partner: an offset of 1..len-1 never comes back to the sender.
         let receiver =
@@ -163,12 +164,7 @@ impl Generator {
             b"P".to_vec(),
             vec![d.component],
         ];
-        w.buf.extend_from_slice(b"ISA");
-        for field in &isa {
-            w.buf.push(d.element);
-            w.buf.extend_from_slice(field);
-        }
-        w.terminate();
+        w.raw("ISA", &isa);
 
         let groups = if self.options.one_interchange {
             u64::MAX
@@ -182,8 +178,7 @@ impl Generator {
                 .pick(&[Kind::Order, Kind::Order, Kind::Invoice, Kind::Ship]);
             let gs06 = self.next_group;
             self.next_group = self.next_group % 999_999_999 + 1;
-            seg(
-                w,
+            w.segment(
                 "GS",
                 &[
                     &kind.functional_id(),
@@ -200,38 +195,40 @@ impl Generator {
             let sets = self.rng.range(1, 25);
             let mut written_sets = 0;
             for st02 in 1..=sets {
-                w.count = 0;
+                w.reset_count();
                 let st02 = format!("{st02:04}");
                 match kind {
-                    Kind::Order => seg(w, "ST", &[&"850", &st02]),
-                    Kind::Invoice => seg(w, "ST", &[&"810", &st02]),
-                    Kind::Ship => seg(w, "ST", &[&"856", &st02]),
+                    Kind::Order => w.segment("ST", &[&"850", &st02]),
+                    Kind::Invoice => w.segment("ST", &[&"810", &st02]),
+                    Kind::Ship => w.segment("ST", &[&"856", &st02]),
                 }
                 match kind {
                     Kind::Order => self.order(w, date),
                     Kind::Invoice => self.invoice(w, date),
                     Kind::Ship => self.ship_notice(w, date),
                 }
-                let se01 = w.count + 1;
-                seg(w, "SE", &[&se01, &st02]);
+                let se01 = w.count() + 1;
+                w.segment("SE", &[&se01, &st02]);
                 written_sets += 1;
-                w.flush_when_full()?;
+                if w.buffered() >= FLUSH_AT {
+                    w.flush_to(out)?;
+                }
                 if w.written() >= target_bytes {
                     break;
                 }
             }
-            seg(w, "GE", &[&written_sets, &gs06]);
+            w.segment("GE", &[&written_sets, &gs06]);
             if w.written() >= target_bytes {
                 break;
             }
         }
-        seg(w, "IEA", &[&written_groups, &format_args!("{control:09}")]);
+        w.segment("IEA", &[&written_groups, &format_args!("{control:09}")]);
         Ok(())
     }
 
     /// Item lines per document: mostly a few dozen, now and then a store-wide order of hundreds.
     fn line_count(&mut self) -> u64 {
-        if self.rng.chance(20) {
+        if self.rng.one_in(20) {
             self.rng.range(100, 600)
         } else {
             self.rng.range(1, 40)
@@ -249,13 +246,12 @@ impl Generator {
         let (city, state, zip) = *self.rng.pick(CITIES);
         let number = self.rng.range(1, 9999);
         let street = *self.rng.pick(STREETS);
-        seg(
-            w,
+        w.segment(
             "N1",
             &[&qualifier, &name, &"92", &format_args!("{store:04}")],
         );
-        seg(w, "N3", &[&format_args!("{number} {street}")]);
-        seg(w, "N4", &[&city, &state, &zip, &"US"]);
+        w.segment("N3", &[&format_args!("{number} {street}")]);
+        w.segment("N4", &[&city, &state, &zip, &"US"]);
     }
 
     /// An item: a random product with a valid UPC, a vendor part number and a unit price.
@@ -272,7 +268,7 @@ impl Generator {
             description,
             unit,
             price: Money(self.rng.range(price_range.0, price_range.1)),
-            quantity: if self.rng.chance(4) {
+            quantity: if self.rng.one_in(4) {
                 self.rng.range(1, 500)
             } else {
                 self.rng.range(1, 48)
@@ -283,17 +279,15 @@ impl Generator {
     /// 850: BEG, CUR, REF, PER, FOB, ITD, DTM, N1 loops, PO1 + PID (+ PO4) lines, CTT, AMT.
     fn order(&mut self, w: &mut SegmentWriter<'_>, date: Date) {
         let po = self.document_number();
-        seg(w, "BEG", &[&"00", &"SA", &po, &"", &date]);
-        seg(w, "CUR", &[&"BY", &"USD"]);
-        seg(
-            w,
+        w.segment("BEG", &[&"00", &"SA", &po, &"", &date]);
+        w.segment("CUR", &[&"BY", &"USD"]);
+        w.segment(
             "REF",
             &[&"DP", &format_args!("{:03}", self.rng.below(1000))],
         );
-        seg(w, "REF", &[&"IA", &self.rng.range(100_000, 999_999)]);
+        w.segment("REF", &[&"IA", &self.rng.range(100_000, 999_999)]);
         let buyer = *self.rng.pick(BUYERS);
-        seg(
-            w,
+        w.segment(
             "PER",
             &[
                 &"BD",
@@ -302,9 +296,9 @@ impl Generator {
                 &format_args!("555{:07}", self.rng.below(10_000_000)),
             ],
         );
-        seg(w, "FOB", &[&"PP"]);
-        seg(w, "ITD", &[&"01", &"3", &"2", &"", &"10", &"", &"30"]);
-        seg(w, "DTM", &[&"002", &date.plus_days(self.rng.range(3, 30))]);
+        w.segment("FOB", &[&"PP"]);
+        w.segment("ITD", &[&"01", &"3", &"2", &"", &"10", &"", &"30"]);
+        w.segment("DTM", &[&"002", &date.plus_days(self.rng.range(3, 30))]);
         self.party(w, "ST");
         self.party(w, "BT");
         let lines = self.line_count();
@@ -314,8 +308,7 @@ impl Generator {
             let it = self.item();
             hash += it.quantity;
             total += it.quantity * it.price.0;
-            seg(
-                w,
+            w.segment(
                 "PO1",
                 &[
                     &n,
@@ -329,10 +322,9 @@ impl Generator {
                     &it.vendor_part,
                 ],
             );
-            seg(w, "PID", &[&"F", &"", &"", &"", &it.description]);
-            if self.rng.chance(3) {
-                seg(
-                    w,
+            w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
+            if self.rng.one_in(3) {
+                w.segment(
                     "PO4",
                     &[
                         &self.rng.range(1, 24),
@@ -346,16 +338,15 @@ impl Generator {
                 );
             }
         }
-        seg(w, "CTT", &[&lines, &hash]);
-        seg(w, "AMT", &[&"TT", &Money(total)]);
+        w.segment("CTT", &[&lines, &hash]);
+        w.segment("AMT", &[&"TT", &Money(total)]);
     }
 
     /// 810: BIG, REF, N1 loops, ITD, DTM, IT1 + PID lines, TDS, CAD, ISS, CTT.
     fn invoice(&mut self, w: &mut SegmentWriter<'_>, date: Date) {
         let invoice = self.document_number();
         let po = invoice.saturating_sub(self.rng.range(1, 5000));
-        seg(
-            w,
+        w.segment(
             "BIG",
             &[
                 &date,
@@ -364,16 +355,15 @@ impl Generator {
                 &po,
             ],
         );
-        seg(w, "REF", &[&"IA", &self.rng.range(100_000, 999_999)]);
-        seg(
-            w,
+        w.segment("REF", &[&"IA", &self.rng.range(100_000, 999_999)]);
+        w.segment(
             "REF",
             &[&"DP", &format_args!("{:03}", self.rng.below(1000))],
         );
         self.party(w, "RE");
         self.party(w, "ST");
-        seg(w, "ITD", &[&"01", &"3", &"2", &"", &"10", &"", &"30"]);
-        seg(w, "DTM", &[&"011", &date]);
+        w.segment("ITD", &[&"01", &"3", &"2", &"", &"10", &"", &"30"]);
+        w.segment("DTM", &[&"011", &date]);
         let lines = self.line_count();
         let mut total = 0u64;
         let mut cartons = 0u64;
@@ -381,8 +371,7 @@ impl Generator {
             let it = self.item();
             total += it.quantity * it.price.0;
             cartons += it.quantity.div_ceil(12);
-            seg(
-                w,
+            w.segment(
                 "IT1",
                 &[
                     &n,
@@ -396,14 +385,14 @@ impl Generator {
                     &it.vendor_part,
                 ],
             );
-            seg(w, "PID", &[&"F", &"", &"", &"", &it.description]);
+            w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
         }
         // TDS01 is an N2: the amount in cents, no decimal point.
-        seg(w, "TDS", &[&total]);
+        w.segment("TDS", &[&total]);
         let (scac, carrier) = *self.rng.pick(CARRIERS);
-        seg(w, "CAD", &[&"M", &"", &"", &scac, &carrier]);
-        seg(w, "ISS", &[&cartons, &"CT"]);
-        seg(w, "CTT", &[&lines]);
+        w.segment("CAD", &[&"M", &"", &"", &scac, &carrier]);
+        w.segment("ISS", &[&cartons, &"CT"]);
+        w.segment("CTT", &[&lines]);
     }
 
     /// 856: BSN, then HL shipment (TD1, TD5, REF, DTM, N1 loops) > order (PRF) > pack (MAN) >
@@ -411,8 +400,7 @@ impl Generator {
     fn ship_notice(&mut self, w: &mut SegmentWriter<'_>, date: Date) {
         let shipment = self.document_number();
         let time = self.rng.below(24 * 60);
-        seg(
-            w,
+        w.segment(
             "BSN",
             &[
                 &"00",
@@ -422,17 +410,16 @@ impl Generator {
                 &"0001",
             ],
         );
-        let orders = if self.rng.chance(4) {
+        let orders = if self.rng.one_in(4) {
             self.rng.range(2, 5)
         } else {
             1
         };
         let items_per_order = (self.line_count() / orders).max(1);
         let mut hl = 1u64;
-        seg(w, "HL", &[&hl, &"", &"S"]);
+        w.segment("HL", &[&hl, &"", &"S"]);
         let packs_total = orders * items_per_order.div_ceil(4);
-        seg(
-            w,
+        w.segment(
             "TD1",
             &[
                 &"CTN25",
@@ -446,44 +433,43 @@ impl Generator {
             ],
         );
         let (scac, carrier) = *self.rng.pick(CARRIERS);
-        seg(w, "TD5", &[&"B", &"2", &scac, &"M", &carrier]);
-        seg(
-            w,
+        w.segment("TD5", &[&"B", &"2", &scac, &"M", &carrier]);
+        w.segment(
             "REF",
             &[
                 &"BM",
                 &format_args!("{scac}{:010}", self.rng.below(10_000_000_000)),
             ],
         );
-        seg(w, "DTM", &[&"011", &date]);
-        seg(w, "DTM", &[&"017", &date.plus_days(self.rng.range(1, 6))]);
+        w.segment("DTM", &[&"011", &date]);
+        w.segment("DTM", &[&"017", &date.plus_days(self.rng.range(1, 6))]);
         self.party(w, "ST");
         self.party(w, "SF");
         let shipment_hl = hl;
         for _ in 0..orders {
             hl += 1;
             let order_hl = hl;
-            seg(w, "HL", &[&order_hl, &shipment_hl, &"O"]);
+            w.segment("HL", &[&order_hl, &shipment_hl, &"O"]);
             let po = shipment.saturating_sub(self.rng.range(1, 5000));
-            seg(w, "PRF", &[&po, &"", &"", &date.plus_days_back(10)]);
+            w.segment("PRF", &[&po, &"", &"", &date.plus_days_back(10)]);
             let mut left = items_per_order;
             while left > 0 {
                 hl += 1;
                 let pack_hl = hl;
-                seg(w, "HL", &[&pack_hl, &order_hl, &"P"]);
-                seg(w, "MAN", &[&"GM", &Sscc(self.rng.below(1_000_000_000))]);
+                w.segment("HL", &[&pack_hl, &order_hl, &"P"]);
+                w.segment("MAN", &[&"GM", &Sscc(self.rng.below(1_000_000_000))]);
                 for _ in 0..left.min(4) {
                     hl += 1;
                     let it = self.item();
-                    seg(w, "HL", &[&hl, &pack_hl, &"I"]);
-                    seg(w, "LIN", &[&"", &"UP", &it.upc, &"VN", &it.vendor_part]);
-                    seg(w, "SN1", &[&"", &it.quantity, &it.unit]);
-                    seg(w, "PID", &[&"F", &"", &"", &"", &it.description]);
+                    w.segment("HL", &[&hl, &pack_hl, &"I"]);
+                    w.segment("LIN", &[&"", &"UP", &it.upc, &"VN", &it.vendor_part]);
+                    w.segment("SN1", &[&"", &it.quantity, &it.unit]);
+                    w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
                 }
                 left = left.saturating_sub(4);
             }
         }
-        seg(w, "CTT", &[&hl]);
+        w.segment("CTT", &[&hl]);
     }
 }
 
@@ -514,62 +500,6 @@ impl Kind {
 
 /// How much output is gathered before it is written out.
 const FLUSH_AT: usize = 1 << 20;
-
-/// Appends segments to a buffer and counts them, so SE01 comes out right by construction.
-/// Counts and trailers only ever need what was already written, so output streams.
-struct SegmentWriter<'o> {
-    out: &'o mut dyn Write,
-    buf: Vec<u8>,
-    /// Bytes already handed to `out`.
-    flushed: u64,
-    d: Delimiters,
-    eol: &'static [u8],
-    /// Segments written since the counter was last reset (at each ST).
-    count: u32,
-}
-
-impl SegmentWriter<'_> {
-    fn written(&self) -> u64 {
-        self.flushed + self.buf.len() as u64
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.buf)?;
-        self.flushed += self.buf.len() as u64;
-        self.buf.clear();
-        Ok(())
-    }
-
-    fn flush_when_full(&mut self) -> io::Result<()> {
-        if self.buf.len() >= FLUSH_AT {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn terminate(&mut self) {
-        self.buf.push(self.d.segment);
-        self.buf.extend_from_slice(self.eol);
-        self.count += 1;
-    }
-}
-
-/// Writes one segment. Trailing empty elements are dropped, as X12 requires, so a caller can
-/// name every position up to the last one it fills.
-fn seg(w: &mut SegmentWriter<'_>, id: &str, elements: &[&dyn Display]) {
-    w.buf.extend_from_slice(id.as_bytes());
-    let mut end = w.buf.len();
-    for e in elements {
-        w.buf.push(w.d.element);
-        // invariant: writing to a Vec cannot fail.
-        let _ = write!(w.buf, "{e}");
-        if w.buf.last() != Some(&w.d.element) {
-            end = w.buf.len();
-        }
-    }
-    w.buf.truncate(end);
-    w.terminate();
-}
 
 struct Item {
     upc: Upc,
@@ -677,40 +607,6 @@ impl Display for Date {
     }
 }
 
-/// SplitMix64: tiny, fast, and good enough to vary test data; the seed fixes every byte.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`; the modulo bias is irrelevant for test data.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// True one time in `n`.
-    fn chance(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<'t, T>(&mut self, items: &'t [T]) -> &'t T {
-        // invariant: every table passed here is a non-empty constant.
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
 /// Trading partners: the ISA id (padded to 15 in the ISA) and the GS application code.
 const PARTNERS: &[(&str, &str)] = &[
     ("ACMERETAIL", "ACMERET"),
@@ -791,9 +687,9 @@ const PRODUCTS: &[(&str, &str, (u64, u64))] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x12::{Interchanges, Limits};
+    use x12gate::x12::{Interchanges, Limits};
 
-    fn render(findings: &[crate::finding::Finding]) -> String {
+    fn render(findings: &[impl Display]) -> String {
         findings.iter().take(5).map(|f| format!("{f}\n")).collect()
     }
 
@@ -808,10 +704,10 @@ mod tests {
         for (seed, size) in [(1, 0), (2, 1_000), (3, 50_000), (4, 2_000_000)] {
             let bytes = file(seed, size);
             assert!(bytes.len() >= size);
-            let findings = crate::check::file(
+            let findings = x12gate::check::file(
                 &bytes,
                 Limits::default(),
-                &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
             );
             assert!(findings.is_empty(), "seed {seed}: {}", render(&findings));
         }
@@ -877,10 +773,10 @@ mod tests {
             Generator::with_options(5, options)
                 .write_to(&mut out, 200_000)
                 .unwrap();
-            let findings = crate::check::file(
+            let findings = x12gate::check::file(
                 &out,
                 Limits::default(),
-                &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
             );
             assert!(findings.is_empty(), "{delimiters:?}: {}", render(&findings));
             let ic = Interchanges::new(&out, Limits::default())
@@ -905,10 +801,10 @@ mod tests {
         let all: Vec<_> = Interchanges::new(&out, Limits::default()).collect();
         assert_eq!(all.len(), 1);
         assert!(all[0].as_ref().unwrap().groups.len() > 10);
-        let findings = crate::check::file(
+        let findings = x12gate::check::file(
             &out,
             Limits::default(),
-            &crate::check::Checks::definitions(crate::schema::builtin().unwrap()),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
         );
         assert!(findings.is_empty(), "{}", render(&findings));
     }

@@ -2,38 +2,11 @@
 //! segment used between its requirement and a small bound, every element filled by its type,
 //! length and code list, the relational conditions satisfied, HL levels numbered and parented.
 
-use super::definition::{DataType, ElementDef, Kind, Req, SetDef, Simple, SyntaxKind};
-use super::Syntax;
+use x12gate::schema::{DataType, ElementDef, Kind, Req, SetDef, Simple, Syntax, SyntaxKind};
+use x12gate::x12::Delimiters;
 
-/// A small deterministic generator (xorshift), so a seed names a document.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            return lo;
-        }
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next_u64() % 100 < percent
-    }
-}
+use crate::rng::Rng;
+use crate::segments::SegmentWriter;
 
 /// Body segments (ST and SE excluded) of a valid set, as `(id, elements)` where an element
 /// is a list of repetitions, each a list of components: render them with any delimiters.
@@ -50,20 +23,15 @@ pub fn body(def: &SetDef, seed: u64) -> Vec<(String, Vec<Vec<Vec<String>>>)> {
 }
 
 /// Segments from [`body`] as X12 text with `*`, `:`, `^` and `~`, each segment followed by
-/// `line_ending`.
+/// `line_ending` (trailing empty elements dropped, as X12 requires; `body` makes none).
 pub fn to_x12(segments: &[(String, Vec<Vec<Vec<String>>>)], line_ending: &str) -> String {
-    let mut text = String::new();
+    let mut w = SegmentWriter::new(Delimiters::COMMON, line_ending.as_bytes(), 0);
     for (id, elements) in segments {
-        text.push_str(id);
-        for reps in elements {
-            text.push('*');
-            let reps: Vec<String> = reps.iter().map(|parts| parts.join(":")).collect();
-            text.push_str(&reps.join("^"));
-        }
-        text.push('~');
-        text.push_str(line_ending);
+        w.composed(id, elements);
     }
-    text
+    // Text in, ASCII delimiters between: always UTF-8.
+    String::from_utf8(w.into_bytes())
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 struct Generator<'d> {
@@ -206,7 +174,7 @@ fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: us
     for attempt in 0..64 {
         let mut p = mandatory;
         for i in 0..count {
-            if attempt < 48 && rng.chance(40) {
+            if attempt < 48 && rng.percent(40) {
                 p |= 1 << i;
             }
         }
@@ -266,7 +234,7 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
         DataType::Id => {
             if let Some(codes) = &s.codes {
                 let list = codes.list();
-                let pick = usize::try_from(rng.range(0, list.len() as u64 - 1)).unwrap_or(0);
+                let pick = usize::try_from(rng.below(list.len() as u64)).unwrap_or(0);
                 if let Some(code) = list.get(pick) {
                     return String::from_utf8_lossy(code).into_owned();
                 }
@@ -281,7 +249,7 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
         DataType::N(_) => digits(rng, len),
         DataType::R => {
             let v = digits(rng, len);
-            if len > 1 && rng.chance(50) {
+            if len > 1 && rng.percent(50) {
                 let at = usize::try_from(rng.range(1, len as u64 - 1)).unwrap_or(1);
                 format!("{}.{}", &v[..at], &v[at..])
             } else {
@@ -310,27 +278,23 @@ fn simple(rng: &mut Rng, s: &Simple) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::check::walk;
-    use crate::schema::sample::{DICT, SET, SHIP};
-    use crate::schema::Schemas;
-    use crate::x12::{Interchanges, Limits};
+    use x12gate::schema::builtin;
+    use x12gate::schema::check::walk;
+    use x12gate::x12::{Interchanges, Limits};
 
     #[test]
     fn generated_bodies_validate_clean() {
-        let s = Schemas::load(&[
-            ("004010/segments.toml", DICT),
-            ("004010/850.toml", SET),
-            ("004010/856.toml", SHIP),
-        ])
-        .unwrap();
+        // The property tests (tests/schemas.rs) take every definition; these two are a set of
+        // plain loops and one with the HL hierarchy.
         for id in [&b"850"[..], b"856"] {
-            let def = s.find(b"004010", id).unwrap();
+            let def = builtin().unwrap().find(b"004010", id).unwrap();
             for seed in 0..200 {
                 let segments = body(def, seed);
                 let text = to_x12(&segments, "");
                 let x = format!(
-                    "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*^*00501*000000001*0*P*:~GS*PO*A*B*20240101*1200*1*X*004010~ST*{}*0001~{text}SE*{}*0001~GE*1*1~IEA*1*000000001~",
-                    String::from_utf8_lossy(id),
+                    "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*^*00501*000000001*0*P*:~GS*PO*A*B*20240101*1200*1*X*{}~ST*{}*0001~{text}SE*{}*0001~GE*1*1~IEA*1*000000001~",
+                    def.version,
+                    def.id,
                     segments.len() + 2
                 );
                 let ic = Interchanges::new(x.as_bytes(), Limits::default())
@@ -339,8 +303,16 @@ mod tests {
                     .unwrap();
                 let w = walk(def, &ic.groups[0].sets[0], 0, 0, false);
                 let found: Vec<String> = w.findings.iter().map(ToString::to_string).collect();
-                assert!(found.is_empty(), "seed {seed}: {text}\n{found:#?}");
+                let key = def.name_key();
+                assert!(found.is_empty(), "{key} seed {seed}: {text}\n{found:#?}");
             }
         }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_body() {
+        let def = builtin().unwrap().find(b"004010", b"856").unwrap();
+        assert_eq!(body(def, 11), body(def, 11));
+        assert_ne!(body(def, 11), body(def, 12));
     }
 }

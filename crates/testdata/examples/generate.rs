@@ -2,14 +2,14 @@
 //!
 //! `cargo run --release --example generate -- SIZE_MB [SEED] [--one-interchange] > file.x12`
 //!
-//! The same arguments always give the same bytes (see `x12gate::generate`); the output
+//! The same arguments always give the same bytes (see `testdata::generate`); the output
 //! validates with no findings, so `x12gate validate file.x12` measures the clean path.
 //! `--one-interchange` puts everything in one interchange, the worst case for memory.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use x12gate::generate::{Generator, Options};
+use testdata::{Generator, Options};
 
 const USAGE: &str = "usage: generate SIZE_MB [SEED] [--one-interchange] > file.x12";
 
