@@ -1,6 +1,6 @@
 //! Throughput of the syntax layer on 20 MB of generated, realistic X12 (see `testdata::generate`).
 //!
-//! Five cases on the same bytes, in the same run, so their ratios mean something on any machine:
+//! Seven cases on the same bytes, in the same run, so their ratios mean something on any machine:
 //! - `memchr_floor`: count the segment terminators with `memchr`. Every parser has to find
 //!   them, so this is the floor no tokeniser can go under. (memchr counts with wide vector
 //!   compares and never stops at a match, so this runs near memory bandwidth.)

@@ -447,7 +447,7 @@ impl Waiting {
 }
 
 /// What a round does with an interchange once its claim is answered.
-enum Plan {
+enum AfterClaim {
     /// Retry in a later round (another process holds it).
     Busy(Holder),
     /// Settled without writing (in progress elsewhere, with `--no-wait`).
@@ -542,12 +542,12 @@ fn run_round(
                 let holder = crate::owner::describe(&owner);
                 tracing::info!(%holder, "in progress elsewhere; not waiting");
                 it.report.reason = Some(format!("{holder} holds the claim"));
-                Plan::Event("in_progress")
+                AfterClaim::Event("in_progress")
             }
             Claim::Busy {
                 owner,
                 lease_expires_ms,
-            } => Plan::Busy(Holder {
+            } => AfterClaim::Busy(Holder {
                 owner,
                 lease_expires_ms,
             }),
@@ -566,7 +566,7 @@ fn run_round(
                     acks = done.acks.len(),
                     "duplicate: original acknowledgments replayed"
                 );
-                Plan::Replay(done.acks)
+                AfterClaim::Replay(done.acks)
             }
             Claim::Conflict(earlier) => {
                 let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
@@ -575,7 +575,7 @@ fn run_round(
                     Some(crate::finding::Ta105::DuplicateControlNumber.to_string());
                 it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
                 tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
-                Plan::Refuse(Box::new(Decision {
+                AfterClaim::Refuse(Box::new(Decision {
                     partner: it.partner.clone(),
                     known: true,
                     findings: Vec::new(),
@@ -606,7 +606,7 @@ fn run_round(
                             .or_default() += 1;
                     }
                 }
-                Plan::Own(first_fingerprint)
+                AfterClaim::Own(first_fingerprint)
             }
         };
         plans.push((i, plan));
@@ -617,13 +617,13 @@ fn run_round(
     let busy: Vec<(usize, Holder)> = plans
         .iter()
         .filter_map(|(i, p)| match p {
-            Plan::Busy(h) => Some((*i, h.clone())),
+            AfterClaim::Busy(h) => Some((*i, h.clone())),
             _ => None,
         })
         .collect();
     let owned: Vec<usize> = plans
         .iter()
-        .filter(|(_, p)| matches!(p, Plan::Own(_)))
+        .filter(|(_, p)| matches!(p, AfterClaim::Own(_)))
         .map(|(i, _)| *i)
         .collect();
     if !owned.is_empty() {
@@ -640,13 +640,13 @@ fn run_round(
         for (i, plan) in &plans {
             let it = &items[*i];
             match plan {
-                Plan::Own(first) => prepared.push(prepare(
+                AfterClaim::Own(first) => prepared.push(prepare(
                     b, *i, it, first, config, schemas, options, lease_ms,
                 )?),
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
                 // rows an absolute path of which only the name counts.
-                Plan::Replay(acks) => outputs.extend(acks.iter().map(|a| {
+                AfterClaim::Replay(acks) => outputs.extend(acks.iter().map(|a| {
                     Output {
                         item: *i,
                         dir: config.gateway.outbox.clone(),
@@ -658,7 +658,7 @@ fn run_round(
                         ack: Some(a.kind.clone()),
                     }
                 })),
-                Plan::Refuse(decision) => {
+                AfterClaim::Refuse(decision) => {
                     let now = chrono::Local::now().naive_local();
                     // Not reserved: nothing is claimed, and a resend is refused afresh.
                     let numbers =
@@ -678,7 +678,7 @@ fn run_round(
                         });
                     }
                 }
-                Plan::Busy(_) | Plan::Event(_) => {}
+                AfterClaim::Busy(_) | AfterClaim::Event(_) => {}
             }
         }
         Ok::<_, ProcessError>((prepared, outputs))
@@ -822,10 +822,10 @@ fn run_round(
         }
         for (i, plan) in &plans {
             let event = match plan {
-                Plan::Replay(_) => "duplicate",
-                Plan::Refuse(_) => "conflict",
-                Plan::Event(event) => event,
-                Plan::Busy(_) | Plan::Own(_) => continue,
+                AfterClaim::Replay(_) => "duplicate",
+                AfterClaim::Refuse(_) => "conflict",
+                AfterClaim::Event(event) => event,
+                AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
             };
             let it = &items[*i];
             b.record_event(

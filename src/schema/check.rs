@@ -15,7 +15,7 @@ use crate::finding::{Ak403, Finding, Rule, SchemaDetail};
 use crate::x12::{Position, Segment, TransactionSet};
 
 use super::definition::{
-    DataType, ElementDef, Kind, Plan, Req, SegmentDef, SetDef, Simple, Syntax,
+    DataType, ElementDef, Kind, Req, SegmentDef, SetDef, Shortcut, Simple, Syntax,
 };
 use super::SyntaxKind;
 
@@ -393,7 +393,7 @@ impl<'a> Walker<'_, 'a> {
         if self.segment_errors >= MAX_SEGMENT_ERRORS {
             return;
         }
-        let mut errors = ElementErrors::default();
+        let mut errors = BadElements::default();
         let mut present: u64 = 0;
         // One pass over the segment's bytes: each element's value is cut at the element
         // separator while its bytes are classified, so each byte is looked at once.
@@ -417,15 +417,15 @@ impl<'a> Walker<'_, 'a> {
                 if position <= 64 {
                     present |= 1 << (position - 1);
                 }
-                let length = if fast.plan == Plan::Digits {
+                let length = if fast.plan == Shortcut::Digits {
                     class.digits
                 } else {
                     value.len()
                 };
                 let forbidden = match fast.plan {
-                    Plan::Text => CONTROL | SEPARATOR,
-                    Plan::Digits => !DIGIT,
-                    Plan::Full => u8::MAX,
+                    Shortcut::Text => CONTROL | SEPARATOR,
+                    Shortcut::Digits => !DIGIT,
+                    Shortcut::Full => u8::MAX,
                 };
                 if class.acc & forbidden == 0
                     && length >= usize::from(fast.min)
@@ -640,7 +640,7 @@ struct Class {
 /// full check, for values the shortcut did not clear.
 #[cold]
 fn element(
-    errors: &mut ElementErrors,
+    errors: &mut BadElements,
     segment: &Segment<'_>,
     position: usize,
     value: &[u8],
@@ -665,15 +665,15 @@ fn element(
         // The common case: one value, no components, no repetitions.
         match &edef.kind {
             Kind::Simple(simple) => {
-                let length = if simple.plan == Plan::Digits {
+                let length = if simple.plan == Shortcut::Digits {
                     class.digits
                 } else {
                     value.len()
                 };
                 let clear = match simple.plan {
-                    Plan::Text => class.acc & CONTROL == 0,
-                    Plan::Digits => class.acc == DIGIT,
-                    Plan::Full => false,
+                    Shortcut::Text => class.acc & CONTROL == 0,
+                    Shortcut::Digits => class.acc == DIGIT,
+                    Shortcut::Full => false,
                 };
                 if clear && (usize::from(simple.min)..=usize::from(simple.max)).contains(&length) {
                     return;
@@ -778,7 +778,7 @@ fn element(
     }
 }
 
-struct ElementError {
+struct BadElement {
     position: u16,
     component: Option<u16>,
     repetition: Option<u16>,
@@ -789,11 +789,11 @@ struct ElementError {
 }
 
 #[derive(Default)]
-struct ElementErrors {
-    list: Vec<ElementError>,
+struct BadElements {
+    list: Vec<BadElement>,
 }
 
-impl ElementErrors {
+impl BadElements {
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
@@ -810,7 +810,7 @@ impl ElementErrors {
             let text = String::from_utf8_lossy(value);
             text.chars().take(MAX_BAD_VALUE).collect()
         });
-        self.list.push(ElementError {
+        self.list.push(BadElement {
             position: u16::try_from(position).unwrap_or(u16::MAX),
             component: component.map(|c| u16::try_from(c).unwrap_or(u16::MAX)),
             repetition,
@@ -823,7 +823,7 @@ impl ElementErrors {
 }
 
 fn composite<'a>(
-    errors: &mut ElementErrors,
+    errors: &mut BadElements,
     position: usize,
     repetition: Option<u16>,
     components: &[ElementDef],
@@ -899,7 +899,7 @@ fn composite<'a>(
 /// Within a composite, `composite` is the element's position and the positions are
 /// components.
 fn syntax_note(
-    errors: &mut ElementErrors,
+    errors: &mut BadElements,
     note: &Syntax,
     present: u64,
     composite: Option<usize>,

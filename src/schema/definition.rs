@@ -136,12 +136,12 @@ pub struct Simple {
     /// The valid values, when the definition lists them (key ID elements only).
     pub codes: Option<Arc<Codes>>,
     /// How the validator can clear a value without looking at its type again.
-    pub(crate) plan: Plan,
+    pub(crate) plan: Shortcut,
 }
 
 /// The shortcut a valid value of a simple element can take through the validator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Plan {
+pub(crate) enum Shortcut {
     /// Text (AN, ID without a code list): no control character, length in range.
     Text,
     /// A number (N, R): digits only, digit count in range.
@@ -153,10 +153,10 @@ pub(crate) enum Plan {
 impl Simple {
     pub fn new(data_type: DataType, min: u16, max: u16, codes: Option<Arc<Codes>>) -> Simple {
         let plan = match (data_type, &codes) {
-            (_, Some(_)) => Plan::Full,
-            (DataType::An | DataType::Id, None) => Plan::Text,
-            (DataType::N(_) | DataType::R, None) => Plan::Digits,
-            _ => Plan::Full,
+            (_, Some(_)) => Shortcut::Full,
+            (DataType::An | DataType::Id, None) => Shortcut::Text,
+            (DataType::N(_) | DataType::R, None) => Shortcut::Digits,
+            _ => Shortcut::Full,
         };
         Simple {
             data_type,
@@ -168,8 +168,8 @@ impl Simple {
     }
 }
 
-/// A code list, kept for fast lookups: codes of up to eight bytes (nearly all) as sorted
-/// integers, longer ones as bytes.
+/// A code list, kept for fast lookups: codes of up to seven bytes (nearly all) as sorted
+/// integers, their length in the top bits, longer ones as bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Codes {
     short: Vec<u64>,
@@ -178,7 +178,7 @@ pub struct Codes {
 
 impl Codes {
     fn pack(code: &[u8]) -> Option<u64> {
-        (code.len() <= 8).then(|| {
+        (code.len() <= 7).then(|| {
             code.iter()
                 .fold(0u64, |n, b| (n << 8) | u64::from(*b))
                 // the length keeps "0" and "00" apart
@@ -190,8 +190,8 @@ impl Codes {
         let mut c = Codes::default();
         for code in codes {
             match Codes::pack(code) {
-                Some(n) if code.len() < 8 => c.short.push(n),
-                _ => c.long.push(code.to_vec().into_boxed_slice()),
+                Some(n) => c.short.push(n),
+                None => c.long.push(code.to_vec().into_boxed_slice()),
             }
         }
         c.short.sort_unstable();
@@ -201,8 +201,8 @@ impl Codes {
 
     pub fn contains(&self, code: &[u8]) -> bool {
         match Codes::pack(code) {
-            Some(n) if code.len() < 8 => self.short.binary_search(&n).is_ok(),
-            _ => self.long.iter().any(|c| **c == *code),
+            Some(n) => self.short.binary_search(&n).is_ok(),
+            None => self.long.iter().any(|c| **c == *code),
         }
     }
 
@@ -272,7 +272,7 @@ pub struct SegmentDef {
 /// An element's shortcut: its plan and length bounds, and whether it must be present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FastElement {
-    pub plan: Plan,
+    pub plan: Shortcut,
     pub min: u16,
     pub max: u16,
     pub mandatory: bool,
@@ -759,7 +759,7 @@ impl Lookup<'_> {
             .map(|e| {
                 let (plan, min, max) = match &e.kind {
                     Kind::Simple(s) => (s.plan, s.min, s.max),
-                    Kind::Composite { .. } => (Plan::Full, 0, 0),
+                    Kind::Composite { .. } => (Shortcut::Full, 0, 0),
                 };
                 FastElement {
                     plan,

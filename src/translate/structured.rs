@@ -31,7 +31,7 @@ pub(super) type Rendered = (String, Vec<Vec<Vec<String>>>);
 const MAX_NESTING: usize = 32;
 
 /// One open loop iteration while building.
-struct Level {
+struct OpenLoop {
     node: usize,
     obj: Map<String, Value>,
     /// For an iteration of the hierarchy loop: HL01 and HL02.
@@ -46,7 +46,7 @@ pub(super) fn content(
 ) -> Option<Value> {
     // Missing segments do not matter here, only segments that have no place.
     let walked = walk(def, ts, 0, 0, true);
-    let mut stack = vec![Level {
+    let mut stack = vec![OpenLoop {
         node: 0,
         obj: Map::new(),
         hl: None,
@@ -65,7 +65,7 @@ pub(super) fn content(
                 let value = |n| decode(segment.element(n).unwrap_or_default());
                 (value(1), value(2))
             });
-            stack.push(Level {
+            stack.push(OpenLoop {
                 node: loop_node,
                 obj: Map::new(),
                 hl,
@@ -146,7 +146,7 @@ fn segment_text(id: &str, elements: &[Vec<Vec<String>>], [e, c, r]: [&str; 3]) -
 /// the top level wait in `levels`, to be nested by parent at the end.
 fn close(
     def: &SetDef,
-    stack: &mut Vec<Level>,
+    stack: &mut Vec<OpenLoop>,
     levels: &mut Vec<(String, String, Map<String, Value>)>,
 ) -> bool {
     let Some(level) = stack.pop() else {

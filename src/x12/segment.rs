@@ -28,7 +28,8 @@ impl Delimiters {
         segment: b'~',
     };
 
-    /// True when no two delimiters are the same byte and none is a letter, digit or space.
+    /// True when no two delimiters are the same byte. (Whether one is a letter, digit or
+    /// space is the ISA rules' concern, which report it with its own code.)
     pub fn are_distinct(&self) -> bool {
         let mut all = vec![self.element, self.component, self.segment];
         all.extend(self.repetition);

@@ -173,9 +173,12 @@ impl Generator {
         };
         let mut written_groups = 0;
         for _ in 0..groups {
-            let kind = *self
-                .rng
-                .pick(&[Kind::Order, Kind::Order, Kind::Invoice, Kind::Ship]);
+            let kind = *self.rng.pick(&[
+                DocumentKind::Order,
+                DocumentKind::Order,
+                DocumentKind::Invoice,
+                DocumentKind::Ship,
+            ]);
             let gs06 = self.next_group;
             self.next_group = self.next_group % 999_999_999 + 1;
             w.segment(
@@ -198,14 +201,14 @@ impl Generator {
                 w.reset_count();
                 let st02 = format!("{st02:04}");
                 match kind {
-                    Kind::Order => w.segment("ST", &[&"850", &st02]),
-                    Kind::Invoice => w.segment("ST", &[&"810", &st02]),
-                    Kind::Ship => w.segment("ST", &[&"856", &st02]),
+                    DocumentKind::Order => w.segment("ST", &[&"850", &st02]),
+                    DocumentKind::Invoice => w.segment("ST", &[&"810", &st02]),
+                    DocumentKind::Ship => w.segment("ST", &[&"856", &st02]),
                 }
                 match kind {
-                    Kind::Order => self.order(w, date),
-                    Kind::Invoice => self.invoice(w, date),
-                    Kind::Ship => self.ship_notice(w, date),
+                    DocumentKind::Order => self.order(w, date),
+                    DocumentKind::Invoice => self.invoice(w, date),
+                    DocumentKind::Ship => self.ship_notice(w, date),
                 }
                 let se01 = w.count() + 1;
                 w.segment("SE", &[&se01, &st02]);
@@ -226,7 +229,7 @@ impl Generator {
         Ok(())
     }
 
-    /// Item lines per document: mostly a few dozen, now and then a store-wide order of hundreds.
+    /// LineItem lines per document: mostly a few dozen, now and then a store-wide order of hundreds.
     fn line_count(&mut self) -> u64 {
         if self.rng.one_in(20) {
             self.rng.range(100, 600)
@@ -255,10 +258,10 @@ impl Generator {
     }
 
     /// An item: a random product with a valid UPC, a vendor part number and a unit price.
-    fn item(&mut self) -> Item {
+    fn item(&mut self) -> LineItem {
         let upc = Upc(self.rng.below(100_000_000_000));
         let (description, unit, price_range) = *self.rng.pick(PRODUCTS);
-        Item {
+        LineItem {
             upc,
             vendor_part: format!(
                 "{}-{:05}",
@@ -482,18 +485,18 @@ pub fn file(seed: u64, target_bytes: usize) -> Vec<u8> {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Kind {
+enum DocumentKind {
     Order,
     Invoice,
     Ship,
 }
 
-impl Kind {
+impl DocumentKind {
     fn functional_id(self) -> &'static str {
         match self {
-            Kind::Order => "PO",
-            Kind::Invoice => "IN",
-            Kind::Ship => "SH",
+            DocumentKind::Order => "PO",
+            DocumentKind::Invoice => "IN",
+            DocumentKind::Ship => "SH",
         }
     }
 }
@@ -501,7 +504,7 @@ impl Kind {
 /// How much output is gathered before it is written out.
 const FLUSH_AT: usize = 1 << 20;
 
-struct Item {
+struct LineItem {
     upc: Upc,
     vendor_part: String,
     description: &'static str,
