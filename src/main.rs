@@ -646,7 +646,7 @@ fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<
                     serde_json::from_str(&e.detail).unwrap_or_else(|_| serde_json::json!({}));
                 if let Some(o) = d.as_object_mut() {
                     o.insert("time".into(), local_time(e.at_ms).into());
-                    o.insert("event".into(), e.event.clone().into());
+                    o.insert("event".into(), e.event.as_str().into());
                 }
                 d
             })
@@ -666,7 +666,7 @@ fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<
                 .map(|c| format!("{c} "))
                 .unwrap_or_default()
         ),
-        (Some(d), None) => d.clone(),
+        (Some(d), None) => d.to_string(),
         (None, _) => "-".into(),
     };
     let outcome = x12gate::text::printable(&outcome);
@@ -860,7 +860,10 @@ fn claims(
                     "{key}: no unfinished claim (see `x12gate claims`)"
                 )));
             };
-            let Some(owner) = claim.owner.filter(|_| claim.state == "in_flight") else {
+            let Some(owner) = claim
+                .owner
+                .filter(|_| claim.state == x12gate::registry::ClaimState::InFlight)
+            else {
                 writeln!(out, "{key}: already failed; the next attempt takes it over")?;
                 return Ok(exit::OK);
             };
@@ -966,22 +969,16 @@ fn history_filter(
             n
         }
     });
-    if let Some(d) = &disposition {
-        let known = [
-            Disposition::Accepted,
-            Disposition::Partial,
-            Disposition::Rejected,
-            Disposition::Duplicate,
-            Disposition::Conflict,
-            Disposition::InProgress,
-        ];
-        if !known.iter().any(|k| k.as_str() == d) {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "--disposition {d}: expected one of {}",
-                known.map(|k| k.as_str()).join(", ")
-            )));
-        }
-    }
+    let disposition = disposition
+        .map(|d| {
+            Disposition::parse(&d).ok_or_else(|| {
+                Failure::Usage(anyhow::anyhow!(
+                    "--disposition {d}: expected one of {}",
+                    Disposition::ALL.map(|k| k.as_str()).join(", ")
+                ))
+            })
+        })
+        .transpose()?;
     Ok(x12gate::registry::EventFilter {
         key: None,
         partner,
@@ -1242,7 +1239,7 @@ fn history(
             }
             if let Some(o) = v.as_object_mut() {
                 o.insert("time".into(), time.into());
-                o.insert("event".into(), e.event.clone().into());
+                o.insert("event".into(), e.event.as_str().into());
                 o.insert("key".into(), e.key.clone().into());
             }
             writeln!(out, "{v}")?;
@@ -1252,12 +1249,12 @@ fn history(
             let detail: serde_json::Value =
                 serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
             let field = |name: &str| detail[name].as_str().map(x12gate::text::printable);
-            let what = e.disposition.as_deref().unwrap_or(&e.event);
+            let what = e.disposition.map_or(e.event.as_str(), |d| d.as_str());
             let mut line = format!(
                 "{time} {:<30} {what:<11}",
                 x12gate::text::printable(e.key.as_deref().unwrap_or("-"))
             );
-            if e.event != what {
+            if e.event.as_str() != what {
                 line.push_str(&format!(" ({})", e.event));
             }
             if let Some(file) = field("file") {

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::Config;
 use crate::outputs::safe_name;
-use crate::registry::{EventFilter, Registry, RegistryError};
+use crate::registry::{EventFilter, EventKind, Registry, RegistryError};
 
 /// What `prune --files` would do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
     // several interchanges: it stays while any of them is live).
     let mut placed: HashMap<PathBuf, (Vec<String>, String)> = HashMap::new();
     for e in registry.history(&EventFilter::default())? {
-        if e.event != "placed" {
+        if e.event != EventKind::Placed {
             continue;
         }
         let at = serde_json::from_str::<serde_json::Value>(&e.detail)

@@ -10,7 +10,8 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use super::counters::{Counter, MAX_CONTROL_NUMBER};
-use super::{Registry, RegistryError};
+use super::{ClaimState, EventKind, Registry, RegistryError};
+use crate::disposition::Disposition;
 
 /// Milliseconds since the Unix epoch, the registry's clock.
 pub fn now_ms() -> i64 {
@@ -62,7 +63,8 @@ pub struct StoredAck {
 /// The outcome recorded for a completed interchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completed {
-    pub disposition: String,
+    /// `None` when no attempt has completed yet (a conflict with an unfinished one).
+    pub disposition: Option<Disposition>,
     pub reason_code: Option<String>,
     pub reason: Option<String>,
     pub fingerprint: String,
@@ -104,7 +106,7 @@ pub struct Reservation {
 /// What a completion records.
 #[derive(Debug, Clone)]
 pub struct Completion<'a> {
-    pub disposition: &'a str,
+    pub disposition: Disposition,
     pub reason_code: Option<&'a str>,
     pub reason: Option<&'a str>,
     pub acks: &'a [StoredAck],
@@ -113,7 +115,7 @@ pub struct Completion<'a> {
     /// so a corrected resend may use them again.
     pub released_groups: &'a [(String, String)],
     /// The audit event to append (`accepted`, `rejected`, ...) and its detail (JSON).
-    pub event: &'a str,
+    pub event: EventKind,
     pub detail: &'a str,
 }
 
@@ -121,11 +123,12 @@ pub struct Completion<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Event {
     pub at_ms: i64,
-    pub event: String,
+    pub event: EventKind,
     pub key: Option<String>,
     pub partner: Option<String>,
     pub control_number: Option<String>,
-    pub disposition: Option<String>,
+    /// The decision's disposition; `None` for a note.
+    pub disposition: Option<Disposition>,
     /// The JSON detail recorded with the event.
     pub detail: String,
 }
@@ -136,8 +139,8 @@ pub struct Unfinished {
     pub key: String,
     pub partner: String,
     pub control_number: String,
-    /// `in_flight` or `failed`.
-    pub state: String,
+    /// [`ClaimState::InFlight`] or [`ClaimState::Failed`].
+    pub state: ClaimState,
     pub owner: Option<String>,
     pub lease_expires_ms: Option<i64>,
     pub attempts: u32,
@@ -154,8 +157,8 @@ pub struct Record {
     pub key: String,
     pub partner: String,
     pub control_number: String,
-    pub state: String,
-    pub disposition: Option<String>,
+    pub state: ClaimState,
+    pub disposition: Option<Disposition>,
     pub reason_code: Option<String>,
     pub reason: Option<String>,
     pub attempts: u32,
@@ -177,11 +180,11 @@ pub struct Record {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// (partner, decision, count), every decision ever recorded.
-    pub decisions: Vec<(String, String, u64)>,
+    pub decisions: Vec<(String, EventKind, u64)>,
     /// (partner, kind, count): acknowledgments written, replays included.
     pub acks_sent: Vec<(String, String, u64)>,
     /// (state, count) of claims not completed.
-    pub unfinished: Vec<(String, u64)>,
+    pub unfinished: Vec<(ClaimState, u64)>,
     pub oldest_unfinished_ms: Option<i64>,
     /// (partner, time of its latest decision).
     pub last_received: Vec<(String, i64)>,
@@ -193,7 +196,7 @@ pub struct EventFilter {
     pub key: Option<String>,
     pub partner: Option<String>,
     pub control_number: Option<String>,
-    pub disposition: Option<String>,
+    pub disposition: Option<Disposition>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
 }
@@ -301,32 +304,11 @@ impl Batch<'_> {
     /// [`Registry::record_event`] inside the batch.
     pub fn record_event(
         &self,
-        event: &str,
+        event: EventKind,
         key: Option<&str>,
         partner: Option<&str>,
         control_number: Option<&str>,
-        disposition: &str,
-        detail: &str,
-    ) -> Result<(), RegistryError> {
-        self.record_note(
-            event,
-            key,
-            partner,
-            control_number,
-            Some(disposition),
-            detail,
-        )
-    }
-
-    /// An event that records no decision (where a file was placed, a claim released): no
-    /// disposition, so `history --disposition` lists decisions only.
-    pub fn record_note(
-        &self,
-        event: &str,
-        key: Option<&str>,
-        partner: Option<&str>,
-        control_number: Option<&str>,
-        disposition: Option<&str>,
+        disposition: Disposition,
         detail: &str,
     ) -> Result<(), RegistryError> {
         insert_event(
@@ -336,7 +318,30 @@ impl Batch<'_> {
             key,
             partner,
             control_number,
-            disposition,
+            Some(disposition),
+            detail,
+        )
+        .map_err(|e| self.sql(e))
+    }
+
+    /// An event that records no decision (where a file was placed, a claim released): no
+    /// disposition, so `history --disposition` lists decisions only.
+    pub fn record_note(
+        &self,
+        event: EventKind,
+        key: Option<&str>,
+        partner: Option<&str>,
+        control_number: Option<&str>,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
+        insert_event(
+            &self.tx,
+            now_ms(),
+            event,
+            key,
+            partner,
+            control_number,
+            None,
             detail,
         )
         .map_err(|e| self.sql(e))
@@ -425,7 +430,7 @@ fn claim(
             first_fingerprint: req.fingerprint.to_string(),
         });
     }
-    let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
+    let (state, fingerprint, owner, lease, attempts, disposition): (ClaimState, String, Option<String>, Option<i64>, u32, Option<Disposition>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
         [req.key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
@@ -462,11 +467,13 @@ fn claim(
             first_fingerprint,
         })
     };
-    Ok(match (state.as_str(), disposition.as_deref()) {
-        ("completed", _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
-        ("completed", Some("rejected")) => take_over(Previous::Rejected { fingerprint })?,
-        ("completed", _) => Claim::Conflict(load_completed(tx, req.key)?),
-        ("in_flight", _)
+    Ok(match (state, disposition) {
+        (ClaimState::Completed, _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
+        (ClaimState::Completed, Some(Disposition::Rejected)) => {
+            take_over(Previous::Rejected { fingerprint })?
+        }
+        (ClaimState::Completed, _) => Claim::Conflict(load_completed(tx, req.key)?),
+        (ClaimState::InFlight, _)
             if lease.unwrap_or(0) > now
                 && owner.as_deref() != Some(req.owner)
                 && !owner.as_deref().is_some_and(req.is_dead) =>
@@ -478,16 +485,20 @@ fn claim(
         }
         // An unfinished attempt may have written its outputs before it died, and downstream
         // may have taken them: only the same content may finish its work.
-        ("in_flight" | "failed", _) if !same => Claim::Conflict(load_completed(tx, req.key)?),
-        ("in_flight", _) if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) => {
+        (ClaimState::InFlight | ClaimState::Failed, _) if !same => {
+            Claim::Conflict(load_completed(tx, req.key)?)
+        }
+        (ClaimState::InFlight, _)
+            if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) =>
+        {
             take_over(Previous::Dead {
                 owner: owner.unwrap_or_default(),
             })?
         }
-        ("in_flight", _) => take_over(Previous::Expired {
+        (ClaimState::InFlight, _) => take_over(Previous::Expired {
             owner: owner.unwrap_or_default(),
         })?,
-        _ => take_over(Previous::Failed)?,
+        (ClaimState::Failed, _) => take_over(Previous::Failed)?,
     })
 }
 
@@ -744,9 +755,9 @@ impl Registry {
         &mut self,
         key: &str,
         accepted_too: bool,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<Disposition>, RegistryError> {
         self.batch(|b| {
-            let was: Option<(String, Option<String>, String, String)> = b
+            let was: Option<(ClaimState, Option<Disposition>, String, String)> = b
                 .tx
                 .query_row(
                     "SELECT state, disposition, partner, control_number FROM interchanges WHERE key = ?1",
@@ -755,11 +766,12 @@ impl Registry {
                 )
                 .optional()
                 .map_err(|e| b.sql(e))?;
-            let Some((state, disposition, partner, control)) = was else {
+            // Every completion records a disposition: a completed row without one was not
+            // written by x12gate, and is not reopened.
+            let Some((ClaimState::Completed, Some(disposition), partner, control)) = was else {
                 return Ok(None);
             };
-            let disposition = disposition.unwrap_or_default();
-            if state != "completed" || (disposition != "rejected" && !accepted_too) {
+            if disposition != Disposition::Rejected && !accepted_too {
                 return Ok(None);
             }
             b.tx.execute(
@@ -777,14 +789,14 @@ impl Registry {
                 .map(|a| serde_json::json!({ "kind": a.kind, "path": a.path, "bytes": String::from_utf8_lossy(&a.bytes) }))
                 .collect();
             let detail = serde_json::json!({ "was": disposition, "acks": acks }).to_string();
-            b.record_note("reopened", Some(key), Some(&partner), Some(&control), None, &detail)?;
+            b.record_note(EventKind::Reopened, Some(key), Some(&partner), Some(&control), &detail)?;
             Ok(Some(disposition))
         })
     }
 
     /// Undoes [`Registry::reopen`] when the reprocessing decided nothing: completed again
     /// with the disposition it had, if nobody has claimed it since.
-    pub fn restore(&mut self, key: &str, disposition: &str) -> Result<(), RegistryError> {
+    pub fn restore(&mut self, key: &str, disposition: Disposition) -> Result<(), RegistryError> {
         self.batch(|b| {
             b.tx.execute(
                 "UPDATE interchanges SET state = 'completed', disposition = ?2
@@ -826,7 +838,7 @@ impl Registry {
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(|e| b.sql(e))?;
-                b.record_note("released", Some(key), Some(&partner), Some(&control), None, &detail)?;
+                b.record_note(EventKind::Released, Some(key), Some(&partner), Some(&control), &detail)?;
             }
             Ok(n == 1)
         })
@@ -836,11 +848,11 @@ impl Registry {
     /// file that holds no interchange).
     pub fn record_event(
         &mut self,
-        event: &str,
+        event: EventKind,
         key: Option<&str>,
         partner: Option<&str>,
         control_number: Option<&str>,
-        disposition: &str,
+        disposition: Disposition,
         detail: &str,
     ) -> Result<(), RegistryError> {
         self.batch(|b| b.record_event(event, key, partner, control_number, disposition, detail))
@@ -851,7 +863,12 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT at, event, key, partner, control_number, disposition, detail FROM events
+                // A development build (83737b4) recorded `released` with the disposition
+                // `failed`, which is none; a release has been a note ever since, and such a
+                // row reads as one.
+                "SELECT at, event, key, partner, control_number,
+                        CASE WHEN event = 'released' THEN NULL ELSE disposition END, detail
+                 FROM events
                  WHERE (?1 IS NULL OR partner = ?1) AND (?2 IS NULL OR control_number = ?2)
                    AND (?3 IS NULL OR disposition = ?3) AND (?4 IS NULL OR at >= ?4)
                    AND (?5 IS NULL OR at <= ?5) AND (?6 IS NULL OR key = ?6)
@@ -885,6 +902,8 @@ impl Registry {
     }
 
     /// Interchange counts by partner and disposition (`in_flight` and `failed` for unfinished ones).
+    /// The middle column is a label, a disposition or a claim state, for `stats` to print; a
+    /// program that needs one of them reads [`Registry::snapshot`] or [`Registry::unfinished`].
     pub fn stats(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
         self.all(
             "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
@@ -896,7 +915,7 @@ impl Registry {
 
     /// Decisions by partner and kind (`accepted`, `duplicate`, `conflict`, ...), from the
     /// audit trail: every interchange of every file, resends included.
-    pub fn decisions(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+    pub fn decisions(&self) -> Result<Vec<(String, EventKind, u64)>, RegistryError> {
         // A file with no readable interchange has no partner: it counts under "".
         self.all(
             "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
@@ -929,7 +948,7 @@ impl Registry {
             // last_seen: when the claim was last taken (first_seen may be days older).
             .prepare("SELECT state, COUNT(*), MIN(last_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
             .map_err(sql)?;
-        let unfinished: Vec<(String, u64, i64)> = stmt
+        let unfinished: Vec<(ClaimState, u64, i64)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
@@ -997,7 +1016,7 @@ impl Registry {
             }
         }
         let detail = json(&serde_json::json!({ "removed": removed }));
-        insert_event(&tx, now, "prune", None, None, None, None, &detail).map_err(sql)?;
+        insert_event(&tx, now, EventKind::Prune, None, None, None, None, &detail).map_err(sql)?;
         tx.commit().map_err(sql)?;
         Ok(removed)
     }
@@ -1032,11 +1051,11 @@ fn record_fingerprint(
 fn insert_event(
     conn: &rusqlite::Connection,
     at: i64,
-    event: &str,
+    event: EventKind,
     key: Option<&str>,
     partner: Option<&str>,
     control_number: Option<&str>,
-    disposition: Option<&str>,
+    disposition: Option<Disposition>,
     detail: &str,
 ) -> Result<(), rusqlite::Error> {
     conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(
@@ -1046,7 +1065,7 @@ fn insert_event(
 }
 
 fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rusqlite::Error> {
-    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<String>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
+    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<Disposition>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
@@ -1061,7 +1080,7 @@ fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rus
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Completed {
-        disposition: disposition.unwrap_or_default(),
+        disposition,
         reason_code,
         reason,
         fingerprint,

@@ -13,6 +13,7 @@
 mod claims;
 mod counters;
 mod migrations;
+mod vocabulary;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +25,7 @@ pub use claims::{
     Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{ControlNumbers, Counter, PreviewCounters, MAX_CONTROL_NUMBER};
+pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
