@@ -371,14 +371,16 @@ fn file_rejection(
         replayed: None,
         key: None,
     };
-    registry.record_event(
-        EventKind::Unreadable,
-        None,
-        None,
-        None,
-        Disposition::Rejected,
-        &json(&report),
-    )?;
+    registry.batch(|b| {
+        b.record_event(
+            EventKind::Unreadable,
+            None,
+            None,
+            None,
+            Disposition::Rejected,
+            &json(&report),
+        )
+    })?;
     Ok(report)
 }
 

@@ -207,8 +207,8 @@ fn json<T: Serialize>(v: &T) -> String {
 
 /// Several registry steps in one durable transaction (`BEGIN IMMEDIATE` ... `COMMIT`, one
 /// fsync). `process` claims, prepares and completes a whole batch of interchanges this way,
-/// which is what makes it fast on disks where an fsync costs milliseconds; each step is the
-/// one the single-interchange method of the same name performs.
+/// which is what makes it fast on disks where an fsync costs milliseconds. The steps of an
+/// interchange's way through the gateway exist only here: one step alone is a batch of one.
 pub struct Batch<'r> {
     tx: rusqlite::Transaction<'r>,
     path: &'r str,
@@ -247,50 +247,6 @@ impl Registry {
         batch.tx.commit().map_err(sql)?;
         Ok(out)
     }
-
-    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
-    pub fn claim_interchange(&mut self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
-        self.batch(|b| b.claim_interchange(req))
-    }
-
-    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
-    /// attempt when there are enough, else fresh ones taken now.
-    pub fn reserve_control_numbers(
-        &mut self,
-        key: &str,
-        partner: &str,
-        isa13: usize,
-        gs06: usize,
-    ) -> Result<Reservation, RegistryError> {
-        self.batch(|b| b.reserve_control_numbers(key, partner, isa13, gs06))
-    }
-
-    /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
-    /// group, whether another interchange seen within `window_days` already used it.
-    pub fn claim_groups(
-        &mut self,
-        key: &str,
-        partner: &str,
-        groups: &[(String, String)],
-        window_days: u32,
-    ) -> Result<Vec<bool>, RegistryError> {
-        self.batch(|b| b.claim_groups(key, partner, groups, window_days))
-    }
-
-    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
-    pub fn renew(&mut self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
-        self.batch(|b| b.renew(key, owner, lease_ms))
-    }
-
-    /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
-    pub fn complete(
-        &mut self,
-        key: &str,
-        owner: &str,
-        c: &Completion<'_>,
-    ) -> Result<bool, RegistryError> {
-        self.batch(|b| b.complete(key, owner, c))
-    }
 }
 
 impl Batch<'_> {
@@ -301,7 +257,8 @@ impl Batch<'_> {
         }
     }
 
-    /// [`Registry::record_event`] inside the batch.
+    /// Appends an audit event for a decision that completes nothing (duplicate, conflict,
+    /// in_progress, a file that holds no interchange).
     pub fn record_event(
         &self,
         event: EventKind,
@@ -356,10 +313,13 @@ impl Batch<'_> {
         super::counters::next_in(&self.tx, partner, counter).map_err(|e| self.sql(e))
     }
 
+    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
     pub fn claim_interchange(&self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
         claim(&self.tx, req, now_ms()).map_err(|e| self.sql(e))
     }
 
+    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
+    /// attempt when there are enough, else fresh ones taken now.
     pub fn reserve_control_numbers(
         &self,
         key: &str,
@@ -370,6 +330,8 @@ impl Batch<'_> {
         reserve(&self.tx, key, partner, isa13, gs06).map_err(|e| self.sql(e))
     }
 
+    /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
+    /// group, whether another interchange seen within `window_days` already used it.
     pub fn claim_groups(
         &self,
         key: &str,
@@ -380,6 +342,7 @@ impl Batch<'_> {
         claim_groups(&self.tx, key, partner, groups, window_days).map_err(|e| self.sql(e))
     }
 
+    /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
     pub fn complete(
         &self,
         key: &str,
@@ -389,6 +352,7 @@ impl Batch<'_> {
         complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
     }
 
+    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
     pub fn renew(&self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
         self.tx
             .execute(
@@ -396,6 +360,14 @@ impl Batch<'_> {
                 params![key, owner, now_ms() + lease_ms],
             )
             .map(|n| n == 1)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Marks our claim failed (an operational error or a stop cut the work short), so the
+    /// next attempt takes it over at once instead of waiting for the lease.
+    pub fn fail(&self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
+        fail(&self.tx, key, owner, reason)
+            .map(drop)
             .map_err(|e| self.sql(e))
     }
 }
@@ -616,19 +588,19 @@ fn complete(
     Ok(true)
 }
 
-impl Batch<'_> {
-    /// Marks our claim failed (an operational error or a stop cut the work short), so the
-    /// next attempt takes it over at once instead of waiting for the lease.
-    pub fn fail(&self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
-        self.tx
-            .prepare_cached(
-                "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
-                 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-            )
-            .and_then(|mut s| s.execute(params![key, owner, reason]))
-            .map(drop)
-            .map_err(|e| self.sql(e))
-    }
+/// Marks `key`'s in-flight claim failed if `owner` still holds it; whether it did.
+fn fail(
+    tx: &rusqlite::Connection,
+    key: &str,
+    owner: &str,
+    reason: &str,
+) -> Result<bool, rusqlite::Error> {
+    tx.prepare_cached(
+        "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
+         WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+    )?
+    .execute(params![key, owner, reason])
+    .map(|n| n == 1)
 }
 
 impl Registry {
@@ -820,42 +792,27 @@ impl Registry {
     /// meanwhile (completed, or taken by someone else).
     pub fn release(&mut self, key: &str, owner: &str, why: &str) -> Result<bool, RegistryError> {
         self.batch(|b| {
-            let n = b
-                .tx
-                .execute(
-                    "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
-                     WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-                    params![key, owner, why],
-                )
-                .map_err(|e| b.sql(e))?;
-            if n == 1 {
-                let detail = serde_json::json!({ "released_from": owner, "reason": why }).to_string();
-                let (partner, control): (String, String) = b
-                    .tx
-                    .query_row(
+            let released = fail(&b.tx, key, owner, why).map_err(|e| b.sql(e))?;
+            if released {
+                let detail =
+                    serde_json::json!({ "released_from": owner, "reason": why }).to_string();
+                let (partner, control): (String, String) =
+                    b.tx.query_row(
                         "SELECT partner, control_number FROM interchanges WHERE key = ?1",
                         [key],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(|e| b.sql(e))?;
-                b.record_note(EventKind::Released, Some(key), Some(&partner), Some(&control), &detail)?;
+                b.record_note(
+                    EventKind::Released,
+                    Some(key),
+                    Some(&partner),
+                    Some(&control),
+                    &detail,
+                )?;
             }
-            Ok(n == 1)
+            Ok(released)
         })
-    }
-
-    /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
-    /// file that holds no interchange).
-    pub fn record_event(
-        &mut self,
-        event: EventKind,
-        key: Option<&str>,
-        partner: Option<&str>,
-        control_number: Option<&str>,
-        disposition: Disposition,
-        detail: &str,
-    ) -> Result<(), RegistryError> {
-        self.batch(|b| b.record_event(event, key, partner, control_number, disposition, detail))
     }
 
     /// Audit events, oldest first.
@@ -1048,7 +1005,7 @@ fn record_fingerprint(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn insert_event(
+pub(super) fn insert_event(
     conn: &rusqlite::Connection,
     at: i64,
     event: EventKind,

@@ -416,11 +416,8 @@ impl Registry {
             let detail =
                 serde_json::json!({ "gateway": who.to_string(), "installation": installation })
                     .to_string();
-            tx.execute(
-                "INSERT INTO events (at, event, detail) VALUES (?1, 'init', ?2)",
-                rusqlite::params![now, detail],
-            )
-            .map_err(sql)?;
+            claims::insert_event(&tx, now, EventKind::Init, None, None, None, None, &detail)
+                .map_err(sql)?;
         }
         let (qualifier, id, installation): (String, String, String) = tx
             .query_row(
