@@ -1051,3 +1051,6 @@ fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rus
 
 /// Keeps the constant in one place for the CHECK constraint's readers.
 const _: () = assert!(MAX_CONTROL_NUMBER == 999_999_999);
+
+#[cfg(test)]
+mod tests;
