@@ -10,8 +10,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
+use crate::disposition::Disposition;
 use crate::pipeline::{self, ProcessError, ProcessOptions, Report, Source};
-use crate::registry::{Event, EventFilter, Record, Registry, RegistryError};
+use crate::registry::{ClaimState, Event, EventFilter, EventKind, Record, Registry, RegistryError};
 use crate::schema::Schemas;
 
 /// Why a key cannot be shown or reprocessed.
@@ -83,7 +84,7 @@ fn placed_at(events: &[Event]) -> Option<PathBuf> {
     events
         .iter()
         .rev()
-        .filter(|e| e.event == "placed")
+        .filter(|e| e.event == EventKind::Placed)
         .find_map(|e| {
             let v: serde_json::Value = serde_json::from_str(&e.detail).ok()?;
             v["placed"].as_str().map(PathBuf::from)
@@ -157,7 +158,7 @@ pub fn show(
         .collect();
     let conflict_acks = events
         .iter()
-        .filter(|e| e.event == "conflict")
+        .filter(|e| e.event == EventKind::Conflict)
         .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e.detail).ok())
         .flat_map(|v| {
             v["acks"]
@@ -195,7 +196,7 @@ pub fn show(
     let holder = record
         .owner
         .as_deref()
-        .filter(|_| record.state == "in_flight")
+        .filter(|_| record.state == ClaimState::InFlight)
         .map(crate::owner::describe);
     Ok(Shown {
         record,
@@ -226,14 +227,14 @@ pub fn reprocess(
     };
     let shown = show(config, schemas, registry, key)?;
     let r = &shown.record;
-    if r.state != "completed" {
+    if r.state != ClaimState::Completed {
         return Err(refused(format!(
             "not completed ({}); see `x12gate claims`",
             r.state
         )));
     }
-    let disposition = r.disposition.clone().unwrap_or_default();
-    if disposition != "rejected" && !force {
+    if r.disposition != Some(Disposition::Rejected) && !force {
+        let disposition = r.disposition.map_or("", Disposition::as_str);
         return Err(refused(format!(
             "it was {disposition}; reprocessing it may deliver it to the ERP a second time (--force does, knowingly)"
         )));
@@ -294,7 +295,7 @@ pub fn reprocess(
         // Nothing was decided: the interchange is put back as it was, so that a plain resend
         // still meets its earlier outcome.
         other => {
-            registry.restore(key, &was)?;
+            registry.restore(key, was)?;
             match other {
                 Err(e) => Err(e),
                 _ => Err(refused(format!(
@@ -327,7 +328,10 @@ pub fn release(registry: &mut Registry, key: &str, force: bool) -> Result<Releas
     let Some(claim) = registry.unfinished_claim(key)? else {
         return Err(refused("no unfinished claim (see `x12gate claims`)".into()));
     };
-    let Some(owner) = claim.owner.filter(|_| claim.state == "in_flight") else {
+    let Some(owner) = claim
+        .owner
+        .filter(|_| claim.state == crate::registry::ClaimState::InFlight)
+    else {
         return Ok(Released::AlreadyFailed);
     };
     match liveness(&owner) {

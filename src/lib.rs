@@ -10,6 +10,8 @@
 //! - [`validate`]: the tree's problems as findings with X12 codes and positions.
 //! - [`schema`]: transaction-set definitions and the segment/element validator (AK3/AK4).
 //! - [`ack`]: what to answer (policy and decisions) and the TA1/997/999 writers.
+//! - [`disposition`]: what became of an interchange, the word `ack` decides, `process`
+//!   reports and the `registry` stores.
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
@@ -43,6 +45,7 @@ pub mod ack;
 pub mod check;
 pub mod config;
 pub mod desk;
+pub mod disposition;
 pub mod finding;
 pub mod fingerprint;
 pub mod inbound;

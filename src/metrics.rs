@@ -17,7 +17,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry as Exposition;
 
 use crate::config::Config;
-use crate::registry::{Registry, RegistryError};
+use crate::registry::{ClaimState, EventKind, Registry, RegistryError};
 
 type Labels = Vec<(String, String)>;
 
@@ -89,9 +89,12 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
     for (partner, decision, n) in &snap.decisions {
         let partner = partner_label(config, partner);
         decisions
-            .get_or_create(&labels(&[("partner", &partner), ("decision", decision)]))
+            .get_or_create(&labels(&[
+                ("partner", &partner),
+                ("decision", decision.as_str()),
+            ]))
             .inc_by(*n);
-        if decision == "conflict" {
+        if *decision == EventKind::Conflict {
             conflicts
                 .get_or_create(&labels(&[("partner", &partner)]))
                 .inc_by(*n);
@@ -126,14 +129,14 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
         backlog,
     );
     let unfinished = Family::<Labels, Gauge>::default();
-    for state in ["in_flight", "failed"] {
+    for state in [ClaimState::InFlight, ClaimState::Failed] {
         let n = snap
             .unfinished
             .iter()
-            .find(|(s, _)| s == state)
+            .find(|(s, _)| *s == state)
             .map_or(0, |(_, n)| *n);
         unfinished
-            .get_or_create(&labels(&[("state", state)]))
+            .get_or_create(&labels(&[("state", state.as_str())]))
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
     reg.register(

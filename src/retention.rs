@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::Config;
 use crate::outputs::safe_name;
-use crate::registry::{EventFilter, Registry, RegistryError};
+use crate::registry::{EventFilter, EventKind, Registry, RegistryError};
 
 /// Removes the keys older than their partner's `duplicate_window_days`; returns them.
 pub fn prune_keys(config: &Config, registry: &mut Registry) -> Result<Vec<String>, RegistryError> {
@@ -86,7 +86,7 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
     // several interchanges: it stays while any of them is live).
     let mut placed: HashMap<PathBuf, (Vec<String>, String)> = HashMap::new();
     for e in registry.history(&EventFilter::default())? {
-        if e.event != "placed" {
+        if e.event != EventKind::Placed {
             continue;
         }
         let at = serde_json::from_str::<serde_json::Value>(&e.detail)

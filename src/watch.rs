@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::inbound::{self, Destination};
 use crate::intake::{Intake, IntakeError, Taken};
 use crate::pipeline::{self, ClaimOrder, ProcessOptions, Report, Source, Turn};
-use crate::registry::{Registry, RegistryError};
+use crate::registry::{EventKind, Registry, RegistryError};
 use crate::schema::Schemas;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -304,11 +304,10 @@ fn record_placements(registry: &mut Registry, config: &Config, outcomes: &[(Queu
             .to_string();
             for r in reports.iter().filter(|r| r.key.is_some()) {
                 b.record_note(
-                    "placed",
+                    EventKind::Placed,
                     r.key.as_deref(),
                     r.sender.as_deref(),
                     r.control_number.as_deref(),
-                    None,
                     &detail,
                 )?;
             }

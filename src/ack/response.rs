@@ -7,41 +7,7 @@ use crate::x12::Interchange;
 
 use super::policy;
 
-/// What became of an interchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Disposition {
-    /// Every transaction set accepted (possibly with errors noted).
-    Accepted,
-    /// Some transaction sets rejected, some accepted.
-    Partial,
-    /// Nothing accepted.
-    Rejected,
-    /// Seen before with the same content: the original acknowledgments were replayed.
-    Duplicate,
-    /// The control number was used before for different content: refused (TA1 025).
-    Conflict,
-    /// Another process is working on it (`--no-wait`).
-    InProgress,
-}
-
-impl Disposition {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Disposition::Accepted => "accepted",
-            Disposition::Partial => "partial",
-            Disposition::Rejected => "rejected",
-            Disposition::Duplicate => "duplicate",
-            Disposition::Conflict => "conflict",
-            Disposition::InProgress => "in_progress",
-        }
-    }
-
-    /// Whether this outcome leaves nothing to fix (exit code 0).
-    pub fn is_success(self) -> bool {
-        matches!(self, Disposition::Accepted | Disposition::Duplicate)
-    }
-}
+pub use crate::disposition::Disposition;
 
 /// An acknowledgment code: TA104, AK501/IK501 and AK901 share these letters (P only in AK901).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

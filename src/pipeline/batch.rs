@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
-use crate::registry::{Batch, Claim, ClaimRequest, Completion, Previous, Registry, StoredAck};
+use crate::registry::{
+    Batch, Claim, ClaimRequest, Completion, EventKind, Previous, Registry, StoredAck,
+};
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
@@ -368,7 +370,16 @@ fn file_rejection(
         replayed: None,
         key: None,
     };
-    registry.record_event("unreadable", None, None, None, "rejected", &json(&report))?;
+    registry.batch(|b| {
+        b.record_event(
+            EventKind::Unreadable,
+            None,
+            None,
+            None,
+            Disposition::Rejected,
+            &json(&report),
+        )
+    })?;
     Ok(report)
 }
 
@@ -451,7 +462,7 @@ enum AfterClaim {
     /// Retry in a later round (another process holds it).
     Busy(Holder),
     /// Settled without writing (in progress elsewhere, with `--no-wait`).
-    Event(&'static str),
+    Event(EventKind),
     /// Replay these stored acknowledgments (a duplicate).
     Replay(Vec<StoredAck>),
     /// Refuse with a TA1 R 025 (a conflict); the decision is made when the claim answers.
@@ -542,7 +553,7 @@ fn run_round(
                 let holder = crate::owner::describe(&owner);
                 tracing::info!(%holder, "in progress elsewhere; not waiting");
                 it.report.reason = Some(format!("{holder} holds the claim"));
-                AfterClaim::Event("in_progress")
+                AfterClaim::Event(EventKind::InProgress)
             }
             Claim::Busy {
                 owner,
@@ -554,9 +565,7 @@ fn run_round(
             Claim::Duplicate(done) => {
                 // The original's outcome travels with the replay: an exact resend of a rejected
                 // interchange is answered the same way and is still a rejected file.
-                it.report.replayed =
-                    serde_json::from_value(serde_json::Value::String(done.disposition.clone()))
-                        .ok();
+                it.report.replayed = done.disposition;
                 if it.report.replayed.is_some_and(|d| !d.is_success()) {
                     it.report.reason_code = done.reason_code.clone();
                     it.report.reason = done.reason.clone();
@@ -808,13 +817,13 @@ fn run_round(
                 &it.key,
                 &options.owner,
                 &Completion {
-                    disposition: response.disposition.as_str(),
+                    disposition: response.disposition,
                     reason_code: it.report.reason_code.as_deref(),
                     reason: it.report.reason.as_deref(),
                     acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
                     outputs: &it.report.outputs,
                     released_groups: &released,
-                    event: response.disposition.as_str(),
+                    event: response.disposition.into(),
                     detail: &json(&it.report),
                 },
             )?;
@@ -822,9 +831,9 @@ fn run_round(
         }
         for (i, plan) in &plans {
             let event = match plan {
-                AfterClaim::Replay(_) => "duplicate",
-                AfterClaim::Refuse(_) => "conflict",
-                AfterClaim::Event(event) => event,
+                AfterClaim::Replay(_) => EventKind::Duplicate,
+                AfterClaim::Refuse(_) => EventKind::Conflict,
+                AfterClaim::Event(event) => *event,
                 AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
             };
             let it = &items[*i];
@@ -833,7 +842,7 @@ fn run_round(
                 Some(&it.key),
                 Some(&it.partner.key()),
                 it.report.control_number.as_deref(),
-                it.report.disposition.as_str(),
+                it.report.disposition,
                 &json(&it.report),
             )?;
         }

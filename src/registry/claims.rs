@@ -10,7 +10,8 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use super::counters::{Counter, MAX_CONTROL_NUMBER};
-use super::{Registry, RegistryError};
+use super::{ClaimState, EventKind, Registry, RegistryError};
+use crate::disposition::Disposition;
 
 /// Milliseconds since the Unix epoch, the registry's clock.
 pub fn now_ms() -> i64 {
@@ -62,7 +63,8 @@ pub struct StoredAck {
 /// The outcome recorded for a completed interchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completed {
-    pub disposition: String,
+    /// `None` when no attempt has completed yet (a conflict with an unfinished one).
+    pub disposition: Option<Disposition>,
     pub reason_code: Option<String>,
     pub reason: Option<String>,
     pub fingerprint: String,
@@ -104,7 +106,7 @@ pub struct Reservation {
 /// What a completion records.
 #[derive(Debug, Clone)]
 pub struct Completion<'a> {
-    pub disposition: &'a str,
+    pub disposition: Disposition,
     pub reason_code: Option<&'a str>,
     pub reason: Option<&'a str>,
     pub acks: &'a [StoredAck],
@@ -113,7 +115,7 @@ pub struct Completion<'a> {
     /// so a corrected resend may use them again.
     pub released_groups: &'a [(String, String)],
     /// The audit event to append (`accepted`, `rejected`, ...) and its detail (JSON).
-    pub event: &'a str,
+    pub event: EventKind,
     pub detail: &'a str,
 }
 
@@ -121,11 +123,12 @@ pub struct Completion<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Event {
     pub at_ms: i64,
-    pub event: String,
+    pub event: EventKind,
     pub key: Option<String>,
     pub partner: Option<String>,
     pub control_number: Option<String>,
-    pub disposition: Option<String>,
+    /// The decision's disposition; `None` for a note.
+    pub disposition: Option<Disposition>,
     /// The JSON detail recorded with the event.
     pub detail: String,
 }
@@ -136,8 +139,8 @@ pub struct Unfinished {
     pub key: String,
     pub partner: String,
     pub control_number: String,
-    /// `in_flight` or `failed`.
-    pub state: String,
+    /// [`ClaimState::InFlight`] or [`ClaimState::Failed`].
+    pub state: ClaimState,
     pub owner: Option<String>,
     pub lease_expires_ms: Option<i64>,
     pub attempts: u32,
@@ -154,8 +157,8 @@ pub struct Record {
     pub key: String,
     pub partner: String,
     pub control_number: String,
-    pub state: String,
-    pub disposition: Option<String>,
+    pub state: ClaimState,
+    pub disposition: Option<Disposition>,
     pub reason_code: Option<String>,
     pub reason: Option<String>,
     pub attempts: u32,
@@ -177,11 +180,11 @@ pub struct Record {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// (partner, decision, count), every decision ever recorded.
-    pub decisions: Vec<(String, String, u64)>,
+    pub decisions: Vec<(String, EventKind, u64)>,
     /// (partner, kind, count): acknowledgments written, replays included.
     pub acks_sent: Vec<(String, String, u64)>,
     /// (state, count) of claims not completed.
-    pub unfinished: Vec<(String, u64)>,
+    pub unfinished: Vec<(ClaimState, u64)>,
     pub oldest_unfinished_ms: Option<i64>,
     /// (partner, time of its latest decision).
     pub last_received: Vec<(String, i64)>,
@@ -193,7 +196,7 @@ pub struct EventFilter {
     pub key: Option<String>,
     pub partner: Option<String>,
     pub control_number: Option<String>,
-    pub disposition: Option<String>,
+    pub disposition: Option<Disposition>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
 }
@@ -204,8 +207,8 @@ fn json<T: Serialize>(v: &T) -> String {
 
 /// Several registry steps in one durable transaction (`BEGIN IMMEDIATE` ... `COMMIT`, one
 /// fsync). `process` claims, prepares and completes a whole batch of interchanges this way,
-/// which is what makes it fast on disks where an fsync costs milliseconds; each step is the
-/// one the single-interchange method of the same name performs.
+/// which is what makes it fast on disks where an fsync costs milliseconds. The steps of an
+/// interchange's way through the gateway exist only here: one step alone is a batch of one.
 pub struct Batch<'r> {
     tx: rusqlite::Transaction<'r>,
     path: &'r str,
@@ -244,50 +247,6 @@ impl Registry {
         batch.tx.commit().map_err(sql)?;
         Ok(out)
     }
-
-    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
-    pub fn claim_interchange(&mut self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
-        self.batch(|b| b.claim_interchange(req))
-    }
-
-    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
-    /// attempt when there are enough, else fresh ones taken now.
-    pub fn reserve_control_numbers(
-        &mut self,
-        key: &str,
-        partner: &str,
-        isa13: usize,
-        gs06: usize,
-    ) -> Result<Reservation, RegistryError> {
-        self.batch(|b| b.reserve_control_numbers(key, partner, isa13, gs06))
-    }
-
-    /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
-    /// group, whether another interchange seen within `window_days` already used it.
-    pub fn claim_groups(
-        &mut self,
-        key: &str,
-        partner: &str,
-        groups: &[(String, String)],
-        window_days: u32,
-    ) -> Result<Vec<bool>, RegistryError> {
-        self.batch(|b| b.claim_groups(key, partner, groups, window_days))
-    }
-
-    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
-    pub fn renew(&mut self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
-        self.batch(|b| b.renew(key, owner, lease_ms))
-    }
-
-    /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
-    pub fn complete(
-        &mut self,
-        key: &str,
-        owner: &str,
-        c: &Completion<'_>,
-    ) -> Result<bool, RegistryError> {
-        self.batch(|b| b.complete(key, owner, c))
-    }
 }
 
 impl Batch<'_> {
@@ -298,35 +257,15 @@ impl Batch<'_> {
         }
     }
 
-    /// [`Registry::record_event`] inside the batch.
+    /// Appends an audit event for a decision that completes nothing (duplicate, conflict,
+    /// in_progress, a file that holds no interchange).
     pub fn record_event(
         &self,
-        event: &str,
+        event: EventKind,
         key: Option<&str>,
         partner: Option<&str>,
         control_number: Option<&str>,
-        disposition: &str,
-        detail: &str,
-    ) -> Result<(), RegistryError> {
-        self.record_note(
-            event,
-            key,
-            partner,
-            control_number,
-            Some(disposition),
-            detail,
-        )
-    }
-
-    /// An event that records no decision (where a file was placed, a claim released): no
-    /// disposition, so `history --disposition` lists decisions only.
-    pub fn record_note(
-        &self,
-        event: &str,
-        key: Option<&str>,
-        partner: Option<&str>,
-        control_number: Option<&str>,
-        disposition: Option<&str>,
+        disposition: Disposition,
         detail: &str,
     ) -> Result<(), RegistryError> {
         insert_event(
@@ -336,7 +275,30 @@ impl Batch<'_> {
             key,
             partner,
             control_number,
-            disposition,
+            Some(disposition),
+            detail,
+        )
+        .map_err(|e| self.sql(e))
+    }
+
+    /// An event that records no decision (where a file was placed, a claim released): no
+    /// disposition, so `history --disposition` lists decisions only.
+    pub fn record_note(
+        &self,
+        event: EventKind,
+        key: Option<&str>,
+        partner: Option<&str>,
+        control_number: Option<&str>,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
+        insert_event(
+            &self.tx,
+            now_ms(),
+            event,
+            key,
+            partner,
+            control_number,
+            None,
             detail,
         )
         .map_err(|e| self.sql(e))
@@ -351,10 +313,13 @@ impl Batch<'_> {
         super::counters::next_in(&self.tx, partner, counter).map_err(|e| self.sql(e))
     }
 
+    /// Claims `req.key` atomically; see [`Claim`] for the outcomes.
     pub fn claim_interchange(&self, req: &ClaimRequest<'_>) -> Result<Claim, RegistryError> {
         claim(&self.tx, req, now_ms()).map_err(|e| self.sql(e))
     }
 
+    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
+    /// attempt when there are enough, else fresh ones taken now.
     pub fn reserve_control_numbers(
         &self,
         key: &str,
@@ -365,6 +330,8 @@ impl Batch<'_> {
         reserve(&self.tx, key, partner, isa13, gs06).map_err(|e| self.sql(e))
     }
 
+    /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
+    /// group, whether another interchange seen within `window_days` already used it.
     pub fn claim_groups(
         &self,
         key: &str,
@@ -375,6 +342,7 @@ impl Batch<'_> {
         claim_groups(&self.tx, key, partner, groups, window_days).map_err(|e| self.sql(e))
     }
 
+    /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
     pub fn complete(
         &self,
         key: &str,
@@ -384,6 +352,7 @@ impl Batch<'_> {
         complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
     }
 
+    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
     pub fn renew(&self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
         self.tx
             .execute(
@@ -391,6 +360,14 @@ impl Batch<'_> {
                 params![key, owner, now_ms() + lease_ms],
             )
             .map(|n| n == 1)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Marks our claim failed (an operational error or a stop cut the work short), so the
+    /// next attempt takes it over at once instead of waiting for the lease.
+    pub fn fail(&self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
+        fail(&self.tx, key, owner, reason)
+            .map(drop)
             .map_err(|e| self.sql(e))
     }
 }
@@ -425,7 +402,7 @@ fn claim(
             first_fingerprint: req.fingerprint.to_string(),
         });
     }
-    let (state, fingerprint, owner, lease, attempts, disposition): (String, String, Option<String>, Option<i64>, u32, Option<String>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
+    let (state, fingerprint, owner, lease, attempts, disposition): (ClaimState, String, Option<String>, Option<i64>, u32, Option<Disposition>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
         [req.key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
@@ -462,11 +439,13 @@ fn claim(
             first_fingerprint,
         })
     };
-    Ok(match (state.as_str(), disposition.as_deref()) {
-        ("completed", _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
-        ("completed", Some("rejected")) => take_over(Previous::Rejected { fingerprint })?,
-        ("completed", _) => Claim::Conflict(load_completed(tx, req.key)?),
-        ("in_flight", _)
+    Ok(match (state, disposition) {
+        (ClaimState::Completed, _) if same => Claim::Duplicate(load_completed(tx, req.key)?),
+        (ClaimState::Completed, Some(Disposition::Rejected)) => {
+            take_over(Previous::Rejected { fingerprint })?
+        }
+        (ClaimState::Completed, _) => Claim::Conflict(load_completed(tx, req.key)?),
+        (ClaimState::InFlight, _)
             if lease.unwrap_or(0) > now
                 && owner.as_deref() != Some(req.owner)
                 && !owner.as_deref().is_some_and(req.is_dead) =>
@@ -478,16 +457,20 @@ fn claim(
         }
         // An unfinished attempt may have written its outputs before it died, and downstream
         // may have taken them: only the same content may finish its work.
-        ("in_flight" | "failed", _) if !same => Claim::Conflict(load_completed(tx, req.key)?),
-        ("in_flight", _) if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) => {
+        (ClaimState::InFlight | ClaimState::Failed, _) if !same => {
+            Claim::Conflict(load_completed(tx, req.key)?)
+        }
+        (ClaimState::InFlight, _)
+            if lease.unwrap_or(0) > now && owner.as_deref() != Some(req.owner) =>
+        {
             take_over(Previous::Dead {
                 owner: owner.unwrap_or_default(),
             })?
         }
-        ("in_flight", _) => take_over(Previous::Expired {
+        (ClaimState::InFlight, _) => take_over(Previous::Expired {
             owner: owner.unwrap_or_default(),
         })?,
-        _ => take_over(Previous::Failed)?,
+        (ClaimState::Failed, _) => take_over(Previous::Failed)?,
     })
 }
 
@@ -605,19 +588,19 @@ fn complete(
     Ok(true)
 }
 
-impl Batch<'_> {
-    /// Marks our claim failed (an operational error or a stop cut the work short), so the
-    /// next attempt takes it over at once instead of waiting for the lease.
-    pub fn fail(&self, key: &str, owner: &str, reason: &str) -> Result<(), RegistryError> {
-        self.tx
-            .prepare_cached(
-                "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
-                 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-            )
-            .and_then(|mut s| s.execute(params![key, owner, reason]))
-            .map(drop)
-            .map_err(|e| self.sql(e))
-    }
+/// Marks `key`'s in-flight claim failed if `owner` still holds it; whether it did.
+fn fail(
+    tx: &rusqlite::Connection,
+    key: &str,
+    owner: &str,
+    reason: &str,
+) -> Result<bool, rusqlite::Error> {
+    tx.prepare_cached(
+        "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
+         WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+    )?
+    .execute(params![key, owner, reason])
+    .map(|n| n == 1)
 }
 
 impl Registry {
@@ -744,9 +727,9 @@ impl Registry {
         &mut self,
         key: &str,
         accepted_too: bool,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<Disposition>, RegistryError> {
         self.batch(|b| {
-            let was: Option<(String, Option<String>, String, String)> = b
+            let was: Option<(ClaimState, Option<Disposition>, String, String)> = b
                 .tx
                 .query_row(
                     "SELECT state, disposition, partner, control_number FROM interchanges WHERE key = ?1",
@@ -755,11 +738,12 @@ impl Registry {
                 )
                 .optional()
                 .map_err(|e| b.sql(e))?;
-            let Some((state, disposition, partner, control)) = was else {
+            // Every completion records a disposition: a completed row without one was not
+            // written by x12gate, and is not reopened.
+            let Some((ClaimState::Completed, Some(disposition), partner, control)) = was else {
                 return Ok(None);
             };
-            let disposition = disposition.unwrap_or_default();
-            if state != "completed" || (disposition != "rejected" && !accepted_too) {
+            if disposition != Disposition::Rejected && !accepted_too {
                 return Ok(None);
             }
             b.tx.execute(
@@ -777,14 +761,14 @@ impl Registry {
                 .map(|a| serde_json::json!({ "kind": a.kind, "path": a.path, "bytes": String::from_utf8_lossy(&a.bytes) }))
                 .collect();
             let detail = serde_json::json!({ "was": disposition, "acks": acks }).to_string();
-            b.record_note("reopened", Some(key), Some(&partner), Some(&control), None, &detail)?;
+            b.record_note(EventKind::Reopened, Some(key), Some(&partner), Some(&control), &detail)?;
             Ok(Some(disposition))
         })
     }
 
     /// Undoes [`Registry::reopen`] when the reprocessing decided nothing: completed again
     /// with the disposition it had, if nobody has claimed it since.
-    pub fn restore(&mut self, key: &str, disposition: &str) -> Result<(), RegistryError> {
+    pub fn restore(&mut self, key: &str, disposition: Disposition) -> Result<(), RegistryError> {
         self.batch(|b| {
             b.tx.execute(
                 "UPDATE interchanges SET state = 'completed', disposition = ?2
@@ -808,42 +792,27 @@ impl Registry {
     /// meanwhile (completed, or taken by someone else).
     pub fn release(&mut self, key: &str, owner: &str, why: &str) -> Result<bool, RegistryError> {
         self.batch(|b| {
-            let n = b
-                .tx
-                .execute(
-                    "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
-                     WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
-                    params![key, owner, why],
-                )
-                .map_err(|e| b.sql(e))?;
-            if n == 1 {
-                let detail = serde_json::json!({ "released_from": owner, "reason": why }).to_string();
-                let (partner, control): (String, String) = b
-                    .tx
-                    .query_row(
+            let released = fail(&b.tx, key, owner, why).map_err(|e| b.sql(e))?;
+            if released {
+                let detail =
+                    serde_json::json!({ "released_from": owner, "reason": why }).to_string();
+                let (partner, control): (String, String) =
+                    b.tx.query_row(
                         "SELECT partner, control_number FROM interchanges WHERE key = ?1",
                         [key],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(|e| b.sql(e))?;
-                b.record_note("released", Some(key), Some(&partner), Some(&control), None, &detail)?;
+                b.record_note(
+                    EventKind::Released,
+                    Some(key),
+                    Some(&partner),
+                    Some(&control),
+                    &detail,
+                )?;
             }
-            Ok(n == 1)
+            Ok(released)
         })
-    }
-
-    /// Appends an audit event that completes nothing (duplicate, conflict, in_progress, a
-    /// file that holds no interchange).
-    pub fn record_event(
-        &mut self,
-        event: &str,
-        key: Option<&str>,
-        partner: Option<&str>,
-        control_number: Option<&str>,
-        disposition: &str,
-        detail: &str,
-    ) -> Result<(), RegistryError> {
-        self.batch(|b| b.record_event(event, key, partner, control_number, disposition, detail))
     }
 
     /// Audit events, oldest first.
@@ -851,7 +820,12 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT at, event, key, partner, control_number, disposition, detail FROM events
+                // A development build (83737b4) recorded `released` with the disposition
+                // `failed`, which is none; a release has been a note ever since, and such a
+                // row reads as one.
+                "SELECT at, event, key, partner, control_number,
+                        CASE WHEN event = 'released' THEN NULL ELSE disposition END, detail
+                 FROM events
                  WHERE (?1 IS NULL OR partner = ?1) AND (?2 IS NULL OR control_number = ?2)
                    AND (?3 IS NULL OR disposition = ?3) AND (?4 IS NULL OR at >= ?4)
                    AND (?5 IS NULL OR at <= ?5) AND (?6 IS NULL OR key = ?6)
@@ -885,6 +859,8 @@ impl Registry {
     }
 
     /// Interchange counts by partner and disposition (`in_flight` and `failed` for unfinished ones).
+    /// The middle column is a label, a disposition or a claim state, for `stats` to print; a
+    /// program that needs one of them reads [`Registry::snapshot`] or [`Registry::unfinished`].
     pub fn stats(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
         self.all(
             "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
@@ -896,7 +872,7 @@ impl Registry {
 
     /// Decisions by partner and kind (`accepted`, `duplicate`, `conflict`, ...), from the
     /// audit trail: every interchange of every file, resends included.
-    pub fn decisions(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+    pub fn decisions(&self) -> Result<Vec<(String, EventKind, u64)>, RegistryError> {
         // A file with no readable interchange has no partner: it counts under "".
         self.all(
             "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
@@ -929,7 +905,7 @@ impl Registry {
             // last_seen: when the claim was last taken (first_seen may be days older).
             .prepare("SELECT state, COUNT(*), MIN(last_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
             .map_err(sql)?;
-        let unfinished: Vec<(String, u64, i64)> = stmt
+        let unfinished: Vec<(ClaimState, u64, i64)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
@@ -997,7 +973,7 @@ impl Registry {
             }
         }
         let detail = json(&serde_json::json!({ "removed": removed }));
-        insert_event(&tx, now, "prune", None, None, None, None, &detail).map_err(sql)?;
+        insert_event(&tx, now, EventKind::Prune, None, None, None, None, &detail).map_err(sql)?;
         tx.commit().map_err(sql)?;
         Ok(removed)
     }
@@ -1029,14 +1005,14 @@ fn record_fingerprint(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn insert_event(
+pub(super) fn insert_event(
     conn: &rusqlite::Connection,
     at: i64,
-    event: &str,
+    event: EventKind,
     key: Option<&str>,
     partner: Option<&str>,
     control_number: Option<&str>,
-    disposition: Option<&str>,
+    disposition: Option<Disposition>,
     detail: &str,
 ) -> Result<(), rusqlite::Error> {
     conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(
@@ -1046,7 +1022,7 @@ fn insert_event(
 }
 
 fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rusqlite::Error> {
-    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<String>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
+    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<Disposition>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
@@ -1061,7 +1037,7 @@ fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rus
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Completed {
-        disposition: disposition.unwrap_or_default(),
+        disposition,
         reason_code,
         reason,
         fingerprint,
@@ -1075,3 +1051,6 @@ fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rus
 
 /// Keeps the constant in one place for the CHECK constraint's readers.
 const _: () = assert!(MAX_CONTROL_NUMBER == 999_999_999);
+
+#[cfg(test)]
+mod tests;

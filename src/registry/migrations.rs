@@ -1,5 +1,11 @@
 //! Schema migrations: an append-only list, applied in one transaction, tracked by
 //! `PRAGMA user_version`. Never edit a shipped entry; add a new one.
+//!
+//! They run with foreign keys off, as SQLite's procedure for changing a table's schema asks:
+//! a table rebuilt by create, copy, drop and rename would otherwise cascade its drop into the
+//! tables that refer to it (`acks` into `interchanges`). A rebuild that touches a reference
+//! checks it with `PRAGMA foreign_key_check` before its transaction commits; the registry
+//! switches foreign keys on again once the migrations have run.
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -93,6 +99,8 @@ pub fn known() -> i64 {
 }
 
 pub fn apply(conn: &mut Connection) -> Result<(), Error> {
+    // Outside the transaction: inside one, SQLite ignores the pragma.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
     // IMMEDIATE takes the write lock first, so two processes starting at once migrate once.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;

@@ -13,6 +13,7 @@
 mod claims;
 mod counters;
 mod migrations;
+mod vocabulary;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +25,7 @@ pub use claims::{
     Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
+pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -109,7 +111,27 @@ fn read_only(path: &Path, shown: &str) -> Result<Connection, RegistryError> {
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(sql)?;
     conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
+    enforce_foreign_keys(&conn).map_err(sql)?;
     Ok(conn)
+}
+
+/// Keeps the schema's one reference (`acks` rows go with their interchange, `ON DELETE
+/// CASCADE`) enforced whatever SQLite the registry is built with. SQLite enforces foreign
+/// keys only on connections that ask, unless it is compiled to default to them, as the
+/// bundled build is (`libsqlite3-sys` sets `SQLITE_DEFAULT_FOREIGN_KEYS=1`): every registry
+/// connection has enforced them all along, and asking makes that independent of a build
+/// flag of a dependency (a system SQLite, another backend's port) instead of changing it.
+///
+/// Kept rather than dropped by a migration: nothing the gateway does relies on the cascade
+/// or trips over the reference. `prune` removes an interchange's acknowledgments itself
+/// before the interchange, so the cascade finds nothing; `release`, `reopen`, `restore` and
+/// `complete` never delete an interchange, and `complete` stores acknowledgments only for a
+/// claim it has just found; retention deletes files, not rows. Rows are not checked when a
+/// connection opens, so a registry holding orphans (an acknowledgment whose interchange is
+/// gone) opens and works as before. Dropping the cascade would rebuild `acks`, every
+/// acknowledgment kept, while every other process waits for the lock.
+fn enforce_foreign_keys(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "foreign_keys", "ON")
 }
 
 /// `PRAGMA user_version` and the number of schema objects; a file that is not SQLite is
@@ -363,20 +385,40 @@ impl Registry {
             .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql)?;
-        let mut registry = Registry { conn, path: shown };
-        migrations::apply(&mut registry.conn).map_err(|e| match e {
+        let mut registry = Registry::migrated(conn, shown)?;
+        registry.claim_identity(who)?;
+        Ok(registry)
+    }
+
+    /// `conn` with its schema brought up to date and its foreign keys enforced.
+    fn migrated(mut conn: Connection, shown: String) -> Result<Registry, RegistryError> {
+        migrations::apply(&mut conn).map_err(|e| match e {
             migrations::Error::Sqlite(source) => RegistryError::Sqlite {
-                path: registry.path.clone(),
+                path: shown.clone(),
                 cause: source,
             },
             migrations::Error::TooNew { found, known } => RegistryError::TooNew {
-                path: registry.path.clone(),
+                path: shown.clone(),
                 found,
                 known,
             },
         })?;
-        registry.claim_identity(who)?;
+        let registry = Registry { conn, path: shown };
+        enforce_foreign_keys(&registry.conn).map_err(|e| registry.sql(e))?;
         Ok(registry)
+    }
+
+    /// A registry of `who` in memory, as [`Registry::create`] leaves a new one, for the
+    /// registry's own tests.
+    #[cfg(test)]
+    pub(crate) fn in_memory(who: Identity<'_>) -> Registry {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        let mut registry =
+            Registry::migrated(conn, ":memory:".into()).expect("the migrations apply");
+        registry
+            .claim_identity(who)
+            .expect("a new registry's identity");
+        registry
     }
 
     /// Records `who` as the registry's gateway if none is recorded yet (a new registry, or
@@ -414,11 +456,8 @@ impl Registry {
             let detail =
                 serde_json::json!({ "gateway": who.to_string(), "installation": installation })
                     .to_string();
-            tx.execute(
-                "INSERT INTO events (at, event, detail) VALUES (?1, 'init', ?2)",
-                rusqlite::params![now, detail],
-            )
-            .map_err(sql)?;
+            claims::insert_event(&tx, now, EventKind::Init, None, None, None, None, &detail)
+                .map_err(sql)?;
         }
         let (qualifier, id, installation): (String, String, String) = tx
             .query_row(
@@ -476,3 +515,6 @@ impl Registry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

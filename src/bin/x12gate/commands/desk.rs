@@ -43,7 +43,7 @@ fn show_json(s: &Shown, out: &mut impl Write) -> Result<(), Failure> {
                 serde_json::from_str(&e.detail).unwrap_or_else(|_| serde_json::json!({}));
             if let Some(o) = d.as_object_mut() {
                 o.insert("time".into(), local_time(e.at_ms).into());
-                o.insert("event".into(), e.event.clone().into());
+                o.insert("event".into(), e.event.as_str().into());
             }
             d
         })
@@ -67,7 +67,7 @@ fn show_record(s: &Shown, out: &mut impl Write) -> Result<(), Failure> {
                 .map(|c| format!("{c} "))
                 .unwrap_or_default()
         ),
-        (Some(d), None) => d.clone(),
+        (Some(d), None) => d.to_string(),
         (None, _) => "-".into(),
     };
     let outcome = x12gate::text::printable(&outcome);

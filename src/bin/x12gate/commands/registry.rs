@@ -164,22 +164,16 @@ pub fn history_filter(
             n
         }
     });
-    if let Some(d) = &disposition {
-        let known = [
-            Disposition::Accepted,
-            Disposition::Partial,
-            Disposition::Rejected,
-            Disposition::Duplicate,
-            Disposition::Conflict,
-            Disposition::InProgress,
-        ];
-        if !known.iter().any(|k| k.as_str() == d) {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "--disposition {d}: expected one of {}",
-                known.map(|k| k.as_str()).join(", ")
-            )));
-        }
-    }
+    let disposition = disposition
+        .map(|d| {
+            Disposition::parse(&d).ok_or_else(|| {
+                Failure::Usage(anyhow::anyhow!(
+                    "--disposition {d}: expected one of {}",
+                    Disposition::ALL.map(|k| k.as_str()).join(", ")
+                ))
+            })
+        })
+        .transpose()?;
     Ok(x12gate::registry::EventFilter {
         key: None,
         partner,
@@ -213,7 +207,7 @@ pub fn history(
             }
             if let Some(o) = v.as_object_mut() {
                 o.insert("time".into(), time.into());
-                o.insert("event".into(), e.event.clone().into());
+                o.insert("event".into(), e.event.as_str().into());
                 o.insert("key".into(), e.key.clone().into());
             }
             writeln!(out, "{v}")?;
@@ -223,12 +217,12 @@ pub fn history(
             let detail: serde_json::Value =
                 serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
             let field = |name: &str| detail[name].as_str().map(x12gate::text::printable);
-            let what = e.disposition.as_deref().unwrap_or(&e.event);
+            let what = e.disposition.map_or(e.event.as_str(), |d| d.as_str());
             let mut line = format!(
                 "{time} {:<30} {what:<11}",
                 x12gate::text::printable(e.key.as_deref().unwrap_or("-"))
             );
-            if e.event != what {
+            if e.event.as_str() != what {
                 line.push_str(&format!(" ({})", e.event));
             }
             if let Some(file) = field("file") {

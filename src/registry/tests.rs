@@ -1,0 +1,176 @@
+//! The registry's connections: foreign keys enforced on each, and what that changes (nothing
+//! for the data the gateway writes, nothing for registries holding rows from before).
+
+use rusqlite::Connection;
+
+use super::*;
+
+const US: Identity<'static> = Identity {
+    qualifier: "ZZ",
+    id: "US",
+};
+
+fn foreign_keys(conn: &Connection) -> i64 {
+    conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+        .unwrap()
+}
+
+fn count(conn: &Connection, query: &str) -> i64 {
+    conn.query_row(query, [], |r| r.get(0)).unwrap()
+}
+
+/// Keys of `table`'s rows (`interchange_key` for groups), sorted.
+fn keys(conn: &Connection, table: &str) -> Vec<String> {
+    let column = if table == "groups" {
+        "interchange_key"
+    } else {
+        "key"
+    };
+    let mut stmt = conn
+        .prepare(&format!("SELECT {column} FROM {table} ORDER BY 1"))
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Claims, registers one group of and completes `key` through the batch, as `process` does.
+fn settle(r: &mut Registry, key: &str) {
+    let owner = "host:1:1";
+    r.batch(|b| {
+        let claim = b.claim_interchange(&ClaimRequest {
+            key,
+            partner: "ZZ:ACME",
+            control_number: "000000101",
+            fingerprint: key,
+            file: "/in/a.x12",
+            owner,
+            lease_ms: 60_000,
+            is_dead: &|_| false,
+        })?;
+        assert!(matches!(claim, Claim::Owned { .. }), "{claim:?}");
+        b.claim_groups(key, "ZZ:ACME", &[("ACME".into(), key.into())], 30)?;
+        let done = b.complete(
+            key,
+            owner,
+            &Completion {
+                disposition: crate::disposition::Disposition::Accepted,
+                reason_code: None,
+                reason: None,
+                acks: &[StoredAck {
+                    kind: "997".into(),
+                    path: format!("{key}.997.x12"),
+                    bytes: b"ISA~".to_vec(),
+                }],
+                outputs: &[],
+                released_groups: &[],
+                event: EventKind::Accepted,
+                detail: "{}",
+            },
+        )?;
+        assert!(done);
+        Ok::<_, RegistryError>(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn every_connection_enforces_foreign_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    assert_eq!(foreign_keys(&Registry::create(&path, US).unwrap().conn), 1);
+    assert_eq!(foreign_keys(&Registry::open(&path, US).unwrap().conn), 1);
+    let read_only = Registry::open_read_only(&path).unwrap().unwrap();
+    assert_eq!(foreign_keys(&read_only.conn), 1);
+    assert_eq!(foreign_keys(&Registry::in_memory(US).conn), 1);
+}
+
+/// A table rebuilt by a future migration must not cascade its drop: whatever the build's
+/// default, the migrations leave foreign keys off, and only the opening turns them on.
+#[test]
+fn migrations_run_without_foreign_keys() {
+    let mut conn = Connection::open_in_memory().unwrap();
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+    assert!(migrations::apply(&mut conn).is_ok());
+    assert_eq!(foreign_keys(&conn), 0);
+}
+
+#[test]
+fn an_acknowledgment_goes_with_its_interchange() {
+    let mut r = Registry::in_memory(US);
+    settle(&mut r, "ZZ:ACME:000000101");
+    assert_eq!(count(&r.conn, "SELECT count(*) FROM acks"), 1);
+    let orphan = r.conn.execute(
+        "INSERT INTO acks (key, seq, kind, path, bytes) VALUES ('ZZ:ACME:000000999', 0, '997', 'x', x'00')",
+        [],
+    );
+    assert!(
+        matches!(
+            orphan.as_ref().map_err(rusqlite::Error::sqlite_error_code),
+            Err(Some(rusqlite::ErrorCode::ConstraintViolation))
+        ),
+        "{orphan:?}"
+    );
+    r.conn
+        .execute(
+            "DELETE FROM interchanges WHERE key = 'ZZ:ACME:000000101'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(count(&r.conn, "SELECT count(*) FROM acks"), 0);
+}
+
+/// Rows written while nothing enforced the reference: acknowledgments of interchanges that
+/// are gone. The registry opens, works, and prunes exactly what it pruned before.
+#[test]
+fn a_registry_with_orphans_opens_and_works_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    drop(Registry::create(&path, US).unwrap());
+    {
+        let raw = Connection::open(&path).unwrap();
+        raw.pragma_update(None, "foreign_keys", "OFF").unwrap();
+        for key in ["ZZ:GONE:000000001", "ZZ:ACME:000000101"] {
+            raw.execute(
+                "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, 5, '997', 'old', x'00')",
+                [key],
+            )
+            .unwrap();
+        }
+    }
+    let mut r = Registry::open(&path, US).unwrap();
+    assert_eq!(
+        count(&r.conn, "SELECT count(*) FROM pragma_foreign_key_check"),
+        2
+    );
+    // Completing a key replaces whatever acknowledgments were kept under it.
+    settle(&mut r, "ZZ:ACME:000000101");
+    settle(&mut r, "ZZ:ACME:000000102");
+    assert_eq!(
+        keys(&r.conn, "acks"),
+        [
+            "ZZ:ACME:000000101",
+            "ZZ:ACME:000000102",
+            "ZZ:GONE:000000001"
+        ]
+    );
+    r.age_for_tests("ZZ:ACME:000000101", 2).unwrap();
+    let removed = r.prune(&|_| 1).unwrap();
+    assert_eq!(removed, ["ZZ:ACME:000000101"]);
+    for table in ["interchanges", "fingerprints", "groups"] {
+        assert_eq!(keys(&r.conn, table), ["ZZ:ACME:000000102"], "{table}");
+    }
+    // The orphan was never an interchange's: prune leaves it where it was.
+    assert_eq!(
+        keys(&r.conn, "acks"),
+        ["ZZ:ACME:000000102", "ZZ:GONE:000000001"]
+    );
+    let pruned = r
+        .history(&EventFilter::default())
+        .unwrap()
+        .into_iter()
+        .rfind(|e| e.event == EventKind::Prune)
+        .unwrap();
+    assert_eq!(pruned.detail, r#"{"removed":["ZZ:ACME:000000101"]}"#);
+}

@@ -1,0 +1,303 @@
+//! The words the registry stores: a claim's state, an audit event's kind and a disposition,
+//! as SQL text.
+//!
+//! Each word is spelled exactly as rows have always held it, so registries written by earlier
+//! versions read back unchanged. A word no x12gate writes is a [`FromSqlError`] when read:
+//! guessing at it would turn a damaged or foreign row into a decision.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+
+use crate::disposition::Disposition;
+
+/// Where a claim stands (the `state` column, whose CHECK constraint names the same three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimState {
+    /// Claimed, and its owner's lease decides whether another process may take it over.
+    InFlight,
+    /// Decided and answered; a resend meets its outcome.
+    Completed,
+    /// Cut short (an operational error, a stop, a release or a reprocess): the next attempt
+    /// of the same content takes it over at once.
+    Failed,
+}
+
+impl ClaimState {
+    pub const ALL: [ClaimState; 3] = [
+        ClaimState::InFlight,
+        ClaimState::Completed,
+        ClaimState::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::InFlight => "in_flight",
+            ClaimState::Completed => "completed",
+            ClaimState::Failed => "failed",
+        }
+    }
+}
+
+/// What an audit event records (the `event` column). A decision's event is named after its
+/// disposition; the others are notes, recorded without one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Accepted,
+    Partial,
+    Rejected,
+    Duplicate,
+    Conflict,
+    InProgress,
+    /// A part of a file that held no readable interchange (decided `rejected`).
+    Unreadable,
+    /// The registry was created for a gateway.
+    Init,
+    /// Keys past their window were removed.
+    Prune,
+    /// A completed interchange was opened for another attempt (`reprocess`).
+    Reopened,
+    /// An operator released an unfinished claim.
+    Released,
+    /// The watcher placed an interchange's file (archive or rejected).
+    Placed,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 12] = [
+        EventKind::Accepted,
+        EventKind::Partial,
+        EventKind::Rejected,
+        EventKind::Duplicate,
+        EventKind::Conflict,
+        EventKind::InProgress,
+        EventKind::Unreadable,
+        EventKind::Init,
+        EventKind::Prune,
+        EventKind::Reopened,
+        EventKind::Released,
+        EventKind::Placed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Accepted => "accepted",
+            EventKind::Partial => "partial",
+            EventKind::Rejected => "rejected",
+            EventKind::Duplicate => "duplicate",
+            EventKind::Conflict => "conflict",
+            EventKind::InProgress => "in_progress",
+            EventKind::Unreadable => "unreadable",
+            EventKind::Init => "init",
+            EventKind::Prune => "prune",
+            EventKind::Reopened => "reopened",
+            EventKind::Released => "released",
+            EventKind::Placed => "placed",
+        }
+    }
+}
+
+impl From<Disposition> for EventKind {
+    fn from(d: Disposition) -> Self {
+        match d {
+            Disposition::Accepted => EventKind::Accepted,
+            Disposition::Partial => EventKind::Partial,
+            Disposition::Rejected => EventKind::Rejected,
+            Disposition::Duplicate => EventKind::Duplicate,
+            Disposition::Conflict => EventKind::Conflict,
+            Disposition::InProgress => EventKind::InProgress,
+        }
+    }
+}
+
+/// A word read from the registry that this x12gate never writes.
+#[derive(Debug, thiserror::Error)]
+#[error("{found:?} is not a {what} this x12gate knows")]
+pub struct UnknownWord {
+    pub what: &'static str,
+    pub found: String,
+}
+
+/// SQL text for each word: written as `as_str` spells it, read back only if it is one of `ALL`.
+macro_rules! stored_as_text {
+    ($($word:ty => $what:literal),* $(,)?) => {$(
+        impl ToSql for $word {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::Borrowed(ValueRef::Text(self.as_str().as_bytes())))
+            }
+        }
+
+        impl FromSql for $word {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let text = value.as_str()?;
+                <$word>::ALL
+                    .into_iter()
+                    .find(|w| w.as_str() == text)
+                    .ok_or_else(|| {
+                        FromSqlError::Other(Box::new(UnknownWord {
+                            what: $what,
+                            found: crate::text::shortened(text, 64).into_owned(),
+                        }))
+                    })
+            }
+        }
+    )*};
+}
+
+stored_as_text!(
+    Disposition => "disposition",
+    ClaimState => "claim state",
+    EventKind => "event kind",
+);
+
+/// `Display` and `Serialize` as the stored word, so that `show`, `claims` and `history`
+/// print and emit what they printed when these were strings (`pad`: `{:<9}` still aligns).
+macro_rules! shown_as_text {
+    ($($word:ty),*) => {$(
+        impl std::fmt::Display for $word {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $word {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    )*};
+}
+
+shown_as_text!(ClaimState, EventKind);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::Connection;
+
+    /// Writes `word` into a TEXT column and reads back the raw text and the word.
+    fn round_trip<T: ToSql + FromSql>(conn: &Connection, word: T) -> (String, T) {
+        conn.execute("DELETE FROM t", []).unwrap();
+        conn.execute("INSERT INTO t (v) VALUES (?1)", [&word])
+            .unwrap();
+        conn.query_row("SELECT v, v FROM t", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+    }
+
+    fn table() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v TEXT) STRICT")
+            .unwrap();
+        conn
+    }
+
+    #[test]
+    fn words_are_stored_as_they_always_were() {
+        let conn = table();
+        let spelled: Vec<(String, Disposition)> = Disposition::ALL
+            .into_iter()
+            .map(|d| round_trip(&conn, d))
+            .collect();
+        assert_eq!(
+            spelled,
+            vec![
+                ("accepted".to_string(), Disposition::Accepted),
+                ("partial".to_string(), Disposition::Partial),
+                ("rejected".to_string(), Disposition::Rejected),
+                ("duplicate".to_string(), Disposition::Duplicate),
+                ("conflict".to_string(), Disposition::Conflict),
+                ("in_progress".to_string(), Disposition::InProgress),
+            ]
+        );
+        let states: Vec<(String, ClaimState)> = ClaimState::ALL
+            .into_iter()
+            .map(|s| round_trip(&conn, s))
+            .collect();
+        assert_eq!(
+            states,
+            vec![
+                ("in_flight".to_string(), ClaimState::InFlight),
+                ("completed".to_string(), ClaimState::Completed),
+                ("failed".to_string(), ClaimState::Failed),
+            ]
+        );
+        let kinds: Vec<String> = EventKind::ALL
+            .into_iter()
+            .map(|k| {
+                let (text, back) = round_trip(&conn, k);
+                assert_eq!(back, k);
+                text
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "accepted",
+                "partial",
+                "rejected",
+                "duplicate",
+                "conflict",
+                "in_progress",
+                "unreadable",
+                "init",
+                "prune",
+                "reopened",
+                "released",
+                "placed"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_decision_is_named_after_its_disposition() {
+        for d in Disposition::ALL {
+            assert_eq!(EventKind::from(d).as_str(), d.as_str());
+        }
+    }
+
+    #[test]
+    fn an_unknown_word_is_an_error_not_a_guess() {
+        let conn = table();
+        for text in ["Accepted", "failed", "", "in-flight"] {
+            conn.execute("DELETE FROM t", []).unwrap();
+            conn.execute("INSERT INTO t (v) VALUES (?1)", [text])
+                .unwrap();
+            let read = conn.query_row("SELECT v FROM t", [], |r| r.get::<_, Disposition>(0));
+            let Err(rusqlite::Error::FromSqlConversionFailure(0, _, e)) = read else {
+                panic!("{text:?} read as {read:?}");
+            };
+            assert_eq!(
+                e.to_string(),
+                format!("{text:?} is not a disposition this x12gate knows")
+            );
+        }
+        conn.execute("UPDATE t SET v = 'paused'", []).unwrap();
+        assert!(conn
+            .query_row("SELECT v FROM t", [], |r| r.get::<_, ClaimState>(0))
+            .is_err());
+        assert!(conn
+            .query_row("SELECT v FROM t", [], |r| r.get::<_, EventKind>(0))
+            .is_err());
+        // Not text at all.
+        assert!(conn
+            .query_row("SELECT 7", [], |r| r.get::<_, EventKind>(0))
+            .is_err());
+        // NULL is no word: only an `Option` reads it.
+        assert_eq!(
+            conn.query_row("SELECT NULL", [], |r| r.get::<_, Option<ClaimState>>(0))
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn shown_as_the_word() {
+        assert_eq!(format!("[{:<9}]", ClaimState::Failed), "[failed   ]");
+        assert_eq!(
+            serde_json::to_value(EventKind::InProgress).unwrap(),
+            serde_json::json!("in_progress")
+        );
+        assert_eq!(
+            serde_json::to_value(ClaimState::InFlight).unwrap(),
+            serde_json::json!("in_flight")
+        );
+    }
+}
