@@ -496,8 +496,20 @@ enum Content {
 /// Writes one output's content to `out`.
 type Writer<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync + 'a>;
 
+/// What one round works by: the configuration, the definitions, how to process, and the
+/// lease every claim of it takes.
+struct Round<'c> {
+    config: &'c Config,
+    schemas: &'c Schemas,
+    options: &'c ProcessOptions,
+    lease_ms: i64,
+}
+
 /// One round over items with distinct keys; returns the items whose keys are busy elsewhere
-/// (to retry) with their holders, having settled every other one.
+/// (to retry) with their holders, having settled every other one. Each step is one
+/// transaction or one durable write: (2) claim every key, (3) prepare the owned ones
+/// (decide, reserve, renew), (4) write every output, (5) complete; a stop or a failure
+/// between two steps marks the owned claims failed, so a rerun takes them over at once.
 fn run_round(
     round: &[usize],
     items: &mut [Item<'_>],
@@ -506,123 +518,14 @@ fn run_round(
     registry: &mut Registry,
     options: &ProcessOptions,
 ) -> Result<Vec<(usize, Holder)>, ProcessError> {
-    let lease_ms =
-        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    // The registry keeps where the file was, whatever folder `process` was run from.
-    let files: std::collections::HashMap<usize, String> = round
-        .iter()
-        .map(|&i| {
-            let f = &items[i].report.file;
-            // Standard input has no path to keep.
-            let abs = if f == "-" {
-                f.clone()
-            } else {
-                std::path::absolute(f).map_or_else(|_| f.clone(), |p| p.display().to_string())
-            };
-            (i, abs)
-        })
-        .collect();
-    // (2) Claim every key in one transaction.
-    let claims: Vec<Claim> = registry.batch(|b| {
-        round
-            .iter()
-            .map(|&i| {
-                let it = &items[i];
-                b.claim_interchange(&ClaimRequest {
-                    key: &it.key,
-                    partner: &it.partner.key(),
-                    control_number: it.ic.isa.control_number(),
-                    fingerprint: &it.fingerprint,
-                    file: files
-                        .get(&i)
-                        .map_or(it.report.file.as_str(), String::as_str),
-                    owner: &options.owner,
-                    lease_ms,
-                    is_dead: &crate::owner::is_dead,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })?;
-    let mut plans = Vec::with_capacity(round.len());
-    let mut takeovers: std::collections::BTreeMap<String, usize> = Default::default();
-    for (&i, claim) in round.iter().zip(claims) {
-        let it = &mut items[i];
-        let _enter = span(it).entered();
-        let plan = match claim {
-            Claim::Busy { owner, .. } if options.no_wait => {
-                let holder = crate::owner::describe(&owner);
-                tracing::info!(%holder, "in progress elsewhere; not waiting");
-                it.report.reason = Some(format!("{holder} holds the claim"));
-                AfterClaim::Event(EventKind::InProgress)
-            }
-            Claim::Busy {
-                owner,
-                lease_expires_ms,
-            } => AfterClaim::Busy(Holder {
-                owner,
-                lease_expires_ms,
-            }),
-            Claim::Duplicate(done) => {
-                // The original's outcome travels with the replay: an exact resend of a rejected
-                // interchange is answered the same way and is still a rejected file.
-                it.report.replayed = done.disposition;
-                if it.report.replayed.is_some_and(|d| !d.is_success()) {
-                    it.report.reason_code = done.reason_code.clone();
-                    it.report.reason = done.reason.clone();
-                }
-                it.report.disposition = Disposition::Duplicate;
-                tracing::info!(
-                    acks = done.acks.len(),
-                    "duplicate: original acknowledgments replayed"
-                );
-                AfterClaim::Replay(done.acks)
-            }
-            Claim::Conflict(earlier) => {
-                let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
-                it.report.disposition = Disposition::Conflict;
-                it.report.reason_code =
-                    Some(crate::finding::Ta105::DuplicateControlNumber.to_string());
-                it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
-                tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
-                AfterClaim::Refuse(Box::new(Decision {
-                    partner: it.partner.clone(),
-                    known: true,
-                    findings: Vec::new(),
-                    response,
-                }))
-            }
-            Claim::Owned {
-                attempt,
-                previous,
-                first_fingerprint,
-            } => {
-                it.report.attempt = Some(attempt);
-                let (why, previous_kind) = match &previous {
-                    Previous::Expired { .. } => ("its lease expired", PreviousKind::Owner),
-                    Previous::Dead { .. } => ("its process is dead", PreviousKind::Owner),
-                    _ => ("it failed", PreviousKind::Failed),
-                };
-                it.report.took_over = match previous {
-                    Previous::Expired { owner } | Previous::Dead { owner } => Some(owner),
-                    Previous::Failed => Some("failed attempt".into()),
-                    _ => None,
-                };
-                if let Some(from) = &it.report.took_over {
-                    tracing::info!(attempt, took_over = %from, "taking over an unfinished claim: {why}");
-                    if !matches!(previous_kind, PreviousKind::Failed) {
-                        *takeovers
-                            .entry(format!("{} ({why})", crate::owner::describe(from)))
-                            .or_default() += 1;
-                    }
-                }
-                AfterClaim::Own(first_fingerprint)
-            }
-        };
-        plans.push((i, plan));
-    }
-    for (from, n) in &takeovers {
-        tracing::warn!(interchanges = n, "taking over unfinished claims of {from}");
-    }
+    let r = Round {
+        config,
+        schemas,
+        options,
+        lease_ms: i64::try_from(config.gateway.lease_seconds.saturating_mul(1000))
+            .unwrap_or(i64::MAX),
+    };
+    let plans = claim_all(&r, round, items, registry)?;
     let busy: Vec<(usize, Holder)> = plans
         .iter()
         .filter_map(|(i, p)| match p {
@@ -641,24 +544,198 @@ fn run_round(
     if options.stop.abandoned() {
         return Err(interrupted(registry, &owned, items, options));
     }
+    let (mut prepared, mut writes) = match prepare_all(&r, &plans, items, registry) {
+        Ok(p) => p,
+        Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
+    };
+    if options.stop.abandoned() {
+        return Err(interrupted(registry, &owned, items, options));
+    }
+    let replays = writes.len();
+    writes.extend(
+        prepared
+            .iter_mut()
+            .filter(|p| !p.lost)
+            .flat_map(|p| std::mem::take(&mut p.files)),
+    );
+    let stored = match write_all(&r, writes, replays, items) {
+        Ok(stored) => stored,
+        Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
+    };
+    if !owned.is_empty() {
+        fail::fail_point!("outputs.after", |_| std::process::abort());
+    }
+    complete_all(
+        &r,
+        &prepared,
+        &plans,
+        &stored,
+        !owned.is_empty(),
+        items,
+        registry,
+    )?;
+    Ok(busy)
+}
 
-    // (3) Decide, reserve and renew (and number the TA1s of conflicts), in one transaction.
-    let prepared = registry.batch(|b| {
+/// Step (2): every key of the round claimed in one transaction, and what to do with each.
+fn claim_all(
+    r: &Round<'_>,
+    round: &[usize],
+    items: &mut [Item<'_>],
+    registry: &mut Registry,
+) -> Result<Vec<(usize, AfterClaim)>, ProcessError> {
+    // The registry keeps where the file was, whatever folder `process` was run from.
+    let files: std::collections::HashMap<usize, String> = round
+        .iter()
+        .map(|&i| {
+            let f = &items[i].report.file;
+            // Standard input has no path to keep.
+            let abs = if f == "-" {
+                f.clone()
+            } else {
+                std::path::absolute(f).map_or_else(|_| f.clone(), |p| p.display().to_string())
+            };
+            (i, abs)
+        })
+        .collect();
+    let claims: Vec<Claim> = registry.batch(|b| {
+        round
+            .iter()
+            .map(|&i| {
+                let it = &items[i];
+                b.claim_interchange(&ClaimRequest {
+                    key: &it.key,
+                    partner: &it.partner.key(),
+                    control_number: it.ic.isa.control_number(),
+                    fingerprint: &it.fingerprint,
+                    file: files
+                        .get(&i)
+                        .map_or(it.report.file.as_str(), String::as_str),
+                    owner: &r.options.owner,
+                    lease_ms: r.lease_ms,
+                    is_dead: &crate::owner::is_dead,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let mut takeovers: std::collections::BTreeMap<String, usize> = Default::default();
+    let plans = round
+        .iter()
+        .zip(claims)
+        .map(|(&i, claim)| {
+            let plan = after_claim(&mut items[i], claim, r.options.no_wait, &mut takeovers);
+            (i, plan)
+        })
+        .collect();
+    for (from, n) in &takeovers {
+        tracing::warn!(interchanges = n, "taking over unfinished claims of {from}");
+    }
+    Ok(plans)
+}
+
+/// What to do with an interchange once its claim answered `claim`, its report updated to
+/// say so; takeovers of other processes' claims are counted in `takeovers`, by process.
+fn after_claim(
+    it: &mut Item<'_>,
+    claim: Claim,
+    no_wait: bool,
+    takeovers: &mut std::collections::BTreeMap<String, usize>,
+) -> AfterClaim {
+    let _enter = span(it).entered();
+    match claim {
+        Claim::Busy { owner, .. } if no_wait => {
+            let holder = crate::owner::describe(&owner);
+            tracing::info!(%holder, "in progress elsewhere; not waiting");
+            it.report.reason = Some(format!("{holder} holds the claim"));
+            AfterClaim::Event(EventKind::InProgress)
+        }
+        Claim::Busy {
+            owner,
+            lease_expires_ms,
+        } => AfterClaim::Busy(Holder {
+            owner,
+            lease_expires_ms,
+        }),
+        Claim::Duplicate(done) => {
+            // The original's outcome travels with the replay: an exact resend of a rejected
+            // interchange is answered the same way and is still a rejected file.
+            it.report.replayed = done.disposition;
+            if it.report.replayed.is_some_and(|d| !d.is_success()) {
+                it.report.reason_code = done.reason_code.clone();
+                it.report.reason = done.reason.clone();
+            }
+            it.report.disposition = Disposition::Duplicate;
+            tracing::info!(
+                acks = done.acks.len(),
+                "duplicate: original acknowledgments replayed"
+            );
+            AfterClaim::Replay(done.acks)
+        }
+        Claim::Conflict(earlier) => {
+            let response = ack::conflict(&it.ic, &it.partner, &earlier.fingerprint);
+            it.report.disposition = Disposition::Conflict;
+            it.report.reason_code = Some(crate::finding::Ta105::DuplicateControlNumber.to_string());
+            it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
+            tracing::error!(earlier = %earlier.fingerprint, now = %it.fingerprint, "CONFLICT: control number reused for different content; nothing processed");
+            AfterClaim::Refuse(Box::new(Decision {
+                partner: it.partner.clone(),
+                known: true,
+                findings: Vec::new(),
+                response,
+            }))
+        }
+        Claim::Owned {
+            attempt,
+            previous,
+            first_fingerprint,
+        } => {
+            it.report.attempt = Some(attempt);
+            let (why, previous_kind) = match &previous {
+                Previous::Expired { .. } => ("its lease expired", PreviousKind::Owner),
+                Previous::Dead { .. } => ("its process is dead", PreviousKind::Owner),
+                _ => ("it failed", PreviousKind::Failed),
+            };
+            it.report.took_over = match previous {
+                Previous::Expired { owner } | Previous::Dead { owner } => Some(owner),
+                Previous::Failed => Some("failed attempt".into()),
+                _ => None,
+            };
+            if let Some(from) = &it.report.took_over {
+                tracing::info!(attempt, took_over = %from, "taking over an unfinished claim: {why}");
+                if !matches!(previous_kind, PreviousKind::Failed) {
+                    *takeovers
+                        .entry(format!("{} ({why})", crate::owner::describe(from)))
+                        .or_default() += 1;
+                }
+            }
+            AfterClaim::Own(first_fingerprint)
+        }
+    }
+}
+
+/// Step (3), in one transaction: the owned interchanges decided, their control numbers
+/// reserved and their leases renewed; the stored answers of duplicates, and the TA1s of
+/// conflicts numbered.
+fn prepare_all(
+    r: &Round<'_>,
+    plans: &[(usize, AfterClaim)],
+    items: &[Item<'_>],
+    registry: &mut Registry,
+) -> Result<(Vec<Prepared>, Vec<Output>), ProcessError> {
+    registry.batch(|b| {
         let mut prepared = Vec::new();
         let mut outputs = Vec::new();
-        for (i, plan) in &plans {
+        for (i, plan) in plans {
             let it = &items[*i];
             match plan {
-                AfterClaim::Own(first) => prepared.push(prepare(
-                    b, *i, it, first, config, schemas, options, lease_ms,
-                )?),
+                AfterClaim::Own(first) => prepared.push(prepare(b, r, *i, it, first)?),
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
                 // rows an absolute path of which only the name counts.
                 AfterClaim::Replay(acks) => outputs.extend(acks.iter().map(|a| {
                     Output {
                         item: *i,
-                        dir: config.gateway.outbox.clone(),
+                        dir: r.config.gateway.outbox.clone(),
                         name: Path::new(&a.path)
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
@@ -672,11 +749,11 @@ fn run_round(
                     // Not reserved: nothing is claimed, and a resend is refused afresh.
                     let numbers =
                         next_numbers(b, &decision.partner.key(), numbers_needed(decision))?;
-                    for o in acknowledgments(&it.ic, decision, config, &numbers, now)? {
+                    for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
                         let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
                         outputs.push(Output {
                             item: *i,
-                            dir: config.gateway.outbox.clone(),
+                            dir: r.config.gateway.outbox.clone(),
                             name: format!(
                                 "{}.conflict-{fp}.{}.x12",
                                 outputs::safe_name(&it.key),
@@ -691,23 +768,17 @@ fn run_round(
             }
         }
         Ok::<_, ProcessError>((prepared, outputs))
-    });
-    let (mut prepared, mut writes) = match prepared {
-        Ok(p) => p,
-        Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
-    };
-    if options.stop.abandoned() {
-        return Err(interrupted(registry, &owned, items, options));
-    }
-    let replays = writes.len();
-    writes.extend(
-        prepared
-            .iter_mut()
-            .filter(|p| !p.lost)
-            .flat_map(|p| std::mem::take(&mut p.files)),
-    );
+    })
+}
 
-    // (4) Write every output durably.
+/// Step (4): every output written durably; returns the acknowledgments to store with each
+/// claim (the replays' are stored already), by item.
+fn write_all(
+    r: &Round<'_>,
+    writes: Vec<Output>,
+    replays: usize,
+    items: &mut [Item<'_>],
+) -> Result<std::collections::HashMap<usize, Vec<StoredAck>>, ProcessError> {
     let written = {
         let items: &[Item<'_>] = items;
         let writers: Vec<Writer<'_>> = writes
@@ -738,18 +809,12 @@ fn run_round(
             .zip(&writers)
             .map(|(w, write)| (w.dir.as_path(), w.name.as_str(), write.as_ref()))
             .collect();
-        outputs::write_many(&files, &options.owner)
+        outputs::write_many(&files, &r.options.owner)
     };
-    let written = match written {
-        Ok(paths) => paths,
-        Err(e) => {
-            let e = ProcessError::Io {
-                path: config.gateway.outbox.display().to_string(),
-                cause: e,
-            };
-            return Err(fail_all(registry, &owned, items, options, e));
-        }
-    };
+    let written = written.map_err(|cause| ProcessError::Io {
+        path: r.config.gateway.outbox.display().to_string(),
+        cause,
+    })?;
     let mut stored: std::collections::HashMap<usize, Vec<StoredAck>> =
         std::collections::HashMap::new();
     for (n, (w, path)) in writes.into_iter().zip(written).enumerate() {
@@ -773,12 +838,21 @@ fn run_round(
             None => report.outputs.push(path),
         }
     }
-    if !owned.is_empty() {
-        fail::fail_point!("outputs.after", |_| std::process::abort());
-    }
+    Ok(stored)
+}
 
-    // (5) Complete every claim, and record every other decision, in one transaction.
-    for p in &prepared {
+/// Step (5), in one transaction: every owned claim completed with what was written for it,
+/// every other decision recorded.
+fn complete_all(
+    r: &Round<'_>,
+    prepared: &[Prepared],
+    plans: &[(usize, AfterClaim)],
+    stored: &std::collections::HashMap<usize, Vec<StoredAck>>,
+    any_owned: bool,
+    items: &mut [Item<'_>],
+    registry: &mut Registry,
+) -> Result<(), ProcessError> {
+    for p in prepared {
         let it = &mut items[p.item];
         let response = &p.decision.response;
         it.report.disposition = response.disposition;
@@ -789,12 +863,12 @@ fn run_round(
             .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
     }
-    if !owned.is_empty() {
+    if any_owned {
         fail::fail_point!("complete.before", |_| std::process::abort());
     }
     let completed: Vec<(usize, bool)> = registry.batch(|b| {
         let mut completed = Vec::new();
-        for p in &prepared {
+        for p in prepared {
             if p.lost {
                 completed.push((p.item, false));
                 continue;
@@ -815,7 +889,7 @@ fn run_round(
                 .collect();
             let done = b.complete(
                 &it.key,
-                &options.owner,
+                &r.options.owner,
                 &Completion {
                     disposition: response.disposition,
                     reason_code: it.report.reason_code.as_deref(),
@@ -829,7 +903,7 @@ fn run_round(
             )?;
             completed.push((p.item, done));
         }
-        for (i, plan) in &plans {
+        for (i, plan) in plans {
             let event = match plan {
                 AfterClaim::Replay(_) => EventKind::Duplicate,
                 AfterClaim::Refuse(_) => EventKind::Conflict,
@@ -862,7 +936,7 @@ fn run_round(
             lost_claim(&mut it.report);
         }
     }
-    Ok(busy)
+    Ok(())
 }
 
 /// Control numbers taken from the counters inside the batch, reserved to no claim.
@@ -883,16 +957,12 @@ fn next_numbers(
 }
 
 /// Step (3) for one owned interchange, inside the batch's transaction.
-#[allow(clippy::too_many_arguments)] // until the round is split into its steps
 fn prepare(
     b: &Batch<'_>,
+    r: &Round<'_>,
     i: usize,
     it: &Item<'_>,
     first_fingerprint: &str,
-    config: &Config,
-    schemas: &Schemas,
-    options: &ProcessOptions,
-    lease_ms: i64,
 ) -> Result<Prepared, ProcessError> {
     let (ic, partner) = (&it.ic, &it.partner);
     // Groups seen in earlier interchanges of this sender are findings of this one.
@@ -916,7 +986,7 @@ fn prepare(
                 .filter_map(|(gi, _)| validate::group_seen_before(ic, gi)),
         );
     }
-    let decision = decide_with(ic, config, schemas, extra);
+    let decision = decide_with(ic, r.config, r.schemas, extra);
 
     // Reserved with the claim, so a takeover of this claim writes the very same bytes.
     let needed = numbers_needed(&decision);
@@ -930,10 +1000,10 @@ fn prepare(
         isa13: reservation.isa13,
         gs06: reservation.gs06,
     };
-    let outbound = acknowledgments(ic, &decision, config, &numbers, at)?;
+    let outbound = acknowledgments(ic, &decision, r.config, &numbers, at)?;
 
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
-    let g = &config.gateway;
+    let g = &r.config.gateway;
     let mut files = Vec::new();
     let response = &decision.response;
     if response.disposition != Disposition::Rejected {
@@ -974,7 +1044,7 @@ fn prepare(
     }
     // The fence: a fresh lease covers the writes and the completion; a claim another process
     // took over while we were slow is no longer ours to write.
-    let lost = !b.renew(&it.key, &options.owner, lease_ms)?;
+    let lost = !b.renew(&it.key, &r.options.owner, r.lease_ms)?;
     Ok(Prepared {
         item: i,
         decision,
