@@ -356,6 +356,9 @@ const FINGERPRINT_FIELDS: &[&str] = &[
     "ISA16", "GS01", "GS02", "GS03", "GS04", "GS05", "GS07", "GS08",
 ];
 
+// One paragraph per `[[partner]]` key, each checked with the line it came from; read top
+// to bottom like the table it reads.
+#[allow(clippy::too_many_lines)]
 fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
     let at = |key: &str, problem: String| {
         format!(

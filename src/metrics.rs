@@ -76,6 +76,9 @@ pub fn rejected_backlog(config: &Config) -> usize {
 }
 
 /// The exposition text: the registry's counts, the folders' backlog, and `live` when given.
+// One paragraph per metric family, in the order `/metrics` prints them (the dashboard and
+// the alert rules in `contrib/` follow it).
+#[allow(clippy::too_many_lines)]
 pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryError> {
     let g = &config.gateway;
     let snap = match Registry::open_read_only(&g.database)? {

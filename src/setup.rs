@@ -166,6 +166,9 @@ pub fn history(g: &Gateway) -> Option<String> {
 
 /// Every problem of `config` that would make `process` or `watch` lose, double or misplace
 /// a file, without changing anything.
+// A list of independent checks, one paragraph each, in the order `x12gate check` reports
+// them.
+#[allow(clippy::too_many_lines)]
 pub fn check(config: &Config) -> Vec<Problem> {
     let g = &config.gateway;
     let mut problems = Vec::new();

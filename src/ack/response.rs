@@ -3,7 +3,7 @@
 
 use crate::config::{AckKind, Partner, Ta1Policy};
 use crate::finding::{Ak304, Ak403, Ak502, Ak905, Code, Finding, Level, Ta105};
-use crate::x12::Interchange;
+use crate::x12::{Group, Interchange, TransactionSet};
 
 use super::policy;
 
@@ -154,13 +154,72 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Decides the answer to `ic`, given all its findings (envelope and routing; later schema).
+/// Decides the answer to `ic`, given all its findings (see `check::interchange`).
 pub fn respond(
     ic: &Interchange<'_>,
     findings: &[Finding],
     partner: &Partner,
 ) -> InterchangeResponse {
-    // The decisive interchange finding: the first that rejects, else the first that notes.
+    let (ta1_status, ta1, reason) = interchange_answer(ic, findings, partner);
+    if ta1_status == Status::Rejected {
+        return InterchangeResponse {
+            disposition: Disposition::Rejected,
+            reason,
+            ta1,
+            groups: Vec::new(),
+            kind: partner.ack,
+            accepted_sets: ic
+                .groups
+                .iter()
+                .map(|g| vec![false; g.sets.len()])
+                .collect(),
+        };
+    }
+    let buckets = Buckets::of(findings);
+    let mut tally = Tally::default();
+    let mut groups = Vec::new();
+    let mut accepted_sets = Vec::with_capacity(ic.groups.len());
+    for (gi, group) in ic.groups.iter().enumerate() {
+        if group.gs.element(1) == Some(b"FA") {
+            accepted_sets.push(vec![true; group.sets.len()]);
+            continue;
+        }
+        let (response, sets) = answer_group(gi, group, &buckets, partner, &mut tally);
+        groups.push(response);
+        accepted_sets.push(sets);
+    }
+    let Tally {
+        accepted,
+        rejected,
+        first_set_problem,
+    } = tally;
+    let disposition = match (accepted, rejected) {
+        (_, 0) => Disposition::Accepted,
+        (0, _) => Disposition::Rejected,
+        _ => Disposition::Partial,
+    };
+    let reason = reason.or_else(|| first_set_problem.map(|text| Reason { code: None, text }));
+    if partner.ack == AckKind::None {
+        groups.clear();
+    }
+    InterchangeResponse {
+        disposition,
+        reason,
+        ta1,
+        groups,
+        kind: partner.ack,
+        accepted_sets,
+    }
+}
+
+/// The interchange's own answer: the TA1 status, the TA1 to send (by the partner's `ta1`
+/// policy) and the reason, from the decisive interchange finding: the first that rejects,
+/// else the first that notes.
+fn interchange_answer(
+    ic: &Interchange<'_>,
+    findings: &[Finding],
+    partner: &Partner,
+) -> (Status, Option<Ta1>, Option<Reason>) {
     let interchange_findings = || {
         findings
             .iter()
@@ -198,164 +257,170 @@ pub fn respond(
         code: Some(code),
         text: f.message.clone(),
     });
-    if ta1_status == Status::Rejected {
-        return InterchangeResponse {
-            disposition: Disposition::Rejected,
-            reason,
-            ta1,
-            groups: Vec::new(),
-            kind: partner.ack,
-            accepted_sets: ic
-                .groups
-                .iter()
-                .map(|g| vec![false; g.sets.len()])
-                .collect(),
+    (ta1_status, ta1, reason)
+}
+
+/// Findings bucketed once by group and by set, in their order: looking them up per set
+/// made answering n sets O(n x findings), minutes for a file of many broken sets.
+struct Buckets<'f> {
+    by_group: std::collections::HashMap<usize, Vec<&'f Finding>>,
+    by_set: std::collections::HashMap<(usize, usize), Vec<&'f Finding>>,
+}
+
+impl<'f> Buckets<'f> {
+    fn of(findings: &'f [Finding]) -> Buckets<'f> {
+        let mut b = Buckets {
+            by_group: Default::default(),
+            by_set: Default::default(),
         };
+        for f in findings {
+            match (f.level, f.group, f.set) {
+                (Level::Group, Some(g), _) => b.by_group.entry(g).or_default().push(f),
+                (Level::Set, Some(g), Some(s)) => b.by_set.entry((g, s)).or_default().push(f),
+                _ => {}
+            }
+        }
+        b
     }
 
-    // Findings bucketed once by group and by set, in their order: looking them up per set
-    // made answering n sets O(n x findings), minutes for a file of many broken sets.
-    let mut by_group: std::collections::HashMap<usize, Vec<&Finding>> = Default::default();
-    let mut by_set: std::collections::HashMap<(usize, usize), Vec<&Finding>> = Default::default();
-    for f in findings {
-        match (f.level, f.group, f.set) {
-            (Level::Group, Some(g), _) => by_group.entry(g).or_default().push(f),
-            (Level::Set, Some(g), Some(s)) => by_set.entry((g, s)).or_default().push(f),
-            _ => {}
-        }
+    fn group(&self, gi: usize) -> &[&'f Finding] {
+        self.by_group.get(&gi).map_or(&[], Vec::as_slice)
     }
-    let mut groups = Vec::new();
-    let (mut accepted, mut rejected) = (0u32, 0u32);
-    let mut first_set_problem = None;
-    let mut accepted_sets = Vec::with_capacity(ic.groups.len());
-    for (gi, group) in ic.groups.iter().enumerate() {
-        if group.gs.element(1) == Some(b"FA") {
-            accepted_sets.push(vec![true; group.sets.len()]);
-            continue;
-        }
-        let mut group_sets = Vec::with_capacity(group.sets.len());
-        let group_codes: Vec<Ak905> = by_group
-            .get(&gi)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|f| match f.code {
-                Some(Code::Ak905(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        let group_rejected = group_codes.iter().any(|c| policy::group_rejects(*c));
-        let mut sets = Vec::new();
-        let mut group_accepted = 0u32;
-        let mut any_noted = !group_codes.is_empty();
-        for (si, set) in group.sets.iter().enumerate() {
-            let set_findings: &[&Finding] = by_set.get(&(gi, si)).map_or(&[], Vec::as_slice);
-            let mut codes: Vec<Ak502> = set_findings
-                .iter()
-                .filter_map(|f| match f.code {
-                    Some(Code::Ak502(c)) => Some(c),
-                    _ => None,
-                })
-                .collect();
-            codes.dedup();
-            // Envelope errors in a set (counts, control numbers, trailer, segment ids) all
-            // reject it; schema errors reject it or only note it, by their severity.
-            let envelope_rejects = !codes.is_empty();
-            let segment_errors = segment_errors(set_findings, partner.ack);
-            let schema_rejects = set_findings
-                .iter()
-                .filter(|f| f.detail.is_some())
-                .any(|f| policy::schema_finding_rejects(f));
-            if !segment_errors.is_empty() && !codes.contains(&Ak502::SegmentsInError) {
-                codes.push(Ak502::SegmentsInError);
-            }
-            let status = if group_rejected || envelope_rejects || schema_rejects {
-                Status::Rejected
-            } else if !segment_errors.is_empty() {
-                Status::AcceptedWithErrors
-            } else {
-                Status::Accepted
-            };
-            group_sets.push(status.is_accepted());
-            if status.is_accepted() {
-                group_accepted += 1;
-                accepted += 1;
-            } else {
-                rejected += 1;
-                if first_set_problem.is_none() {
-                    first_set_problem = set_findings.first().map(|f| f.message.clone());
-                }
-            }
-            any_noted |= status == Status::AcceptedWithErrors;
-            if status != Status::Accepted || partner.ack_accepted_sets {
-                codes.truncate(MAX_CODES);
-                sets.push(SetResponse {
-                    id: text(set.st.element(1).unwrap_or_default()),
-                    control_number: text(set.st.element(2).unwrap_or_default()),
-                    convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
-                    status,
-                    codes,
-                    segment_errors,
-                });
-            }
-        }
-        accepted_sets.push(group_sets);
-        let received = u32::try_from(group.sets.len()).unwrap_or(u32::MAX);
-        let status = if group_rejected || (received > 0 && group_accepted == 0) {
-            Status::Rejected
-        } else if group_accepted < received {
-            Status::Partial
-        } else if any_noted {
-            Status::AcceptedWithErrors
+
+    fn set(&self, gi: usize, si: usize) -> &[&'f Finding] {
+        self.by_set.get(&(gi, si)).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Sets accepted and rejected across the interchange's groups, and the first problem met
+/// (the reason when no interchange finding gives one).
+#[derive(Default)]
+struct Tally {
+    accepted: u32,
+    rejected: u32,
+    first_set_problem: Option<String>,
+}
+
+/// One group's 997/999 and, for each of its sets, whether it was accepted.
+fn answer_group(
+    gi: usize,
+    group: &Group<'_>,
+    buckets: &Buckets<'_>,
+    partner: &Partner,
+    tally: &mut Tally,
+) -> (GroupResponse, Vec<bool>) {
+    let group_codes: Vec<Ak905> = buckets
+        .group(gi)
+        .iter()
+        .filter_map(|f| match f.code {
+            Some(Code::Ak905(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let group_rejected = group_codes.iter().any(|c| policy::group_rejects(*c));
+    let mut sets = Vec::new();
+    let mut group_sets = Vec::with_capacity(group.sets.len());
+    let mut group_accepted = 0u32;
+    let mut any_noted = !group_codes.is_empty();
+    for (si, set) in group.sets.iter().enumerate() {
+        let set_findings = buckets.set(gi, si);
+        let (status, response) = answer_set(set, set_findings, group_rejected, partner);
+        group_sets.push(status.is_accepted());
+        if status.is_accepted() {
+            group_accepted += 1;
+            tally.accepted += 1;
         } else {
-            Status::Accepted
-        };
-        if group_rejected && first_set_problem.is_none() {
-            first_set_problem = by_group
-                .get(&gi)
-                .and_then(|g| g.first())
-                .map(|f| f.message.clone());
+            tally.rejected += 1;
+            if tally.first_set_problem.is_none() {
+                tally.first_set_problem = set_findings.first().map(|f| f.message.clone());
+            }
         }
-        let declared = group
-            .ge
-            .as_ref()
-            .and_then(|ge| crate::validate::number(ge.element(1).unwrap_or_default()))
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(received);
-        let mut codes = group_codes;
-        codes.dedup();
-        codes.truncate(MAX_CODES);
-        groups.push(GroupResponse {
-            functional_id: text(group.gs.element(1).unwrap_or_default()),
-            control_number: text(group.gs.element(6).unwrap_or_default()),
-            version: text(group.gs.element(8).unwrap_or_default()),
-            application_sender: text(group.gs.element(2).unwrap_or_default()),
-            application_receiver: text(group.gs.element(3).unwrap_or_default()),
-            status,
-            declared,
-            received,
-            accepted: if group_rejected { 0 } else { group_accepted },
-            codes,
-            sets,
-        });
+        any_noted |= status == Status::AcceptedWithErrors;
+        sets.extend(response);
     }
-    let disposition = match (accepted, rejected) {
-        (_, 0) => Disposition::Accepted,
-        (0, _) => Disposition::Rejected,
-        _ => Disposition::Partial,
+    let received = u32::try_from(group.sets.len()).unwrap_or(u32::MAX);
+    let status = if group_rejected || (received > 0 && group_accepted == 0) {
+        Status::Rejected
+    } else if group_accepted < received {
+        Status::Partial
+    } else if any_noted {
+        Status::AcceptedWithErrors
+    } else {
+        Status::Accepted
     };
-    let reason = reason.or_else(|| first_set_problem.map(|text| Reason { code: None, text }));
-    if partner.ack == AckKind::None {
-        groups.clear();
+    if group_rejected && tally.first_set_problem.is_none() {
+        tally.first_set_problem = buckets.group(gi).first().map(|f| f.message.clone());
     }
-    InterchangeResponse {
-        disposition,
-        reason,
-        ta1,
-        groups,
-        kind: partner.ack,
-        accepted_sets,
+    let declared = group
+        .ge
+        .as_ref()
+        .and_then(|ge| crate::validate::number(ge.element(1).unwrap_or_default()))
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(received);
+    let mut codes = group_codes;
+    codes.dedup();
+    codes.truncate(MAX_CODES);
+    let response = GroupResponse {
+        functional_id: text(group.gs.element(1).unwrap_or_default()),
+        control_number: text(group.gs.element(6).unwrap_or_default()),
+        version: text(group.gs.element(8).unwrap_or_default()),
+        application_sender: text(group.gs.element(2).unwrap_or_default()),
+        application_receiver: text(group.gs.element(3).unwrap_or_default()),
+        status,
+        declared,
+        received,
+        accepted: if group_rejected { 0 } else { group_accepted },
+        codes,
+        sets,
+    };
+    (response, group_sets)
+}
+
+/// One set's status, and its AK2 loop when it is to be sent (every set not plainly
+/// accepted, and accepted ones when the partner wants them).
+fn answer_set(
+    set: &TransactionSet<'_>,
+    set_findings: &[&Finding],
+    group_rejected: bool,
+    partner: &Partner,
+) -> (Status, Option<SetResponse>) {
+    let mut codes: Vec<Ak502> = set_findings
+        .iter()
+        .filter_map(|f| match f.code {
+            Some(Code::Ak502(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    codes.dedup();
+    // Envelope errors in a set (counts, control numbers, trailer, segment ids) all reject
+    // it; schema errors reject it or only note it, by their severity.
+    let envelope_rejects = !codes.is_empty();
+    let segment_errors = segment_errors(set_findings, partner.ack);
+    let schema_rejects = set_findings
+        .iter()
+        .filter(|f| f.detail.is_some())
+        .any(|f| policy::schema_finding_rejects(f));
+    if !segment_errors.is_empty() && !codes.contains(&Ak502::SegmentsInError) {
+        codes.push(Ak502::SegmentsInError);
     }
+    let status = if group_rejected || envelope_rejects || schema_rejects {
+        Status::Rejected
+    } else if !segment_errors.is_empty() {
+        Status::AcceptedWithErrors
+    } else {
+        Status::Accepted
+    };
+    let sent = status != Status::Accepted || partner.ack_accepted_sets;
+    codes.truncate(MAX_CODES);
+    let response = sent.then(|| SetResponse {
+        id: text(set.st.element(1).unwrap_or_default()),
+        control_number: text(set.st.element(2).unwrap_or_default()),
+        convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
+        status,
+        codes,
+        segment_errors,
+    });
+    (status, response)
 }
 
 /// The AK3/AK4 (IK3/CTX/IK4) content of one set's schema findings, in the order found: a

@@ -788,19 +788,16 @@ fn parse_max(s: &str) -> Option<u32> {
     s.parse().ok().filter(|n| *n > 0)
 }
 
-fn compile(
-    path: &str,
+/// The nodes of a set's `structure` text (one line per segment or `loop`, nesting by
+/// indentation) and the definitions of the segments it names, each once.
+// One pass over the lines; each check names the line it fails on.
+#[allow(clippy::too_many_lines)]
+fn read_structure(
+    lookup: &Lookup<'_>,
     first_line: usize,
-    id: &str,
-    raw: &RawFile,
-    base: &Dictionary,
-    local: &Dictionary,
-) -> Result<SetDef, String> {
-    let lookup = Lookup { path, base, local };
-    let structure = raw
-        .structure
-        .as_deref()
-        .ok_or_else(|| format!("schemas/{path}: a set needs `structure`"))?;
+    structure: &str,
+) -> Result<(Vec<Node>, Vec<SegmentDef>), String> {
+    let path = lookup.path;
     let mut nodes = vec![Node {
         id: String::new(),
         req: Req::M,
@@ -901,6 +898,12 @@ fn compile(
             "schemas/{path}: structure ends with a loop that has no segments"
         ));
     }
+    Ok((nodes, segments))
+}
+
+/// What the walk needs precomputed on every node: loops take their trigger's segment, and
+/// each node its children's next mandatory one, tags, tag filter and JSON keys.
+fn link(nodes: &mut [Node], path: &str) -> Result<(), String> {
     // A loop's trigger is its first child, a segment; the loop takes its definition.
     for i in 1..nodes.len() {
         if !nodes[i].is_loop() {
@@ -950,6 +953,24 @@ fn compile(
             nodes[c].key = if *n == 1 { base } else { format!("{base}_{n}") };
         }
     }
+    Ok(())
+}
+
+fn compile(
+    path: &str,
+    first_line: usize,
+    id: &str,
+    raw: &RawFile,
+    base: &Dictionary,
+    local: &Dictionary,
+) -> Result<SetDef, String> {
+    let lookup = Lookup { path, base, local };
+    let structure = raw
+        .structure
+        .as_deref()
+        .ok_or_else(|| format!("schemas/{path}: a set needs `structure`"))?;
+    let (mut nodes, segments) = read_structure(&lookup, first_line, structure)?;
+    link(&mut nodes, path)?;
     let hierarchy = match &raw.hierarchy {
         None => None,
         Some(h) => Some(

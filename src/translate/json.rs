@@ -553,6 +553,9 @@ fn one_byte(s: &str, encoding: Encoding, what: &str, place: &str) -> Result<u8, 
 
 /// Renders a JSON document (the generic form) as canonical X12: the interchange's own
 /// delimiters, its line ending after every segment.
+// The envelope written in the order X12 puts it (ISA, each GS, each ST..SE, GE, IEA), each
+// level checked where it is written so an error names its place.
+#[allow(clippy::too_many_lines)]
 pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderError> {
     let doc: Document = serde_json::from_slice(json)?;
     for (n, ic) in doc.interchanges.iter().enumerate() {
