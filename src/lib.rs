@@ -7,9 +7,14 @@
 //! # Layout
 //!
 //! - [`x12`]: the syntax layer on `&[u8]`: delimiters, segments, the borrowing envelope tree.
-//! - [`validate`]: the tree's problems as findings with X12 codes and positions.
-//! - [`schema`]: transaction-set definitions and the segment/element validator (AK3/AK4).
-//! - [`ack`]: what to answer (policy and decisions) and the TA1/997/999 writers.
+//! - [`finding`]: the vocabulary of problems: rules, levels, findings, and the X12 code
+//!   lists (TA105, AK905, AK502, AK304, AK403) as types, with the one rule-to-code table.
+//! - [`validate`]: the envelope (ISA/GS/ST) and routing rules.
+//! - [`schema`]: transaction-set definitions and the segment/element rules (AK3/AK4).
+//! - [`check`]: the one place an interchange's findings are put together (envelope,
+//!   routing, definitions, the registry's); `validate`, `ack` and `process` all use it.
+//! - [`ack`]: what to answer (severity policy and decisions) and the TA1/997/999 writers,
+//!   numbered by control numbers given to it.
 //! - [`disposition`]: what became of an interchange, the word `ack` decides, `process`
 //!   reports and the `registry` stores.
 //! - [`translate`]: the lossless JSON form, both ways.
@@ -37,8 +42,14 @@
 //! The binary, `src/bin/x12gate/`, holds no decisions: `args` (clap), `commands` (one
 //! function per command: arguments in, the library called, lines out), `exit` (exit codes).
 //!
-//! Data flow: bytes → `x12::Interchanges` → `validate` → `ack::respond` → (`registry` claim)
-//! → `ack` writers + `translate` → `outputs` → (`registry` completion).
+//! Data flow: bytes → `x12::Interchanges` → (`registry` claim) → `check` (envelope and
+//! routing rules, definitions, groups the registry saw before) → `ack::respond` →
+//! (`registry` reserves control numbers) → `ack` writers + `translate` → `outputs` →
+//! (`registry` completion).
+//!
+//! Dependencies run one way: `x12` → `finding` → {`validate`, `schema`} → `check` → `ack`
+//! → `pipeline` → {`watch`, `desk`, the binary}; `registry` depends on none of the checking
+//! or answering modules (only on `disposition`, `owner`, `x12`).
 #![forbid(unsafe_code)]
 
 pub mod ack;

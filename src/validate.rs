@@ -10,8 +10,8 @@ use chrono::{NaiveDate, NaiveTime};
 
 use crate::finding::{release, Code, Finding, Rule, Ta105};
 use crate::x12::{
-    Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind, Segment,
-    TransactionSet,
+    number, Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind,
+    Segment, TransactionSet,
 };
 
 /// A finding for a file that could not be read as an interchange.
@@ -159,15 +159,6 @@ fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
 
 fn shown(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).escape_debug().collect()
-}
-
-/// A count or control number element as a number; `None` unless it is all digits and fits.
-pub(crate) fn number(bytes: &[u8]) -> Option<u64> {
-    std::str::from_utf8(bytes)
-        .ok()?
-        .parse()
-        .ok()
-        .filter(|_| all_digits(bytes))
 }
 
 fn all_digits(s: &[u8]) -> bool {

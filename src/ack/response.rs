@@ -354,7 +354,7 @@ fn answer_group(
     let declared = group
         .ge
         .as_ref()
-        .and_then(|ge| crate::validate::number(ge.element(1).unwrap_or_default()))
+        .and_then(|ge| crate::x12::number(ge.element(1).unwrap_or_default()))
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(received);
     let mut codes = group_codes;

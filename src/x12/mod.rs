@@ -2,8 +2,8 @@
 //!
 //! Nothing here does I/O, logging or SQL, and nothing here decides what is *wrong* with an
 //! interchange: the tree records what it found (a missing trailer is `None`, a segment outside
-//! any envelope lands in `stray`), and `crate::validate` turns those facts into findings with
-//! X12 codes. That split keeps this module liftable into its own crate, the way csv-core sits
+//! any envelope lands in `stray`), and `crate::validate` and `crate::schema` turn those facts
+//! into findings with X12 codes. That split keeps this module liftable into its own crate, the way csv-core sits
 //! under csv.
 //!
 //! Reading happens in two steps, as the style guide asks: [`Interchanges`] walks a file,
@@ -21,6 +21,15 @@ pub use envelope::{
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
+
+/// A count or control number element (IEA01, GE01, SE01) as a number; `None` unless it is
+/// all digits and fits.
+pub fn number(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
 
 /// The highest control number (ISA13, GS06) X12's nine digits can carry.
 pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
