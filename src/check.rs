@@ -1,5 +1,6 @@
-//! The one place an interchange's findings are put together: the envelope rules, routing,
-//! the sets' definitions and what the registry found (groups seen before), in that order.
+//! The one place an interchange's findings are put together: routing, the envelope rules,
+//! the sets' definitions and what the registry found (groups seen before), in that order
+//! (it matters: the TA1 answers with the first finding that rejects).
 //! `validate`, `ack` and `process` all take their findings from here, so a rule added once
 //! is in every path.
 

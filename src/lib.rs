@@ -11,8 +11,8 @@
 //!   lists (TA105, AK905, AK502, AK304, AK403) as types, with the one rule-to-code table.
 //! - [`validate`]: the envelope (ISA/GS/ST) and routing rules.
 //! - [`schema`]: transaction-set definitions and the segment/element rules (AK3/AK4).
-//! - [`check`]: the one place an interchange's findings are put together (envelope,
-//!   routing, definitions, the registry's); `validate`, `ack` and `process` all use it.
+//! - [`check`]: the one place an interchange's findings are put together (routing,
+//!   envelope, definitions, the registry's); `validate`, `ack` and `process` all use it.
 //! - [`ack`]: what to answer (severity policy and decisions) and the TA1/997/999 writers,
 //!   numbered by control numbers given to it.
 //! - [`disposition`]: what became of an interchange, the word `ack` decides, `process`

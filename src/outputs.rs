@@ -14,10 +14,9 @@ use std::time::{Duration, SystemTime};
 const TMP_DIR: &str = ".x12gate-tmp";
 
 /// A file name made from a registry key: letters, digits and `-` kept, the key's `:`
-/// separators written as `_`, anything else (a `.`, `/` or `..` in an ISA06, spaces,
-/// control characters) replaced by `_` too, and then a short hash of the original key
-/// appended (also when the name is cut at 120 characters), so that two keys never share a
-/// name.
+/// separators written as `_`. When anything else was replaced by `_` (a `.`, `/` or `..`
+/// in an ISA06, spaces, control characters), or the name was cut at 120 characters, a
+/// short hash of the original key is appended, so that two keys never share a name.
 pub fn safe_name(key: &str) -> String {
     let cleaned: String = key
         .chars()

@@ -229,7 +229,7 @@ impl Generator {
         Ok(())
     }
 
-    /// LineItem lines per document: mostly a few dozen, now and then a store-wide order of hundreds.
+    /// Line items per document: mostly a few dozen, now and then a store-wide order of hundreds.
     fn line_count(&mut self) -> u64 {
         if self.rng.one_in(20) {
             self.rng.range(100, 600)
