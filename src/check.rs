@@ -4,7 +4,7 @@
 //! `validate`, `ack` and `process` all take their findings from here, so a rule added once
 //! is in every path.
 
-use crate::finding::Finding;
+use crate::finding::{Code, Finding, Rule, Ta105};
 use crate::schema::Schemas;
 use crate::validate::{self, Routing};
 use crate::x12::{Interchange, Interchanges, Limits};
@@ -17,6 +17,9 @@ pub struct Checks<'a> {
     /// Who we are and whether the sender is known; `None` where no configuration is at hand
     /// (`validate` of a file on its own).
     pub routing: Option<Routing<'a>>,
+    /// A layout the partner's tools tolerate (blanks before segments, no final terminator)
+    /// rejects the interchange (TA105 024) rather than being a warning.
+    pub strict_layout: bool,
 }
 
 impl<'a> Checks<'a> {
@@ -25,6 +28,7 @@ impl<'a> Checks<'a> {
         Checks {
             schemas: Some(schemas),
             routing: None,
+            strict_layout: false,
         }
     }
 }
@@ -47,7 +51,17 @@ fn envelope(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
         .routing
         .map(|us| validate::routing(ic, &us))
         .unwrap_or_default();
-    findings.extend(validate::interchange(ic));
+    findings.extend(validate::interchange(ic).into_iter().map(|f| {
+        let tolerated = matches!(
+            f.rule,
+            Rule::BlankBeforeSegment | Rule::FinalTerminatorMissing
+        );
+        if tolerated && checks.strict_layout {
+            f.coded(Code::Ta105(Ta105::InvalidContent))
+        } else {
+            f
+        }
+    }));
     findings
 }
 
@@ -140,4 +154,43 @@ fn file_in_parallel(
         .zip(contents)
         .flat_map(|(e, s)| e.into_iter().chain(s))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INDENTED: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\n  GS*PO*A*B*20240101*1200*1*X*005010~\n  GE*0*1~\n  IEA*1*000000001";
+
+    fn findings(strict_layout: bool) -> Vec<Finding> {
+        let ic = Interchanges::new(INDENTED.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let checks = Checks {
+            strict_layout,
+            ..Checks::default()
+        };
+        interchange(&ic, &checks, [])
+    }
+
+    #[test]
+    fn a_tolerated_layout_is_a_warning_unless_the_partner_is_strict() {
+        let rules = |f: &[Finding]| f.iter().map(|f| (f.rule, f.code)).collect::<Vec<_>>();
+        assert_eq!(
+            rules(&findings(false)),
+            [
+                (Rule::BlankBeforeSegment, None),
+                (Rule::FinalTerminatorMissing, None)
+            ]
+        );
+        let rejected = Some(Code::Ta105(Ta105::InvalidContent));
+        assert_eq!(
+            rules(&findings(true)),
+            [
+                (Rule::BlankBeforeSegment, rejected),
+                (Rule::FinalTerminatorMissing, rejected)
+            ]
+        );
+    }
 }

@@ -129,6 +129,17 @@ pub enum Validation {
     Schema,
 }
 
+/// How a partner's layout is read: blanks before segments and a missing final terminator
+/// are skipped and reported as warnings (`tolerant`, the default), or reject the
+/// interchange with TA105 024 (`strict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    #[default]
+    Tolerant,
+    Strict,
+}
+
 /// Which acknowledgment a partner gets for its functional groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub enum AckKind {
@@ -191,6 +202,8 @@ struct RawPartner {
     delimiters: Option<RawDelimiters>,
     #[serde(default = "partner_defaults::validation")]
     validation: Validation,
+    #[serde(default)]
+    layout: Layout,
     #[serde(default)]
     translation: crate::translate::Form,
 }
@@ -265,6 +278,8 @@ pub struct Partner {
     pub delimiters: Option<OutboundDelimiters>,
     /// Envelope only, or sets against their definitions too (the default).
     pub validation: Validation,
+    /// Blanks before segments and a missing final terminator: warnings, or rejections.
+    pub layout: Layout,
     /// The JSON form of translations: structured where a definition exists (the default), or raw.
     pub translation: crate::translate::Form,
 }
@@ -288,6 +303,7 @@ impl Partner {
             ack_version: None,
             delimiters: None,
             validation: partner_defaults::validation(),
+            layout: Layout::default(),
             translation: crate::translate::Form::default(),
         }
     }
@@ -462,6 +478,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         ack_version: raw.ack_version,
         delimiters,
         validation: raw.validation,
+        layout: raw.layout,
         translation: raw.translation,
     })
 }

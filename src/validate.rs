@@ -129,6 +129,15 @@ pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
     v.findings
 }
 
+/// What X12.6 requires to be unique among an interchange's groups: GS01, GS02, GS03 and
+/// GS06 together (a `GS*PO*..*1` and a `GS*IN*..*1` may share a control number).
+type GroupKey<'a> = (&'a [u8], &'a [u8], &'a [u8], &'a [u8]);
+
+fn group_key<'a>(gs: &Segment<'a>) -> GroupKey<'a> {
+    let e = |n| gs.element(n).unwrap_or_default();
+    (e(1), e(2), e(3), e(6))
+}
+
 struct Validator {
     findings: Vec<Finding>,
 }
@@ -413,6 +422,26 @@ impl Validator {
     }
 
     fn structure(&mut self, ic: &Interchange<'_>) {
+        if let Some(byte) = ic.first_blank {
+            let position = Position {
+                byte,
+                ..Position::default()
+            };
+            let message = format!(
+                "a space or tab before a segment (the first at byte {byte}; an indented or padded layout): skipped, as partners' tools do"
+            );
+            self.findings.push(Finding::new(
+                Rule::BlankBeforeSegment,
+                position,
+                "",
+                message,
+            ));
+        }
+        if let Some(iea) = ic.iea.as_ref().filter(|s| !s.terminated) {
+            let message = "the IEA has no segment terminator: the file ends without one".into();
+            let f = Finding::new(Rule::FinalTerminatorMissing, at(iea, 0), "IEA", message);
+            self.findings.push(f);
+        }
         for segment in &ic.stray {
             self.interchange_finding(
                 Rule::SegmentOutsideEnvelope,
@@ -479,7 +508,7 @@ impl Validator {
         }
     }
 
-    fn group<'a>(&mut self, gi: usize, group: &Group<'a>, seen_gs06: &mut HashSet<&'a [u8]>) {
+    fn group<'a>(&mut self, gi: usize, group: &Group<'a>, seen_gs06: &mut HashSet<GroupKey<'a>>) {
         let gs = &group.gs;
         let gs06 = gs.element(6).unwrap_or_default();
         if !(all_digits(gs06) && gs06.len() <= 9) {
@@ -491,7 +520,7 @@ impl Validator {
                 6,
                 format!("GS06 \"{}\" must be 1 to 9 digits", shown(gs06)),
             );
-        } else if !seen_gs06.insert(gs06) {
+        } else if !seen_gs06.insert(group_key(gs)) {
             self.group_finding(
                 gi,
                 gs,
@@ -499,7 +528,7 @@ impl Validator {
                 gs,
                 6,
                 format!(
-                    "GS06 \"{}\" is used by an earlier group of this interchange",
+                    "GS06 \"{}\" is used by an earlier group of this interchange with the same GS01, GS02 and GS03",
                     shown(gs06)
                 ),
             );

@@ -52,6 +52,8 @@ const RULES: &[&str] = &[
     "iea-control-number",
     "segment-outside-envelope",
     "limit-exceeded",
+    "blank-before-segment",
+    "final-terminator-missing",
     "gs-control-number-syntax",
     "gs-version-missing",
     "gs-duplicate-control-number",
@@ -133,6 +135,8 @@ const VALID: &[&str] = &[
     "856-004010-sopi.x12",
     "856-005010-sopi.x12",
     "repetitions-composites-005010.x12",
+    "gs06-per-functional-group.x12",
+    "isb-00501.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -239,6 +239,9 @@ impl Rule {
         use Rule::*;
         let code = match self {
             NotAnInterchange | EmptyFile | FileTooLarge => return None,
+            // Warnings: read as partners' tools read them, reported, never sent back (a
+            // partner with `layout = "strict"` gets TA105 024, see `check`).
+            BlankBeforeSegment | FinalTerminatorMissing => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -305,7 +308,9 @@ impl Rule {
             | LimitExceeded
             | UnknownSender
             | ReceiverQualifierNotOurs
-            | ReceiverNotOurs => Level::Interchange,
+            | ReceiverNotOurs
+            | BlankBeforeSegment
+            | FinalTerminatorMissing => Level::Interchange,
             GsControlNumberSyntax
             | GsVersionMissing
             | GsDuplicateControlNumber

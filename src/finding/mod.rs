@@ -57,6 +57,9 @@ rules! {
     UnknownSender = "unknown-sender",
     ReceiverQualifierNotOurs = "receiver-qualifier-not-ours",
     ReceiverNotOurs = "receiver-not-ours",
+    // Interchange layout, tolerated (warnings: no code, not sent back)
+    BlankBeforeSegment = "blank-before-segment",
+    FinalTerminatorMissing = "final-terminator-missing",
     // Group
     GsControlNumberSyntax = "gs-control-number-syntax",
     GsVersionMissing = "gs-version-missing",

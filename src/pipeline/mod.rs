@@ -9,7 +9,7 @@ use chrono::NaiveDateTime;
 
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
 use crate::check::{self, Checks};
-use crate::config::{Config, InterchangeScope, Partner, UnknownPartners, Validation};
+use crate::config::{Config, InterchangeScope, Layout, Partner, UnknownPartners, Validation};
 use crate::finding::Finding;
 use crate::outputs;
 use crate::registry::{Counter, Registry, RegistryError};
@@ -62,6 +62,7 @@ pub fn decide_with(
             id: &config.gateway.id,
             sender_known: known || accept_unknown,
         }),
+        strict_layout: partner.layout == Layout::Strict,
     };
     let findings = check::interchange(ic, &checks, extra);
     let mut response = ack::respond(ic, &findings, &partner);

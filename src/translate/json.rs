@@ -39,6 +39,10 @@ pub struct JsonInterchange {
     pub delimiters: JsonDelimiters,
     /// ISA01..ISA16 exactly as sent, padding included.
     pub isa: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isb: Option<Vec<JsonElement>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ise: Option<Vec<JsonElement>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ta1: Vec<Vec<JsonElement>>,
     pub groups: Vec<JsonGroup>,
@@ -226,6 +230,8 @@ impl Text {
                 line_ending: self.decode(ic.line_ending()),
             },
             isa: ic.isa.fields.iter().map(|f| self.decode(f)).collect(),
+            isb: ic.isb.as_ref().map(|s| self.elements(s)),
+            ise: ic.ise.as_ref().map(|s| self.elements(s)),
             ta1: ic.ta1.iter().map(|s| self.elements(s)).collect(),
             groups,
             iea: ic.iea.as_ref().map(|s| self.elements(s)),
@@ -289,6 +295,12 @@ pub fn write_interchange_document(
     out.write_all(b",\"isa\":")?;
     let isa: Vec<String> = ic.isa.fields.iter().map(|f| text.decode(f)).collect();
     json(out, &isa)?;
+    for (name, segment) in [("isb", &ic.isb), ("ise", &ic.ise)] {
+        if let Some(s) = segment {
+            write!(out, ",\"{name}\":")?;
+            json(out, &text.elements(s))?;
+        }
+    }
     if !ic.ta1.is_empty() {
         out.write_all(b",\"ta1\":")?;
         let ta1: Vec<Vec<JsonElement>> = ic.ta1.iter().map(|s| text.elements(s)).collect();
@@ -609,6 +621,12 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
         line.push(r.segment);
         line.extend_from_slice(&r.line_ending);
         r.out.write_all(&line)?;
+        if let Some(isb) = &ic.isb {
+            r.segment("ISB", isb, &format!("{place} ISB"))?;
+        }
+        if let Some(ise) = &ic.ise {
+            r.segment("ISE", ise, &format!("{place} ISE"))?;
+        }
         for (i, ta1) in ic.ta1.iter().enumerate() {
             r.segment("TA1", ta1, &format!("{place} TA1 {}", i + 1))?;
         }

@@ -112,8 +112,14 @@ pub struct Group<'a> {
 pub struct Interchange<'a> {
     pub isa: Isa<'a>,
     pub groups: Vec<Group<'a>>,
+    /// ISB (grade of service request) and ISE (deferred delivery request): the optional
+    /// interchange control segments of X12.5 (from 00305), right after the ISA.
+    pub isb: Option<Segment<'a>>,
+    pub ise: Option<Segment<'a>>,
     /// TA1 segments at interchange level (an interchange may hold only these).
     pub ta1: Vec<Segment<'a>>,
+    /// Where the first space or tab before a segment was skipped (an indented file).
+    pub first_blank: Option<usize>,
     /// Segments outside any envelope, at most `STRAY_KEPT` (100) of them.
     pub stray: Vec<Segment<'a>>,
     pub stray_count: u32,
@@ -347,6 +353,14 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Whether nothing but the ISA (and ISB/ISE) has been read: no TA1, group or stray.
+    fn nothing_yet(&self) -> bool {
+        self.groups.is_empty()
+            && self.open_group.is_none()
+            && self.ta1.is_empty()
+            && self.stray_count == 0
+    }
+
     fn stray(&mut self, segment: Segment<'a>) {
         self.stray_count = self.stray_count.saturating_add(1);
         if self.stray.len() < STRAY_KEPT {
@@ -441,6 +455,7 @@ fn build<'a>(
         breaches: Vec::new(),
     };
     let mut iea = None;
+    let (mut isb, mut ise) = (None, None);
     let mut count = 1u32;
     let end = loop {
         let before = segments.clone();
@@ -479,12 +494,17 @@ fn build<'a>(
                 });
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
+            // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
+            b"ISB" if isb.is_none() && ise.is_none() && b.nothing_yet() => isb = Some(segment),
+            b"ISE" if ise.is_none() && b.nothing_yet() => ise = Some(segment),
             b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
             b"GE" | b"ST" | b"SE" => b.stray(segment),
             _ => b.body_segment(segment, segments.offset()),
         }
     };
     b.close_group(None);
+    // Blanks after the IEA, between interchanges, are not this interchange's layout.
+    let first_blank = segments.first_blank();
     let next = match end {
         // The next ISA's own offset, past the line ending before it.
         InterchangeEnd::NextIsa => segments.skip_line_endings(),
@@ -493,6 +513,9 @@ fn build<'a>(
     let interchange = Interchange {
         isa,
         groups: b.groups,
+        isb,
+        ise,
+        first_blank,
         ta1: b.ta1,
         stray: b.stray,
         stray_count: b.stray_count,
@@ -553,6 +576,33 @@ mod tests {
         assert!(ic.groups[0].ge.is_none());
         assert!(ic.groups[0].sets[0].se.is_none());
         assert_eq!(ic.groups[0].sets[0].body.count, 1);
+    }
+
+    #[test]
+    fn isb_and_ise_belong_after_the_isa_only() {
+        let s = format!("{ISA}ISB*01~ISE*240101*1200~GS*PO*A*B*20240101*1200*1*X*004010~GE*0*1~ISB*01~IEA*1*000000001~");
+        let all = read(&s);
+        let ic = all[0].as_ref().unwrap();
+        assert_eq!(ic.isb.map(|s| s.raw), Some(&b"ISB*01"[..]));
+        assert_eq!(ic.ise.map(|s| s.ordinal), Some(3));
+        // A second ISB, after a group, is outside any envelope as before.
+        assert_eq!(ic.stray.iter().map(|s| s.id).collect::<Vec<_>>(), [b"ISB"]);
+    }
+
+    #[test]
+    fn blanks_before_segments_are_skipped_and_the_first_remembered() {
+        let s =
+            format!("{ISA}\n  GS*PO*A*B*20240101*1200*1*X*004010~\n\tGE*0*1~ IEA*1*000000001~   ");
+        let all = read(&s);
+        let ic = all[0].as_ref().unwrap();
+        assert_eq!(ic.groups.len(), 1);
+        assert!(ic.groups[0].ge.is_some() && ic.iea.is_some() && ic.stray.is_empty());
+        assert_eq!(ic.first_blank, Some(ISA.len() + 1));
+        assert_eq!(ic.groups[0].gs.offset, ISA.len() + 3);
+        // Blanks after the IEA are between interchanges, not this one's layout.
+        let tidy = format!("{ISA}IEA*0*000000001~   ");
+        let tidy = read(&tidy);
+        assert_eq!(tidy[0].as_ref().unwrap().first_blank, None);
     }
 
     #[test]

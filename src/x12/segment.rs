@@ -163,6 +163,8 @@ pub struct Segments<'a> {
     end: usize,
     ordinal: u32,
     delimiters: Delimiters,
+    /// The first space or tab skipped before a segment (indented or padded layout).
+    first_blank: Option<usize>,
 }
 
 impl<'a> Segments<'a> {
@@ -181,6 +183,7 @@ impl<'a> Segments<'a> {
             end,
             ordinal: first_ordinal,
             delimiters,
+            first_blank: None,
         }
     }
 
@@ -189,12 +192,28 @@ impl<'a> Segments<'a> {
         self.pos
     }
 
-    /// Skips CR/LF suffixes and blank lines; returns the offset of the next segment's first byte.
+    /// Skips CR/LF suffixes, blank lines, and the spaces and tabs partners' tools put
+    /// before a segment (an indented file; a blank after a terminator), as every other
+    /// reader does; returns the offset of the next segment's first byte. A segment id never
+    /// begins with a blank, so nothing is lost; [`Segments::first_blank`] says where the
+    /// first one was.
     pub fn skip_line_endings(&mut self) -> usize {
-        while self.pos < self.end && matches!(self.input.get(self.pos), Some(b'\r' | b'\n')) {
+        while self.pos < self.end {
+            match self.input.get(self.pos) {
+                Some(b'\r' | b'\n') => {}
+                Some(b) if (*b == b' ' || *b == b'\t') && *b != self.delimiters.element => {
+                    self.first_blank.get_or_insert(self.pos);
+                }
+                _ => break,
+            }
             self.pos += 1;
         }
         self.pos
+    }
+
+    /// Where the first space or tab before a segment was skipped, if any was.
+    pub fn first_blank(&self) -> Option<usize> {
+        self.first_blank
     }
 
     /// The next segment without consuming it.

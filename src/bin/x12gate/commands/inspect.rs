@@ -67,6 +67,7 @@ pub fn validate(
     let checks = x12gate::check::Checks {
         schemas: if envelope { None } else { Some(definitions()?) },
         routing: None,
+        strict_layout: false,
     };
     let mut any = false;
     for file in files {
