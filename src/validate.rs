@@ -276,7 +276,7 @@ const ISA_FIELDS: [IsaField; 16] = [
     IsaField {
         width: 5,
         code: Ta105::Version,
-        valid: |v| all_digits(v) && release(v).is_some_and(|r| (200..=899).contains(&r)),
+        valid: crate::x12::is_control_version,
         expected: "a version such as 00401 or 00501",
     },
     IsaField {

@@ -175,7 +175,8 @@ fn isa_version(partner: &Partner, inbound: &str, kind: AckKind) -> String {
     match partner.ack_version.as_deref() {
         Some("004010") => "00401".into(),
         Some(_) => "00501".into(),
-        None if inbound.len() == 5 && inbound.bytes().all(|b| b.is_ascii_digit()) => inbound.into(),
+        // The partner's own version, unless it is one we rejected (TA105 017): then 00401.
+        None if crate::x12::is_control_version(inbound.as_bytes()) => inbound.into(),
         None => "00401".into(),
     }
 }
@@ -637,6 +638,17 @@ mod tests {
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect()
+    }
+
+    #[test]
+    fn we_never_answer_in_a_version_we_rejected() {
+        let partner = crate::config::Partner::unknown("ZZ", "ACME");
+        let v = |inbound: &str| isa_version(&partner, inbound, AckKind::FunctionalAck);
+        assert_eq!(v("00401"), "00401");
+        assert_eq!(v("00305"), "00305");
+        assert_eq!(v("00999"), "00401");
+        assert_eq!(v("00000"), "00401");
+        assert_eq!(v("0040A"), "00401");
     }
 
     #[test]

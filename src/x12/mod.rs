@@ -31,6 +31,12 @@ pub fn number(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
+/// Whether an ISA12 names an interchange control version: five digits, 00200 to 00899.
+/// What we reject with TA105 017 we never answer in.
+pub fn is_control_version(v: &[u8]) -> bool {
+    v.len() == 5 && number(v).is_some_and(|n| (200..=899).contains(&n))
+}
+
 /// The highest control number (ISA13, GS06) X12's nine digits can carry.
 pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
 pub use segment::{Delimiters, Element, Segment, Segments};
