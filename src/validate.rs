@@ -366,7 +366,7 @@ impl Validator {
                 (
                     Rule::IsaFieldWidth,
                     format!(
-                        "ISA{n:02} is {} characters, must be exactly {} (the ISA is fixed width)",
+                        "ISA{n:02} is {} bytes, must be exactly {} (the ISA is fixed width)",
                         value.len(),
                         rule.width
                     ),
