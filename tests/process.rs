@@ -1269,6 +1269,29 @@ fn a_group_control_number_reused_across_interchanges_is_rejected() {
 }
 
 #[test]
+fn a_group_number_reused_for_another_application_receiver_is_another_group() {
+    // X12.6 keys a group by GS01, GS02, GS03 and GS06 together: the same GS06 addressed to
+    // another application (GS03) of ours is a new group, not a resend.
+    let gate = Gate::new(300, "reject");
+    let first = gate.write("first.x12", po("ACME", 211, 780));
+    let other = swap(
+        &po("ACME", 212, 780),
+        "GS*PO*ACME*X12GATE*",
+        "GS*PO*ACME*X12GATE-WMS*",
+    );
+    let second = gate.write("second.x12", other);
+    let again = gate.write("again.x12", po("ACME", 213, 780));
+    let run = gate.process(&[&first, &second, &again]);
+    let dispositions: Vec<String> = run
+        .reports()
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap_or_default().to_string())
+        .collect();
+    // The third repeats the first group (same GS01/GS02/GS03/GS06) in a new interchange.
+    assert_eq!(dispositions, ["accepted", "accepted", "rejected"], "{run}");
+}
+
+#[test]
 fn history_filters_by_partner_control_number_disposition_and_time() {
     let gate = Gate::new(300, "reject");
     let a = gate.write("a.x12", po("ACME", 301, 301));

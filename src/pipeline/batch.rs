@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
 use crate::registry::{
-    Batch, Claim, ClaimRequest, Completion, EventKind, Previous, Registry, StoredAck,
+    Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, StoredAck,
 };
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
@@ -57,7 +57,7 @@ struct Prepared {
     item: usize,
     decision: Decision,
     files: Vec<Output>,
-    group_keys: Vec<(String, String)>,
+    group_keys: Vec<GroupKey>,
     lost: bool,
 }
 
@@ -875,7 +875,7 @@ fn complete_all(
             }
             let it = &items[p.item];
             let response = &p.decision.response;
-            let released: Vec<(String, String)> = p
+            let released: Vec<GroupKey> = p
                 .group_keys
                 .iter()
                 .enumerate()
@@ -966,10 +966,15 @@ fn prepare(
 ) -> Result<Prepared, ProcessError> {
     let (ic, partner) = (&it.ic, &it.partner);
     // Groups seen in earlier interchanges of this sender are findings of this one.
-    let group_keys: Vec<(String, String)> = ic
+    let group_keys: Vec<GroupKey> = ic
         .groups
         .iter()
-        .map(|g| (g.gs.text(2).to_string(), g.gs.text(6).to_string()))
+        .map(|g| GroupKey {
+            functional_id: g.gs.text(1).to_string(),
+            app_sender: g.gs.text(2).to_string(),
+            app_receiver: g.gs.text(3).to_string(),
+            control_number: g.gs.text(6).to_string(),
+        })
         .collect();
     let mut extra = Vec::new();
     if partner.check_group_duplicates && !group_keys.is_empty() {

@@ -103,6 +103,16 @@ pub struct Reservation {
     pub gs06: Vec<u32>,
 }
 
+/// What identifies a functional group among a sender's, as X12.6 says: GS01, GS02, GS03 and
+/// GS06 together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKey {
+    pub functional_id: String,
+    pub app_sender: String,
+    pub app_receiver: String,
+    pub control_number: String,
+}
+
 /// What a completion records.
 #[derive(Debug, Clone)]
 pub struct Completion<'a> {
@@ -111,9 +121,9 @@ pub struct Completion<'a> {
     pub reason: Option<&'a str>,
     pub acks: &'a [StoredAck],
     pub outputs: &'a [String],
-    /// Group keys (GS02, GS06) of this interchange whose groups were not accepted: released,
-    /// so a corrected resend may use them again.
-    pub released_groups: &'a [(String, String)],
+    /// Group keys of this interchange whose groups were not accepted: released, so a
+    /// corrected resend may use them again.
+    pub released_groups: &'a [GroupKey],
     /// The audit event to append (`accepted`, `rejected`, ...) and its detail (JSON).
     pub event: EventKind,
     pub detail: &'a str,
@@ -336,7 +346,7 @@ impl Batch<'_> {
         &self,
         key: &str,
         partner: &str,
-        groups: &[(String, String)],
+        groups: &[GroupKey],
         window_days: u32,
     ) -> Result<Vec<bool>, RegistryError> {
         claim_groups(&self.tx, key, partner, groups, window_days).map_err(|e| self.sql(e))
@@ -513,21 +523,33 @@ fn claim_groups(
     tx: &rusqlite::Connection,
     key: &str,
     partner: &str,
-    groups: &[(String, String)],
+    groups: &[GroupKey],
     window_days: u32,
 ) -> Result<Vec<bool>, rusqlite::Error> {
     let now = now_ms();
     let oldest = now - i64::from(window_days) * 86_400_000;
     groups
         .iter()
-        .map(|(sender, number)| {
+        .map(|g| {
+            // A row from before migration 4 knows only GS02 and GS06: within the window it
+            // still holds its number, whatever the GS01 and GS03 (never a miss on upgrade).
+            let legacy: Option<i64> = tx
+                .prepare_cached(
+                    "SELECT 1 FROM groups WHERE partner = ?1 AND functional_id = '' AND app_receiver = ''
+                     AND app_sender = ?2 AND control_number = ?3 AND interchange_key <> ?4 AND seen >= ?5",
+                )?
+                .query_row(params![partner, g.app_sender, g.control_number, key, oldest], |r| r.get(0))
+                .optional()?;
+            if legacy.is_some() {
+                return Ok(true);
+            }
             // Take the key when it is free, ours already, or older than the window.
-            let taken = tx.prepare_cached("INSERT INTO groups (partner, app_sender, control_number, interchange_key, seen)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (partner, app_sender, control_number) DO UPDATE
+            let taken = tx.prepare_cached("INSERT INTO groups (partner, functional_id, app_sender, app_receiver, control_number, interchange_key, seen)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (partner, functional_id, app_sender, app_receiver, control_number) DO UPDATE
                  SET interchange_key = excluded.interchange_key, seen = excluded.seen
-                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?6")?.execute(
-                params![partner, sender, number, key, now, oldest],
+                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?8")?.execute(
+                params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key, now, oldest],
             )?;
             Ok(taken == 0)
         })
@@ -570,9 +592,9 @@ fn complete(
     let (partner, control): (String, String) = tx
         .prepare_cached("SELECT partner, control_number FROM interchanges WHERE key = ?1")?
         .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    for (sender, number) in c.released_groups {
-        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND app_sender = ?2 AND control_number = ?3 AND interchange_key = ?4")?.execute(
-            params![partner, sender, number, key],
+    for g in c.released_groups {
+        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.execute(
+            params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key],
         )?;
     }
     insert_event(

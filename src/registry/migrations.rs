@@ -80,6 +80,23 @@ const MIGRATIONS: &[&str] = &[
         installation   TEXT NOT NULL,
         created        INTEGER NOT NULL
     ) STRICT;",
+    // 4: a group is keyed as X12.6 keys it, by GS01, GS02, GS03 and GS06 together. Rows from
+    // before keep their GS02 and GS06 with an empty GS01 and GS03 ("any"), and still count as
+    // seen for their number until they leave the window.
+    "CREATE TABLE groups_v4 (
+        partner         TEXT NOT NULL,
+        functional_id   TEXT NOT NULL,
+        app_sender      TEXT NOT NULL,
+        app_receiver    TEXT NOT NULL,
+        control_number  TEXT NOT NULL,
+        interchange_key TEXT NOT NULL,
+        seen            INTEGER NOT NULL,
+        PRIMARY KEY (partner, functional_id, app_sender, app_receiver, control_number)
+    ) STRICT;
+    INSERT INTO groups_v4
+        SELECT partner, '', app_sender, '', control_number, interchange_key, seen FROM groups;
+    DROP TABLE groups;
+    ALTER TABLE groups_v4 RENAME TO groups;",
 ];
 
 pub enum Error {
@@ -118,4 +135,45 @@ pub fn apply(conn: &mut Connection) -> Result<(), Error> {
     }
     tx.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_of_a_version_3_registry_keep_their_rows_with_gs01_and_gs03_unknown() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, sql) in MIGRATIONS.iter().take(3).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", i as i64 + 1)
+                .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO groups VALUES ('ZZ:ACME', 'ACME', '7', 'ZZ:ACME:000000001', 42)",
+            [],
+        )
+        .unwrap();
+        apply(&mut conn).map_err(|_| "migration failed").unwrap();
+        let row: (String, String, String, String, String, i64) = conn
+            .query_row(
+                "SELECT functional_id, app_sender, app_receiver, control_number, interchange_key, seen FROM groups",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+            )
+            .unwrap();
+        let want = ("", "ACME", "", "7", "ZZ:ACME:000000001", 42);
+        assert_eq!(
+            (
+                row.0.as_str(),
+                row.1.as_str(),
+                row.2.as_str(),
+                row.3.as_str(),
+                row.4.as_str(),
+                row.5
+            ),
+            want
+        );
+        assert_eq!(known(), 4);
+    }
 }

@@ -21,8 +21,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension};
 
 pub use claims::{
-    now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, Previous,
-    Record, Reservation, Snapshot, StoredAck, Unfinished,
+    now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, GroupKey,
+    Previous, Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};

@@ -35,6 +35,54 @@ fn keys(conn: &Connection, table: &str) -> Vec<String> {
         .unwrap()
 }
 
+fn group(functional_id: &str, control_number: &str) -> GroupKey {
+    GroupKey {
+        functional_id: functional_id.into(),
+        app_sender: "ACME".into(),
+        app_receiver: "US".into(),
+        control_number: control_number.into(),
+    }
+}
+
+/// Whether each of `groups` was seen before, for interchange `key`.
+fn seen(r: &mut Registry, key: &str, groups: &[GroupKey]) -> Vec<bool> {
+    r.batch(|b| b.claim_groups(key, "ZZ:ACME", groups, 30))
+        .unwrap()
+}
+
+#[test]
+fn a_group_number_is_unique_with_its_gs01_gs02_and_gs03() {
+    let mut r = Registry::in_memory(US);
+    assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
+    // The same number in an invoice group is another group (X12.6).
+    assert_eq!(seen(&mut r, "k2", &[group("IN", "1")]), [false]);
+    let other_receiver = GroupKey {
+        app_receiver: "US2".into(),
+        ..group("PO", "1")
+    };
+    assert_eq!(seen(&mut r, "k3", &[other_receiver]), [false]);
+    // The same group again, from another interchange: seen; from the same one: ours.
+    assert_eq!(seen(&mut r, "k4", &[group("PO", "1")]), [true]);
+    assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
+}
+
+#[test]
+fn a_group_recorded_before_migration_4_still_holds_its_number() {
+    let mut r = Registry::in_memory(US);
+    r.conn
+        .execute(
+            "INSERT INTO groups VALUES ('ZZ:ACME', '', 'ACME', '', '7', 'old', ?1)",
+            [now_ms()],
+        )
+        .unwrap();
+    // Its GS01 and GS03 are unknown: any group with its GS02 and GS06 counts as seen.
+    assert_eq!(
+        seen(&mut r, "new", &[group("IN", "7"), group("IN", "8")]),
+        [true, false]
+    );
+    assert_eq!(seen(&mut r, "old", &[group("PO", "7")]), [false]);
+}
+
 /// Claims, registers one group of and completes `key` through the batch, as `process` does.
 fn settle(r: &mut Registry, key: &str) {
     let owner = "host:1:1";
@@ -50,7 +98,7 @@ fn settle(r: &mut Registry, key: &str) {
             is_dead: &|_| false,
         })?;
         assert!(matches!(claim, Claim::Owned { .. }), "{claim:?}");
-        b.claim_groups(key, "ZZ:ACME", &[("ACME".into(), key.into())], 30)?;
+        b.claim_groups(key, "ZZ:ACME", &[group("PO", key)], 30)?;
         let done = b.complete(
             key,
             owner,
