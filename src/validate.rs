@@ -492,6 +492,14 @@ impl Validator {
                     shown(declared)
                 ),
             );
+        } else if declared.len() > 5 {
+            // IEA01 is N0 1/5: the right count with leading zeros past five digits is not.
+            self.interchange_finding(
+                Rule::IeaGroupCount,
+                iea,
+                1,
+                format!("IEA01 \"{}\" is longer than 5 digits", shown(declared)),
+            );
         }
         let iea02 = iea.element(2).unwrap_or_default();
         if iea02 != ic.isa.field(13) {
@@ -577,6 +585,16 @@ impl Validator {
                     shown(ge01)
                 ),
             );
+        } else if ge01.len() > 6 {
+            // GE01 is N0 1/6.
+            self.group_finding(
+                gi,
+                gs,
+                Rule::GeSetCount,
+                ge,
+                1,
+                format!("GE01 \"{}\" is longer than 6 digits", shown(ge01)),
+            );
         }
         let ge02 = ge.element(2).unwrap_or_default();
         if ge02 != gs06 {
@@ -609,14 +627,16 @@ impl Validator {
             st_ordinal: st.ordinal,
         };
         let st01 = st.element(1).unwrap_or_default();
-        if !(st01.len() == 3 && st01.iter().all(u8::is_ascii_alphanumeric)) {
+        // Transaction set identifiers are three digits, 100 to 999, in every release.
+        if !(st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0'))
+        {
             self.set_finding(
                 at,
                 Rule::StIdInvalid,
                 st,
                 1,
                 format!(
-                    "ST01 \"{}\" is not a transaction set identifier (3 characters)",
+                    "ST01 \"{}\" is not a transaction set identifier (three digits, 100 to 999)",
                     shown(st01)
                 ),
             );
@@ -642,7 +662,7 @@ impl Validator {
                 ),
             );
         }
-        if let Some(bad) = &set.bad_id {
+        for bad in &set.bad_ids {
             self.set_finding(
                 at,
                 Rule::SegmentIdInvalid,

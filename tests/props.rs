@@ -219,7 +219,7 @@ fn set(s: Sizes) -> impl Strategy<Value = Set> {
     (
         prop_oneof![
             select(vec!["850", "810", "856", "997", "999", "837", "270"]).prop_map(String::from),
-            "[A-Z0-9]{3}",
+            "[1-9][0-9]{2}",
         ],
         prop::option::weighted(0.3, "[A-Z0-9]{1,12}"),
         prop::collection::vec(segment(s.elements), s.segs.0..=s.segs.1),

@@ -88,9 +88,13 @@ pub struct TransactionSet<'a> {
     pub st: Segment<'a>,
     pub body: Body<'a>,
     pub se: Option<Segment<'a>>,
-    /// The first body segment whose id is not 2 or 3 capital letters or digits.
-    pub bad_id: Option<Segment<'a>>,
+    /// The body segments whose id is not 2 or 3 capital letters or digits, the first
+    /// [`MAX_BAD_IDS`] of them (past that the set is rejected anyway).
+    pub bad_ids: Vec<Segment<'a>>,
 }
+
+/// Invalid segment ids kept per set.
+pub const MAX_BAD_IDS: usize = 100;
 
 impl<'a> TransactionSet<'a> {
     /// Segments counted the way SE01 counts them: ST and SE included (SE even when missing,
@@ -306,7 +310,7 @@ struct OpenSet<'a> {
     body: (usize, usize),
     count: u32,
     over_limit: bool,
-    bad_id: Option<Segment<'a>>,
+    bad_ids: Vec<Segment<'a>>,
 }
 
 struct Builder<'a> {
@@ -337,7 +341,7 @@ impl<'a> Builder<'a> {
                 delimiters: self.delimiters,
             },
             se,
-            bad_id: open.bad_id,
+            bad_ids: open.bad_ids,
         };
         // invariant: a set is only opened while a group is open.
         if let Some(group) = self.open_group.as_mut() {
@@ -406,13 +410,13 @@ impl<'a> Builder<'a> {
             open.body.0 = segment.offset;
         }
         let id = segment.id;
-        if open.bad_id.is_none()
+        if open.bad_ids.len() < MAX_BAD_IDS
             && !((2..=3).contains(&id.len())
                 && id
                     .iter()
                     .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
         {
-            open.bad_id = Some(segment);
+            open.bad_ids.push(segment);
         }
         open.body.1 = end;
         open.count = open.count.saturating_add(1);
@@ -490,7 +494,7 @@ fn build<'a>(
                     body: (body_start, body_start),
                     count: 0,
                     over_limit: false,
-                    bad_id: None,
+                    bad_ids: Vec::new(),
                 });
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
