@@ -201,6 +201,29 @@ fn isa_date(v: &[u8]) -> bool {
     let s = std::str::from_utf8(v).unwrap_or("");
     all_digits(v) && NaiveDate::parse_from_str(&format!("20{s}"), "%Y%m%d").is_ok()
 }
+/// GS04: CCYYMMDD, or YYMMDD in releases before 004010.
+fn gs_date(v: &[u8], release: Option<u32>) -> bool {
+    let s = std::str::from_utf8(v).unwrap_or("");
+    let old = release.is_some_and(|r| r < 4010);
+    all_digits(v)
+        && match v.len() {
+            8 => NaiveDate::parse_from_str(s, "%Y%m%d").is_ok(),
+            6 if old => NaiveDate::parse_from_str(&format!("20{s}"), "%Y%m%d").is_ok(),
+            _ => false,
+        }
+}
+
+/// GS05: HHMM, HHMMSS, HHMMSSD or HHMMSSDD.
+fn gs_time(v: &[u8]) -> bool {
+    let s = std::str::from_utf8(v).unwrap_or("");
+    all_digits(v)
+        && match v.len() {
+            4 => NaiveTime::parse_from_str(s, "%H%M").is_ok(),
+            6..=8 => NaiveTime::parse_from_str(s.get(..6).unwrap_or(""), "%H%M%S").is_ok(),
+            _ => false,
+        }
+}
+
 fn isa_time(v: &[u8]) -> bool {
     all_digits(v) && NaiveTime::parse_from_str(std::str::from_utf8(v).unwrap_or(""), "%H%M").is_ok()
 }
@@ -540,6 +563,31 @@ impl Validator {
                     shown(gs06)
                 ),
             );
+        }
+        let version = release(gs.element(8).unwrap_or_default());
+        for (n, valid, expected) in [
+            (
+                4,
+                gs_date(gs.element(4).unwrap_or_default(), version),
+                "a date CCYYMMDD",
+            ),
+            (
+                5,
+                gs_time(gs.element(5).unwrap_or_default()),
+                "a time HHMM, HHMMSS or HHMMSSD[D]",
+            ),
+        ] {
+            if !valid {
+                let value = shown(gs.element(n).unwrap_or_default());
+                self.group_finding(
+                    gi,
+                    gs,
+                    Rule::GsDateTimeInvalid,
+                    gs,
+                    n,
+                    format!("GS{n:02} \"{value}\" is not {expected} (noted; not sent back: no AK905 code exists for it before 006050)"),
+                );
+            }
         }
         if gs.element(8).is_none_or(<[u8]>::is_empty) {
             self.group_finding(

@@ -57,6 +57,7 @@ const RULES: &[&str] = &[
     "gs-control-number-syntax",
     "gs-version-missing",
     "gs-duplicate-control-number",
+    "gs-date-time-invalid",
     "ge-missing",
     "ge-set-count",
     "ge-control-number",

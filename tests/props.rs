@@ -233,8 +233,9 @@ fn group(s: Sizes) -> impl Strategy<Value = Grp> {
             select(vec!["PO", "IN", "FA", "SH", "HC", "HP"]),
             "[A-Z0-9]{2,15}",
             "[A-Z0-9]{2,15}",
-            "[0-9]{8}",
-            "[0-9]{4}",
+            // Real dates and times: GS04 and GS05 are checked as such.
+            "(19|20)[0-9]{2}(0[1-9]|1[0-2])(0[1-9]|1[0-9]|2[0-8])",
+            "([01][0-9]|2[0-3])[0-5][0-9]",
             select(vec!["X", "T"]),
             select(vec![
                 "004010",

@@ -242,6 +242,9 @@ impl Rule {
             // Warnings: read as partners' tools read them, reported, never sent back (a
             // partner with `layout = "strict"` gets TA105 024, see `check`).
             BlankBeforeSegment | FinalTerminatorMissing => return None,
+            // A warning: 716 has Invalid Group Date/Time (30, 31) only from 006050, and our
+            // acknowledgments are 004010 and 005010.
+            GsDateTimeInvalid => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -311,7 +314,8 @@ impl Rule {
             | ReceiverNotOurs
             | BlankBeforeSegment
             | FinalTerminatorMissing => Level::Interchange,
-            GsControlNumberSyntax
+            GsDateTimeInvalid
+            | GsControlNumberSyntax
             | GsVersionMissing
             | GsDuplicateControlNumber
             | GsSeenBefore

@@ -65,6 +65,8 @@ rules! {
     GsVersionMissing = "gs-version-missing",
     GsDuplicateControlNumber = "gs-duplicate-control-number",
     GsSeenBefore = "gs-seen-before",
+    /// A warning: no AK905 code for it exists before 006050 (30, 31).
+    GsDateTimeInvalid = "gs-date-time-invalid",
     GeMissing = "ge-missing",
     GeSetCount = "ge-set-count",
     GeControlNumber = "ge-control-number",
