@@ -1292,6 +1292,37 @@ fn a_group_number_reused_for_another_application_receiver_is_another_group() {
 }
 
 #[test]
+fn senders_whose_fields_join_alike_do_not_share_a_key() {
+    // ISA05 "ZZ:A" with ISA06 "B" and ISA05 "ZZ" with ISA06 "A:B" once made one key, so the
+    // second sender's interchange was refused as a conflict (TA1 025) with the first's.
+    let gate = Gate::new(300, "accept");
+    let one = swap(
+        &po("ACME", 401, 401),
+        "*ZZ*ACME           *",
+        "*ZZ:A*B              *",
+    );
+    let two = swap(
+        &po("ACME", 401, 402),
+        "*ZZ*ACME           *",
+        "*ZZ*A:B            *",
+    );
+    let (a, b) = (gate.write("one.x12", one), gate.write("two.x12", two));
+    let run = gate.process(&[&a, &b]);
+    let reports = run.reports();
+    let dispositions: Vec<&str> = reports
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap_or_default())
+        .collect();
+    // The first is refused for its 4-byte ISA05 (TA105 005); the second is its own.
+    assert_eq!(dispositions, ["rejected", "accepted"], "{run}");
+    assert_eq!(reports[0]["reason_code"], "005", "{run}");
+    for r in &reports {
+        assert_ne!(r["disposition"], "conflict", "{run}");
+        assert_ne!(r["reason_code"], "025", "{run}");
+    }
+}
+
+#[test]
 fn history_filters_by_partner_control_number_disposition_and_time() {
     let gate = Gate::new(300, "reject");
     let a = gate.write("a.x12", po("ACME", 301, 301));
