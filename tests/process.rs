@@ -1323,6 +1323,35 @@ fn senders_whose_fields_join_alike_do_not_share_a_key() {
 }
 
 #[test]
+fn an_inbound_997_is_checked_like_any_set_and_never_answered() {
+    let gate = Gate::new(300, "reject");
+    let good = fs::read_to_string(fixture("997-004010.x12")).unwrap();
+    let broken = swap(&good, "SE*6*0001~", "SE*5*0001~");
+    let broken = swap(&broken, "*000000107*", "*000000108*");
+    let broken = swap(&broken, "IEA*1*000000107~", "IEA*1*000000108~");
+    let (a, b) = (
+        gate.write("good.x12", good),
+        gate.write("broken.x12", broken),
+    );
+    let run = gate.process(&[&a, &b]);
+    let reports = run.reports();
+    let dispositions: Vec<&str> = reports
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap_or_default())
+        .collect();
+    // A 997 with a wrong SE01 was once "accepted" and translated.
+    assert_eq!(dispositions, ["accepted", "rejected"], "{run}");
+    assert_eq!(reports[1]["outputs"], serde_json::json!([]), "{run}");
+    for r in &reports {
+        assert_eq!(
+            r["acks"],
+            serde_json::json!([]),
+            "never acknowledged back: {run}"
+        );
+    }
+}
+
+#[test]
 fn history_filters_by_partner_control_number_disposition_and_time() {
     let gate = Gate::new(300, "reject");
     let a = gate.write("a.x12", po("ACME", 301, 301));

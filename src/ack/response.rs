@@ -142,8 +142,8 @@ pub struct InterchangeResponse {
     /// 997 or 999 (per `kind`); empty when there is nothing to acknowledge.
     pub groups: Vec<GroupResponse>,
     pub kind: AckKind,
-    /// For every group and set received (FA groups included), whether it was accepted: what
-    /// the translation may pass on.
+    /// For every group and set received (FA groups included, decided like any), whether it
+    /// was accepted: what the translation may pass on.
     pub accepted_sets: Vec<Vec<bool>>,
 }
 
@@ -180,12 +180,12 @@ pub fn respond(
     let mut groups = Vec::new();
     let mut accepted_sets = Vec::with_capacity(ic.groups.len());
     for (gi, group) in ic.groups.iter().enumerate() {
-        if group.gs.element(1) == Some(b"FA") {
-            accepted_sets.push(vec![true; group.sets.len()]);
-            continue;
-        }
         let (response, sets) = answer_group(gi, group, &buckets, partner, &mut tally);
-        groups.push(response);
+        // Acknowledgments (GS01 FA) are checked and decided like any group, but never
+        // acknowledged back: a broken 997 is rejected and not passed on as accepted.
+        if group.gs.element(1) != Some(b"FA") {
+            groups.push(response);
+        }
         accepted_sets.push(sets);
     }
     let Tally {
