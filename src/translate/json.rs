@@ -475,10 +475,13 @@ impl<W: Write> Renderer<'_, W> {
         place: &str,
     ) -> Result<(), RenderError> {
         let mut line = self.value(id, place)?;
-        if id.is_empty() || id.starts_with(['\r', '\n']) {
+        // An empty id is written as read (`*A*B~`: a finding, not a reason to lose the
+        // segment); one that begins with a line break or a blank would be skipped by the
+        // reader as layout, so it could not come back the same.
+        if id.starts_with(['\r', '\n', ' ', '\t']) {
             return Err(invalid(
                 place,
-                format!("segment id {id:?} must be non-empty and not start with a line break"),
+                format!("segment id {id:?} must not start with a line break, space or tab"),
             ));
         }
         for (i, e) in elements.iter().enumerate() {
@@ -770,6 +773,22 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
         let mut out = Vec::new();
         render_document(&json, &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), X);
+    }
+
+    #[test]
+    fn a_segment_without_an_id_comes_back_as_it_was() {
+        let x = X.replace("REF*", "*");
+        let doc = parse_document(x.as_bytes(), Limits::default()).unwrap();
+        let mut out = Vec::new();
+        render_document(&serde_json::to_vec(&doc).unwrap(), &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), x);
+        // An id the reader would skip as layout cannot be written.
+        let mut doc = doc;
+        if let Some(segments) = doc.interchanges[0].groups[0].sets[0].segments.as_mut() {
+            segments[1].id = " REF".into();
+        }
+        let err = render_document(&serde_json::to_vec(&doc).unwrap(), &mut Vec::new());
+        assert!(err.is_err());
     }
 
     #[test]
