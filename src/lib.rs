@@ -74,4 +74,5 @@ pub mod text;
 pub mod translate;
 pub mod validate;
 pub mod watch;
+mod words;
 pub mod x12;

@@ -14,94 +14,70 @@ pub use code::{release, Ak304, Ak403, Ak502, Ak905, Code, CodeList, Release, Ta1
 
 use crate::x12::Position;
 
-/// Declares the rules with their stable names.
-macro_rules! rules {
-    ($($(#[$meta:meta])* $variant:ident = $name:literal,)*) => {
-        /// The rules a file can break. Names are stable: tests, `--json` output and operators
-        /// rely on them.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum Rule {
-            $($(#[$meta])* $variant,)*
-        }
-
-        impl Rule {
-            pub const ALL: &'static [Rule] = &[$(Rule::$variant,)*];
-
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Rule::$variant => $name,)*
-                }
-            }
-        }
-    };
-}
-
-rules! {
-    // Whole file
-    NotAnInterchange = "not-an-interchange",
-    IsaUnreadable = "isa-unreadable",
-    ElementSeparator = "element-separator",
-    SegmentTerminator = "segment-terminator",
-    EmptyFile = "empty-file",
-    FileTooLarge = "file-too-large",
-    // Interchange
-    IsaFieldWidth = "isa-field-width",
-    IsaFieldValue = "isa-field-value",
-    DelimitersNotDistinct = "delimiters-not-distinct",
-    IeaMissing = "iea-missing",
-    IeaGroupCount = "iea-group-count",
-    IeaControlNumber = "iea-control-number",
-    SegmentOutsideEnvelope = "segment-outside-envelope",
-    LimitExceeded = "limit-exceeded",
-    UnknownSender = "unknown-sender",
-    ReceiverQualifierNotOurs = "receiver-qualifier-not-ours",
-    ReceiverNotOurs = "receiver-not-ours",
-    // Interchange layout, tolerated (warnings: no code, not sent back)
-    BlankBeforeSegment = "blank-before-segment",
-    FinalTerminatorMissing = "final-terminator-missing",
-    // Group
-    GsControlNumberSyntax = "gs-control-number-syntax",
-    GsVersionMissing = "gs-version-missing",
-    GsDuplicateControlNumber = "gs-duplicate-control-number",
-    GsSeenBefore = "gs-seen-before",
-    /// A warning: no AK905 code for it exists before 006050 (30, 31).
-    GsDateTimeInvalid = "gs-date-time-invalid",
-    GeMissing = "ge-missing",
-    GeSetCount = "ge-set-count",
-    GeControlNumber = "ge-control-number",
-    // Transaction set
-    StIdInvalid = "st-id-invalid",
-    StControlNumberInvalid = "st-control-number-invalid",
-    StDuplicateControlNumber = "st-duplicate-control-number",
-    SeMissing = "se-missing",
-    SeSegmentCount = "se-segment-count",
-    SeControlNumber = "se-control-number",
-    SegmentIdInvalid = "segment-id-invalid",
-    // Transaction set content, against its definition: segments (AK304)
-    SegmentUnrecognized = "segment-unrecognized",
-    SegmentUnexpected = "segment-unexpected",
-    SegmentMissing = "segment-missing",
-    LoopOverMaximum = "loop-over-maximum",
-    SegmentOverMaximumUse = "segment-over-maximum-use",
-    SegmentNotInSet = "segment-not-in-set",
-    SegmentOutOfSequence = "segment-out-of-sequence",
-    // ... and elements (AK403)
-    ElementMissing = "element-missing",
-    ElementConditionalMissing = "element-conditional-missing",
-    ElementTooMany = "element-too-many",
-    ElementTooShort = "element-too-short",
-    ElementTooLong = "element-too-long",
-    ElementInvalidCharacter = "element-invalid-character",
-    ElementInvalidCode = "element-invalid-code",
-    ElementInvalidDate = "element-invalid-date",
-    ElementInvalidTime = "element-invalid-time",
-    ElementExclusionViolated = "element-exclusion-violated",
-}
-
-impl serde::Serialize for Rule {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
+crate::words::words! {
+    /// The rules a file can break. Names are stable: tests, `--json` output and operators
+    /// rely on them.
+    #[non_exhaustive]
+    pub enum Rule as name {
+        // Whole file
+        NotAnInterchange = "not-an-interchange",
+        IsaUnreadable = "isa-unreadable",
+        ElementSeparator = "element-separator",
+        SegmentTerminator = "segment-terminator",
+        EmptyFile = "empty-file",
+        FileTooLarge = "file-too-large",
+        // Interchange
+        IsaFieldWidth = "isa-field-width",
+        IsaFieldValue = "isa-field-value",
+        DelimitersNotDistinct = "delimiters-not-distinct",
+        IeaMissing = "iea-missing",
+        IeaGroupCount = "iea-group-count",
+        IeaControlNumber = "iea-control-number",
+        SegmentOutsideEnvelope = "segment-outside-envelope",
+        LimitExceeded = "limit-exceeded",
+        UnknownSender = "unknown-sender",
+        ReceiverQualifierNotOurs = "receiver-qualifier-not-ours",
+        ReceiverNotOurs = "receiver-not-ours",
+        // Interchange layout, tolerated (warnings: no code, not sent back)
+        BlankBeforeSegment = "blank-before-segment",
+        FinalTerminatorMissing = "final-terminator-missing",
+        // Group
+        GsControlNumberSyntax = "gs-control-number-syntax",
+        GsVersionMissing = "gs-version-missing",
+        GsDuplicateControlNumber = "gs-duplicate-control-number",
+        GsSeenBefore = "gs-seen-before",
+        /// A warning: no AK905 code for it exists before 006050 (30, 31).
+        GsDateTimeInvalid = "gs-date-time-invalid",
+        GeMissing = "ge-missing",
+        GeSetCount = "ge-set-count",
+        GeControlNumber = "ge-control-number",
+        // Transaction set
+        StIdInvalid = "st-id-invalid",
+        StControlNumberInvalid = "st-control-number-invalid",
+        StDuplicateControlNumber = "st-duplicate-control-number",
+        SeMissing = "se-missing",
+        SeSegmentCount = "se-segment-count",
+        SeControlNumber = "se-control-number",
+        SegmentIdInvalid = "segment-id-invalid",
+        // Transaction set content, against its definition: segments (AK304)
+        SegmentUnrecognized = "segment-unrecognized",
+        SegmentUnexpected = "segment-unexpected",
+        SegmentMissing = "segment-missing",
+        LoopOverMaximum = "loop-over-maximum",
+        SegmentOverMaximumUse = "segment-over-maximum-use",
+        SegmentNotInSet = "segment-not-in-set",
+        SegmentOutOfSequence = "segment-out-of-sequence",
+        // ... and elements (AK403)
+        ElementMissing = "element-missing",
+        ElementConditionalMissing = "element-conditional-missing",
+        ElementTooMany = "element-too-many",
+        ElementTooShort = "element-too-short",
+        ElementTooLong = "element-too-long",
+        ElementInvalidCharacter = "element-invalid-character",
+        ElementInvalidCode = "element-invalid-code",
+        ElementInvalidDate = "element-invalid-date",
+        ElementInvalidTime = "element-invalid-time",
+        ElementExclusionViolated = "element-exclusion-violated",
     }
 }
 

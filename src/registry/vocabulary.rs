@@ -9,89 +9,41 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, 
 
 use crate::disposition::Disposition;
 
-/// Where a claim stands (the `state` column, whose CHECK constraint names the same three).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClaimState {
-    /// Claimed, and its owner's lease decides whether another process may take it over.
-    InFlight,
-    /// Decided and answered; a resend meets its outcome.
-    Completed,
-    /// Cut short (an operational error, a stop, a release or a reprocess): the next attempt
-    /// of the same content takes it over at once.
-    Failed,
-}
-
-impl ClaimState {
-    pub const ALL: [ClaimState; 3] = [
-        ClaimState::InFlight,
-        ClaimState::Completed,
-        ClaimState::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClaimState::InFlight => "in_flight",
-            ClaimState::Completed => "completed",
-            ClaimState::Failed => "failed",
-        }
+crate::words::words! {
+    /// Where a claim stands (the `state` column, whose CHECK constraint names the same three).
+    pub enum ClaimState as as_str {
+        /// Claimed, and its owner's lease decides whether another process may take it over.
+        InFlight = "in_flight",
+        /// Decided and answered; a resend meets its outcome.
+        Completed = "completed",
+        /// Cut short (an operational error, a stop, a release or a reprocess): the next
+        /// attempt of the same content takes it over at once.
+        Failed = "failed",
     }
 }
 
-/// What an audit event records (the `event` column). A decision's event is named after its
-/// disposition; the others are notes, recorded without one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Accepted,
-    Partial,
-    Rejected,
-    Duplicate,
-    Conflict,
-    InProgress,
-    /// A part of a file that held no readable interchange (decided `rejected`).
-    Unreadable,
-    /// The registry was created for a gateway.
-    Init,
-    /// Keys past their window were removed.
-    Prune,
-    /// A completed interchange was opened for another attempt (`reprocess`).
-    Reopened,
-    /// An operator released an unfinished claim.
-    Released,
-    /// The watcher placed an interchange's file (archive or rejected).
-    Placed,
-}
-
-impl EventKind {
-    pub const ALL: [EventKind; 12] = [
-        EventKind::Accepted,
-        EventKind::Partial,
-        EventKind::Rejected,
-        EventKind::Duplicate,
-        EventKind::Conflict,
-        EventKind::InProgress,
-        EventKind::Unreadable,
-        EventKind::Init,
-        EventKind::Prune,
-        EventKind::Reopened,
-        EventKind::Released,
-        EventKind::Placed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Accepted => "accepted",
-            EventKind::Partial => "partial",
-            EventKind::Rejected => "rejected",
-            EventKind::Duplicate => "duplicate",
-            EventKind::Conflict => "conflict",
-            EventKind::InProgress => "in_progress",
-            EventKind::Unreadable => "unreadable",
-            EventKind::Init => "init",
-            EventKind::Prune => "prune",
-            EventKind::Reopened => "reopened",
-            EventKind::Released => "released",
-            EventKind::Placed => "placed",
-        }
+crate::words::words! {
+    /// What an audit event records (the `event` column). A decision's event is named after
+    /// its disposition; the others are notes, recorded without one.
+    pub enum EventKind as as_str {
+        Accepted = "accepted",
+        Partial = "partial",
+        Rejected = "rejected",
+        Duplicate = "duplicate",
+        Conflict = "conflict",
+        InProgress = "in_progress",
+        /// A part of a file that held no readable interchange (decided `rejected`).
+        Unreadable = "unreadable",
+        /// The registry was created for a gateway.
+        Init = "init",
+        /// Keys past their window were removed.
+        Prune = "prune",
+        /// A completed interchange was opened for another attempt (`reprocess`).
+        Reopened = "reopened",
+        /// An operator released an unfinished claim.
+        Released = "released",
+        /// The watcher placed an interchange's file (archive or rejected).
+        Placed = "placed",
     }
 }
 
@@ -116,7 +68,8 @@ pub struct UnknownWord {
     pub found: String,
 }
 
-/// SQL text for each word: written as `as_str` spells it, read back only if it is one of `ALL`.
+/// SQL text for each word: written as `as_str` spells it, read back only if it is one of
+/// `ALL`. (`Display` and `Serialize` give the same word: see `crate::words`.)
 macro_rules! stored_as_text {
     ($($word:ty => $what:literal),* $(,)?) => {$(
         impl ToSql for $word {
@@ -128,10 +81,7 @@ macro_rules! stored_as_text {
         impl FromSql for $word {
             fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
                 let text = value.as_str()?;
-                <$word>::ALL
-                    .into_iter()
-                    .find(|w| w.as_str() == text)
-                    .ok_or_else(|| {
+                <$word>::parse(text).ok_or_else(|| {
                         FromSqlError::Other(Box::new(UnknownWord {
                             what: $what,
                             found: crate::text::shortened(text, 64).into_owned(),
@@ -147,26 +97,6 @@ stored_as_text!(
     ClaimState => "claim state",
     EventKind => "event kind",
 );
-
-/// `Display` and `Serialize` as the stored word, so that `show`, `claims` and `history`
-/// print and emit what they printed when these were strings (`pad`: `{:<9}` still aligns).
-macro_rules! shown_as_text {
-    ($($word:ty),*) => {$(
-        impl std::fmt::Display for $word {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.pad(self.as_str())
-            }
-        }
-
-        impl serde::Serialize for $word {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-    )*};
-}
-
-shown_as_text!(ClaimState, EventKind);
 
 #[cfg(test)]
 mod tests {
