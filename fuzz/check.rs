@@ -21,6 +21,7 @@ pub const TIGHT: Limits = Limits {
     max_file_bytes: u64::MAX,
     max_segments_per_set: 4,
     max_element_len: 8,
+    max_set_bytes: 120,
 };
 
 /// What the readers made of an input, for callers that want to check more.
@@ -51,6 +52,7 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
     for f in &findings {
         check_finding(input, f);
     }
+    in_pieces_as_whole(input, limits, &findings);
     let file_level = findings.iter().filter(|f| f.level == Level::File).count();
     assert_eq!(
         file_level,
@@ -74,6 +76,28 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
         findings,
         document,
         rendered,
+    }
+}
+
+/// Read in pieces (as `validate` and `process` read files larger than a window), at windows
+/// that cut the input in many places, the input gives exactly the findings it gives whole.
+fn in_pieces_as_whole(input: &[u8], limits: Limits, whole: &[Finding]) {
+    let checks = x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap());
+    for window in [1 + input.len() % 61, input.len() / 3 + 1] {
+        let from = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut reader = x12gate::input::Reader::new(from, "input", u64::MAX, window);
+        let mut pieces = Vec::new();
+        x12gate::check::pieces(&mut reader, limits, &checks, &mut |f| pieces.extend(f))
+            .expect("reading from memory cannot fail");
+        let (got, want): (Vec<String>, Vec<String>) = (
+            pieces.iter().map(|f| format!("{f:?}")).collect(),
+            whole.iter().map(|f| format!("{f:?}")).collect(),
+        );
+        assert!(
+            got == want,
+            "read in pieces of {window} bytes, the findings differ\ngot:  {got:#?}\nwant: {want:#?}\ninput: {}",
+            show(input)
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! is in every path.
 
 use crate::finding::{Code, Finding, Rule, Ta105};
+use crate::input::{InputError, Reader};
 use crate::schema::Schemas;
 use crate::validate::{self, Routing};
 use crate::x12::{Interchange, Interchanges, Limits};
@@ -73,20 +74,57 @@ fn content(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
         .unwrap_or_default()
 }
 
-/// Every finding of a whole file, one interchange at a time so memory stays bounded by the
-/// largest interchange's tree, not by the file; on every core for a large file.
+/// Every finding of a whole file in memory, one interchange at a time; on every core for a
+/// large file.
 pub fn file(input: &[u8], limits: Limits, checks: &Checks<'_>) -> Vec<Finding> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
-    file_on(input, limits, checks, workers)
+    file_on(input, limits, checks, workers())
 }
 
 /// [`file`] on at most `threads` threads (1: all on this one).
 pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize) -> Vec<Finding> {
-    if checks.schemas.is_some() && threads > 1 && input.len() >= PARALLEL_FROM {
-        return file_in_parallel(input, limits, checks, threads);
+    let threads = if input.len() >= PARALLEL_FROM {
+        threads
+    } else {
+        1
+    };
+    interchanges(&mut Interchanges::new(input, limits), checks, threads)
+}
+
+/// Every finding of a file read in pieces ([`Reader`]), handed to `each` a piece at a time,
+/// in file order: memory is a piece, however large the file.
+pub fn pieces(
+    reader: &mut Reader,
+    limits: Limits,
+    checks: &Checks<'_>,
+    each: &mut dyn FnMut(Vec<Finding>),
+) -> Result<(), InputError> {
+    let threads = workers();
+    while let Some(piece) = reader.next_piece()? {
+        let threads = if piece.bytes.len() >= PARALLEL_FROM {
+            threads
+        } else {
+            1
+        };
+        let mut read = piece.interchanges(limits);
+        let findings = interchanges(&mut read, checks, threads);
+        let resume = read.resume();
+        each(findings);
+        reader.advance(resume);
+    }
+    Ok(())
+}
+
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// The findings of what `read` gives, on `threads` threads when there are definitions.
+fn interchanges(read: &mut Interchanges<'_>, checks: &Checks<'_>, threads: usize) -> Vec<Finding> {
+    if checks.schemas.is_some() && threads > 1 {
+        return in_parallel(read, checks, threads);
     }
     let mut findings = Vec::new();
-    for result in Interchanges::new(input, limits) {
+    for result in read {
         match result {
             Ok(ic) => findings.extend(interchange(&ic, checks, [])),
             Err(e) => findings.push(validate::read_error(&e)),
@@ -95,19 +133,14 @@ pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize
     findings
 }
 
-/// Files from this size have their sets checked against definitions on every core.
+/// Inputs from this size have their sets checked against definitions on every core.
 const PARALLEL_FROM: usize = 1 << 20;
 
-/// [`file`] for a large file: this thread reads interchanges and checks envelopes (the
-/// cheap part) while `workers` threads walk their sets against the definitions; at most two
-/// interchanges per worker wait in between, so memory stays bounded. Findings come out in the
-/// same order as from one thread.
-fn file_in_parallel(
-    input: &[u8],
-    limits: Limits,
-    checks: &Checks<'_>,
-    workers: usize,
-) -> Vec<Finding> {
+/// [`interchanges`] for a large input: this thread reads interchanges and checks envelopes
+/// (the cheap part) while `workers` threads walk their sets against the definitions; at most
+/// two interchanges per worker wait in between, so memory stays bounded. Findings come out in
+/// the same order as from one thread.
+fn in_parallel(read: &mut Interchanges<'_>, checks: &Checks<'_>, workers: usize) -> Vec<Finding> {
     use std::sync::{mpsc, Mutex};
     let mut envelopes: Vec<Vec<Finding>> = Vec::new();
     let mut contents: Vec<Vec<Finding>> = Vec::new();
@@ -130,7 +163,7 @@ fn file_in_parallel(
             });
         }
         drop(done);
-        for (i, result) in Interchanges::new(input, limits).enumerate() {
+        for (i, result) in read.enumerate() {
             match result {
                 Ok(ic) => {
                     envelopes.push(envelope(&ic, checks));

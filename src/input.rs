@@ -1,8 +1,10 @@
-//! Reading an inbound file into memory, bounded by the configured file-size limit.
+//! Reading an inbound file, bounded by the configured file-size limit.
 //!
-//! The file is read once into one buffer that the whole tree then borrows; nothing copies it
-//! again, so peak memory is the file plus the tree. The size is checked before reading, so an
-//! oversized file costs nothing.
+//! [`Reader`] reads a file in pieces of whole interchanges: a piece of about a window's bytes
+//! is read, the interchanges it holds whole are read from it (borrowing it, zero-copy), and
+//! the rest is carried into the next piece. Memory is the window or the largest interchange,
+//! whichever is larger, however large the file. [`read`] reads a (small) file whole. The size
+//! is checked before reading, so an oversized file costs nothing.
 //!
 //! Only regular files are read. The file is opened with `O_NONBLOCK` and checked on the open
 //! descriptor (not the path, which may change in between), so a FIFO without a writer, a
@@ -11,6 +13,8 @@
 
 use std::io::Read;
 use std::path::Path;
+
+use crate::x12::{Interchanges, Limits, Resume};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,14 +63,20 @@ impl InputError {
 
 /// Reads `path` (`-`: standard input) whole, refusing more than `max_bytes`.
 pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
+    if path == Path::new("-") {
+        return bounded(std::io::stdin().lock(), 0, max_bytes, path);
+    }
+    let (file, size) = open_regular(path, max_bytes)?;
+    bounded(file, size, max_bytes, path)
+}
+
+/// Opens a regular file of at most `max_bytes`; returns it and its size.
+fn open_regular(path: &Path, max_bytes: u64) -> Result<(std::fs::File, u64), InputError> {
     let shown = || path.display().to_string();
     let io = |source| InputError::Io {
         path: shown(),
         cause: source,
     };
-    if path == Path::new("-") {
-        return bounded(std::io::stdin().lock(), 0, max_bytes, path);
-    }
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::File::options()
         .read(true)
@@ -88,7 +98,7 @@ pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
             limit: max_bytes,
         });
     }
-    bounded(file, size, max_bytes, path)
+    Ok((file, size))
 }
 
 /// Reads `from` to its end, at most `max_bytes` (`take` guards against a file that grows
@@ -116,9 +126,296 @@ fn bounded(
     Ok(buf)
 }
 
+/// The bytes read per piece: large enough that a piece holds many interchanges (each durable
+/// step of `process` serves a piece's at once), small enough to bound memory.
+pub const WINDOW: usize = 16 << 20;
+
+/// A file read a piece at a time; see the module documentation. Between two calls of
+/// [`Reader::next_piece`], [`Reader::advance`] says how far the piece was read.
+pub struct Reader {
+    from: Box<dyn Read + Send>,
+    path: String,
+    /// The bytes not yet read as interchanges, from `base` in the file.
+    buf: Vec<u8>,
+    base: usize,
+    window: usize,
+    /// The bytes a piece is filled to: the window, or more while one interchange needs more.
+    want: usize,
+    /// The file has no more bytes: the piece in `buf` is the last.
+    eof: bool,
+    /// The last piece has been read.
+    done: bool,
+    resume: Resume,
+    max_bytes: u64,
+}
+
+/// One piece of a file: its bytes from `base`, and whether they run to the file's end.
+#[derive(Debug, Clone, Copy)]
+pub struct Piece<'a> {
+    pub bytes: &'a [u8],
+    pub base: usize,
+    pub last: bool,
+    resume: Resume,
+}
+
+impl Piece<'_> {
+    /// The interchanges of this piece, borrowing it; hand their `resume()` to
+    /// [`Reader::advance`] once done with them.
+    pub fn interchanges(&self, limits: Limits) -> Interchanges<'_> {
+        Interchanges::piece(self.bytes, self.base, self.last, self.resume, limits)
+    }
+}
+
+impl Reader {
+    /// Opens `path` (`-`: standard input) for reading in pieces of about `window` bytes,
+    /// refusing a file of more than `max_bytes` (before reading any of it when its size is
+    /// known).
+    pub fn open(path: &Path, max_bytes: u64, window: usize) -> Result<Reader, InputError> {
+        let from: Box<dyn Read + Send> = if path == Path::new("-") {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(open_regular(path, max_bytes)?.0)
+        };
+        Ok(Reader::new(
+            from,
+            &path.display().to_string(),
+            max_bytes,
+            window,
+        ))
+    }
+
+    /// Reads `from`, named `name` in errors, as [`Reader::open`] reads a file.
+    pub fn new(from: Box<dyn Read + Send>, name: &str, max_bytes: u64, window: usize) -> Reader {
+        let window = window.max(1);
+        Reader {
+            from,
+            path: name.to_string(),
+            buf: Vec::new(),
+            base: 0,
+            window,
+            want: window,
+            eof: false,
+            done: false,
+            resume: Resume::default(),
+            max_bytes,
+        }
+    }
+
+    /// The next piece; `None` once the last one has been read.
+    pub fn next_piece(&mut self) -> Result<Option<Piece<'_>>, InputError> {
+        if self.done {
+            return Ok(None);
+        }
+        while !self.eof && self.buf.len() < self.want {
+            let room = (self.want - self.buf.len()) as u64;
+            let read = (&mut self.from)
+                .take(room)
+                .read_to_end(&mut self.buf)
+                .map_err(|cause| InputError::Io {
+                    path: self.path.clone(),
+                    cause,
+                })?;
+            self.eof = read == 0;
+            let total = (self.base + self.buf.len()) as u64;
+            if total > self.max_bytes {
+                return Err(InputError::TooLarge {
+                    path: self.path.clone(),
+                    size: total,
+                    limit: self.max_bytes,
+                });
+            }
+        }
+        Ok(Some(Piece {
+            bytes: &self.buf,
+            base: self.base,
+            last: self.eof,
+            resume: self.resume,
+        }))
+    }
+
+    /// The whole file when it is no larger than a window (read now), `None` otherwise (the
+    /// file is then read in pieces from its start, nothing lost).
+    pub fn whole(&mut self) -> Result<Option<Vec<u8>>, InputError> {
+        let last = self.next_piece()?.is_some_and(|piece| piece.last);
+        if !last {
+            return Ok(None);
+        }
+        self.done = true;
+        Ok(Some(std::mem::take(&mut self.buf)))
+    }
+
+    /// After a piece: `resume` is what reading its interchanges returned. What was read is
+    /// dropped and the rest begins the next piece, which is read larger when nothing of this
+    /// one could be (one interchange is larger than the window).
+    pub fn advance(&mut self, resume: Resume) {
+        if self.eof {
+            self.done = true;
+            self.buf = Vec::new();
+            return;
+        }
+        let consumed = resume.consumed.min(self.buf.len());
+        self.want = if consumed == 0 {
+            self.buf.len().max(self.want).saturating_mul(2)
+        } else {
+            self.window
+        };
+        self.buf.drain(..consumed);
+        // One large interchange grew the buffer: give the memory back once it is read.
+        if self.buf.capacity() > 4 * self.window && self.buf.len() <= self.window {
+            self.buf.shrink_to(2 * self.window);
+        }
+        self.base += consumed;
+        self.resume = resume;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::x12::{Interchange, ReadError};
+
+    /// Everything the reader says of an interchange or an error, in file offsets.
+    fn summary(read: Result<Interchange<'_>, ReadError>) -> String {
+        let ic = match read {
+            Ok(ic) => ic,
+            Err(e) => return format!("error {:?} at {}: {}", e.kind, e.offset, e.message),
+        };
+        let mut out = format!(
+            "{}..{} {:?} isa@{} isb {:?} ise {:?} ta1 {:?} blank {:?} stray {} {:?} iea {:?} count {} breaches {:?} suffix {:?}\n",
+            ic.base + ic.span.start,
+            ic.base + ic.span.end,
+            ic.end,
+            ic.isa.segment.offset,
+            ic.isb.map(|s| s.offset),
+            ic.ise.map(|s| s.offset),
+            ic.ta1.iter().map(|s| s.offset).collect::<Vec<_>>(),
+            ic.first_blank,
+            ic.stray_count,
+            ic.stray.iter().map(|s| (s.offset, s.raw)).collect::<Vec<_>>(),
+            ic.iea.map(|s| (s.offset, s.raw)),
+            ic.segment_count,
+            ic.breaches,
+            ic.suffix,
+        );
+        for g in &ic.groups {
+            out += &format!("  gs@{} ge {:?}\n", g.gs.offset, g.ge.map(|s| s.offset));
+            for set in &g.sets {
+                let body: Vec<_> = set
+                    .body
+                    .segments()
+                    .map(|s| (s.offset, s.ordinal, s.raw))
+                    .collect();
+                out += &format!(
+                    "    st@{} se {:?} bad {:?} body {body:?}\n",
+                    set.st.offset,
+                    set.se.map(|s| s.offset),
+                    set.bad_ids.iter().map(|s| s.offset).collect::<Vec<_>>(),
+                );
+            }
+        }
+        out
+    }
+
+    fn whole(input: &[u8], limits: Limits) -> Vec<String> {
+        Interchanges::new(input, limits).map(summary).collect()
+    }
+
+    fn in_pieces(input: &[u8], limits: Limits, window: usize) -> Vec<String> {
+        let from = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut reader = Reader::new(from, "test", u64::MAX, window);
+        let mut all = Vec::new();
+        while let Some(piece) = reader.next_piece().unwrap() {
+            assert!(piece.bytes.len() <= (window.max(1) * 2).max(input.len()) + window);
+            let mut read = piece.interchanges(limits);
+            all.extend(read.by_ref().map(summary));
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        all
+    }
+
+    /// Fixtures run together, with what sits between interchanges in real files and what
+    /// a reader must resynchronise after.
+    fn awkward_file() -> Vec<u8> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "x12"))
+            .collect();
+        names.sort();
+        let mut out = b"\xEF\xBB\xBF\r\n".to_vec();
+        for (i, name) in names.iter().take(12).enumerate() {
+            let bytes = std::fs::read(name).unwrap();
+            // The BOM of a fixture of its own is mid-file here: garbage, as it would be.
+            out.extend_from_slice(&bytes);
+            match i % 4 {
+                0 => out.extend_from_slice(b"\n\n  "),
+                1 => out.extend_from_slice(b"garbage between ADVISABLE ISA-less bytes\n"),
+                2 => out.extend_from_slice(b"ISA*broken~\n"),
+                _ => {}
+            }
+        }
+        // An interchange that never ends, with a stray ISA word inside data.
+        out.extend_from_slice(b"ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000009*0*P*:~GS*PO*A*B*20240101*1200*1*X*005010~ST*850*1~N1*ST*ISAAC~");
+        out
+    }
+
+    #[test]
+    fn read_in_pieces_a_file_reads_as_it_does_whole() {
+        let input = awkward_file();
+        let limits = Limits::default();
+        let want = whole(&input, limits);
+        assert!(want.len() > 15, "{}", want.len());
+        assert!(want.iter().any(|s| s.starts_with("error NotAnInterchange")));
+        assert!(want.iter().any(|s| s.starts_with("error IsaUnreadable")));
+        // Every window from one byte (each interchange needs the piece to grow) to past
+        // the whole file, in steps that land everywhere in the file.
+        let mut window = 1;
+        while window < input.len() + 100 {
+            let got = in_pieces(&input, limits, window);
+            assert_eq!(got, want, "window {window}");
+            window += if window < 700 { 37 } else { 1009 };
+        }
+    }
+
+    #[test]
+    fn pieces_of_empty_and_blank_inputs() {
+        for input in [&b""[..], b"  \r\n ", b"\xEF\xBB\xBF", b"junk", b"ISA"] {
+            let want = whole(input, Limits::default());
+            for window in 1..8 {
+                assert_eq!(
+                    in_pieces(input, Limits::default(), window),
+                    want,
+                    "{input:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_window_bounds_the_memory_of_a_file_of_many_interchanges() {
+        let one = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/850-004010.x12"),
+        )
+        .unwrap();
+        let input = one.repeat(2000);
+        let from = Box::new(std::io::Cursor::new(input.clone()));
+        let window = 64 << 10;
+        let mut reader = Reader::new(from, "test", u64::MAX, window);
+        let (mut pieces, mut read) = (0, 0);
+        while let Some(piece) = reader.next_piece().unwrap() {
+            assert!(piece.bytes.len() <= window);
+            pieces += 1;
+            let mut ics = piece.interchanges(Limits::default());
+            read += ics.by_ref().filter(Result::is_ok).count();
+            let resume = ics.resume();
+            reader.advance(resume);
+        }
+        assert_eq!(read, 2000);
+        assert!(pieces >= input.len() / window, "{pieces}");
+    }
 
     #[test]
     fn devices_folders_and_fifos_are_refused_at_once() {

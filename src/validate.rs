@@ -480,9 +480,15 @@ impl Validator {
             let what = match breach.kind {
                 LimitKind::SegmentsPerSet => "segments in one transaction set",
                 LimitKind::ElementLength => "bytes in one element",
+                LimitKind::SetBytes => "bytes in one transaction set",
+            };
+            let at_least = if breach.kind == LimitKind::SetBytes {
+                "at least "
+            } else {
+                ""
             };
             let message = format!(
-                "limit exceeded: more than {} {what} ({} found)",
+                "limit exceeded: more than {} {what} ({at_least}{} found)",
                 breach.limit, breach.actual
             );
             let f = Finding::new(Rule::LimitExceeded, breach.position, "", message);
@@ -494,7 +500,7 @@ impl Validator {
                 _ => "the file ended",
             };
             let p = Position {
-                byte: ic.span.end,
+                byte: ic.base + ic.span.end,
                 segment: ic.segment_count.saturating_add(1),
                 ..Position::default()
             };

@@ -151,6 +151,10 @@ fn limits_for(case: &str) -> Limits {
             max_segments_per_set: 9,
             ..Limits::default()
         },
+        "limit-exceeded-set-bytes" => Limits {
+            max_set_bytes: 150,
+            ..Limits::default()
+        },
         "limit-exceeded-element" => Limits {
             max_element_len: 60,
             ..Limits::default()

@@ -856,9 +856,10 @@ fn isa_shaped() -> impl Strategy<Value = Vec<u8>> {
 fn limits() -> impl Strategy<Value = Limits> {
     prop_oneof![
         2 => Just(Limits::default()),
-        1 => (0..6u32, 0..12usize).prop_map(|(s, e)| Limits {
+        1 => (0..6u32, 0..12usize, 0..300u64).prop_map(|(s, e, b)| Limits {
             max_segments_per_set: s,
             max_element_len: e,
+            max_set_bytes: b,
             ..Limits::default()
         }),
     ]

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
+use crate::input::{self, Reader};
 use crate::registry::{
     Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, StoredAck,
 };
@@ -89,6 +90,10 @@ pub fn process_file(
 /// [`super::ClaimOrder`]); callers that need the order for every file pass at most
 /// [`BATCH_FILES`] files of at most [`BATCH_BYTES`] together. After a stop request that
 /// abandons work, the files not yet begun are left out of the outcomes.
+///
+/// A file of at most a window ([`ProcessOptions::window`]) is read whole and batched with its neighbours;
+/// a larger one is read in pieces of whole interchanges ([`input::Reader`]), each piece a
+/// batch of its own, so that memory is a window (or the largest interchange), not the file.
 pub fn process_files(
     sources: &[Source],
     config: &Config,
@@ -99,31 +104,113 @@ pub fn process_files(
 ) -> Result<Vec<FileOutcome>, ProcessError> {
     let mut outcomes = Vec::with_capacity(sources.len());
     let mut start = 0;
-    while start < sources.len() && !options.stop.abandoned() {
-        // A batch: up to BATCH_FILES files and BATCH_BYTES bytes (always at least one file).
+    let mut large: Option<(usize, Reader)> = None;
+    while (start < sources.len() || large.is_some()) && !options.stop.abandoned() {
+        if let Some((file, reader)) = large.take() {
+            let Some(source) = sources.get(file) else {
+                break;
+            };
+            let result = in_pieces(
+                source, reader, config, schemas, registry, options, &mut turn,
+            )?;
+            outcomes.push(FileOutcome {
+                path: source.read.clone(),
+                result,
+            });
+            continue;
+        }
+        // A batch: up to BATCH_FILES files and BATCH_BYTES bytes (always at least one file),
+        // up to the first file larger than a window.
         let mut inputs = Vec::new();
         let mut bytes = 0;
         while let Some(source) = sources.get(start + inputs.len()) {
             if inputs.len() >= BATCH_FILES || (bytes >= BATCH_BYTES && !inputs.is_empty()) {
                 break;
             }
-            let read = crate::input::read(&source.read, config.limits.max_file_bytes);
-            bytes += read.as_ref().map_or(0, Vec::len);
-            inputs.push(read);
+            let read = Reader::open(&source.read, config.limits.max_file_bytes, options.window)
+                .and_then(|mut reader| reader.whole().map(|whole| whole.ok_or(reader)));
+            match read {
+                Ok(Err(reader)) => {
+                    large = Some((start + inputs.len(), reader));
+                    break;
+                }
+                Ok(Ok(whole)) => {
+                    bytes += whole.len();
+                    inputs.push(Ok(whole));
+                }
+                Err(e) => inputs.push(Err(e)),
+            }
         }
         let batch = &sources[start..start + inputs.len()];
-        start += inputs.len();
-        outcomes.extend(run_batch(
-            batch,
-            inputs,
+        start += inputs.len() + usize::from(large.is_some());
+        if !inputs.is_empty() {
+            outcomes.extend(run_batch(
+                batch,
+                inputs,
+                config,
+                schemas,
+                registry,
+                options,
+                turn.take(),
+            )?);
+        }
+    }
+    Ok(outcomes)
+}
+
+/// One file larger than a window, a piece at a time: each piece's interchanges are settled
+/// before the next piece is read.
+fn in_pieces(
+    source: &Source,
+    mut reader: Reader,
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+    turn: &mut Option<Turn>,
+) -> Result<Result<Vec<Report>, ProcessError>, ProcessError> {
+    let mut reports = Vec::new();
+    loop {
+        if options.stop.abandoned() {
+            break;
+        }
+        let piece = match reader.next_piece() {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break,
+            Err(input::InputError::TooLarge { size, limit, .. }) => {
+                reports.push(file_rejection(
+                    registry,
+                    &source.name,
+                    too_large(size, limit),
+                )?);
+                break;
+            }
+            Err(e) => return Ok(Err(ProcessError::Input(e))),
+        };
+        let mut read = piece.interchanges(config.limits);
+        let mut slots = Vec::new();
+        let mut done = settle_read(
+            &source.name,
+            &mut read,
+            &mut slots,
             config,
             schemas,
             registry,
             options,
-            turn.take(),
-        )?);
+            turn,
+        )?;
+        let resume = read.resume();
+        reports.extend(slots.into_iter().filter_map(|slot| match slot {
+            Slot::Item(i) => done.get_mut(i).and_then(Option::take),
+            Slot::Done(report) => Some(*report),
+        }));
+        reader.advance(resume);
     }
-    Ok(outcomes)
+    Ok(Ok(reports))
+}
+
+fn too_large(size: u64, limit: u64) -> String {
+    format!("{size} bytes is more than the limit of {limit} bytes (limits.max_file_bytes)")
 }
 
 /// Where a report of a file comes from: an interchange still on its way, or a part of the
@@ -151,18 +238,15 @@ fn run_batch(
         let name = &shown[file];
         let (buffer, failure, slot) = match read {
             Ok(buffer) => (buffer, None, Vec::new()),
-            Err(crate::input::InputError::TooLarge { size, limit, .. }) => {
-                let reason = format!(
-                    "{size} bytes is more than the limit of {limit} bytes (limits.max_file_bytes)"
-                );
-                (
-                    Vec::new(),
-                    None,
-                    vec![Slot::Done(Box::new(file_rejection(
-                        registry, name, reason,
-                    )?))],
-                )
-            }
+            Err(crate::input::InputError::TooLarge { size, limit, .. }) => (
+                Vec::new(),
+                None,
+                vec![Slot::Done(Box::new(file_rejection(
+                    registry,
+                    name,
+                    too_large(size, limit),
+                )?))],
+            ),
             Err(e) => (Vec::new(), Some(ProcessError::Input(e)), Vec::new()),
         };
         buffers.push(buffer);
@@ -172,49 +256,24 @@ fn run_batch(
     // Interchanges are settled a window at a time (claimed, decided, written, completed),
     // so that a file of a hundred thousand interchanges holds the state of a window, not of
     // the file; each report is kept, by its place in the batch.
-    let mut reports: Vec<Option<Report>> = Vec::new();
-    let mut items: Vec<Item<'_>> = Vec::with_capacity(WINDOW);
-    let mut offset = 0;
-    let mut stopped = false;
+    let mut window = Window::default();
     for (file, input) in buffers.iter().enumerate() {
         if input.is_empty() && (failures[file].is_some() || !slots[file].is_empty()) {
             continue;
         }
-        let utf8 = std::str::from_utf8(input).is_ok();
-        for read in Interchanges::new(input, config.limits) {
-            match read {
-                Ok(ic) => {
-                    let it = item(&shown[file], input, utf8, ic, config);
-                    if options
-                        .only
-                        .as_ref()
-                        .is_some_and(|keys| !keys.contains(&it.key))
-                    {
-                        continue;
-                    }
-                    slots[file].push(Slot::Item(offset + items.len()));
-                    items.push(it);
-                }
-                // Reprocessing one key leaves the file's unreadable parts alone.
-                Err(_) if options.only.is_some() => {}
-                Err(e) => {
-                    let report = file_rejection(registry, &shown[file], e.to_string())?;
-                    slots[file].push(Slot::Done(Box::new(report)));
-                }
-            }
-            if items.len() >= WINDOW {
-                stopped |= settle(
-                    &mut items, stopped, &mut turn, config, schemas, registry, options,
-                )?;
-                offset += items.len();
-                reports.extend(items.drain(..).map(|it| Some(it.report)));
-            }
-        }
+        let mut read = Interchanges::new(input, config.limits);
+        window.read(
+            &shown[file],
+            &mut read,
+            &mut slots[file],
+            config,
+            schemas,
+            registry,
+            options,
+            &mut turn,
+        )?;
     }
-    settle(
-        &mut items, stopped, &mut turn, config, schemas, registry, options,
-    )?;
-    reports.extend(items.drain(..).map(|it| Some(it.report)));
+    let mut reports = window.finish(config, schemas, registry, options, &mut turn)?;
     let outcomes = sources
         .iter()
         .zip(failures)
@@ -234,6 +293,111 @@ fn run_batch(
         })
         .collect();
     Ok(outcomes)
+}
+
+/// The interchanges of a batch on their way: settled [`WINDOW`] at a time, each report kept
+/// by its place in the batch.
+#[derive(Default)]
+struct Window<'a> {
+    items: Vec<Item<'a>>,
+    reports: Vec<Option<Report>>,
+    /// A stop came while waiting in an earlier window.
+    stopped: bool,
+}
+
+impl<'a> Window<'a> {
+    /// Takes every interchange `read` gives (the file `name`'s), settling full windows.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &mut self,
+        name: &str,
+        read: &mut Interchanges<'a>,
+        slots: &mut Vec<Slot>,
+        config: &Config,
+        schemas: &Schemas,
+        registry: &mut Registry,
+        options: &ProcessOptions,
+        turn: &mut Option<Turn>,
+    ) -> Result<(), ProcessError> {
+        for result in read {
+            match result {
+                Ok(ic) => {
+                    let it = item(name, ic, config);
+                    if options
+                        .only
+                        .as_ref()
+                        .is_some_and(|keys| !keys.contains(&it.key))
+                    {
+                        continue;
+                    }
+                    slots.push(Slot::Item(self.reports.len() + self.items.len()));
+                    self.items.push(it);
+                }
+                // Reprocessing one key leaves the file's unreadable parts alone.
+                Err(_) if options.only.is_some() => {}
+                Err(e) => {
+                    let report = file_rejection(registry, name, e.to_string())?;
+                    slots.push(Slot::Done(Box::new(report)));
+                }
+            }
+            if self.items.len() >= WINDOW {
+                self.settle(config, schemas, registry, options, turn)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(
+        &mut self,
+        config: &Config,
+        schemas: &Schemas,
+        registry: &mut Registry,
+        options: &ProcessOptions,
+        turn: &mut Option<Turn>,
+    ) -> Result<(), ProcessError> {
+        self.stopped |= settle(
+            &mut self.items,
+            self.stopped,
+            turn,
+            config,
+            schemas,
+            registry,
+            options,
+        )?;
+        self.reports
+            .extend(self.items.drain(..).map(|it| Some(it.report)));
+        Ok(())
+    }
+
+    /// Settles what is left; returns every report by its place.
+    fn finish(
+        mut self,
+        config: &Config,
+        schemas: &Schemas,
+        registry: &mut Registry,
+        options: &ProcessOptions,
+        turn: &mut Option<Turn>,
+    ) -> Result<Vec<Option<Report>>, ProcessError> {
+        self.settle(config, schemas, registry, options, turn)?;
+        Ok(self.reports)
+    }
+}
+
+/// [`Window::read`] and [`Window::finish`] for one piece of a file.
+#[allow(clippy::too_many_arguments)]
+fn settle_read<'a>(
+    name: &str,
+    read: &mut Interchanges<'a>,
+    slots: &mut Vec<Slot>,
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+    turn: &mut Option<Turn>,
+) -> Result<Vec<Option<Report>>, ProcessError> {
+    let mut window = Window::default();
+    window.read(name, read, slots, config, schemas, registry, options, turn)?;
+    window.finish(config, schemas, registry, options, turn)
 }
 
 /// Interchanges settled together: enough that each durable step serves many, few enough
@@ -298,13 +462,10 @@ fn settle(
     Ok(false)
 }
 
-fn item<'a>(
-    name: &str,
-    input: &'a [u8],
-    utf8: bool,
-    ic: Interchange<'a>,
-    config: &Config,
-) -> Item<'a> {
+fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
+    let input = ic.input();
+    // Per interchange: its translation is a document of its own.
+    let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
     let partner = config
         .partner(qualifier, id)

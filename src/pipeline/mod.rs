@@ -203,6 +203,9 @@ pub struct ProcessOptions {
     pub stop: Stop,
     /// Only these keys (`reprocess`): the file's other interchanges are left alone.
     pub only: Option<Vec<String>>,
+    /// Files larger than this are read in pieces of about this many bytes
+    /// ([`crate::input::WINDOW`]; tests make it small).
+    pub window: usize,
 }
 
 impl ProcessOptions {
@@ -212,6 +215,7 @@ impl ProcessOptions {
             owner: crate::owner::Owner::current().id(),
             stop: Stop::default(),
             only: None,
+            window: crate::input::WINDOW,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use memchr::memmem;
 
-use super::isa::{parse_isa, IsaError};
+use super::isa::{parse_isa, IsaError, ISA_SCAN_LIMIT};
 use super::{skip_leading, Delimiters, Isa, Position, Segment, Segments};
 
 /// Bounds on untrusted input. A breach is recorded in the tree and becomes a rejection.
@@ -22,6 +22,9 @@ pub struct Limits {
     pub max_segments_per_set: u32,
     /// Bytes in one element (a composite counts as one element).
     pub max_element_len: usize,
+    /// Bytes in one transaction set, ST to SE: a set is checked and translated whole, so
+    /// this bounds what one set may take.
+    pub max_set_bytes: u64,
 }
 
 impl Default for Limits {
@@ -32,6 +35,7 @@ impl Default for Limits {
             max_file_bytes: 2 << 30,
             max_segments_per_set: 1_000_000,
             max_element_len: 65_536,
+            max_set_bytes: 64 << 20,
         }
     }
 }
@@ -40,6 +44,7 @@ impl Default for Limits {
 pub enum LimitKind {
     SegmentsPerSet,
     ElementLength,
+    SetBytes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +74,7 @@ pub struct Body<'a> {
     /// Segments in the body (ST and SE excluded).
     pub count: u32,
     delimiters: Delimiters,
+    base: usize,
 }
 
 impl<'a> Body<'a> {
@@ -80,6 +86,16 @@ impl<'a> Body<'a> {
             self.first_ordinal,
             self.delimiters,
         )
+        .in_file_at(self.base)
+    }
+
+    /// Bytes from the first body segment to the end of the last one's terminator.
+    pub fn len(&self) -> usize {
+        self.range.1.saturating_sub(self.range.0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 }
 
@@ -129,8 +145,13 @@ pub struct Interchange<'a> {
     pub stray_count: u32,
     pub iea: Option<Segment<'a>>,
     pub end: InterchangeEnd,
-    /// Bytes of the interchange in the file, from `I` to the end of the IEA's line ending.
+    /// Bytes of the interchange in the input it was read from, from `I` to the end of the
+    /// IEA's line ending; `base + span.start` is where it begins in the file.
     pub span: Range<usize>,
+    /// Where the input it was read from begins in the file (0 unless the file was read in
+    /// pieces). Every offset in the tree is already the file's; only `span` indexes the input.
+    pub base: usize,
+    input: &'a [u8],
     /// The line ending after the ISA's terminator (empty, CR, LF or CRLF), kept for rendering.
     pub suffix: &'a [u8],
     pub breaches: Vec<LimitBreach>,
@@ -139,6 +160,16 @@ pub struct Interchange<'a> {
 }
 
 impl<'a> Interchange<'a> {
+    /// The input it was read from (`span` indexes it).
+    pub fn input(&self) -> &'a [u8] {
+        self.input
+    }
+
+    /// Its own bytes, from `I` to the end of the IEA's line ending.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.input.get(self.span.clone()).unwrap_or_default()
+    }
+
     pub fn delimiters(&self) -> Delimiters {
         self.isa.delimiters
     }
@@ -195,23 +226,86 @@ pub struct Interchanges<'a> {
     input: &'a [u8],
     pos: usize,
     limits: Limits,
+    /// Where `input` begins in the file.
+    base: usize,
+    /// Whether `input` runs to the end of the file. When it does not, nothing is given out
+    /// that more bytes could change: the reading stops before it (see [`Interchanges::resume`]).
+    last: bool,
     seen_any: bool,
+    /// Inside bytes that are not an interchange, already reported: look for the next ISA.
+    skipping: bool,
+    /// This piece's reading is over (`pos` is where the next piece starts).
+    stopped: bool,
+}
+
+/// Where a reading of one piece of a file stopped, and what the reading of the next piece,
+/// which begins `consumed` bytes into this one, needs to know of what came before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resume {
+    pub consumed: usize,
+    seen_any: bool,
+    skipping: bool,
 }
 
 impl<'a> Interchanges<'a> {
+    /// A whole file.
     pub fn new(input: &'a [u8], limits: Limits) -> Self {
+        Self::piece(input, 0, true, Resume::default(), limits)
+    }
+
+    /// One piece of a file: `input` holds its bytes from `base`, up to its end when `last`.
+    /// `resume` is what the reading of the piece before returned (the default for the first).
+    /// Read piece by piece, a file gives the very interchanges and errors, offsets included,
+    /// that it gives read whole.
+    pub fn piece(input: &'a [u8], base: usize, last: bool, resume: Resume, limits: Limits) -> Self {
         Interchanges {
             input,
             pos: 0,
             limits,
-            seen_any: false,
+            base,
+            last,
+            seen_any: resume.seen_any,
+            skipping: resume.skipping,
+            stopped: false,
+        }
+    }
+
+    /// Where this piece's reading stopped, once the iterator is done: the next piece starts
+    /// `consumed` bytes in. 0 before the end of the file means that the first interchange
+    /// does not fit in this piece: read a larger one.
+    pub fn resume(&self) -> Resume {
+        Resume {
+            consumed: self.pos.min(self.input.len()),
+            seen_any: self.seen_any,
+            skipping: self.skipping,
+        }
+    }
+
+    /// Stops this piece's reading at `at` (the next piece starts there).
+    fn stop_at(&mut self, at: usize) -> Option<Result<Interchange<'a>, ReadError>> {
+        self.pos = at;
+        self.stopped = true;
+        None
+    }
+
+    /// After an error whose resynchronisation ran to the end of a piece that is not the
+    /// last: the error is given out (what comes after can no longer change it), and the next
+    /// piece goes on looking for an ISA, from a few bytes before this one's end so that an
+    /// `ISA` cut in two is found.
+    fn skip_on(&mut self, error_at: usize) {
+        if !self.last && self.pos >= self.input.len() {
+            self.skipping = true;
+            self.pos = self.input.len().saturating_sub(3).max(error_at + 1);
         }
     }
 
     /// Moves to the next `ISA` after `from` that can open an interchange: one followed by a
     /// byte that can be an element separator (so `ADVISABLE` in stray text is skipped).
     fn resync(&mut self, from: usize) {
-        let mut at = from + 1;
+        self.resync_from(from + 1);
+    }
+
+    fn resync_from(&mut self, mut at: usize) {
         while let Some(i) = self
             .input
             .get(at..)
@@ -236,7 +330,27 @@ impl<'a> Iterator for Interchanges<'a> {
     type Item = Result<Interchange<'a>, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let start = skip_leading(self.input, self.pos);
+        if self.stopped {
+            return None;
+        }
+        if self.skipping {
+            let from = self.pos;
+            self.resync_from(from);
+            if self.pos >= self.input.len() {
+                if self.last {
+                    return None;
+                }
+                let keep = self.input.len().saturating_sub(3).max(from);
+                return self.stop_at(keep);
+            }
+            self.skipping = false;
+        }
+        let start = skip_leading(self.input, self.pos, self.base == 0);
+        // An ISA is judged by at most its scan window, an error's shown bytes fewer: with
+        // that much after `start`, nothing later in the file changes what is read here.
+        if !self.last && self.input.len() - start.min(self.input.len()) <= ISA_SCAN_LIMIT {
+            return self.stop_at(start.min(self.input.len()));
+        }
         if start >= self.input.len() {
             self.pos = start;
             if self.seen_any {
@@ -245,7 +359,7 @@ impl<'a> Iterator for Interchanges<'a> {
             self.seen_any = true;
             return Some(Err(ReadError {
                 kind: ReadErrorKind::Empty,
-                offset: start,
+                offset: self.base + start,
                 message: "no interchange: the input is empty or only whitespace".into(),
             }));
         }
@@ -262,9 +376,10 @@ impl<'a> Iterator for Interchanges<'a> {
                 .map(char::from)
                 .collect();
             self.resync(start);
+            self.skip_on(start);
             return Some(Err(ReadError {
                 kind: ReadErrorKind::NotAnInterchange,
-                offset: start,
+                offset: self.base + start,
                 message: format!(
                     "expected ISA to open an interchange, found \"{shown}\" \
                      (only whitespace may stand between interchanges)"
@@ -272,9 +387,13 @@ impl<'a> Iterator for Interchanges<'a> {
             }));
         }
         let isa = match parse_isa(self.input, start) {
-            Ok(isa) => isa,
+            Ok(mut isa) => {
+                isa.segment.offset += self.base;
+                isa
+            }
             Err(e) => {
                 self.resync(start);
+                self.skip_on(start);
                 let (kind, message) = match e {
                     IsaError::Unreadable => (
                         ReadErrorKind::IsaUnreadable,
@@ -293,14 +412,45 @@ impl<'a> Iterator for Interchanges<'a> {
                 };
                 return Some(Err(ReadError {
                     kind,
-                    offset: start,
+                    offset: self.base + start,
                     message: message.into(),
                 }));
             }
         };
-        let (interchange, next) = build(self.input, start, isa, self.limits);
+        if !self.last && !self.may_end(start + isa.len) {
+            return self.stop_at(start);
+        }
+        let (interchange, next) = build(self.input, start, isa, self.limits, self.base);
+        if !self.last && !self.complete(&interchange, next) {
+            return self.stop_at(start);
+        }
         self.pos = next;
         Some(Ok(interchange))
+    }
+}
+
+impl Interchanges<'_> {
+    /// Whether an interchange whose ISA ends at `from` may end in this piece: an `IEA` or an
+    /// `ISA` stands somewhere after it. A cheap look before building the tree of an
+    /// interchange too large for the piece, only to throw it away.
+    fn may_end(&self, from: usize) -> bool {
+        let rest = self.input.get(from..).unwrap_or_default();
+        memmem::find(rest, b"IEA").is_some() || memmem::find(rest, b"ISA").is_some()
+    }
+
+    /// Whether an interchange read from a piece that is not the file's last would read the
+    /// same with the rest of the file: it ended before the piece did, on a segment that was
+    /// whole (the IEA, or a terminated ISA after it).
+    fn complete(&self, ic: &Interchange<'_>, next: usize) -> bool {
+        match ic.end {
+            InterchangeEnd::EndOfInput => false,
+            InterchangeEnd::Iea => next < self.input.len(),
+            InterchangeEnd::NextIsa => {
+                Segments::new(self.input, next, self.input.len(), 1, ic.delimiters())
+                    .next()
+                    .is_some_and(|s| s.terminated)
+            }
+        }
     }
 }
 
@@ -310,11 +460,13 @@ struct OpenSet<'a> {
     body: (usize, usize),
     count: u32,
     over_limit: bool,
+    over_bytes: bool,
     bad_ids: Vec<Segment<'a>>,
 }
 
 struct Builder<'a> {
     input: &'a [u8],
+    base: usize,
     delimiters: Delimiters,
     limits: Limits,
     groups: Vec<Group<'a>>,
@@ -339,6 +491,7 @@ impl<'a> Builder<'a> {
                 first_ordinal: open.st.ordinal.saturating_add(1),
                 count: open.count,
                 delimiters: self.delimiters,
+                base: self.base,
             },
             se,
             bad_ids: open.bad_ids,
@@ -407,7 +560,7 @@ impl<'a> Builder<'a> {
             return;
         };
         if open.count == 0 {
-            open.body.0 = segment.offset;
+            open.body.0 = segment.offset - self.base;
         }
         let id = segment.id;
         if open.bad_ids.len() < MAX_BAD_IDS
@@ -420,6 +573,18 @@ impl<'a> Builder<'a> {
         }
         open.body.1 = end;
         open.count = open.count.saturating_add(1);
+        let bytes = (self.base + end).saturating_sub(open.st.offset) as u64;
+        if !open.over_bytes && bytes > self.limits.max_set_bytes {
+            open.over_bytes = true;
+            let mut position = segment.position();
+            position.set_segment = Some(open.count.saturating_add(1));
+            self.breaches.push(LimitBreach {
+                kind: LimitKind::SetBytes,
+                position,
+                limit: self.limits.max_set_bytes,
+                actual: bytes,
+            });
+        }
         if !open.over_limit && open.count.saturating_add(2) > max {
             open.over_limit = true;
             let mut position = segment.position();
@@ -440,14 +605,16 @@ fn build<'a>(
     start: usize,
     isa: Isa<'a>,
     limits: Limits,
+    base: usize,
 ) -> (Interchange<'a>, usize) {
     let delimiters = isa.delimiters;
     let after_isa = start + isa.len;
-    let mut segments = Segments::new(input, after_isa, input.len(), 2, delimiters);
+    let mut segments = Segments::new(input, after_isa, input.len(), 2, delimiters).in_file_at(base);
     let suffix_end = segments.skip_line_endings();
     let suffix = input.get(after_isa..suffix_end).unwrap_or_default();
     let mut b = Builder {
         input,
+        base,
         delimiters,
         limits,
         groups: Vec::new(),
@@ -494,6 +661,7 @@ fn build<'a>(
                     body: (body_start, body_start),
                     count: 0,
                     over_limit: false,
+                    over_bytes: false,
                     bad_ids: Vec::new(),
                 });
             }
@@ -526,6 +694,8 @@ fn build<'a>(
         iea,
         end,
         span: start..next,
+        base,
+        input,
         suffix,
         breaches: b.breaches,
         segment_count: count,

@@ -18,7 +18,7 @@ pub const ISA_LEN: usize = 106;
 
 /// How far the reader looks for the ISA's sixteen elements before giving up: generous enough
 /// for padded oddities, small enough that a file of garbage costs nothing.
-const ISA_SCAN_LIMIT: usize = 512;
+pub(crate) const ISA_SCAN_LIMIT: usize = 512;
 
 /// A parsed ISA: its sixteen fields exactly as sent, and the delimiters they declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ mod segment;
 
 pub use envelope::{
     Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach, LimitKind, Limits,
-    ReadError, ReadErrorKind, TransactionSet,
+    ReadError, ReadErrorKind, Resume, TransactionSet,
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
@@ -41,9 +41,10 @@ pub fn is_control_version(v: &[u8]) -> bool {
 pub const MAX_CONTROL_NUMBER: u32 = 999_999_999;
 pub use segment::{Delimiters, Element, Segment, Segments};
 
-/// Skips what may stand before an interchange: a UTF-8 byte order mark, then ASCII whitespace.
-pub(crate) fn skip_leading(input: &[u8], mut pos: usize) -> usize {
-    if pos == 0 && input.starts_with(b"\xEF\xBB\xBF") {
+/// Skips what may stand before an interchange: a UTF-8 byte order mark (at the start of the
+/// file only: `file_start` says whether `input` begins there), then ASCII whitespace.
+pub(crate) fn skip_leading(input: &[u8], mut pos: usize, file_start: bool) -> usize {
+    if pos == 0 && file_start && input.starts_with(b"\xEF\xBB\xBF") {
         pos = 3;
     }
     while input.get(pos).is_some_and(|b| b.is_ascii_whitespace()) {

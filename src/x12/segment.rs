@@ -165,6 +165,8 @@ pub struct Segments<'a> {
     delimiters: Delimiters,
     /// The first space or tab skipped before a segment (indented or padded layout).
     first_blank: Option<usize>,
+    /// Where `input` begins in the file: offsets given out are the file's, not the slice's.
+    base: usize,
 }
 
 impl<'a> Segments<'a> {
@@ -184,10 +186,18 @@ impl<'a> Segments<'a> {
             ordinal: first_ordinal,
             delimiters,
             first_blank: None,
+            base: 0,
         }
     }
 
-    /// Offset of the next byte not yet consumed.
+    /// The same cut, for an `input` that begins at byte `base` of its file (a part of a file
+    /// read in pieces): every segment's offset, and [`Segments::first_blank`], are the file's.
+    pub fn in_file_at(mut self, base: usize) -> Self {
+        self.base = base;
+        self
+    }
+
+    /// Index in `input` of the next byte not yet consumed.
     pub fn offset(&self) -> usize {
         self.pos
     }
@@ -202,7 +212,7 @@ impl<'a> Segments<'a> {
             match self.input.get(self.pos) {
                 Some(b'\r' | b'\n') => {}
                 Some(b) if (*b == b' ' || *b == b'\t') && *b != self.delimiters.element => {
-                    self.first_blank.get_or_insert(self.pos);
+                    self.first_blank.get_or_insert(self.base + self.pos);
                 }
                 _ => break,
             }
@@ -211,7 +221,7 @@ impl<'a> Segments<'a> {
         self.pos
     }
 
-    /// Where the first space or tab before a segment was skipped, if any was.
+    /// Where in the file the first space or tab before a segment was skipped, if any was.
     pub fn first_blank(&self) -> Option<usize> {
         self.first_blank
     }
@@ -252,7 +262,7 @@ impl<'a> Iterator for Segments<'a> {
         let segment = Segment {
             id: raw.get(..id_len).unwrap_or_default(),
             raw,
-            offset: start,
+            offset: self.base + start,
             ordinal: self.ordinal,
             terminated,
             delimiters: self.delimiters,

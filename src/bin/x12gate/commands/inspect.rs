@@ -8,7 +8,7 @@ use anyhow::Context;
 use x12gate::config::Config;
 use x12gate::x12::Limits;
 
-use super::{definitions, read};
+use super::{definitions, open, read};
 use crate::exit::{self, Failure};
 
 /// `parse`: the JSON of `file` on stdout, whole or not at all.
@@ -71,38 +71,57 @@ pub fn validate(
     };
     let mut any = false;
     for file in files {
-        let findings = match read(file, &limits) {
-            Ok(input) => x12gate::check::file(&input, limits, &checks),
+        let mut count = 0usize;
+        let mut failed = None;
+        let mut print = |findings: Vec<x12gate::finding::Finding>| {
+            count += findings.len();
+            for f in &findings {
+                let written = if json {
+                    serde_json::to_value(f)
+                        .map_err(|e| Failure::Operational(e.into()))
+                        .and_then(|mut v| {
+                            if let Some(o) = v.as_object_mut() {
+                                o.insert("file".into(), file.display().to_string().into());
+                            }
+                            writeln!(out, "{v}").map_err(Failure::from)
+                        })
+                } else {
+                    writeln!(out, "{}: {f}", file.display()).map_err(Failure::from)
+                };
+                if let Err(e) = written {
+                    failed.get_or_insert(e);
+                    return;
+                }
+            }
+        };
+        // A file too large to read is a finding of its own, and the run goes on.
+        let read = open(file, &limits).and_then(|mut reader| {
+            x12gate::check::pieces(&mut reader, limits, &checks, &mut print)
+                .map_err(super::input_failure)
+        });
+        match read {
+            Ok(()) => {}
             Err(Failure::Operational(e)) => match e.downcast_ref::<x12gate::input::InputError>() {
                 Some(x12gate::input::InputError::TooLarge { size, limit, .. }) => {
-                    vec![x12gate::validate::too_large(*size, *limit)]
+                    print(vec![x12gate::validate::too_large(*size, *limit)]);
                 }
                 _ => return Err(Failure::Operational(e)),
             },
             Err(e) => return Err(e),
-        };
-        any |= !findings.is_empty();
-        for f in &findings {
-            if json {
-                let mut v = serde_json::to_value(f).map_err(|e| Failure::Operational(e.into()))?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("file".into(), file.display().to_string().into());
-                }
-                writeln!(out, "{v}")?;
-            } else {
-                writeln!(out, "{}: {f}", file.display())?;
-            }
         }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        any |= count > 0;
         if !json {
-            let n = findings.len();
-            if n == 0 {
+            if count == 0 {
                 say!("INFO", "{}: clean", file.display());
             } else {
                 say!(
                     "INFO",
-                    "{}: {n} finding{}",
+                    "{}: {count} finding{}",
                     file.display(),
-                    if n == 1 { "" } else { "s" }
+                    if count == 1 { "" } else { "s" }
                 );
             }
         }
@@ -113,66 +132,85 @@ pub fn validate(
 /// `ack`: decides every interchange of `file` and prints the acknowledgments; control numbers
 /// are previewed (the registry's next values), never taken.
 pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
-    use x12gate::ack::Disposition;
-    use x12gate::registry::Registry;
-    let input = read(file, &config.limits)?;
-    let registry = Registry::open_read_only(&config.gateway.database)
+    let mut reader = open(file, &config.limits)?;
+    let registry = x12gate::registry::Registry::open_read_only(&config.gateway.database)
         .map_err(|e| Failure::Operational(e.into()))?;
     let now = chrono::Local::now().naive_local();
     let mut code = exit::OK;
-    for result in x12gate::x12::Interchanges::new(&input, config.limits) {
-        let ic = match result {
-            Ok(ic) => ic,
-            Err(e) => {
-                say!(
-                    "ERROR",
-                    "{}: {e}; nothing can be acknowledged for it",
-                    file.display()
-                );
-                code = exit::FINDINGS;
-                continue;
-            }
-        };
-        let x12gate::pipeline::Preview { decision, outbound } =
-            x12gate::pipeline::preview(&ic, config, definitions()?, registry.as_ref(), now)
-                .map_err(|e| Failure::Operational(e.into()))?;
-        for o in &outbound {
-            out.write_all(&o.bytes)?;
+    while let Some(piece) = reader.next_piece().map_err(super::input_failure)? {
+        let mut read = piece.interchanges(config.limits);
+        for result in read.by_ref() {
+            let worst = ack_one(file, result, config, registry.as_ref(), now, out)?;
+            code = code.max(worst);
         }
-        let r = &decision.response;
-        let sends: Vec<String> = outbound
-            .iter()
-            .map(|o| {
-                format!(
-                    "{} {:09}",
-                    o.kind.extension().to_uppercase(),
-                    o.control_number
-                )
-            })
-            .collect();
-        say!(
-            "INFO",
-            "{}: {} {}{}; sends {}",
-            file.display(),
-            x12gate::pipeline::correlation_id(&ic),
-            r.disposition.as_str(),
-            r.reason
-                .as_ref()
-                .map(|x| format!(
-                    " ({}{})",
-                    x.code.map(|c| format!("{c} ")).unwrap_or_default(),
-                    x.text
-                ))
-                .unwrap_or_default(),
-            if sends.is_empty() {
-                "nothing".to_string()
-            } else {
-                sends.join(", ")
-            },
-        );
-        if r.disposition != Disposition::Accepted {
-            code = exit::FINDINGS;
-        }
+        let resume = read.resume();
+        reader.advance(resume);
     }
     Ok(code)
+}
+
+/// The acknowledgments of one interchange (or the error that stops there being any), and
+/// the exit code it calls for.
+fn ack_one(
+    file: &Path,
+    result: Result<x12gate::x12::Interchange<'_>, x12gate::x12::ReadError>,
+    config: &Config,
+    registry: Option<&x12gate::registry::Registry>,
+    now: chrono::NaiveDateTime,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    use x12gate::ack::Disposition;
+    let ic = match result {
+        Ok(ic) => ic,
+        Err(e) => {
+            say!(
+                "ERROR",
+                "{}: {e}; nothing can be acknowledged for it",
+                file.display()
+            );
+            return Ok(exit::FINDINGS);
+        }
+    };
+    let x12gate::pipeline::Preview { decision, outbound } =
+        x12gate::pipeline::preview(&ic, config, definitions()?, registry, now)
+            .map_err(|e| Failure::Operational(e.into()))?;
+    for o in &outbound {
+        out.write_all(&o.bytes)?;
+    }
+    let r = &decision.response;
+    let sends: Vec<String> = outbound
+        .iter()
+        .map(|o| {
+            format!(
+                "{} {:09}",
+                o.kind.extension().to_uppercase(),
+                o.control_number
+            )
+        })
+        .collect();
+    say!(
+        "INFO",
+        "{}: {} {}{}; sends {}",
+        file.display(),
+        x12gate::pipeline::correlation_id(&ic),
+        r.disposition.as_str(),
+        r.reason
+            .as_ref()
+            .map(|x| format!(
+                " ({}{})",
+                x.code.map(|c| format!("{c} ")).unwrap_or_default(),
+                x.text
+            ))
+            .unwrap_or_default(),
+        if sends.is_empty() {
+            "nothing".to_string()
+        } else {
+            sends.join(", ")
+        },
+    );
+    Ok(if r.disposition == Disposition::Accepted {
+        exit::OK
+    } else {
+        exit::FINDINGS
+    })
 }

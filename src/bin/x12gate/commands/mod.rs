@@ -17,13 +17,23 @@ use crate::exit::{registry_failure, Failure};
 /// An input file within the configured size: one that does not exist (or is not a regular
 /// file) is a usage mistake, any other failure to read it operational.
 fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
-    x12gate::input::read(path, limits.max_file_bytes).map_err(|e| {
-        if e.is_not_found() {
-            Failure::Usage(e.into())
-        } else {
-            Failure::Operational(e.into())
-        }
-    })
+    x12gate::input::read(path, limits.max_file_bytes).map_err(input_failure)
+}
+
+/// An input file within the configured size, opened for reading in pieces.
+fn open(path: &Path, limits: &Limits) -> Result<x12gate::input::Reader, Failure> {
+    x12gate::input::Reader::open(path, limits.max_file_bytes, x12gate::input::WINDOW)
+        .map_err(input_failure)
+}
+
+/// A file that does not exist (or is not a regular file) is a usage mistake, any other
+/// failure to read it operational.
+fn input_failure(e: x12gate::input::InputError) -> Failure {
+    if e.is_not_found() {
+        Failure::Usage(e.into())
+    } else {
+        Failure::Operational(e.into())
+    }
 }
 
 /// The existing registry (history, stats, prune, claims, counter): never created here.
