@@ -1415,3 +1415,128 @@ fn history_filters_by_partner_control_number_disposition_and_time() {
     });
     assert_eq!(bad_time.code(), Some(2), "{bad_time}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// A file larger than the read window.
+
+/// Everything a run left in the output folders, with the hour of writing blanked (ISA09/10,
+/// GS04/05 of our acknowledgments) so that two runs compare.
+fn outputs_of(dir: &Path) -> Vec<(String, String)> {
+    let mut all = Vec::new();
+    for folder in ["data/out", "data/outbox"] {
+        let Ok(entries) = fs::read_dir(dir.join(folder)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if !path.is_file() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&fs::read(&path).unwrap()).into_owned();
+            let text = if text.starts_with("ISA") {
+                let t = text.as_bytes()[105] as char;
+                text.split(t)
+                    .map(|segment| {
+                        let mut el: Vec<&str> = segment.split('*').collect();
+                        let (a, b) = match el.first().copied() {
+                            Some("ISA") => (9, 10),
+                            Some("GS") => (4, 5),
+                            _ => (0, 0),
+                        };
+                        for i in [a, b] {
+                            if i > 0 && i < el.len() {
+                                el[i] = "";
+                            }
+                        }
+                        el.join("*")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(&t.to_string())
+            } else {
+                text
+            };
+            all.push((
+                format!("{folder}/{}", e.file_name().to_string_lossy()),
+                text,
+            ));
+        }
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
+    use x12gate::pipeline::{process_files, ProcessOptions, Source};
+    // Every valid fixture, a resend, a conflicting copy, garbage and a broken ISA between.
+    let mut file = Vec::new();
+    for (i, name) in [
+        "850-004010.x12",
+        "810-005010.x12",
+        "856-004010-sopi.x12",
+        "850-005010-multi.x12",
+        "two-interchanges.x12",
+        "crlf.x12",
+        "delims-pipe-newline.x12",
+        "850-004010.x12",
+        "997-004010.x12",
+        "ta1-with-997.x12",
+    ]
+    .iter()
+    .enumerate()
+    {
+        file.extend(fs::read(fixture(name)).unwrap());
+        match i % 3 {
+            0 => file.extend_from_slice(b"\n\n"),
+            1 => file.extend_from_slice(b"not an interchange\n"),
+            _ => file.extend_from_slice(b"ISA*broken~\n"),
+        }
+    }
+    let conflicting = String::from_utf8(fs::read(fixture("810-004010.x12")).unwrap())
+        .unwrap()
+        .replacen("~", "~\n", 3);
+    file.extend_from_slice(fs::read(fixture("810-004010.x12")).unwrap().as_slice());
+    file.extend_from_slice(conflicting.replace("*30*", "*31*").as_bytes());
+    let mut seen = Vec::new();
+    for window in [usize::MAX, 700, 4096] {
+        let gate = Gate::new(300, "accept");
+        let path = gate.dir.path().join("big.x12");
+        fs::write(&path, &file).unwrap();
+        let config = x12gate::config::Config::load(&gate.config).unwrap();
+        let mut registry = x12gate::setup::open_registry(&config).unwrap();
+        let options = ProcessOptions {
+            window,
+            ..ProcessOptions::new(true)
+        };
+        let schemas = x12gate::schema::builtin().unwrap();
+        let outcomes = process_files(
+            &[Source::from(path.as_path())],
+            &config,
+            schemas,
+            &mut registry,
+            &options,
+            None,
+        )
+        .unwrap();
+        let reports: Vec<String> = outcomes
+            .into_iter()
+            .flat_map(|o| o.result.unwrap())
+            .map(|r| serde_json::to_string(&r).unwrap())
+            .map(|r| r.replace(&gate.dir.path().display().to_string(), "<gate>"))
+            .collect();
+        seen.push((window, reports, outputs_of(gate.dir.path())));
+    }
+    let (_, reports, outputs) = &seen[0];
+    assert!(reports.len() >= 14, "{reports:#?}");
+    for kind in ["\"accepted\"", "\"duplicate\"", "\"rejected\""] {
+        assert!(
+            reports.iter().any(|r| r.contains(kind)),
+            "no {kind} in {reports:#?}"
+        );
+    }
+    assert!(outputs.len() >= 10, "{outputs:#?}");
+    for (window, got_reports, got_outputs) in &seen[1..] {
+        assert_eq!(got_reports, reports, "window {window}");
+        assert_eq!(got_outputs, outputs, "window {window}");
+    }
+}
