@@ -1093,6 +1093,63 @@ proptest! {
     }
 }
 
+/// What reading `bytes` gives, interchange by interchange: each one's findings and its
+/// translation (every set kept, structured form), or the read error; read whole, or in
+/// pieces of `window` bytes as `validate` and `process` read large files.
+fn read_as(bytes: &[u8], window: Option<usize>) -> Vec<String> {
+    use x12gate::translate::{interchange_document, Form};
+    let schemas = x12gate::schema::builtin().expect("the definitions load");
+    let checks = x12gate::check::Checks::definitions(schemas);
+    let one = |read: Result<x12gate::x12::Interchange<'_>, x12gate::x12::ReadError>| match read {
+        Ok(ic) => {
+            let findings: Vec<String> = x12gate::check::interchange(&ic, &checks, [])
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect();
+            let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
+            let doc = interchange_document(&ic, utf8, Form::Structured, &|_, _| true)
+                .map(|d| String::from_utf8_lossy(&d).into_owned())
+                .map_err(|e| e.to_string());
+            format!("{}: {findings:?} {doc:?}", ic.base + ic.span.start)
+        }
+        Err(e) => format!("{e:?}"),
+    };
+    let Some(window) = window else {
+        return x12gate::x12::Interchanges::new(bytes, Limits::default()).map(one).collect();
+    };
+    let from = Box::new(std::io::Cursor::new(bytes.to_vec()));
+    let mut reader = x12gate::input::Reader::new(from, "generated", u64::MAX, window);
+    let mut all = Vec::new();
+    while let Some(piece) = reader.next_piece().expect("memory reads") {
+        let mut read = piece.interchanges(Limits::default());
+        all.extend(read.by_ref().map(one));
+        let resume = read.resume();
+        reader.advance(resume);
+    }
+    all
+}
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    /// Cut at any window, from a few bytes up, a file gives the same findings and the same
+    /// translations as read whole.
+    #[test]
+    fn any_window_reads_as_the_whole_file(
+        f in file(FULL),
+        m in prop::option::of(mutation()),
+        window in prop_oneof![1..64usize, 64..4096usize],
+    ) {
+        let mut bytes = build(&f).bytes;
+        if let Some(m) = &m {
+            bytes = mutate(bytes, m);
+        }
+        let whole = read_as(&bytes, None);
+        let pieces = read_as(&bytes, Some(window));
+        prop_assert!(whole == pieces, "window {window}\nwhole:  {whole:#?}\npieces: {pieces:#?}\ninput: {}", show(&bytes));
+    }
+}
+
 proptest! {
     // Every truncation of a file runs the readers hundreds of times: fewer, smaller files.
     #![proptest_config(config(32))]
