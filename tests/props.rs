@@ -1115,7 +1115,9 @@ fn read_as(bytes: &[u8], window: Option<usize>) -> Vec<String> {
         Err(e) => format!("{e:?}"),
     };
     let Some(window) = window else {
-        return x12gate::x12::Interchanges::new(bytes, Limits::default()).map(one).collect();
+        return x12gate::x12::Interchanges::new(bytes, Limits::default())
+            .map(one)
+            .collect();
     };
     let from = Box::new(std::io::Cursor::new(bytes.to_vec()));
     let mut reader = x12gate::input::Reader::new(from, "generated", u64::MAX, window);

@@ -358,26 +358,58 @@ pub fn write_document(
     form: Form,
     out: &mut impl Write,
 ) -> Result<(), ParseError> {
-    let encoding = if std::str::from_utf8(input).is_ok() {
-        Encoding::Utf8
-    } else {
-        Encoding::Latin1
-    };
-    let text = Text { encoding, form };
-    write!(
-        out,
-        "{{\"encoding\":{},\"interchanges\":[",
-        serde_json::to_string(&encoding).map_err(io::Error::from)?
-    )?;
-    for (i, ic) in Interchanges::new(input, limits).enumerate() {
-        let ic = text.interchange(&ic?)?;
-        if i > 0 {
+    let mut doc = DocumentWriter::start(std::str::from_utf8(input).is_ok(), form, out)?;
+    for ic in Interchanges::new(input, limits) {
+        doc.interchange(&ic?, out)?;
+    }
+    doc.finish(out)
+}
+
+/// A JSON document written an interchange at a time, for a file read in pieces: the
+/// document says once whether its text is UTF-8, so the caller knows that of the whole file
+/// before it starts (a file that reads as a document is interchanges and whitespace, so it
+/// is UTF-8 when each interchange's bytes are).
+pub struct DocumentWriter {
+    text: Text,
+    written: usize,
+}
+
+impl DocumentWriter {
+    pub fn start(utf8: bool, form: Form, out: &mut impl Write) -> Result<Self, ParseError> {
+        let encoding = if utf8 {
+            Encoding::Utf8
+        } else {
+            Encoding::Latin1
+        };
+        write!(
+            out,
+            "{{\"encoding\":{},\"interchanges\":[",
+            serde_json::to_string(&encoding).map_err(io::Error::from)?
+        )?;
+        Ok(DocumentWriter {
+            text: Text { encoding, form },
+            written: 0,
+        })
+    }
+
+    pub fn interchange(
+        &mut self,
+        ic: &Interchange<'_>,
+        out: &mut impl Write,
+    ) -> Result<(), ParseError> {
+        let ic = self.text.interchange(ic)?;
+        if self.written > 0 {
             out.write_all(b",")?;
         }
         serde_json::to_writer(&mut *out, &ic).map_err(io::Error::from)?;
+        self.written += 1;
+        Ok(())
     }
-    out.write_all(b"]}\n")?;
-    Ok(())
+
+    pub fn finish(self, out: &mut impl Write) -> Result<(), ParseError> {
+        out.write_all(b"]}\n")?;
+        Ok(())
+    }
 }
 
 /// The JSON document of `input` in the generic form, in memory.

@@ -20,5 +20,6 @@ mod structured;
 
 pub use json::{
     interchange_document, parse_document, parse_document_as, render_document, write_document,
-    write_interchange_document, Document, Form, JsonElement, ParseError, RenderError,
+    write_interchange_document, Document, DocumentWriter, Form, JsonElement, ParseError,
+    RenderError,
 };

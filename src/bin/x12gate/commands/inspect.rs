@@ -13,24 +13,65 @@ use crate::exit::{self, Failure};
 
 /// `parse`: the JSON of `file` on stdout, whole or not at all.
 pub fn parse(file: &Path, raw: bool, limits: Limits, out: &mut impl Write) -> Result<u8, Failure> {
-    let input = read(file, &limits)?;
-    let form = if raw {
-        x12gate::translate::Form::Raw
+    use x12gate::translate::{DocumentWriter, Form, ParseError};
+    let form = if raw { Form::Raw } else { Form::Structured };
+    // Standard input cannot be read twice: it is held whole. A file is read in pieces, and
+    // a file that cannot be opened says so now.
+    let stdin = if file == Path::new("-") {
+        Some(read(file, &limits)?)
     } else {
-        x12gate::translate::Form::Structured
+        open(file, &limits)?;
+        None
     };
-    // A dry run first, so that a file that cannot be translated leaves nothing
-    // half-written on stdout.
-    let dry = x12gate::translate::write_document(&input, limits, form, &mut std::io::sink());
-    match dry.and_then(|()| x12gate::translate::write_document(&input, limits, form, out)) {
+    // A dry run first, so that a file that cannot be translated leaves nothing half-written
+    // on stdout; it also learns whether the file is UTF-8, which the document says first.
+    let mut utf8 = true;
+    let sink = &mut std::io::sink();
+    let written = DocumentWriter::start(false, form, sink)
+        .and_then(|mut dry| {
+            each_interchange(file, stdin.as_deref(), limits, &mut |ic| {
+                utf8 &= std::str::from_utf8(ic.bytes()).is_ok();
+                dry.interchange(ic, sink)
+            })
+        })
+        .and_then(|()| {
+            let mut doc = DocumentWriter::start(utf8, form, out)?;
+            each_interchange(file, stdin.as_deref(), limits, &mut |ic| {
+                doc.interchange(ic, out)
+            })?;
+            doc.finish(out)
+        });
+    match written {
         Ok(()) => Ok(exit::OK),
-        Err(x12gate::translate::ParseError::Io(e)) => Err(e.into()),
+        Err(ParseError::Io(e)) => Err(e.into()),
         Err(e) => {
             out.flush()?;
             say!("ERROR", "{}: {e}", file.display());
             Ok(exit::FINDINGS)
         }
     }
+}
+
+/// `f` on each interchange of `file`, read in pieces (or of `whole`, when it is held).
+fn each_interchange(
+    file: &Path,
+    whole: Option<&[u8]>,
+    limits: Limits,
+    f: &mut dyn FnMut(&x12gate::x12::Interchange<'_>) -> Result<(), x12gate::translate::ParseError>,
+) -> Result<(), x12gate::translate::ParseError> {
+    if let Some(bytes) = whole {
+        return x12gate::x12::Interchanges::new(bytes, limits).try_for_each(|ic| f(&ic?));
+    }
+    let mut reader =
+        x12gate::input::Reader::open(file, limits.max_file_bytes, x12gate::input::WINDOW)
+            .map_err(std::io::Error::other)?;
+    while let Some(piece) = reader.next_piece().map_err(std::io::Error::other)? {
+        let mut read = piece.interchanges(limits);
+        read.by_ref().try_for_each(|ic| f(&ic?))?;
+        let resume = read.resume();
+        reader.advance(resume);
+    }
+    Ok(())
 }
 
 /// `render`: the X12 of a JSON document on stdout, whole or not at all.
