@@ -7,6 +7,10 @@
 //! ST02/SE02, GS06/GE02, ISA13/IEA02), so the output validates with no findings and a benchmark
 //! measures the clean path a production file takes.
 //!
+//! Two options shape the output for memory benchmarks: [`Options::small_sets`] writes one
+//! interchange of a great many tiny purchase orders instead, and [`Options::to`] addresses
+//! every interchange to one receiver, so a gateway configured with that id takes the file.
+//!
 //! The same seed, options and size always give the same bytes: the random source is a
 //! SplitMix64 owned by this crate, so no external crate or platform detail can change a
 //! benchmark's input between runs or machines.
@@ -46,7 +50,7 @@ impl LineEnding {
 }
 
 /// How the generated interchanges are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// The delimiters every interchange declares. The repetition separator is used in 005010
     /// interchanges only (004010 ones send `U` in ISA11); `None` sends `U` in both. The data
@@ -58,6 +62,46 @@ pub struct Options {
     /// interchanges of one to three groups: the worst case for memory, since a reader holds
     /// one interchange's tree at a time.
     pub one_interchange: bool,
+    /// Address every interchange to this one receiver instead of drawing one from the
+    /// partner table: ISA08 is this id (padded to 15), GS03 the partner table's application
+    /// code when the id is one of its ISA ids, else the id itself. The sender is still drawn,
+    /// and when it would be the receiver (same ISA id or same GS code) the next partner in the
+    /// table sends instead. The receiver is drawn and then replaced, so the rest of the output
+    /// draws what it would without this option. 1 to 15 upper-case letters, digits, spaces,
+    /// `.` or `-`, neither beginning nor ending with a space (see [`Options::check`]).
+    pub to: Option<String>,
+    /// Write one 004010 interchange of tiny purchase orders (850: ST, BEG, REF, PER, one PO1
+    /// and its PID, CTT, SE; about 180 bytes each) instead of realistic ones, in groups of at
+    /// most [`SMALL_SETS_PER_GROUP`] sets: the worst case for per-set overhead. ST02 counts on
+    /// across the groups, so every ST02 (and every BEG03) in the interchange is distinct.
+    /// `one_interchange` is implied.
+    pub small_sets: bool,
+}
+
+/// The most sets in one group of [`Options::small_sets`]: GE01 has at most six digits, and a
+/// round number keeps the groups easy to check by eye.
+pub const SMALL_SETS_PER_GROUP: u64 = 100_000;
+
+impl Options {
+    /// Why these options cannot be written, if they cannot: a `to` that does not fit ISA08 and
+    /// GS03 or holds a character that could be a delimiter.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(to) = &self.to else {
+            return Ok(());
+        };
+        let allowed = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit() || b" .-".contains(&b);
+        if to.is_empty()
+            || to.len() > 15
+            || !to.bytes().all(allowed)
+            || to.starts_with(' ')
+            || to.ends_with(' ')
+        {
+            return Err(format!(
+                "receiver id {to:?}: expected 1 to 15 upper-case letters, digits, spaces, `.` or `-`, not beginning or ending with a space"
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Options {
@@ -66,6 +110,8 @@ impl Default for Options {
             delimiters: Delimiters::COMMON,
             line_ending: LineEnding::None,
             one_interchange: false,
+            to: None,
+            small_sets: false,
         }
     }
 }
@@ -80,6 +126,8 @@ pub struct Generator {
     next_group: u32,
     /// The next purchase order, invoice and shipment number, so documents refer to each other.
     next_document: u64,
+    /// [`SMALL_SETS_PER_GROUP`], smaller in tests.
+    sets_per_group: u64,
 }
 
 impl Generator {
@@ -97,6 +145,7 @@ impl Generator {
             next_interchange,
             next_group: 1,
             next_document,
+            sets_per_group: SMALL_SETS_PER_GROUP,
         }
     }
 
@@ -104,7 +153,11 @@ impl Generator {
     /// one interchange); returns the number of bytes written. The last interchange is cut short
     /// at a set boundary, so the output overshoots the target by at most one transaction set
     /// and its trailers. Output goes out in blocks of about a megabyte, whatever the size.
+    /// Options that fail [`Options::check`] are an `InvalidInput` error, before any output.
     pub fn write_to<W: Write>(&mut self, out: &mut W, target_bytes: u64) -> io::Result<u64> {
+        self.options
+            .check()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let d = self.options.delimiters;
         let line_ending = if d.segment == b'\n' {
             LineEnding::None
@@ -113,7 +166,11 @@ impl Generator {
         };
         let mut w = SegmentWriter::new(d, line_ending.bytes(), 2 * FLUSH_AT);
         loop {
-            self.interchange(&mut w, out, target_bytes)?;
+            if self.options.small_sets {
+                self.small_sets(&mut w, out, target_bytes)?;
+            } else {
+                self.interchange(&mut w, out, target_bytes)?;
+            }
             if w.written() >= target_bytes {
                 w.flush_to(out)?;
                 return Ok(w.flushed());
@@ -121,29 +178,38 @@ impl Generator {
         }
     }
 
-    /// One interchange, with sets added until the output holds `target_bytes`.
-    fn interchange(
-        &mut self,
-        w: &mut SegmentWriter<'_>,
-        out: &mut dyn Write,
-        target_bytes: u64,
-    ) -> io::Result<()> {
-        let v5010 = self.rng.one_in(2);
+    /// The ISA of a new interchange, from its sender, receiver, date and time drawn here (in
+    /// this order, which fixes the bytes of every seed), and its control number.
+    fn open_interchange(&mut self, w: &mut SegmentWriter<'_>, v5010: bool) -> Envelope {
         let d = w.delimiters();
         let sender = self.rng.below(PARTNERS.len() as u64) as usize;
         // Any other partner: an offset of 1..len-1 never comes back to the sender.
         let receiver =
             (sender + 1 + self.rng.below(PARTNERS.len() as u64 - 1) as usize) % PARTNERS.len();
-        let (sender, receiver) = (PARTNERS[sender], PARTNERS[receiver]);
+        let (mut sender, mut receiver) = (sender, (PARTNERS[receiver].0, PARTNERS[receiver].1));
+        if let Some(to) = &self.options.to {
+            let gs03 = PARTNERS
+                .iter()
+                .find(|p| p.0 == to)
+                .map_or(to.as_str(), |p| p.1);
+            // Only one partner can clash: the one whose ISA id is `to` (then its GS code is
+            // `gs03`), or else the one whose GS code is `to`; the next one never does.
+            if PARTNERS[sender].0 == to || PARTNERS[sender].1 == gs03 {
+                sender = (sender + 1) % PARTNERS.len();
+            }
+            receiver = (to.as_str(), gs03);
+        }
+        let sender = PARTNERS[sender];
+        let receiver = (receiver.0.to_string(), receiver.1.to_string());
         let date = Date::random(&mut self.rng);
         let time = self.rng.below(24 * 60);
         let (hh, mm) = (time / 60, time % 60);
         let control = self.next_interchange;
         self.next_interchange = self.next_interchange % 999_999_999 + 1;
-        let (isa11, isa12, gs08) = match d.repetition {
-            Some(r) if v5010 => (r, "00501", "005010"),
-            _ if v5010 => (b'U', "00501", "005010"),
-            _ => (b'U', "00401", "004010"),
+        let (isa11, isa12) = match d.repetition {
+            Some(r) if v5010 => (r, "00501"),
+            _ if v5010 => (b'U', "00501"),
+            _ => (b'U', "00401"),
         };
         // The ISA is fixed width (ids padded to 15), so it is assembled field by field.
         let isa: [Vec<u8>; 16] = [
@@ -165,6 +231,47 @@ impl Generator {
             vec![d.component],
         ];
         w.raw("ISA", &isa);
+        Envelope {
+            sender,
+            receiver,
+            date,
+            time: format!("{hh:02}{mm:02}"),
+            control,
+            gs08: if v5010 { "005010" } else { "004010" },
+        }
+    }
+
+    /// The GS of a new group; returns its control number (GS06).
+    fn open_group(&mut self, w: &mut SegmentWriter<'_>, e: &Envelope, functional_id: &str) -> u32 {
+        let gs06 = self.next_group;
+        self.next_group = self.next_group % 999_999_999 + 1;
+        w.segment(
+            "GS",
+            &[
+                &functional_id,
+                &e.sender.1,
+                &e.receiver.1,
+                &e.date,
+                &e.time,
+                &gs06,
+                &"X",
+                &e.gs08,
+            ],
+        );
+        gs06
+    }
+
+    /// One interchange, with sets added until the output holds `target_bytes`.
+    fn interchange(
+        &mut self,
+        w: &mut SegmentWriter<'_>,
+        out: &mut dyn Write,
+        target_bytes: u64,
+    ) -> io::Result<()> {
+        let v5010 = self.rng.one_in(2);
+        let e = self.open_interchange(w, v5010);
+        let date = e.date;
+        let control = e.control;
 
         let groups = if self.options.one_interchange {
             u64::MAX
@@ -179,21 +286,7 @@ impl Generator {
                 DocumentKind::Invoice,
                 DocumentKind::Ship,
             ]);
-            let gs06 = self.next_group;
-            self.next_group = self.next_group % 999_999_999 + 1;
-            w.segment(
-                "GS",
-                &[
-                    &kind.functional_id(),
-                    &sender.1,
-                    &receiver.1,
-                    &date,
-                    &format_args!("{hh:02}{mm:02}"),
-                    &gs06,
-                    &"X",
-                    &gs08,
-                ],
-            );
+            let gs06 = self.open_group(w, &e, kind.functional_id());
             written_groups += 1;
             let sets = self.rng.range(1, 25);
             let mut written_sets = 0;
@@ -227,6 +320,69 @@ impl Generator {
         }
         w.segment("IEA", &[&written_groups, &format_args!("{control:09}")]);
         Ok(())
+    }
+
+    /// One 004010 interchange of [`Generator::small_order`]s until the output holds
+    /// `target_bytes` (at least one set), [`SMALL_SETS_PER_GROUP`] sets to a group.
+    fn small_sets(
+        &mut self,
+        w: &mut SegmentWriter<'_>,
+        out: &mut dyn Write,
+        target_bytes: u64,
+    ) -> io::Result<()> {
+        let e = self.open_interchange(w, false);
+        let mut groups = 0u64;
+        // ST02 is AN 4..9: it counts on across groups, wrapping after nine digits (180 GB).
+        let mut st02 = 0u32;
+        loop {
+            let gs06 = self.open_group(w, &e, "PO");
+            groups += 1;
+            let mut sets = 0u64;
+            loop {
+                st02 = st02 % 999_999_999 + 1;
+                self.small_order(w, &format!("{st02:04}"), e.date);
+                sets += 1;
+                if w.buffered() >= FLUSH_AT {
+                    w.flush_to(out)?;
+                }
+                if sets == self.sets_per_group || w.written() >= target_bytes {
+                    break;
+                }
+            }
+            w.segment("GE", &[&sets, &gs06]);
+            if w.written() >= target_bytes {
+                break;
+            }
+        }
+        w.segment("IEA", &[&groups, &format_args!("{:09}", e.control)]);
+        Ok(())
+    }
+
+    /// A tiny 850, ST to SE: BEG, REF, PER, one PO1 with its PID, CTT.
+    fn small_order(&mut self, w: &mut SegmentWriter<'_>, st02: &str, date: Date) {
+        w.reset_count();
+        w.segment("ST", &[&"850", &st02]);
+        let po = self.document_number();
+        w.segment("BEG", &[&"00", &"SA", &po, &"", &date]);
+        w.segment(
+            "REF",
+            &[&"DP", &format_args!("{:03}", self.rng.below(1000))],
+        );
+        let buyer = *self.rng.pick(BUYERS);
+        w.segment(
+            "PER",
+            &[
+                &"BD",
+                &buyer,
+                &"TE",
+                &format_args!("555{:07}", self.rng.below(10_000_000)),
+            ],
+        );
+        let it = self.item();
+        order_line(w, 1, &it);
+        w.segment("CTT", &[&1, &it.quantity]);
+        let se01 = w.count() + 1;
+        w.segment("SE", &[&se01, &st02]);
     }
 
     /// Line items per document: mostly a few dozen, now and then a store-wide order of hundreds.
@@ -311,21 +467,7 @@ impl Generator {
             let it = self.item();
             hash += it.quantity;
             total += it.quantity * it.price.0;
-            w.segment(
-                "PO1",
-                &[
-                    &n,
-                    &it.quantity,
-                    &it.unit,
-                    &it.price,
-                    &"",
-                    &"UP",
-                    &it.upc,
-                    &"VN",
-                    &it.vendor_part,
-                ],
-            );
-            w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
+            order_line(w, n, &it);
             if self.rng.one_in(3) {
                 w.segment(
                     "PO4",
@@ -474,6 +616,38 @@ impl Generator {
         }
         w.segment("CTT", &[&hl]);
     }
+}
+
+/// An 850's item line: PO1 and the item's PID.
+fn order_line(w: &mut SegmentWriter<'_>, n: u64, it: &LineItem) {
+    w.segment(
+        "PO1",
+        &[
+            &n,
+            &it.quantity,
+            &it.unit,
+            &it.price,
+            &"",
+            &"UP",
+            &it.upc,
+            &"VN",
+            &it.vendor_part,
+        ],
+    );
+    w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
+}
+
+/// What every group of an interchange repeats from its ISA.
+struct Envelope {
+    /// ISA id and GS application code of each side.
+    sender: (&'static str, &'static str),
+    receiver: (String, String),
+    date: Date,
+    /// HHMM.
+    time: String,
+    control: u32,
+    /// The version, as GS08 names it.
+    gs08: &'static str,
 }
 
 /// A file of about `target_bytes` (never less) from `seed`, with the default options.
@@ -690,6 +864,7 @@ const PRODUCTS: &[(&str, &str, (u64, u64))] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use x12gate::x12::{Interchanges, Limits};
 
     fn render(findings: &[impl Display]) -> String {
@@ -829,6 +1004,185 @@ mod tests {
         Generator::new(8).write_to(&mut out, 5_000_000).unwrap();
         assert!(out.1 >= 4, "{} writes", out.1);
         assert_eq!(out.0, file(8, 5_000_000));
+    }
+
+    /// The segments of `bytes` (common delimiters), each split into its elements.
+    fn segments(bytes: &[u8]) -> Vec<Vec<&str>> {
+        std::str::from_utf8(bytes)
+            .unwrap()
+            .split_terminator('~')
+            .map(|s| s.split('*').collect())
+            .collect()
+    }
+
+    fn options_to(to: &str) -> Options {
+        Options {
+            to: Some(to.to_string()),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn to_addresses_every_interchange_and_changes_nothing_else() {
+        let plain = file(11, 1_000_000);
+        for (to, gs03) in [("6123456789", "BIGBOX"), ("X12GATE", "X12GATE")] {
+            let mut out = Vec::new();
+            Generator::with_options(11, options_to(to))
+                .write_to(&mut out, 1_000_000)
+                .unwrap();
+            let mut again = Vec::new();
+            Generator::with_options(11, options_to(to))
+                .write_to(&mut again, 1_000_000)
+                .unwrap();
+            assert_eq!(out, again);
+            let segs = segments(&out);
+            let isas: Vec<_> = segs.iter().filter(|s| s[0] == "ISA").collect();
+            assert!(isas.len() > 5, "{} interchanges", isas.len());
+            for isa in &isas {
+                assert_eq!(isa[8], format!("{to:<15}"));
+                assert_ne!(isa[6].trim_end(), to);
+            }
+            for gs in segs.iter().filter(|s| s[0] == "GS") {
+                assert_eq!(gs[3], gs03);
+                assert_ne!(gs[2], gs03);
+            }
+            // The receiver is drawn and replaced: everything but the addresses is as before.
+            let rest = |segs: Vec<Vec<&str>>| -> Vec<String> {
+                segs.into_iter()
+                    .filter(|s| s[0] != "ISA" && s[0] != "GS")
+                    .map(|s| s.join("*"))
+                    .collect()
+            };
+            assert_eq!(rest(segs), rest(segments(&plain)));
+            let findings = x12gate::check::file(
+                &out,
+                Limits::default(),
+                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+            );
+            assert!(findings.is_empty(), "{to}: {}", render(&findings));
+        }
+    }
+
+    #[test]
+    fn to_a_sender_picks_the_next_partner() {
+        // Every partner of the table as the receiver: no interchange is sent to itself.
+        for (id, gs) in PARTNERS {
+            let mut out = Vec::new();
+            Generator::with_options(12, options_to(id))
+                .write_to(&mut out, 200_000)
+                .unwrap();
+            let segs = segments(&out);
+            for isa in segs.iter().filter(|s| s[0] == "ISA") {
+                assert_eq!(isa[8].trim_end(), *id);
+                assert_ne!(isa[6].trim_end(), *id);
+            }
+            for g in segs.iter().filter(|s| s[0] == "GS") {
+                assert_eq!((g[3], g[2] != *gs), (*gs, true));
+            }
+        }
+    }
+
+    #[test]
+    fn a_receiver_that_does_not_fit_is_refused() {
+        for to in ["", "x12gate", "SIXTEEN CHARS ID", " LEAD", "A*B", "A~B"] {
+            let e = Generator::with_options(1, options_to(to))
+                .write_to(&mut Vec::new(), 1_000)
+                .unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{to:?}");
+        }
+        assert!(options_to("0614141000005").check().is_ok());
+    }
+
+    /// Checks the counts of one small-sets interchange and returns its group sizes.
+    fn small_sets_counts(bytes: &[u8]) -> Vec<u64> {
+        let segs = segments(bytes);
+        assert_eq!(segs.iter().filter(|s| s[0] == "ISA").count(), 1);
+        let (mut groups, mut sets, mut in_set) = (Vec::new(), 0u64, 0u64);
+        let (mut st02s, mut beg03s) = (BTreeSet::new(), BTreeSet::new());
+        for s in &segs {
+            in_set += 1;
+            match s[0] {
+                "GS" => sets = 0,
+                "ST" => {
+                    assert_eq!(s[1], "850");
+                    assert!(st02s.insert(s[2]), "ST02 {} twice", s[2]);
+                    in_set = 1;
+                }
+                "BEG" => assert!(beg03s.insert(s[3]), "BEG03 {} twice", s[3]),
+                "SE" => {
+                    assert_eq!(s[1], in_set.to_string());
+                    assert_eq!(in_set, 8);
+                    sets += 1;
+                }
+                "GE" => {
+                    assert_eq!(s[1], sets.to_string());
+                    groups.push(sets);
+                }
+                "IEA" => assert_eq!(s[1], groups.len().to_string()),
+                _ => {}
+            }
+        }
+        assert_eq!(segs.last().unwrap()[0], "IEA");
+        groups
+    }
+
+    #[test]
+    fn small_sets_are_one_clean_interchange_in_full_groups() {
+        let options = Options {
+            small_sets: true,
+            to: Some("6123456789".to_string()),
+            ..Options::default()
+        };
+        let write = |sets_per_group| {
+            let mut g = Generator::with_options(13, options.clone());
+            g.sets_per_group = sets_per_group;
+            let mut out = Vec::new();
+            let written = g.write_to(&mut out, 200_000).unwrap();
+            assert_eq!(written, out.len() as u64);
+            out
+        };
+        let out = write(300);
+        assert_eq!(out, write(300));
+        let groups = small_sets_counts(&out);
+        let sets: u64 = groups.iter().sum();
+        // About 180 bytes a set.
+        assert!((1_000..1_200).contains(&sets), "{sets} sets");
+        assert!(groups[..groups.len() - 1].iter().all(|n| *n == 300));
+        assert!((1..=300).contains(groups.last().unwrap()));
+        let findings = x12gate::check::file(
+            &out,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
+        );
+        assert!(findings.is_empty(), "{}", render(&findings));
+        let ic = Interchanges::new(&out, Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(ic.isa.version(), "00401");
+        // Nothing asked for: still one set, one group.
+        let mut tiny = Vec::new();
+        Generator::with_options(13, options.clone())
+            .write_to(&mut tiny, 0)
+            .unwrap();
+        assert_eq!(small_sets_counts(&tiny), [1]);
+    }
+
+    #[test]
+    fn small_sets_groups_hold_at_most_100_000() {
+        let options = Options {
+            small_sets: true,
+            ..Options::default()
+        };
+        let mut out = Vec::new();
+        // About 110,000 sets: one full group and a part.
+        Generator::with_options(14, options)
+            .write_to(&mut out, 20_000_000)
+            .unwrap();
+        let groups = small_sets_counts(&out);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0], SMALL_SETS_PER_GROUP);
+        assert!(groups[1] < SMALL_SETS_PER_GROUP);
     }
 
     #[test]
