@@ -1,5 +1,6 @@
 //! The JSON shape of the generic form, and its two directions.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
@@ -162,15 +163,17 @@ impl Text {
     }
 
     /// `bytes` as text, borrowed when they are that text already (UTF-8, or ASCII).
-    fn text<'b>(&self, bytes: &'b [u8]) -> std::borrow::Cow<'b, str> {
+    fn text<'b>(&self, bytes: &'b [u8]) -> Cow<'b, str> {
         match self.encoding {
             // invariant: the whole input was checked to be UTF-8, and delimiters are ASCII,
             // so every slice of it cut at a delimiter is UTF-8 too.
-            Encoding::Utf8 => String::from_utf8_lossy(bytes),
-            Encoding::Latin1 if bytes.is_ascii() => {
-                // ASCII is the same text in latin1 and UTF-8.
-                String::from_utf8_lossy(bytes)
-            }
+            // (`from_utf8` first: it is several times faster than `from_utf8_lossy` on the
+            // valid text that is the rule.)
+            Encoding::Utf8 => std::str::from_utf8(bytes)
+                .map_or_else(|_| String::from_utf8_lossy(bytes), Cow::Borrowed),
+            // ASCII is the same text in latin1 and UTF-8.
+            Encoding::Latin1 if bytes.is_ascii() => std::str::from_utf8(bytes)
+                .map_or_else(|_| String::from_utf8_lossy(bytes), Cow::Borrowed),
             Encoding::Latin1 => bytes.iter().map(|b| char::from(*b)).collect(),
         }
     }

@@ -79,10 +79,6 @@ impl<'a> Object<'a> {
             .find(|(k, _)| same_key(k, key))
             .map(|(_, v)| v)
     }
-
-    fn keys(&self) -> impl Iterator<Item = &'a str> + '_ {
-        self.0.iter().map(|(k, _)| *k)
-    }
 }
 
 /// Whether `key` is the definition's `def_key` itself: a tree's keys are borrowed from the
@@ -232,15 +228,9 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
             return false;
         };
         let nested = Some(node) == def.hierarchy;
-        let known = |key: &str| {
-            n.children
-                .iter()
-                .any(|c| def.nodes.get(*c).is_some_and(|c| same_key(&c.key, key)))
-                || nested && same_key(&n.key, key)
-        };
-        if !obj.keys().all(known) {
-            return false;
-        }
+        // Every key known: the children's keys are distinct, so the keys found by them are
+        // all of the object's exactly when as many were found as it has.
+        let mut found = 0;
         for child in &n.children {
             let Some(c) = def.nodes.get(*child) else {
                 return false;
@@ -248,6 +238,7 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
             let Some(value) = obj.find(&c.key) else {
                 continue;
             };
+            found += 1;
             let ok = each_item(value, c.max, |item| {
                 if c.is_loop() {
                     self.node(def, *child, item)
@@ -261,10 +252,13 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
         }
         if nested {
             if let Some(value) = obj.find(&n.key) {
-                return each_item(value, u32::MAX, |item| self.node(def, node, item));
+                found += 1;
+                if !each_item(value, u32::MAX, |item| self.node(def, node, item)) {
+                    return false;
+                }
             }
         }
-        true
+        found == obj.0.len()
     }
 
     /// [`segment`] and [`segment_text`], compared with the next segment read: the text is
@@ -274,12 +268,6 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
         let Some(sdef) = def.segment_of(node) else {
             return false;
         };
-        if !obj
-            .keys()
-            .all(|key| sdef.elements.iter().any(|e| same_key(&e.key, key)))
-        {
-            return false;
-        }
         let Some(raw) = self.raw.next() else {
             return false;
         };
@@ -292,11 +280,14 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
         text.clear();
         text.push_str(&sdef.id);
         let mut kept = text.len();
+        // Every key an element's, counted as in [`Exact::node`].
+        let mut found = 0;
         for edef in &sdef.elements {
             text.push_str(&e);
             let Some(v) = obj.find(&edef.key) else {
                 continue;
             };
+            found += 1;
             let mut filled = false;
             if edef.repeat > 1 {
                 let Tree::List(items) = v else {
@@ -322,7 +313,7 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
             }
         }
         text.truncate(kept);
-        decode(raw.raw) == *text
+        found == obj.0.len() && decode(raw.raw) == *text
     }
 }
 
@@ -352,20 +343,16 @@ fn write_components(def: &ElementDef, v: &Tree<'_>, sep: &str, text: &mut String
             Some(!s.is_empty())
         }
         (Kind::Composite { components, .. }, Tree::Object(o)) => {
-            if !o
-                .keys()
-                .all(|key| components.iter().any(|c| same_key(&c.key, key)))
-            {
-                return None;
-            }
             let start = text.len();
             let mut kept = start;
+            let mut found = 0;
             for (i, c) in components.iter().enumerate() {
                 if i > 0 {
                     text.push_str(sep);
                 }
                 match o.find(&c.key) {
                     Some(Tree::Text(s)) => {
+                        found += 1;
                         text.push_str(s);
                         if !s.is_empty() {
                             kept = text.len();
@@ -374,6 +361,9 @@ fn write_components(def: &ElementDef, v: &Tree<'_>, sep: &str, text: &mut String
                     None => {}
                     Some(_) => return None,
                 }
+            }
+            if found != o.0.len() {
+                return None;
             }
             text.truncate(kept);
             Some(kept > start)
