@@ -13,7 +13,16 @@
 //! each level right after its parent (as 856s do); otherwise they stay in order, unnested.
 //! A set the definition cannot hold exactly (misplaced segments, more elements than defined)
 //! stays in the generic form, so nothing is ever lost.
+//!
+//! A set is built as a [`Tree`] that borrows its keys from the definition and its text from
+//! the input, and is serialised from that directly: a `serde_json::Value` per set (a `String`
+//! per key and per value, a B-tree per object) made translation several times slower than
+//! reading. Objects keep their entries sorted by key, so the bytes are those a `Value` gives.
+//! Rendering JSON back (`render`) still reads a `Value`.
 
+use std::borrow::Cow;
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
 use crate::schema::check::{walk, Place};
@@ -30,29 +39,118 @@ pub(super) type Rendered = (String, Vec<Vec<Vec<String>>>);
 /// HL levels nested at most this deep (shipment, order, tare, pack, item is 5).
 const MAX_NESTING: usize = 32;
 
-/// One open loop iteration while building.
-struct OpenLoop {
-    node: usize,
-    obj: Map<String, Value>,
-    /// For an iteration of the hierarchy loop: HL01 and HL02.
-    hl: Option<(String, String)>,
+/// Text of the input as JSON text: borrowed when the bytes already are that text.
+pub(super) type Decode<'d> = dyn for<'b> Fn(&'b [u8]) -> Cow<'b, str> + 'd;
+
+/// A value of the structured form: keys borrowed from the definition, text from the input
+/// where its encoding allows.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Tree<'a> {
+    Text(Cow<'a, str>),
+    List(Vec<Tree<'a>>),
+    Object(Object<'a>),
 }
 
+/// An object's entries, sorted by key (as `serde_json::Map` orders them), keys unique.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct Object<'a>(Vec<(&'a str, Tree<'a>)>);
+
+impl<'a> Object<'a> {
+    /// Inserts or replaces; whether the key was new.
+    fn insert(&mut self, key: &'a str, value: Tree<'a>) -> bool {
+        match self.0.binary_search_by(|(k, _)| (*k).cmp(key)) {
+            Ok(i) => {
+                if let Some(slot) = self.0.get_mut(i) {
+                    slot.1 = value;
+                }
+                false
+            }
+            Err(i) => {
+                self.0.insert(i, (key, value));
+                true
+            }
+        }
+    }
+
+    /// The value under the definition's own `key` (the very string, see [`same_key`]).
+    fn find(&self, key: &str) -> Option<&Tree<'a>> {
+        self.0
+            .iter()
+            .find(|(k, _)| same_key(k, key))
+            .map(|(_, v)| v)
+    }
+}
+
+/// Whether `key` is the definition's `def_key` itself: a tree's keys are borrowed from the
+/// definition it was built by, so the check of [`exact`] compares addresses, not bytes (a
+/// key from elsewhere would only be passed over, and the set stay generic).
+fn same_key(def_key: &str, key: &str) -> bool {
+    std::ptr::eq(def_key, key)
+}
+
+impl Tree<'_> {
+    /// The same value as a `serde_json::Value` (the whole-document form).
+    pub(super) fn to_value(&self) -> Value {
+        match self {
+            Tree::Text(s) => Value::String(s.to_string()),
+            Tree::List(items) => Value::Array(items.iter().map(Tree::to_value).collect()),
+            Tree::Object(o) => Value::Object(
+                o.0.iter()
+                    .map(|(k, v)| ((*k).to_string(), v.to_value()))
+                    .collect::<Map<String, Value>>(),
+            ),
+        }
+    }
+}
+
+impl Serialize for Tree<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tree::Text(s) => serializer.serialize_str(s),
+            Tree::List(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Tree::Object(o) => {
+                let mut map = serializer.serialize_map(Some(o.0.len()))?;
+                for (k, v) in &o.0 {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// One open loop iteration while building.
+struct OpenLoop<'a> {
+    node: usize,
+    obj: Object<'a>,
+    /// For an iteration of the hierarchy loop: HL01 and HL02.
+    hl: Option<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+/// An iteration of the hierarchy loop: HL01, HL02 and its content.
+type Level<'a> = (Cow<'a, str>, Cow<'a, str>, Object<'a>);
+
 /// The structured content of `ts`, or `None` when the definition cannot hold it exactly.
-pub(super) fn content(
-    def: &SetDef,
-    ts: &TransactionSet<'_>,
-    decode: &dyn Fn(&[u8]) -> String,
-) -> Option<Value> {
+pub(super) fn content<'a>(
+    def: &'a SetDef,
+    ts: &TransactionSet<'a>,
+    decode: &Decode<'_>,
+) -> Option<Tree<'a>> {
     // Missing segments do not matter here, only segments that have no place.
     let walked = walk(def, ts, 0, 0, true);
     let mut stack = vec![OpenLoop {
         node: 0,
-        obj: Map::new(),
+        obj: Object::default(),
         hl: None,
     }];
     // Iterations of the hierarchy loop, in order, with the loop frame they belong to.
-    let mut levels: Vec<(String, String, Map<String, Value>)> = Vec::new();
+    let mut levels: Vec<Level<'a>> = Vec::new();
     for (segment, place) in ts.body.segments().zip(&walked.places) {
         let Place { node, kept, opened } = (*place)?;
         while stack.len() > kept {
@@ -67,26 +165,22 @@ pub(super) fn content(
             });
             stack.push(OpenLoop {
                 node: loop_node,
-                obj: Map::new(),
+                obj: Object::default(),
                 hl,
             });
         }
         let seg_def = def.segment_of(node)?;
-        let mut obj = Map::new();
+        let mut obj = Object(Vec::with_capacity(seg_def.elements.len()));
         for (i, e) in segment.elements().enumerate() {
             if e.value.is_empty() {
                 continue;
             }
             let edef = seg_def.elements.get(i)?;
-            obj.insert(edef.key.clone(), element(edef, e, decode)?);
+            obj.insert(&edef.key, element(edef, e, decode)?);
         }
         let top = stack.last_mut()?;
-        if !add(
-            &mut top.obj,
-            &def.nodes[node].key,
-            def.nodes[node].max,
-            Value::Object(obj),
-        ) {
+        let n = def.nodes.get(node)?;
+        if !add(&mut top.obj, &n.key, n.max, Tree::Object(obj)) {
             return None;
         }
     }
@@ -97,41 +191,190 @@ pub(super) fn content(
     }
     let mut root = stack.pop()?;
     if let Some(h) = def.hierarchy.filter(|_| !levels.is_empty()) {
-        root.obj
-            .insert(def.nodes[h].key.clone(), nest(&def.nodes[h].key, levels));
+        let key = &def.nodes.get(h)?.key;
+        root.obj.insert(key, nest(key, levels));
     }
-    let content = Value::Object(root.obj);
+    let content = Tree::Object(root.obj);
     exact(def, ts, &content, decode).then_some(content)
 }
 
 /// Whether `content` renders back to exactly the set's segments. What a definition cannot
 /// say (a trailing empty element, an empty composite, an unnested HL out of order) makes the
-/// set stay generic instead of changing on its way through.
-fn exact(
-    def: &SetDef,
-    ts: &TransactionSet<'_>,
-    content: &Value,
-    decode: &dyn Fn(&[u8]) -> String,
-) -> bool {
-    let Ok(rendered) = segments(def, content, "") else {
+/// set stay generic instead of changing on its way through. The rendering of [`segments`],
+/// compared segment by segment as it is made, without the places an error would name.
+fn exact(def: &SetDef, ts: &TransactionSet<'_>, content: &Tree<'_>, decode: &Decode<'_>) -> bool {
+    let Tree::Object(obj) = content else {
         return false;
     };
-    if rendered.len() != ts.body.count as usize {
-        return false;
+    let mut check = Exact {
+        raw: ts.body.segments(),
+        decode,
+        text: String::new(),
+    };
+    check.node(def, 0, obj) && check.raw.next().is_none()
+}
+
+/// The state of [`exact`]: the segments not yet matched, and buffers reused per segment.
+struct Exact<'d, I> {
+    raw: I,
+    decode: &'d Decode<'d>,
+    text: String,
+}
+
+impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
+    /// [`render_loop`]: every key known, children in definition order.
+    fn node(&mut self, def: &SetDef, node: usize, obj: &Object<'_>) -> bool {
+        let Some(n) = def.nodes.get(node) else {
+            return false;
+        };
+        let nested = Some(node) == def.hierarchy;
+        // Every key known: the children's keys are distinct, so the keys found by them are
+        // all of the object's exactly when as many were found as it has.
+        let mut found = 0;
+        for child in &n.children {
+            let Some(c) = def.nodes.get(*child) else {
+                return false;
+            };
+            let Some(value) = obj.find(&c.key) else {
+                continue;
+            };
+            found += 1;
+            let ok = each_item(value, c.max, |item| {
+                if c.is_loop() {
+                    self.node(def, *child, item)
+                } else {
+                    self.segment(def, *child, item)
+                }
+            });
+            if !ok {
+                return false;
+            }
+        }
+        if nested {
+            if let Some(value) = obj.find(&n.key) {
+                found += 1;
+                if !each_item(value, u32::MAX, |item| self.node(def, node, item)) {
+                    return false;
+                }
+            }
+        }
+        found == obj.0.len()
     }
-    rendered
-        .iter()
-        .zip(ts.body.segments())
-        .all(|((id, elements), s)| {
-            let d = s.delimiters;
-            let (e, c) = (decode(&[d.element]), decode(&[d.component]));
-            let r = d.repetition.map(|r| decode(&[r])).unwrap_or_default();
-            segment_text(id, elements, [&e, &c, &r]) == decode(s.raw)
-        })
+
+    /// [`segment`] and [`segment_text`], compared with the next segment read: the text is
+    /// made in one buffer, cut back after the last element (and the last component) that
+    /// holds anything, as [`segment`] and [`components`] drop the empty ones at the end.
+    fn segment(&mut self, def: &SetDef, node: usize, obj: &Object<'_>) -> bool {
+        let Some(sdef) = def.segment_of(node) else {
+            return false;
+        };
+        let Some(raw) = self.raw.next() else {
+            return false;
+        };
+        let d = raw.delimiters;
+        let decode = self.decode;
+        let (e, c, r) = ([d.element], [d.component], d.repetition.map(|r| [r]));
+        let (e, c) = (decode(&e), decode(&c));
+        let r = r.as_ref().map(|r| decode(r)).unwrap_or_default();
+        let text = &mut self.text;
+        text.clear();
+        text.push_str(&sdef.id);
+        let mut kept = text.len();
+        // Every key an element's, counted as in [`Exact::node`].
+        let mut found = 0;
+        for edef in &sdef.elements {
+            text.push_str(&e);
+            let Some(v) = obj.find(&edef.key) else {
+                continue;
+            };
+            found += 1;
+            let mut filled = false;
+            if edef.repeat > 1 {
+                let Tree::List(items) = v else {
+                    return false;
+                };
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        text.push_str(&r);
+                    }
+                    let Some(f) = write_components(edef, item, &c, text) else {
+                        return false;
+                    };
+                    filled |= f;
+                }
+            } else {
+                let Some(f) = write_components(edef, v, &c, text) else {
+                    return false;
+                };
+                filled = f;
+            }
+            if filled {
+                kept = text.len();
+            }
+        }
+        text.truncate(kept);
+        found == obj.0.len() && decode(raw.raw) == *text
+    }
+}
+
+/// Calls `f` on each item of `value` as [`items`] reads it; false when it has the wrong
+/// shape or `f` says so.
+fn each_item<'t, 'a>(
+    value: &'t Tree<'a>,
+    max: u32,
+    mut f: impl FnMut(&'t Object<'a>) -> bool,
+) -> bool {
+    match value {
+        Tree::Object(o) if max == 1 => f(o),
+        Tree::List(a) if max > 1 => a.iter().all(|v| match v {
+            Tree::Object(o) => f(o),
+            _ => false,
+        }),
+        _ => false,
+    }
+}
+
+/// [`components`] on a tree, written to `text` joined by `sep`, empty ones at the end left
+/// out: whether any holds anything, or `None` when `v` has the wrong shape.
+fn write_components(def: &ElementDef, v: &Tree<'_>, sep: &str, text: &mut String) -> Option<bool> {
+    match (&def.kind, v) {
+        (Kind::Simple(_), Tree::Text(s)) => {
+            text.push_str(s);
+            Some(!s.is_empty())
+        }
+        (Kind::Composite { components, .. }, Tree::Object(o)) => {
+            let start = text.len();
+            let mut kept = start;
+            let mut found = 0;
+            for (i, c) in components.iter().enumerate() {
+                if i > 0 {
+                    text.push_str(sep);
+                }
+                match o.find(&c.key) {
+                    Some(Tree::Text(s)) => {
+                        found += 1;
+                        text.push_str(s);
+                        if !s.is_empty() {
+                            kept = text.len();
+                        }
+                    }
+                    None => {}
+                    Some(_) => return None,
+                }
+            }
+            if found != o.0.len() {
+                return None;
+            }
+            text.truncate(kept);
+            Some(kept > start)
+        }
+        _ => None,
+    }
 }
 
 /// A rendered segment as text, without its terminator, with the element, component and
 /// repetition separators given.
+#[cfg(test)]
 fn segment_text(id: &str, elements: &[Vec<Vec<String>>], [e, c, r]: [&str; 3]) -> String {
     let mut text = id.to_string();
     for reps in elements {
@@ -144,15 +387,13 @@ fn segment_text(id: &str, elements: &[Vec<Vec<String>>], [e, c, r]: [&str; 3]) -
 
 /// Closes the innermost open iteration into its parent; iterations of a hierarchy loop at
 /// the top level wait in `levels`, to be nested by parent at the end.
-fn close(
-    def: &SetDef,
-    stack: &mut Vec<OpenLoop>,
-    levels: &mut Vec<(String, String, Map<String, Value>)>,
-) -> bool {
+fn close<'a>(def: &'a SetDef, stack: &mut Vec<OpenLoop<'a>>, levels: &mut Vec<Level<'a>>) -> bool {
     let Some(level) = stack.pop() else {
         return false;
     };
-    let n = &def.nodes[level.node];
+    let Some(n) = def.nodes.get(level.node) else {
+        return false;
+    };
     if let Some((id, parent)) = level.hl {
         if n.parent == 0 {
             levels.push((id, parent, level.obj));
@@ -160,29 +401,31 @@ fn close(
         }
     }
     match stack.last_mut() {
-        Some(top) => add(&mut top.obj, &n.key, n.max, Value::Object(level.obj)),
+        Some(top) => add(&mut top.obj, &n.key, n.max, Tree::Object(level.obj)),
         None => false,
     }
 }
 
 /// Adds `value` under `key`: as the object itself when the definition allows one, else to
 /// an array. False when a second one arrives where only one fits (over its maximum use).
-fn add(obj: &mut Map<String, Value>, key: &str, max: u32, value: Value) -> bool {
+fn add<'a>(obj: &mut Object<'a>, key: &'a str, max: u32, value: Tree<'a>) -> bool {
     if max == 1 {
-        return obj.insert(key.to_string(), value).is_none();
+        return obj.insert(key, value);
     }
-    match obj.get_mut(key) {
-        Some(Value::Array(a)) => a.push(value),
-        _ => {
-            obj.insert(key.to_string(), Value::Array(vec![value]));
-        }
+    match obj.0.binary_search_by(|(k, _)| (*k).cmp(key)) {
+        Ok(i) => match obj.0.get_mut(i) {
+            Some((_, Tree::List(a))) => a.push(value),
+            Some((_, slot)) => *slot = Tree::List(vec![value]),
+            None => {}
+        },
+        Err(i) => obj.0.insert(i, (key, Tree::List(vec![value]))),
     }
     true
 }
 
 /// HL iterations nested under their parents when each follows its parent's subtree in
 /// order (pre-order), else the flat list.
-fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
+fn nest<'a>(key: &'a str, levels: Vec<Level<'a>>) -> Tree<'a> {
     // Pre-order check: each level's parent is on the path from the root to the previous one.
     let mut path: Vec<&str> = Vec::new();
     let mut nestable = true;
@@ -193,7 +436,7 @@ fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
         // Deeper than any real hierarchy, a tree would only strain the stack and JSON
         // readers' nesting limits (serde_json's is 128).
         if path.is_empty() && !parent.is_empty()
-            || path.contains(&id.as_str())
+            || path.contains(&&**id)
             || path.len() >= MAX_NESTING
         {
             nestable = false;
@@ -202,17 +445,17 @@ fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
         path.push(id);
     }
     if !nestable {
-        return Value::Array(levels.into_iter().map(|l| Value::Object(l.2)).collect());
+        return Tree::List(levels.into_iter().map(|l| Tree::Object(l.2)).collect());
     }
     let mut roots = Vec::new();
-    let mut open: Vec<(String, Map<String, Value>)> = Vec::new();
-    let attach = |open: &mut Vec<(String, Map<String, Value>)>, roots: &mut Vec<Value>| {
+    let mut open: Vec<(Cow<'a, str>, Object<'a>)> = Vec::new();
+    let attach = |open: &mut Vec<(Cow<'a, str>, Object<'a>)>, roots: &mut Vec<Tree<'a>>| {
         if let Some((_, obj)) = open.pop() {
             match open.last_mut() {
                 Some((_, parent)) => {
-                    add(parent, key, u32::MAX, Value::Object(obj));
+                    add(parent, key, u32::MAX, Tree::Object(obj));
                 }
-                None => roots.push(Value::Object(obj)),
+                None => roots.push(Tree::Object(obj)),
             }
         }
     };
@@ -225,13 +468,13 @@ fn nest(key: &str, levels: Vec<(String, String, Map<String, Value>)>) -> Value {
     while !open.is_empty() {
         attach(&mut open, &mut roots);
     }
-    Value::Array(roots)
+    Tree::List(roots)
 }
 
-fn element(def: &ElementDef, e: Element<'_>, decode: &dyn Fn(&[u8]) -> String) -> Option<Value> {
+fn element<'a>(def: &'a ElementDef, e: Element<'a>, decode: &Decode<'_>) -> Option<Tree<'a>> {
     if def.repeat > 1 {
-        let reps: Option<Vec<Value>> = e.repetitions().map(|r| single(def, r, decode)).collect();
-        return reps.map(Value::Array);
+        let reps: Option<Vec<Tree<'a>>> = e.repetitions().map(|r| single(def, r, decode)).collect();
+        return reps.map(Tree::List);
     }
     if e.is_repeated() {
         return None;
@@ -239,18 +482,18 @@ fn element(def: &ElementDef, e: Element<'_>, decode: &dyn Fn(&[u8]) -> String) -
     single(def, e, decode)
 }
 
-fn single(def: &ElementDef, e: Element<'_>, decode: &dyn Fn(&[u8]) -> String) -> Option<Value> {
+fn single<'a>(def: &'a ElementDef, e: Element<'a>, decode: &Decode<'_>) -> Option<Tree<'a>> {
     match &def.kind {
-        Kind::Simple(_) => (!e.is_composite()).then(|| Value::String(decode(e.value))),
+        Kind::Simple(_) => (!e.is_composite()).then(|| Tree::Text(decode(e.value))),
         Kind::Composite { components, .. } => {
-            let mut obj = Map::new();
+            let mut obj = Object::default();
             for (i, c) in e.components().enumerate() {
                 if c.is_empty() {
                     continue;
                 }
-                obj.insert(components.get(i)?.key.clone(), Value::String(decode(c)));
+                obj.insert(&components.get(i)?.key, Tree::Text(decode(c)));
             }
-            Some(Value::Object(obj))
+            Some(Tree::Object(obj))
         }
     }
 }
@@ -444,8 +687,8 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
             .unwrap()
             .unwrap();
         let def = s.find(b"004010", id.as_bytes()).unwrap();
-        let decode = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        let content = content(def, &ic.groups[0].sets[0], &decode);
+        let content =
+            content(def, &ic.groups[0].sets[0], &String::from_utf8_lossy).map(|t| t.to_value());
         let rendered = content.as_ref().map(|c| {
             let rendered = segments(def, c, "test").unwrap();
             rendered
