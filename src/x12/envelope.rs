@@ -236,6 +236,8 @@ pub struct Interchanges<'a> {
     skipping: bool,
     /// This piece's reading is over (`pos` is where the next piece starts).
     stopped: bool,
+    /// Just past where the piece's last `IEA` or `ISA` begins (0: none), once looked for.
+    last_end: Option<usize>,
 }
 
 /// Where a reading of one piece of a file stopped, and what the reading of the next piece,
@@ -267,6 +269,7 @@ impl<'a> Interchanges<'a> {
             seen_any: resume.seen_any,
             skipping: resume.skipping,
             stopped: false,
+            last_end: None,
         }
     }
 
@@ -433,9 +436,14 @@ impl Interchanges<'_> {
     /// Whether an interchange whose ISA ends at `from` may end in this piece: an `IEA` or an
     /// `ISA` stands somewhere after it. A cheap look before building the tree of an
     /// interchange too large for the piece, only to throw it away.
-    fn may_end(&self, from: usize) -> bool {
-        let rest = self.input.get(from..).unwrap_or_default();
-        memmem::find(rest, b"IEA").is_some() || memmem::find(rest, b"ISA").is_some()
+    fn may_end(&mut self, from: usize) -> bool {
+        let input = self.input;
+        let last = *self.last_end.get_or_insert_with(|| {
+            let iea = memmem::rfind(input, b"IEA");
+            let isa = memmem::rfind(input, b"ISA");
+            iea.max(isa).map_or(0, |at| at + 1)
+        });
+        last > from
     }
 
     /// Whether an interchange read from a piece that is not the file's last would read the
