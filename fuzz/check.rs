@@ -22,6 +22,7 @@ pub const TIGHT: Limits = Limits {
     max_segments_per_set: 4,
     max_element_len: 8,
     max_set_bytes: 120,
+    max_interchange_bytes: 2000,
 };
 
 /// What the readers made of an input, for callers that want to check more.
@@ -85,9 +86,17 @@ fn in_pieces_as_whole(input: &[u8], limits: Limits, whole: &[Finding]) {
     let checks = x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap());
     for window in [1 + input.len() % 61, input.len() / 3 + 1] {
         let from = Box::new(std::io::Cursor::new(input.to_vec()));
-        let mut reader = x12gate::input::Reader::new(from, "input", u64::MAX, window);
+        let mut reader = x12gate::input::Reader::new(
+            from,
+            "input",
+            Limits {
+                max_file_bytes: u64::MAX,
+                ..limits
+            },
+            window,
+        );
         let mut pieces = Vec::new();
-        x12gate::check::pieces(&mut reader, limits, &checks, &mut |f| pieces.extend(f))
+        x12gate::check::pieces(&mut reader, &checks, &mut |f| pieces.extend(f))
             .expect("reading from memory cannot fail");
         let (got, want): (Vec<String>, Vec<String>) = (
             pieces.iter().map(|f| format!("{f:?}")).collect(),

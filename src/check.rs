@@ -94,7 +94,6 @@ pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize
 /// in file order: memory is a piece, however large the file.
 pub fn pieces(
     reader: &mut Reader,
-    limits: Limits,
     checks: &Checks<'_>,
     each: &mut dyn FnMut(Vec<Finding>),
 ) -> Result<(), InputError> {
@@ -105,7 +104,7 @@ pub fn pieces(
         } else {
             1
         };
-        let mut read = piece.interchanges(limits);
+        let mut read = piece.interchanges();
         let findings = interchanges(&mut read, checks, threads);
         let resume = read.resume();
         each(findings);

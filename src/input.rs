@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::x12::{Interchanges, Limits, Resume};
+use crate::x12::{Interchanges, Limits, Resume, PIECE_MARGIN};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -147,6 +147,9 @@ pub struct Reader {
     done: bool,
     resume: Resume,
     max_bytes: u64,
+    limits: Limits,
+    /// The most a piece grows to (see [`PIECE_MARGIN`]).
+    cap: usize,
 }
 
 /// One piece of a file: its bytes from `base`, and whether they run to the file's end.
@@ -156,13 +159,14 @@ pub struct Piece<'a> {
     pub base: usize,
     pub last: bool,
     resume: Resume,
+    limits: Limits,
 }
 
 impl Piece<'_> {
     /// The interchanges of this piece, borrowing it; hand their `resume()` to
     /// [`Reader::advance`] once done with them.
-    pub fn interchanges(&self, limits: Limits) -> Interchanges<'_> {
-        Interchanges::piece(self.bytes, self.base, self.last, self.resume, limits)
+    pub fn interchanges(&self) -> Interchanges<'_> {
+        Interchanges::piece(self.bytes, self.base, self.last, self.resume, self.limits)
     }
 }
 
@@ -170,24 +174,31 @@ impl Reader {
     /// Opens `path` (`-`: standard input) for reading in pieces of about `window` bytes,
     /// refusing a file of more than `max_bytes` (before reading any of it when its size is
     /// known).
-    pub fn open(path: &Path, max_bytes: u64, window: usize) -> Result<Reader, InputError> {
+    pub fn open(path: &Path, limits: Limits, window: usize) -> Result<Reader, InputError> {
         let from: Box<dyn Read + Send> = if path == Path::new("-") {
             Box::new(std::io::stdin())
         } else {
-            Box::new(open_regular(path, max_bytes)?.0)
+            Box::new(open_regular(path, limits.max_file_bytes)?.0)
         };
         Ok(Reader::new(
             from,
             &path.display().to_string(),
-            max_bytes,
+            limits,
             window,
         ))
     }
 
     /// Reads `from`, named `name` in errors, as [`Reader::open`] reads a file.
-    pub fn new(from: Box<dyn Read + Send>, name: &str, max_bytes: u64, window: usize) -> Reader {
+    pub fn new(from: Box<dyn Read + Send>, name: &str, limits: Limits, window: usize) -> Reader {
         let window = window.max(1);
+        // A piece never needs to hold more than the largest interchange allowed, and what
+        // the reader looks at past it.
+        let cap = usize::try_from(limits.max_interchange_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(PIECE_MARGIN);
         Reader {
+            limits,
+            cap,
             from,
             path: name.to_string(),
             buf: Vec::new(),
@@ -197,7 +208,7 @@ impl Reader {
             eof: false,
             done: false,
             resume: Resume::default(),
-            max_bytes,
+            max_bytes: limits.max_file_bytes,
         }
     }
 
@@ -230,6 +241,7 @@ impl Reader {
             base: self.base,
             last: self.eof,
             resume: self.resume,
+            limits: self.limits,
         }))
     }
 
@@ -255,7 +267,8 @@ impl Reader {
         }
         let consumed = resume.consumed.min(self.buf.len());
         self.want = if consumed == 0 {
-            self.buf.len().max(self.want).saturating_mul(2)
+            let len = self.buf.len().max(self.want);
+            len.saturating_mul(2).min(self.cap).max(len + 1)
         } else {
             self.window
         };
@@ -317,17 +330,24 @@ mod tests {
         out
     }
 
+    fn unbounded(limits: Limits) -> Limits {
+        Limits {
+            max_file_bytes: u64::MAX,
+            ..limits
+        }
+    }
+
     fn whole(input: &[u8], limits: Limits) -> Vec<String> {
         Interchanges::new(input, limits).map(summary).collect()
     }
 
     fn in_pieces(input: &[u8], limits: Limits, window: usize) -> Vec<String> {
         let from = Box::new(std::io::Cursor::new(input.to_vec()));
-        let mut reader = Reader::new(from, "test", u64::MAX, window);
+        let mut reader = Reader::new(from, "test", unbounded(limits), window);
         let mut all = Vec::new();
         while let Some(piece) = reader.next_piece().unwrap() {
             assert!(piece.bytes.len() <= (window.max(1) * 2).max(input.len()) + window);
-            let mut read = piece.interchanges(limits);
+            let mut read = piece.interchanges();
             all.extend(read.by_ref().map(summary));
             let resume = read.resume();
             reader.advance(resume);
@@ -381,6 +401,39 @@ mod tests {
     }
 
     #[test]
+    fn an_interchange_over_the_limit_is_reported_and_never_held_whole() {
+        let input = awkward_file();
+        let limits = Limits {
+            max_interchange_bytes: 800,
+            ..Limits::default()
+        };
+        let want = whole(&input, limits);
+        let too_large = want
+            .iter()
+            .filter(|s| s.starts_with("error TooLarge"))
+            .count();
+        assert!(too_large >= 2, "{too_large}");
+        assert!(want.iter().filter(|s| !s.starts_with("error")).count() >= 5);
+        for window in [1, 100, 700, 3000] {
+            let from = Box::new(std::io::Cursor::new(input.clone()));
+            let mut reader = Reader::new(from, "test", unbounded(limits), window);
+            let mut got = Vec::new();
+            while let Some(piece) = reader.next_piece().unwrap() {
+                assert!(
+                    piece.bytes.len() <= 800 + PIECE_MARGIN + window,
+                    "{}",
+                    piece.bytes.len()
+                );
+                let mut read = piece.interchanges();
+                got.extend(read.by_ref().map(summary));
+                let resume = read.resume();
+                reader.advance(resume);
+            }
+            assert_eq!(got, want, "window {window}");
+        }
+    }
+
+    #[test]
     fn pieces_of_empty_and_blank_inputs() {
         for input in [&b""[..], b"  \r\n ", b"\xEF\xBB\xBF", b"junk", b"ISA"] {
             let want = whole(input, Limits::default());
@@ -403,12 +456,12 @@ mod tests {
         let input = one.repeat(2000);
         let from = Box::new(std::io::Cursor::new(input.clone()));
         let window = 64 << 10;
-        let mut reader = Reader::new(from, "test", u64::MAX, window);
+        let mut reader = Reader::new(from, "test", Limits::default(), window);
         let (mut pieces, mut read) = (0, 0);
         while let Some(piece) = reader.next_piece().unwrap() {
             assert!(piece.bytes.len() <= window);
             pieces += 1;
-            let mut ics = piece.interchanges(Limits::default());
+            let mut ics = piece.interchanges();
             read += ics.by_ref().filter(Result::is_ok).count();
             let resume = ics.resume();
             reader.advance(resume);

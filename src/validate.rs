@@ -21,6 +21,7 @@ pub fn read_error(e: &ReadError) -> Finding {
         ReadErrorKind::IsaUnreadable => Rule::IsaUnreadable,
         ReadErrorKind::ElementSeparator => Rule::ElementSeparator,
         ReadErrorKind::SegmentTerminator => Rule::SegmentTerminator,
+        ReadErrorKind::TooLarge => Rule::InterchangeTooLarge,
         _ => Rule::EmptyFile,
     };
     let position = Position {

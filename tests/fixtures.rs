@@ -52,6 +52,7 @@ const RULES: &[&str] = &[
     "iea-control-number",
     "segment-outside-envelope",
     "limit-exceeded",
+    "interchange-too-large",
     "blank-before-segment",
     "final-terminator-missing",
     "gs-control-number-syntax",
@@ -149,6 +150,10 @@ fn limits_for(case: &str) -> Limits {
     match case {
         "limit-exceeded-segments" => Limits {
             max_segments_per_set: 9,
+            ..Limits::default()
+        },
+        "interchange-too-large" => Limits {
+            max_interchange_bytes: 400,
             ..Limits::default()
         },
         "limit-exceeded-set-bytes" => Limits {

@@ -856,10 +856,11 @@ fn isa_shaped() -> impl Strategy<Value = Vec<u8>> {
 fn limits() -> impl Strategy<Value = Limits> {
     prop_oneof![
         2 => Just(Limits::default()),
-        1 => (0..6u32, 0..12usize, 0..300u64).prop_map(|(s, e, b)| Limits {
+        1 => (0..6u32, 0..12usize, 0..300u64, 0..3000u64).prop_map(|(s, e, b, i)| Limits {
             max_segments_per_set: s,
             max_element_len: e,
             max_set_bytes: b,
+            max_interchange_bytes: i,
             ..Limits::default()
         }),
     ]
@@ -1120,10 +1121,10 @@ fn read_as(bytes: &[u8], window: Option<usize>) -> Vec<String> {
             .collect();
     };
     let from = Box::new(std::io::Cursor::new(bytes.to_vec()));
-    let mut reader = x12gate::input::Reader::new(from, "generated", u64::MAX, window);
+    let mut reader = x12gate::input::Reader::new(from, "generated", Limits::default(), window);
     let mut all = Vec::new();
     while let Some(piece) = reader.next_piece().expect("memory reads") {
-        let mut read = piece.interchanges(Limits::default());
+        let mut read = piece.interchanges();
         all.extend(read.by_ref().map(one));
         let resume = read.resume();
         reader.advance(resume);

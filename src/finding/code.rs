@@ -202,7 +202,7 @@ impl Rule {
     pub fn code(self, release: Release) -> Option<Code> {
         use Rule::*;
         let code = match self {
-            NotAnInterchange | EmptyFile | FileTooLarge => return None,
+            NotAnInterchange | EmptyFile | FileTooLarge | InterchangeTooLarge => return None,
             // Warnings: read as partners' tools read them, reported, never sent back (a
             // partner with `layout = "strict"` gets TA105 024, see `check`).
             BlankBeforeSegment | FinalTerminatorMissing => return None,
@@ -264,7 +264,7 @@ impl Rule {
         use Rule::*;
         match self {
             NotAnInterchange | IsaUnreadable | ElementSeparator | SegmentTerminator | EmptyFile
-            | FileTooLarge => Level::File,
+            | FileTooLarge | InterchangeTooLarge => Level::File,
             IsaFieldWidth
             | IsaFieldValue
             | DelimitersNotDistinct

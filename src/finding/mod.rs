@@ -26,6 +26,7 @@ crate::words::words! {
         SegmentTerminator = "segment-terminator",
         EmptyFile = "empty-file",
         FileTooLarge = "file-too-large",
+        InterchangeTooLarge = "interchange-too-large",
         // Interchange
         IsaFieldWidth = "isa-field-width",
         IsaFieldValue = "isa-field-value",

@@ -104,14 +104,14 @@ pub fn process_files(
 ) -> Result<Vec<FileOutcome>, ProcessError> {
     let mut outcomes = Vec::with_capacity(sources.len());
     let mut start = 0;
-    let mut large: Option<(usize, Reader)> = None;
+    let mut large: Option<(usize, Box<Reader>)> = None;
     while (start < sources.len() || large.is_some()) && !options.stop.abandoned() {
         if let Some((file, reader)) = large.take() {
             let Some(source) = sources.get(file) else {
                 break;
             };
             let result = in_pieces(
-                source, reader, config, schemas, registry, options, &mut turn,
+                source, *reader, config, schemas, registry, options, &mut turn,
             )?;
             outcomes.push(FileOutcome {
                 path: source.read.clone(),
@@ -127,8 +127,12 @@ pub fn process_files(
             if inputs.len() >= BATCH_FILES || (bytes >= BATCH_BYTES && !inputs.is_empty()) {
                 break;
             }
-            let read = Reader::open(&source.read, config.limits.max_file_bytes, options.window)
-                .and_then(|mut reader| reader.whole().map(|whole| whole.ok_or(reader)));
+            let read =
+                Reader::open(&source.read, config.limits, options.window).and_then(|mut reader| {
+                    reader
+                        .whole()
+                        .map(|whole| whole.ok_or_else(|| Box::new(reader)))
+                });
             match read {
                 Ok(Err(reader)) => {
                     large = Some((start + inputs.len(), reader));
@@ -187,7 +191,7 @@ fn in_pieces(
             }
             Err(e) => return Ok(Err(ProcessError::Input(e))),
         };
-        let mut read = piece.interchanges(config.limits);
+        let mut read = piece.interchanges();
         let mut slots = Vec::new();
         let mut done = settle_read(
             &source.name,

@@ -25,6 +25,9 @@ pub struct Limits {
     /// Bytes in one transaction set, ST to SE: a set is checked and translated whole, so
     /// this bounds what one set may take.
     pub max_set_bytes: u64,
+    /// Bytes in one interchange, ISA to IEA: an interchange is held whole while it is
+    /// decided, so this bounds the memory a file takes, however large it is.
+    pub max_interchange_bytes: u64,
 }
 
 impl Default for Limits {
@@ -36,6 +39,7 @@ impl Default for Limits {
             max_segments_per_set: 1_000_000,
             max_element_len: 65_536,
             max_set_bytes: 64 << 20,
+            max_interchange_bytes: 256 << 20,
         }
     }
 }
@@ -218,6 +222,8 @@ pub enum ReadErrorKind {
     SegmentTerminator,
     /// The file holds no interchange at all.
     Empty,
+    /// An interchange longer than `limits.max_interchange_bytes`: not read.
+    TooLarge,
 }
 
 /// Reads a file's interchanges one by one. After a [`ReadError`] it resumes at the next `ISA`.
@@ -239,6 +245,12 @@ pub struct Interchanges<'a> {
     /// Just past where the piece's last `IEA` or `ISA` begins (0: none), once looked for.
     last_end: Option<usize>,
 }
+
+/// How many bytes past `limits.max_interchange_bytes` a piece must hold before an
+/// interchange that does not end in it is too large: past its last byte, the reader looks at
+/// most at the next ISA's scan window, so with this much more an interchange within the
+/// limit always ends in the piece.
+pub const PIECE_MARGIN: usize = 2 * ISA_SCAN_LIMIT;
 
 /// Where a reading of one piece of a file stopped, and what the reading of the next piece,
 /// which begins `consumed` bytes into this one, needs to know of what came before.
@@ -421,18 +433,50 @@ impl<'a> Iterator for Interchanges<'a> {
             }
         };
         if !self.last && !self.may_end(start + isa.len) {
-            return self.stop_at(start);
+            return self.more_or_too_large(start);
         }
         let (interchange, next) = build(self.input, start, isa, self.limits, self.base);
         if !self.last && !self.complete(&interchange, next) {
-            return self.stop_at(start);
+            return self.more_or_too_large(start);
+        }
+        if (next - start) as u64 > self.limits.max_interchange_bytes {
+            return Some(Err(self.too_large(start)));
         }
         self.pos = next;
         Some(Ok(interchange))
     }
 }
 
-impl Interchanges<'_> {
+impl<'a> Interchanges<'a> {
+    /// An interchange from `start` does not end in this piece: the next, larger, piece is
+    /// needed, unless this one already holds more than an interchange may (then it is too
+    /// large, whatever its end: see [`PIECE_MARGIN`]).
+    fn more_or_too_large(&mut self, start: usize) -> Option<Result<Interchange<'a>, ReadError>> {
+        let cap = usize::try_from(self.limits.max_interchange_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(PIECE_MARGIN);
+        if self.input.len() - start < cap {
+            return self.stop_at(start);
+        }
+        Some(Err(self.too_large(start)))
+    }
+
+    /// The interchange at `start` is longer than the limit: reported, and skipped to the
+    /// next ISA as after any unreadable part (read whole or in pieces alike).
+    fn too_large(&mut self, start: usize) -> ReadError {
+        self.resync(start);
+        self.skip_on(start);
+        ReadError {
+            kind: ReadErrorKind::TooLarge,
+            offset: self.base + start,
+            message: format!(
+                "the interchange is longer than the limit of {} bytes \
+                 (limits.max_interchange_bytes); it was not read",
+                self.limits.max_interchange_bytes
+            ),
+        }
+    }
+
     /// Whether an interchange whose ISA ends at `from` may end in this piece: an `IEA` or an
     /// `ISA` stands somewhere after it. A cheap look before building the tree of an
     /// interchange too large for the piece, only to throw it away.

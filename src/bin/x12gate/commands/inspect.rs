@@ -62,11 +62,10 @@ fn each_interchange(
     if let Some(bytes) = whole {
         return x12gate::x12::Interchanges::new(bytes, limits).try_for_each(|ic| f(&ic?));
     }
-    let mut reader =
-        x12gate::input::Reader::open(file, limits.max_file_bytes, x12gate::input::WINDOW)
-            .map_err(std::io::Error::other)?;
+    let mut reader = x12gate::input::Reader::open(file, limits, x12gate::input::WINDOW)
+        .map_err(std::io::Error::other)?;
     while let Some(piece) = reader.next_piece().map_err(std::io::Error::other)? {
-        let mut read = piece.interchanges(limits);
+        let mut read = piece.interchanges();
         read.by_ref().try_for_each(|ic| f(&ic?))?;
         let resume = read.resume();
         reader.advance(resume);
@@ -137,8 +136,7 @@ pub fn validate(
         };
         // A file too large to read is a finding of its own, and the run goes on.
         let read = open(file, &limits).and_then(|mut reader| {
-            x12gate::check::pieces(&mut reader, limits, &checks, &mut print)
-                .map_err(super::input_failure)
+            x12gate::check::pieces(&mut reader, &checks, &mut print).map_err(super::input_failure)
         });
         match read {
             Ok(()) => {}
@@ -179,7 +177,7 @@ pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Fai
     let now = chrono::Local::now().naive_local();
     let mut code = exit::OK;
     while let Some(piece) = reader.next_piece().map_err(super::input_failure)? {
-        let mut read = piece.interchanges(config.limits);
+        let mut read = piece.interchanges();
         for result in read.by_ref() {
             let worst = ack_one(file, result, config, registry.as_ref(), now, out)?;
             code = code.max(worst);

@@ -22,8 +22,7 @@ fn read(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
 
 /// An input file within the configured size, opened for reading in pieces.
 fn open(path: &Path, limits: &Limits) -> Result<x12gate::input::Reader, Failure> {
-    x12gate::input::Reader::open(path, limits.max_file_bytes, x12gate::input::WINDOW)
-        .map_err(input_failure)
+    x12gate::input::Reader::open(path, *limits, x12gate::input::WINDOW).map_err(input_failure)
 }
 
 /// A file that does not exist (or is not a regular file) is a usage mistake, any other
