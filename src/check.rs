@@ -5,10 +5,10 @@
 //! is in every path.
 
 use crate::finding::{Code, Finding, Rule, Ta105};
-use crate::input::{InputError, Reader};
+use crate::input::{InputError, Piece, Reader};
 use crate::schema::Schemas;
 use crate::validate::{self, Routing};
-use crate::x12::{Interchange, Interchanges, Limits};
+use crate::x12::{Interchange, Interchanges, Limits, Resume};
 
 /// What an interchange is checked against.
 #[derive(Debug, Clone, Copy, Default)]
@@ -99,18 +99,47 @@ pub fn pieces(
 ) -> Result<(), InputError> {
     let threads = workers();
     while let Some(piece) = reader.next_piece()? {
-        let threads = if piece.bytes.len() >= PARALLEL_FROM {
-            threads
+        let (findings, resume) = if piece.bytes.len() < PARALLEL_FROM {
+            let mut read = piece.interchanges();
+            (interchanges(&mut read, checks, 1), read.resume())
         } else {
-            1
+            in_halves(&piece, checks, threads)
         };
-        let mut read = piece.interchanges();
-        let findings = interchanges(&mut read, checks, threads);
-        let resume = read.resume();
         each(findings);
         reader.advance(resume);
     }
     Ok(())
+}
+
+/// A large piece read as two halves on two threads (reading the envelopes is what one
+/// thread cannot keep up with), when a cut near its middle is confirmed by the first half;
+/// else whole. The findings and the resume are those of reading it whole.
+fn in_halves(piece: &Piece<'_>, checks: &Checks<'_>, threads: usize) -> (Vec<Finding>, Resume) {
+    let whole = || {
+        let mut read = piece.interchanges();
+        (interchanges(&mut read, checks, threads), read.resume())
+    };
+    let Some((mut first, mut second, cut)) = piece.halves().filter(|_| threads > 1) else {
+        return whole();
+    };
+    let each = (threads / 2).max(1);
+    let (head, tail, confirmed) = std::thread::scope(|scope| {
+        let tail = scope.spawn(move || {
+            let found = interchanges(&mut second, checks, each);
+            (found, second.resume())
+        });
+        let head = interchanges(&mut first, checks, each);
+        let confirmed = first.ended_on_an_iea();
+        (head, tail.join(), confirmed)
+    });
+    match tail {
+        Ok((tail, resume)) if confirmed => {
+            let mut findings = head;
+            findings.extend(tail);
+            (findings, resume.shifted(cut))
+        }
+        _ => whole(),
+    }
 }
 
 fn workers() -> usize {
@@ -204,6 +233,91 @@ mod tests {
             ..Checks::default()
         };
         interchange(&ic, &checks, [])
+    }
+
+    /// About 1.5 MB of fixtures with broken parts between them; with `trap`, the middle of
+    /// the file falls inside a long set that holds an ISA word looking like an interchange's
+    /// start (so a cut there is wrong).
+    fn large_file(trap: bool) -> Vec<u8> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let mut parts = Vec::new();
+        for name in [
+            "850-004010.x12",
+            "810-005010.x12",
+            "856-004010.x12",
+            "crlf.x12",
+        ] {
+            parts.push(std::fs::read(dir.join(name)).unwrap());
+        }
+        parts.push(b"ISA*broken~\n".to_vec());
+        parts.push(INDENTED.as_bytes().to_vec());
+        parts.push(b"~\nnot an interchange\n".to_vec());
+        let fill = |out: &mut Vec<u8>, to: usize| {
+            let mut i = 0;
+            while out.len() < to {
+                out.extend_from_slice(&parts[i % parts.len()]);
+                i += 1;
+            }
+        };
+        let mut out = Vec::new();
+        if !trap {
+            fill(&mut out, 1_500_000);
+            return out;
+        }
+        fill(&mut out, 700_000);
+        // Whatever part came last, the trap's ISA stands after a terminator.
+        out.extend_from_slice(b"~\n");
+        let start = out.len();
+        let isa = &parts[0][..106];
+        out.extend_from_slice(isa);
+        out.extend_from_slice(b"\nGS*PO*ACME*X12GATE*20240115*0930*7*X*004010~\nST*850*0001~\n");
+        while out.len() < start + 100_000 {
+            out.extend_from_slice(b"N1*ST*ACME DC 7*92*0007~\n");
+        }
+        out.extend_from_slice(b"N1*ST*(ISA)~\nSE*9*0001~\nGE*1*7~\nIEA*1*000000101~\n");
+        fill(&mut out, 2 * (start + 50_000));
+        out
+    }
+
+    fn by_pieces(input: &[u8], window: usize, checks: &Checks<'_>) -> Vec<String> {
+        let from = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut reader = Reader::new(from, "large", Limits::default(), window);
+        let mut all = Vec::new();
+        pieces(&mut reader, checks, &mut |f| {
+            all.extend(f.iter().map(|f| format!("{f:?}")))
+        })
+        .unwrap();
+        all
+    }
+
+    #[test]
+    fn halves_of_a_large_piece_read_as_the_whole() {
+        let schemas = crate::schema::builtin().unwrap();
+        let trapped = large_file(true);
+        // The cut guessed at the middle of the trapped file is the ISA word inside a set.
+        let at = crate::x12::likely_interchange_start(&trapped, trapped.len() / 2).unwrap();
+        assert_eq!(trapped.get(at - 1..at + 4), Some(&b"(ISA)"[..]));
+        // The first half confirms a true cut and refuses the trap.
+        for (input, confirmed) in [(large_file(false), true), (trapped.clone(), false)] {
+            let from = Box::new(std::io::Cursor::new(input.clone()));
+            let mut reader = Reader::new(from, "large", Limits::default(), input.len() + 1);
+            let piece = reader.next_piece().unwrap().unwrap();
+            let (mut first, _, _) = piece.halves().unwrap();
+            first.by_ref().for_each(drop);
+            assert_eq!(first.ended_on_an_iea(), confirmed);
+        }
+        for checks in [Checks::default(), Checks::definitions(schemas)] {
+            for input in [large_file(false), trapped.clone()] {
+                let whole: Vec<String> = file_on(&input, Limits::default(), &checks, 1)
+                    .iter()
+                    .map(|f| format!("{f:?}"))
+                    .collect();
+                assert!(whole.len() > 100, "{}", whole.len());
+                for window in [input.len() + 1, 1_100_000] {
+                    assert_eq!(by_pieces(&input, window, &checks), whole, "window {window}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::x12::{Interchanges, Limits, Resume, PIECE_MARGIN};
+use crate::x12::{likely_interchange_start, Interchanges, Limits, Resume, PIECE_MARGIN};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -162,11 +162,32 @@ pub struct Piece<'a> {
     limits: Limits,
 }
 
-impl Piece<'_> {
+impl<'a> Piece<'a> {
     /// The interchanges of this piece, borrowing it; hand their `resume()` to
     /// [`Reader::advance`] once done with them.
-    pub fn interchanges(&self) -> Interchanges<'_> {
+    pub fn interchanges(&self) -> Interchanges<'a> {
         Interchanges::piece(self.bytes, self.base, self.last, self.resume, self.limits)
+    }
+
+    /// The piece as two readings, for two threads, cut where an interchange likely begins
+    /// near its middle: the first reads up to the cut, the second from it. The second's
+    /// findings stand only if the first [`Interchanges::ended_on_an_iea`]; its `resume()`,
+    /// [`Resume::shifted`] by the cut, is the piece's. `None` when the piece has no such cut.
+    pub fn halves(&self) -> Option<(Interchanges<'a>, Interchanges<'a>, usize)> {
+        if !self.resume.is_plain() {
+            return None;
+        }
+        let cut = likely_interchange_start(self.bytes, self.bytes.len() / 2)?;
+        let (head, tail) = self.bytes.split_at(cut);
+        let first = Interchanges::piece(head, self.base, true, self.resume, self.limits);
+        let second = Interchanges::piece(
+            tail,
+            self.base + cut,
+            self.last,
+            Resume::after_an_interchange(),
+            self.limits,
+        );
+        Some((first, second, cut))
     }
 }
 

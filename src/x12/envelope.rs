@@ -244,6 +244,8 @@ pub struct Interchanges<'a> {
     stopped: bool,
     /// Just past where the piece's last `IEA` or `ISA` begins (0: none), once looked for.
     last_end: Option<usize>,
+    /// How the last interchange given out ended (`None` after an error).
+    last_given: Option<InterchangeEnd>,
 }
 
 /// How many bytes past `limits.max_interchange_bytes` a piece must hold before an
@@ -259,6 +261,52 @@ pub struct Resume {
     pub consumed: usize,
     seen_any: bool,
     skipping: bool,
+}
+
+impl Resume {
+    /// Reading resumes right after an interchange closed by its IEA.
+    pub fn after_an_interchange() -> Resume {
+        Resume {
+            consumed: 0,
+            seen_any: true,
+            skipping: false,
+        }
+    }
+
+    /// Whether the reading resumes at an interchange's start (not inside skipped bytes).
+    pub fn is_plain(&self) -> bool {
+        !self.skipping
+    }
+
+    /// The same, `by` bytes further into the piece.
+    pub fn shifted(self, by: usize) -> Resume {
+        Resume {
+            consumed: self.consumed + by,
+            ..self
+        }
+    }
+}
+
+/// Where an interchange likely begins at or after `from`: an `ISA` followed by a byte that
+/// can be an element separator, after a byte that can end a segment (blanks aside). A guess,
+/// for reading the two halves of a piece on two threads; the reading of the first half
+/// confirms it ([`Interchanges::ended_on_an_iea`]).
+pub fn likely_interchange_start(input: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    loop {
+        let p = at + memmem::find(input.get(at..)?, b"ISA")?;
+        let separator = input.get(p + 3).copied().unwrap_or(b'A');
+        let before = input.get(..p).and_then(|b| {
+            b.iter()
+                .rev()
+                .find(|c| !matches!(c, b'\r' | b'\n' | b' ' | b'\t'))
+        });
+        let ends_a_segment = before.is_some_and(|c| !c.is_ascii_alphanumeric() && *c != separator);
+        if !separator.is_ascii_alphanumeric() && separator != b' ' && ends_a_segment {
+            return Some(p);
+        }
+        at = p + 1;
+    }
 }
 
 impl<'a> Interchanges<'a> {
@@ -282,6 +330,7 @@ impl<'a> Interchanges<'a> {
             skipping: resume.skipping,
             stopped: false,
             last_end: None,
+            last_given: None,
         }
     }
 
@@ -294,6 +343,13 @@ impl<'a> Interchanges<'a> {
             seen_any: self.seen_any,
             skipping: self.skipping,
         }
+    }
+
+    /// Whether this reading, of input that ends where an interchange was guessed to begin
+    /// (read as `last`), ran to that end on an interchange closed by its IEA: then the rest
+    /// of the file, read from there on its own, reads as it would have after this.
+    pub fn ended_on_an_iea(&self) -> bool {
+        self.pos >= self.input.len() && self.last_given == Some(InterchangeEnd::Iea)
     }
 
     /// Stops this piece's reading at `at` (the next piece starts there).
@@ -345,6 +401,18 @@ impl<'a> Iterator for Interchanges<'a> {
     type Item = Result<Interchange<'a>, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let item = self.next_item();
+        match &item {
+            Some(Ok(ic)) => self.last_given = Some(ic.end),
+            Some(Err(_)) => self.last_given = None,
+            None => {}
+        }
+        item
+    }
+}
+
+impl<'a> Interchanges<'a> {
+    fn next_item(&mut self) -> Option<Result<Interchange<'a>, ReadError>> {
         if self.stopped {
             return None;
         }

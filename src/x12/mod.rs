@@ -16,8 +16,8 @@ mod position;
 mod segment;
 
 pub use envelope::{
-    Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach, LimitKind, Limits,
-    ReadError, ReadErrorKind, Resume, TransactionSet, PIECE_MARGIN,
+    likely_interchange_start, Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach,
+    LimitKind, Limits, ReadError, ReadErrorKind, Resume, TransactionSet, PIECE_MARGIN,
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
