@@ -610,7 +610,7 @@ impl Validator {
         // thousands of sets then costs no allocation per set.
         let mut seen_st02 = HashSet::with_capacity(group.sets.len());
         for (si, set) in group.sets.iter().enumerate() {
-            self.set(gi, si, set, &mut seen_st02);
+            self.set(gi, si, &set, &mut seen_st02);
         }
         let Some(ge) = &group.ge else {
             self.group_finding(

@@ -561,7 +561,7 @@ fn two_interchanges_each_with_its_own_delimiters() {
     );
     assert_eq!(ics[0].span.end, ics[1].span.start);
     assert_eq!(ics[1].span.end, input.len());
-    assert_eq!(ics[1].groups[0].sets[0].st.text(1), "997");
+    assert_eq!(ics[1].groups[0].sets.get(0).unwrap().st.text(1), "997");
 }
 
 #[test]
@@ -600,7 +600,7 @@ fn pipe_newline_delimiters() {
         e.components().collect::<Vec<_>>(),
         vec![&b"PD"[..], b"SP24"]
     );
-    assert_eq!(ic.groups[0].sets[0].body.count, 32);
+    assert_eq!(ic.groups[0].sets.get(0).unwrap().body.count, 32);
 }
 
 #[test]
@@ -635,7 +635,7 @@ fn line_endings_crlf_one_line_and_blank_lines() {
 
     let blank = read("blank-lines.x12");
     let ic = &interchanges(&blank)[0];
-    let set = &ic.groups[0].sets[0];
+    let set = &ic.groups[0].sets.get(0).unwrap();
     assert!(set.body.segments().all(|s| !s.id.is_empty()));
     assert_eq!(set.se.map(|s| s.text(1)), Some("19"));
     assert_eq!(set.counted_segments(), 19);
@@ -706,7 +706,10 @@ fn ship_notice_hierarchy_is_real_shaped() {
     ] {
         let input = read(name);
         let ic = &interchanges(&input)[0];
-        let hl: String = ic.groups[0].sets[0]
+        let hl: String = ic.groups[0]
+            .sets
+            .get(0)
+            .unwrap()
             .body
             .segments()
             .filter(|s| s.is(b"HL"))

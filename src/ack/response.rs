@@ -324,7 +324,7 @@ fn answer_group(
     let mut any_noted = !group_codes.is_empty();
     for (si, set) in group.sets.iter().enumerate() {
         let set_findings = buckets.set(gi, si);
-        let (status, response) = answer_set(set, set_findings, group_rejected, partner);
+        let (status, response) = answer_set(&set, set_findings, group_rejected, partner);
         group_sets.push(status.is_accepted());
         if status.is_accepted() {
             group_accepted += 1;

@@ -1110,7 +1110,7 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
             .unwrap()
             .unwrap();
         let def = schemas.find(b"004010", b"850").unwrap();
-        walk(def, &ic.groups[0].sets[0], 0, 0, true)
+        walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, true)
     }
 
     /// The findings of a body as `SEGMENT@set-position:code[/element[-component]]`.

@@ -24,7 +24,7 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
         for (si, set) in group.sets.iter().enumerate() {
             let id = set.st.element(1).unwrap_or_default();
             if let Some(def) = schemas.find(version, id) {
-                out.extend(check::walk(def, set, gi, si, false).findings);
+                out.extend(check::walk(def, &set, gi, si, false).findings);
             }
         }
     }

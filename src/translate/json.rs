@@ -255,7 +255,7 @@ impl Text {
                     .sets
                     .iter()
                     .map(|set| {
-                        self.set(g.gs.element(8).unwrap_or_default(), set)
+                        self.set(g.gs.element(8).unwrap_or_default(), &set)
                             .into_set()
                     })
                     .collect(),
@@ -368,7 +368,7 @@ pub fn write_interchange_document(
                 buf.push(b',');
             }
             first = false;
-            serde_json::to_writer(&mut buf, &text.set(version, set)).map_err(io::Error::from)?;
+            serde_json::to_writer(&mut buf, &text.set(version, &set)).map_err(io::Error::from)?;
             out.write_all(&buf)?;
         }
         out.write_all(b"],\"ge\":")?;

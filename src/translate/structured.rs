@@ -687,8 +687,12 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*{id}*0001~{body}SE*{count}*0001~GE*1*1~IEA
             .unwrap()
             .unwrap();
         let def = s.find(b"004010", id.as_bytes()).unwrap();
-        let content =
-            content(def, &ic.groups[0].sets[0], &String::from_utf8_lossy).map(|t| t.to_value());
+        let content = content(
+            def,
+            &ic.groups[0].sets.get(0).unwrap(),
+            &String::from_utf8_lossy,
+        )
+        .map(|t| t.to_value());
         let rendered = content.as_ref().map(|c| {
             let rendered = segments(def, c, "test").unwrap();
             rendered

@@ -127,8 +127,108 @@ impl<'a> TransactionSet<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group<'a> {
     pub gs: Segment<'a>,
-    pub sets: Vec<TransactionSet<'a>>,
+    pub sets: Sets<'a>,
     pub ge: Option<Segment<'a>>,
+}
+
+/// The transaction sets of a group, kept as a few offsets each and cut again from the
+/// input when asked for: an interchange of a million small sets then holds 40 MB of them,
+/// not 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sets<'a> {
+    input: &'a [u8],
+    base: usize,
+    delimiters: Delimiters,
+    entries: Vec<SetEntry>,
+    /// The invalid body segment ids of every set, by set index (rare: only broken sets).
+    bad_ids: Vec<(usize, Segment<'a>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SetEntry {
+    /// Indexes in the input of the ST, the body and the SE (`usize::MAX`: no SE).
+    st: usize,
+    body: (usize, usize),
+    se: usize,
+    st_ordinal: u32,
+    count: u32,
+}
+
+impl<'s, 'a> IntoIterator for &'s Sets<'a> {
+    type Item = TransactionSet<'a>;
+    type IntoIter = Box<dyn Iterator<Item = TransactionSet<'a>> + 's>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl<'a> Sets<'a> {
+    fn new(input: &'a [u8], base: usize, delimiters: Delimiters) -> Self {
+        Sets {
+            input,
+            base,
+            delimiters,
+            entries: Vec::new(),
+            bad_ids: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<TransactionSet<'a>> {
+        let e = self.entries.get(i)?;
+        let cut = |at: usize, ordinal: u32| {
+            Segments::new(self.input, at, self.input.len(), ordinal, self.delimiters)
+                .in_file_at(self.base)
+                .next()
+        };
+        let st = cut(e.st, e.st_ordinal)?;
+        let se = (e.se != usize::MAX)
+            .then(|| cut(e.se, e.st_ordinal.saturating_add(e.count).saturating_add(1)))
+            .flatten();
+        let from = self.bad_ids.partition_point(|(set, _)| *set < i);
+        let bad_ids = self.bad_ids[from..]
+            .iter()
+            .take_while(|(set, _)| *set == i)
+            .map(|(_, s)| *s)
+            .collect();
+        Some(TransactionSet {
+            st,
+            body: Body {
+                input: self.input,
+                range: e.body,
+                first_ordinal: e.st_ordinal.saturating_add(1),
+                count: e.count,
+                delimiters: self.delimiters,
+                base: self.base,
+            },
+            se,
+            bad_ids,
+        })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = TransactionSet<'a>> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    fn push(&mut self, set: TransactionSet<'a>) {
+        let index = self.entries.len();
+        self.bad_ids.extend(set.bad_ids.iter().map(|s| (index, *s)));
+        self.entries.push(SetEntry {
+            st: set.st.offset - self.base,
+            body: set.body.range,
+            se: set.se.map_or(usize::MAX, |s| s.offset - self.base),
+            st_ordinal: set.st.ordinal,
+            count: set.body.count,
+        });
+    }
 }
 
 /// One interchange, borrowed from the file it was read from.
@@ -768,7 +868,7 @@ fn build<'a>(
                 b.close_group(None);
                 b.open_group = Some(Group {
                     gs: segment,
-                    sets: Vec::new(),
+                    sets: Sets::new(input, base, delimiters),
                     ge: None,
                 });
             }
@@ -845,7 +945,7 @@ mod tests {
         assert_eq!(ic.end, InterchangeEnd::Iea);
         assert_eq!(ic.suffix, b"\n");
         assert_eq!(ic.groups.len(), 1);
-        let set = &ic.groups[0].sets[0];
+        let set = &ic.groups[0].sets.get(0).unwrap();
         assert_eq!(set.body.count, 2);
         let ids: Vec<_> = set
             .body
@@ -868,8 +968,8 @@ mod tests {
         assert_eq!(ic.stray_count, 1);
         assert_eq!(ic.groups.len(), 2);
         assert!(ic.groups[0].ge.is_none());
-        assert!(ic.groups[0].sets[0].se.is_none());
-        assert_eq!(ic.groups[0].sets[0].body.count, 1);
+        assert!(ic.groups[0].sets.get(0).unwrap().se.is_none());
+        assert_eq!(ic.groups[0].sets.get(0).unwrap().body.count, 1);
     }
 
     #[test]

@@ -301,7 +301,7 @@ mod tests {
                     .next()
                     .unwrap()
                     .unwrap();
-                let w = walk(def, &ic.groups[0].sets[0], 0, 0, false);
+                let w = walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, false);
                 let found: Vec<String> = w.findings.iter().map(ToString::to_string).collect();
                 let key = def.name_key();
                 assert!(found.is_empty(), "{key} seed {seed}: {text}\n{found:#?}");
