@@ -20,7 +20,8 @@
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
-//! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads, atomic writes.
+//! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads (a file in pieces of
+//!   whole interchanges), atomic writes.
 //! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete; and
 //!   `ack`'s preview (decided and written in memory, nothing taken).
 //! - [`intake`], [`inbound`], [`watch`]: the watcher's work folders (a file is taken by
