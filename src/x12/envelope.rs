@@ -194,7 +194,10 @@ impl<'a> Sets<'a> {
             .then(|| cut(e.se, e.st_ordinal.saturating_add(e.count).saturating_add(1)))
             .flatten();
         let from = self.bad_ids.partition_point(|(set, _)| *set < i);
-        let bad_ids = self.bad_ids[from..]
+        let bad_ids = self
+            .bad_ids
+            .get(from..)
+            .unwrap_or_default()
             .iter()
             .take_while(|(set, _)| *set == i)
             .map(|(_, s)| *s)
