@@ -193,21 +193,11 @@ fn in_pieces(
         };
         let mut read = piece.interchanges();
         let mut slots = Vec::new();
-        let mut done = settle_read(
-            &source.name,
-            &mut read,
-            &mut slots,
-            config,
-            schemas,
-            registry,
-            options,
-            turn,
-        )?;
+        let mut window = Window::new(config, schemas, options);
+        window.read(&source.name, &mut read, &mut slots, registry, turn)?;
+        let mut done = window.finish(registry, turn)?;
         let resume = read.resume();
-        reports.extend(slots.into_iter().filter_map(|slot| match slot {
-            Slot::Item(i) => done.get_mut(i).and_then(Option::take),
-            Slot::Done(report) => Some(*report),
-        }));
+        reports.extend(in_order(slots, &mut done));
         reader.advance(resume);
     }
     Ok(Ok(reports))
@@ -222,6 +212,17 @@ fn too_large(size: u64, limit: u64) -> String {
 enum Slot {
     Item(usize),
     Done(Box<Report>),
+}
+
+/// A file's reports in file order, once its interchanges' are in `settled` (by place).
+fn in_order(slots: Vec<Slot>, settled: &mut [Option<Report>]) -> Vec<Report> {
+    slots
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Item(i) => settled.get_mut(i).and_then(Option::take),
+            Slot::Done(report) => Some(*report),
+        })
+        .collect()
 }
 
 fn run_batch(
@@ -260,7 +261,7 @@ fn run_batch(
     // Interchanges are settled a window at a time (claimed, decided, written, completed),
     // so that a file of a hundred thousand interchanges holds the state of a window, not of
     // the file; each report is kept, by its place in the batch.
-    let mut window = Window::default();
+    let mut window = Window::new(config, schemas, options);
     for (file, input) in buffers.iter().enumerate() {
         if input.is_empty() && (failures[file].is_some() || !slots[file].is_empty()) {
             continue;
@@ -270,14 +271,11 @@ fn run_batch(
             &shown[file],
             &mut read,
             &mut slots[file],
-            config,
-            schemas,
             registry,
-            options,
             &mut turn,
         )?;
     }
-    let mut reports = window.finish(config, schemas, registry, options, &mut turn)?;
+    let mut reports = window.finish(registry, &mut turn)?;
     let outcomes = sources
         .iter()
         .zip(failures)
@@ -286,13 +284,7 @@ fn run_batch(
             path: source.read.clone(),
             result: match failure {
                 Some(e) => Err(e),
-                None => Ok(slots
-                    .into_iter()
-                    .filter_map(|slot| match slot {
-                        Slot::Item(i) => reports.get_mut(i).and_then(Option::take),
-                        Slot::Done(report) => Some(*report),
-                    })
-                    .collect()),
+                None => Ok(in_order(slots, &mut reports)),
             },
         })
         .collect();
@@ -301,51 +293,57 @@ fn run_batch(
 
 /// The interchanges of a batch on their way: settled [`WINDOW`] at a time, each report kept
 /// by its place in the batch.
-#[derive(Default)]
-struct Window<'a> {
+struct Window<'a, 'c> {
+    config: &'c Config,
+    schemas: &'c Schemas,
+    options: &'c ProcessOptions,
     items: Vec<Item<'a>>,
     reports: Vec<Option<Report>>,
     /// A stop came while waiting in an earlier window.
     stopped: bool,
 }
 
-impl<'a> Window<'a> {
+impl<'a, 'c> Window<'a, 'c> {
+    fn new(config: &'c Config, schemas: &'c Schemas, options: &'c ProcessOptions) -> Self {
+        Window {
+            config,
+            schemas,
+            options,
+            items: Vec::with_capacity(WINDOW),
+            reports: Vec::new(),
+            stopped: false,
+        }
+    }
+
     /// Takes every interchange `read` gives (the file `name`'s), settling full windows.
-    #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
         name: &str,
         read: &mut Interchanges<'a>,
         slots: &mut Vec<Slot>,
-        config: &Config,
-        schemas: &Schemas,
         registry: &mut Registry,
-        options: &ProcessOptions,
         turn: &mut Option<Turn>,
     ) -> Result<(), ProcessError> {
+        let only = self.options.only.as_ref();
         for result in read {
             match result {
                 Ok(ic) => {
-                    let it = item(name, ic, config);
-                    if options
-                        .only
-                        .as_ref()
-                        .is_some_and(|keys| !keys.contains(&it.key))
-                    {
+                    let it = item(name, ic, self.config);
+                    if only.is_some_and(|keys| !keys.contains(&it.key)) {
                         continue;
                     }
                     slots.push(Slot::Item(self.reports.len() + self.items.len()));
                     self.items.push(it);
                 }
                 // Reprocessing one key leaves the file's unreadable parts alone.
-                Err(_) if options.only.is_some() => {}
+                Err(_) if only.is_some() => {}
                 Err(e) => {
                     let report = file_rejection(registry, name, e.to_string())?;
                     slots.push(Slot::Done(Box::new(report)));
                 }
             }
             if self.items.len() >= WINDOW {
-                self.settle(config, schemas, registry, options, turn)?;
+                self.settle(registry, turn)?;
             }
         }
         Ok(())
@@ -353,20 +351,17 @@ impl<'a> Window<'a> {
 
     fn settle(
         &mut self,
-        config: &Config,
-        schemas: &Schemas,
         registry: &mut Registry,
-        options: &ProcessOptions,
         turn: &mut Option<Turn>,
     ) -> Result<(), ProcessError> {
         self.stopped |= settle(
             &mut self.items,
             self.stopped,
             turn,
-            config,
-            schemas,
+            self.config,
+            self.schemas,
             registry,
-            options,
+            self.options,
         )?;
         self.reports
             .extend(self.items.drain(..).map(|it| Some(it.report)));
@@ -376,32 +371,12 @@ impl<'a> Window<'a> {
     /// Settles what is left; returns every report by its place.
     fn finish(
         mut self,
-        config: &Config,
-        schemas: &Schemas,
         registry: &mut Registry,
-        options: &ProcessOptions,
         turn: &mut Option<Turn>,
     ) -> Result<Vec<Option<Report>>, ProcessError> {
-        self.settle(config, schemas, registry, options, turn)?;
+        self.settle(registry, turn)?;
         Ok(self.reports)
     }
-}
-
-/// [`Window::read`] and [`Window::finish`] for one piece of a file.
-#[allow(clippy::too_many_arguments)]
-fn settle_read<'a>(
-    name: &str,
-    read: &mut Interchanges<'a>,
-    slots: &mut Vec<Slot>,
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
-    turn: &mut Option<Turn>,
-) -> Result<Vec<Option<Report>>, ProcessError> {
-    let mut window = Window::default();
-    window.read(name, read, slots, config, schemas, registry, options, turn)?;
-    window.finish(config, schemas, registry, options, turn)
 }
 
 /// Interchanges settled together: enough that each durable step serves many, few enough

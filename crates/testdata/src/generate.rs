@@ -379,7 +379,7 @@ impl Generator {
             ],
         );
         let it = self.item();
-        order_line(w, 1, &it);
+        item_line(w, "PO1", 1, &it);
         w.segment("CTT", &[&1, &it.quantity]);
         let se01 = w.count() + 1;
         w.segment("SE", &[&se01, &st02]);
@@ -467,7 +467,7 @@ impl Generator {
             let it = self.item();
             hash += it.quantity;
             total += it.quantity * it.price.0;
-            order_line(w, n, &it);
+            item_line(w, "PO1", n, &it);
             if self.rng.one_in(3) {
                 w.segment(
                     "PO4",
@@ -516,21 +516,7 @@ impl Generator {
             let it = self.item();
             total += it.quantity * it.price.0;
             cartons += it.quantity.div_ceil(12);
-            w.segment(
-                "IT1",
-                &[
-                    &n,
-                    &it.quantity,
-                    &it.unit,
-                    &it.price,
-                    &"",
-                    &"UP",
-                    &it.upc,
-                    &"VN",
-                    &it.vendor_part,
-                ],
-            );
-            w.segment("PID", &[&"F", &"", &"", &"", &it.description]);
+            item_line(w, "IT1", n, &it);
         }
         // TDS01 is an N2: the amount in cents, no decimal point.
         w.segment("TDS", &[&total]);
@@ -618,10 +604,10 @@ impl Generator {
     }
 }
 
-/// An 850's item line: PO1 and the item's PID.
-fn order_line(w: &mut SegmentWriter<'_>, n: u64, it: &LineItem) {
+/// An item line (PO1 of an 850, IT1 of an 810: the same elements) and the item's PID.
+fn item_line(w: &mut SegmentWriter<'_>, id: &str, n: u64, it: &LineItem) {
     w.segment(
-        "PO1",
+        id,
         &[
             &n,
             &it.quantity,
