@@ -175,10 +175,13 @@ fn in_pieces(
 ) -> Result<Result<Vec<Report>, ProcessError>, ProcessError> {
     let mut reports = Vec::new();
     loop {
-        if options.stop.abandoned() {
-            break;
-        }
         let piece = match reader.next_piece() {
+            // The rest of the file is not read: the file is not done, and its retry meets
+            // what was settled as duplicates.
+            Ok(Some(_)) if options.stop.abandoned() => {
+                reports.push(unfinished(&source.name));
+                break;
+            }
             Ok(Some(piece)) => piece,
             Ok(None) => break,
             Err(input::InputError::TooLarge { size, limit, .. }) => {
@@ -201,6 +204,26 @@ fn in_pieces(
         reader.advance(resume);
     }
     Ok(Ok(reports))
+}
+
+/// The report of the part of a file that a stop left unread.
+fn unfinished(file: &str) -> Report {
+    Report {
+        file: file.to_string(),
+        correlation_id: None,
+        sender: None,
+        receiver: None,
+        control_number: None,
+        disposition: Disposition::InProgress,
+        reason_code: None,
+        reason: Some("stopped before the rest of the file was read".into()),
+        acks: Vec::new(),
+        outputs: Vec::new(),
+        attempt: None,
+        took_over: None,
+        replayed: None,
+        key: None,
+    }
 }
 
 fn too_large(size: u64, limit: u64) -> String {
@@ -1241,4 +1264,80 @@ fn lost_claim(report: &mut Report) {
     );
     report.acks.clear();
     report.outputs.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway in `root` that accepts anyone, and a file of `n` copies of the 850 fixture
+    /// under distinct control numbers.
+    fn gateway(root: &Path, n: usize) -> (Config, PathBuf) {
+        let text = format!(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\nunknown_partners = \"accept\"\n\
+             outbox = \"{0}/outbox\"\nout = \"{0}/out\"\ndatabase = \"{0}/x12gate.db\"\n",
+            root.display()
+        );
+        let config = Config::from_str(&text, &root.join("p.toml")).unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/850-004010.x12");
+        let one = String::from_utf8(std::fs::read(fixture).unwrap()).unwrap();
+        let file: String = (0..n)
+            .map(|i| {
+                one.replace("000000101", &format!("{:09}", 1000 + i))
+                    .replace("*101*X*", &format!("*{}*X*", 1000 + i))
+                    .replace("GE*1*101~", &format!("GE*1*{}~", 1000 + i))
+            })
+            .collect();
+        let path = root.join("many.x12");
+        std::fs::write(&path, file).unwrap();
+        (config, path)
+    }
+
+    #[test]
+    fn a_stop_between_pieces_leaves_the_file_unfinished() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, path) = gateway(dir.path(), 20);
+        let mut registry = crate::setup::open_registry(&config).unwrap();
+        let schemas = crate::schema::builtin().unwrap();
+        let options = ProcessOptions {
+            window: 2_000,
+            ..ProcessOptions::new(true)
+        };
+        let source = Source::from(path.as_path());
+        let reader = Reader::open(&path, config.limits, options.window).unwrap();
+        // Read whole, all 20 are accepted.
+        let all = in_pieces(
+            &source,
+            reader,
+            &config,
+            schemas,
+            &mut registry,
+            &options,
+            &mut None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(all.len(), 20);
+        assert!(all.iter().all(|r| r.disposition == Disposition::Accepted));
+        // Stopped before a piece: that piece and the rest are not read, and the file says so.
+        options.stop.abandon();
+        let reader = Reader::open(&path, config.limits, options.window).unwrap();
+        let cut = in_pieces(
+            &source,
+            reader,
+            &config,
+            schemas,
+            &mut registry,
+            &options,
+            &mut None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(cut.len(), 1, "{cut:?}");
+        assert_eq!(cut[0].disposition, Disposition::InProgress);
+        assert!(cut[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("rest of the file")));
+    }
 }
