@@ -91,6 +91,8 @@ pub struct SegmentError {
 /// The answer for one transaction set (AK2..AK5 / AK2..IK5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetResponse {
+    /// The set's place in its group (0-based).
+    pub index: usize,
     pub id: String,
     pub control_number: String,
     /// ST03, the implementation convention reference, when the set carried one.
@@ -119,9 +121,14 @@ pub struct GroupResponse {
     pub accepted: u32,
     /// AK905..AK909, at most five.
     pub codes: Vec<Ak905>,
-    /// The AK2 loops to send: every set not plainly accepted, and accepted ones when the
-    /// partner wants them.
+    /// The group's place in the interchange (0-based).
+    pub index: usize,
+    /// The AK2 loops of the sets not plainly accepted, in set order.
     pub sets: Vec<SetResponse>,
+    /// Whether plainly accepted sets get an AK2 loop too (the partner wants them). Theirs
+    /// is written from the interchange itself ([`SetResponse::accepted`]), so that a group
+    /// of a million accepted sets holds no answer per set.
+    pub lists_accepted: bool,
 }
 
 /// Why an interchange was not plainly accepted: the code an operator and the TA1 see.
@@ -324,7 +331,7 @@ fn answer_group(
     let mut any_noted = !group_codes.is_empty();
     for (si, set) in group.sets.iter().enumerate() {
         let set_findings = buckets.set(gi, si);
-        let (status, response) = answer_set(&set, set_findings, group_rejected, partner);
+        let (status, response) = answer_set(si, &set, set_findings, group_rejected, partner);
         group_sets.push(status.is_accepted());
         if status.is_accepted() {
             group_accepted += 1;
@@ -371,14 +378,17 @@ fn answer_group(
         received,
         accepted: if group_rejected { 0 } else { group_accepted },
         codes,
+        index: gi,
         sets,
+        lists_accepted: partner.ack_accepted_sets,
     };
     (response, group_sets)
 }
 
-/// One set's status, and its AK2 loop when it is to be sent (every set not plainly
-/// accepted, and accepted ones when the partner wants them).
+/// One set's status, and its AK2 loop unless it is plainly accepted (those are written from
+/// the interchange when the partner wants them: [`GroupResponse::lists_accepted`]).
 fn answer_set(
+    index: usize,
     set: &TransactionSet<'_>,
     set_findings: &[&Finding],
     group_rejected: bool,
@@ -410,17 +420,29 @@ fn answer_set(
     } else {
         Status::Accepted
     };
-    let sent = status != Status::Accepted || partner.ack_accepted_sets;
     codes.truncate(MAX_CODES);
-    let response = sent.then(|| SetResponse {
-        id: text(set.st.element(1).unwrap_or_default()),
-        control_number: text(set.st.element(2).unwrap_or_default()),
-        convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
+    let response = (status != Status::Accepted).then(|| SetResponse {
         status,
         codes,
         segment_errors,
+        ..SetResponse::accepted(index, set)
     });
     (status, response)
+}
+
+impl SetResponse {
+    /// The answer of a set plainly accepted: its AK2 from its ST, and AK5 A.
+    pub fn accepted(index: usize, set: &TransactionSet<'_>) -> SetResponse {
+        SetResponse {
+            index,
+            id: text(set.st.element(1).unwrap_or_default()),
+            control_number: text(set.st.element(2).unwrap_or_default()),
+            convention: set.st.element(3).filter(|v| !v.is_empty()).map(text),
+            status: Status::Accepted,
+            codes: Vec::new(),
+            segment_errors: Vec::new(),
+        }
+    }
 }
 
 /// The AK3/AK4 (IK3/CTX/IK4) content of one set's schema findings, in the order found: a

@@ -3,12 +3,14 @@
 //! Each acknowledgment interchange is built in memory (they are small) so it can be written
 //! atomically by the caller and replayed byte for byte later.
 
+use std::borrow::Cow;
+
 use chrono::NaiveDateTime;
 
 use crate::config::{AckKind, Gateway, Partner};
 use crate::finding::Ak403;
 use crate::text::bounded;
-use crate::x12::{Delimiters, Interchange, MAX_CONTROL_NUMBER};
+use crate::x12::{Delimiters, Interchange, Sets, MAX_CONTROL_NUMBER};
 
 use super::{GroupResponse, InterchangeResponse, SegmentError, SetResponse, Ta1};
 
@@ -373,8 +375,8 @@ pub fn write_acknowledgments(
         for (i, g) in groups.iter().enumerate() {
             let st02 = format!("{:04}", i + 1);
             match kind {
-                OutboundKind::ImplementationAck => implementation_ack(&mut w, g, &st02),
-                _ => functional_ack(&mut w, g, &st02, version.as_str() >= "005010"),
+                OutboundKind::ImplementationAck => implementation_ack(&mut w, g, ic, &st02),
+                _ => functional_ack(&mut w, g, ic, &st02, version.as_str() >= "005010"),
             }
         }
         w.segment("GE", &[&groups.len().to_string(), &gs06]);
@@ -455,11 +457,58 @@ fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
     }
 }
 
-fn functional_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str, era_5010: bool) {
+/// A group's AK2 loops in set order: the answers kept, and, when the partner wants them
+/// listed, the plainly accepted sets' made one at a time from the interchange.
+struct Answers<'r, 'a> {
+    kept: std::iter::Peekable<std::slice::Iter<'r, SetResponse>>,
+    sets: Option<&'r Sets<'a>>,
+    next: usize,
+    lists_accepted: bool,
+}
+
+impl<'r, 'a> Answers<'r, 'a> {
+    fn of(g: &'r GroupResponse, ic: &'r Interchange<'a>) -> Self {
+        Answers {
+            kept: g.sets.iter().peekable(),
+            sets: ic.groups.get(g.index).map(|group| &group.sets),
+            next: 0,
+            lists_accepted: g.lists_accepted,
+        }
+    }
+}
+
+impl<'r> Iterator for Answers<'r, '_> {
+    type Item = Cow<'r, SetResponse>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let count = self.sets.map_or(0, Sets::len);
+        while self.next < count {
+            let i = self.next;
+            self.next += 1;
+            if self.kept.peek().is_some_and(|s| s.index <= i) {
+                return self.kept.next().map(Cow::Borrowed);
+            }
+            if self.lists_accepted {
+                if let Some(set) = self.sets.and_then(|sets| sets.get(i)) {
+                    return Some(Cow::Owned(SetResponse::accepted(i, &set)));
+                }
+            }
+        }
+        self.kept.next().map(Cow::Borrowed)
+    }
+}
+
+fn functional_ack(
+    w: &mut Writer<'_>,
+    g: &GroupResponse,
+    ic: &Interchange<'_>,
+    st02: &str,
+    era_5010: bool,
+) {
     start_set(w, "997", st02, None);
     let version = if era_5010 { g.version.as_str() } else { "" };
     w.segment("AK1", &[&g.functional_id, &g.control_number, version]);
-    for s in &g.sets {
+    for s in Answers::of(g, ic) {
         let convention = if era_5010 {
             s.convention.as_deref().unwrap_or("")
         } else {
@@ -478,16 +527,16 @@ fn functional_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str, era_5010: b
             );
             element_errors(w, "AK4", seg);
         }
-        set_status(w, "AK5", s);
+        set_status(w, "AK5", &s);
     }
     ak9(w, g);
     end_set(w, st02);
 }
 
-fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
+fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, ic: &Interchange<'_>, st02: &str) {
     start_set(w, "999", st02, Some(IMPLEMENTATION_ACK_GUIDE));
     w.segment("AK1", &[&g.functional_id, &g.control_number, &g.version]);
-    for s in &g.sets {
+    for s in Answers::of(g, ic) {
         w.segment(
             "AK2",
             &[
@@ -527,7 +576,7 @@ fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, st02: &str) {
             }
             element_errors(w, "IK4", seg);
         }
-        set_status(w, "IK5", s);
+        set_status(w, "IK5", &s);
     }
     ak9(w, g);
     end_set(w, st02);
@@ -597,7 +646,10 @@ mod tests {
                 received: 1,
                 accepted: 0,
                 codes: vec![],
+                index: 0,
+                lists_accepted: true,
                 sets: vec![SetResponse {
+                    index: 0,
                     id: "837".into(),
                     control_number: "0001".into(),
                     convention: Some("005010X222A1".into()),
