@@ -351,6 +351,9 @@ pub struct Interchanges<'a> {
     last_given: Option<InterchangeEnd>,
 }
 
+/// How far back from a piece's end [`Interchanges::may_end`] looks for its last marker.
+const MARKER_LOOK: usize = 1 << 20;
+
 /// How many bytes past `limits.max_interchange_bytes` a piece must hold before an
 /// interchange that does not end in it is too large: past its last byte, the reader looks at
 /// most at the next ISA's scan window, so with this much more an interchange within the
@@ -653,12 +656,21 @@ impl<'a> Interchanges<'a> {
     /// interchange too large for the piece, only to throw it away.
     fn may_end(&mut self, from: usize) -> bool {
         let input = self.input;
+        // Once per piece, the last marker in its last MiB (a piece of many interchanges has
+        // one there); a piece without one (inside one large interchange) is searched forward
+        // from the interchange instead, which scans it once rather than backwards twice.
         let last = *self.last_end.get_or_insert_with(|| {
-            let iea = memmem::rfind(input, b"IEA");
-            let isa = memmem::rfind(input, b"ISA");
-            iea.max(isa).map_or(0, |at| at + 1)
+            let tail_start = input.len().saturating_sub(MARKER_LOOK);
+            let tail = input.get(tail_start..).unwrap_or_default();
+            let iea = memmem::rfind(tail, b"IEA");
+            let isa = memmem::rfind(tail, b"ISA");
+            iea.max(isa).map_or(0, |at| tail_start + at + 1)
         });
-        last > from
+        if last > from {
+            return true;
+        }
+        let rest = input.get(from..).unwrap_or_default();
+        memmem::find(rest, b"IEA").is_some() || memmem::find(rest, b"ISA").is_some()
     }
 
     /// Whether an interchange read from a piece that is not the file's last would read the
