@@ -295,8 +295,8 @@ impl Reader {
         };
         self.buf.drain(..consumed);
         // One large interchange grew the buffer: give the memory back once it is read.
-        if self.buf.capacity() > 4 * self.window && self.buf.len() <= self.window {
-            self.buf.shrink_to(2 * self.window);
+        if self.buf.capacity() > self.window.saturating_mul(4) && self.buf.len() <= self.window {
+            self.buf.shrink_to(self.window.saturating_mul(2));
         }
         self.base += consumed;
         self.resume = resume;
@@ -452,6 +452,75 @@ mod tests {
             }
             assert_eq!(got, want, "window {window}");
         }
+    }
+
+    /// An interchange ended by the next ISA, where that one has other delimiters; and an
+    /// IEA left unterminated before the next ISA.
+    fn delimiters_change() -> Vec<u8> {
+        let tilde = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*1**20240101~SE*3*0001~GE*1*1~";
+        let newline = "ISA|00|          |00|          |ZZ|ACME           |ZZ|X12GATE        |240101|1200|^|00501|000000002|0|P|:\nGS|PO|ACME|X12GATE|20240101|1200|2|X|005010\nGE|0|2\nIEA|1|000000002\n";
+        let unterminated = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000003*0*P*:~GS*PO*ACME*X12GATE*20240101*1200*3*X*005010~GE*0*3~IEA*1*000000003:";
+        format!("{tilde}{newline}{unterminated}{tilde}{newline}").into_bytes()
+    }
+
+    #[test]
+    fn a_change_of_delimiters_and_an_unterminated_iea_read_as_whole() {
+        // The next ISA has the same element separator but another terminator, and no `~`
+        // follows: the ISA that ends the first interchange is never terminated by its `~`.
+        let tilde = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~GE*0*1~";
+        let newline = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000002*0*P*:\nGS*PO*ACME*X12GATE*20240101*1200*2*X*005010\nGE*0*2\nIEA*1*000000002\n";
+        let other = format!("{tilde}{}", newline.repeat(30)).into_bytes();
+        for input in [delimiters_change(), other] {
+            a_change_reads_as_whole(&input);
+        }
+    }
+
+    fn a_change_reads_as_whole(input: &[u8]) {
+        let input = input.to_vec();
+        for limits in [
+            Limits::default(),
+            Limits {
+                max_interchange_bytes: 2000,
+                ..Limits::default()
+            },
+        ] {
+            let want = whole(&input, limits);
+            assert!(
+                !want.iter().any(|s| s.starts_with("error TooLarge")),
+                "{want:?}"
+            );
+            for window in 1..input.len() + 2 {
+                assert_eq!(in_pieces(&input, limits, window), want, "window {window}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_unterminated_iea_does_not_confirm_a_cut() {
+        let input = delimiters_change();
+        let s = String::from_utf8(input.clone()).unwrap();
+        // The ISA after "IEA*1*000000003:" looks like an interchange's start.
+        let cut = s.find("000000003:").unwrap() + "000000003:".len();
+        assert_eq!(
+            crate::x12::likely_interchange_start(&input, cut - 5),
+            Some(cut)
+        );
+        let mut head =
+            Interchanges::piece(&input[..cut], 0, true, Resume::default(), Limits::default());
+        head.by_ref().for_each(drop);
+        assert!(!head.ended_on_an_iea());
+        // A terminated IEA before it does.
+        let closed = s.find("GE*0*3~IEA*1*000000003").unwrap();
+        let one = format!("{}IEA*1*000000003~\n", &s[s.find("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000003").unwrap()..closed + 7]);
+        let mut head = Interchanges::piece(
+            one.as_bytes(),
+            0,
+            true,
+            Resume::default(),
+            Limits::default(),
+        );
+        head.by_ref().for_each(drop);
+        assert!(head.ended_on_an_iea(), "{one}");
     }
 
     #[test]

@@ -347,8 +347,8 @@ pub struct Interchanges<'a> {
     stopped: bool,
     /// Just past where the piece's last `IEA` or `ISA` begins (0: none), once looked for.
     last_end: Option<usize>,
-    /// How the last interchange given out ended (`None` after an error).
-    last_given: Option<InterchangeEnd>,
+    /// The last thing given out was an interchange closed by a terminated IEA.
+    last_closed: bool,
 }
 
 /// How far back from a piece's end [`Interchanges::may_end`] looks for its last marker.
@@ -436,7 +436,7 @@ impl<'a> Interchanges<'a> {
             skipping: resume.skipping,
             stopped: false,
             last_end: None,
-            last_given: None,
+            last_closed: false,
         }
     }
 
@@ -455,7 +455,7 @@ impl<'a> Interchanges<'a> {
     /// (read as `last`), ran to that end on an interchange closed by its IEA: then the rest
     /// of the file, read from there on its own, reads as it would have after this.
     pub fn ended_on_an_iea(&self) -> bool {
-        self.pos >= self.input.len() && self.last_given == Some(InterchangeEnd::Iea)
+        self.pos >= self.input.len() && self.last_closed
     }
 
     /// Stops this piece's reading at `at` (the next piece starts there).
@@ -509,8 +509,8 @@ impl<'a> Iterator for Interchanges<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let item = self.next_item();
         match &item {
-            Some(Ok(ic)) => self.last_given = Some(ic.end),
-            Some(Err(_)) => self.last_given = None,
+            Some(Ok(ic)) => self.last_closed = ic.iea.is_some_and(|s| s.terminated),
+            Some(Err(_)) => self.last_closed = false,
             None => {}
         }
         item
@@ -680,10 +680,13 @@ impl<'a> Interchanges<'a> {
         match ic.end {
             InterchangeEnd::EndOfInput => false,
             InterchangeEnd::Iea => next < self.input.len(),
+            // The ISA that ended it is read with this interchange's delimiters: its id is
+            // settled once a separator or terminator follows it (a few bytes suffice).
             InterchangeEnd::NextIsa => {
-                Segments::new(self.input, next, self.input.len(), 1, ic.delimiters())
+                let end = (next + 8).min(self.input.len());
+                Segments::new(self.input, next, end, 1, ic.delimiters())
                     .next()
-                    .is_some_and(|s| s.terminated)
+                    .is_some_and(|s| s.id == b"ISA" && (s.terminated || s.raw.len() > s.id.len()))
             }
         }
     }
