@@ -174,6 +174,8 @@ fn in_pieces(
     turn: &mut Option<Turn>,
 ) -> Result<Result<Vec<Report>, ProcessError>, ProcessError> {
     let mut reports = Vec::new();
+    // A stop that came while waiting in one piece holds for the pieces after it.
+    let mut stopped = false;
     loop {
         let piece = match reader.next_piece() {
             // The rest of the file is not read: the file is not done, and its retry meets
@@ -197,8 +199,10 @@ fn in_pieces(
         let mut read = piece.interchanges();
         let mut slots = Vec::new();
         let mut window = Window::new(config, schemas, options);
+        window.stopped = stopped;
         window.read(&source.name, &mut read, &mut slots, registry, turn)?;
-        let mut done = window.finish(registry, turn)?;
+        let (mut done, stop) = window.finish(registry, turn)?;
+        stopped = stop;
         let resume = read.resume();
         reports.extend(in_order(slots, &mut done));
         reader.advance(resume);
@@ -298,7 +302,7 @@ fn run_batch(
             &mut turn,
         )?;
     }
-    let mut reports = window.finish(registry, &mut turn)?;
+    let (mut reports, _) = window.finish(registry, &mut turn)?;
     let outcomes = sources
         .iter()
         .zip(failures)
@@ -391,14 +395,15 @@ impl<'a, 'c> Window<'a, 'c> {
         Ok(())
     }
 
-    /// Settles what is left; returns every report by its place.
+    /// Settles what is left; returns every report by its place, and whether a stop came
+    /// while waiting.
     fn finish(
         mut self,
         registry: &mut Registry,
         turn: &mut Option<Turn>,
-    ) -> Result<Vec<Option<Report>>, ProcessError> {
+    ) -> Result<(Vec<Option<Report>>, bool), ProcessError> {
         self.settle(registry, turn)?;
-        Ok(self.reports)
+        Ok((self.reports, self.stopped))
     }
 }
 
