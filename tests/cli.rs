@@ -32,6 +32,43 @@ fn validate_clean_file_exits_0() {
 }
 
 #[test]
+fn validate_with_warnings_only_exits_0_and_shows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, rule) in [
+        ("broken/blank-before-segment.x12", "blank-before-segment"),
+        ("broken/gs-date-time-invalid.x12", "gs-date-time-invalid"),
+    ] {
+        let out = x12gate(dir.path())
+            .arg("validate")
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{name}: {stdout}{stderr}");
+        assert!(stdout.contains(rule), "{name}: {stdout}");
+        assert!(stderr.contains("only"), "{name}: {stderr}");
+    }
+    // A warning beside an error still fails.
+    let text = std::fs::read_to_string(fixture("broken/blank-before-segment.x12")).unwrap();
+    let both = dir.path().join("both.x12");
+    std::fs::write(&both, text.replacen("GE*1*", "GE*7*", 1)).unwrap();
+    let out = x12gate(dir.path())
+        .arg("validate")
+        .arg(&both)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("blank-before-segment") && stdout.contains("ge-set-count"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
 fn validate_findings_exit_3_and_name_the_place() {
     let dir = tempfile::tempdir().unwrap();
     let bad = broken_copy(dir.path());

@@ -259,6 +259,16 @@ impl Rule {
         Some(code)
     }
 
+    /// Whether this rule reports what is read as partners' tools read it and never rejects
+    /// (unless a partner's `layout = "strict"` gives it a code).
+    pub fn is_warning(self) -> bool {
+        use Rule::*;
+        matches!(
+            self,
+            BlankBeforeSegment | FinalTerminatorMissing | GsDateTimeInvalid
+        )
+    }
+
     /// The envelope a finding of this rule belongs to; the acknowledgment answers there.
     pub fn level(self) -> Level {
         use Rule::*;

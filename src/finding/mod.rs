@@ -141,6 +141,11 @@ pub struct SchemaDetail {
 }
 
 impl Finding {
+    /// A warning: reported, never a rejection nor sent back.
+    pub fn is_warning(&self) -> bool {
+        self.rule.is_warning() && self.code.is_none()
+    }
+
     /// A finding of `rule` at `position`, with the rule's level and code (see
     /// [`Rule::code`]); a group or set finding is then placed with [`Finding::in_group`] or
     /// [`Finding::in_set`].

@@ -10,8 +10,9 @@ use clap::{Parser, Subcommand};
     version,
     about = "Inbound ANSI X12 gateway",
     after_help = "Dispositions: accepted, partial, rejected, duplicate, conflict, in_progress.\n\
-Exit codes: 0 everything accepted or replayed (validate, check: no findings); 3 anything \
-rejected, partial, in conflict or in progress (validate: findings); 1 operational failure \
+Exit codes: 0 everything accepted or replayed (validate: no findings or warnings only; \
+check: no findings); 3 anything rejected, partial, in conflict or in progress (validate: \
+findings other than warnings); 1 operational failure \
 (I/O, database), nothing marked done; 2 usage or configuration error (a file that does not \
 exist or is not a regular file included); 130 stopped by SIGINT/SIGTERM. `watch --once`: 1 \
 when files could not be finished, else 3 when it rejected any, else 0."

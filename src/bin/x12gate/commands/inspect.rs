@@ -111,10 +111,11 @@ pub fn validate(
     };
     let mut any = false;
     for file in files {
-        let mut count = 0usize;
+        let (mut count, mut errors) = (0usize, 0usize);
         let mut failed = None;
         let mut print = |findings: Vec<x12gate::finding::Finding>| {
             count += findings.len();
+            errors += findings.iter().filter(|f| !f.is_warning()).count();
             for f in &findings {
                 let written = if json {
                     serde_json::to_value(f)
@@ -151,10 +152,19 @@ pub fn validate(
         if let Some(e) = failed {
             return Err(e);
         }
-        any |= count > 0;
+        // Warnings alone (layout partners' tools write) are not a failed validation.
+        any |= errors > 0;
         if !json {
+            let warnings = count - errors;
             if count == 0 {
                 say!("INFO", "{}: clean", file.display());
+            } else if errors == 0 {
+                say!(
+                    "INFO",
+                    "{}: {warnings} warning{} only",
+                    file.display(),
+                    if warnings == 1 { "" } else { "s" }
+                );
             } else {
                 say!(
                     "INFO",
