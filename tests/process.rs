@@ -84,6 +84,14 @@ impl Run {
     }
 
     /// The `--json` lines.
+    /// Each report's disposition, in order.
+    fn dispositions(&self) -> Vec<String> {
+        self.reports()
+            .iter()
+            .map(|r| r["disposition"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
     fn reports(&self) -> Vec<Value> {
         self.stdout
             .lines()
@@ -1282,11 +1290,7 @@ fn a_group_number_reused_for_another_application_receiver_is_another_group() {
     let second = gate.write("second.x12", other);
     let again = gate.write("again.x12", po("ACME", 213, 780));
     let run = gate.process(&[&first, &second, &again]);
-    let dispositions: Vec<String> = run
-        .reports()
-        .iter()
-        .map(|r| r["disposition"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let dispositions = run.dispositions();
     // The third repeats the first group (same GS01/GS02/GS03/GS06) in a new interchange.
     assert_eq!(dispositions, ["accepted", "accepted", "rejected"], "{run}");
 }
@@ -1309,10 +1313,7 @@ fn senders_whose_fields_join_alike_do_not_share_a_key() {
     let (a, b) = (gate.write("one.x12", one), gate.write("two.x12", two));
     let run = gate.process(&[&a, &b]);
     let reports = run.reports();
-    let dispositions: Vec<&str> = reports
-        .iter()
-        .map(|r| r["disposition"].as_str().unwrap_or_default())
-        .collect();
+    let dispositions = run.dispositions();
     // The first is refused for its 4-byte ISA05 (TA105 005); the second is its own.
     assert_eq!(dispositions, ["rejected", "accepted"], "{run}");
     assert_eq!(reports[0]["reason_code"], "005", "{run}");
@@ -1335,10 +1336,7 @@ fn an_inbound_997_is_checked_like_any_set_and_never_answered() {
     );
     let run = gate.process(&[&a, &b]);
     let reports = run.reports();
-    let dispositions: Vec<&str> = reports
-        .iter()
-        .map(|r| r["disposition"].as_str().unwrap_or_default())
-        .collect();
+    let dispositions = run.dispositions();
     // A 997 with a wrong SE01 was once "accepted" and translated.
     assert_eq!(dispositions, ["accepted", "rejected"], "{run}");
     assert_eq!(reports[1]["outputs"], serde_json::json!([]), "{run}");

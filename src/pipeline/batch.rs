@@ -212,15 +212,24 @@ fn in_pieces(
 
 /// The report of the part of a file that a stop left unread.
 fn unfinished(file: &str) -> Report {
+    file_report(
+        file,
+        Disposition::InProgress,
+        "stopped before the rest of the file was read".into(),
+    )
+}
+
+/// The report of a part of a file that is no interchange: no sender, key or outputs.
+fn file_report(file: &str, disposition: Disposition, reason: String) -> Report {
     Report {
         file: file.to_string(),
         correlation_id: None,
         sender: None,
         receiver: None,
         control_number: None,
-        disposition: Disposition::InProgress,
+        disposition,
         reason_code: None,
-        reason: Some("stopped before the rest of the file was read".into()),
+        reason: Some(reason),
         acks: Vec::new(),
         outputs: Vec::new(),
         attempt: None,
@@ -522,22 +531,7 @@ fn file_rejection(
 ) -> Result<Report, ProcessError> {
     let reason = bounded_reason(&reason);
     tracing::warn!(file = %crate::text::printable(file), reason = %crate::text::printable(&reason), "rejected: no readable interchange");
-    let report = Report {
-        file: file.to_string(),
-        correlation_id: None,
-        sender: None,
-        receiver: None,
-        control_number: None,
-        disposition: Disposition::Rejected,
-        reason_code: None,
-        reason: Some(reason),
-        acks: Vec::new(),
-        outputs: Vec::new(),
-        attempt: None,
-        took_over: None,
-        replayed: None,
-        key: None,
-    };
+    let report = file_report(file, Disposition::Rejected, reason);
     registry.batch(|b| {
         b.record_event(
             EventKind::Unreadable,
@@ -1309,35 +1303,21 @@ mod tests {
             ..ProcessOptions::new(true)
         };
         let source = Source::from(path.as_path());
-        let reader = Reader::open(&path, config.limits, options.window).unwrap();
+        let run = |registry: &mut Registry| {
+            let reader = Reader::open(&path, config.limits, options.window).unwrap();
+            in_pieces(
+                &source, reader, &config, schemas, registry, &options, &mut None,
+            )
+            .unwrap()
+            .unwrap()
+        };
         // Read whole, all 20 are accepted.
-        let all = in_pieces(
-            &source,
-            reader,
-            &config,
-            schemas,
-            &mut registry,
-            &options,
-            &mut None,
-        )
-        .unwrap()
-        .unwrap();
+        let all = run(&mut registry);
         assert_eq!(all.len(), 20);
         assert!(all.iter().all(|r| r.disposition == Disposition::Accepted));
         // Stopped before a piece: that piece and the rest are not read, and the file says so.
         options.stop.abandon();
-        let reader = Reader::open(&path, config.limits, options.window).unwrap();
-        let cut = in_pieces(
-            &source,
-            reader,
-            &config,
-            schemas,
-            &mut registry,
-            &options,
-            &mut None,
-        )
-        .unwrap()
-        .unwrap();
+        let cut = run(&mut registry);
         assert_eq!(cut.len(), 1, "{cut:?}");
         assert_eq!(cut[0].disposition, Disposition::InProgress);
         assert!(cut[0]

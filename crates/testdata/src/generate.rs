@@ -853,6 +853,16 @@ mod tests {
     use std::collections::BTreeSet;
     use x12gate::x12::{Interchanges, Limits};
 
+    /// The findings of `bytes` against the built-in definitions.
+    fn findings_of(bytes: &[u8]) -> Vec<x12gate::finding::Finding> {
+        let schemas = x12gate::schema::builtin().unwrap();
+        x12gate::check::file(
+            bytes,
+            Limits::default(),
+            &x12gate::check::Checks::definitions(schemas),
+        )
+    }
+
     fn render(findings: &[impl Display]) -> String {
         findings.iter().take(5).map(|f| format!("{f}\n")).collect()
     }
@@ -868,11 +878,7 @@ mod tests {
         for (seed, size) in [(1, 0), (2, 1_000), (3, 50_000), (4, 2_000_000)] {
             let bytes = file(seed, size);
             assert!(bytes.len() >= size);
-            let findings = x12gate::check::file(
-                &bytes,
-                Limits::default(),
-                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
-            );
+            let findings = findings_of(&bytes);
             assert!(findings.is_empty(), "seed {seed}: {}", render(&findings));
         }
     }
@@ -937,11 +943,7 @@ mod tests {
             Generator::with_options(5, options)
                 .write_to(&mut out, 200_000)
                 .unwrap();
-            let findings = x12gate::check::file(
-                &out,
-                Limits::default(),
-                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
-            );
+            let findings = findings_of(&out);
             assert!(findings.is_empty(), "{delimiters:?}: {}", render(&findings));
             let ic = Interchanges::new(&out, Limits::default())
                 .next()
@@ -965,11 +967,7 @@ mod tests {
         let all: Vec<_> = Interchanges::new(&out, Limits::default()).collect();
         assert_eq!(all.len(), 1);
         assert!(all[0].as_ref().unwrap().groups.len() > 10);
-        let findings = x12gate::check::file(
-            &out,
-            Limits::default(),
-            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
-        );
+        let findings = findings_of(&out);
         assert!(findings.is_empty(), "{}", render(&findings));
     }
 
@@ -1040,11 +1038,7 @@ mod tests {
                     .collect()
             };
             assert_eq!(rest(segs), rest(segments(&plain)));
-            let findings = x12gate::check::file(
-                &out,
-                Limits::default(),
-                &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
-            );
+            let findings = findings_of(&out);
             assert!(findings.is_empty(), "{to}: {}", render(&findings));
         }
     }
@@ -1135,11 +1129,7 @@ mod tests {
         assert!((1_000..1_200).contains(&sets), "{sets} sets");
         assert!(groups[..groups.len() - 1].iter().all(|n| *n == 300));
         assert!((1..=300).contains(groups.last().unwrap()));
-        let findings = x12gate::check::file(
-            &out,
-            Limits::default(),
-            &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
-        );
+        let findings = findings_of(&out);
         assert!(findings.is_empty(), "{}", render(&findings));
         let ic = Interchanges::new(&out, Limits::default())
             .next()
