@@ -206,7 +206,26 @@ struct RawPartner {
     layout: Layout,
     #[serde(default)]
     translation: crate::translate::Form,
+    #[serde(default)]
+    duplicate_documents: DuplicateDocuments,
+    #[serde(default = "partner_defaults::order_wait_hours")]
+    order_wait_hours: u32,
 }
+
+/// What to do with a business document seen before with the same content, in a new
+/// interchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DuplicateDocuments {
+    /// Not delivered again (it is recorded, and the interchange acknowledged as usual).
+    #[default]
+    Skip,
+    /// Delivered again, its file saying which interchange first carried it.
+    Deliver,
+}
+
+/// How long a change waits for its original before it is delivered without it.
+pub const DEFAULT_ORDER_WAIT_HOURS: u32 = 24;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -243,6 +262,9 @@ mod partner_defaults {
     }
     pub fn scope() -> InterchangeScope {
         InterchangeScope::Sender
+    }
+    pub fn order_wait_hours() -> u32 {
+        super::DEFAULT_ORDER_WAIT_HOURS
     }
 }
 
@@ -282,6 +304,10 @@ pub struct Partner {
     pub layout: Layout,
     /// The JSON form of translations: structured where a definition exists (the default), or raw.
     pub translation: crate::translate::Form,
+    /// A business document resent with the same content: skipped (the default) or delivered.
+    pub duplicate_documents: DuplicateDocuments,
+    /// How long a change (or copy) waits for its original before it is delivered without.
+    pub order_wait_hours: u32,
 }
 
 impl Partner {
@@ -305,6 +331,8 @@ impl Partner {
             validation: partner_defaults::validation(),
             layout: Layout::default(),
             translation: crate::translate::Form::default(),
+            duplicate_documents: DuplicateDocuments::default(),
+            order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
         }
     }
 
@@ -480,6 +508,8 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         validation: raw.validation,
         layout: raw.layout,
         translation: raw.translation,
+        duplicate_documents: raw.duplicate_documents,
+        order_wait_hours: raw.order_wait_hours,
     })
 }
 

@@ -31,7 +31,27 @@ pub fn fingerprint(input: &[u8], ic: &Interchange<'_>, ignore: &[String]) -> Str
     let start = ic.span.start + ic.isa.len;
     for segment in Segments::new(input, start, ic.span.end, 2, ic.delimiters()) {
         let gs = segment.id == b"GS";
-        hash_segment(&mut h, &segment, &|n| gs && ignored("GS", n));
+        hash_segment(&mut h, &segment, &|n| gs && ignored("GS", n), usize::MAX);
+    }
+    h.finish()
+}
+
+/// Hex blake3 of one set's own content: the segments between its ST and SE in the same
+/// canonical form, so control numbers (ST02, SE02), the envelope and the delimiters never
+/// reach it; a segment's trailing empty elements are left out too (one translator writes
+/// them, another does not), so a re-enveloped resend of a document has the fingerprint of
+/// its first sending.
+pub fn set_fingerprint(set: &crate::x12::TransactionSet<'_>) -> String {
+    let mut h = Canonical::default();
+    for segment in set.body.segments() {
+        let used = segment
+            .elements()
+            .enumerate()
+            .filter(|(_, e)| !e.value.is_empty())
+            .map(|(i, _)| i + 1)
+            .last()
+            .unwrap_or(0);
+        hash_segment(&mut h, &segment, &|_| false, used);
     }
     h.finish()
 }
@@ -69,9 +89,15 @@ impl Canonical {
     }
 }
 
-fn hash_segment(h: &mut Canonical, segment: &Segment<'_>, ignored: &dyn Fn(usize) -> bool) {
+/// One segment, its first `elements` elements (all of them for an interchange's fingerprint).
+fn hash_segment(
+    h: &mut Canonical,
+    segment: &Segment<'_>,
+    ignored: &dyn Fn(usize) -> bool,
+    elements: usize,
+) {
     h.piece(b'S', segment.id);
-    for (i, element) in segment.elements().enumerate() {
+    for (i, element) in segment.elements().take(elements).enumerate() {
         if ignored(i + 1) {
             h.piece(b'E', b"");
             continue;

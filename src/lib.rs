@@ -17,6 +17,8 @@
 //!   numbered by control numbers given to it.
 //! - [`disposition`]: what became of an interchange, the word `ack` decides, `process`
 //!   reports and the `registry` stores.
+//! - [`document`]: the business document a set carries (its key from the elements its
+//!   definition declares, its content fingerprint), the unit of exactly-once delivery.
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
@@ -58,6 +60,7 @@ pub mod check;
 pub mod config;
 pub mod desk;
 pub mod disposition;
+pub mod document;
 pub mod finding;
 pub mod fingerprint;
 pub mod inbound;

@@ -1711,6 +1711,7 @@ fn concurrent_moves_never_overwrite_each_other() {
         attempt: None,
         took_over: None,
         replayed: None,
+        documents: Vec::new(),
         key: None,
     };
     for round in 0..100 {

@@ -27,6 +27,7 @@ use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
 
+use super::documents::Planned;
 use super::{
     acknowledgments, correlation_id, decide_with, interchange_key, json, numbers_needed,
     outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report, Source, Turn,
@@ -44,13 +45,13 @@ pub struct FileOutcome {
 }
 
 /// One interchange on its way through a batch.
-struct Item<'a> {
-    utf8: bool,
-    ic: Interchange<'a>,
-    partner: Partner,
-    key: String,
+pub(super) struct Item<'a> {
+    pub utf8: bool,
+    pub ic: Interchange<'a>,
+    pub partner: Partner,
+    pub key: String,
     fingerprint: String,
-    report: Report,
+    pub report: Report,
 }
 
 /// An owned interchange once decided, with its outputs built in memory.
@@ -59,6 +60,7 @@ struct Prepared {
     decision: Decision,
     files: Vec<Output>,
     group_keys: Vec<GroupKey>,
+    documents: Planned,
     lost: bool,
 }
 
@@ -234,6 +236,7 @@ fn file_report(file: &str, disposition: Disposition, reason: String) -> Report {
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        documents: Vec::new(),
         replayed: None,
         key: None,
     }
@@ -502,6 +505,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        documents: Vec::new(),
         replayed: None,
         key: Some(key.clone()),
     };
@@ -635,23 +639,30 @@ enum AfterClaim {
 
 /// One output to write: where, what, and for which interchange (and whether it is an
 /// acknowledgment, of which kind).
-struct Output {
-    item: usize,
-    dir: PathBuf,
-    name: String,
-    content: Content,
-    ack: Option<String>,
+pub(super) struct Output {
+    pub item: usize,
+    pub dir: PathBuf,
+    pub name: String,
+    pub content: Content,
+    pub ack: Option<String>,
 }
 
 /// What an output holds: bytes made already (acknowledgments), or a translation written
 /// straight into its file when the outputs are written, so that a large interchange's JSON
 /// is never held in memory.
-enum Content {
+pub(super) enum Content {
     Bytes(Vec<u8>),
     /// The interchange's translation in `form`, with the sets `keep[group][set]` accepts.
     Translation {
         form: crate::translate::Form,
         keep: Vec<Vec<bool>>,
+    },
+    /// A business document's file: `head` (its key and delivery), then its set's part.
+    Document {
+        group: usize,
+        set: usize,
+        head: Vec<u8>,
+        identified: Box<crate::document::Identified>,
     },
 }
 
@@ -660,9 +671,9 @@ type Writer<'a> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + S
 
 /// What one round works by: the configuration, the definitions, how to process, and the
 /// lease every claim of it takes.
-struct Round<'c> {
-    config: &'c Config,
-    schemas: &'c Schemas,
+pub(super) struct Round<'c> {
+    pub config: &'c Config,
+    pub schemas: &'c Schemas,
     options: &'c ProcessOptions,
     lease_ms: i64,
 }
@@ -948,6 +959,40 @@ fn write_all(
             .map(|w| -> Writer<'_> {
                 match &w.content {
                     Content::Bytes(bytes) => Box::new(move |out| out.write_all(bytes)),
+                    Content::Document {
+                        group,
+                        set,
+                        head,
+                        identified,
+                    } => {
+                        let it = &items[w.item];
+                        Box::new(move |out| {
+                            let (Some(g), Some(s)) = (
+                                it.ic.groups.get(*group),
+                                it.ic.groups.get(*group).and_then(|g| g.sets.get(*set)),
+                            ) else {
+                                return Err(std::io::Error::other("a document's set is gone"));
+                            };
+                            out.write_all(head)?;
+                            crate::document::write_rest(
+                                &it.ic,
+                                g,
+                                &s,
+                                identified,
+                                &crate::document::Written {
+                                    correlation_id: it
+                                        .report
+                                        .correlation_id
+                                        .as_deref()
+                                        .unwrap_or_default(),
+                                    utf8: it.utf8,
+                                    form: it.partner.translation,
+                                },
+                                out,
+                            )?;
+                            out.write_all(crate::document::END)
+                        })
+                    }
                     Content::Translation { form, keep } => {
                         let it = &items[w.item];
                         Box::new(move |out| {
@@ -988,7 +1033,7 @@ fn write_all(
                 if n >= replays {
                     let bytes = match w.content {
                         Content::Bytes(b) => b,
-                        Content::Translation { .. } => Vec::new(),
+                        Content::Translation { .. } | Content::Document { .. } => Vec::new(),
                     };
                     stored.entry(w.item).or_default().push(StoredAck {
                         kind,
@@ -1024,6 +1069,7 @@ fn complete_all(
             .and_then(|r| r.code)
             .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
+        it.report.documents.clone_from(&p.documents.reports);
     }
     if any_owned {
         fail::fail_point!("complete.before", |_| std::process::abort());
@@ -1063,6 +1109,9 @@ fn complete_all(
                     detail: &json(&it.report),
                 },
             )?;
+            if done {
+                super::documents::complete(b, &it.key, &p.documents)?;
+            }
             completed.push((p.item, done));
         }
         for (i, plan) in plans {
@@ -1173,15 +1222,30 @@ fn prepare(
     let g = &r.config.gateway;
     let mut files = Vec::new();
     let response = &decision.response;
-    if response.disposition != Disposition::Rejected {
-        let keep = |gi: usize, si: usize| {
-            response
-                .accepted_sets
+    let accepted = |gi: usize, si: usize| {
+        response
+            .accepted_sets
+            .get(gi)
+            .and_then(|s| s.get(si))
+            .copied()
+            .unwrap_or(false)
+    };
+    let mut documents = if response.disposition == Disposition::Rejected {
+        Planned::default()
+    } else {
+        super::documents::plan(b, r, i, it, &accepted)?
+    };
+    // Sets that carry a business document are delivered in its own file.
+    let keep = |gi: usize, si: usize| {
+        accepted(gi, si)
+            && !documents
+                .keyed
                 .get(gi)
-                .and_then(|s| s.get(si))
+                .and_then(|g| g.get(si))
                 .copied()
                 .unwrap_or(false)
-        };
+    };
+    if response.disposition != Disposition::Rejected && documents.interchange_file(&accepted) {
         // Written straight into its file at step (4); only whether its sets are kept is
         // decided here.
         files.push(Output {
@@ -1209,6 +1273,7 @@ fn prepare(
             content: Content::Bytes(o.bytes),
         });
     }
+    files.extend(std::mem::take(&mut documents.outputs));
     // The fence: a fresh lease covers the writes and the completion; a claim another process
     // took over while we were slow is no longer ours to write.
     let lost = !b.renew(&it.key, &r.options.owner, r.lease_ms)?;
@@ -1217,6 +1282,7 @@ fn prepare(
         decision,
         files,
         group_keys,
+        documents,
         lost,
     })
 }

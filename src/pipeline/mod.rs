@@ -167,6 +167,9 @@ pub struct Report {
     /// Whose expired or failed claim this attempt took over, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_over: Option<String>,
+    /// The business documents among its accepted sets, and what became of each.
+    #[serde(default)]
+    pub documents: Vec<DocumentReport>,
     /// The registry key (not printed: `history --json` gives it from the event).
     #[serde(skip)]
     pub key: Option<String>,
@@ -456,8 +459,12 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 }
 
 mod batch;
+mod documents;
 
 pub use batch::{process_file, process_files, FileOutcome, BATCH_BYTES, BATCH_FILES};
+pub use documents::{
+    discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
+};
 
 #[cfg(test)]
 mod tests {

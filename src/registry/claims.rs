@@ -220,7 +220,7 @@ fn json<T: Serialize>(v: &T) -> String {
 /// which is what makes it fast on disks where an fsync costs milliseconds. The steps of an
 /// interchange's way through the gateway exist only here: one step alone is a batch of one.
 pub struct Batch<'r> {
-    tx: rusqlite::Transaction<'r>,
+    pub(super) tx: rusqlite::Transaction<'r>,
     path: &'r str,
 }
 
@@ -260,7 +260,7 @@ impl Registry {
 }
 
 impl Batch<'_> {
-    fn sql(&self, source: rusqlite::Error) -> RegistryError {
+    pub(super) fn sql(&self, source: rusqlite::Error) -> RegistryError {
         RegistryError::Sqlite {
             path: self.path.to_string(),
             cause: source,

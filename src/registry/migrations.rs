@@ -97,6 +97,37 @@ const MIGRATIONS: &[&str] = &[
         SELECT partner, '', app_sender, '', control_number, interchange_key, seen FROM groups;
     DROP TABLE groups;
     ALTER TABLE groups_v4 RENAME TO groups;",
+    // 5: business documents: every sighting of a keyed set, its decision and its delivery.
+    "CREATE TABLE documents (
+        id               INTEGER PRIMARY KEY AUTOINCREMENT,
+        key              TEXT NOT NULL,
+        subject          TEXT NOT NULL,
+        partner          TEXT NOT NULL,
+        set_id           TEXT NOT NULL,
+        role             TEXT NOT NULL CHECK (role IN ('original', 'change', 'copy')),
+        version          TEXT,
+        fingerprint      TEXT NOT NULL,
+        interchange_key  TEXT NOT NULL,
+        position         TEXT NOT NULL,
+        st02             TEXT NOT NULL,
+        disposition      TEXT NOT NULL
+            CHECK (disposition IN ('new', 'duplicate', 'conflict', 'waiting', 'stale')),
+        duplicate_of     INTEGER,
+        delivery         TEXT NOT NULL
+            CHECK (delivery IN ('pending', 'delivered', 'none', 'held', 'parked', 'discarded')),
+        by               TEXT NOT NULL,
+        sequence         INTEGER UNIQUE,
+        original_missing INTEGER NOT NULL DEFAULT 0,
+        output           TEXT,
+        body             BLOB,
+        seen             INTEGER NOT NULL,
+        delivered_at     INTEGER,
+        UNIQUE (interchange_key, position)
+    ) STRICT;
+    CREATE INDEX documents_key ON documents (key, fingerprint);
+    CREATE INDEX documents_subject ON documents (subject, role);
+    CREATE INDEX documents_by ON documents (by, delivery);
+    CREATE INDEX documents_open ON documents (delivery) WHERE delivery IN ('pending', 'held', 'parked');",
 ];
 
 pub enum Error {
@@ -174,6 +205,6 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 4);
+        assert_eq!(known(), 5);
     }
 }

@@ -12,6 +12,7 @@
 
 mod claims;
 mod counters;
+mod documents;
 mod migrations;
 mod vocabulary;
 
@@ -25,6 +26,7 @@ pub use claims::{
     Previous, Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
+pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
 #[derive(Debug, thiserror::Error)]

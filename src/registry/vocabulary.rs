@@ -44,6 +44,11 @@ crate::words::words! {
         Released = "released",
         /// The watcher placed an interchange's file (archive or rejected).
         Placed = "placed",
+        /// Held or parked documents were delivered (an operator's release, or a wait for an
+        /// original that ran out).
+        DocumentsReleased = "documents_released",
+        /// An operator discarded held or parked documents.
+        DocumentsDiscarded = "documents_discarded",
     }
 }
 
@@ -96,6 +101,8 @@ stored_as_text!(
     Disposition => "disposition",
     ClaimState => "claim state",
     EventKind => "event kind",
+    crate::document::DocumentDisposition => "document disposition",
+    super::Delivery => "delivery",
 );
 
 #[cfg(test)]
@@ -171,7 +178,9 @@ mod tests {
                 "prune",
                 "reopened",
                 "released",
-                "placed"
+                "placed",
+                "documents_released",
+                "documents_discarded"
             ]
         );
     }

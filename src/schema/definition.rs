@@ -401,6 +401,44 @@ pub struct SetDef {
     pub(crate) by_id: HashMap<Box<[u8]>, Vec<usize>>,
     /// Every segment id of the version's dictionary (AK304 1 versus 6).
     pub(crate) known: Arc<HashSet<Box<[u8]>>>,
+    /// The elements that name the business document a set carries (`[document]`); `None`
+    /// for sets that carry none (the 997).
+    pub document: Option<DocumentSpec>,
+}
+
+/// One element of a set by its segment's first occurrence and its position: `BEG03`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub segment: String,
+    /// 1-based.
+    pub position: usize,
+}
+
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:02}", self.segment, self.position)
+    }
+}
+
+/// What names a set's business document and the event it records, as `[document]` declares
+/// it (the README's "Document keys" lists them per set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocumentSpec {
+    /// The document's number: these elements' values, the empty ones left out.
+    pub id: Vec<Field>,
+    /// The event: the purpose code first (it decides the role), then any qualifier.
+    pub event: Vec<Field>,
+    /// A change's sequence number, compared to tell a stale change from a newer one.
+    pub version: Option<Field>,
+    /// A type recorded with the document (850 BEG02), not part of its key.
+    pub kind: Option<Field>,
+    /// The set whose document this one is about (860 changes an 850's PO); its own id
+    /// otherwise.
+    pub of: String,
+    /// Purpose codes of a change to a document (`*`: every event is one, as in an 860).
+    pub changes: Vec<String>,
+    /// Purpose codes of a copy of a document sent before (07 duplicate).
+    pub copies: Vec<String>,
 }
 
 impl SetDef {
@@ -447,6 +485,23 @@ struct RawFile {
     composites: HashMap<String, RawComposite>,
     #[serde(default)]
     codes: HashMap<String, Vec<String>>,
+    document: Option<RawDocument>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDocument {
+    id: Vec<String>,
+    #[serde(default)]
+    event: Vec<String>,
+    version: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    of: Option<String>,
+    #[serde(default)]
+    changes: Vec<String>,
+    #[serde(default)]
+    copies: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1000,6 +1055,11 @@ fn compile(
     for envelope in ["ISA", "IEA", "GS", "GE", "ST", "SE", "TA1"] {
         known.insert(envelope.as_bytes().to_vec().into_boxed_slice());
     }
+    let document = raw
+        .document
+        .as_ref()
+        .map(|d| document_spec(path, id, d, &by_id, &nodes, &segments))
+        .transpose()?;
     Ok(SetDef {
         id: id.to_string(),
         version: raw.version.clone(),
@@ -1007,8 +1067,60 @@ fn compile(
         nodes,
         segments,
         hierarchy,
+        document,
         by_id,
         known: Arc::new(known),
+    })
+}
+
+/// `[document]` compiled: every element it names must be one the structure holds.
+fn document_spec(
+    path: &str,
+    id: &str,
+    raw: &RawDocument,
+    by_id: &HashMap<Box<[u8]>, Vec<usize>>,
+    nodes: &[Node],
+    segments: &[SegmentDef],
+) -> Result<DocumentSpec, String> {
+    let field = |text: &str| -> Result<Field, String> {
+        let bad = || {
+            format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03)")
+        };
+        let cut = text.len().checked_sub(2).ok_or_else(bad)?;
+        let (segment, position) = (
+            text.get(..cut).ok_or_else(bad)?,
+            text.get(cut..).ok_or_else(bad)?,
+        );
+        let position: usize = position.parse().map_err(|_| bad())?;
+        let node = by_id
+            .get(segment.as_bytes())
+            .and_then(|places| places.first())
+            .and_then(|n| nodes.get(*n))
+            .ok_or_else(bad)?;
+        let elements = segments.get(node.segment).map_or(0, |s| s.elements.len());
+        if position == 0 || position > elements {
+            return Err(bad());
+        }
+        Ok(Field {
+            segment: segment.to_string(),
+            position,
+        })
+    };
+    if raw.id.is_empty() {
+        return Err(format!("schemas/{path}: [document] needs `id`"));
+    }
+    Ok(DocumentSpec {
+        id: raw.id.iter().map(|f| field(f)).collect::<Result<_, _>>()?,
+        event: raw
+            .event
+            .iter()
+            .map(|f| field(f))
+            .collect::<Result<_, _>>()?,
+        version: raw.version.as_deref().map(field).transpose()?,
+        kind: raw.kind.as_deref().map(field).transpose()?,
+        of: raw.of.clone().unwrap_or_else(|| id.to_string()),
+        changes: raw.changes.clone(),
+        copies: raw.copies.clone(),
     })
 }
 

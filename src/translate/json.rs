@@ -381,6 +381,40 @@ pub fn write_interchange_document(
     Ok(())
 }
 
+/// One set as its JSON (the object [`write_interchange_document`] gives it), for a business
+/// document's own file; `input_is_utf8` as there.
+pub fn write_set(
+    set: &TransactionSet<'_>,
+    version: &[u8],
+    input_is_utf8: bool,
+    form: Form,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let encoding = if input_is_utf8 {
+        Encoding::Utf8
+    } else {
+        Encoding::Latin1
+    };
+    let text = Text { encoding, form };
+    let mut buf = Vec::new();
+    serde_json::to_writer(&mut buf, &text.set(version, set)).map_err(io::Error::from)?;
+    out.write_all(&buf)
+}
+
+/// Input bytes as JSON text, in the encoding a document of such input declares.
+pub fn text_of(bytes: &[u8], input_is_utf8: bool) -> String {
+    let encoding = if input_is_utf8 {
+        Encoding::Utf8
+    } else {
+        Encoding::Latin1
+    };
+    Text {
+        encoding,
+        form: Form::Raw,
+    }
+    .decode(bytes)
+}
+
 /// Serialising a piece of the document to a `dyn Write` (serde's `Serialize` is not object
 /// safe, so each piece goes through this small trait).
 mod erased {

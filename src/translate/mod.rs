@@ -19,7 +19,7 @@ mod json;
 mod structured;
 
 pub use json::{
-    interchange_document, parse_document, parse_document_as, render_document, write_document,
-    write_interchange_document, Document, DocumentWriter, Form, JsonElement, ParseError,
-    RenderError,
+    interchange_document, parse_document, parse_document_as, render_document, text_of,
+    write_document, write_interchange_document, write_set, Document, DocumentWriter, Form,
+    JsonElement, ParseError, RenderError,
 };

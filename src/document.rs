@@ -1,0 +1,392 @@
+//! The business document a transaction set carries: the unit of exactly-once.
+//!
+//! Control numbers are transport ids: a partner's translator renumbers ISA13, GS06 and ST02
+//! when it resends, and a VAN re-envelopes. What does not change is the business event: this
+//! PO, this invoice, in this purpose. Each set definition declares the elements that name it
+//! (`[document]`), and a set is known by its document key, `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`,
+//! and the fingerprint of its own content (the segments between ST and SE).
+
+use crate::schema::{DocumentSpec, Field, SetDef};
+use crate::x12::{Group, Interchange, Segment, TransactionSet};
+
+crate::words::words! {
+    /// What became of one business document when its set was accepted.
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum DocumentDisposition as as_str {
+        /// First sighting of its key: delivered.
+        New = "new",
+        /// Its key and content were seen before: not delivered again (unless the partner
+        /// says `duplicate_documents = "deliver"`).
+        Duplicate = "duplicate",
+        /// Its key was seen before with other content: held for an operator.
+        Conflict = "conflict",
+        /// A change (or a copy) of a document never delivered: parked until its original.
+        Waiting = "waiting",
+        /// A change older than one already delivered: recorded, never delivered.
+        Stale = "stale",
+    }
+}
+
+crate::words::words! {
+    /// What a document's event does to the document, from its purpose code.
+    pub enum Role as as_str {
+        Original = "original",
+        Change = "change",
+        Copy = "copy",
+    }
+}
+
+/// The longest text a key part keeps from input: longer values are cut and end in a hash of
+/// the whole, so two long values still make two keys.
+const MAX_PART: usize = 80;
+
+/// One set's business document, as read from the elements its definition names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identified {
+    /// `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`, each part escaped.
+    pub key: String,
+    /// `QUAL:ID:OF:DOCUMENT`: the document its changes and copies are about (an 860's is
+    /// its 850's).
+    pub subject: String,
+    pub set_id: String,
+    pub document_id: String,
+    pub event: String,
+    pub version: Option<String>,
+    pub kind: Option<String>,
+    pub role: Role,
+    /// Hex blake3 of the canonical content between ST and SE.
+    pub fingerprint: String,
+}
+
+/// The document of `set` by `def`'s `[document]`, for the sender `qualifier:id` (ISA05,
+/// ISA06); `None` when the definition declares none or the set lacks its number.
+pub fn identify(
+    qualifier: &[u8],
+    id: &[u8],
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+) -> Option<Identified> {
+    let spec = def.document.as_ref()?;
+    let heading = Heading::of(set, spec);
+    let document_id = heading.joined(&spec.id);
+    if document_id.is_empty() {
+        return None;
+    }
+    let event = heading.joined(&spec.event);
+    let purpose = spec
+        .event
+        .first()
+        .map(|f| heading.value(f))
+        .unwrap_or_default();
+    let role = if spec.copies.contains(&purpose) {
+        Role::Copy
+    } else if spec.changes.iter().any(|c| c == "*" || *c == purpose) {
+        Role::Change
+    } else {
+        Role::Original
+    };
+    let optional = |f: &Option<Field>| {
+        f.as_ref()
+            .map(|f| heading.value(f))
+            .filter(|v| !v.is_empty())
+    };
+    let version = optional(&spec.version);
+    let sender = format!("{}:{}", part(qualifier), part(id));
+    let key = format!(
+        "{sender}:{}:{document_id}:{event}:{}",
+        part(def.id.as_bytes()),
+        version.as_deref().unwrap_or("")
+    );
+    let subject = format!("{sender}:{}:{document_id}", part(spec.of.as_bytes()));
+    Some(Identified {
+        key,
+        subject,
+        set_id: def.id.clone(),
+        document_id,
+        event,
+        version,
+        kind: optional(&spec.kind),
+        role,
+        fingerprint: crate::fingerprint::set_fingerprint(set),
+    })
+}
+
+/// What a document's file says about its delivery: known once it is decided, so written
+/// apart from the rest (a held or parked document's rest is stored until it is delivered).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Delivery<'a> {
+    pub disposition: DocumentDisposition,
+    /// Its place in the order of deliveries: a consumer applies documents in this order (a
+    /// change after its original, whatever order the files are found in).
+    pub sequence: Option<i64>,
+    /// The interchange this document came in.
+    pub interchange: &'a str,
+    /// For a duplicate delivered again: the interchange of its first sighting.
+    pub duplicate_of: Option<&'a str>,
+    /// A change or copy delivered after the wait for its original ran out.
+    pub original_missing: bool,
+}
+
+/// The start of a document's file, up to what its set fixes: `{"document_key": ...,
+/// "delivery": {...},`; then [`write_rest`] (or the rest stored for it), then [`END`].
+pub fn head(key: &str, delivery: &Delivery<'_>) -> Vec<u8> {
+    let mut out = b"{\"document_key\":".to_vec();
+    // invariant: a string and a struct of strings, numbers and booleans always serialise.
+    let _ = serde_json::to_writer(&mut out, key);
+    out.extend_from_slice(b",\"delivery\":");
+    let _ = serde_json::to_writer(&mut out, delivery);
+    out.push(b',');
+    out
+}
+
+/// The end of a document's file.
+pub const END: &[u8] = b"}\n";
+
+/// How a document's set is written: for which interchange, and in which text and form.
+pub struct Written<'a> {
+    pub correlation_id: &'a str,
+    /// Whether the interchange's bytes are UTF-8 (else latin1, as translations say).
+    pub utf8: bool,
+    pub form: crate::translate::Form,
+}
+
+/// The part of a document's file its set fixes: what names it, its interchange's
+/// correlation id, the envelope around it and the set's JSON (in the partner's form).
+pub fn write_rest(
+    ic: &Interchange<'_>,
+    group: &Group<'_>,
+    set: &TransactionSet<'_>,
+    d: &Identified,
+    how: &Written<'_>,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let utf8 = how.utf8;
+    let text = |b: &[u8]| crate::translate::text_of(b.trim_ascii(), utf8);
+    let identity = serde_json::json!({
+        "set": d.set_id,
+        "id": d.document_id,
+        "event": d.event,
+        "version": d.version,
+        "type": d.kind,
+        "role": d.role.as_str(),
+    });
+    let gs = |n| text(group.gs.element(n).unwrap_or_default());
+    let envelope = serde_json::json!({
+        "sender": format!("{}:{}", text(ic.isa.field(5)), text(ic.isa.field(6))),
+        "receiver": format!("{}:{}", text(ic.isa.field(7)), text(ic.isa.field(8))),
+        "isa13": text(ic.isa.field(13)),
+        "isa_date": text(ic.isa.field(9)),
+        "isa_time": text(ic.isa.field(10)),
+        "gs01": gs(1),
+        "gs02": gs(2),
+        "gs03": gs(3),
+        "gs04": gs(4),
+        "gs05": gs(5),
+        "gs06": gs(6),
+        "gs08": gs(8),
+        "st02": text(set.st.element(2).unwrap_or_default()),
+        "encoding": if utf8 { "utf8" } else { "latin1" },
+    });
+    out.write_all(b"\"identity\":")?;
+    serde_json::to_writer(&mut *out, &identity)?;
+    out.write_all(b",\"correlation_id\":")?;
+    serde_json::to_writer(&mut *out, how.correlation_id)?;
+    out.write_all(b",\"envelope\":")?;
+    serde_json::to_writer(&mut *out, &envelope)?;
+    out.write_all(b",\"set\":")?;
+    let version = group.gs.element(8).unwrap_or_default();
+    crate::translate::write_set(set, version, utf8, how.form, out)
+}
+
+/// The first occurrence of each segment a spec names, read once.
+struct Heading<'a> {
+    segments: Vec<Segment<'a>>,
+}
+
+impl<'a> Heading<'a> {
+    fn of(set: &TransactionSet<'a>, spec: &DocumentSpec) -> Heading<'a> {
+        let wanted: Vec<&str> = spec
+            .id
+            .iter()
+            .chain(&spec.event)
+            .chain(&spec.version)
+            .chain(&spec.kind)
+            .map(|f| f.segment.as_str())
+            .collect();
+        let mut segments: Vec<Segment<'a>> = Vec::new();
+        for s in set.body.segments() {
+            if segments.len() == wanted.len() {
+                break;
+            }
+            if wanted.iter().any(|w| s.is(w.as_bytes())) && !segments.iter().any(|k| k.id == s.id) {
+                segments.push(s);
+            }
+        }
+        Heading { segments }
+    }
+
+    /// A field's value as a key part (escaped, bounded); empty when absent.
+    fn value(&self, f: &Field) -> String {
+        self.segments
+            .iter()
+            .find(|s| s.is(f.segment.as_bytes()))
+            .and_then(|s| s.element(f.position))
+            .map(|v| part(v).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Several fields' values joined by `+`, the empty ones left out.
+    fn joined(&self, fields: &[Field]) -> String {
+        fields
+            .iter()
+            .map(|f| self.value(f))
+            .filter(|v| !v.is_empty())
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+}
+
+/// One value as a part of a document key: trimmed, with the key's separators (`:`, `+`),
+/// the escape (`%`) and anything that is not printable ASCII written `%XX`, so no two
+/// different values make one key; longer than [`MAX_PART`], cut and ended with a hash.
+pub fn part(value: &[u8]) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    let value = value.trim_ascii();
+    let plain = |b: &u8| b.is_ascii_graphic() && !matches!(b, b':' | b'+' | b'%') || *b == b' ';
+    let text = if value.iter().all(plain) {
+        // invariant: every byte is printable ASCII.
+        Cow::Borrowed(std::str::from_utf8(value).unwrap_or_default())
+    } else {
+        Cow::Owned(
+            value
+                .iter()
+                .map(|b| {
+                    if plain(b) {
+                        char::from(*b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect(),
+        )
+    };
+    if text.len() <= MAX_PART {
+        return text;
+    }
+    let hash = blake3::hash(value).to_hex();
+    let cut = (0..=MAX_PART - 17)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    Cow::Owned(format!(
+        "{}~{}",
+        text.get(..cut).unwrap_or_default(),
+        hash.get(..16).unwrap_or_default()
+    ))
+}
+
+/// Compares two change sequence numbers: numerically when both are numbers, otherwise not
+/// at all (`None`: a partner's free-text versions cannot make a change stale).
+pub fn version_order(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let n = |v: &str| {
+        (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| v.trim_start_matches('0').to_string())
+    };
+    let (a, b) = (n(a)?, n(b)?);
+    Some(a.len().cmp(&b.len()).then_with(|| a.cmp(&b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x12::{Interchanges, Limits};
+
+    fn wrap(body: &str) -> String {
+        format!(
+            "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*U*00401*000000001*0*P*>~GS*PO*ACME*X12GATE*20240101*1200*1*X*004010~ST*850*0001~{body}SE*4*0001~GE*1*1~IEA*1*000000001~"
+        )
+    }
+
+    fn identified(text: &str, set: &str) -> Option<Identified> {
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let s = ic.groups[0].sets.get(0).unwrap();
+        identify(
+            ic.isa.field(5),
+            ic.isa.field(6),
+            &s,
+            schemas.find(b"004010", set.as_bytes()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_850_is_known_by_its_po_number_and_purpose() {
+        let d = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        assert_eq!(d.key, "ZZ:ACME:850:PO-1:00:");
+        assert_eq!(d.subject, "ZZ:ACME:850:PO-1");
+        assert_eq!(d.role, Role::Original);
+        assert_eq!(d.kind.as_deref(), Some("SA"));
+        // A release against a blanket order is its own document.
+        let r = identified(&wrap("BEG*00*RL*PO-1*7*20240101~PO1*1*10*EA~"), "850").unwrap();
+        assert_eq!(r.key, "ZZ:ACME:850:PO-1+7:00:");
+        let c = identified(&wrap("BEG*07*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        assert_eq!(c.role, Role::Copy);
+        let x = identified(&wrap("BEG*05*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        assert_eq!(x.role, Role::Change);
+        assert!(identified(&wrap("BEG*00*SA***20240101~PO1*1*10*EA~"), "850").is_none());
+    }
+
+    #[test]
+    fn an_860_changes_the_850s_document_by_its_sequence() {
+        let text = wrap("BCH*04*SA*PO-1**3*20240101~POC*1*CA*5~").replace("ST*850", "ST*860");
+        let d = identified(&text, "860").unwrap();
+        assert_eq!(d.key, "ZZ:ACME:860:PO-1:04:3");
+        assert_eq!(d.subject, "ZZ:ACME:850:PO-1");
+        assert_eq!(d.role, Role::Change);
+        assert_eq!(d.version.as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn keys_cannot_run_into_each_other() {
+        assert_eq!(part(b"A:B"), "A%3AB");
+        assert_eq!(part(b"A+B"), "A%2BB");
+        assert_eq!(part(b"50%"), "50%25");
+        assert_eq!(part(b" PO1 "), "PO1");
+        assert_ne!(part(b"\xff"), part(b"\xfe"));
+        let long = part(&[b'A'; 500]);
+        assert!(long.len() <= MAX_PART, "{long}");
+        assert_ne!(long, part(&[b'A'; 501]));
+    }
+
+    #[test]
+    fn content_not_envelope_makes_the_fingerprint() {
+        let a = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        let renumbered = wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~")
+            .replace("ST*850*0001", "ST*850*0099")
+            .replace("SE*4*0001", "SE*4*0099")
+            .replace("*1*X*", "*77*X*")
+            .replace('*', "|")
+            .replace('~', "\n");
+        let b = identified(&renumbered, "850").unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_eq!(a.key, b.key);
+        let more = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*11*EA~"), "850").unwrap();
+        assert_ne!(a.fingerprint, more.fingerprint);
+        // A trailing empty element is the same content.
+        let trailing = identified(&wrap("BEG*00*SA*PO-1**20240101*~PO1*1*10*EA~"), "850").unwrap();
+        assert_eq!(a.fingerprint, trailing.fingerprint);
+    }
+
+    #[test]
+    fn versions_compare_as_numbers_or_not_at_all() {
+        use std::cmp::Ordering::*;
+        assert_eq!(version_order("2", "10"), Some(Less));
+        assert_eq!(version_order("003", "3"), Some(Equal));
+        assert_eq!(version_order("A", "3"), None);
+        assert_eq!(version_order("", "3"), None);
+    }
+}

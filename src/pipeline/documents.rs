@@ -1,0 +1,402 @@
+//! Business documents on an interchange's way through `process`: which accepted sets carry
+//! one, what the registry decides for each (in the transaction that prepares the
+//! interchange), and the files that deliver them; and the deliveries that happen outside an
+//! interchange's round (an operator's release, a wait for an original that ran out).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::document::{self, DocumentDisposition, Identified};
+use crate::outputs;
+use crate::registry::{Batch, Decided, Delivery, EventKind, Registry, Release, Released, Sighting};
+
+use super::batch::{Content, Item, Output, Round};
+use super::ProcessError;
+
+/// One document of an interchange, as `process --json` and the history report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentReport {
+    pub set: String,
+    pub st02: String,
+    pub key: String,
+    pub disposition: DocumentDisposition,
+    /// The interchange of the sighting this one repeats or conflicts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
+    /// The file that delivers it, when it is delivered now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The business system's reference for it, once a delivery returns one.
+    pub result_ref: Option<String>,
+}
+
+/// The documents of one interchange, decided.
+#[derive(Default)]
+pub(super) struct Planned {
+    /// `[group][set]`: the set carries a document, delivered in its own file and so left
+    /// out of the interchange's translation.
+    pub keyed: Vec<Vec<bool>>,
+    pub outputs: Vec<Output>,
+    pub reports: Vec<DocumentReport>,
+    /// Document row → the file name that delivers it, recorded with the completion.
+    pub named: Vec<(i64, String)>,
+    /// Parked documents of this partner that this interchange's original let go.
+    pub released: Vec<Released>,
+}
+
+impl Planned {
+    /// Whether the interchange's own translation file is written: it holds the accepted
+    /// sets that carry no document (and stays as before for an interchange without any).
+    pub fn interchange_file(&self, accepted: &dyn Fn(usize, usize) -> bool) -> bool {
+        let mut any_keyed = false;
+        for (gi, sets) in self.keyed.iter().enumerate() {
+            for (si, keyed) in sets.iter().enumerate() {
+                if !keyed && accepted(gi, si) {
+                    return true;
+                }
+                any_keyed |= keyed;
+            }
+        }
+        !any_keyed
+    }
+}
+
+/// A document's file name: its key's, or for a later sighting delivered too (a duplicate
+/// delivered again, a conflict released) its key's with a mark of its interchange and place.
+fn file_name(key: &str, first: bool, interchange_key: &str, position: &str) -> String {
+    if first {
+        format!("{}.json", outputs::safe_name(key))
+    } else {
+        let mark = blake3::hash(format!("{interchange_key}/{position}").as_bytes()).to_hex();
+        format!(
+            "{}.{}.json",
+            outputs::safe_name(key),
+            mark.get(..8).unwrap_or_default()
+        )
+    }
+}
+
+/// Records and decides every document among the accepted sets of `it` (inside the
+/// prepare transaction) and plans the files that deliver them.
+pub(super) fn plan(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    item: usize,
+    it: &Item<'_>,
+    accepted: &dyn Fn(usize, usize) -> bool,
+) -> Result<Planned, ProcessError> {
+    let ic = &it.ic;
+    let mut planned = Planned {
+        keyed: ic
+            .groups
+            .iter()
+            .map(|g| vec![false; g.sets.len()])
+            .collect(),
+        ..Planned::default()
+    };
+    let partner = it.partner.key();
+    let out = &r.config.gateway.out;
+    let correlation = it.report.correlation_id.clone().unwrap_or_default();
+    for (gi, group) in ic.groups.iter().enumerate() {
+        let version = group.gs.element(8).unwrap_or_default();
+        for (si, set) in group.sets.iter().enumerate() {
+            if !accepted(gi, si) {
+                continue;
+            }
+            let Some(def) = r
+                .schemas
+                .find(version, set.st.element(1).unwrap_or_default())
+            else {
+                continue;
+            };
+            let Some(d) = document::identify(ic.isa.field(5), ic.isa.field(6), &set, def) else {
+                continue;
+            };
+            if let Some(k) = planned.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
+                *k = true;
+            }
+            let position = format!("{gi}.{si}");
+            let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
+            let (decided, released) = b.record_document(&Sighting {
+                key: &d.key,
+                subject: &d.subject,
+                partner: &partner,
+                set_id: &d.set_id,
+                role: d.role,
+                version: d.version.as_deref(),
+                fingerprint: &d.fingerprint,
+                interchange_key: &it.key,
+                position: &position,
+                st02: &st02,
+                deliver_duplicates: it.partner.duplicate_documents
+                    == crate::config::DuplicateDocuments::Deliver,
+            })?;
+            let rest = |out: &mut dyn std::io::Write| {
+                document::write_rest(
+                    ic,
+                    group,
+                    &set,
+                    &d,
+                    &document::Written {
+                        correlation_id: &correlation,
+                        utf8: it.utf8,
+                        form: it.partner.translation,
+                    },
+                    out,
+                )
+            };
+            if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
+                let mut body = Vec::new();
+                rest(&mut body).map_err(|cause| ProcessError::Io {
+                    path: it.report.file.clone(),
+                    cause,
+                })?;
+                b.keep_document_body(decided.id, &body)?;
+            }
+            log_decision(&d, &decided);
+            let mut output = None;
+            if matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
+                let name = file_name(&d.key, decided.first, &it.key, &position);
+                output = Some(shown(out, &name));
+                planned.named.push((decided.id, name.clone()));
+                planned.outputs.push(Output {
+                    item,
+                    dir: out.clone(),
+                    name,
+                    content: Content::Document {
+                        group: gi,
+                        set: si,
+                        head: document::head(&d.key, &delivery_of(&decided, &it.key)),
+                        identified: Box::new(d.clone()),
+                    },
+                    ack: None,
+                });
+            }
+            planned.reports.push(DocumentReport {
+                set: d.set_id.clone(),
+                st02,
+                key: d.key.clone(),
+                disposition: decided.disposition,
+                duplicate_of: decided.duplicate_of.clone(),
+                output,
+                result_ref: None,
+            });
+            for rel in released {
+                let name = file_name(&rel.key, rel.first, &rel.interchange_key, &rel.position);
+                planned.named.push((rel.id, name.clone()));
+                planned.outputs.push(Output {
+                    item,
+                    dir: out.clone(),
+                    name,
+                    content: Content::Bytes(released_file(&rel)),
+                    ack: None,
+                });
+                tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
+                planned.released.push(rel);
+            }
+        }
+    }
+    Ok(planned)
+}
+
+fn delivery_of<'a>(decided: &'a Decided, interchange: &'a str) -> document::Delivery<'a> {
+    document::Delivery {
+        disposition: decided.disposition,
+        sequence: decided.sequence,
+        interchange,
+        duplicate_of: decided.duplicate_of.as_deref(),
+        original_missing: decided.original_missing,
+    }
+}
+
+/// The file of a document delivered from its stored rest.
+fn released_file(rel: &Released) -> Vec<u8> {
+    let mut bytes = document::head(
+        &rel.key,
+        &document::Delivery {
+            disposition: rel.disposition,
+            sequence: Some(rel.sequence),
+            interchange: &rel.interchange_key,
+            duplicate_of: rel.duplicate_of.as_deref(),
+            original_missing: rel.original_missing,
+        },
+    );
+    bytes.extend_from_slice(&rel.body);
+    bytes.extend_from_slice(document::END);
+    bytes
+}
+
+fn shown(dir: &Path, name: &str) -> String {
+    let p = dir.join(name);
+    std::path::absolute(&p).unwrap_or(p).display().to_string()
+}
+
+fn log_decision(d: &Identified, decided: &Decided) {
+    let key = crate::text::printable(&d.key);
+    match decided.disposition {
+        DocumentDisposition::New => tracing::debug!(document = %key, "new document"),
+        DocumentDisposition::Duplicate => tracing::info!(
+            document = %key,
+            original = %crate::text::printable(decided.duplicate_of.as_deref().unwrap_or("-")),
+            delivered = decided.delivery == Delivery::Pending,
+            "duplicate document: seen before with the same content"
+        ),
+        DocumentDisposition::Conflict => tracing::error!(
+            document = %key,
+            fingerprint = %d.fingerprint,
+            earlier = %crate::text::printable(decided.duplicate_of.as_deref().unwrap_or("-")),
+            "CONFLICT: document key seen before with other content; held (x12gate documents --held)"
+        ),
+        DocumentDisposition::Waiting => {
+            tracing::info!(document = %key, "change for a document never delivered: waiting for its original")
+        }
+        DocumentDisposition::Stale => {
+            tracing::warn!(document = %key, version = ?d.version, "stale change: a newer change was delivered already; not delivered")
+        }
+    }
+}
+
+/// Records, in the completion transaction, where each of an interchange's documents went
+/// and that they are delivered, with a note for the waiting ones it let go.
+pub(super) fn complete(b: &Batch<'_>, key: &str, planned: &Planned) -> Result<(), ProcessError> {
+    for (id, name) in &planned.named {
+        b.document_output(*id, name)?;
+    }
+    b.documents_delivered(key)?;
+    if !planned.released.is_empty() {
+        note(b, EventKind::DocumentsReleased, &planned.released, key)?;
+    }
+    Ok(())
+}
+
+fn note(
+    b: &Batch<'_>,
+    event: EventKind,
+    released: &[Released],
+    by: &str,
+) -> Result<(), ProcessError> {
+    for rel in released {
+        let detail = serde_json::json!({
+            "document": rel.key,
+            "set": rel.set_id,
+            "st02": rel.st02,
+            "interchange": rel.interchange_key,
+            "sequence": rel.sequence,
+            "original_missing": rel.original_missing,
+            "by": by,
+        });
+        b.record_note(
+            event,
+            Some(&rel.interchange_key),
+            None,
+            None,
+            &detail.to_string(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What a release outside a round did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseOutcome {
+    pub key: String,
+    pub interchange: String,
+    pub st02: String,
+    pub sequence: i64,
+    pub original_missing: bool,
+    pub output: String,
+}
+
+/// Delivers held or parked documents outside an interchange's round: an operator's release
+/// of `key`, or (`None`) every parked document whose partner's `order_wait_hours` ran out.
+/// Marked pending, written, then marked delivered: a crash in between leaves them pending
+/// for the next release or sweep, which writes the very same files again.
+pub fn release(
+    config: &Config,
+    registry: &mut Registry,
+    key: Option<&str>,
+    owner: &str,
+) -> Result<Vec<ReleaseOutcome>, ProcessError> {
+    let now = crate::registry::now_ms();
+    let waited = |partner: &str, seen: i64| {
+        let hours = config
+            .partners
+            .iter()
+            .find(|p| p.key() == partner)
+            .map_or(crate::config::DEFAULT_ORDER_WAIT_HOURS, |p| {
+                p.order_wait_hours
+            });
+        now.saturating_sub(seen) >= i64::from(hours) * 3_600_000
+    };
+    let (which, by) = match key {
+        Some(k) => (Release::Key(k), "operator"),
+        None => (Release::Due(&waited), "timeout"),
+    };
+    let released = registry.batch(|b| b.release_documents(&which))?;
+    if released.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out = &config.gateway.out;
+    let files: Vec<(String, Vec<u8>)> = released
+        .iter()
+        .map(|rel| {
+            (
+                file_name(&rel.key, rel.first, &rel.interchange_key, &rel.position),
+                released_file(rel),
+            )
+        })
+        .collect();
+    let writers: Vec<Box<outputs::Content<'_>>> = files
+        .iter()
+        .map(|(_, bytes)| -> Box<outputs::Content<'_>> { Box::new(move |w| w.write_all(bytes)) })
+        .collect();
+    let list: Vec<(&Path, &str, &outputs::Content<'_>)> = files
+        .iter()
+        .zip(&writers)
+        .map(|((name, _), w)| (out.as_path(), name.as_str(), w.as_ref()))
+        .collect();
+    let written = outputs::write_many(&list, owner).map_err(|cause| ProcessError::Io {
+        path: out.display().to_string(),
+        cause,
+    })?;
+    registry.batch(|b| {
+        for (rel, (name, _)) in released.iter().zip(&files) {
+            b.document_output(rel.id, name)?;
+        }
+        b.documents_delivered(by)?;
+        note(b, EventKind::DocumentsReleased, &released, by)
+    })?;
+    for rel in &released {
+        if rel.original_missing {
+            tracing::warn!(document = %crate::text::printable(&rel.key), "delivered without its original (order_wait_hours ran out, or released by an operator)");
+        } else {
+            tracing::info!(document = %crate::text::printable(&rel.key), "held document released");
+        }
+    }
+    Ok(released
+        .into_iter()
+        .zip(written)
+        .map(|(rel, path)| ReleaseOutcome {
+            key: rel.key,
+            interchange: rel.interchange_key,
+            st02: rel.st02,
+            sequence: rel.sequence,
+            original_missing: rel.original_missing,
+            output: path.display().to_string(),
+        })
+        .collect())
+}
+
+/// Discards the held or parked documents of `key` (an operator's decision); how many.
+pub fn discard(registry: &mut Registry, key: &str) -> Result<usize, ProcessError> {
+    registry.batch(|b| {
+        let n = b.discard_documents(key)?;
+        if n > 0 {
+            let detail = serde_json::json!({ "document": key, "discarded": n }).to_string();
+            b.record_note(EventKind::DocumentsDiscarded, None, None, None, &detail)?;
+        }
+        Ok::<_, ProcessError>(n)
+    })
+}

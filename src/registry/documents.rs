@@ -1,0 +1,625 @@
+//! Business documents: every sighting of a keyed set, and what was decided for it.
+//!
+//! A sighting is recorded in the transaction that prepares its interchange (after the claim,
+//! before any output is written), so an output never exists without its document row, and
+//! the row without its interchange's claim. The decision is made under the write lock, so of
+//! several processes that meet one PO at once exactly one sees it first. A takeover of the
+//! interchange finds its rows by (interchange, position) and keeps their decisions, as it
+//! keeps the reserved control numbers.
+//!
+//! `delivery` says where each sighting's delivery stands: `pending` (its output is being
+//! written, by its interchange's round or, for `by` = `operator` or `timeout`, by whoever
+//! finishes a release), `delivered`, `none` (a duplicate skipped, a stale change), `held` (a
+//! conflict, for an operator), `parked` (a change waiting for its original) or `discarded`.
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::claims::now_ms;
+use super::{Batch, Registry, RegistryError};
+use crate::document::{version_order, DocumentDisposition, Role};
+
+crate::words::words! {
+    /// Where a sighting's delivery stands (the `delivery` column).
+    pub enum Delivery as as_str {
+        Pending = "pending",
+        Delivered = "delivered",
+        None = "none",
+        Held = "held",
+        Parked = "parked",
+        Discarded = "discarded",
+    }
+}
+
+/// One keyed set, as its interchange's round records it.
+#[derive(Debug, Clone)]
+pub struct Sighting<'a> {
+    pub key: &'a str,
+    pub subject: &'a str,
+    pub partner: &'a str,
+    pub set_id: &'a str,
+    pub role: Role,
+    pub version: Option<&'a str>,
+    pub fingerprint: &'a str,
+    pub interchange_key: &'a str,
+    /// `group.set`, 0-based, in the interchange.
+    pub position: &'a str,
+    pub st02: &'a str,
+    /// The partner's `duplicate_documents = "deliver"`.
+    pub deliver_duplicates: bool,
+}
+
+/// What was decided for a sighting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decided {
+    pub id: i64,
+    pub disposition: DocumentDisposition,
+    pub delivery: Delivery,
+    /// The interchange of the sighting this one repeats or conflicts with.
+    pub duplicate_of: Option<String>,
+    /// Its place in the order of deliveries, once it is to be delivered.
+    pub sequence: Option<i64>,
+    /// Whether it is the first sighting of its key (its output takes the key's own name).
+    pub first: bool,
+    /// Whether it was delivered although its original never came.
+    pub original_missing: bool,
+    /// Whether the decision was made by an earlier attempt of the same interchange.
+    pub again: bool,
+}
+
+/// A parked or held sighting let go: its stored body is to be written now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub id: i64,
+    pub key: String,
+    pub set_id: String,
+    pub st02: String,
+    pub interchange_key: String,
+    pub position: String,
+    pub disposition: DocumentDisposition,
+    pub sequence: i64,
+    pub first: bool,
+    pub original_missing: bool,
+    pub duplicate_of: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// One sighting as `documents` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DocumentRow {
+    pub id: i64,
+    pub key: String,
+    pub partner: String,
+    pub set: String,
+    pub st02: String,
+    pub interchange: String,
+    pub disposition: DocumentDisposition,
+    pub delivery: Delivery,
+    pub duplicate_of: Option<String>,
+    pub sequence: Option<i64>,
+    pub original_missing: bool,
+    pub output: Option<String>,
+    pub fingerprint: String,
+    pub seen_ms: i64,
+    pub delivered_ms: Option<i64>,
+}
+
+impl Batch<'_> {
+    /// Records `s` and decides it (see [`DocumentDisposition`]); the changes parked for its
+    /// document that an original lets go are in the second part, to be written by the same
+    /// round. Called again by a takeover of the interchange, it returns the decisions made
+    /// the first time.
+    pub fn record_document(
+        &self,
+        s: &Sighting<'_>,
+    ) -> Result<(Decided, Vec<Released>), RegistryError> {
+        record(&self.tx, s, now_ms()).map_err(|e| self.sql(e))
+    }
+
+    /// Keeps the body of a held or parked sighting, to be delivered later.
+    pub fn keep_document_body(&self, id: i64, body: &[u8]) -> Result<(), RegistryError> {
+        self.tx
+            .prepare_cached("UPDATE documents SET body = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, body]))
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Records where a sighting's delivery was written.
+    pub fn document_output(&self, id: i64, output: &str) -> Result<(), RegistryError> {
+        self.tx
+            .prepare_cached("UPDATE documents SET output = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, output]))
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Marks what `by` (an interchange key, `operator` or `timeout`) had pending delivered,
+    /// once its outputs are in place.
+    pub fn documents_delivered(&self, by: &str) -> Result<usize, RegistryError> {
+        self.tx
+            .prepare_cached(
+                "UPDATE documents SET delivery = 'delivered', delivered_at = ?2, body = NULL
+                 WHERE by = ?1 AND delivery = 'pending'",
+            )
+            .and_then(|mut s| s.execute(params![by, now_ms()]))
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Lets go of the held or parked sightings of `key` (an operator's `release`), or of the
+    /// parked ones of partners whose wait is over (`timeout`); returns them with their
+    /// bodies and new places in the delivery order. Rows left pending by an earlier release
+    /// that did not finish are returned too.
+    pub fn release_documents(&self, which: &Release<'_>) -> Result<Vec<Released>, RegistryError> {
+        release(&self.tx, which).map_err(|e| self.sql(e))
+    }
+
+    /// Discards the held or parked sightings of `key`; returns how many.
+    pub fn discard_documents(&self, key: &str) -> Result<usize, RegistryError> {
+        self.tx
+            .prepare_cached(
+                "UPDATE documents SET delivery = 'discarded', body = NULL
+                 WHERE key = ?1 AND delivery IN ('held', 'parked')",
+            )
+            .and_then(|mut s| s.execute([key]))
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Records a document read from an old archive as delivered before (`scan --backfill`),
+    /// unless its key is known already; whether it was recorded.
+    pub fn backfill_document(&self, s: &Sighting<'_>) -> Result<bool, RegistryError> {
+        let known: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT id FROM documents WHERE key = ?1 LIMIT 1")
+            .and_then(|mut st| st.query_row([s.key], |r| r.get(0)).optional())
+            .map_err(|e| self.sql(e))?;
+        if known.is_some() {
+            return Ok(false);
+        }
+        insert(
+            &self.tx,
+            s,
+            DocumentDisposition::New,
+            Delivery::Delivered,
+            None,
+            "backfill",
+            now_ms(),
+        )
+        .map(|_| true)
+        .map_err(|e| self.sql(e))
+    }
+}
+
+/// Which held or parked sightings [`Batch::release_documents`] lets go.
+pub enum Release<'a> {
+    /// An operator's: every held or parked sighting of this key.
+    Key(&'a str),
+    /// The parked sightings whose partner's wait is over: `waited(partner, seen_ms)`.
+    Due(&'a dyn Fn(&str, i64) -> bool),
+}
+
+const COLUMNS: &str = "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
+    (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
+    sequence, original_missing, output, fingerprint, seen, delivered_at";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
+    Ok(DocumentRow {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        partner: r.get(2)?,
+        set: r.get(3)?,
+        st02: r.get(4)?,
+        interchange: r.get(5)?,
+        disposition: r.get(6)?,
+        delivery: r.get(7)?,
+        duplicate_of: r.get(8)?,
+        sequence: r.get(9)?,
+        original_missing: r.get(10)?,
+        output: r.get(11)?,
+        fingerprint: r.get(12)?,
+        seen_ms: r.get(13)?,
+        delivered_ms: r.get(14)?,
+    })
+}
+
+impl Registry {
+    /// Sightings, oldest first: all, or those whose delivery is one of `deliveries`, or
+    /// those of one key.
+    pub fn documents(
+        &self,
+        deliveries: &[Delivery],
+        key: Option<&str>,
+    ) -> Result<Vec<DocumentRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {COLUMNS} FROM documents ORDER BY id"))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([], row).map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let r = r.map_err(|e| self.sql(e))?;
+            if (deliveries.is_empty() || deliveries.contains(&r.delivery))
+                && key.is_none_or(|k| k == r.key)
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The sightings of one interchange, in its order.
+    pub fn documents_of(&self, interchange_key: &str) -> Result<Vec<DocumentRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM documents WHERE interchange_key = ?1 ORDER BY id"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([interchange_key], row)
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+}
+
+type Existing = (
+    i64,
+    String,
+    DocumentDisposition,
+    Delivery,
+    Option<i64>,
+    bool,
+);
+/// A sighting already recorded at a place: (id, fingerprint, disposition, delivery,
+/// sequence, original_missing, duplicate_of).
+type AtPlace = (
+    i64,
+    String,
+    DocumentDisposition,
+    Delivery,
+    Option<i64>,
+    bool,
+    Option<i64>,
+);
+/// A candidate for release: (id, partner, seen, delivery).
+type Candidate = (i64, String, i64, Delivery);
+
+fn record(
+    tx: &rusqlite::Connection,
+    s: &Sighting<'_>,
+    now: i64,
+) -> Result<(Decided, Vec<Released>), rusqlite::Error> {
+    let earlier: Option<AtPlace> = tx
+        .prepare_cached(
+            "SELECT id, fingerprint, disposition, delivery, sequence, original_missing, duplicate_of
+             FROM documents WHERE interchange_key = ?1 AND position = ?2",
+        )?
+        .query_row(params![s.interchange_key, s.position], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+        })
+        .optional()?;
+    if let Some((id, fingerprint, disposition, delivery, sequence, missing, of)) = earlier {
+        if fingerprint == s.fingerprint {
+            let decided = Decided {
+                id,
+                disposition,
+                delivery,
+                duplicate_of: interchange_of(tx, of)?,
+                sequence,
+                first: is_first(tx, s.key, id)?,
+                original_missing: missing,
+                again: true,
+            };
+            // What this interchange let go the first time, unless delivered already.
+            let released = released_by(tx, s.interchange_key, id)?;
+            return Ok((decided, released));
+        }
+        // Another content under this interchange key (a corrected resend after a
+        // rejection recorded none, so this is a row of a content that was never accepted).
+        tx.prepare_cached("DELETE FROM documents WHERE id = ?1")?
+            .execute([id])?;
+    }
+    let first_of = |sql: &str| -> Result<Option<Existing>, rusqlite::Error> {
+        tx.prepare_cached(sql)?
+            .query_row(params![s.key, s.fingerprint], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .optional()
+    };
+    let same = first_of(
+        "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
+         WHERE key = ?1 AND fingerprint = ?2 ORDER BY id LIMIT 1",
+    )?;
+    let (disposition, delivery, of) = if let Some((of, _, _, delivery, ..)) = same {
+        let delivered = matches!(delivery, Delivery::Pending | Delivery::Delivered);
+        let again = if s.deliver_duplicates && delivered && s.role != Role::Copy {
+            Delivery::Pending
+        } else {
+            Delivery::None
+        };
+        (DocumentDisposition::Duplicate, again, Some(of))
+    } else if let Some((of, ..)) = first_of(
+        "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
+         WHERE key = ?1 AND ?2 = ?2 ORDER BY id LIMIT 1",
+    )? {
+        (DocumentDisposition::Conflict, Delivery::Held, Some(of))
+    } else {
+        match s.role {
+            Role::Original => (DocumentDisposition::New, Delivery::Pending, None),
+            Role::Copy => match original_of(tx, s.subject, false)? {
+                Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
+                None => (DocumentDisposition::Waiting, Delivery::Parked, None),
+            },
+            Role::Change => {
+                if original_of(tx, s.subject, true)?.is_none() {
+                    (DocumentDisposition::Waiting, Delivery::Parked, None)
+                } else if is_stale(tx, s.subject, s.version)? {
+                    (DocumentDisposition::Stale, Delivery::None, None)
+                } else {
+                    (DocumentDisposition::New, Delivery::Pending, None)
+                }
+            }
+        }
+    };
+    let (id, sequence) = insert(tx, s, disposition, delivery, of, s.interchange_key, now)?;
+    let decided = Decided {
+        id,
+        disposition,
+        delivery,
+        duplicate_of: interchange_of(tx, of)?,
+        sequence,
+        first: is_first(tx, s.key, id)?,
+        original_missing: false,
+        again: false,
+    };
+    let released = if s.role == Role::Original && disposition == DocumentDisposition::New {
+        let_go_parked(tx, s.subject, s.interchange_key)?
+    } else {
+        Vec::new()
+    };
+    Ok((decided, released))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn insert(
+    tx: &rusqlite::Connection,
+    s: &Sighting<'_>,
+    disposition: DocumentDisposition,
+    delivery: Delivery,
+    duplicate_of: Option<i64>,
+    by: &str,
+    now: i64,
+) -> Result<(i64, Option<i64>), rusqlite::Error> {
+    let sequence = match delivery {
+        Delivery::Pending | Delivery::Delivered => Some(next_sequence(tx)?),
+        _ => None,
+    };
+    tx.prepare_cached(
+        "INSERT INTO documents (key, subject, partner, set_id, role, version, fingerprint,
+             interchange_key, position, st02, disposition, duplicate_of, delivery, by, sequence,
+             seen, delivered_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+             CASE WHEN ?13 = 'delivered' THEN ?16 END)",
+    )?
+    .execute(params![
+        s.key,
+        s.subject,
+        s.partner,
+        s.set_id,
+        s.role.as_str(),
+        s.version,
+        s.fingerprint,
+        s.interchange_key,
+        s.position,
+        s.st02,
+        disposition,
+        duplicate_of,
+        delivery,
+        by,
+        sequence,
+        now
+    ])?;
+    Ok((tx.last_insert_rowid(), sequence))
+}
+
+fn next_sequence(tx: &rusqlite::Connection) -> Result<i64, rusqlite::Error> {
+    tx.prepare_cached("SELECT COALESCE(MAX(sequence), 0) + 1 FROM documents")?
+        .query_row([], |r| r.get(0))
+}
+
+fn interchange_of(
+    tx: &rusqlite::Connection,
+    id: Option<i64>,
+) -> Result<Option<String>, rusqlite::Error> {
+    let Some(id) = id else { return Ok(None) };
+    tx.prepare_cached("SELECT interchange_key FROM documents WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()
+}
+
+fn is_first(tx: &rusqlite::Connection, key: &str, id: i64) -> Result<bool, rusqlite::Error> {
+    let first: Option<i64> = tx
+        .prepare_cached("SELECT MIN(id) FROM documents WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    Ok(first == Some(id))
+}
+
+/// The first original sighting of `subject` (only a delivered one, with `delivered`).
+fn original_of(
+    tx: &rusqlite::Connection,
+    subject: &str,
+    delivered: bool,
+) -> Result<Option<i64>, rusqlite::Error> {
+    tx.prepare_cached(
+        "SELECT id FROM documents WHERE subject = ?1 AND role = 'original'
+         AND (?2 = 0 OR delivery IN ('pending', 'delivered')) ORDER BY id LIMIT 1",
+    )?
+    .query_row(params![subject, delivered], |r| r.get(0))
+    .optional()
+}
+
+/// Whether a change of `version` is older than a change already delivered for `subject`.
+fn is_stale(
+    tx: &rusqlite::Connection,
+    subject: &str,
+    version: Option<&str>,
+) -> Result<bool, rusqlite::Error> {
+    let Some(version) = version else {
+        return Ok(false);
+    };
+    let delivered: Vec<String> = tx
+        .prepare_cached(
+            "SELECT version FROM documents WHERE subject = ?1 AND role = 'change'
+             AND version IS NOT NULL AND delivery IN ('pending', 'delivered')",
+        )?
+        .query_map([subject], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(delivered
+        .iter()
+        .any(|d| version_order(version, d) == Some(std::cmp::Ordering::Less)))
+}
+
+/// An original arrived: its parked changes are delivered after it, oldest version first
+/// (a change that an already delivered one makes stale stays undelivered), and its parked
+/// copies are settled as duplicates of it.
+fn let_go_parked(
+    tx: &rusqlite::Connection,
+    subject: &str,
+    by: &str,
+) -> Result<Vec<Released>, rusqlite::Error> {
+    let mut parked: Vec<(i64, String, Option<String>)> = tx
+        .prepare_cached(
+            "SELECT id, role, version FROM documents WHERE subject = ?1 AND delivery = 'parked'
+             ORDER BY id",
+        )?
+        .query_map([subject], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    parked.sort_by(|a, b| {
+        match (a.2.as_deref(), b.2.as_deref()) {
+            (Some(x), Some(y)) => version_order(x, y),
+            _ => None,
+        }
+        .unwrap_or(std::cmp::Ordering::Equal)
+        .then(a.0.cmp(&b.0))
+    });
+    let mut ids = Vec::new();
+    for (id, role, version) in parked {
+        if role == Role::Copy.as_str() || is_stale(tx, subject, version.as_deref())? {
+            tx.prepare_cached(
+                "UPDATE documents SET delivery = 'none', body = NULL, by = ?2 WHERE id = ?1",
+            )?
+            .execute(params![id, by])?;
+            continue;
+        }
+        let sequence = next_sequence(tx)?;
+        tx.prepare_cached(
+            "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3 WHERE id = ?1",
+        )?
+        .execute(params![id, by, sequence])?;
+        ids.push(id);
+    }
+    ids.into_iter().map(|id| load_released(tx, id)).collect()
+}
+
+/// The sightings of other interchanges that `by` let go and has not delivered yet.
+fn released_by(
+    tx: &rusqlite::Connection,
+    by: &str,
+    own: i64,
+) -> Result<Vec<Released>, rusqlite::Error> {
+    let ids: Vec<i64> = tx
+        .prepare_cached(
+            "SELECT id FROM documents WHERE by = ?1 AND interchange_key <> ?1 AND id <> ?2
+             AND delivery = 'pending' ORDER BY sequence",
+        )?
+        .query_map(params![by, own], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    ids.into_iter().map(|id| load_released(tx, id)).collect()
+}
+
+fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlite::Error> {
+    let (mut r, of) = tx
+        .prepare_cached(
+            "SELECT id, key, set_id, st02, interchange_key, position, disposition, sequence,
+                 original_missing, duplicate_of, body
+             FROM documents WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            let released = Released {
+                id: r.get(0)?,
+                key: r.get(1)?,
+                set_id: r.get(2)?,
+                st02: r.get(3)?,
+                interchange_key: r.get(4)?,
+                position: r.get(5)?,
+                disposition: r.get(6)?,
+                sequence: r.get::<_, Option<i64>>(7)?.unwrap_or(0),
+                first: false,
+                original_missing: r.get(8)?,
+                duplicate_of: None,
+                body: r.get::<_, Option<Vec<u8>>>(10)?.unwrap_or_default(),
+            };
+            Ok((released, r.get::<_, Option<i64>>(9)?))
+        })?;
+    r.first = is_first(tx, &r.key, r.id)?;
+    r.duplicate_of = interchange_of(tx, of)?;
+    Ok(r)
+}
+
+fn release(
+    tx: &rusqlite::Connection,
+    which: &Release<'_>,
+) -> Result<Vec<Released>, rusqlite::Error> {
+    let (by, candidates): (&str, Vec<Candidate>) = {
+        let (by, sql) = match which {
+            Release::Key(_) => (
+                "operator",
+                "SELECT id, partner, seen, delivery FROM documents WHERE key = ?1
+                 AND (delivery IN ('held', 'parked') OR (delivery = 'pending' AND by = 'operator'))
+                 ORDER BY id",
+            ),
+            Release::Due(_) => (
+                "timeout",
+                "SELECT id, partner, seen, delivery FROM documents WHERE ?1 = ?1
+                 AND (delivery = 'parked' OR (delivery = 'pending' AND by = 'timeout'))
+                 ORDER BY id",
+            ),
+        };
+        let key = match which {
+            Release::Key(k) => *k,
+            Release::Due(_) => "",
+        };
+        let rows = tx
+            .prepare_cached(sql)?
+            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<Result<_, _>>()?;
+        (by, rows)
+    };
+    let mut ids = Vec::new();
+    for (id, partner, seen, delivery) in candidates {
+        if delivery == Delivery::Pending {
+            ids.push(id);
+            continue;
+        }
+        if let Release::Due(waited) = which {
+            if !waited(&partner, seen) {
+                continue;
+            }
+        }
+        let sequence = next_sequence(tx)?;
+        tx.prepare_cached(
+            "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3,
+                 original_missing = (delivery = 'parked') WHERE id = ?1",
+        )?
+        .execute(params![id, by, sequence])?;
+        ids.push(id);
+    }
+    ids.into_iter().map(|id| load_released(tx, id)).collect()
+}
