@@ -35,6 +35,8 @@
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
 //! - [`retention`]: which keys are past their duplicate window, and which files in
 //!   `archive/`, `out/`, `outbox/` are past retention.
+//! - [`scan`]: the retrofit: old archives read for document keys seen more than once, and
+//!   optionally recorded as processed before.
 //! - [`text`]: text from input made safe for terminals and logs.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
@@ -72,6 +74,7 @@ pub mod owner;
 pub mod pipeline;
 pub mod registry;
 pub mod retention;
+pub mod scan;
 pub mod schema;
 pub mod setup;
 pub mod text;

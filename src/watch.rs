@@ -411,6 +411,8 @@ struct Watcher {
     last_beat: Instant,
     last_adopt: Instant,
     last_summary: Instant,
+    /// When waiting documents whose original never came were last looked at.
+    last_due: Instant,
 }
 
 /// File-system events on the inbox (none with `--poll` or `--once`). They only nudge: the
@@ -791,6 +793,7 @@ impl Watcher {
             last_beat: now,
             last_adopt: now,
             last_summary: now,
+            last_due: now - DUE_EVERY,
         };
         // The metrics port is taken before any file: a port in use stops the watcher at start.
         if let Some(addr) = g.metrics {
@@ -900,11 +903,44 @@ impl Watcher {
             self.enqueue(adopted);
         }
         self.dispatch(now);
+        if now.duration_since(self.last_due) >= DUE_EVERY && self.deliver_due() {
+            self.last_due = now;
+        }
         if now.duration_since(self.last_summary) >= self.summary_every {
             self.last_summary = now;
             self.log_summary();
         }
         Ok(())
+    }
+
+    /// Delivers the waiting documents whose partner's `order_wait_hours` ran out, with a
+    /// registry connection no batch is using; `false` when none was free (the next tick
+    /// tries again).
+    fn deliver_due(&mut self) -> bool {
+        let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
+            return false;
+        };
+        match crate::pipeline::release_documents(
+            &self.config,
+            &mut registry,
+            None,
+            &self.options.owner,
+        ) {
+            Ok(done) if !done.is_empty() => {
+                tracing::warn!(
+                    documents = done.len(),
+                    "delivered waiting documents whose original never came"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "could not deliver waiting documents; trying again later")
+            }
+        }
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(registry);
+        }
+        true
     }
 
     /// After the loop: the last summary, the files left undecided in the work folder (the
@@ -924,6 +960,9 @@ impl Watcher {
         summary
     }
 }
+
+/// How often the watcher looks for waiting documents past their partner's wait.
+const DUE_EVERY: Duration = Duration::from_secs(60);
 
 /// Runs the watcher until `shutdown` resolves (or, with `once`, until the inbox is done).
 pub async fn run(

@@ -2,6 +2,7 @@
 
 mod acks;
 mod cli;
+mod documents;
 mod fixtures;
 mod fuzz_corpus;
 mod intake;

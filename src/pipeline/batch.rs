@@ -721,6 +721,10 @@ fn run_round(
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
+    if !owned.is_empty() {
+        // Decided and recorded (control numbers, documents), nothing written yet.
+        fail::fail_point!("prepare.after", |_| std::process::abort());
+    }
     if options.stop.abandoned() {
         return Err(interrupted(registry, &owned, items, options));
     }

@@ -157,7 +157,13 @@ pub(super) fn plan(
             }
             log_decision(&d, &decided);
             let mut output = None;
-            if matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
+            // A waiting or held document is written by whoever lets it go (from its stored
+            // rest), never by its own interchange: a takeover writes it once.
+            let own = matches!(
+                decided.disposition,
+                DocumentDisposition::New | DocumentDisposition::Duplicate
+            );
+            if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
                 let name = file_name(&d.key, decided.first, &it.key, &position);
                 output = Some(shown(out, &name));
                 planned.named.push((decided.id, name.clone()));
@@ -246,6 +252,7 @@ fn log_decision(d: &Identified, decided: &Decided) {
         DocumentDisposition::Conflict => tracing::error!(
             document = %key,
             fingerprint = %d.fingerprint,
+            earlier_fingerprint = %decided.earlier_fingerprint.as_deref().unwrap_or("-"),
             earlier = %crate::text::printable(decided.duplicate_of.as_deref().unwrap_or("-")),
             "CONFLICT: document key seen before with other content; held (x12gate documents --held)"
         ),

@@ -362,6 +362,44 @@ impl Batch<'_> {
         complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
     }
 
+    /// Records an interchange read from an old archive as completed before (`scan
+    /// --backfill`): a resend of it is then a duplicate (with nothing to replay). A key the
+    /// registry knows is left as it is; whether it was recorded.
+    pub fn backfill_interchange(
+        &self,
+        key: &str,
+        partner: &str,
+        control_number: &str,
+        fingerprint: &str,
+        file: &str,
+    ) -> Result<bool, RegistryError> {
+        let now = now_ms();
+        let inserted = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO interchanges (key, partner, control_number, fingerprint, state,
+                 attempts, disposition, reason, outputs, file, first_seen, last_seen)
+                 VALUES (?1, ?2, ?3, ?4, 'completed', 1, 'accepted', 'backfilled by scan', '[]',
+                 ?5, ?6, ?6)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    key,
+                    partner,
+                    control_number,
+                    fingerprint,
+                    file,
+                    now
+                ])
+            })
+            .map_err(|e| self.sql(e))?;
+        if inserted == 1 {
+            record_fingerprint(&self.tx, key, fingerprint, 1, now).map_err(|e| self.sql(e))?;
+        }
+        Ok(inserted == 1)
+    }
+
     /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
     pub fn renew(&self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
         self.tx

@@ -65,6 +65,8 @@ pub struct Decided {
     pub original_missing: bool,
     /// Whether the decision was made by an earlier attempt of the same interchange.
     pub again: bool,
+    /// For a conflict: the content fingerprint of the sighting it conflicts with.
+    pub earlier_fingerprint: Option<String>,
 }
 
 /// A parked or held sighting let go: its stored body is to be written now.
@@ -170,8 +172,14 @@ impl Batch<'_> {
     pub fn backfill_document(&self, s: &Sighting<'_>) -> Result<bool, RegistryError> {
         let known: Option<i64> = self
             .tx
-            .prepare_cached("SELECT id FROM documents WHERE key = ?1 LIMIT 1")
-            .and_then(|mut st| st.query_row([s.key], |r| r.get(0)).optional())
+            .prepare_cached(
+                "SELECT id FROM documents WHERE key = ?1
+                 OR (interchange_key = ?2 AND position = ?3) LIMIT 1",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![s.key, s.interchange_key, s.position], |r| r.get(0))
+                    .optional()
+            })
             .map_err(|e| self.sql(e))?;
         if known.is_some() {
             return Ok(false);
@@ -309,9 +317,10 @@ fn record(
                 first: is_first(tx, s.key, id)?,
                 original_missing: missing,
                 again: true,
+                earlier_fingerprint: fingerprint_of(tx, of)?,
             };
-            // What this interchange let go the first time, unless delivered already.
-            let released = released_by(tx, s.interchange_key, id)?;
+            // What this sighting let go the first time, unless delivered already.
+            let released = released_by(tx, id)?;
             return Ok((decided, released));
         }
         // Another content under this interchange key (a corrected resend after a
@@ -378,9 +387,14 @@ fn record(
         first: is_first(tx, s.key, id)?,
         original_missing: false,
         again: false,
+        earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
+            fingerprint_of(tx, of)?
+        } else {
+            None
+        },
     };
     let released = if s.role == Role::Original && disposition == DocumentDisposition::New {
-        let_go_parked(tx, s.subject, s.interchange_key)?
+        let_go_parked(tx, s.subject, s.interchange_key, id)?
     } else {
         Vec::new()
     };
@@ -444,6 +458,16 @@ fn interchange_of(
         .optional()
 }
 
+fn fingerprint_of(
+    tx: &rusqlite::Connection,
+    id: Option<i64>,
+) -> Result<Option<String>, rusqlite::Error> {
+    let Some(id) = id else { return Ok(None) };
+    tx.prepare_cached("SELECT fingerprint FROM documents WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()
+}
+
 fn is_first(tx: &rusqlite::Connection, key: &str, id: i64) -> Result<bool, rusqlite::Error> {
     let first: Option<i64> = tx
         .prepare_cached("SELECT MIN(id) FROM documents WHERE key = ?1")?
@@ -493,6 +517,7 @@ fn let_go_parked(
     tx: &rusqlite::Connection,
     subject: &str,
     by: &str,
+    original: i64,
 ) -> Result<Vec<Released>, rusqlite::Error> {
     let mut parked: Vec<(i64, String, Option<String>)> = tx
         .prepare_cached(
@@ -520,26 +545,23 @@ fn let_go_parked(
         }
         let sequence = next_sequence(tx)?;
         tx.prepare_cached(
-            "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3 WHERE id = ?1",
+            "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3, released_by = ?4
+             WHERE id = ?1",
         )?
-        .execute(params![id, by, sequence])?;
+        .execute(params![id, by, sequence, original])?;
         ids.push(id);
     }
     ids.into_iter().map(|id| load_released(tx, id)).collect()
 }
 
-/// The sightings of other interchanges that `by` let go and has not delivered yet.
-fn released_by(
-    tx: &rusqlite::Connection,
-    by: &str,
-    own: i64,
-) -> Result<Vec<Released>, rusqlite::Error> {
+/// The sightings that the original `original` let go and that are not delivered yet.
+fn released_by(tx: &rusqlite::Connection, original: i64) -> Result<Vec<Released>, rusqlite::Error> {
     let ids: Vec<i64> = tx
         .prepare_cached(
-            "SELECT id FROM documents WHERE by = ?1 AND interchange_key <> ?1 AND id <> ?2
-             AND delivery = 'pending' ORDER BY sequence",
+            "SELECT id FROM documents WHERE released_by = ?1 AND delivery = 'pending'
+             ORDER BY sequence",
         )?
-        .query_map(params![by, own], |r| r.get(0))?
+        .query_map([original], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     ids.into_iter().map(|id| load_released(tx, id)).collect()
 }

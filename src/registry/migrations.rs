@@ -116,6 +116,7 @@ const MIGRATIONS: &[&str] = &[
         delivery         TEXT NOT NULL
             CHECK (delivery IN ('pending', 'delivered', 'none', 'held', 'parked', 'discarded')),
         by               TEXT NOT NULL,
+        released_by      INTEGER,
         sequence         INTEGER UNIQUE,
         original_missing INTEGER NOT NULL DEFAULT 0,
         output           TEXT,

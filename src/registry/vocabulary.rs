@@ -49,6 +49,8 @@ crate::words::words! {
         DocumentsReleased = "documents_released",
         /// An operator discarded held or parked documents.
         DocumentsDiscarded = "documents_discarded",
+        /// `scan --backfill` recorded interchanges and documents of an old archive.
+        Backfilled = "backfilled",
     }
 }
 
@@ -180,7 +182,8 @@ mod tests {
                 "released",
                 "placed",
                 "documents_released",
-                "documents_discarded"
+                "documents_discarded",
+                "backfilled"
             ]
         );
     }

@@ -151,6 +151,42 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Business documents held (conflicts) and waiting (changes without their original);
+    /// `documents release KEY` delivers them, `documents discard KEY` drops them
+    Documents {
+        #[command(subcommand)]
+        action: Option<DocumentsAction>,
+        /// Only conflicts held for an operator
+        #[arg(long)]
+        held: bool,
+        /// Only changes (and copies) waiting for their original
+        #[arg(long)]
+        waiting: bool,
+        /// Every document sighting, delivered or not
+        #[arg(long)]
+        all: bool,
+        /// Only the sightings of this document key
+        #[arg(long)]
+        key: Option<String>,
+        /// One JSON object per document per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Old archives (files and folders, recursively) read for document keys seen in more
+    /// than one interchange: duplicates probably booked twice, and conflicts; nothing is
+    /// claimed, translated or acknowledged (exit 3 when any is found)
+    Scan {
+        /// Files or folders
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// One JSON object per repeated key, then per partner and set, then the totals
+        #[arg(long)]
+        json: bool,
+        /// Record what was read as processed before (interchange keys, document keys), so a
+        /// later resend is caught; never replaces what the registry knows
+        #[arg(long)]
+        backfill: bool,
+    },
     /// Unfinished claims (in flight or failed); `claims release KEY` frees one
     Claims {
         #[command(subcommand)]
@@ -195,6 +231,20 @@ pub enum ClaimsAction {
         /// Release a claim whose owner is on another host (make sure it is dead)
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DocumentsAction {
+    /// Deliver KEY's held (or waiting) documents now, each in its own file
+    Release {
+        /// The document key, QUAL:ID:SET:DOCUMENT:EVENT:VERSION
+        key: String,
+    },
+    /// Drop KEY's held (or waiting) documents: recorded, never delivered
+    Discard {
+        /// The document key
+        key: String,
     },
 }
 

@@ -112,7 +112,7 @@ fn required(config: Option<Config>) -> Result<Config, Failure> {
 /// One command, with its arguments: the commands that need no registry (parse, render,
 /// validate) take only the limits, and work without a configuration file.
 fn run(cli: Cli) -> Result<u8, Failure> {
-    use commands::{desk, inspect, process, registry, setup};
+    use commands::{desk, documents, inspect, process, registry, setup};
     let config = configuration(cli.config.as_deref())?;
     let limits = config.as_ref().map_or_else(Limits::default, |c| c.limits);
     let stdout = std::io::stdout();
@@ -178,6 +178,30 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             &mut out,
         )?,
+        Command::Documents {
+            action,
+            held,
+            waiting,
+            all,
+            key,
+            json,
+        } => documents::documents(
+            &required(config)?,
+            action,
+            &documents::Listing {
+                held,
+                waiting,
+                all,
+                key,
+                json,
+            },
+            &mut out,
+        )?,
+        Command::Scan {
+            paths,
+            json,
+            backfill,
+        } => documents::scan(&required(config)?, &paths, json, backfill, &mut out)?,
         Command::Claims { action, json } => {
             desk::claims(&required(config)?, action, json, &mut out)?
         }

@@ -2,6 +2,7 @@
 //! library, and prints; the decisions are the library's.
 
 pub mod desk;
+pub mod documents;
 pub mod inspect;
 pub mod process;
 pub mod registry;

@@ -86,6 +86,20 @@ pub fn process(
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    if !options.stop.abandoned() {
+        // Changes that waited longer than their partner's order_wait_hours for an original.
+        match x12gate::pipeline::release_documents(config, &mut registry, None, &options.owner) {
+            Ok(done) if !done.is_empty() => {
+                say!(
+                    "WARN",
+                    "x12gate: delivered {} waiting document(s) whose original never came",
+                    done.len()
+                );
+            }
+            Ok(_) => {}
+            Err(e) => return Err(Failure::Operational(e.into())),
+        }
+    }
     if options.stop.abandoned() {
         out.flush()?;
         say!("WARN", 

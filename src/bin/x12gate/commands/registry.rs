@@ -219,7 +219,7 @@ pub fn history(
             let field = |name: &str| detail[name].as_str().map(x12gate::text::printable);
             let what = e.disposition.map_or(e.event.as_str(), |d| d.as_str());
             let mut line = format!(
-                "{time} {:<30} {what:<11}",
+                "{time} {:<30} {what:<11} ",
                 x12gate::text::printable(e.key.as_deref().unwrap_or("-"))
             );
             if e.event.as_str() != what {
@@ -231,6 +231,7 @@ pub fn history(
             if let Some(placed) = field("placed") {
                 line.push_str(&format!(" -> {placed}"));
             }
+            line.push_str(&documents_of(&detail));
             if let Some(reason) = field("reason") {
                 let code = field("reason_code")
                     .map(|c| format!("{c} "))
@@ -241,6 +242,33 @@ pub fn history(
         }
     }
     Ok(exit::OK)
+}
+
+/// A decision's documents in a few words (` documents: KEY new, KEY duplicate`), or the
+/// document a note is about; at most three are named.
+fn documents_of(detail: &serde_json::Value) -> String {
+    const SHOWN: usize = 3;
+    if let Some(key) = detail["document"].as_str() {
+        return format!(" document {}", x12gate::text::printable(key));
+    }
+    let Some(docs) = detail["documents"].as_array().filter(|d| !d.is_empty()) else {
+        return String::new();
+    };
+    let mut named: Vec<String> = docs
+        .iter()
+        .take(SHOWN)
+        .map(|d| {
+            format!(
+                "{} {}",
+                x12gate::text::printable(d["key"].as_str().unwrap_or("-")),
+                d["disposition"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    if docs.len() > SHOWN {
+        named.push(format!("{} more", docs.len() - SHOWN));
+    }
+    format!(" documents: {}", named.join(", "))
 }
 
 /// `stats`: counts by partner, and the rejected backlog.

@@ -1,0 +1,246 @@
+//! Business documents: `documents` (list, `release`, `discard`) and `scan` (old archives).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use x12gate::config::Config;
+use x12gate::registry::{Delivery, DocumentRow};
+
+use super::{definitions, local_time, open_registry};
+use crate::args::DocumentsAction;
+use crate::exit::{self, registry_failure, Failure};
+
+/// Which documents `documents` lists.
+pub struct Listing {
+    pub held: bool,
+    pub waiting: bool,
+    pub all: bool,
+    pub key: Option<String>,
+    pub json: bool,
+}
+
+/// `documents`: list (held and waiting by default), or release or discard one key's.
+pub fn documents(
+    config: &Config,
+    action: Option<DocumentsAction>,
+    listing: &Listing,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    let op = |e: x12gate::pipeline::ProcessError| Failure::Operational(e.into());
+    match action {
+        Some(DocumentsAction::Release { key }) => {
+            let done = x12gate::pipeline::release_documents(
+                config,
+                &mut registry,
+                Some(&key),
+                &x12gate::owner::Owner::current().id(),
+            )
+            .map_err(op)?;
+            if done.is_empty() {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: no held or waiting document has this key (x12gate documents lists them)",
+                    x12gate::text::printable(&key)
+                )));
+            }
+            for d in done {
+                writeln!(
+                    out,
+                    "released {} (interchange {}, ST02 {}) as delivery {}: {}",
+                    x12gate::text::printable(&d.key),
+                    x12gate::text::printable(&d.interchange),
+                    x12gate::text::printable(&d.st02),
+                    d.sequence,
+                    d.output
+                )?;
+            }
+            Ok(exit::OK)
+        }
+        Some(DocumentsAction::Discard { key }) => {
+            let n = x12gate::pipeline::discard_documents(&mut registry, &key).map_err(op)?;
+            if n == 0 {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: no held or waiting document has this key (x12gate documents lists them)",
+                    x12gate::text::printable(&key)
+                )));
+            }
+            writeln!(
+                out,
+                "discarded {n} document(s) of {}",
+                x12gate::text::printable(&key)
+            )?;
+            Ok(exit::OK)
+        }
+        None => {
+            let deliveries: Vec<Delivery> = if listing.all || listing.key.is_some() {
+                Vec::new()
+            } else {
+                let mut d = Vec::new();
+                if listing.held || !listing.waiting {
+                    d.push(Delivery::Held);
+                }
+                if listing.waiting || !listing.held {
+                    d.push(Delivery::Parked);
+                }
+                if !listing.held && !listing.waiting {
+                    d.push(Delivery::Pending);
+                }
+                d
+            };
+            let rows = registry
+                .documents(&deliveries, listing.key.as_deref())
+                .map_err(registry_failure)?;
+            for r in &rows {
+                print_row(r, listing.json, out)?;
+            }
+            Ok(exit::OK)
+        }
+    }
+}
+
+fn print_row(r: &DocumentRow, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    if json {
+        let v = serde_json::to_value(r).map_err(|e| Failure::Operational(e.into()))?;
+        writeln!(out, "{v}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} {:<40} {:<9} {:<9} {} ST02 {}{}{}",
+        local_time(r.seen_ms),
+        x12gate::text::printable(&r.key),
+        r.disposition,
+        r.delivery,
+        x12gate::text::printable(&r.interchange),
+        x12gate::text::printable(&r.st02),
+        r.duplicate_of
+            .as_deref()
+            .map(|d| format!(" (first in {})", x12gate::text::printable(d)))
+            .unwrap_or_default(),
+        r.output
+            .as_deref()
+            .map(|o| format!(" -> {}", x12gate::text::printable(o)))
+            .unwrap_or_default(),
+    )?;
+    Ok(())
+}
+
+/// `scan`: every document key seen in more than one interchange under `paths`.
+pub fn scan(
+    config: &Config,
+    paths: &[PathBuf],
+    json: bool,
+    backfill: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = if backfill {
+        Some(x12gate::setup::open_registry(config).map_err(registry_failure)?)
+    } else {
+        None
+    };
+    let found = x12gate::scan::scan(paths, config, definitions()?, registry.as_mut()).map_err(
+        |e| match e {
+            x12gate::scan::ScanError::Walk { .. } => Failure::Usage(e.into()),
+            x12gate::scan::ScanError::Registry(e) => registry_failure(e),
+        },
+    )?;
+    if let Some(registry) = registry.as_mut() {
+        let detail = serde_json::json!({
+            "paths": paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "interchanges": found.backfilled_interchanges,
+            "documents": found.backfilled_documents,
+        })
+        .to_string();
+        registry
+            .batch(|b| {
+                b.record_note(
+                    x12gate::registry::EventKind::Backfilled,
+                    None,
+                    None,
+                    None,
+                    &detail,
+                )
+            })
+            .map_err(registry_failure)?;
+    }
+    if json {
+        for r in &found.repeated {
+            writeln!(out, "{}", serde_json::json!({ "repeated": r }))?;
+        }
+        for t in &found.summary {
+            writeln!(out, "{}", serde_json::json!({ "summary": t }))?;
+        }
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "files": found.files, "interchanges": found.interchanges,
+                "documents": found.documents, "unreadable": found.unreadable,
+                "backfilled_interchanges": found.backfilled_interchanges,
+                "backfilled_documents": found.backfilled_documents })
+        )?;
+    } else {
+        for r in &found.repeated {
+            writeln!(
+                out,
+                "{} {} ({} sightings)",
+                r.kind.to_uppercase(),
+                x12gate::text::printable(&r.key),
+                r.sightings.len()
+            )?;
+            for s in &r.sightings {
+                writeln!(
+                    out,
+                    "  {} byte {} interchange {} ST02 {} content {}",
+                    x12gate::text::printable(&s.file),
+                    s.offset,
+                    x12gate::text::printable(&s.interchange),
+                    x12gate::text::printable(&s.st02),
+                    s.fingerprint.get(..12).unwrap_or_default()
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "partner              set  documents  keys  duplicates  conflicts"
+        )?;
+        for t in &found.summary {
+            writeln!(
+                out,
+                "{:<20} {:<4} {:>9}  {:>4}  {:>10}  {:>9}",
+                x12gate::text::printable(&t.partner),
+                t.set,
+                t.documents,
+                t.keys,
+                t.duplicates,
+                t.conflicts
+            )?;
+        }
+        writeln!(
+            out,
+            "{} file(s), {} interchange(s), {} document(s){}",
+            found.files,
+            found.interchanges,
+            found.documents,
+            if backfill {
+                format!(
+                    "; backfilled {} interchange(s) and {} document(s)",
+                    found.backfilled_interchanges, found.backfilled_documents
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        for (file, why) in &found.unreadable {
+            say!(
+                "WARN",
+                "x12gate: {}: not read: {why}",
+                x12gate::text::printable(file)
+            );
+        }
+    }
+    Ok(if found.repeated.is_empty() {
+        exit::OK
+    } else {
+        exit::FINDINGS
+    })
+}

@@ -1,0 +1,304 @@
+//! `scan`: the retrofit. Reads old archives (files and folders, recursively) without claiming,
+//! translating or acknowledging anything, and finds every business document key seen more
+//! than once: the same content in several interchanges (a resend that was probably booked
+//! twice) or other content under one key (a conflict). With `backfill`, records what it read
+//! as processed before, so that a partner's later resend of an old document is caught.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::config::{Config, Partner};
+use crate::document::{self, Identified};
+use crate::input::{InputError, Reader};
+use crate::registry::{Registry, RegistryError, Sighting};
+use crate::schema::Schemas;
+
+/// Where one document was seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Seen {
+    pub file: String,
+    /// Byte offset of its ST segment in the file.
+    pub offset: usize,
+    pub interchange: String,
+    pub st02: String,
+    pub fingerprint: String,
+}
+
+/// A key seen in more than one interchange.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Repeated {
+    pub key: String,
+    pub partner: String,
+    pub set: String,
+    /// `duplicate` when every sighting has the same content, `conflict` otherwise.
+    pub kind: &'static str,
+    pub sightings: Vec<Seen>,
+}
+
+/// Per partner and set: documents read, keys repeated with the same content, with other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub partner: String,
+    pub set: String,
+    pub documents: u64,
+    pub keys: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+}
+
+/// What a scan found.
+#[derive(Debug, Default, Serialize)]
+pub struct Scan {
+    pub files: u64,
+    pub interchanges: u64,
+    pub documents: u64,
+    pub repeated: Vec<Repeated>,
+    pub summary: Vec<Tally>,
+    /// Files that could not be read, with why (they are skipped, not fatal).
+    pub unreadable: Vec<(String, String)>,
+    /// With backfill: interchange keys and document keys recorded (those known already are
+    /// left as they are).
+    pub backfilled_interchanges: u64,
+    pub backfilled_documents: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("{path}: {cause}")]
+    Walk { path: String, cause: std::io::Error },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// Every regular file under `paths` (a file stands for itself), in name order.
+pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = paths.iter().rev().cloned().collect();
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::metadata(&p).map_err(|cause| ScanError::Walk {
+            path: p.display().to_string(),
+            cause,
+        })?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(&p)
+                .and_then(|d| d.map(|e| e.map(|e| e.path())).collect())
+                .map_err(|cause| ScanError::Walk {
+                    path: p.display().to_string(),
+                    cause,
+                })?;
+            entries.sort();
+            stack.extend(entries.into_iter().rev());
+        } else if meta.is_file() {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// One document read, with what backfill records for it.
+struct Read {
+    identified: Identified,
+    partner: String,
+    seen: Seen,
+    position: String,
+}
+
+/// Scans `paths`; with `backfill`, records into `registry` what was read.
+pub fn scan(
+    paths: &[PathBuf],
+    config: &Config,
+    schemas: &Schemas,
+    mut backfill: Option<&mut Registry>,
+) -> Result<Scan, ScanError> {
+    let mut scan = Scan::default();
+    let mut by_key: HashMap<String, Vec<Seen>> = HashMap::new();
+    let mut tallies: BTreeMap<(String, String), Tally> = BTreeMap::new();
+    let mut meta: HashMap<String, (String, String)> = HashMap::new();
+    for path in files(paths)? {
+        scan.files += 1;
+        let shown = path.display().to_string();
+        let read = read_file(&path, &shown, config, schemas, &mut scan.interchanges);
+        let (docs, interchanges) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                scan.unreadable.push((shown, e.to_string()));
+                continue;
+            }
+        };
+        if let Some(registry) = backfill.as_deref_mut() {
+            let (ics, ds) = record(registry, &docs, &interchanges)?;
+            scan.backfilled_interchanges += ics;
+            scan.backfilled_documents += ds;
+        }
+        for d in docs {
+            scan.documents += 1;
+            let t = tallies
+                .entry((d.partner.clone(), d.identified.set_id.clone()))
+                .or_insert_with(|| Tally {
+                    partner: d.partner.clone(),
+                    set: d.identified.set_id.clone(),
+                    ..Tally::default()
+                });
+            t.documents += 1;
+            meta.entry(d.identified.key.clone())
+                .or_insert_with(|| (d.partner.clone(), d.identified.set_id.clone()));
+            by_key.entry(d.identified.key).or_default().push(d.seen);
+        }
+    }
+    let mut keys: Vec<String> = by_key.keys().cloned().collect();
+    keys.sort();
+    for key in keys {
+        let Some(sightings) = by_key.remove(&key) else {
+            continue;
+        };
+        let (partner, set) = meta.get(&key).cloned().unwrap_or_default();
+        let t = tallies.entry((partner.clone(), set.clone())).or_default();
+        t.keys += 1;
+        let mut interchanges: Vec<&str> =
+            sightings.iter().map(|s| s.interchange.as_str()).collect();
+        interchanges.sort_unstable();
+        interchanges.dedup();
+        if interchanges.len() < 2 {
+            continue;
+        }
+        let same = sightings.iter().all(|s| {
+            sightings
+                .first()
+                .is_some_and(|f| f.fingerprint == s.fingerprint)
+        });
+        let kind = if same { "duplicate" } else { "conflict" };
+        if same {
+            t.duplicates += 1;
+        } else {
+            t.conflicts += 1;
+        }
+        scan.repeated.push(Repeated {
+            key,
+            partner,
+            set,
+            kind,
+            sightings,
+        });
+    }
+    scan.summary = tallies.into_values().collect();
+    Ok(scan)
+}
+
+/// An interchange read, for backfill: its key, sender, ISA13, fingerprint and file.
+struct ReadInterchange {
+    key: String,
+    partner: String,
+    control_number: String,
+    fingerprint: String,
+    file: String,
+}
+
+fn read_file(
+    path: &Path,
+    shown: &str,
+    config: &Config,
+    schemas: &Schemas,
+    interchanges: &mut u64,
+) -> Result<(Vec<Read>, Vec<ReadInterchange>), InputError> {
+    let mut reader = Reader::open(path, config.limits, crate::input::WINDOW)?;
+    let mut docs = Vec::new();
+    let mut ics = Vec::new();
+    while let Some(piece) = reader.next_piece()? {
+        let mut read = piece.interchanges();
+        for ic in read.by_ref().flatten() {
+            *interchanges += 1;
+            let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
+            let partner = config
+                .partner(qualifier, id)
+                .cloned()
+                .unwrap_or_else(|| Partner::unknown(qualifier, id));
+            let key = crate::pipeline::interchange_key(&ic, partner.interchange_scope);
+            ics.push(ReadInterchange {
+                key: key.clone(),
+                partner: partner.key(),
+                control_number: ic.isa.control_number().to_string(),
+                fingerprint: crate::fingerprint::fingerprint(
+                    ic.input(),
+                    &ic,
+                    &partner.fingerprint_ignore,
+                ),
+                file: std::path::absolute(path)
+                    .map_or_else(|_| shown.to_string(), |p| p.display().to_string()),
+            });
+            for (gi, group) in ic.groups.iter().enumerate() {
+                let version = group.gs.element(8).unwrap_or_default();
+                for (si, set) in group.sets.iter().enumerate() {
+                    let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default())
+                    else {
+                        continue;
+                    };
+                    let Some(identified) =
+                        document::identify(ic.isa.field(5), ic.isa.field(6), &set, def)
+                    else {
+                        continue;
+                    };
+                    let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
+                    docs.push(Read {
+                        seen: Seen {
+                            file: shown.to_string(),
+                            offset: set.st.offset,
+                            interchange: key.clone(),
+                            st02,
+                            fingerprint: identified.fingerprint.clone(),
+                        },
+                        identified,
+                        partner: partner.key(),
+                        position: format!("{gi}.{si}"),
+                    });
+                }
+            }
+        }
+        let resume = read.resume();
+        reader.advance(resume);
+    }
+    Ok((docs, ics))
+}
+
+/// Backfill of one file, in one transaction: returns the interchanges and documents recorded.
+fn record(
+    registry: &mut Registry,
+    docs: &[Read],
+    ics: &[ReadInterchange],
+) -> Result<(u64, u64), RegistryError> {
+    registry.batch(|b| {
+        let mut recorded = (0, 0);
+        for ic in ics {
+            if b.backfill_interchange(
+                &ic.key,
+                &ic.partner,
+                &ic.control_number,
+                &ic.fingerprint,
+                &ic.file,
+            )? {
+                recorded.0 += 1;
+            }
+        }
+        for d in docs {
+            let i = &d.identified;
+            let sighting = Sighting {
+                key: &i.key,
+                subject: &i.subject,
+                partner: &d.partner,
+                set_id: &i.set_id,
+                role: i.role,
+                version: i.version.as_deref(),
+                fingerprint: &i.fingerprint,
+                interchange_key: &d.seen.interchange,
+                position: &d.position,
+                st02: &d.seen.st02,
+                deliver_duplicates: false,
+            };
+            if b.backfill_document(&sighting)? {
+                recorded.1 += 1;
+            }
+        }
+        Ok(recorded)
+    })
+}

@@ -1,0 +1,602 @@
+//! Business documents as the unit of exactly-once, through the real binary: a PO resent in a
+//! new interchange, a conflicting PO, a change before its original, a stale change, many
+//! processes on one PO, crashes between claim and completion, and `scan` of an archive.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_x12gate");
+
+/// A gateway in a temporary folder, accepting ACME; `extra` goes into ACME's partner table.
+struct Gate {
+    dir: tempfile::TempDir,
+}
+
+impl Gate {
+    fn new(extra: &str) -> Gate {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("partners.toml"),
+            format!(
+                r#"[gateway]
+id_qualifier = "ZZ"
+id = "X12GATE"
+inbox = "data/inbox"
+outbox = "data/outbox"
+out = "data/out"
+archive = "data/archive"
+rejected = "data/rejected"
+database = "data/x12gate.db"
+lease_seconds = 300
+
+[[partner]]
+name = "Acme Retail"
+id_qualifier = "ZZ"
+id = "ACME"
+{extra}
+"#
+            ),
+        )
+        .unwrap();
+        fs::create_dir(dir.path().join("in")).unwrap();
+        let gate = Gate { dir };
+        let init = gate.run(&["init"], None);
+        assert!(init.0.success(), "{}", init.2);
+        gate
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn out(&self) -> PathBuf {
+        self.root().join("data/out")
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.root().join("in").join(name);
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn command(&self, args: &[&str], failpoints: Option<&str>) -> Command {
+        let mut c = Command::new(BIN);
+        c.current_dir(self.root())
+            .env_remove("FAILPOINTS")
+            .env_remove("RUST_LOG")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(f) = failpoints {
+            c.env("FAILPOINTS", f);
+        }
+        c
+    }
+
+    /// Runs x12gate: (status, stdout, stderr).
+    fn run(
+        &self,
+        args: &[&str],
+        failpoints: Option<&str>,
+    ) -> (std::process::ExitStatus, String, String) {
+        let out = self.command(args, failpoints).output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `process --json FILES`: the reports, asserting the exit code.
+    fn process(&self, files: &[&Path], code: i32) -> Vec<Value> {
+        let mut args = vec!["process".to_string(), "--json".to_string()];
+        args.extend(files.iter().map(|f| f.display().to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = self.run(&args, None);
+        assert_eq!(status.code(), Some(code), "{stdout}\n{stderr}");
+        lines(&stdout)
+    }
+
+    /// Every document file in `out/`, by name.
+    fn delivered(&self) -> BTreeMap<String, Value> {
+        let mut found = BTreeMap::new();
+        for e in fs::read_dir(self.out()).into_iter().flatten() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let doc: Value = serde_json::from_slice(&fs::read(e.path()).unwrap())
+                .unwrap_or_else(|err| panic!("{name}: not whole JSON: {err}"));
+            found.insert(name, doc);
+        }
+        found
+    }
+
+    fn documents(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["documents", "--json"];
+        all.extend_from_slice(args);
+        let (status, stdout, stderr) = self.run(&all, None);
+        assert!(status.success(), "{stdout}\n{stderr}");
+        lines(&stdout)
+    }
+}
+
+fn lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// One interchange from ACME: ISA13 and GS06 `n`, one set per body (ST02 from `st02`),
+/// in a group of `gs01`, with element separator `e` and terminator `t`.
+fn interchange(
+    n: u32,
+    gs01: &str,
+    set: &str,
+    bodies: &[String],
+    st02: u32,
+    e: char,
+    t: char,
+) -> String {
+    let mut out = format!(
+        "ISA{e}00{e}          {e}00{e}          {e}ZZ{e}ACME           {e}ZZ{e}X12GATE        {e}2401{:02}{e}0930{e}U{e}00401{e}{n:09}{e}0{e}P{e}>{t}\nGS{e}{gs01}{e}ACME{e}X12GATE{e}202401{:02}{e}0930{e}{n}{e}X{e}004010{t}\n",
+        n % 28 + 1,
+        n % 28 + 1
+    );
+    for (i, body) in bodies.iter().enumerate() {
+        let id = format!("{:04}", st02 + i as u32);
+        let segments = body.matches('~').count() + 2;
+        let body = body
+            .replace('*', &e.to_string())
+            .replace('~', &format!("{t}\n"));
+        out.push_str(&format!(
+            "ST{e}{set}{e}{id}{t}\n{body}SE{e}{segments}{e}{id}{t}\n"
+        ));
+    }
+    out.push_str(&format!(
+        "GE{e}{}{e}{n}{t}\nIEA{e}1{e}{n:09}{t}\n",
+        bodies.len()
+    ));
+    out
+}
+
+/// An 850 body: PO `po`, purpose `purpose`, first line quantity `qty`.
+fn po(po: &str, purpose: &str, qty: u32) -> String {
+    format!(
+        "BEG*{purpose}*SA*{po}**20240115~PO1*1*{qty}*EA*4.25*PE*UP*012345678905~PO1*2*48*CA*18.90*PE*UP*012345678912~CTT*2~"
+    )
+}
+
+/// An 860 body: a change of PO `po` with change sequence `version`.
+fn change(po: &str, version: u32) -> String {
+    format!("BCH*04*SA*{po}**{version}*20240116~POC*1*CA*10*5*EA*4.25*PE*UP*012345678905~")
+}
+
+fn an_850(n: u32, body: String) -> String {
+    interchange(n, "PO", "850", &[body], 1, '*', '~')
+}
+
+fn an_860(n: u32, body: String) -> String {
+    interchange(n, "PC", "860", &[body], 1, '*', '~')
+}
+
+fn only_document(report: &Value) -> &Value {
+    let docs = report["documents"].as_array().expect("a documents array");
+    assert_eq!(docs.len(), 1, "{report}");
+    &docs[0]
+}
+
+#[test]
+fn a_po_resent_in_a_new_interchange_is_a_duplicate_document_and_not_delivered_again() {
+    let gate = Gate::new("");
+    let first = gate.write("a.x12", &an_850(101, po("PO-1", "00", 120)));
+    // New ISA13, GS06, ST02, envelope dates and delimiters: the partner's translator
+    // re-enveloped it.
+    let resend = gate.write(
+        "b.x12",
+        &interchange(777, "PO", "850", &[po("PO-1", "00", 120)], 42, '|', '^'),
+    );
+    let r = gate.process(&[&first], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "new");
+    let r = gate.process(&[&resend], 0);
+    assert_eq!(
+        r[0]["disposition"], "accepted",
+        "acknowledged as its syntax deserves"
+    );
+    assert_eq!(r[0]["acks"].as_array().unwrap().len(), 1, "{}", r[0]);
+    let doc = only_document(&r[0]);
+    assert_eq!(doc["disposition"], "duplicate");
+    assert_eq!(doc["st02"], "0042");
+    assert_eq!(doc["duplicate_of"], "ZZ:ACME:000000101");
+    assert_eq!(doc["key"], "ZZ:ACME:850:PO-1:00:");
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 1, "{:?}", delivered.keys());
+    let (name, file) = delivered.iter().next().unwrap();
+    assert_eq!(name, "ZZ_ACME_850_PO-1_00_.json");
+    assert_eq!(file["document_key"], "ZZ:ACME:850:PO-1:00:");
+    assert_eq!(file["delivery"]["interchange"], "ZZ:ACME:000000101");
+    assert_eq!(file["envelope"]["isa13"], "000000101");
+    assert_eq!(
+        file["set"]["content"]["BEG"]["purchase_order_number_03"],
+        "PO-1"
+    );
+}
+
+#[test]
+fn with_deliver_a_duplicate_document_is_delivered_again_saying_of_what() {
+    let gate = Gate::new("duplicate_documents = \"deliver\"");
+    let first = gate.write("a.x12", &an_850(101, po("PO-1", "00", 120)));
+    let resend = gate.write("b.x12", &an_850(102, po("PO-1", "00", 120)));
+    gate.process(&[&first, &resend], 0);
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 2, "{:?}", delivered.keys());
+    let again: Vec<&Value> = delivered
+        .values()
+        .filter(|d| d["delivery"]["disposition"] == "duplicate")
+        .collect();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0]["delivery"]["duplicate_of"], "ZZ:ACME:000000101");
+    assert_eq!(again[0]["delivery"]["interchange"], "ZZ:ACME:000000102");
+}
+
+#[test]
+fn a_copy_purpose_is_never_delivered_as_new() {
+    let gate = Gate::new("");
+    let original = gate.write("a.x12", &an_850(101, po("PO-1", "00", 120)));
+    let copy = gate.write("b.x12", &an_850(102, po("PO-1", "07", 120)));
+    let r = gate.process(&[&original, &copy], 0);
+    assert_eq!(only_document(&r[1])["disposition"], "duplicate", "{}", r[1]);
+    assert_eq!(gate.delivered().len(), 1);
+}
+
+#[test]
+fn the_same_po_number_with_other_lines_is_held_then_released_once_or_discarded() {
+    let gate = Gate::new("");
+    let a = gate.write("a.x12", &an_850(101, po("PO-1", "00", 120)));
+    let b = gate.write("b.x12", &an_850(102, po("PO-1", "00", 121)));
+    let c = gate.write("c.x12", &an_850(103, po("PO-2", "00", 120)));
+    let d = gate.write("d.x12", &an_850(104, po("PO-2", "00", 999)));
+    let (status, stdout, stderr) = gate.run(
+        &[
+            "process",
+            "--json",
+            &a.display().to_string(),
+            &b.display().to_string(),
+        ],
+        None,
+    );
+    assert_eq!(status.code(), Some(0), "{stdout}{stderr}");
+    let r = lines(&stdout);
+    assert_eq!(only_document(&r[1])["disposition"], "conflict");
+    assert!(
+        stderr.contains("CONFLICT") && stderr.contains("earlier_fingerprint"),
+        "{stderr}"
+    );
+    assert_eq!(gate.delivered().len(), 1, "the conflict is not delivered");
+    let held = gate.documents(&["--held"]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["interchange"], "ZZ:ACME:000000102");
+    assert_eq!(held[0]["delivery"], "held");
+
+    let (status, stdout, _) = gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
+    assert!(status.success(), "{stdout}");
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 2, "{:?}", delivered.keys());
+    let released: Vec<&Value> = delivered
+        .values()
+        .filter(|d| d["delivery"]["interchange"] == "ZZ:ACME:000000102")
+        .collect();
+    assert_eq!(released.len(), 1);
+    assert_eq!(
+        released[0]["set"]["content"]["PO1_loop"][0]["PO1"]["quantity_ordered_02"],
+        "121"
+    );
+    // Once: nothing is held any more, and a second release finds nothing.
+    assert!(gate.documents(&["--held"]).is_empty());
+    let (status, _, _) = gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
+    assert_eq!(status.code(), Some(2));
+    assert_eq!(gate.delivered().len(), 2);
+
+    gate.process(&[&c, &d], 0);
+    assert_eq!(gate.delivered().len(), 3);
+    let (status, stdout, _) = gate.run(&["documents", "discard", "ZZ:ACME:850:PO-2:00:"], None);
+    assert!(status.success(), "{stdout}");
+    let rows = gate.documents(&["--key", "ZZ:ACME:850:PO-2:00:"]);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["delivery"], "discarded");
+    assert_eq!(
+        gate.delivered().len(),
+        3,
+        "a discarded document is never delivered"
+    );
+    let (_, history, _) = gate.run(&["history", "--json"], None);
+    assert!(history.contains("documents_discarded") && history.contains("documents_released"));
+}
+
+#[test]
+fn a_change_before_its_original_waits_then_follows_it_and_an_older_change_is_stale() {
+    let gate = Gate::new("");
+    let change2 = gate.write("c2.x12", &an_860(201, change("PO-7", 2)));
+    let r = gate.process(&[&change2], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "waiting");
+    assert!(
+        gate.delivered().is_empty(),
+        "a change is not delivered before its original"
+    );
+    assert_eq!(gate.documents(&["--waiting"]).len(), 1);
+
+    let original = gate.write("o.x12", &an_850(202, po("PO-7", "00", 120)));
+    let r = gate.process(&[&original], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "new");
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 2, "{:?}", delivered.keys());
+    let seq = |set: &str| {
+        delivered
+            .values()
+            .find(|d| d["identity"]["set"] == set)
+            .map(|d| d["delivery"]["sequence"].as_i64().unwrap())
+            .unwrap()
+    };
+    assert!(seq("850") < seq("860"), "the original is delivered first");
+    assert!(gate.documents(&["--waiting"]).is_empty());
+
+    let change3 = gate.write("c3.x12", &an_860(203, change("PO-7", 3)));
+    let r = gate.process(&[&change3], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "new");
+    let change2_late = gate.write("c2b.x12", &an_860(204, change("PO-7", 2)));
+    let r = gate.process(&[&change2_late], 0);
+    // Sequence 2 was delivered already with this content: a duplicate; other content with a
+    // lower sequence than one delivered is stale.
+    assert_eq!(only_document(&r[0])["disposition"], "duplicate");
+    let other = change("PO-7", 1).replace("POC*1*CA*10", "POC*1*CA*11");
+    let older = gate.write("c1.x12", &an_860(205, other));
+    let r = gate.process(&[&older], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "stale", "{}", r[0]);
+    assert_eq!(gate.delivered().len(), 3);
+}
+
+#[test]
+fn a_change_whose_original_never_comes_is_delivered_after_the_wait_saying_so() {
+    let gate = Gate::new("order_wait_hours = 0");
+    let change = gate.write("c.x12", &an_860(301, change("PO-9", 1)));
+    let (status, stdout, stderr) =
+        gate.run(&["process", "--json", &change.display().to_string()], None);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert_eq!(only_document(&lines(&stdout)[0])["disposition"], "waiting");
+    // The same run's end delivers what waited past the partner's order_wait_hours (0 here).
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 1, "{stderr}");
+    let d = delivered.values().next().unwrap();
+    assert_eq!(d["delivery"]["original_missing"], true);
+    assert!(stderr.contains("whose original never came"), "{stderr}");
+}
+
+#[test]
+fn eight_processes_on_eight_interchanges_of_one_po_deliver_it_once() {
+    for round in 0..20 {
+        let gate = Gate::new("");
+        let files: Vec<PathBuf> = (0..8)
+            .map(|i| gate.write(&format!("{i}.x12"), &an_850(500 + i, po("PO-R", "00", 120))))
+            .collect();
+        let children: Vec<_> = files
+            .iter()
+            .map(|f| {
+                gate.command(&["process", "--json", &f.display().to_string()], None)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut dispositions = Vec::new();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for r in lines(&String::from_utf8_lossy(&out.stdout)) {
+                dispositions.push(
+                    only_document(&r)["disposition"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                );
+            }
+        }
+        dispositions.sort();
+        let mut want = vec!["duplicate".to_string(); 7];
+        want.push("new".into());
+        want.sort();
+        assert_eq!(dispositions, want, "round {round}");
+        assert_eq!(gate.delivered().len(), 1, "round {round}");
+    }
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_between_claim_and_completion_records_no_document_without_its_interchange_and_no_output_without_its_document(
+) {
+    for point in [
+        "claim.after",
+        "prepare.after",
+        "outputs.after",
+        "complete.before",
+    ] {
+        let gate = Gate::new("");
+        // One file: a change of PO-X waiting, another PO, then PO-X's original, which lets
+        // the change go.
+        let text = an_860(401, change("PO-X", 1))
+            + &an_850(402, po("PO-Y", "00", 1))
+            + &an_850(403, po("PO-X", "00", 2));
+        let file = gate.write("mixed.x12", &text);
+        let (status, ..) = gate.run(
+            &["process", "--json", &file.display().to_string()],
+            Some(&format!("{point}=return")),
+        );
+        assert!(!status.success(), "{point}: the failpoint aborts");
+        let db = rusqlite::Connection::open(gate.root().join("data/x12gate.db")).unwrap();
+        let orphans: i64 = db
+            .query_row(
+                "SELECT count(*) FROM documents WHERE interchange_key NOT IN (SELECT key FROM interchanges)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0, "{point}: a document without its interchange");
+        for (name, doc) in gate.delivered() {
+            let known: i64 = db
+                .query_row(
+                    "SELECT count(*) FROM documents WHERE key = ?1 AND interchange_key = ?2",
+                    [
+                        doc["document_key"].as_str().unwrap(),
+                        doc["delivery"]["interchange"].as_str().unwrap(),
+                    ],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(
+                known, 1,
+                "{point}: {name} is an output without its document"
+            );
+        }
+        drop(db);
+        let (status, stdout, stderr) = gate.run(
+            &[
+                "process",
+                "--json",
+                "--no-wait",
+                &file.display().to_string(),
+            ],
+            None,
+        );
+        assert!(status.success(), "{point}: {stdout}{stderr}");
+        let delivered = gate.delivered();
+        let keys: Vec<&str> = delivered
+            .values()
+            .map(|d| d["document_key"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            keys.len(),
+            3,
+            "{point}: each document delivered once: {:?}",
+            delivered.keys()
+        );
+        let seq = |key: &str| {
+            delivered
+                .values()
+                .find(|d| d["document_key"] == key)
+                .map(|d| d["delivery"]["sequence"].as_i64().unwrap())
+                .unwrap_or_else(|| panic!("{point}: {key} not delivered: {keys:?}"))
+        };
+        assert!(
+            seq("ZZ:ACME:850:PO-X:00:") < seq("ZZ:ACME:860:PO-X:04:1"),
+            "{point}"
+        );
+        seq("ZZ:ACME:850:PO-Y:00:");
+        let open = gate.documents(&[]);
+        assert!(open.is_empty(), "{point}: left open {open:?}");
+        let rows = gate.documents(&["--all"]);
+        assert!(
+            rows.iter()
+                .all(|r| r["delivery"] == "delivered" && r["output"].is_string()),
+            "{point}: {rows:?}"
+        );
+    }
+}
+
+#[test]
+fn scan_finds_exactly_the_planted_duplicates_and_conflicts_and_backfill_catches_a_resend() {
+    let gate = Gate::new("");
+    let archive = gate.root().join("archive");
+    // 500 files in nested folders, each an interchange of its own PO; planted: 5 POs resent
+    // in new interchanges (one of them three times) and 3 POs reused for other lines.
+    let mut planted_dups = Vec::new();
+    let mut planted_conflicts = Vec::new();
+    for i in 0..500u32 {
+        let (po_no, qty) = match i {
+            100..=104 => (format!("PO-{}", i - 100), 120),
+            105 => ("PO-0".to_string(), 120),
+            200..=202 => (format!("PO-{}", i - 190), 999),
+            _ => (format!("PO-{i}"), 120),
+        };
+        if (100..=104).contains(&i) {
+            planted_dups.push(format!("ZZ:ACME:850:{po_no}:00:"));
+        }
+        if (200..=202).contains(&i) {
+            planted_conflicts.push(format!("ZZ:ACME:850:{po_no}:00:"));
+        }
+        let folder = archive.join(format!("{:02}", i % 7));
+        fs::create_dir_all(&folder).unwrap();
+        fs::write(
+            folder.join(format!("f{i}.x12")),
+            an_850(1000 + i, po(&po_no, "00", qty)),
+        )
+        .unwrap();
+    }
+    let (status, stdout, stderr) =
+        gate.run(&["scan", "--json", &archive.display().to_string()], None);
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    let found = lines(&stdout);
+    let repeated: BTreeMap<String, (String, usize)> = found
+        .iter()
+        .filter_map(|l| l.get("repeated"))
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_string(),
+                (
+                    r["kind"].as_str().unwrap().to_string(),
+                    r["sightings"].as_array().unwrap().len(),
+                ),
+            )
+        })
+        .collect();
+    let mut want: BTreeMap<String, (String, usize)> = BTreeMap::new();
+    for k in &planted_dups {
+        want.insert(k.clone(), ("duplicate".into(), 2));
+    }
+    want.insert("ZZ:ACME:850:PO-0:00:".into(), ("duplicate".into(), 3));
+    for k in &planted_conflicts {
+        want.insert(k.clone(), ("conflict".into(), 2));
+    }
+    assert_eq!(repeated, want);
+    let totals = found.last().unwrap();
+    assert_eq!(totals["files"], 500);
+    assert_eq!(totals["documents"], 500);
+    let summary = found.iter().find_map(|l| l.get("summary")).unwrap();
+    assert_eq!(summary["duplicates"], 5);
+    assert_eq!(summary["conflicts"], 3);
+    // Each sighting names its file and the byte offset of its ST.
+    let one = found.iter().find_map(|l| l.get("repeated")).unwrap();
+    for s in one["sightings"].as_array().unwrap() {
+        let bytes = fs::read(s["file"].as_str().unwrap()).unwrap();
+        let at = s["offset"].as_u64().unwrap() as usize;
+        assert!(bytes[at..].starts_with(b"ST*850*"), "{s}");
+    }
+    // Nothing was recorded without --backfill.
+    assert!(gate.documents(&["--all"]).is_empty());
+
+    let (status, stdout, stderr) = gate.run(
+        &["scan", "--backfill", &archive.display().to_string()],
+        None,
+    );
+    assert_eq!(status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("backfilled 500 interchange(s) and 491 document(s)"),
+        "{stdout}"
+    );
+    // A partner resends an old PO in a new interchange: caught.
+    let resend = gate.write("resend.x12", &an_850(9000, po("PO-300", "00", 120)));
+    let r = gate.process(&[&resend], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "duplicate", "{}", r[0]);
+    // And the very same old interchange again is a duplicate interchange.
+    let old = archive.join(format!("{:02}/f300.x12", 300 % 7));
+    let r = gate.process(&[&old], 0);
+    assert_eq!(r[0]["disposition"], "duplicate", "{}", r[0]);
+    assert!(gate.delivered().is_empty());
+}
