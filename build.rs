@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+    // Read when the script runs, not when it was compiled: a script compiled for one
+    // checkout and reused from a copied target folder embedded that checkout's files.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let root = Path::new(&manifest).join("schemas");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     if let Ok(versions) = std::fs::read_dir(&root) {

@@ -77,6 +77,8 @@ pub struct Shown {
     pub file_now: Option<PathBuf>,
     /// The findings of that file's interchange as the configuration in force judges it.
     pub findings: Vec<String>,
+    /// Its business documents: each sighting's decision and delivery.
+    pub documents: Vec<crate::registry::DocumentRow>,
     pub events: Vec<Event>,
 }
 
@@ -205,6 +207,7 @@ pub fn show(
         conflict_acks,
         file_now,
         findings,
+        documents: registry.documents_of(key)?,
         events,
     })
 }

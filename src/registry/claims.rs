@@ -1027,6 +1027,14 @@ impl Registry {
                 }
                 tx.execute("DELETE FROM groups WHERE interchange_key = ?1", [&key])
                     .map_err(sql)?;
+                // Its documents go with it, unless an operator or an original still has to
+                // decide them.
+                tx.execute(
+                    "DELETE FROM documents WHERE interchange_key = ?1
+                     AND delivery NOT IN ('held', 'parked', 'pending')",
+                    [&key],
+                )
+                .map_err(sql)?;
                 tx.execute("DELETE FROM interchanges WHERE key = ?1", [&key])
                     .map_err(sql)?;
                 removed.push(key);

@@ -25,6 +25,20 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
     for o in &s.record.outputs {
         writeln!(out, "  output: {o}")?;
     }
+    for d in &s.documents {
+        writeln!(
+            out,
+            "  document {} ST02 {}: {}, {}{}",
+            x12gate::text::printable(&d.key),
+            x12gate::text::printable(&d.st02),
+            d.disposition,
+            d.delivery,
+            d.duplicate_of
+                .as_deref()
+                .map(|i| format!(" (first in {})", x12gate::text::printable(i)))
+                .unwrap_or_default()
+        )?;
+    }
     writeln!(out, "  history:")?;
     for e in &s.events {
         writeln!(out, "    {} {}", local_time(e.at_ms), e.event)?;
