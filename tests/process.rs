@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::util::fixture;
+use crate::util::{documents_by_interchange, fixture, order_file, read_json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_x12gate");
 
@@ -273,16 +273,26 @@ fn swap(text: &str, from: &str, to: &str) -> String {
     text.replacen(from, to, 1)
 }
 
-/// The 850 fixture as sent by `sender` (ISA06, kept 15 wide; GS02) with its own ISA13 and GS06.
+/// The fixture's PO number (BEG03).
+const PO: &str = "PO-4471";
+
+/// The 850 fixture as sent by `sender` (ISA06, kept 15 wide; GS02) with its own ISA13 and
+/// GS06, ordering the fixture's [`PO`]: another interchange of the same order.
 fn po(sender: &str, isa13: u32, gs06: u32) -> String {
+    order(sender, isa13, gs06, PO)
+}
+
+/// [`po`] ordering `number` (BEG03) instead: another order, its own business document.
+fn order(sender: &str, isa13: u32, gs06: u32, number: &str) -> String {
+    let text = swap(
+        &base_850(),
+        &format!("*SA*{PO}*"),
+        &format!("*SA*{number}*"),
+    );
     let isa13 = format!("{isa13:09}");
     let isa06 = format!("{sender:<15}");
     assert_eq!(isa06.len(), 15, "ISA06 {sender:?} must fit 15 bytes");
-    let text = swap(
-        &base_850(),
-        "*ZZ*ACME           *",
-        &format!("*ZZ*{isa06}*"),
-    );
+    let text = swap(&text, "*ZZ*ACME           *", &format!("*ZZ*{isa06}*"));
     let text = swap(&text, "*00401*000000101*", &format!("*00401*{isa13}*"));
     let text = swap(&text, "IEA*1*000000101~", &format!("IEA*1*{isa13}~"));
     let text = swap(
@@ -301,6 +311,37 @@ fn changed_po1(text: &str) -> String {
 /// The registry key and the file-name stem of ACME's interchange `isa13`.
 fn acme(isa13: u32) -> (String, String) {
     (format!("ZZ:ACME:{isa13:09}"), format!("ZZ_ACME_{isa13:09}"))
+}
+
+/// The document files in `dir` (`out/`) that interchange `key` delivered.
+fn delivered_by(dir: &Path, key: &str) -> Vec<String> {
+    documents_by_interchange(dir)
+        .remove(&Some(key.to_string()))
+        .unwrap_or_default()
+}
+
+/// A business document's file, read whole.
+fn document(path: &Path) -> Value {
+    read_json(path).unwrap_or_else(|| panic!("{} is not a whole JSON file", path.display()))
+}
+
+/// Checks that `doc` is the first delivery of ACME's order [`PO`] by interchange `key`.
+fn assert_order_delivered(doc: &Value, key: &str) {
+    assert_eq!(
+        doc["document_key"],
+        format!("ZZ:ACME:850:{PO}:00:"),
+        "{doc}"
+    );
+    assert_eq!(doc["delivery"]["disposition"], "new", "{doc}");
+    assert_eq!(doc["delivery"]["interchange"], key, "{doc}");
+    assert_eq!(doc["correlation_id"], key, "{doc}");
+    let set = &doc["set"];
+    assert_eq!(set["st"][0], "850", "{doc}");
+    assert_eq!(
+        set["content"]["BEG"]["purchase_order_number_03"], PO,
+        "{doc}"
+    );
+    assert_eq!(set["se"][0], "13", "a whole set: {doc}");
 }
 
 /// The segments of an X12 interchange, elements split, using its own delimiters.
@@ -335,15 +376,24 @@ fn segment<'a>(segments: &'a [Vec<String>], id: &str) -> &'a [String] {
 fn the_same_file_twice_is_a_duplicate_that_replays_the_original_ack() {
     let gate = Gate::new(300, "reject");
     let file = gate.write("po.x12", po("ACME", 101, 101));
-    let (_, stem) = acme(101);
+    let (key, stem) = acme(101);
 
     let first = gate.process(&[&file]);
     assert_eq!(first.code(), Some(0), "{first}");
-    assert_eq!(first.report()["disposition"], "accepted", "{first}");
-    let translation = gate.out().join(format!("{stem}.json"));
+    let f = first.report();
+    assert_eq!(f["disposition"], "accepted", "{first}");
+    let translation = gate.out().join(order_file("ACME", PO));
     let ack = gate.outbox().join(format!("{stem}.997.x12"));
-    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
     assert_eq!(visible(&gate.outbox()), [format!("{stem}.997.x12")]);
+    assert_order_delivered(&document(&translation), &key);
+    let shown = translation.display().to_string();
+    assert_eq!(f["outputs"], serde_json::json!([shown]), "{first}");
+    let docs = f["documents"].as_array().expect("documents");
+    assert_eq!(docs.len(), 1, "{first}");
+    assert_eq!(docs[0]["key"], format!("ZZ:ACME:850:{PO}:00:"), "{first}");
+    assert_eq!(docs[0]["disposition"], "new", "{first}");
+    assert_eq!(docs[0]["output"], shown, "{first}");
     let (ack_bytes, doc_bytes, doc_time) = (
         fs::read(&ack).unwrap(),
         fs::read(&translation).unwrap(),
@@ -357,12 +407,14 @@ fn the_same_file_twice_is_a_duplicate_that_replays_the_original_ack() {
     assert_eq!(r["disposition"], "duplicate", "{second}");
     assert_eq!(r["acks"], serde_json::json!([ack.display().to_string()]));
     assert_eq!(r["outputs"], serde_json::json!([]));
+    // The interchange is not processed again, so none of its documents is seen again.
+    assert_eq!(r["documents"], serde_json::json!([]), "{second}");
     assert_eq!(
         fs::read(&ack).unwrap(),
         ack_bytes,
         "the replayed acknowledgment is the original, byte for byte"
     );
-    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
     assert_eq!(fs::read(&translation).unwrap(), doc_bytes);
     assert_eq!(
         mtime(&translation),
@@ -429,7 +481,8 @@ fn a_reused_control_number_with_changed_content_is_a_conflict() {
 
     let first = gate.process(&[&original]);
     assert_eq!(first.report()["disposition"], "accepted", "{first}");
-    let translation = gate.out().join(format!("{stem}.json"));
+    let translation = gate.out().join(order_file("ACME", PO));
+    assert_order_delivered(&document(&translation), &key);
     let ack = gate.outbox().join(format!("{stem}.997.x12"));
     let before = (
         fs::read(&translation).unwrap(),
@@ -444,6 +497,11 @@ fn a_reused_control_number_with_changed_content_is_a_conflict() {
     assert_eq!(r["disposition"], "conflict", "{conflict}");
     assert_eq!(r["reason_code"], "025");
     assert_eq!(r["outputs"], serde_json::json!([]));
+    assert_eq!(
+        r["documents"],
+        serde_json::json!([]),
+        "nothing processed: {conflict}"
+    );
     let acks = r["acks"].as_array().unwrap();
     assert_eq!(acks.len(), 1, "{conflict}");
     let ta1_path = PathBuf::from(acks[0].as_str().unwrap());
@@ -469,7 +527,7 @@ fn a_reused_control_number_with_changed_content_is_a_conflict() {
         before == after,
         "the original translation and ack are untouched"
     );
-    assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
     let events: Vec<String> = gate
         .events(&key)
         .iter()
@@ -494,10 +552,19 @@ fn the_same_control_number_from_two_senders_is_two_interchanges() {
     assert_eq!(count(&reports, "accepted"), 2, "{r}");
     assert_eq!(reports[0]["correlation_id"], "ZZ:ACME:000000101");
     assert_eq!(reports[1]["correlation_id"], "ZZ:GLOBEX:000000101");
+    // One PO number from two senders is two documents: each delivered, by its interchange.
     assert_eq!(
         visible(&gate.out()),
-        ["ZZ_ACME_000000101.json", "ZZ_GLOBEX_000000101.json"]
+        [order_file("ACME", PO), order_file("GLOBEX", PO)]
     );
+    for (report, sender) in reports.iter().zip(["ACME", "GLOBEX"]) {
+        let key = format!("ZZ:{sender}:000000101");
+        assert_eq!(delivered_by(&gate.out(), &key), [order_file(sender, PO)]);
+        let docs = report["documents"].as_array().expect("documents");
+        assert_eq!(docs.len(), 1, "{r}");
+        assert_eq!(docs[0]["key"], format!("ZZ:{sender}:850:{PO}:00:"), "{r}");
+        assert_eq!(docs[0]["disposition"], "new", "{r}");
+    }
     // GLOBEX answers with a 999 and, as ISA14 asks, a TA1.
     assert_eq!(
         visible(&gate.outbox()),
@@ -532,16 +599,15 @@ fn a_corrected_resend_after_a_rejection_is_accepted_as_attempt_2() {
     let r = second.report();
     assert_eq!(r["disposition"], "accepted", "{second}");
     assert_eq!(r["attempt"], 2);
-    // The corrected content's outputs are named apart, so its 997 never replaces the
+    // The rejected attempt delivered no document, so the corrected one's order is its
+    // first delivery, under its document key's name.
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+    assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
+    let docs = r["documents"].as_array().expect("documents");
+    assert_eq!(docs.len(), 1, "{second}");
+    assert_eq!(docs[0]["disposition"], "new", "{second}");
+    // The corrected content's acknowledgment is named apart, so it never replaces the
     // rejection's 997 before that one was sent.
-    let out = visible(&gate.out());
-    assert_eq!(out.len(), 1, "{out:?}");
-    assert!(
-        out[0].starts_with(&format!("{stem}."))
-            && out[0].ends_with(".json")
-            && out[0] != format!("{stem}.json"),
-        "{out:?}"
-    );
     let acks = visible(&gate.outbox());
     assert_eq!(
         acks.len(),
@@ -581,9 +647,11 @@ fn concurrent_processes_accept_an_interchange_exactly_once() {
     const PROCESSES: usize = 8;
     const ROUNDS: u32 = 20;
     let gate = Gate::new(300, "reject");
+    // Each round is another order: its own interchange and its own PO number.
+    let number = |isa13: u32| format!("PO-{isa13}");
     for round in 0..ROUNDS {
         let isa13 = 1000 + round;
-        let text = po("ACME", isa13, isa13);
+        let text = order("ACME", isa13, isa13, &number(isa13));
         // Half the processes share one file, the others each read a copy under its own name.
         let shared = gate.write(&format!("r{round}.x12"), &text);
         let files: Vec<PathBuf> = (0..PROCESSES)
@@ -629,14 +697,26 @@ fn concurrent_processes_accept_an_interchange_exactly_once() {
             "round {round}:\n{}",
             shown()
         );
-        let (_, stem) = acme(isa13);
+        let (key, stem) = acme(isa13);
         let mine = |dir: &Path| -> Vec<String> {
             visible(dir)
                 .into_iter()
                 .filter(|n| n.starts_with(&format!("{stem}.")))
                 .collect()
         };
-        assert_eq!(mine(&gate.out()), [format!("{stem}.json")], "round {round}");
+        assert_eq!(
+            delivered_by(&gate.out(), &key),
+            [order_file("ACME", &number(isa13))],
+            "round {round}"
+        );
+        let accepted = reports.iter().find(|r| r["disposition"] == "accepted");
+        let docs = accepted.expect("counted")["documents"].clone();
+        assert_eq!(
+            docs.as_array().map(Vec::len),
+            Some(1),
+            "round {round}: {docs}"
+        );
+        assert_eq!(docs[0]["disposition"], "new", "round {round}: {docs}");
         assert_eq!(
             mine(&gate.outbox()),
             [format!("{stem}.997.x12")],
@@ -653,6 +733,11 @@ fn concurrent_processes_accept_an_interchange_exactly_once() {
         assert_eq!((accepted, duplicates), (1, PROCESSES - 1), "{key}");
     }
     assert_eq!(visible(&gate.out()).len(), ROUNDS as usize);
+    assert_eq!(
+        documents_by_interchange(&gate.out()).get(&None),
+        None,
+        "only whole document files in out/"
+    );
     assert_eq!(visible(&gate.outbox()).len(), ROUNDS as usize);
 }
 
@@ -682,7 +767,7 @@ fn stale_temporary_files_are_removed_once_older_than_the_lease() {
     for dir in [gate.out(), gate.outbox()] {
         assert_eq!(leftovers(&dir), ["young.host_2_live"], "{}", dir.display());
     }
-    assert_eq!(visible(&gate.out()), ["ZZ_ACME_000000101.json"]);
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
     assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
 }
 
@@ -896,7 +981,7 @@ fn a_non_x12_file_is_rejected_with_a_reason_and_the_other_files_are_processed() 
     let gate = Gate::new(300, "reject");
     let first = gate.write("first.x12", po("ACME", 101, 101));
     let junk = gate.write("junk.txt", "hello, this is not EDI\n");
-    let last = gate.write("last.x12", po("ACME", 102, 102));
+    let last = gate.write("last.x12", order("ACME", 102, 102, "PO-4472"));
     let r = gate.process(&[&first, &junk, &last]);
     assert_eq!(r.code(), Some(3), "{r}");
     let reports = r.reports();
@@ -914,7 +999,18 @@ fn a_non_x12_file_is_rejected_with_a_reason_and_the_other_files_are_processed() 
         .history()
         .iter()
         .any(|e| e["event"] == "unreadable" && e["file"] == junk.display().to_string()));
-    assert_eq!(visible(&gate.out()).len(), 2);
+    assert_eq!(
+        visible(&gate.out()),
+        [order_file("ACME", PO), order_file("ACME", "PO-4472")]
+    );
+    assert_eq!(
+        delivered_by(&gate.out(), "ZZ:ACME:000000101"),
+        [order_file("ACME", PO)]
+    );
+    assert_eq!(
+        delivered_by(&gate.out(), "ZZ:ACME:000000102"),
+        [order_file("ACME", "PO-4472")]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -945,9 +1041,9 @@ mod crash {
         assert_eq!(last[2], segment(&segs, "ISA")[13], "{segs:?}");
     }
 
-    /// The quantity (PO102) of the first PO1 of a translation document (structured form).
+    /// The quantity (PO102) of the first PO1 of a business document's file (structured form).
     fn first_po1_quantity(doc: &Value) -> String {
-        let set = &doc["interchanges"][0]["groups"][0]["sets"][0];
+        let set = &doc["set"];
         set["content"]["PO1_loop"][0]["PO1"]["quantity_ordered_02"]
             .as_str()
             .unwrap_or_else(|| panic!("no PO1_loop[0].PO1.quantity_ordered_02 in {set}"))
@@ -1015,11 +1111,16 @@ mod crash {
             x12gate::owner::Liveness::Dead,
             "took over from the crashed process: {rerun}"
         );
-        assert_eq!(visible(&gate.out()), [format!("{stem}.json")]);
+        // One delivery of the order, whole, by this interchange.
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+        assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
         assert_eq!(visible(&gate.outbox()), [format!("{stem}.997.x12")]);
         for dir in [gate.out(), gate.outbox()] {
             assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
         }
+        let docs = r["documents"].as_array().expect("documents");
+        assert_eq!(docs.len(), 1, "{rerun}");
+        assert_eq!(docs[0]["disposition"], "new", "{rerun}");
         // Outputs are deterministic: the rerun wrote the very bytes the crashed run had, and
         // took no new control number for its acknowledgment.
         let final_files = (contents(&gate.out()), contents(&gate.outbox()));
@@ -1046,6 +1147,7 @@ mod crash {
 
         let again = gate.process(&[&file]);
         assert_eq!(again.report()["disposition"], "duplicate", "{again}");
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
     }
 
     #[test]
@@ -1070,9 +1172,12 @@ mod crash {
         let rerun_config = gate.other_config("rerun.toml", 60, "reject");
         let points = ["claim.after", "outputs.after", "complete.before"];
         let mut files = Vec::new();
+        // Three orders, each in its own interchange.
+        let number = |isa13: u32| format!("PO-{isa13}");
         for (i, point) in points.iter().enumerate() {
             let isa13 = 301 + i as u32;
-            let file = gate.write(&format!("po{isa13}.x12"), po("ACME", isa13, isa13));
+            let text = order("ACME", isa13, isa13, &number(isa13));
+            let file = gate.write(&format!("po{isa13}.x12"), text);
             let crash = run(gate.process_command(
                 &gate.config,
                 &[],
@@ -1114,15 +1219,26 @@ mod crash {
             );
             let accepted = reports.iter().find(|r| r["disposition"] == "accepted");
             assert_eq!(accepted.unwrap()["attempt"], 2);
+            let docs = accepted.unwrap()["documents"].clone();
+            assert_eq!(docs.as_array().map(Vec::len), Some(1), "{key}: {docs}");
+            assert_eq!(docs[0]["disposition"], "new", "{key}: {docs}");
             let mine = |dir: &Path| -> Vec<String> {
                 visible(dir)
                     .into_iter()
                     .filter(|n| n.starts_with(&format!("{stem}.")))
                     .collect()
             };
-            assert_eq!(mine(&gate.out()), [format!("{stem}.json")]);
+            let delivered = delivered_by(&gate.out(), &key);
+            assert_eq!(delivered, [order_file("ACME", &number(*isa13))], "{key}");
+            let doc = document(&gate.out().join(&delivered[0]));
+            assert_eq!(doc["delivery"]["disposition"], "new", "{doc}");
             assert_eq!(mine(&gate.outbox()), [format!("{stem}.997.x12")]);
             assert_eq!(completions(&gate.events(&key)).len(), 1);
+        }
+        // Nothing else in out/: one whole file per order.
+        assert_eq!(visible(&gate.out()).len(), points.len());
+        for dir in [gate.out(), gate.outbox()] {
+            assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
         }
     }
 
@@ -1148,10 +1264,10 @@ mod crash {
                 );
                 continue;
             }
-            assert_eq!(out, ["ZZ_ACME_000000101.json"], "{point}");
+            assert_eq!(out, [order_file("ACME", PO)], "{point}");
             assert_eq!(outbox, ["ZZ_ACME_000000101.997.x12"], "{point}");
-            let doc: Value =
-                serde_json::from_slice(&fs::read(gate.out().join(&out[0])).unwrap()).unwrap();
+            let doc = document(&gate.out().join(&out[0]));
+            assert_order_delivered(&doc, "ZZ:ACME:000000101");
             assert_eq!(first_po1_quantity(&doc), "120");
             assert_complete_interchange(&fs::read(gate.outbox().join(&outbox[0])).unwrap());
             for dir in [gate.out(), gate.outbox()] {
@@ -1215,9 +1331,9 @@ mod crash {
         let done = completions(&events);
         assert_eq!(done.len(), 1, "{events:?}");
         assert_eq!(done[0]["file"], first.display().to_string());
-        let doc: Value =
-            serde_json::from_slice(&fs::read(gate.out().join("ZZ_ACME_000000101.json")).unwrap())
-                .unwrap();
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)], "{stalled}");
+        let doc = document(&gate.out().join(order_file("ACME", PO)));
+        assert_order_delivered(&doc, "ZZ:ACME:000000101");
         assert_eq!(
             first_po1_quantity(&doc),
             "120",
@@ -1240,7 +1356,11 @@ stalled: {stalled}"
         let t = taker.report();
         assert_eq!(t["disposition"], "accepted", "{taker}");
         assert_eq!(t["attempt"], 2, "{taker}");
-        assert_eq!(visible(&gate.out()), ["ZZ_ACME_000000101.json"]);
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+        assert_order_delivered(
+            &document(&gate.out().join(order_file("ACME", PO))),
+            "ZZ:ACME:000000101",
+        );
         assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
         assert_eq!(completions(&gate.events("ZZ:ACME:000000101")).len(), 1);
         let s = stalled.report();

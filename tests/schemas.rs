@@ -429,11 +429,23 @@ fn a_malformed_optional_element_is_noted_and_the_order_still_delivered() {
         ack.contains("AK5*E*5~") && ack.contains("AK9*E*1*1*1~"),
         "{ack}"
     );
+    // The order is delivered as its own document, noted error and all.
     let outputs = report["outputs"].as_array().unwrap();
     assert_eq!(outputs.len(), 1, "{report}");
-    let doc: Value =
-        serde_json::from_slice(&std::fs::read(outputs[0].as_str().unwrap()).unwrap()).unwrap();
-    let set = &doc["interchanges"][0]["groups"][0]["sets"][0];
+    let path = std::path::Path::new(outputs[0].as_str().unwrap());
+    assert_eq!(
+        path.file_name().and_then(|n| n.to_str()),
+        Some(crate::util::order_file("ACME", "PO-88213").as_str()),
+        "{report}"
+    );
+    let docs = report["documents"].as_array().unwrap();
+    assert_eq!(docs.len(), 1, "{report}");
+    assert_eq!(docs[0]["key"], "ZZ:ACME:850:PO-88213:00:", "{report}");
+    assert_eq!(docs[0]["disposition"], "new", "{report}");
+    assert_eq!(docs[0]["output"], outputs[0], "{report}");
+    let doc: Value = crate::util::read_json(path).expect("a whole document file");
+    assert_eq!(doc["delivery"]["interchange"], "ZZ:ACME:000000301", "{doc}");
+    let set = &doc["set"];
     assert_eq!(set["content"]["PER"][0]["name_02"], long.as_str());
     drop(dir);
 }

@@ -276,7 +276,9 @@ fn metrics_and_health_of_a_running_watcher() {
 }
 
 /// `prune --files`: only files past their partner's `retention_days` whose key has left the
-/// registry; a dry run lists them, `--apply` deletes them, everything else stays.
+/// registry; a dry run lists them, `--apply` deletes them, everything else stays. An order's
+/// document file in `out/` belongs to the interchange that delivered it (its
+/// `delivery.interchange`): it goes with that interchange's 997 and archived file.
 #[test]
 fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
     let gate = Gate::new(Settings::default());
@@ -290,6 +292,24 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
     fs::write(gate.inbox().join("b.x12"), interchange(760_002, "PO-B")).unwrap();
     let (status, log) = gate.once();
     assert_eq!(status.code(), Some(0), "{log}");
+    let (doc_a, doc_b) = (
+        gate.out().join(crate::util::order_file("ACME", "PO-A")),
+        gate.out().join(crate::util::order_file("ACME", "PO-B")),
+    );
+    assert_eq!(
+        crate::util::documents_by_interchange(&gate.out()),
+        std::collections::BTreeMap::from([
+            (
+                Some("ZZ:ACME:000760001".to_string()),
+                vec![crate::util::order_file("ACME", "PO-A")]
+            ),
+            (
+                Some("ZZ:ACME:000760002".to_string()),
+                vec![crate::util::order_file("ACME", "PO-B")]
+            ),
+        ]),
+        "each order delivered once, by its interchange"
+    );
     let every_file = || {
         let mut all = Vec::new();
         for dir in [gate.out(), gate.outbox(), gate.archive()] {
@@ -354,7 +374,7 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
         "{listed}"
     );
     assert!(
-        listed.contains("ZZ_ACME_000760001.json")
+        listed.contains(&doc_a.display().to_string())
             && listed.contains("ZZ_ACME_000760001.997.x12")
             && listed.contains("/a.x12"),
         "{listed}"
@@ -371,10 +391,13 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
     assert!(
         after
             .iter()
-            .all(|p| !p.display().to_string().contains("760001") && !p.ends_with("a.x12")),
+            .all(|p| !p.display().to_string().contains("760001")
+                && !p.ends_with("a.x12")
+                && *p != doc_a),
         "{after:?}"
     );
     assert!(after.iter().any(|p| p.ends_with("b.x12")), "{after:?}");
+    assert!(after.contains(&doc_b), "{after:?}");
     assert!(
         fresh.exists(),
         "a file younger than its retention was deleted"

@@ -19,3 +19,50 @@ pub fn x12gate(dir: &std::path::Path) -> assert_cmd::Command {
     cmd.current_dir(dir);
     cmd
 }
+
+/// A JSON file, read whole; `None` when it cannot be read or is not whole JSON.
+pub fn read_json(path: &std::path::Path) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The interchange whose set a business document's file in `out/` delivers (its
+/// `delivery.interchange`); `None` for any other file (an interchange's translation) and for
+/// one that is not whole JSON.
+pub fn delivered_in(path: &std::path::Path) -> Option<String> {
+    let doc = read_json(path)?;
+    doc.get("document_key")?.as_str()?;
+    Some(doc["delivery"]["interchange"].as_str()?.to_string())
+}
+
+/// The regular, not hidden, files directly in `dir` (an `out/` folder), by the interchange
+/// their document delivers ([`delivered_in`]); every other file (an interchange's own
+/// translation, a document file that is not whole) under `None`.
+pub fn documents_by_interchange(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<Option<String>, Vec<String>> {
+    let mut found: std::collections::BTreeMap<Option<String>, Vec<String>> = Default::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    for name in names {
+        found
+            .entry(delivered_in(&dir.join(&name)))
+            .or_default()
+            .push(name);
+    }
+    found
+}
+
+/// The file name of the first delivery of an original 850 (BEG01 `00`) with PO number `po`
+/// from `ZZ:<sender>`: its document key `ZZ:<sender>:850:<po>:00:` made safe.
+pub fn order_file(sender: &str, po: &str) -> String {
+    format!("ZZ_{sender}_850_{po}_00_.json")
+}

@@ -5,8 +5,8 @@
 //!
 //! One checker, [`check_end_state`], holds every run to the same end state: each file exactly
 //! once in `archive/` or `rejected/` (with its reason), each interchange accepted exactly once,
-//! exactly the acknowledgments owed in the outbox, one complete translation per accepted key.
-//! So the interrupted runs are judged by the very rules of the uninterrupted one. Which of
+//! exactly the acknowledgments owed in the outbox, one complete document file (its order) in
+//! `out/` per accepted key. So the interrupted runs are judged by the very rules of the uninterrupted one. Which of
 //! several conflicting files of one key wins is a race by design; the checker reads the winner
 //! from the archive and holds everything else to it.
 //!
@@ -419,8 +419,8 @@ pub(crate) fn top_files(dir: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// The files directly in `dir`, grouped by the key number their name starts with
-/// (`ZZ_ACME_000000123.`); `None` for names of no such key.
+/// The files directly in `dir` (the outbox), grouped by the key number their name starts
+/// with (`ZZ_ACME_000000123.`); `None` for names of no such key.
 pub(crate) fn by_key_name(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
     let mut found: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
     for name in top_files(dir) {
@@ -430,6 +430,22 @@ pub(crate) fn by_key_name(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
             .and_then(|head| head.strip_suffix('.'))
             .and_then(|digits| digits.parse().ok());
         found.entry(n).or_default().push(name);
+    }
+    found
+}
+
+/// The files directly in `out/` (business documents' files), grouped by the key number of
+/// the interchange each delivers (its `delivery.interchange`, `ZZ:ACME:000000123`); `None`
+/// for any other file: one that is not a whole document file, or of no such key.
+pub(crate) fn out_by_key(dir: &Path) -> BTreeMap<Option<u32>, Vec<String>> {
+    let mut found: BTreeMap<Option<u32>, Vec<String>> = BTreeMap::new();
+    for (interchange, names) in crate::util::documents_by_interchange(dir) {
+        let n = interchange
+            .as_deref()
+            .and_then(|k| k.strip_prefix("ZZ:ACME:"))
+            .filter(|digits| digits.len() == 9)
+            .and_then(|digits| digits.parse().ok());
+        found.entry(n).or_default().extend(names);
     }
     found
 }
@@ -896,10 +912,11 @@ pub(crate) fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
             by_key.entry(ic.n).or_default().push((f, ic));
         }
     }
-    // Outputs by key: names start with the key's safe name and a dot; what stands between
-    // that and the extension (a content tag, `conflict-<fp>`) is the gateway's business.
+    // Acknowledgments by key: names start with the key's safe name and a dot; what stands
+    // between that and the extension (a content tag, `conflict-<fp>`) is the gateway's
+    // business. Documents by the interchange their file says delivered them.
     let outbox = by_key_name(&gate.outbox());
-    let out = by_key_name(&gate.out());
+    let out = out_by_key(&gate.out());
     let planned_keys: BTreeSet<u32> = by_key.keys().copied().collect();
     let stray: Vec<&String> = outbox
         .iter()
@@ -999,9 +1016,16 @@ pub(crate) fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
             losers,
             &format!("conflicts of {}", key(n)),
         );
-        // One translation, complete and of the accepted content.
-        assert_eq!(docs.len(), 1, "{}: translations {docs:?}", key(n));
-        let doc = fs::read_to_string(gate.out().join(&docs[0])).expect("read a translation");
+        // One document delivered, complete and of the accepted content: the order's first
+        // delivery, under its document key's name.
+        assert_eq!(docs.len(), 1, "{}: documents {docs:?}", key(n));
+        assert_eq!(
+            docs[0],
+            crate::util::order_file("ACME", winner),
+            "{}: {docs:?}",
+            key(n)
+        );
+        let doc = fs::read_to_string(gate.out().join(&docs[0])).expect("read a document");
         assert!(
             doc.contains(&format!("\"{winner}\"")),
             "{} is not of {winner}",
@@ -1010,6 +1034,19 @@ pub(crate) fn check_end_state(gate: &Gate, files: &[Planned], run: Run) {
         assert!(
             doc.contains("GASKET SET") && doc.contains("\"CTT\""),
             "{} is truncated",
+            docs[0]
+        );
+        let doc: Value = serde_json::from_str(&doc).expect("checked whole by out_by_key");
+        assert_eq!(
+            doc["document_key"],
+            format!("ZZ:ACME:850:{winner}:00:"),
+            "{}",
+            docs[0]
+        );
+        assert_eq!(doc["delivery"]["disposition"], "new", "{}", docs[0]);
+        assert_eq!(
+            doc["set"]["content"]["BEG"]["purchase_order_number_03"], winner,
+            "{}",
             docs[0]
         );
     }
@@ -1214,9 +1251,14 @@ fn corrected_resend_arriving_with_its_rejected_original() {
     assert!(accepted[0]["file"]
         .as_str()
         .is_some_and(|f| f.ends_with("b-corrected.x12")));
-    let docs = by_key_name(&gate.out());
+    let docs = out_by_key(&gate.out());
+    assert_eq!(
+        docs,
+        BTreeMap::from([(Some(n), vec![crate::util::order_file("ACME", "PO-GOOD")])]),
+        "one document, of the corrected interchange"
+    );
     let doc = fs::read_to_string(gate.out().join(&docs[&Some(n)][0])).unwrap();
-    assert!(doc.contains("PO-GOOD"), "{doc}");
+    assert!(doc.contains("PO-GOOD") && !doc.contains("PO-BAD"), "{doc}");
 }
 
 /// Claims not yet completed (`in_flight` or `failed`), read from the registry.
@@ -1558,8 +1600,12 @@ fn once_does_not_take_a_file_still_being_written() {
     }
     let m = gate.moved();
     assert_eq!(m.archived.keys().collect::<Vec<_>>(), ["slow.x12"]);
-    let docs = by_key_name(&gate.out());
-    assert_eq!(docs.get(&Some(701)).map(Vec::len), Some(1), "{docs:?}");
+    let docs = out_by_key(&gate.out());
+    assert_eq!(
+        docs,
+        BTreeMap::from([(Some(701), vec![crate::util::order_file("ACME", "PO-SLOW")])]),
+        "one document, of the slowly written interchange"
+    );
     let doc = fs::read_to_string(gate.out().join(&docs[&Some(701)][0])).unwrap();
     assert!(doc.contains("PO-SLOW") && doc.contains("GASKET SET"));
 }
