@@ -140,6 +140,24 @@ pub fn head(key: &str, delivery: &Delivery<'_>) -> Vec<u8> {
     out
 }
 
+/// The document key a file in `out/` was written for, read from its start (`None` for any
+/// other file: an interchange's translation, something an operator put there).
+pub fn key_in_file(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    const PREFIX: &[u8] = b"{\"document_key\":";
+    let mut head = Vec::with_capacity(1024);
+    std::fs::File::open(path)
+        .ok()?
+        .take(1024)
+        .read_to_end(&mut head)
+        .ok()?;
+    let rest = head.strip_prefix(PREFIX)?;
+    serde_json::Deserializer::from_slice(rest)
+        .into_iter::<String>()
+        .next()?
+        .ok()
+}
+
 /// The end of a document's file.
 pub const END: &[u8] = b"}\n";
 

@@ -81,6 +81,24 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
         })
         .collect();
     let live_keys: HashSet<String> = registry.keys()?.into_iter().collect();
+    // Document files are live while their document is recorded (it goes with its
+    // interchange's key), and are a partner's by the sender their key starts with.
+    let live_documents: HashSet<String> = registry.document_outputs()?;
+    let senders: Vec<(String, String, Option<u32>)> = config
+        .partners
+        .iter()
+        .map(|p| {
+            (
+                format!(
+                    "{}:{}:",
+                    crate::document::part(p.id_qualifier.as_bytes()),
+                    crate::document::part(p.id.as_bytes())
+                ),
+                p.key(),
+                p.retention_days,
+            )
+        })
+        .collect();
     let live: HashSet<String> = live_keys.iter().map(|k| safe_name(k)).collect();
     // Where the watcher placed each inbound file, and for which keys (a file may hold
     // several interchanges: it stays while any of them is live).
@@ -128,6 +146,14 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            if let Some(key) = crate::document::key_in_file(&path) {
+                let partner = senders
+                    .iter()
+                    .find(|(prefix, ..)| key.starts_with(prefix.as_str()))
+                    .map(|(_, key, days)| (key.clone(), *days));
+                consider(path, partner, live_documents.contains(&name));
+                continue;
+            }
             let stem = name.split('.').next().unwrap_or_default().to_string();
             // Exactly `QUAL_ID_` and nine digits: `ZZ_ACME_EU_...` is not ACME's.
             let partner = partners

@@ -255,6 +255,18 @@ impl Registry {
         Ok(out)
     }
 
+    /// The file names (in `out/`) of every recorded document delivered.
+    pub fn document_outputs(&self) -> Result<std::collections::HashSet<String>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT output FROM documents WHERE output IS NOT NULL")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
     /// The sightings of one interchange, in its order.
     pub fn documents_of(&self, interchange_key: &str) -> Result<Vec<DocumentRow>, RegistryError> {
         let mut stmt = self
