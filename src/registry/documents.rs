@@ -657,3 +657,175 @@ fn release(
     }
     ids.into_iter().map(|id| load_released(tx, id)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Identity;
+
+    /// One sighting of ACME's PO `po` (subject 850) in interchange `ic`.
+    struct S {
+        key: String,
+        subject: String,
+        role: Role,
+        version: Option<&'static str>,
+        fingerprint: &'static str,
+        ic: String,
+        deliver: bool,
+    }
+
+    fn s(
+        set: &str,
+        po: &str,
+        role: Role,
+        version: Option<&'static str>,
+        fp: &'static str,
+        ic: u32,
+    ) -> S {
+        S {
+            key: format!(
+                "ZZ:ACME:{set}:{po}:{}:{}",
+                role.as_str(),
+                version.unwrap_or("")
+            ),
+            subject: format!("ZZ:ACME:850:{po}"),
+            role,
+            version,
+            fingerprint: fp,
+            ic: format!("ZZ:ACME:{ic:09}"),
+            deliver: false,
+        }
+    }
+
+    fn record(r: &mut Registry, x: &S) -> (Decided, Vec<Released>) {
+        r.batch(|b| {
+            b.record_document(&Sighting {
+                key: &x.key,
+                subject: &x.subject,
+                partner: "ZZ:ACME",
+                set_id: "850",
+                role: x.role,
+                version: x.version,
+                fingerprint: x.fingerprint,
+                interchange_key: &x.ic,
+                position: "0.0",
+                st02: "0001",
+                deliver_duplicates: x.deliver,
+            })
+        })
+        .unwrap()
+    }
+
+    fn registry() -> Registry {
+        Registry::in_memory(Identity {
+            qualifier: "ZZ",
+            id: "US",
+        })
+    }
+
+    #[test]
+    fn the_same_place_again_keeps_its_decision_and_what_it_let_go() {
+        let mut r = registry();
+        let change = s("860", "P", Role::Change, Some("1"), "c", 1);
+        let original = s("850", "P", Role::Original, None, "o", 2);
+        assert_eq!(record(&mut r, &change).0.delivery, Delivery::Parked);
+        let (first, let_go) = record(&mut r, &original);
+        assert_eq!(
+            (first.disposition, first.delivery),
+            (DocumentDisposition::New, Delivery::Pending)
+        );
+        assert_eq!(let_go.len(), 1);
+        // A takeover of the original's interchange: the same decision, the same change let go
+        // (once), and no new delivery numbers.
+        let (again, let_go_again) = record(&mut r, &original);
+        assert!(again.again);
+        assert_eq!((again.id, again.sequence), (first.id, first.sequence));
+        assert_eq!(let_go_again, let_go);
+        // Once delivered, a takeover lets nothing go again.
+        r.batch(|b| b.documents_delivered(&original.ic)).unwrap();
+        assert!(record(&mut r, &original).1.is_empty());
+    }
+
+    #[test]
+    fn duplicates_of_what_was_never_delivered_are_not_delivered_even_with_deliver() {
+        let mut r = registry();
+        record(&mut r, &s("850", "P", Role::Original, None, "a", 1));
+        let conflict = s("850", "P", Role::Original, None, "b", 2);
+        assert_eq!(record(&mut r, &conflict).0.delivery, Delivery::Held);
+        // The held content again, in a third interchange: a duplicate of the held one, and
+        // not delivered while it is held, whatever the partner says.
+        let mut again = s("850", "P", Role::Original, None, "b", 3);
+        again.deliver = true;
+        let (d, _) = record(&mut r, &again);
+        assert_eq!(d.disposition, DocumentDisposition::Duplicate);
+        assert_eq!(d.delivery, Delivery::None);
+        assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000002"));
+        // The delivered content again with deliver: delivered, saying of what.
+        let mut resend = s("850", "P", Role::Original, None, "a", 4);
+        resend.deliver = true;
+        let (d, _) = record(&mut r, &resend);
+        assert_eq!(
+            (d.disposition, d.delivery),
+            (DocumentDisposition::Duplicate, Delivery::Pending)
+        );
+        assert!(!d.first);
+    }
+
+    #[test]
+    fn parked_copies_are_settled_and_parked_changes_follow_in_version_order() {
+        let mut r = registry();
+        let copy = s("850", "P", Role::Copy, None, "k", 1);
+        let v3 = s("860", "P", Role::Change, Some("3"), "c3", 2);
+        let v2 = s("860", "P", Role::Change, Some("2"), "c2", 3);
+        for x in [&copy, &v3, &v2] {
+            assert_eq!(
+                record(&mut r, x).0.disposition,
+                DocumentDisposition::Waiting
+            );
+        }
+        let (_, let_go) = record(&mut r, &s("850", "P", Role::Original, None, "o", 4));
+        let order: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(order, ["ZZ:ACME:860:P:change:2", "ZZ:ACME:860:P:change:3"]);
+        assert!(let_go[0].sequence < let_go[1].sequence);
+        let rows = r.documents(&[], Some(&copy.key)).unwrap();
+        assert_eq!(
+            rows[0].delivery,
+            Delivery::None,
+            "the copy is settled by its original"
+        );
+        // A copy after its original: a duplicate of it (a copy's purpose code makes its
+        // content differ from the original's).
+        record(&mut r, &s("850", "R", Role::Original, None, "o", 5));
+        let (d, _) = record(&mut r, &s("850", "R", Role::Copy, None, "k", 6));
+        assert_eq!(d.disposition, DocumentDisposition::Duplicate);
+        assert_eq!(d.delivery, Delivery::None);
+        assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000005"));
+    }
+
+    #[test]
+    fn a_release_lets_go_once_and_a_due_release_only_what_waited_long_enough() {
+        let mut r = registry();
+        record(&mut r, &s("860", "Q", Role::Change, Some("1"), "c", 1));
+        let never = |_: &str, _: i64| false;
+        assert!(r
+            .batch(|b| b.release_documents(&Release::Due(&never)))
+            .unwrap()
+            .is_empty());
+        let always = |_: &str, _: i64| true;
+        let first = r
+            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .unwrap();
+        assert_eq!(first.len(), 1);
+        assert!(first[0].original_missing);
+        // Not yet marked delivered (a crash before it was): the next sweep returns the same.
+        let again = r
+            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .unwrap();
+        assert_eq!(again, first);
+        r.batch(|b| b.documents_delivered("timeout")).unwrap();
+        assert!(r
+            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .unwrap()
+            .is_empty());
+    }
+}
