@@ -181,11 +181,12 @@ fn report(
                 format!(" ({code}{x})")
             });
             let line = format!(
-                "{}: {} {}{}",
+                "{}: {} {}{}{}",
                 r.file,
                 r.correlation_id.as_deref().unwrap_or("-"),
                 r.disposition.as_str(),
-                reason.unwrap_or_default()
+                reason.unwrap_or_default(),
+                documents(&r.documents)
             );
             let line = x12gate::text::printable(&line);
             // The report is stdout's, whatever stderr's progress bar is doing.
@@ -196,6 +197,45 @@ fn report(
         }
     }
     Ok(())
+}
+
+/// An interchange's documents in a few words: how many are new, and each other one (at
+/// most three named) with what became of it.
+fn documents(docs: &[x12gate::pipeline::DocumentReport]) -> String {
+    use x12gate::document::DocumentDisposition;
+    const NAMED: usize = 3;
+    if docs.is_empty() {
+        return String::new();
+    }
+    let new = docs
+        .iter()
+        .filter(|d| d.disposition == DocumentDisposition::New)
+        .count();
+    let others: Vec<&x12gate::pipeline::DocumentReport> = docs
+        .iter()
+        .filter(|d| d.disposition != DocumentDisposition::New)
+        .collect();
+    let mut parts = Vec::new();
+    if new > 0 || others.is_empty() {
+        parts.push(format!("{new} new"));
+    }
+    parts.extend(others.iter().take(NAMED).map(|d| {
+        let word = if d.disposition == DocumentDisposition::Conflict {
+            "with"
+        } else {
+            "of"
+        };
+        let of = d
+            .duplicate_of
+            .as_deref()
+            .map(|i| format!(" {word} {i}"))
+            .unwrap_or_default();
+        format!("{} {}{of}", d.key, d.disposition)
+    }));
+    if others.len() > NAMED {
+        parts.push(format!("{} more", others.len() - NAMED));
+    }
+    format!("; documents: {}", parts.join(", "))
 }
 
 /// SIGTERM and SIGINT ask `process` to stop at the next safe point (waits end at once, work
