@@ -64,17 +64,13 @@ impl Planned {
 }
 
 /// A document's file name: its key's, or for a later sighting delivered too (a duplicate
-/// delivered again, a conflict released) its key's with a mark of its interchange and place.
-fn file_name(key: &str, first: bool, interchange_key: &str, position: &str) -> String {
+/// delivered again, a conflict released) its key's with the sighting's number in the
+/// registry, which a takeover finds again.
+fn file_name(key: &str, first: bool, sighting: i64) -> String {
     if first {
         format!("{}.json", outputs::safe_name(key))
     } else {
-        let mark = blake3::hash(format!("{interchange_key}/{position}").as_bytes()).to_hex();
-        format!(
-            "{}.{}.json",
-            outputs::safe_name(key),
-            mark.get(..8).unwrap_or_default()
-        )
+        format!("{}.{sighting}.json", outputs::safe_name(key))
     }
 }
 
@@ -164,7 +160,7 @@ pub(super) fn plan(
                 DocumentDisposition::New | DocumentDisposition::Duplicate
             );
             if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
-                let name = file_name(&d.key, decided.first, &it.key, &position);
+                let name = file_name(&d.key, decided.first, decided.id);
                 output = Some(shown(out, &name));
                 planned.named.push((decided.id, name.clone()));
                 planned.outputs.push(Output {
@@ -190,7 +186,7 @@ pub(super) fn plan(
                 result_ref: None,
             });
             for rel in released {
-                let name = file_name(&rel.key, rel.first, &rel.interchange_key, &rel.position);
+                let name = file_name(&rel.key, rel.first, rel.id);
                 planned.named.push((rel.id, name.clone()));
                 planned.outputs.push(Output {
                     item,
@@ -350,7 +346,7 @@ pub fn release(
         .iter()
         .map(|rel| {
             (
-                file_name(&rel.key, rel.first, &rel.interchange_key, &rel.position),
+                file_name(&rel.key, rel.first, rel.id),
                 released_file(rel),
             )
         })

@@ -174,11 +174,14 @@ impl Batch<'_> {
             .tx
             .prepare_cached(
                 "SELECT id FROM documents WHERE key = ?1
-                 OR (interchange_key = ?2 AND position = ?3) LIMIT 1",
+                 OR (interchange_key = ?2 AND position = ?3 AND fingerprint = ?4) LIMIT 1",
             )
             .and_then(|mut st| {
-                st.query_row(params![s.key, s.interchange_key, s.position], |r| r.get(0))
-                    .optional()
+                st.query_row(
+                    params![s.key, s.interchange_key, s.position, s.fingerprint],
+                    |r| r.get(0),
+                )
+                .optional()
             })
             .map_err(|e| self.sql(e))?;
         if known.is_some() {
@@ -312,14 +315,16 @@ fn record(
     let earlier: Option<AtPlace> = tx
         .prepare_cached(
             "SELECT id, fingerprint, disposition, delivery, sequence, original_missing, duplicate_of
-             FROM documents WHERE interchange_key = ?1 AND position = ?2",
+             FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3",
         )?
-        .query_row(params![s.interchange_key, s.position], |r| {
+        .query_row(params![s.interchange_key, s.position, s.fingerprint], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
         })
         .optional()?;
-    if let Some((id, fingerprint, disposition, delivery, sequence, missing, of)) = earlier {
-        if fingerprint == s.fingerprint {
+    // Another content at this place (`reprocess --file` of other bytes) is a sighting of
+    // its own: the earlier one stays recorded, delivered or not.
+    if let Some((id, _, disposition, delivery, sequence, missing, of)) = earlier {
+        {
             let decided = Decided {
                 id,
                 disposition,
@@ -335,10 +340,6 @@ fn record(
             let released = released_by(tx, id)?;
             return Ok((decided, released));
         }
-        // Another content under this interchange key (a corrected resend after a
-        // rejection recorded none, so this is a row of a content that was never accepted).
-        tx.prepare_cached("DELETE FROM documents WHERE id = ?1")?
-            .execute([id])?;
     }
     let first_of = |sql: &str| -> Result<Option<Existing>, rusqlite::Error> {
         tx.prepare_cached(sql)?

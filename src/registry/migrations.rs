@@ -123,7 +123,7 @@ const MIGRATIONS: &[&str] = &[
         body             BLOB,
         seen             INTEGER NOT NULL,
         delivered_at     INTEGER,
-        UNIQUE (interchange_key, position)
+        UNIQUE (interchange_key, position, fingerprint)
     ) STRICT;
     CREATE INDEX documents_key ON documents (key, fingerprint);
     CREATE INDEX documents_subject ON documents (subject, role);
