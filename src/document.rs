@@ -69,10 +69,11 @@ pub fn identify(
 ) -> Option<Identified> {
     let spec = def.document.as_ref()?;
     let heading = Heading::of(set, spec);
-    let document_id = heading.joined(&spec.id);
-    if document_id.is_empty() {
+    // The document's own number must be there; a release number beside it may not be.
+    if spec.id.first().is_none_or(|f| heading.value(f).is_empty()) {
         return None;
     }
+    let document_id = heading.joined(&spec.id);
     let event = heading.joined(&spec.event);
     let purpose = spec
         .event
@@ -145,10 +146,10 @@ pub fn head(key: &str, delivery: &Delivery<'_>) -> Vec<u8> {
 pub fn key_in_file(path: &std::path::Path) -> Option<String> {
     use std::io::Read;
     const PREFIX: &[u8] = b"{\"document_key\":";
-    let mut head = Vec::with_capacity(1024);
+    let mut head = Vec::with_capacity(4096);
     std::fs::File::open(path)
         .ok()?
-        .take(1024)
+        .take(4096)
         .read_to_end(&mut head)
         .ok()?;
     let rest = head.strip_prefix(PREFIX)?;
@@ -254,24 +255,28 @@ impl<'a> Heading<'a> {
             .unwrap_or_default()
     }
 
-    /// Several fields' values joined by `+`, the empty ones left out.
+    /// Several fields' values joined by `+`, each in its place (`A++C`), the empty ones at
+    /// the end left out (`A` for `A`, ``, ``): a value holds no `+` (it is escaped), so no
+    /// two lists of values join into one text.
     fn joined(&self, fields: &[Field]) -> String {
-        fields
+        let values: Vec<String> = fields.iter().map(|f| self.value(f)).collect();
+        let used = values
             .iter()
-            .map(|f| self.value(f))
-            .filter(|v| !v.is_empty())
-            .collect::<Vec<_>>()
-            .join("+")
+            .rposition(|v| !v.is_empty())
+            .map_or(0, |i| i + 1);
+        values.get(..used).unwrap_or_default().join("+")
     }
 }
 
 /// One value as a part of a document key: trimmed, with the key's separators (`:`, `+`),
-/// the escape (`%`) and anything that is not printable ASCII written `%XX`, so no two
-/// different values make one key; longer than [`MAX_PART`], cut and ended with a hash.
+/// the escape (`%`), the mark of a shortened value (`~`) and anything that is not printable
+/// ASCII written `%XX`, so no two different values make one key; longer than [`MAX_PART`],
+/// cut and ended with `~` and a hash of the whole.
 pub fn part(value: &[u8]) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
     let value = value.trim_ascii();
-    let plain = |b: &u8| b.is_ascii_graphic() && !matches!(b, b':' | b'+' | b'%') || *b == b' ';
+    let plain =
+        |b: &u8| b.is_ascii_graphic() && !matches!(b, b':' | b'+' | b'%' | b'~') || *b == b' ';
     let text = if value.iter().all(plain) {
         // invariant: every byte is printable ASCII.
         Cow::Borrowed(std::str::from_utf8(value).unwrap_or_default())
@@ -356,6 +361,9 @@ mod tests {
         let x = identified(&wrap("BEG*05*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
         assert_eq!(x.role, Role::Change);
         assert!(identified(&wrap("BEG*00*SA***20240101~PO1*1*10*EA~"), "850").is_none());
+        // A release number without the PO number names no document (it would read as the
+        // PO number 7).
+        assert!(identified(&wrap("BEG*00*SA**7*20240101~PO1*1*10*EA~"), "850").is_none());
     }
 
     #[test]
@@ -374,6 +382,7 @@ mod tests {
         assert_eq!(part(b"A+B"), "A%2BB");
         assert_eq!(part(b"50%"), "50%25");
         assert_eq!(part(b" PO1 "), "PO1");
+        assert_eq!(part(b"A~B"), "A%7EB");
         assert_ne!(part(b"\xff"), part(b"\xfe"));
         let long = part(&[b'A'; 500]);
         assert!(long.len() <= MAX_PART, "{long}");

@@ -24,6 +24,10 @@ pub struct Seen {
     pub interchange: String,
     pub st02: String,
     pub fingerprint: String,
+    /// `group.set` in its interchange: the same sighting read twice (a file copied into
+    /// two folders) is one.
+    #[serde(skip)]
+    pub position: String,
 }
 
 /// A key seen in more than one interchange.
@@ -102,7 +106,6 @@ struct Read {
     identified: Identified,
     partner: String,
     seen: Seen,
-    position: String,
 }
 
 /// Scans `paths`; with `backfill`, records into `registry` what was read.
@@ -150,17 +153,24 @@ pub fn scan(
     let mut keys: Vec<String> = by_key.keys().cloned().collect();
     keys.sort();
     for key in keys {
-        let Some(sightings) = by_key.remove(&key) else {
+        let Some(mut sightings) = by_key.remove(&key) else {
             continue;
         };
+        // The same set of the same interchange read again (a file copied into another
+        // folder) is one sighting; two sets of one interchange, or one ISA13 reused for
+        // other content, are two.
+        let mut seen = std::collections::HashSet::new();
+        sightings.retain(|s| {
+            seen.insert((
+                s.interchange.clone(),
+                s.position.clone(),
+                s.fingerprint.clone(),
+            ))
+        });
         let (partner, set) = meta.get(&key).cloned().unwrap_or_default();
         let t = tallies.entry((partner.clone(), set.clone())).or_default();
         t.keys += 1;
-        let mut interchanges: Vec<&str> =
-            sightings.iter().map(|s| s.interchange.as_str()).collect();
-        interchanges.sort_unstable();
-        interchanges.dedup();
-        if interchanges.len() < 2 {
+        if sightings.len() < 2 {
             continue;
         }
         let same = sightings.iter().all(|s| {
@@ -193,6 +203,9 @@ struct ReadInterchange {
     control_number: String,
     fingerprint: String,
     file: String,
+    /// What `process` would have decided: a rejected interchange is recorded as rejected,
+    /// so that its corrected resend is taken as one.
+    disposition: crate::disposition::Disposition,
 }
 
 fn read_file(
@@ -215,6 +228,18 @@ fn read_file(
                 .cloned()
                 .unwrap_or_else(|| Partner::unknown(qualifier, id));
             let key = crate::pipeline::interchange_key(&ic, partner.interchange_scope);
+            // What `process` would have accepted: a rejected set was never booked.
+            let decision = crate::pipeline::decide(&ic, config, schemas);
+            let accepted = |gi: usize, si: usize| {
+                decision.response.disposition != crate::disposition::Disposition::Rejected
+                    && decision
+                        .response
+                        .accepted_sets
+                        .get(gi)
+                        .and_then(|g| g.get(si))
+                        .copied()
+                        .unwrap_or(false)
+            };
             ics.push(ReadInterchange {
                 key: key.clone(),
                 partner: partner.key(),
@@ -226,10 +251,14 @@ fn read_file(
                 ),
                 file: std::path::absolute(path)
                     .map_or_else(|_| shown.to_string(), |p| p.display().to_string()),
+                disposition: decision.response.disposition,
             });
             for (gi, group) in ic.groups.iter().enumerate() {
                 let version = group.gs.element(8).unwrap_or_default();
                 for (si, set) in group.sets.iter().enumerate() {
+                    if !accepted(gi, si) {
+                        continue;
+                    }
                     let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default())
                     else {
                         continue;
@@ -247,10 +276,10 @@ fn read_file(
                             interchange: key.clone(),
                             st02,
                             fingerprint: identified.fingerprint.clone(),
+                            position: format!("{gi}.{si}"),
                         },
                         identified,
                         partner: partner.key(),
-                        position: format!("{gi}.{si}"),
                     });
                 }
             }
@@ -269,6 +298,7 @@ fn record(
 ) -> Result<(u64, u64), RegistryError> {
     registry.batch(|b| {
         let mut recorded = (0, 0);
+        let mut new = std::collections::HashSet::new();
         for ic in ics {
             if b.backfill_interchange(
                 &ic.key,
@@ -276,11 +306,18 @@ fn record(
                 &ic.control_number,
                 &ic.fingerprint,
                 &ic.file,
+                ic.disposition,
             )? {
                 recorded.0 += 1;
+                new.insert(ic.key.as_str());
             }
         }
-        for d in docs {
+        // An interchange the registry knew (processed, perhaps rejected) keeps its own
+        // record of its documents.
+        for d in docs
+            .iter()
+            .filter(|d| new.contains(d.seen.interchange.as_str()))
+        {
             let i = &d.identified;
             let sighting = Sighting {
                 key: &i.key,
@@ -291,7 +328,7 @@ fn record(
                 version: i.version.as_deref(),
                 fingerprint: &i.fingerprint,
                 interchange_key: &d.seen.interchange,
-                position: &d.position,
+                position: &d.seen.position,
                 st02: &d.seen.st02,
                 deliver_duplicates: false,
             };

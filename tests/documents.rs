@@ -539,6 +539,24 @@ fn scan_finds_exactly_the_planted_duplicates_and_conflicts_and_backfill_catches_
         )
         .unwrap();
     }
+    // Not planted: a file copied into another folder (the same interchange read twice), and
+    // a PO sent twice whose set is rejected both times (never booked). Planted: one
+    // interchange carrying the same PO twice.
+    fs::create_dir_all(archive.join("copies")).unwrap();
+    fs::copy(archive.join("06/f300.x12"), archive.join("copies/f300.x12")).unwrap();
+    for n in [7001, 7002] {
+        let good = an_850(n, po("PO-950", "00", 120));
+        let broken = good.replace("SE*6*0001", "SE*9*0001");
+        assert_ne!(broken, good);
+        fs::write(archive.join(format!("copies/broken{n}.x12")), broken).unwrap();
+    }
+    let twice = [po("PO-900", "00", 1), po("PO-900", "00", 1)];
+    fs::write(
+        archive.join("copies/twice.x12"),
+        interchange(7003, "PO", "850", &twice, 1, '*', '~'),
+    )
+    .unwrap();
+    planted_dups.push("ZZ:ACME:850:PO-900:00:".into());
     let (status, stdout, stderr) =
         gate.run(&["scan", "--json", &archive.display().to_string()], None);
     assert_eq!(status.code(), Some(3), "{stderr}");
@@ -566,10 +584,13 @@ fn scan_finds_exactly_the_planted_duplicates_and_conflicts_and_backfill_catches_
     }
     assert_eq!(repeated, want);
     let totals = found.last().unwrap();
-    assert_eq!(totals["files"], 500);
-    assert_eq!(totals["documents"], 500);
+    assert_eq!(totals["files"], 504);
+    assert_eq!(
+        totals["documents"], 503,
+        "the rejected sets are no documents"
+    );
     let summary = found.iter().find_map(|l| l.get("summary")).unwrap();
-    assert_eq!(summary["duplicates"], 5);
+    assert_eq!(summary["duplicates"], 6);
     assert_eq!(summary["conflicts"], 3);
     // Each sighting names its file and the byte offset of its ST.
     let one = found.iter().find_map(|l| l.get("repeated")).unwrap();
@@ -587,16 +608,70 @@ fn scan_finds_exactly_the_planted_duplicates_and_conflicts_and_backfill_catches_
     );
     assert_eq!(status.code(), Some(3), "{stdout}{stderr}");
     assert!(
-        stdout.contains("backfilled 500 interchange(s) and 491 document(s)"),
+        // The copied file is one interchange; the broken ones are recorded as the rejected
+        // interchanges they are, with no documents.
+        stdout.contains("backfilled 503 interchange(s) and 492 document(s)"),
         "{stdout}"
     );
     // A partner resends an old PO in a new interchange: caught.
     let resend = gate.write("resend.x12", &an_850(9000, po("PO-300", "00", 120)));
     let r = gate.process(&[&resend], 0);
     assert_eq!(only_document(&r[0])["disposition"], "duplicate", "{}", r[0]);
+    // A corrected resend of a rejected one is processed (a takeover of a rejection).
+    let corrected = gate.write("corrected.x12", &an_850(7001, po("PO-950", "00", 120)));
+    let r = gate.process(&[&corrected], 0);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    assert_eq!(only_document(&r[0])["disposition"], "new");
+    fs::remove_dir_all(gate.out()).unwrap();
     // And the very same old interchange again is a duplicate interchange.
     let old = archive.join(format!("{:02}/f300.x12", 300 % 7));
     let r = gate.process(&[&old], 0);
     assert_eq!(r[0]["disposition"], "duplicate", "{}", r[0]);
     assert!(gate.delivered().is_empty());
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_takeover_that_rejects_what_a_crashed_attempt_accepted_withdraws_its_documents() {
+    let gate = Gate::new("validation = \"envelope\"");
+    // Fine by the envelope, not by the 850's definition (a quantity that is no number).
+    let file = gate.write(
+        "q.x12",
+        &an_850(601, po("PO-Q", "00", 120).replace("PO1*1*120", "PO1*1*ABC")),
+    );
+    let (status, ..) = gate.run(
+        &["process", "--json", &file.display().to_string()],
+        Some("prepare.after=return"),
+    );
+    assert!(!status.success());
+    assert_eq!(
+        gate.documents(&["--all"]).len(),
+        1,
+        "the crashed attempt recorded it"
+    );
+    // The takeover runs with definitions: the set is rejected, so is the interchange.
+    let config = gate.root().join("partners.toml");
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(&config, text.replace("validation = \"envelope\"", "")).unwrap();
+    let (status, stdout, stderr) = gate.run(
+        &[
+            "process",
+            "--json",
+            "--no-wait",
+            &file.display().to_string(),
+        ],
+        None,
+    );
+    assert_eq!(status.code(), Some(3), "{stdout}{stderr}");
+    assert_eq!(lines(&stdout)[0]["disposition"], "rejected");
+    assert!(
+        gate.documents(&["--all"]).is_empty(),
+        "withdrawn, not delivered"
+    );
+    assert!(gate.delivered().is_empty());
+    // The corrected PO is new, not a duplicate of what was never delivered.
+    let fixed = gate.write("fixed.x12", &an_850(602, po("PO-Q", "00", 120)));
+    let r = gate.process(&[&fixed], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "new");
+    assert_eq!(gate.delivered().len(), 1);
 }

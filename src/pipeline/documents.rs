@@ -44,6 +44,8 @@ pub(super) struct Planned {
     pub named: Vec<(i64, String)>,
     /// Parked documents of this partner that this interchange's original let go.
     pub released: Vec<Released>,
+    /// Every sighting this attempt decided (an earlier attempt's others are withdrawn).
+    pub recorded: Vec<i64>,
 }
 
 impl Planned {
@@ -129,6 +131,7 @@ pub(super) fn plan(
                 deliver_duplicates: it.partner.duplicate_documents
                     == crate::config::DuplicateDocuments::Deliver,
             })?;
+            planned.recorded.push(decided.id);
             let rest = |out: &mut dyn std::io::Write| {
                 document::write_rest(
                     ic,
@@ -267,7 +270,15 @@ pub(super) fn complete(b: &Batch<'_>, key: &str, planned: &Planned) -> Result<()
     for (id, name) in &planned.named {
         b.document_output(*id, name)?;
     }
-    b.documents_delivered(key)?;
+    let written: Vec<i64> = planned.named.iter().map(|(id, _)| *id).collect();
+    b.documents_delivered(&written)?;
+    let withdrawn = b.withdraw_documents(key, &planned.recorded)?;
+    if withdrawn > 0 {
+        tracing::warn!(
+            documents = withdrawn,
+            "an earlier attempt's documents withdrawn: this attempt judged the interchange otherwise"
+        );
+    }
     if !planned.released.is_empty() {
         note(b, EventKind::DocumentsReleased, &planned.released, key)?;
     }
@@ -337,19 +348,15 @@ pub fn release(
         Some(k) => (Release::Key(k), "operator"),
         None => (Release::Due(&waited), "timeout"),
     };
-    let released = registry.batch(|b| b.release_documents(&which))?;
+    let released =
+        registry.batch(|b| b.release_documents(&which, owner, &crate::owner::is_dead))?;
     if released.is_empty() {
         return Ok(Vec::new());
     }
     let out = &config.gateway.out;
     let files: Vec<(String, Vec<u8>)> = released
         .iter()
-        .map(|rel| {
-            (
-                file_name(&rel.key, rel.first, rel.id),
-                released_file(rel),
-            )
-        })
+        .map(|rel| (file_name(&rel.key, rel.first, rel.id), released_file(rel)))
         .collect();
     let writers: Vec<Box<outputs::Content<'_>>> = files
         .iter()
@@ -368,7 +375,8 @@ pub fn release(
         for (rel, (name, _)) in released.iter().zip(&files) {
             b.document_output(rel.id, name)?;
         }
-        b.documents_delivered(by)?;
+        let ids: Vec<i64> = released.iter().map(|r| r.id).collect();
+        b.documents_delivered(&ids)?;
         note(b, EventKind::DocumentsReleased, &released, by)
     })?;
     for rel in &released {

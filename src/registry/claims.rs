@@ -362,9 +362,10 @@ impl Batch<'_> {
         complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
     }
 
-    /// Records an interchange read from an old archive as completed before (`scan
-    /// --backfill`): a resend of it is then a duplicate (with nothing to replay). A key the
-    /// registry knows is left as it is; whether it was recorded.
+    /// Records an interchange read from an old archive as completed before with
+    /// `disposition` (`scan --backfill`): a resend of it is then a duplicate (with nothing to
+    /// replay), and a corrected resend of a rejected one is taken as such. A key the registry
+    /// knows is left as it is; whether it was recorded.
     pub fn backfill_interchange(
         &self,
         key: &str,
@@ -372,6 +373,7 @@ impl Batch<'_> {
         control_number: &str,
         fingerprint: &str,
         file: &str,
+        disposition: Disposition,
     ) -> Result<bool, RegistryError> {
         let now = now_ms();
         let inserted = self
@@ -379,7 +381,7 @@ impl Batch<'_> {
             .prepare_cached(
                 "INSERT INTO interchanges (key, partner, control_number, fingerprint, state,
                  attempts, disposition, reason, outputs, file, first_seen, last_seen)
-                 VALUES (?1, ?2, ?3, ?4, 'completed', 1, 'accepted', 'backfilled by scan', '[]',
+                 VALUES (?1, ?2, ?3, ?4, 'completed', 1, ?7, 'backfilled by scan', '[]',
                  ?5, ?6, ?6)
                  ON CONFLICT (key) DO NOTHING",
             )
@@ -390,7 +392,8 @@ impl Batch<'_> {
                     control_number,
                     fingerprint,
                     file,
-                    now
+                    now,
+                    disposition
                 ])
             })
             .map_err(|e| self.sql(e))?;

@@ -136,24 +136,45 @@ impl Batch<'_> {
             .map_err(|e| self.sql(e))
     }
 
-    /// Marks what `by` (an interchange key, `operator` or `timeout`) had pending delivered,
-    /// once its outputs are in place.
-    pub fn documents_delivered(&self, by: &str) -> Result<usize, RegistryError> {
-        self.tx
-            .prepare_cached(
-                "UPDATE documents SET delivery = 'delivered', delivered_at = ?2, body = NULL
-                 WHERE by = ?1 AND delivery = 'pending'",
-            )
-            .and_then(|mut s| s.execute(params![by, now_ms()]))
-            .map_err(|e| self.sql(e))
+    /// Marks these sightings delivered, once their files are in place (only these: another
+    /// release's pending rows are its own to finish).
+    pub fn documents_delivered(&self, ids: &[i64]) -> Result<(), RegistryError> {
+        let now = now_ms();
+        for id in ids {
+            self.tx
+                .prepare_cached(
+                    "UPDATE documents SET delivery = 'delivered', delivered_at = ?2, body = NULL
+                     WHERE id = ?1 AND delivery = 'pending'",
+                )
+                .and_then(|mut s| s.execute(params![id, now]))
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(())
+    }
+
+    /// Withdraws the sightings an earlier attempt of `interchange_key` recorded that this
+    /// attempt did not decide again (it judged the interchange otherwise: a rejection, a set
+    /// no longer accepted): they were never delivered, and what they let go waits again.
+    pub fn withdraw_documents(
+        &self,
+        interchange_key: &str,
+        kept: &[i64],
+    ) -> Result<usize, RegistryError> {
+        withdraw(&self.tx, interchange_key, kept).map_err(|e| self.sql(e))
     }
 
     /// Lets go of the held or parked sightings of `key` (an operator's `release`), or of the
     /// parked ones of partners whose wait is over (`timeout`); returns them with their
-    /// bodies and new places in the delivery order. Rows left pending by an earlier release
-    /// that did not finish are returned too.
-    pub fn release_documents(&self, which: &Release<'_>) -> Result<Vec<Released>, RegistryError> {
-        release(&self.tx, which).map_err(|e| self.sql(e))
+    /// bodies and new places in the delivery order, to be written by `owner`. Rows that a
+    /// dead process's release left pending are adopted. On a timeout a copy is held for an
+    /// operator rather than delivered, and a change older than one delivered is stale.
+    pub fn release_documents(
+        &self,
+        which: &Release<'_>,
+        owner: &str,
+        is_dead: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Released>, RegistryError> {
+        release(&self.tx, which, owner, is_dead).map_err(|e| self.sql(e))
     }
 
     /// Discards the held or parked sightings of `key`; returns how many.
@@ -304,8 +325,6 @@ type AtPlace = (
     bool,
     Option<i64>,
 );
-/// A candidate for release: (id, partner, seen, delivery).
-type Candidate = (i64, String, i64, Delivery);
 
 fn record(
     tx: &rusqlite::Connection,
@@ -359,6 +378,17 @@ fn record(
         "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
          WHERE key = ?1 AND fingerprint = ?2 ORDER BY id LIMIT 1",
     )?;
+    // A change without a sequence number may be followed by another of the same key: that
+    // is the next change, not a conflict.
+    let keyed_by_content = !(s.role == Role::Change && s.version.is_none());
+    let any = if keyed_by_content {
+        first_of(
+            "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
+             WHERE key = ?1 AND ?2 = ?2 ORDER BY id LIMIT 1",
+        )?
+    } else {
+        None
+    };
     let (disposition, delivery, of) = if let Some((of, _, _, delivery, ..)) = same {
         let delivered = matches!(delivery, Delivery::Pending | Delivery::Delivered);
         let again = if s.deliver_duplicates && delivered && s.role != Role::Copy {
@@ -367,23 +397,24 @@ fn record(
             Delivery::None
         };
         (DocumentDisposition::Duplicate, again, Some(of))
-    } else if let Some((of, ..)) = first_of(
-        "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
-         WHERE key = ?1 AND ?2 = ?2 ORDER BY id LIMIT 1",
-    )? {
+    } else if let Some((of, ..)) = any {
         (DocumentDisposition::Conflict, Delivery::Held, Some(of))
     } else {
         match s.role {
-            Role::Original => (DocumentDisposition::New, Delivery::Pending, None),
+            // An operator delivered a copy of this document before its original came.
+            Role::Original => match delivered_of(tx, s.subject, Role::Copy)? {
+                Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
+                None => (DocumentDisposition::New, Delivery::Pending, None),
+            },
             Role::Copy => match original_of(tx, s.subject, false)? {
                 Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
                 None => (DocumentDisposition::Waiting, Delivery::Parked, None),
             },
             Role::Change => {
-                if original_of(tx, s.subject, true)?.is_none() {
-                    (DocumentDisposition::Waiting, Delivery::Parked, None)
-                } else if is_stale(tx, s.subject, s.version)? {
+                if is_stale(tx, s.subject, s.version)? {
                     (DocumentDisposition::Stale, Delivery::None, None)
+                } else if original_of(tx, s.subject, true)?.is_none() {
+                    (DocumentDisposition::Waiting, Delivery::Parked, None)
                 } else {
                     (DocumentDisposition::New, Delivery::Pending, None)
                 }
@@ -456,9 +487,40 @@ fn insert(
     Ok((tx.last_insert_rowid(), sequence))
 }
 
+/// The next place in the order of deliveries: a counter of its own, so that numbers are
+/// never handed out again when old documents are pruned.
 fn next_sequence(tx: &rusqlite::Connection) -> Result<i64, rusqlite::Error> {
-    tx.prepare_cached("SELECT COALESCE(MAX(sequence), 0) + 1 FROM documents")?
-        .query_row([], |r| r.get(0))
+    tx.prepare_cached(
+        "INSERT INTO document_sequence (one, value) VALUES (1, 1)
+         ON CONFLICT (one) DO UPDATE SET value = value + 1 RETURNING value",
+    )?
+    .query_row([], |r| r.get(0))
+}
+
+/// The first sighting of `subject` in `role` that is delivered (or being delivered).
+fn delivered_of(
+    tx: &rusqlite::Connection,
+    subject: &str,
+    role: Role,
+) -> Result<Option<i64>, rusqlite::Error> {
+    tx.prepare_cached(
+        "SELECT id FROM documents WHERE subject = ?1 AND role = ?2
+         AND delivery IN ('pending', 'delivered') ORDER BY id LIMIT 1",
+    )?
+    .query_row(params![subject, role.as_str()], |r| r.get(0))
+    .optional()
+}
+
+/// Orders changes oldest first: numeric sequence numbers by value, then the others, each
+/// in arrival order (a total order, whatever partners put in BCH05).
+fn version_rank(version: Option<&str>, id: i64) -> (u8, usize, String, i64) {
+    match version.filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())) {
+        Some(v) => {
+            let digits = v.trim_start_matches('0');
+            (0, digits.len(), digits.to_string(), id)
+        }
+        None => (1, 0, String::new(), id),
+    }
 }
 
 fn interchange_of(
@@ -524,8 +586,8 @@ fn is_stale(
 }
 
 /// An original arrived: its parked changes are delivered after it, oldest version first
-/// (a change that an already delivered one makes stale stays undelivered), and its parked
-/// copies are settled as duplicates of it.
+/// (one that a delivered change makes stale is settled as stale), and its parked copies
+/// are settled as duplicates of it.
 fn let_go_parked(
     tx: &rusqlite::Connection,
     subject: &str,
@@ -539,32 +601,64 @@ fn let_go_parked(
         )?
         .query_map([subject], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
-    parked.sort_by(|a, b| {
-        match (a.2.as_deref(), b.2.as_deref()) {
-            (Some(x), Some(y)) => version_order(x, y),
-            _ => None,
-        }
-        .unwrap_or(std::cmp::Ordering::Equal)
-        .then(a.0.cmp(&b.0))
-    });
+    parked.sort_by_cached_key(|(id, _, version)| version_rank(version.as_deref(), *id));
     let mut ids = Vec::new();
     for (id, role, version) in parked {
-        if role == Role::Copy.as_str() || is_stale(tx, subject, version.as_deref())? {
+        if role == Role::Copy.as_str() {
+            settle(tx, id, DocumentDisposition::Duplicate, Some(original))?;
+        } else if is_stale(tx, subject, version.as_deref())? {
+            settle(tx, id, DocumentDisposition::Stale, None)?;
+        } else {
+            let sequence = next_sequence(tx)?;
             tx.prepare_cached(
-                "UPDATE documents SET delivery = 'none', body = NULL, by = ?2 WHERE id = ?1",
+                "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3, released_by = ?4
+                 WHERE id = ?1",
             )?
-            .execute(params![id, by])?;
-            continue;
+            .execute(params![id, by, sequence, original])?;
+            ids.push(id);
         }
-        let sequence = next_sequence(tx)?;
-        tx.prepare_cached(
-            "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3, released_by = ?4
-             WHERE id = ?1",
-        )?
-        .execute(params![id, by, sequence, original])?;
-        ids.push(id);
     }
     ids.into_iter().map(|id| load_released(tx, id)).collect()
+}
+
+/// A parked sighting that will never be delivered, and why.
+fn settle(
+    tx: &rusqlite::Connection,
+    id: i64,
+    disposition: DocumentDisposition,
+    duplicate_of: Option<i64>,
+) -> Result<(), rusqlite::Error> {
+    tx.prepare_cached(
+        "UPDATE documents SET delivery = 'none', body = NULL, disposition = ?2,
+             duplicate_of = COALESCE(?3, duplicate_of)
+         WHERE id = ?1",
+    )?
+    .execute(params![id, disposition, duplicate_of])
+    .map(drop)
+}
+
+fn withdraw(
+    tx: &rusqlite::Connection,
+    interchange_key: &str,
+    kept: &[i64],
+) -> Result<usize, rusqlite::Error> {
+    let recorded: Vec<i64> = tx
+        .prepare_cached("SELECT id FROM documents WHERE interchange_key = ?1")?
+        .query_map([interchange_key], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut n = 0;
+    for id in recorded.into_iter().filter(|id| !kept.contains(id)) {
+        tx.prepare_cached(
+            "UPDATE documents SET delivery = 'parked', by = interchange_key, sequence = NULL,
+                 released_by = NULL
+             WHERE released_by = ?1 AND delivery = 'pending'",
+        )?
+        .execute([id])?;
+        tx.prepare_cached("DELETE FROM documents WHERE id = ?1")?
+            .execute([id])?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// The sightings that the original `original` let go and that are not delivered yet.
@@ -608,45 +702,82 @@ fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlit
     Ok(r)
 }
 
+/// A candidate for release: (id, partner, seen, delivery, by, role, subject, version).
+type Candidate = (
+    i64,
+    String,
+    i64,
+    Delivery,
+    String,
+    String,
+    String,
+    Option<String>,
+);
+
 fn release(
     tx: &rusqlite::Connection,
     which: &Release<'_>,
+    owner: &str,
+    is_dead: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<Released>, rusqlite::Error> {
-    let (by, candidates): (&str, Vec<Candidate>) = {
-        let (by, sql) = match which {
-            Release::Key(_) => (
-                "operator",
-                "SELECT id, partner, seen, delivery FROM documents WHERE key = ?1
-                 AND (delivery IN ('held', 'parked') OR (delivery = 'pending' AND by = 'operator'))
-                 ORDER BY id",
-            ),
-            Release::Due(_) => (
-                "timeout",
-                "SELECT id, partner, seen, delivery FROM documents WHERE ?1 = ?1
-                 AND (delivery = 'parked' OR (delivery = 'pending' AND by = 'timeout'))
-                 ORDER BY id",
-            ),
-        };
-        let key = match which {
-            Release::Key(k) => *k,
-            Release::Due(_) => "",
-        };
-        let rows = tx
-            .prepare_cached(sql)?
-            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-            .collect::<Result<_, _>>()?;
-        (by, rows)
+    let (kind, sql, key) = match which {
+        Release::Key(k) => (
+            "operator",
+            "SELECT id, partner, seen, delivery, by, role, subject, version FROM documents
+             WHERE key = ?1 AND (delivery IN ('held', 'parked')
+                 OR (delivery = 'pending' AND by LIKE 'operator:%'))",
+            *k,
+        ),
+        Release::Due(_) => (
+            "timeout",
+            "SELECT id, partner, seen, delivery, by, role, subject, version FROM documents
+             WHERE ?1 = ?1 AND (delivery = 'parked'
+                 OR (delivery = 'pending' AND by LIKE 'timeout:%'))",
+            "",
+        ),
     };
+    let by = format!("{kind}:{owner}");
+    let mut candidates: Vec<Candidate> = tx
+        .prepare_cached(sql)?
+        .query_map([key], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    // Per document, oldest change first, so that a later one never goes out before it.
+    candidates.sort_by_cached_key(|c| (c.6.clone(), version_rank(c.7.as_deref(), c.0)));
     let mut ids = Vec::new();
-    for (id, partner, seen, delivery) in candidates {
+    for (id, partner, seen, delivery, held_by, role, subject, version) in candidates {
         if delivery == Delivery::Pending {
-            ids.push(id);
+            // Another release's, unfinished: adopted once its process is gone.
+            let holder = held_by.split_once(':').map_or("", |(_, o)| o);
+            if holder == owner || is_dead(holder) {
+                ids.push(id);
+            }
             continue;
         }
         if let Release::Due(waited) = which {
             if !waited(&partner, seen) {
                 continue;
             }
+            // A copy is never delivered as new: after the wait it is an operator's to decide.
+            if role == Role::Copy.as_str() {
+                tx.prepare_cached("UPDATE documents SET delivery = 'held' WHERE id = ?1")?
+                    .execute([id])?;
+                continue;
+            }
+        }
+        if role == Role::Change.as_str() && is_stale(tx, &subject, version.as_deref())? {
+            settle(tx, id, DocumentDisposition::Stale, None)?;
+            continue;
         }
         let sequence = next_sequence(tx)?;
         tx.prepare_cached(
@@ -743,7 +874,8 @@ mod tests {
         assert_eq!((again.id, again.sequence), (first.id, first.sequence));
         assert_eq!(let_go_again, let_go);
         // Once delivered, a takeover lets nothing go again.
-        r.batch(|b| b.documents_delivered(&original.ic)).unwrap();
+        r.batch(|b| b.documents_delivered(&[first.id, let_go[0].id]))
+            .unwrap();
         assert!(record(&mut r, &original).1.is_empty());
     }
 
@@ -804,28 +936,149 @@ mod tests {
     }
 
     #[test]
+    fn any_mix_of_sequence_numbers_is_ordered_without_a_panic() {
+        let mut r = registry();
+        let versions = ["A1", "3", "", "10", "B", "2", "0003", "x", "1"];
+        for (i, v) in versions.iter().cycle().take(64).enumerate() {
+            let mut c = s("860", "M", Role::Change, None, "c", 100 + i as u32);
+            c.version = (!v.is_empty()).then_some(*v);
+            c.key = format!("ZZ:ACME:860:M:04:{v}.{i}");
+            record(&mut r, &c);
+        }
+        let (_, let_go) = record(&mut r, &s("850", "M", Role::Original, None, "o", 1));
+        // Numbers first, by value (stale ones settled), then the rest in arrival order.
+        let delivered: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
+        assert!(
+            delivered.first().is_some_and(|k| k.ends_with(":1.8")),
+            "{delivered:?}"
+        );
+        let numeric = delivered
+            .iter()
+            .take_while(|k| {
+                let v = k.rsplit(':').next().unwrap_or("");
+                v.split('.')
+                    .next()
+                    .unwrap_or("")
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    && !v.starts_with('.')
+            })
+            .count();
+        assert!(numeric >= 4, "{delivered:?}");
+    }
+
+    #[test]
+    fn a_release_takes_only_what_it_wrote_and_adopts_a_dead_releases() {
+        let mut r = registry();
+        record(&mut r, &s("860", "A", Role::Change, Some("1"), "a", 1));
+        record(&mut r, &s("860", "B", Role::Change, Some("1"), "b", 2));
+        let key_a = "ZZ:ACME:860:A:change:1";
+        let key_b = "ZZ:ACME:860:B:change:1";
+        // A's release fails after its first step (its process dies before writing).
+        let a = r
+            .batch(|b| b.release_documents(&Release::Key(key_a), "p1", &|_| false))
+            .unwrap();
+        assert_eq!(a.len(), 1);
+        // B's release, by another process, finishes: A stays pending, not delivered.
+        let b = r
+            .batch(|b| b.release_documents(&Release::Key(key_b), "p2", &|_| false))
+            .unwrap();
+        let ids: Vec<i64> = b.iter().map(|x| x.id).collect();
+        r.batch(|t| t.documents_delivered(&ids)).unwrap();
+        let rows = r.documents(&[], Some(key_a)).unwrap();
+        assert_eq!(rows[0].delivery, Delivery::Pending);
+        // While p1 lives its pending row is its own; once dead, a release adopts it.
+        let alive = r
+            .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|_| false))
+            .unwrap();
+        assert!(alive.is_empty());
+        let adopted = r
+            .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|o| o == "p1"))
+            .unwrap();
+        assert_eq!(adopted.len(), 1);
+        assert_eq!(adopted[0].sequence, a[0].sequence, "the same file again");
+    }
+
+    #[test]
+    fn a_due_release_holds_copies_and_settles_older_changes() {
+        let mut r = registry();
+        record(&mut r, &s("850", "C", Role::Copy, None, "k", 1));
+        record(&mut r, &s("860", "C", Role::Change, Some("3"), "c3", 2));
+        record(&mut r, &s("860", "C", Role::Change, Some("2"), "c2", 3));
+        let always = |_: &str, _: i64| true;
+        let out = r
+            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+            .unwrap();
+        let keys: Vec<&str> = out.iter().map(|o| o.key.as_str()).collect();
+        // Oldest change first; the copy is not delivered but held for an operator.
+        assert_eq!(keys, ["ZZ:ACME:860:C:change:2", "ZZ:ACME:860:C:change:3"]);
+        let copy = r.documents(&[Delivery::Held], None).unwrap();
+        assert_eq!(copy.len(), 1);
+        assert_eq!(copy[0].set, "850");
+        // Its original then comes: new (the copy was never delivered).
+        let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
+        r.batch(|b| b.documents_delivered(&ids)).unwrap();
+        let (o, _) = record(&mut r, &s("850", "C", Role::Original, None, "o", 4));
+        assert_eq!(o.disposition, DocumentDisposition::New);
+        // A change older than one delivered by the sweep is stale, even before any original.
+        let (old, _) = record(&mut r, &s("860", "D", Role::Change, Some("5"), "d5", 5));
+        assert_eq!(old.disposition, DocumentDisposition::Waiting);
+        let out = r
+            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+            .unwrap();
+        let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
+        r.batch(|b| b.documents_delivered(&ids)).unwrap();
+        let (older, _) = record(&mut r, &s("860", "D", Role::Change, Some("4"), "d4", 6));
+        assert_eq!(older.disposition, DocumentDisposition::Stale);
+    }
+
+    #[test]
+    fn changes_without_a_sequence_number_follow_each_other_and_a_withdrawn_original_parks_again() {
+        let mut r = registry();
+        record(&mut r, &s("850", "E", Role::Original, None, "o", 1));
+        let (a, _) = record(&mut r, &s("860", "E", Role::Change, None, "a", 2));
+        let (b, _) = record(&mut r, &s("860", "E", Role::Change, None, "b", 3));
+        assert_eq!(a.disposition, DocumentDisposition::New);
+        assert_eq!(b.disposition, DocumentDisposition::New, "not a conflict");
+        // An original that lets a change go, then withdrawn by its interchange's next
+        // attempt: the change waits again, the original's row is gone.
+        let c = s("860", "F", Role::Change, Some("1"), "c", 4);
+        record(&mut r, &c);
+        let f = s("850", "F", Role::Original, None, "o", 5);
+        let (_, let_go) = record(&mut r, &f);
+        assert_eq!(let_go.len(), 1);
+        let n = r.batch(|b| b.withdraw_documents(&f.ic, &[])).unwrap();
+        assert_eq!(n, 1);
+        assert!(r.documents(&[], Some(&f.key)).unwrap().is_empty());
+        let change = r.documents(&[], Some(&c.key)).unwrap();
+        assert_eq!(change[0].delivery, Delivery::Parked);
+        assert_eq!(change[0].sequence, None);
+    }
+
+    #[test]
     fn a_release_lets_go_once_and_a_due_release_only_what_waited_long_enough() {
         let mut r = registry();
         record(&mut r, &s("860", "Q", Role::Change, Some("1"), "c", 1));
         let never = |_: &str, _: i64| false;
         assert!(r
-            .batch(|b| b.release_documents(&Release::Due(&never)))
+            .batch(|b| b.release_documents(&Release::Due(&never), "me", &|_| false))
             .unwrap()
             .is_empty());
         let always = |_: &str, _: i64| true;
         let first = r
-            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
             .unwrap();
         assert_eq!(first.len(), 1);
         assert!(first[0].original_missing);
         // Not yet marked delivered (a crash before it was): the next sweep returns the same.
         let again = r
-            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
             .unwrap();
         assert_eq!(again, first);
-        r.batch(|b| b.documents_delivered("timeout")).unwrap();
+        let ids: Vec<i64> = first.iter().map(|f| f.id).collect();
+        r.batch(|b| b.documents_delivered(&ids)).unwrap();
         assert!(r
-            .batch(|b| b.release_documents(&Release::Due(&always)))
+            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
             .unwrap()
             .is_empty());
     }

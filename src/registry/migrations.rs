@@ -125,9 +125,13 @@ const MIGRATIONS: &[&str] = &[
         delivered_at     INTEGER,
         UNIQUE (interchange_key, position, fingerprint)
     ) STRICT;
+    CREATE TABLE document_sequence (
+        one   INTEGER PRIMARY KEY CHECK (one = 1),
+        value INTEGER NOT NULL
+    ) STRICT;
     CREATE INDEX documents_key ON documents (key, fingerprint);
     CREATE INDEX documents_subject ON documents (subject, role);
-    CREATE INDEX documents_by ON documents (by, delivery);
+    CREATE INDEX documents_released_by ON documents (released_by) WHERE released_by IS NOT NULL;
     CREATE INDEX documents_open ON documents (delivery) WHERE delivery IN ('pending', 'held', 'parked');",
 ];
 

@@ -38,10 +38,7 @@ pub fn documents(
             )
             .map_err(op)?;
             if done.is_empty() {
-                return Err(Failure::Usage(anyhow::anyhow!(
-                    "{}: no held or waiting document has this key (x12gate documents lists them)",
-                    x12gate::text::printable(&key)
-                )));
+                return Err(nothing_held(&key));
             }
             for d in done {
                 writeln!(
@@ -59,10 +56,7 @@ pub fn documents(
         Some(DocumentsAction::Discard { key }) => {
             let n = x12gate::pipeline::discard_documents(&mut registry, &key).map_err(op)?;
             if n == 0 {
-                return Err(Failure::Usage(anyhow::anyhow!(
-                    "{}: no held or waiting document has this key (x12gate documents lists them)",
-                    x12gate::text::printable(&key)
-                )));
+                return Err(nothing_held(&key));
             }
             writeln!(
                 out,
@@ -96,6 +90,14 @@ pub fn documents(
             Ok(exit::OK)
         }
     }
+}
+
+/// A release or discard of a key with nothing held or waiting: the operator's mistake.
+fn nothing_held(key: &str) -> Failure {
+    Failure::Usage(anyhow::anyhow!(
+        "{}: no held or waiting document has this key (x12gate documents lists them)",
+        x12gate::text::printable(key)
+    ))
 }
 
 fn print_row(r: &DocumentRow, json: bool, out: &mut impl Write) -> Result<(), Failure> {
