@@ -32,6 +32,7 @@ fn po(n: u32) -> String {
         .replace("000000101", &format!("{n:09}"))
         .replace("*101*X*004010~", &format!("*{n}*X*004010~"))
         .replace("GE*1*101~", &format!("GE*1*{n}~"))
+        .replace("PO-4471", &format!("PO-{n}"))
 }
 
 fn run(dir: &Path, args: &[&str]) -> Output {
@@ -74,7 +75,12 @@ fn the_report_goes_to_stdout_under_the_progress_bar() {
     assert!(status.success(), "{status:?}");
     let report = fs::read_to_string(d.join("report.txt")).unwrap();
     assert_eq!(report.lines().count(), 25, "{report}");
-    assert!(report.lines().all(|l| l.ends_with(" accepted")), "{report}");
+    assert!(
+        report
+            .lines()
+            .all(|l| l.ends_with(" accepted; documents: 1 new")),
+        "{report}"
+    );
 }
 
 /// `--log-format json`: every stderr line is one JSON object, errors included.
