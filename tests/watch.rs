@@ -1758,6 +1758,7 @@ fn concurrent_moves_never_overwrite_each_other() {
         took_over: None,
         replayed: None,
         documents: Vec::new(),
+        documents_total: None,
         key: None,
     };
     for round in 0..100 {

@@ -237,6 +237,7 @@ fn file_report(file: &str, disposition: Disposition, reason: String) -> Report {
         attempt: None,
         took_over: None,
         documents: Vec::new(),
+        documents_total: None,
         replayed: None,
         key: None,
     }
@@ -506,6 +507,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         attempt: None,
         took_over: None,
         documents: Vec::new(),
+        documents_total: None,
         replayed: None,
         key: Some(key.clone()),
     };
@@ -657,12 +659,12 @@ pub(super) enum Content {
         form: crate::translate::Form,
         keep: Vec<Vec<bool>>,
     },
-    /// A business document's file: `head` (its key and delivery), then its set's part.
+    /// A business document's file, made when it is written (its set read again, so that a
+    /// large interchange's documents hold a few numbers each until then).
     Document {
         group: usize,
         set: usize,
-        head: Vec<u8>,
-        identified: Box<crate::document::Identified>,
+        decided: crate::registry::Decided,
     },
 }
 
@@ -744,7 +746,7 @@ fn run_round(
     }
     complete_all(
         &r,
-        &prepared,
+        &mut prepared,
         &plans,
         &stored,
         !owned.is_empty(),
@@ -966,35 +968,13 @@ fn write_all(
                     Content::Document {
                         group,
                         set,
-                        head,
-                        identified,
+                        decided,
                     } => {
                         let it = &items[w.item];
                         Box::new(move |out| {
-                            let (Some(g), Some(s)) = (
-                                it.ic.groups.get(*group),
-                                it.ic.groups.get(*group).and_then(|g| g.sets.get(*set)),
-                            ) else {
-                                return Err(std::io::Error::other("a document's set is gone"));
-                            };
-                            out.write_all(head)?;
-                            crate::document::write_rest(
-                                &it.ic,
-                                g,
-                                &s,
-                                identified,
-                                &crate::document::Written {
-                                    correlation_id: it
-                                        .report
-                                        .correlation_id
-                                        .as_deref()
-                                        .unwrap_or_default(),
-                                    utf8: it.utf8,
-                                    form: it.partner.translation,
-                                },
-                                out,
-                            )?;
-                            out.write_all(crate::document::END)
+                            super::documents::write_document(
+                                r.schemas, it, *group, *set, decided, out,
+                            )
                         })
                     }
                     Content::Translation { form, keep } => {
@@ -1056,14 +1036,14 @@ fn write_all(
 /// every other decision recorded.
 fn complete_all(
     r: &Round<'_>,
-    prepared: &[Prepared],
+    prepared: &mut [Prepared],
     plans: &[(usize, AfterClaim)],
     stored: &std::collections::HashMap<usize, Vec<StoredAck>>,
     any_owned: bool,
     items: &mut [Item<'_>],
     registry: &mut Registry,
 ) -> Result<(), ProcessError> {
-    for p in prepared {
+    for p in prepared.iter_mut() {
         let it = &mut items[p.item];
         let response = &p.decision.response;
         it.report.disposition = response.disposition;
@@ -1073,14 +1053,18 @@ fn complete_all(
             .and_then(|r| r.code)
             .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
-        it.report.documents.clone_from(&p.documents.reports);
+        it.report.documents = std::mem::take(&mut p.documents.reports);
     }
     if any_owned {
         fail::fail_point!("complete.before", |_| std::process::abort());
     }
+    let details: Vec<String> = prepared
+        .iter()
+        .map(|p| recorded_detail(&mut items[p.item].report))
+        .collect();
     let completed: Vec<(usize, bool)> = registry.batch(|b| {
         let mut completed = Vec::new();
-        for p in prepared {
+        for (p, detail) in prepared.iter().zip(&details) {
             if p.lost {
                 completed.push((p.item, false));
                 continue;
@@ -1107,10 +1091,14 @@ fn complete_all(
                     reason_code: it.report.reason_code.as_deref(),
                     reason: it.report.reason.as_deref(),
                     acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
-                    outputs: &it.report.outputs,
+                    outputs: it
+                        .report
+                        .outputs
+                        .get(..it.report.outputs.len().min(RECORDED))
+                        .unwrap_or_default(),
                     released_groups: &released,
                     event: response.disposition.into(),
-                    detail: &json(&it.report),
+                    detail,
                 },
             )?;
             if done {
@@ -1152,6 +1140,28 @@ fn complete_all(
         }
     }
     Ok(())
+}
+
+/// The documents and outputs an audit event (and the claim's row) lists: the first ones of
+/// an interchange that carries many (the registry's documents table has them all), so one
+/// record stays small.
+const RECORDED: usize = 100;
+
+/// The report as the completion's audit event records it.
+fn recorded_detail(report: &mut Report) -> String {
+    if report.documents.len() <= RECORDED && report.outputs.len() <= RECORDED {
+        return json(report);
+    }
+    let documents = report
+        .documents
+        .split_off(report.documents.len().min(RECORDED));
+    let outputs = report.outputs.split_off(report.outputs.len().min(RECORDED));
+    report.documents_total = Some(report.documents.len() + documents.len());
+    let detail = json(report);
+    report.documents.extend(documents);
+    report.outputs.extend(outputs);
+    report.documents_total = None;
+    detail
 }
 
 /// Control numbers taken from the counters inside the batch, reserved to no claim.
@@ -1333,6 +1343,7 @@ fn lost_claim(report: &mut Report) {
     );
     report.acks.clear();
     report.outputs.clear();
+    report.documents.clear();
 }
 
 #[cfg(test)]

@@ -173,8 +173,7 @@ pub(super) fn plan(
                     content: Content::Document {
                         group: gi,
                         set: si,
-                        head: document::head(&d.key, &delivery_of(&decided, &it.key)),
-                        identified: Box::new(d.clone()),
+                        decided: decided.clone(),
                     },
                     ack: None,
                 });
@@ -204,6 +203,42 @@ pub(super) fn plan(
         }
     }
     Ok(planned)
+}
+
+/// Writes the file of the document in set `set` of group `group` of `it`, as `decided`.
+pub(super) fn write_document(
+    schemas: &crate::schema::Schemas,
+    it: &Item<'_>,
+    group: usize,
+    set: usize,
+    decided: &Decided,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let ic = &it.ic;
+    let gone = || std::io::Error::other("a document's set is not where it was decided");
+    let g = ic.groups.get(group).ok_or_else(gone)?;
+    let s = g.sets.get(set).ok_or_else(gone)?;
+    let def = schemas
+        .find(
+            g.gs.element(8).unwrap_or_default(),
+            s.st.element(1).unwrap_or_default(),
+        )
+        .ok_or_else(gone)?;
+    let d = document::identify(ic.isa.field(5), ic.isa.field(6), &s, def).ok_or_else(gone)?;
+    out.write_all(&document::head(&d.key, &delivery_of(decided, &it.key)))?;
+    document::write_rest(
+        ic,
+        g,
+        &s,
+        &d,
+        &document::Written {
+            correlation_id: it.report.correlation_id.as_deref().unwrap_or_default(),
+            utf8: it.utf8,
+            form: it.partner.translation,
+        },
+        out,
+    )?;
+    out.write_all(document::END)
 }
 
 fn delivery_of<'a>(decided: &'a Decided, interchange: &'a str) -> document::Delivery<'a> {

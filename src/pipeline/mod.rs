@@ -170,6 +170,11 @@ pub struct Report {
     /// The business documents among its accepted sets, and what became of each.
     #[serde(default)]
     pub documents: Vec<DocumentReport>,
+    /// In the history's record of an interchange with many documents or outputs: how many
+    /// documents it carried (`documents` and `outputs` list the first 100 there; `process
+    /// --json` lists them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents_total: Option<usize>,
     /// The registry key (not printed: `history --json` gives it from the event).
     #[serde(skip)]
     pub key: Option<String>,
