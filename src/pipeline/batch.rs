@@ -1374,6 +1374,36 @@ mod tests {
     }
 
     #[test]
+    fn the_record_of_an_interchange_lists_its_first_documents_and_says_how_many() {
+        let mut report = file_report("f.x12", Disposition::Accepted, String::new());
+        report.documents = (0..150)
+            .map(|i| super::super::DocumentReport {
+                set: "850".into(),
+                st02: format!("{i:04}"),
+                key: format!("ZZ:ACME:850:PO-{i}:00:"),
+                disposition: crate::document::DocumentDisposition::New,
+                duplicate_of: None,
+                output: Some(format!("out/{i}.json")),
+                result_ref: None,
+            })
+            .collect();
+        report.outputs = (0..150).map(|i| format!("out/{i}.json")).collect();
+        let detail: serde_json::Value =
+            serde_json::from_str(&recorded_detail(&mut report)).unwrap();
+        assert_eq!(detail["documents"].as_array().unwrap().len(), RECORDED);
+        assert_eq!(detail["outputs"].as_array().unwrap().len(), RECORDED);
+        assert_eq!(detail["documents_total"], 150);
+        // The report itself (the `process --json` line) keeps them all.
+        assert_eq!((report.documents.len(), report.outputs.len()), (150, 150));
+        assert_eq!(report.documents[149].st02, "0149");
+        assert_eq!(report.documents_total, None);
+        report.documents.truncate(3);
+        report.outputs.truncate(3);
+        let small: serde_json::Value = serde_json::from_str(&recorded_detail(&mut report)).unwrap();
+        assert!(small.get("documents_total").is_none());
+    }
+
+    #[test]
     fn a_stop_between_pieces_leaves_the_file_unfinished() {
         let dir = tempfile::tempdir().unwrap();
         let (config, path) = gateway(dir.path(), 20);
