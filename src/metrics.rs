@@ -170,6 +170,20 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
         "When each partner's latest interchange was decided (Unix time), for inactivity alerts",
         last,
     );
+    let open = Family::<Labels, Gauge>::default();
+    for (partner, delivery, n) in &snap.documents_open {
+        let partner = partner_label(config, partner);
+        open.get_or_create(&labels(&[
+            ("partner", &partner),
+            ("delivery", delivery.as_str()),
+        ]))
+        .inc_by(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    reg.register(
+        "documents_open",
+        "Business documents not delivered yet that wait for someone, by partner and delivery: held (a conflict, for an operator), parked (a change waiting for its original), pending (being written)",
+        open,
+    );
     let info = Family::<Labels, Gauge>::default();
     info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
         .set(1);

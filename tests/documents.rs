@@ -281,6 +281,11 @@ fn the_same_po_number_with_other_lines_is_held_then_released_once_or_discarded()
     assert_eq!(gate.delivered().len(), 1, "the conflict is not delivered");
     let held = gate.documents(&["--held"]);
     assert_eq!(held.len(), 1, "{held:?}");
+    let (_, metrics, _) = gate.run(&["metrics"], None);
+    assert!(
+        metrics.contains("x12gate_documents_open{partner=\"ZZ:ACME\",delivery=\"held\"} 1"),
+        "{metrics}"
+    );
     assert_eq!(held[0]["interchange"], "ZZ:ACME:000000102");
     assert_eq!(held[0]["delivery"], "held");
 
@@ -299,6 +304,8 @@ fn the_same_po_number_with_other_lines_is_held_then_released_once_or_discarded()
     );
     // Once: nothing is held any more, and a second release finds nothing.
     assert!(gate.documents(&["--held"]).is_empty());
+    let (_, metrics, _) = gate.run(&["metrics"], None);
+    assert!(!metrics.contains("delivery=\"held\""), "{metrics}");
     let (status, _, _) = gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
     assert_eq!(status.code(), Some(2));
     assert_eq!(gate.delivered().len(), 2);

@@ -198,6 +198,9 @@ pub struct Snapshot {
     pub oldest_unfinished_ms: Option<i64>,
     /// (partner, time of its latest decision).
     pub last_received: Vec<(String, i64)>,
+    /// (partner, where its delivery stands, count) of documents someone or something must
+    /// still act on: held (an operator), parked (their original), pending (being written).
+    pub documents_open: Vec<(String, super::Delivery, u64)>,
 }
 
 /// Filters for `history`; `None` matches everything.
@@ -985,9 +988,22 @@ impl Registry {
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT partner, delivery, COUNT(*) FROM documents
+                 WHERE delivery IN ('pending', 'held', 'parked') GROUP BY 1, 2 ORDER BY 1, 2",
+            )
+            .map_err(sql)?;
+        let documents_open: Vec<(String, super::Delivery, u64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(sql)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql)?;
         Ok(Snapshot {
             decisions,
             acks_sent,
+            documents_open,
             oldest_unfinished_ms: unfinished.iter().map(|(_, _, t)| *t).min(),
             unfinished: unfinished.into_iter().map(|(s, n, _)| (s, n)).collect(),
             last_received,
