@@ -682,3 +682,24 @@ fn a_takeover_that_rejects_what_a_crashed_attempt_accepted_withdraws_its_documen
     assert_eq!(only_document(&r[0])["disposition"], "new");
     assert_eq!(gate.delivered().len(), 1);
 }
+
+#[test]
+fn the_watcher_delivers_what_waited_past_the_wait() {
+    let gate = Gate::new("");
+    let change = gate.write("c.x12", &an_860(801, change("PO-W", 1)));
+    gate.process(&[&change], 0);
+    assert!(gate.delivered().is_empty(), "within the 24 hours it waits");
+    let config = gate.root().join("partners.toml");
+    let mut text = fs::read_to_string(&config).unwrap();
+    text.push_str("order_wait_hours = 0\n");
+    fs::write(&config, text).unwrap();
+    let (status, _, stderr) = gate.run(&["watch", "--once"], None);
+    assert!(status.success(), "{stderr}");
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 1, "{stderr}");
+    assert_eq!(
+        delivered.values().next().unwrap()["delivery"]["original_missing"],
+        true
+    );
+    assert!(gate.documents(&[]).is_empty(), "nothing left waiting");
+}
