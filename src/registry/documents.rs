@@ -306,19 +306,10 @@ impl Registry {
     }
 }
 
-type Existing = (
-    i64,
-    String,
-    DocumentDisposition,
-    Delivery,
-    Option<i64>,
-    bool,
-);
-/// A sighting already recorded at a place: (id, fingerprint, disposition, delivery,
-/// sequence, original_missing, duplicate_of).
+/// A sighting already recorded at a place: (id, disposition, delivery, sequence,
+/// original_missing, duplicate_of).
 type AtPlace = (
     i64,
-    String,
     DocumentDisposition,
     Delivery,
     Option<i64>,
@@ -331,65 +322,54 @@ fn record(
     s: &Sighting<'_>,
     now: i64,
 ) -> Result<(Decided, Vec<Released>), rusqlite::Error> {
+    // Another content at this place (`reprocess --file` of other bytes) is a sighting of
+    // its own: the earlier one stays recorded, delivered or not.
     let earlier: Option<AtPlace> = tx
         .prepare_cached(
-            "SELECT id, fingerprint, disposition, delivery, sequence, original_missing, duplicate_of
+            "SELECT id, disposition, delivery, sequence, original_missing, duplicate_of
              FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3",
         )?
         .query_row(params![s.interchange_key, s.position, s.fingerprint], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })
         .optional()?;
-    // Another content at this place (`reprocess --file` of other bytes) is a sighting of
-    // its own: the earlier one stays recorded, delivered or not.
-    if let Some((id, _, disposition, delivery, sequence, missing, of)) = earlier {
-        {
-            let decided = Decided {
-                id,
-                disposition,
-                delivery,
-                duplicate_of: interchange_of(tx, of)?,
-                sequence,
-                first: is_first(tx, s.key, id)?,
-                original_missing: missing,
-                again: true,
-                earlier_fingerprint: fingerprint_of(tx, of)?,
-            };
-            // What this sighting let go the first time, unless delivered already.
-            let released = released_by(tx, id)?;
-            return Ok((decided, released));
-        }
+    if let Some((id, disposition, delivery, sequence, original_missing, of)) = earlier {
+        let decided = Decided {
+            id,
+            disposition,
+            delivery,
+            duplicate_of: interchange_of(tx, of)?,
+            sequence,
+            first: is_first(tx, s.key, id)?,
+            original_missing,
+            again: true,
+            earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
+                fingerprint_of(tx, of)?
+            } else {
+                None
+            },
+        };
+        // What this sighting let go the first time, unless delivered already.
+        let released = released_by(tx, id)?;
+        return Ok((decided, released));
     }
-    let first_of = |sql: &str| -> Result<Option<Existing>, rusqlite::Error> {
-        tx.prepare_cached(sql)?
-            .query_row(params![s.key, s.fingerprint], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })
-            .optional()
-    };
-    let same = first_of(
-        "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
-         WHERE key = ?1 AND fingerprint = ?2 ORDER BY id LIMIT 1",
-    )?;
+    let same = first_of_key(tx, s.key, Some(s.fingerprint))?;
     // A change without a sequence number may be followed by another of the same key: that
     // is the next change, not a conflict.
     let keyed_by_content = !(s.role == Role::Change && s.version.is_none());
     let any = if keyed_by_content {
-        first_of(
-            "SELECT id, interchange_key, disposition, delivery, sequence, original_missing FROM documents
-             WHERE key = ?1 AND ?2 = ?2 ORDER BY id LIMIT 1",
-        )?
+        first_of_key(tx, s.key, None)?
     } else {
         None
     };
-    let (disposition, delivery, of) = if let Some((of, _, _, delivery, ..)) = same {
+    let (disposition, delivery, of) = if let Some((of, delivery)) = same {
         let delivered = matches!(delivery, Delivery::Pending | Delivery::Delivered);
         let again = if s.deliver_duplicates && delivered && s.role != Role::Copy {
             Delivery::Pending
@@ -397,7 +377,7 @@ fn record(
             Delivery::None
         };
         (DocumentDisposition::Duplicate, again, Some(of))
-    } else if let Some((of, ..)) = any {
+    } else if let Some((of, _)) = any {
         (DocumentDisposition::Conflict, Delivery::Held, Some(of))
     } else {
         match s.role {
@@ -485,6 +465,20 @@ fn insert(
         now
     ])?;
     Ok((tx.last_insert_rowid(), sequence))
+}
+
+/// The first sighting of `key` (with this content, when given): its id and delivery.
+fn first_of_key(
+    tx: &rusqlite::Connection,
+    key: &str,
+    fingerprint: Option<&str>,
+) -> Result<Option<(i64, Delivery)>, rusqlite::Error> {
+    tx.prepare_cached(
+        "SELECT id, delivery FROM documents WHERE key = ?1 AND (?2 IS NULL OR fingerprint = ?2)
+         ORDER BY id LIMIT 1",
+    )?
+    .query_row(params![key, fingerprint], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
 }
 
 /// The next place in the order of deliveries: a counter of its own, so that numbers are
