@@ -703,3 +703,32 @@ fn the_watcher_delivers_what_waited_past_the_wait() {
     );
     assert!(gate.documents(&[]).is_empty(), "nothing left waiting");
 }
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_release_cut_short_is_finished_by_the_next_once() {
+    let gate = Gate::new("");
+    let a = gate.write("a.x12", &an_850(101, po("PO-1", "00", 120)));
+    let b = gate.write("b.x12", &an_850(102, po("PO-1", "00", 121)));
+    gate.process(&[&a, &b], 0);
+    let (status, ..) = gate.run(
+        &["documents", "release", "ZZ:ACME:850:PO-1:00:"],
+        Some("release.marked=return"),
+    );
+    assert!(!status.success(), "the failpoint aborts");
+    let rows = gate.documents(&["--key", "ZZ:ACME:850:PO-1:00:"]);
+    assert_eq!(rows[1]["delivery"], "pending", "{rows:?}");
+    assert_eq!(gate.delivered().len(), 1, "nothing written yet");
+    // The next release (its process dead) adopts it and writes it, once.
+    let (status, stdout, stderr) =
+        gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert_eq!(gate.delivered().len(), 2);
+    let rows = gate.documents(&["--key", "ZZ:ACME:850:PO-1:00:"]);
+    assert!(
+        rows.iter().all(|r| r["delivery"] == "delivered"),
+        "{rows:?}"
+    );
+    let (status, ..) = gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
+    assert_eq!(status.code(), Some(2), "nothing left to release");
+}
