@@ -139,6 +139,8 @@ const VALID: &[&str] = &[
     "repetitions-composites-005010.x12",
     "gs06-per-functional-group.x12",
     "isb-00501.x12",
+    "204-004010.x12",
+    "204-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
