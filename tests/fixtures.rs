@@ -141,6 +141,8 @@ const VALID: &[&str] = &[
     "isb-00501.x12",
     "204-004010.x12",
     "204-005010.x12",
+    "214-004010.x12",
+    "214-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
