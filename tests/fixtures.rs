@@ -143,6 +143,8 @@ const VALID: &[&str] = &[
     "204-005010.x12",
     "214-004010.x12",
     "214-005010.x12",
+    "990-004010.x12",
+    "990-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
