@@ -145,6 +145,8 @@ const VALID: &[&str] = &[
     "214-005010.x12",
     "990-004010.x12",
     "990-005010.x12",
+    "210-004010.x12",
+    "210-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
