@@ -147,6 +147,8 @@ const VALID: &[&str] = &[
     "990-005010.x12",
     "210-004010.x12",
     "210-005010.x12",
+    "940-004010.x12",
+    "940-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
