@@ -3,8 +3,9 @@
 //! tree they are there to prove.
 //!
 //! # Layout
-//! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997 in 004010 and
-//!   005010, a 271 with repetitions and composites) and the reading oddities of SPEC section 2.
+//! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
+//!   210, 940 and 945 in 004010 and 005010, a 271 with repetitions and composites) and the
+//!   reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: exactly one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`.
 //!
@@ -139,6 +140,18 @@ const VALID: &[&str] = &[
     "repetitions-composites-005010.x12",
     "gs06-per-functional-group.x12",
     "isb-00501.x12",
+    "204-004010.x12",
+    "204-005010.x12",
+    "214-004010.x12",
+    "214-005010.x12",
+    "990-004010.x12",
+    "990-005010.x12",
+    "210-004010.x12",
+    "210-005010.x12",
+    "940-004010.x12",
+    "940-005010.x12",
+    "945-004010.x12",
+    "945-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
