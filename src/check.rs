@@ -52,7 +52,10 @@ fn envelope(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
         .routing
         .map(|us| validate::routing(ic, &us))
         .unwrap_or_default();
-    findings.extend(validate::interchange(ic).into_iter().map(|f| {
+    // GS01 is checked against the release's 479 list only with the definitions: a partner
+    // with `validation = "envelope"` has its groups read without the dictionaries.
+    let rules = validate::interchange_with(ic, checks.schemas);
+    findings.extend(rules.into_iter().map(|f| {
         let tolerated = matches!(
             f.rule,
             Rule::BlankBeforeSegment | Rule::FinalTerminatorMissing
@@ -318,6 +321,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gs01_is_held_to_its_own_release_s_list_and_only_with_definitions() {
+        let rules = |gs: &str, st01: &str, checks: &Checks<'_>| {
+            let text = format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~{gs}~ST*{st01}*0001~SE*2*0001~GE*1*1~IEA*1*000000001~");
+            let ic = Interchanges::new(text.as_bytes(), Limits::default())
+                .next()
+                .unwrap()
+                .unwrap();
+            let envelope: Vec<Rule> = interchange(&ic, checks, [])
+                .iter()
+                .filter(|f| f.detail.is_none())
+                .map(|f| f.rule)
+                .collect();
+            envelope
+        };
+        let with = Checks::definitions(crate::schema::builtin().unwrap());
+        let without = Checks::default();
+        let unknown = Rule::GsFunctionalIdUnknown;
+        // TE (283) is a code of 005010, not of 004010; FH (218) the other way round.
+        let te = |v: &str| format!("GS*TE*A*B*20240101*1200*1*X*{v}");
+        assert_eq!(rules(&te("005010"), "283", &with), []);
+        assert_eq!(rules(&te("004010VICS"), "283", &with), [unknown]);
+        assert_eq!(rules(&te("004010"), "283", &without), []);
+        let fh = "GS*FH*A*B*20240101*1200*1*X*004010";
+        assert_eq!(rules(fh, "218", &with), []);
+        // Releases without a dictionary here are not held to another release's list.
+        assert_eq!(rules(&te("004030"), "283", &with), []);
+        // ST01 against GS01: from 004010, with or without definitions; not before.
+        let po = |v: &str| format!("GS*PO*A*B*20240101*1200*1*X*{v}");
+        let mismatch = Rule::StNotInFunctionalGroup;
+        assert_eq!(rules(&po("004010"), "864", &without), [mismatch]);
+        assert_eq!(rules(&po("006020"), "864", &without), [mismatch]);
+        assert_eq!(rules(&po("003040"), "864", &without), []);
+        // A set the table does not have is not checked.
+        assert_eq!(rules(&po("004010"), "306", &without), []);
     }
 
     #[test]

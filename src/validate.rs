@@ -2,13 +2,18 @@
 //!
 //! Each rule here looks at the ISA/IEA, GS/GE and ST/SE envelopes of one interchange, or at
 //! who sent it to whom; what a set's content breaks against its definition is
-//! `schema::check`'s, and `check` puts both together.
+//! `schema::check`'s, and `check` puts both together. The one envelope rule that needs a
+//! release's dictionary (GS01 against the 479 code list) takes it from `check`; which set
+//! belongs to which functional group is a table of its own ([`functional_groups`]).
+
+mod functional_groups;
 
 use std::collections::HashSet;
 
 use chrono::{NaiveDate, NaiveTime};
 
-use crate::finding::{release, Code, Finding, Rule, Ta105};
+use crate::finding::{release, Code, Finding, Release, Rule, Ta105};
+use crate::schema::Schemas;
 use crate::x12::{
     number, Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind,
     Segment, TransactionSet,
@@ -116,10 +121,26 @@ fn group_finding(
         .in_release(release(gs.element(8).unwrap_or_default()))
 }
 
+/// The functional identifier codes (GS01) of the group a transaction set (ST01) belongs to,
+/// by X12's assignment; `None` for a set the table does not have (it is then not checked).
+pub fn functional_groups_of(st01: &[u8]) -> Option<&'static [&'static str]> {
+    functional_groups::groups_of(st01)
+}
+
 /// Every envelope finding of one interchange, in file order within each level.
 pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
+    interchange_with(ic, None)
+}
+
+/// [`interchange`], and with `dictionaries` each group's GS01 checked against the
+/// functional identifier codes (479) of the release its GS08 selects (as
+/// `Schemas::find` selects it). A release without a dictionary there (any but 004010 and
+/// 005010 today) is not checked: another release's list could refuse a code the group's own
+/// release has (the lists gain and lose codes from release to release).
+pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) -> Vec<Finding> {
     let mut v = Validator {
         findings: Vec::new(),
+        dictionaries,
     };
     v.isa(ic);
     v.structure(ic);
@@ -139,8 +160,9 @@ fn group_key<'a>(gs: &Segment<'a>) -> GroupKey<'a> {
     (e(1), e(2), e(3), e(6))
 }
 
-struct Validator {
+struct Validator<'s> {
     findings: Vec<Finding>,
+    dictionaries: Option<&'s Schemas>,
 }
 
 fn at(segment: &Segment<'_>, element: usize) -> Position {
@@ -169,6 +191,16 @@ fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
 
 fn shown(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).escape_debug().collect()
+}
+
+/// [`shown`] of at most the first 35 bytes of a value of any length (an element may be
+/// 64 KiB), with `...` when there was more.
+fn shown_bounded(bytes: &[u8]) -> String {
+    const SHOWN: usize = 35;
+    match bytes.get(..SHOWN) {
+        Some(head) if bytes.len() > SHOWN => format!("{}...", shown(head)),
+        _ => shown(bytes),
+    }
 }
 
 fn all_digits(s: &[u8]) -> bool {
@@ -332,15 +364,17 @@ const ISA_FIELDS: [IsaField; 16] = [
     },
 ];
 
-/// Where a set finding belongs: its group and set indexes, and the ST's ordinal for AK302.
+/// Where a set finding belongs: its group and set indexes, the ST's ordinal for AK302, and
+/// the release its group declares (a set code can depend on it).
 #[derive(Clone, Copy)]
 struct SetAt {
     group: usize,
     set: usize,
     st_ordinal: u32,
+    release: Release,
 }
 
-impl Validator {
+impl Validator<'_> {
     fn interchange_finding(
         &mut self,
         rule: Rule,
@@ -374,7 +408,8 @@ impl Validator {
         message: String,
     ) {
         let mut f = Finding::new(rule, self::at(segment, element), segment.id_str(), message)
-            .in_set(at.group, at.set);
+            .in_set(at.group, at.set)
+            .in_release(at.release);
         f.position.set_segment = segment.ordinal.checked_sub(at.st_ordinal).map(|d| d + 1);
         self.findings.push(f);
     }
@@ -548,6 +583,17 @@ impl Validator {
 
     fn group<'a>(&mut self, gi: usize, group: &Group<'a>, seen_gs06: &mut HashSet<GroupKey<'a>>) {
         let gs = &group.gs;
+        let gs01 = gs.element(1).unwrap_or_default();
+        let gs08 = gs.element(8).unwrap_or_default();
+        let functional_ids = self.dictionaries.and_then(|d| d.code_list(gs08, "479"));
+        if functional_ids.is_some_and(|list| !list.contains(gs01)) {
+            let message = format!(
+                "GS01 \"{}\" is not a functional identifier code of release {} (element 479)",
+                shown_bounded(gs01),
+                shown(gs08.get(..6).unwrap_or_default())
+            );
+            self.group_finding(gi, gs, Rule::GsFunctionalIdUnknown, gs, 1, message);
+        }
         let gs06 = gs.element(6).unwrap_or_default();
         if !(all_digits(gs06) && gs06.len() <= 9) {
             self.group_finding(
@@ -596,7 +642,18 @@ impl Validator {
                 );
             }
         }
-        if gs.element(8).is_none_or(<[u8]>::is_empty) {
+        let gs07 = gs.element(7).unwrap_or_default();
+        if !matches!(gs07, b"X" | b"T") {
+            self.group_finding(
+                gi,
+                gs,
+                Rule::GsAgencyInvalid,
+                gs,
+                7,
+                format!("GS07 \"{}\" is not a responsible agency code (X for X12, T for TDCC; element 455) (noted; not sent back: AK905 9 exists only after 005010)", shown_bounded(gs07)),
+            );
+        }
+        if gs08.is_empty() {
             self.group_finding(
                 gi,
                 gs,
@@ -605,12 +662,26 @@ impl Validator {
                 8,
                 "GS08 (version) is missing".into(),
             );
+        } else if gs08.len() > 12 {
+            // GS08 (480) is AN 1/12 in every release: no version is longer.
+            self.group_finding(
+                gi,
+                gs,
+                Rule::GsVersionTooLong,
+                gs,
+                8,
+                format!(
+                    "GS08 \"{}\" is {} bytes, longer than a version can be (12)",
+                    shown_bounded(gs08),
+                    gs08.len()
+                ),
+            );
         }
         // Control numbers are borrowed from the input and the set is sized once: a group of
         // thousands of sets then costs no allocation per set.
         let mut seen_st02 = HashSet::with_capacity(group.sets.len());
         for (si, set) in group.sets.iter().enumerate() {
-            self.set(gi, si, &set, &mut seen_st02);
+            self.set(gi, si, &set, gs01, version, &mut seen_st02);
         }
         let Some(ge) = &group.ge else {
             self.group_finding(
@@ -673,6 +744,8 @@ impl Validator {
         gi: usize,
         si: usize,
         set: &TransactionSet<'a>,
+        gs01: &[u8],
+        version: Release,
         seen_st02: &mut HashSet<&'a [u8]>,
     ) {
         let st = &set.st;
@@ -680,6 +753,7 @@ impl Validator {
             group: gi,
             set: si,
             st_ordinal: st.ordinal,
+            release: version,
         };
         let st01 = st.element(1).unwrap_or_default();
         // Transaction set identifiers are three digits, 100 to 999, in every release.
@@ -693,6 +767,23 @@ impl Validator {
                 format!(
                     "ST01 \"{}\" is not a transaction set identifier (three digits, 100 to 999)",
                     shown(st01)
+                ),
+            );
+        }
+        // The sets' assignment to functional groups holds from 004010 on (see
+        // `functional_groups`); a set the table does not have is not checked.
+        let groups = functional_groups::groups_of(st01).filter(|_| version >= Some(4010));
+        if let Some(groups) = groups.filter(|g| !g.iter().any(|g| g.as_bytes() == gs01)) {
+            self.set_finding(
+                at,
+                Rule::StNotInFunctionalGroup,
+                st,
+                1,
+                format!(
+                    "ST01 \"{}\" is a set of functional group {}, not of this group's GS01 \"{}\"",
+                    shown(st01),
+                    groups.join(" or "),
+                    shown_bounded(gs01)
                 ),
             );
         }

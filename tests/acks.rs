@@ -286,6 +286,11 @@ fn routing_rejects_other_receivers_and_unknown_senders() {
     assert_eq!(d, vec![Disposition::Rejected]);
     assert_eq!(out.len(), 1);
     assert!(String::from_utf8_lossy(&out[0].bytes).contains("*R*009~"));
+    // Our id under another qualifier is not us either (TA105 007).
+    let qualifier = input.replacen("*ZZ*X12GATE        *", "*01*X12GATE        *", 1);
+    let (out, d) = acks_with(qualifier.as_bytes(), &config());
+    assert_eq!(d, vec![Disposition::Rejected]);
+    assert!(String::from_utf8_lossy(&out[0].bytes).contains("*R*007~"));
     let stranger = input.replacen("ACME           ", "STRANGER       ", 1);
     let (out, d) = acks_with(stranger.as_bytes(), &config());
     assert_eq!(d, vec![Disposition::Rejected]);

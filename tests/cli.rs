@@ -37,6 +37,7 @@ fn validate_with_warnings_only_exits_0_and_shows_them() {
     for (name, rule) in [
         ("broken/blank-before-segment.x12", "blank-before-segment"),
         ("broken/gs-date-time-invalid.x12", "gs-date-time-invalid"),
+        ("broken/gs-agency-invalid.x12", "gs-agency-invalid"),
     ] {
         let out = x12gate(dir.path())
             .arg("validate")

@@ -250,11 +250,29 @@ fn group(s: Sizes) -> impl Strategy<Value = Grp> {
         prop::collection::vec(set(s), s.sets.0..=s.sets.1),
     )
         .prop_map(
-            |((g1, g2, g3, g4, g5, g7, g8), gs06_base, st02_base, sets)| Grp {
-                gs: [g1.into(), g2, g3, g4, g5, g7.into(), g8.into()],
-                gs06_base,
-                st02_base,
-                sets,
+            |((g1, g2, g3, g4, g5, g7, g8), gs06_base, st02_base, mut sets)| {
+                // A well-formed group holds sets of its own functional group: a set whose
+                // id belongs to another group becomes the group's own set.
+                let own = match g1 {
+                    "PO" => "850",
+                    "IN" => "810",
+                    "FA" => "997",
+                    "SH" => "856",
+                    "HC" => "837",
+                    _ => "835",
+                };
+                for set in &mut sets {
+                    let groups = x12gate::validate::functional_groups_of(set.st01.as_bytes());
+                    if groups.is_some_and(|g| !g.contains(&g1)) {
+                        set.st01 = own.into();
+                    }
+                }
+                Grp {
+                    gs: [g1.into(), g2, g3, g4, g5, g7.into(), g8.into()],
+                    gs06_base,
+                    st02_base,
+                    sets,
+                }
             },
         )
 }

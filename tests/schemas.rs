@@ -19,9 +19,13 @@ fn interchange(def: &SetDef, body: &[(String, Vec<Vec<Vec<String>>>)]) -> Vec<u8
     } else {
         ("00401", "U")
     };
+    // The set's own functional group: an 810 in a GS*PO group is not in its group.
+    let gs01 = x12gate::validate::functional_groups_of(def.id.as_bytes())
+        .and_then(|groups| groups.first())
+        .unwrap_or(&"PO");
     let mut text = format!(
         "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*{isa11}*{isa12}*000000001*0*P*:~\n\
-GS*PO*ACME*X12GATE*20240101*1200*1*X*{}~\nST*{}*0001~\n",
+GS*{gs01}*ACME*X12GATE*20240101*1200*1*X*{}~\nST*{}*0001~\n",
         def.version, def.id
     );
     text.push_str(&testdata::example::to_x12(body, "\n"));

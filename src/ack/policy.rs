@@ -157,8 +157,12 @@ pub fn ta104(note: Ta105) -> Status {
 /// sets are decided one by one.
 pub const GROUP_REJECTING: &[(Ak905, &str)] = &[
     (
+        Ak905::NotSupported,
+        "GS01 not a functional identifier of the release: no set can be read as of its group",
+    ),
+    (
         Ak905::VersionNotSupported,
-        "version missing: the group cannot be read by any rules",
+        "version missing or too long: the group cannot be read by any rules",
     ),
     (
         Ak905::TrailerMissing,

@@ -68,6 +68,8 @@ crate::words::words! {
         SegmentsInError = "5",
         IdInvalid = "6",
         ControlNumberInvalid = "7",
+        /// From 004040 on; 004010's list has no such code.
+        NotInFunctionalGroup = "18",
         DuplicateControlNumber = "23",
     }
 }
@@ -206,9 +208,11 @@ impl Rule {
             // Warnings: read as partners' tools read them, reported, never sent back (a
             // partner with `layout = "strict"` gets TA105 024, see `check`).
             BlankBeforeSegment | FinalTerminatorMissing => return None,
-            // A warning: 716 has Invalid Group Date/Time (30, 31) only from 006050, and our
+            // Warnings: 716 has Invalid Group Date/Time (30, 31) and Invalid Responsible
+            // Agency Code (9) only after 005010 (from 005020 in the EdiFabric templates'
+            // 716 lists; Stedi's 004050 list lacks them, its 006050 list has them), and our
             // acknowledgments are 004010 and 005010.
-            GsDateTimeInvalid => return None,
+            GsDateTimeInvalid | GsAgencyInvalid => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -221,8 +225,13 @@ impl Rule {
             UnknownSender => Code::Ta105(Ta105::SenderId),
             ReceiverQualifierNotOurs => Code::Ta105(Ta105::ReceiverQualifier),
             ReceiverNotOurs => Code::Ta105(Ta105::UnknownReceiver),
+            // 716 code 1 "Functional Group Not Supported", in every release's list (Stedi's
+            // 002040 to 006050 pages, the EdiFabric templates' 004010 and 005010 lists).
+            GsFunctionalIdUnknown => Code::Ak905(Ak905::NotSupported),
             GsControlNumberSyntax => Code::Ak905(Ak905::ControlNumberInvalid),
-            GsVersionMissing => Code::Ak905(Ak905::VersionNotSupported),
+            // A version we cannot read by (none, or longer than any GS08 can be) is 716
+            // code 2, "Functional Group Version Not Supported".
+            GsVersionMissing | GsVersionTooLong => Code::Ak905(Ak905::VersionNotSupported),
             // 004010's list has no "not unique" code and 6 is what other translators send.
             GsDuplicateControlNumber | GsSeenBefore => match release {
                 Some(r) if r >= 4050 => Code::Ak905(Ak905::ControlNumberNotUnique),
@@ -232,6 +241,16 @@ impl Rule {
             GeSetCount => Code::Ak905(Ak905::SetCount),
             GeControlNumber => Code::Ak905(Ak905::ControlNumbersDiffer),
             StIdInvalid => Code::Ak502(Ak502::IdInvalid),
+            // 718 code 18 "Transaction Set not in Functional Group" says exactly this; it is
+            // in the lists from 004040 on (EdiFabric templates: absent from 004010-004030,
+            // present from 004040; Stedi's 005040 list; the 999's IK502 list of
+            // 005010X231A1). Before, 6 "Missing or Invalid Transaction Set Identifier": the
+            // identifier is invalid for this group; 1 "Transaction Set Not Supported" would
+            // tell the partner we cannot take the set at all.
+            StNotInFunctionalGroup => match release {
+                Some(r) if r >= 4040 => Code::Ak502(Ak502::NotInFunctionalGroup),
+                _ => Code::Ak502(Ak502::IdInvalid),
+            },
             StControlNumberInvalid => Code::Ak502(Ak502::ControlNumberInvalid),
             StDuplicateControlNumber => Code::Ak502(Ak502::DuplicateControlNumber),
             SeMissing => Code::Ak502(Ak502::TrailerMissing),
@@ -265,7 +284,7 @@ impl Rule {
         use Rule::*;
         matches!(
             self,
-            BlankBeforeSegment | FinalTerminatorMissing | GsDateTimeInvalid
+            BlankBeforeSegment | FinalTerminatorMissing | GsDateTimeInvalid | GsAgencyInvalid
         )
     }
 
@@ -289,14 +308,18 @@ impl Rule {
             | BlankBeforeSegment
             | FinalTerminatorMissing => Level::Interchange,
             GsDateTimeInvalid
+            | GsAgencyInvalid
+            | GsFunctionalIdUnknown
             | GsControlNumberSyntax
             | GsVersionMissing
+            | GsVersionTooLong
             | GsDuplicateControlNumber
             | GsSeenBefore
             | GeMissing
             | GeSetCount
             | GeControlNumber => Level::Group,
             StIdInvalid
+            | StNotInFunctionalGroup
             | StControlNumberInvalid
             | StDuplicateControlNumber
             | SeMissing
@@ -412,6 +435,22 @@ mod tests {
         assert_eq!(code(b""), Some("6"));
         assert_eq!(release(b"00401"), Some(401));
         assert_eq!(release(b"X12"), None);
+    }
+
+    #[test]
+    fn a_set_outside_its_group_gets_18_from_004040_and_6_before() {
+        let code = |v: &[u8]| {
+            Rule::StNotInFunctionalGroup
+                .code(release(v))
+                .map(Code::value)
+        };
+        assert_eq!(code(b"004010"), Some("6"));
+        assert_eq!(code(b"004030"), Some("6"));
+        assert_eq!(code(b"004040"), Some("18"));
+        assert_eq!(code(b"005010X222A1"), Some("18"));
+        assert_eq!(code(b""), Some("6"));
+        assert_eq!(Rule::GsAgencyInvalid.code(Some(5010)), None);
+        assert!(Rule::GsAgencyInvalid.is_warning());
     }
 
     #[test]

@@ -43,8 +43,14 @@ crate::words::words! {
         BlankBeforeSegment = "blank-before-segment",
         FinalTerminatorMissing = "final-terminator-missing",
         // Group
+        /// GS01 is not a functional identifier code (479) of the group's release.
+        GsFunctionalIdUnknown = "gs-functional-id-unknown",
         GsControlNumberSyntax = "gs-control-number-syntax",
         GsVersionMissing = "gs-version-missing",
+        /// GS08 longer than its 12 characters (480 is AN 1/12).
+        GsVersionTooLong = "gs-version-too-long",
+        /// A warning: GS07 neither X nor T; AK905 9 arrives only after 005010.
+        GsAgencyInvalid = "gs-agency-invalid",
         GsDuplicateControlNumber = "gs-duplicate-control-number",
         GsSeenBefore = "gs-seen-before",
         /// A warning: no AK905 code for it exists before 006050 (30, 31).
@@ -54,6 +60,8 @@ crate::words::words! {
         GeControlNumber = "ge-control-number",
         // Transaction set
         StIdInvalid = "st-id-invalid",
+        /// ST01 names a set of another functional group than the group's GS01.
+        StNotInFunctionalGroup = "st-not-in-functional-group",
         StControlNumberInvalid = "st-control-number-invalid",
         StDuplicateControlNumber = "st-duplicate-control-number",
         SeMissing = "se-missing",

@@ -546,18 +546,35 @@ struct Dictionary {
     codes: HashMap<String, Arc<Codes>>,
 }
 
-/// Every definition, by (six-digit version, set id).
+/// Every definition, by (six-digit version, set id), and each version's dictionary code
+/// lists, by element reference number.
 #[derive(Debug, Default)]
 pub struct Schemas {
     sets: HashMap<(String, String), Arc<SetDef>>,
+    codes: HashMap<(String, String), Arc<Codes>>,
+}
+
+/// The six-digit release a group's GS08 selects (`004010VICS` -> `004010`).
+fn release_of(gs08: &[u8]) -> Option<&str> {
+    std::str::from_utf8(gs08.get(..6)?).ok()
 }
 
 impl Schemas {
     /// The definition for a group's GS08 (`004010`, `004010VICS`, `005010X...`) and a set id.
     pub fn find(&self, gs08: &[u8], set_id: &[u8]) -> Option<&Arc<SetDef>> {
-        let version = std::str::from_utf8(gs08.get(..6)?).ok()?;
+        let version = release_of(gs08)?;
         let id = std::str::from_utf8(set_id).ok()?;
         self.sets.get(&(version.to_string(), id.to_string()))
+    }
+
+    /// The code list of element `reference` (`"479"`) in the dictionary of the release a
+    /// group's GS08 selects, as [`Schemas::find`] selects it; `None` when that release has
+    /// no dictionary here or its dictionary has no list for the element.
+    pub fn code_list(&self, gs08: &[u8], reference: &str) -> Option<&Codes> {
+        let version = release_of(gs08)?;
+        self.codes
+            .get(&(version.to_string(), reference.to_string()))
+            .map(Arc::as_ref)
     }
 
     /// The definition a structured document names: `004010/850`.
@@ -616,7 +633,15 @@ impl Schemas {
                 ));
             }
         }
-        Ok(Schemas { sets })
+        let codes = dictionaries
+            .into_iter()
+            .flat_map(|(version, d)| {
+                d.codes
+                    .into_iter()
+                    .map(move |(reference, list)| ((version.clone(), reference), list))
+            })
+            .collect();
+        Ok(Schemas { sets, codes })
     }
 }
 
@@ -1191,6 +1216,11 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
         assert!(def.knows(b"ZZ1") && def.knows(b"SE") && !def.knows(b"XYZ"));
         assert_eq!(def.places(b"ZZ1").len(), 1);
         assert!(s.find(b"005010", b"850").is_none());
+        // The dictionary's code lists, by the release a GS08 selects.
+        assert!(s.code_list(b"004010VICS", "353").unwrap().contains(b"05"));
+        assert!(s.code_list(b"004010", "98").is_none());
+        assert!(s.code_list(b"005010", "353").is_none());
+        assert!(s.code_list(b"0040", "353").is_none());
     }
 
     #[test]

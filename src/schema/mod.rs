@@ -8,8 +8,8 @@ pub mod check;
 pub mod definition;
 
 pub use definition::{
-    builtin, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Req, Schemas, SegmentDef,
-    SetDef, Simple, Syntax, SyntaxKind,
+    builtin, Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Req, Schemas,
+    SegmentDef, SetDef, Simple, Syntax, SyntaxKind,
 };
 
 use crate::finding::Finding;
