@@ -8,6 +8,7 @@ mod fuzz_corpus;
 mod intake;
 mod process;
 mod props;
+mod real;
 mod schemas;
 mod service;
 mod setup;

@@ -1,0 +1,271 @@
+//! The real corpus: X12 files that other open-source X12 projects publish as samples and test
+//! files, each checked the way `validate` checks a file, against a golden list of the rules it
+//! breaks. A rule that starts or stops firing on a file someone else wrote shows up here.
+//!
+//! # Layout
+//! - `fixtures/real/<project>/<file>`: the files as their project publishes them, byte for
+//!   byte, beside the project's licence (`LICENSE*`, not a corpus file).
+//! - `fixtures/real/MANIFEST.tsv`: one line a file: path, source repository, path and commit
+//!   there, licence, what the project says the file is (`valid`, `broken: <defect>`,
+//!   `unknown`) and on what grounds.
+//! - `fixtures/real/EXPECTED.tsv`: one line a file: path, then the rules reported, sorted, as
+//!   `rule×count`, or `clean`.
+//! - `fixtures/real/REVIEW.md`: the hand review of every file its project calls valid that
+//!   x12gate rejects: a real defect of the file, or a false positive of x12gate.
+//!
+//! A corpus file missing from the manifest or the golden, or a line of either without its
+//! file, fails; so does a valid file with a rejecting finding that the review does not
+//! discuss. When the golden no longer matches, the failure prints the actual lines, ready to
+//! paste after checking them; `X12GATE_BLESS=1 cargo test --test main real` rewrites it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use x12gate::check::{self, Checks};
+use x12gate::finding::Finding;
+use x12gate::input::{Reader, WINDOW};
+use x12gate::x12::Limits;
+
+use crate::util::root;
+
+/// The corpus must stay a corpus: the issue asks for at least this many files.
+const AT_LEAST: usize = 150;
+/// Each file at most this large, and the corpus at most `MAX_TOTAL`: small enough for the
+/// repository, and no file near the default limits.
+const MAX_FILE: u64 = 200 * 1024;
+const MAX_TOTAL: u64 = 10 * 1024 * 1024;
+
+fn dir() -> PathBuf {
+    root().join("fixtures").join("real")
+}
+
+/// Every corpus file, as its path under `fixtures/real/` with `/` separators, sorted: the
+/// regular files one level down, except licences and dot files.
+fn corpus() -> Vec<String> {
+    let mut files = Vec::new();
+    for project in read_dir(&dir()) {
+        if !project.is_dir() {
+            continue;
+        }
+        for file in read_dir(&project) {
+            let name = file_name(&file);
+            if file.is_file() && !name.starts_with("LICENSE") && !name.starts_with('.') {
+                files.push(format!("{}/{name}", file_name(&project)));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn read_dir(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    v.sort();
+    v
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The lines of a `.tsv` file of `fixtures/real/`, by their first field; comments (`#`) and
+/// blank lines dropped.
+fn table(name: &str) -> BTreeMap<String, Vec<String>> {
+    let path = dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut rows = BTreeMap::new();
+    for line in text.lines() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.split('\t').map(str::to_string);
+        let key = fields.next().unwrap_or_default();
+        let rest: Vec<String> = fields.collect();
+        assert!(
+            rows.insert(key.clone(), rest).is_none(),
+            "{name}: {key} is listed twice"
+        );
+    }
+    rows
+}
+
+/// Every finding `validate` reports for the file: the same reader, window, limits and checks.
+fn findings(path: &Path) -> Vec<Finding> {
+    let schemas = x12gate::schema::builtin().expect("the built-in definitions load");
+    let checks = Checks::definitions(schemas);
+    let mut reader = Reader::open(path, Limits::default(), WINDOW)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut all = Vec::new();
+    check::pieces(&mut reader, &checks, &mut |found| all.extend(found))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    all
+}
+
+/// The rules of `findings`, sorted, as `rule×count`; `clean` when there are none.
+fn summary(findings: &[Finding]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in findings {
+        *counts.entry(f.rule.name()).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "clean".to_string();
+    }
+    let parts: Vec<String> = counts.iter().map(|(r, n)| format!("{r}×{n}")).collect();
+    parts.join(" ")
+}
+
+const EXPECTED_HEADER: &str = "\
+# The rules x12gate reports for each file of the real corpus (tests/real.rs): path, a tab,
+# then rule×count sorted by rule, or clean. Regenerate with
+#   X12GATE_BLESS=1 cargo test --test main real
+# and review the difference (fixtures/real/REVIEW.md) before committing it.
+";
+
+#[test]
+fn the_manifest_lists_every_corpus_file_and_only_those() {
+    let files: BTreeSet<String> = corpus().into_iter().collect();
+    let manifest = table("MANIFEST.tsv");
+    let listed: BTreeSet<String> = manifest.keys().cloned().collect();
+    let unlisted: Vec<_> = files.difference(&listed).collect();
+    let missing: Vec<_> = listed.difference(&files).collect();
+    assert!(
+        unlisted.is_empty() && missing.is_empty(),
+        "fixtures/real and MANIFEST.tsv disagree: not in the manifest {unlisted:?}, \
+         in the manifest without a file {missing:?}"
+    );
+    assert!(
+        files.len() >= AT_LEAST,
+        "the real corpus has {} files, fewer than {AT_LEAST}",
+        files.len()
+    );
+    let mut bad = String::new();
+    for (path, fields) in &manifest {
+        // repository, path there, commit, licence, status, grounds
+        let [repo, source, commit, licence, status, _grounds] = fields.as_slice() else {
+            writeln!(
+                bad,
+                "{path}: {} fields after the path, want 6",
+                fields.len()
+            )
+            .ok();
+            continue;
+        };
+        if !repo.contains('/') || source.is_empty() || licence.is_empty() {
+            writeln!(bad, "{path}: no source repository, path or licence").ok();
+        }
+        if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+            writeln!(bad, "{path}: commit {commit:?} is not 40 hex digits").ok();
+        }
+        let known = status == "valid" || status == "unknown" || status.starts_with("broken: ");
+        if !known {
+            writeln!(
+                bad,
+                "{path}: status {status:?} is not valid, unknown or broken: <defect>"
+            )
+            .ok();
+        }
+    }
+    assert!(bad.is_empty(), "MANIFEST.tsv:\n{bad}");
+}
+
+#[test]
+fn corpus_files_are_small() {
+    let mut total = 0;
+    for file in corpus() {
+        let size = std::fs::metadata(dir().join(&file)).expect("file").len();
+        assert!(size <= MAX_FILE, "{file} is {size} bytes, over {MAX_FILE}");
+        total += size;
+    }
+    assert!(
+        total <= MAX_TOTAL,
+        "the corpus is {total} bytes, over {MAX_TOTAL}"
+    );
+}
+
+#[test]
+fn every_corpus_file_reports_exactly_its_expected_rules() {
+    let files = corpus();
+    let actual: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.clone(), summary(&findings(&dir().join(f)))))
+        .collect();
+    let lines: String = actual.iter().map(|(f, s)| format!("{f}\t{s}\n")).collect();
+    if std::env::var_os("X12GATE_BLESS").is_some() {
+        std::fs::write(
+            dir().join("EXPECTED.tsv"),
+            format!("{EXPECTED_HEADER}{lines}"),
+        )
+        .expect("EXPECTED.tsv written");
+        return;
+    }
+    let expected = table("EXPECTED.tsv");
+    let mut failures = String::new();
+    for (file, got) in &actual {
+        match expected.get(file).map(|v| v.join("\t")) {
+            None => writeln!(failures, "  {file}: not in EXPECTED.tsv (actual: {got})").ok(),
+            Some(want) if want != *got => {
+                writeln!(failures, "  {file}:\n    - {want}\n    + {got}").ok()
+            }
+            Some(_) => None,
+        };
+    }
+    let present: BTreeSet<&String> = files.iter().collect();
+    for file in expected.keys().filter(|k| !present.contains(k)) {
+        writeln!(
+            failures,
+            "  {file}: in EXPECTED.tsv, but there is no such file"
+        )
+        .ok();
+    }
+    assert!(
+        failures.is_empty(),
+        "the real corpus no longer reports what EXPECTED.tsv says (- expected, + actual):\n\
+         {failures}\nactual EXPECTED.tsv, ready to paste after review \
+         (or X12GATE_BLESS=1 cargo test --test main real):\n{EXPECTED_HEADER}{lines}"
+    );
+}
+
+/// The files REVIEW.md discusses: its `### <path>` headings.
+fn reviewed() -> BTreeSet<String> {
+    let path = dir().join("REVIEW.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(|l| l.trim().trim_matches('`').to_string())
+        .collect()
+}
+
+#[test]
+fn every_valid_file_that_x12gate_rejects_is_reviewed() {
+    let manifest = table("MANIFEST.tsv");
+    let reviewed = reviewed();
+    let mut unreviewed = String::new();
+    for (file, fields) in &manifest {
+        if fields.get(4).map(String::as_str) != Some("valid") {
+            continue;
+        }
+        let rejecting: Vec<String> = findings(&dir().join(file))
+            .iter()
+            .filter(|f| !f.is_warning())
+            .map(ToString::to_string)
+            .collect();
+        if !rejecting.is_empty() && !reviewed.contains(file) {
+            writeln!(unreviewed, "  {file}:").ok();
+            for r in rejecting {
+                writeln!(unreviewed, "      {r}").ok();
+            }
+        }
+    }
+    assert!(
+        unreviewed.is_empty(),
+        "files their project calls valid, rejected by x12gate, that REVIEW.md does not \
+         discuss (add a `### <path>` section: a real defect, or a false positive):\n\
+         {unreviewed}"
+    );
+}
