@@ -225,7 +225,9 @@ struct Heading<'a> {
 
 impl<'a> Heading<'a> {
     fn of(set: &TransactionSet<'a>, spec: &DocumentSpec) -> Heading<'a> {
-        let wanted: Vec<&str> = spec
+        // Each segment once (the 850's fields are all BEG's), so that the walk stops at the
+        // last one it needs instead of reading the whole set.
+        let mut wanted: Vec<&str> = spec
             .id
             .iter()
             .chain(&spec.event)
@@ -233,6 +235,8 @@ impl<'a> Heading<'a> {
             .chain(&spec.kind)
             .map(|f| f.segment.as_str())
             .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
         let mut segments: Vec<Segment<'a>> = Vec::new();
         for s in set.body.segments() {
             if segments.len() == wanted.len() {

@@ -77,7 +77,6 @@ pub struct Released {
     pub set_id: String,
     pub st02: String,
     pub interchange_key: String,
-    pub position: String,
     pub disposition: DocumentDisposition,
     pub sequence: i64,
     pub first: bool,
@@ -670,7 +669,7 @@ fn released_by(tx: &rusqlite::Connection, original: i64) -> Result<Vec<Released>
 fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlite::Error> {
     let (mut r, of) = tx
         .prepare_cached(
-            "SELECT id, key, set_id, st02, interchange_key, position, disposition, sequence,
+            "SELECT id, key, set_id, st02, interchange_key, disposition, sequence,
                  original_missing, duplicate_of, body
              FROM documents WHERE id = ?1",
         )?
@@ -681,15 +680,14 @@ fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlit
                 set_id: r.get(2)?,
                 st02: r.get(3)?,
                 interchange_key: r.get(4)?,
-                position: r.get(5)?,
-                disposition: r.get(6)?,
-                sequence: r.get::<_, Option<i64>>(7)?.unwrap_or(0),
+                disposition: r.get(5)?,
+                sequence: r.get::<_, Option<i64>>(6)?.unwrap_or(0),
                 first: false,
-                original_missing: r.get(8)?,
+                original_missing: r.get(7)?,
                 duplicate_of: None,
-                body: r.get::<_, Option<Vec<u8>>>(10)?.unwrap_or_default(),
+                body: r.get::<_, Option<Vec<u8>>>(9)?.unwrap_or_default(),
             };
-            Ok((released, r.get::<_, Option<i64>>(9)?))
+            Ok((released, r.get::<_, Option<i64>>(8)?))
         })?;
     r.first = is_first(tx, &r.key, r.id)?;
     r.duplicate_of = interchange_of(tx, of)?;
