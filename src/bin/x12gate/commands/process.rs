@@ -253,7 +253,12 @@ fn documents(docs: &[x12gate::pipeline::DocumentReport]) -> String {
             .as_deref()
             .map(|i| format!(" {word} {i}"))
             .unwrap_or_default();
-        format!("{} {}{of}", d.key, d.disposition)
+        let reference = d
+            .result_ref
+            .as_deref()
+            .map(|r| format!(" (ref {r})"))
+            .unwrap_or_default();
+        format!("{} {}{of}{reference}", d.key, d.disposition)
     }));
     if others.len() > NAMED {
         parts.push(format!("{} more", others.len() - NAMED));
