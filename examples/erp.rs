@@ -34,7 +34,11 @@ struct Books {
 
 type Shared = Arc<(Mutex<Books>, f64, bool)>;
 
-async fn inbound(State(shared): State<Shared>, headers: HeaderMap, body: axum::body::Bytes) -> impl IntoResponse {
+async fn inbound(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> impl IntoResponse {
     let (books, fail_rate, verbose) = &*shared;
     let key = headers
         .get("idempotency-key")

@@ -957,6 +957,22 @@ impl Watcher {
         true
     }
 
+    /// One delivery pass over everything due, with a registry connection of the pool.
+    fn deliver_once(&mut self) {
+        let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
+            return;
+        };
+        let deliverer = crate::delivery::Deliverer::new(&self.config, &self.options.owner);
+        if let Err(e) = deliverer.pass(&mut registry, crate::delivery::Scope::All, &|| {
+            self.options.stop.abandoned()
+        }) {
+            tracing::error!(error = %e, "deliveries: registry error; they wait for the next run");
+        }
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(registry);
+        }
+    }
+
     /// After the loop: the last summary, the files left undecided in the work folder (the
     /// next watcher adopts them), the metrics server stopped, the work folder given up.
     fn finish(mut self) -> Summary {
@@ -971,6 +987,10 @@ impl Watcher {
         }
         if let Some(mut deliverer) = self.deliverer.take() {
             deliverer.stop();
+            if self.once && !self.stopping {
+                // Like `process`: what is due now is attempted once before a cron run ends.
+                self.deliver_once();
+            }
         }
         let summary = self.summary;
         self.intake.close();

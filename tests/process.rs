@@ -415,7 +415,10 @@ fn the_same_file_twice_is_a_duplicate_that_replays_the_original_ack() {
     assert_eq!(again[0]["disposition"], "duplicate", "{second}");
     assert_eq!(again[0]["duplicate_of"], "ZZ:ACME:000000101", "{second}");
     assert_eq!(again[0]["result_ref"], serde_json::Value::Null, "{second}");
-    assert!(again[0].get("output").is_none(), "nothing is written again: {second}");
+    assert!(
+        again[0].get("output").is_none(),
+        "nothing is written again: {second}"
+    );
     assert_eq!(
         fs::read(&ack).unwrap(),
         ack_bytes,

@@ -173,7 +173,11 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
             error: "the destination names no program".into(),
         };
     };
+    use std::os::unix::process::CommandExt;
+    // A group of its own, so that a timeout kills what the program started too: a child
+    // left behind would hold its output open, and this attempt with it.
     let spawned = std::process::Command::new(program)
+        .process_group(0)
         .args(args)
         .env("X12GATE_DOCUMENT_KEY", &c.key)
         .env("X12GATE_CORRELATION_ID", &c.correlation_id)
@@ -219,6 +223,7 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) if Instant::now() >= deadline => {
+                kill_group(&child);
                 let _ = child.kill();
                 let _ = child.wait();
                 break None;
@@ -227,6 +232,8 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
             Err(_) => break None,
         }
     };
+    // The program is done; what it started and left behind goes with it.
+    kill_group(&child);
     let _ = feeding.join();
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
@@ -259,6 +266,16 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
             status: "signal".into(),
             error: format!("{program} was killed by a signal"),
         },
+    }
+}
+
+/// Kills the process group the program leads (gone already: nothing to do).
+fn kill_group(child: &std::process::Child) {
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
 
