@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -1009,9 +1010,11 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
         std::thread::sleep(Duration::from_millis(100 + (round * 137) % 301));
         watch.child.kill().expect("SIGKILL watch");
         let status = watch.child.wait().unwrap();
-        assert!(
-            !status.success(),
-            "round {round}: watch exited before the kill"
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "round {round}: watch exited before the kill ({status:?}); log:\n{}",
+            watch.log()
         );
     }
     let during = erp.seen().len();
