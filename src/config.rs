@@ -117,6 +117,257 @@ struct RawConfig {
     limits: Limits,
     #[serde(default, rename = "partner")]
     partners: Vec<toml::Spanned<RawPartner>>,
+    #[serde(default, rename = "destination")]
+    destinations: Vec<toml::Spanned<RawDestination>>,
+}
+
+/// Where documents are delivered, as `[[destination]]` declares it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDestination {
+    name: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default = "destination_defaults::timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "destination_defaults::max_attempts")]
+    max_attempts: u32,
+    #[serde(default = "destination_defaults::max_age_hours")]
+    max_age_hours: u32,
+    #[serde(default)]
+    result_ref: Option<String>,
+    #[serde(default)]
+    owner: Option<String>,
+    #[serde(default = "destination_defaults::backoff_ms")]
+    backoff_ms: u64,
+    #[serde(default = "destination_defaults::backoff_max_ms")]
+    backoff_max_ms: u64,
+    #[serde(default = "destination_defaults::circuit_failures")]
+    circuit_failures: u32,
+    #[serde(default = "destination_defaults::circuit_cooldown_ms")]
+    circuit_cooldown_ms: u64,
+}
+
+mod destination_defaults {
+    pub fn timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn max_attempts() -> u32 {
+        12
+    }
+    pub fn max_age_hours() -> u32 {
+        72
+    }
+    pub fn backoff_ms() -> u64 {
+        1_000
+    }
+    pub fn backoff_max_ms() -> u64 {
+        300_000
+    }
+    pub fn circuit_failures() -> u32 {
+        5
+    }
+    pub fn circuit_cooldown_ms() -> u64 {
+        30_000
+    }
+}
+
+/// A destination's documents: where they go and how hard to try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub name: String,
+    pub kind: DestinationKind,
+    /// One attempt's limit (the request, or the command's run).
+    pub timeout_ms: u64,
+    /// After this many failed attempts a delivery is dead-lettered...
+    pub max_attempts: u32,
+    /// ...or once it was first queued this long ago.
+    pub max_age_hours: u32,
+    /// A JSON pointer into the answer's body: the business system's reference for the
+    /// document (an order number), stored and reported to the senders of duplicates.
+    pub result_ref: Option<String>,
+    /// Who answers for its dead deliveries when the partner names no `contact`.
+    pub owner: Option<String>,
+    /// The upper bound of the first retry's delay (full jitter), doubled per attempt...
+    pub backoff_ms: u64,
+    /// ...up to this.
+    pub backoff_max_ms: u64,
+    /// Consecutive failures that open the circuit...
+    pub circuit_failures: u32,
+    /// ...for this long; then one probe per cool-down until one succeeds.
+    pub circuit_cooldown_ms: u64,
+}
+
+/// How a destination is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestinationKind {
+    /// Document files in a folder: `out/` itself (written by the interchange's round, as
+    /// without any destination), or another folder they are copied into from `out/`.
+    Folder { path: Option<PathBuf> },
+    /// A POST of the document's JSON.
+    Http {
+        url: String,
+        headers: Vec<(String, HeaderValue)>,
+    },
+    /// A program given the document on stdin.
+    Command { argv: Vec<String> },
+}
+
+/// A header's value: as written, or read from the environment when sent (`env:NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    Literal(String),
+    Env(String),
+}
+
+/// Headers that carry secrets: their values must come from the environment.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+];
+
+impl Destination {
+    /// Whether the interchange's round delivers it (files in `out/`), so that nothing is
+    /// queued for it.
+    pub fn is_out(&self, out: &Path) -> bool {
+        matches!(&self.kind, DestinationKind::Folder { path } if path.as_deref().is_none_or(|p| p == out))
+    }
+}
+
+// One paragraph per key, as `partner` is read.
+fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destination, String> {
+    let at = |key: &str, problem: String| {
+        format!(
+            "line {line}: destination {:?}, key `{key}`: {problem}",
+            raw.name
+        )
+    };
+    if raw.name.is_empty()
+        || raw.name.len() > 64
+        || !raw
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return Err(at(
+            "name",
+            "expected 1 to 64 letters, digits, '-', '_' or '.'".into(),
+        ));
+    }
+    let unused = |key: &str, given: bool, kind: &str| {
+        if given {
+            Err(at(key, format!("not used by kind = \"{kind}\"")))
+        } else {
+            Ok(())
+        }
+    };
+    let kind = match raw.kind.as_deref().unwrap_or("folder") {
+        "folder" => {
+            unused("url", raw.url.is_some(), "folder")?;
+            unused("command", raw.command.is_some(), "folder")?;
+            unused("headers", !raw.headers.is_empty(), "folder")?;
+            DestinationKind::Folder {
+                path: raw
+                    .path
+                    .map(|p| if p.is_absolute() { p } else { base.join(p) }),
+            }
+        }
+        "http" => {
+            unused("path", raw.path.is_some(), "http")?;
+            unused("command", raw.command.is_some(), "http")?;
+            let url = raw
+                .url
+                .ok_or_else(|| at("url", "required with kind = \"http\"".into()))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(at(
+                    "url",
+                    format!("{url:?}: expected an http:// or https:// address"),
+                ));
+            }
+            let mut headers = Vec::new();
+            for (name, value) in raw.headers {
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+                {
+                    return Err(at("headers", format!("{name:?}: not a header name")));
+                }
+                let value = match value.strip_prefix("env:") {
+                    Some(var) if !var.is_empty() => HeaderValue::Env(var.to_string()),
+                    _ if SECRET_HEADERS.contains(&name.to_ascii_lowercase().as_str()) => {
+                        return Err(at(
+                            "headers",
+                            format!("{name}: a secret is never written in this file; give \"env:VARIABLE\" and set the variable in the gateway's environment"),
+                        ))
+                    }
+                    _ => HeaderValue::Literal(value),
+                };
+                headers.push((name, value));
+            }
+            DestinationKind::Http { url, headers }
+        }
+        "command" => {
+            unused("path", raw.path.is_some(), "command")?;
+            unused("url", raw.url.is_some(), "command")?;
+            unused("headers", !raw.headers.is_empty(), "command")?;
+            let argv = raw.command.unwrap_or_default();
+            if argv.first().is_none_or(String::is_empty) {
+                return Err(at(
+                    "command",
+                    "required with kind = \"command\": the program and its arguments, as a list"
+                        .into(),
+                ));
+            }
+            DestinationKind::Command { argv }
+        }
+        other => {
+            return Err(at(
+                "kind",
+                format!("{other:?}: expected \"folder\", \"http\" or \"command\""),
+            ))
+        }
+    };
+    if let Some(p) = &raw.result_ref {
+        if !p.starts_with('/') {
+            return Err(at(
+                "result_ref",
+                format!("{p:?}: expected a JSON pointer such as \"/order_id\""),
+            ));
+        }
+    }
+    for (key, value) in [
+        ("timeout_ms", raw.timeout_ms),
+        ("max_attempts", u64::from(raw.max_attempts)),
+        ("circuit_failures", u64::from(raw.circuit_failures)),
+    ] {
+        if value == 0 {
+            return Err(at(key, "expected 1 or more".into()));
+        }
+    }
+    Ok(Destination {
+        name: raw.name,
+        kind,
+        timeout_ms: raw.timeout_ms,
+        max_attempts: raw.max_attempts,
+        max_age_hours: raw.max_age_hours,
+        result_ref: raw.result_ref,
+        owner: raw.owner,
+        backoff_ms: raw.backoff_ms,
+        backoff_max_ms: raw.backoff_max_ms.max(raw.backoff_ms),
+        circuit_failures: raw.circuit_failures,
+        circuit_cooldown_ms: raw.circuit_cooldown_ms,
+    })
 }
 
 /// How deeply a partner's transaction sets are checked.
@@ -210,6 +461,10 @@ struct RawPartner {
     duplicate_documents: DuplicateDocuments,
     #[serde(default = "partner_defaults::order_wait_hours")]
     order_wait_hours: u32,
+    #[serde(default)]
+    destination: Option<String>,
+    #[serde(default)]
+    destinations: std::collections::BTreeMap<String, String>,
 }
 
 /// What to do with a business document seen before with the same content, in a new
@@ -308,6 +563,10 @@ pub struct Partner {
     pub duplicate_documents: DuplicateDocuments,
     /// How long a change (or copy) waits for its original before it is delivered without.
     pub order_wait_hours: u32,
+    /// The `[[destination]]` its documents go to (none: files in `out/`)...
+    pub destination: Option<String>,
+    /// ...or, for these sets (ST01), another one.
+    pub destinations: std::collections::BTreeMap<String, String>,
 }
 
 impl Partner {
@@ -333,6 +592,8 @@ impl Partner {
             translation: crate::translate::Form::default(),
             duplicate_documents: DuplicateDocuments::default(),
             order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
+            destination: None,
+            destinations: std::collections::BTreeMap::new(),
         }
     }
 
@@ -510,6 +771,8 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         translation: raw.translation,
         duplicate_documents: raw.duplicate_documents,
         order_wait_hours: raw.order_wait_hours,
+        destination: raw.destination,
+        destinations: raw.destinations,
     })
 }
 
@@ -550,6 +813,7 @@ pub struct Config {
     pub gateway: Gateway,
     pub limits: Limits,
     pub partners: Vec<Partner>,
+    pub destinations: Vec<Destination>,
     /// The file's text, so that later checks can name a key's line.
     source: String,
 }
@@ -612,10 +876,39 @@ impl Config {
                 ))
             })?),
         };
+        let mut destinations: Vec<Destination> = Vec::new();
+        for spanned in raw.destinations {
+            let line = line_of(text, spanned.span().start);
+            let d = destination(spanned.into_inner(), line, &base).map_err(invalid)?;
+            if destinations.iter().any(|e| e.name == d.name) {
+                return Err(invalid(format!(
+                    "line {line}: destination {:?} is declared twice",
+                    d.name
+                )));
+            }
+            destinations.push(d);
+        }
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
             let line = line_of(text, spanned.span().start);
             let p = partner(spanned.into_inner(), line).map_err(invalid)?;
+            for (key, name) in p
+                .destination
+                .iter()
+                .map(|n| ("destination".to_string(), n))
+                .chain(
+                    p.destinations
+                        .iter()
+                        .map(|(set, n)| (format!("destinations.{set}"), n)),
+                )
+            {
+                if !destinations.iter().any(|d| &d.name == name) {
+                    return Err(invalid(format!(
+                        "line {line}: partner {:?}, key `{key}`: no [[destination]] is named {name:?}",
+                        p.name
+                    )));
+                }
+            }
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
                 return Err(invalid(format!(
                     "line {line}: partner {:?}, key `id`: {} is already declared by partner {:?}",
@@ -652,6 +945,7 @@ impl Config {
             },
             limits: raw.limits,
             partners,
+            destinations,
         })
     }
 
@@ -705,6 +999,24 @@ impl Config {
             }
         }
         None
+    }
+
+    /// Where `partner`'s documents of set `set` (ST01) go; `None`: files in `out/`, written
+    /// by the interchange's round.
+    pub fn destination_for(&self, partner: &Partner, set: &str) -> Option<&Destination> {
+        let name = partner
+            .destinations
+            .get(set)
+            .or(partner.destination.as_ref())?;
+        self.destinations
+            .iter()
+            .find(|d| &d.name == name)
+            .filter(|d| !d.is_out(&self.gateway.out))
+    }
+
+    /// The destination named `name`.
+    pub fn destination(&self, name: &str) -> Option<&Destination> {
+        self.destinations.iter().find(|d| d.name == name)
     }
 
     /// The partner that sent an interchange, by ISA05/ISA06 (trimmed).

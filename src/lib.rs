@@ -20,6 +20,9 @@
 //!   reports and the `registry` stores.
 //! - [`document`]: the business document a set carries (its key from the elements its
 //!   definition declares, its content fingerprint), the unit of exactly-once delivery.
+//! - [`delivery`]: the outbox's deliverer: documents sent to their destinations (HTTP, a
+//!   program, a folder) with their key, retried with jittered backoff behind a circuit
+//!   breaker, dead-lettered for an operator.
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
@@ -61,6 +64,7 @@
 pub mod ack;
 pub mod check;
 pub mod config;
+pub mod delivery;
 pub mod desk;
 pub mod disposition;
 pub mod document;

@@ -380,6 +380,8 @@ struct Watcher {
     live: Arc<crate::metrics::Live>,
     /// The `/metrics` server, when `[gateway] metrics` is set; stopped at the end.
     metrics: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The deliverer thread, when a destination goes through the outbox; stopped at the end.
+    deliverer: Option<crate::delivery::Background>,
     /// `--once`: stop when everything present was decided.
     once: bool,
     /// Set by the first shutdown signal: no new files, only the batches in flight finish.
@@ -773,6 +775,7 @@ impl Watcher {
             workers: Arc::new(Semaphore::new(g.workers.max(1))),
             live: Arc::new(crate::metrics::Live::default()),
             metrics: None,
+            deliverer: None,
             once: options.once,
             stopping: false,
             seen: HashMap::new(),
@@ -801,6 +804,14 @@ impl Watcher {
                 .await
                 .map_err(|cause| WatchError::Metrics { addr, cause })?;
             w.metrics = Some(tokio::spawn(server));
+        }
+        if crate::delivery::Deliverer::has_work(&config) {
+            let registry = crate::setup::open_registry(&config)?;
+            w.deliverer = crate::delivery::Background::start(
+                config.clone(),
+                registry,
+                format!("{}:deliver", w.options.owner),
+            );
         }
         let adopted = w.intake.adopt();
         tracing::info!(
@@ -872,6 +883,9 @@ impl Watcher {
     fn batch_done(&mut self, (lost, outcomes): BatchDone) {
         for (q, outcome) in outcomes {
             self.record(q, outcome);
+        }
+        if let Some(d) = &self.deliverer {
+            d.nudge();
         }
         if !lost.is_empty() {
             tracing::error!(files = lost.len(), "a worker failed; its files are retried");
@@ -954,6 +968,9 @@ impl Watcher {
         self.summary.left = left as u64;
         if let Some(server) = self.metrics.take() {
             server.abort();
+        }
+        if let Some(mut deliverer) = self.deliverer.take() {
+            deliverer.stop();
         }
         let summary = self.summary;
         self.intake.close();

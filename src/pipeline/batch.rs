@@ -723,6 +723,12 @@ fn run_round(
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
+    for (i, plan) in &plans {
+        if matches!(plan, AfterClaim::Replay(_)) {
+            // The sender of a resend learns what the first execution produced.
+            items[*i].report.documents = super::documents::replayed(registry, &items[*i].key)?;
+        }
+    }
     if !owned.is_empty() {
         // Decided and recorded (control numbers, documents), nothing written yet.
         fail::fail_point!("prepare.after", |_| std::process::abort());
@@ -1102,7 +1108,7 @@ fn complete_all(
                 },
             )?;
             if done {
-                super::documents::complete(b, &it.key, &p.documents)?;
+                super::documents::complete(b, r.config, &r.options.owner, &it.key, &p.documents)?;
             }
             completed.push((p.item, done));
         }

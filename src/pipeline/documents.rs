@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::document::{self, DocumentDisposition, Identified};
 use crate::outputs;
-use crate::registry::{Batch, Decided, Delivery, EventKind, Registry, Release, Released, Sighting};
+use crate::registry::{
+    Batch, Decided, Delivery, EventKind, Queue, Registry, Release, Released, Sighting,
+};
 
 use super::batch::{Content, Item, Output, Round};
 use super::ProcessError;
@@ -40,8 +42,9 @@ pub(super) struct Planned {
     pub keyed: Vec<Vec<bool>>,
     pub outputs: Vec<Output>,
     pub reports: Vec<DocumentReport>,
-    /// Document row → the file name that delivers it, recorded with the completion.
-    pub named: Vec<(i64, String)>,
+    /// The files that deliver documents, recorded (and queued for their destinations) with
+    /// the completion.
+    pub named: Vec<Named>,
     /// Parked documents of this partner that this interchange's original let go.
     pub released: Vec<Released>,
     /// Every sighting this attempt decided (an earlier attempt's others are withdrawn).
@@ -63,6 +66,19 @@ impl Planned {
         }
         !any_keyed
     }
+}
+
+/// A document's file, as its completion records it and hands it to its destination.
+#[derive(Debug, Clone)]
+pub(super) struct Named {
+    pub id: i64,
+    /// In `out/`.
+    pub name: String,
+    pub key: String,
+    pub set: String,
+    pub partner: String,
+    pub interchange: String,
+    pub correlation: String,
 }
 
 /// A document's file name: its key's, or for a later sighting delivered too (a duplicate
@@ -165,7 +181,15 @@ pub(super) fn plan(
             if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
                 let name = file_name(&d.key, decided.first, decided.id);
                 output = Some(shown(out, &name));
-                planned.named.push((decided.id, name.clone()));
+                planned.named.push(Named {
+                    id: decided.id,
+                    name: name.clone(),
+                    key: d.key.clone(),
+                    set: d.set_id.clone(),
+                    partner: partner.clone(),
+                    interchange: it.key.clone(),
+                    correlation: correlation.clone(),
+                });
                 planned.outputs.push(Output {
                     item,
                     dir: out.clone(),
@@ -178,6 +202,11 @@ pub(super) fn plan(
                     ack: None,
                 });
             }
+            // What the first delivery of this document produced, for the sender of a repeat.
+            let result_ref = match decided.disposition {
+                DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
+                _ => None,
+            };
             planned.reports.push(DocumentReport {
                 set: d.set_id.clone(),
                 st02,
@@ -185,11 +214,19 @@ pub(super) fn plan(
                 disposition: decided.disposition,
                 duplicate_of: decided.duplicate_of.clone(),
                 output,
-                result_ref: None,
+                result_ref,
             });
             for rel in released {
                 let name = file_name(&rel.key, rel.first, rel.id);
-                planned.named.push((rel.id, name.clone()));
+                planned.named.push(Named {
+                    id: rel.id,
+                    name: name.clone(),
+                    key: rel.key.clone(),
+                    set: rel.set_id.clone(),
+                    partner: partner.clone(),
+                    interchange: rel.interchange_key.clone(),
+                    correlation: rel.interchange_key.clone(),
+                });
                 planned.outputs.push(Output {
                     item,
                     dir: out.clone(),
@@ -299,14 +336,76 @@ fn log_decision(d: &Identified, decided: &Decided) {
     }
 }
 
-/// Records, in the completion transaction, where each of an interchange's documents went
-/// and that they are delivered, with a note for the waiting ones it let go.
-pub(super) fn complete(b: &Batch<'_>, key: &str, planned: &Planned) -> Result<(), ProcessError> {
-    for (id, name) in &planned.named {
-        b.document_output(*id, name)?;
+/// The documents an interchange carried the first time, as the report of its exact resend
+/// lists them: duplicates of the original's, with the business system's reference for each.
+pub(super) fn replayed(
+    registry: &Registry,
+    interchange: &str,
+) -> Result<Vec<DocumentReport>, ProcessError> {
+    let mut reports = Vec::new();
+    for row in registry.documents_of(interchange)? {
+        let result_ref = match row.result_ref {
+            Some(r) => Some(r),
+            None => registry.result_ref(&row.key)?,
+        };
+        reports.push(DocumentReport {
+            set: row.set,
+            st02: row.st02,
+            key: row.key,
+            disposition: DocumentDisposition::Duplicate,
+            duplicate_of: Some(row.interchange),
+            output: None,
+            result_ref,
+        });
     }
-    let written: Vec<i64> = planned.named.iter().map(|(id, _)| *id).collect();
+    Ok(reports)
+}
+
+/// Records that these documents' files are in `out/` and queues each for its destination
+/// (none is queued for `out/` itself: the file is the delivery), in the transaction that
+/// completes the round or the release that wrote them.
+fn hand_over(
+    b: &Batch<'_>,
+    config: &Config,
+    owner: &str,
+    named: &[Named],
+) -> Result<(), ProcessError> {
+    for n in named {
+        b.document_output(n.id, &n.name)?;
+    }
+    let written: Vec<i64> = named.iter().map(|n| n.id).collect();
     b.documents_delivered(&written)?;
+    for n in named {
+        let Some(partner) = config.partners.iter().find(|p| p.key() == n.partner) else {
+            continue;
+        };
+        let Some(destination) = config.destination_for(partner, &n.set) else {
+            continue;
+        };
+        b.queue_delivery(&Queue {
+            document_id: n.id,
+            key: &n.key,
+            destination: &destination.name,
+            partner: &n.partner,
+            interchange_key: &n.interchange,
+            correlation_id: &n.correlation,
+            file: &shown(&config.gateway.out, &n.name),
+            queued_by: owner,
+        })?;
+    }
+    Ok(())
+}
+
+/// Records, in the completion transaction, where each of an interchange's documents went
+/// and hands them to their destinations, with a note for the waiting ones it let go.
+pub(super) fn complete(
+    b: &Batch<'_>,
+    config: &Config,
+    owner: &str,
+    key: &str,
+    planned: &Planned,
+) -> Result<(), ProcessError> {
+    hand_over(b, config, owner, &planned.named)?;
     let withdrawn = b.withdraw_documents(key, &planned.recorded)?;
     if withdrawn > 0 {
         tracing::warn!(
@@ -408,12 +507,21 @@ pub fn release(
         path: out.display().to_string(),
         cause,
     })?;
+    let named: Vec<Named> = released
+        .iter()
+        .zip(&files)
+        .map(|(rel, (name, _))| Named {
+            id: rel.id,
+            name: name.clone(),
+            key: rel.key.clone(),
+            set: rel.set_id.clone(),
+            partner: rel.partner.clone(),
+            interchange: rel.interchange_key.clone(),
+            correlation: rel.interchange_key.clone(),
+        })
+        .collect();
     registry.batch(|b| {
-        for (rel, (name, _)) in released.iter().zip(&files) {
-            b.document_output(rel.id, name)?;
-        }
-        let ids: Vec<i64> = released.iter().map(|r| r.id).collect();
-        b.documents_delivered(&ids)?;
+        hand_over(b, config, owner, &named)?;
         note(b, EventKind::DocumentsReleased, &released, by)
     })?;
     for rel in &released {

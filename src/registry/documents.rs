@@ -74,6 +74,7 @@ pub struct Decided {
 pub struct Released {
     pub id: i64,
     pub key: String,
+    pub partner: String,
     pub set_id: String,
     pub st02: String,
     pub interchange_key: String,
@@ -103,6 +104,8 @@ pub struct DocumentRow {
     pub fingerprint: String,
     pub seen_ms: i64,
     pub delivered_ms: Option<i64>,
+    /// The business system's reference for it (`confirm`, or a destination's answer).
+    pub result_ref: Option<String>,
 }
 
 impl Batch<'_> {
@@ -231,7 +234,7 @@ pub enum Release<'a> {
 
 const COLUMNS: &str = "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
     (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
-    sequence, original_missing, output, fingerprint, seen, delivered_at";
+    sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
     Ok(DocumentRow {
@@ -250,6 +253,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
         fingerprint: r.get(12)?,
         seen_ms: r.get(13)?,
         delivered_ms: r.get(14)?,
+        result_ref: r.get(15)?,
     })
 }
 
@@ -670,13 +674,14 @@ fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlit
     let (mut r, of) = tx
         .prepare_cached(
             "SELECT id, key, set_id, st02, interchange_key, disposition, sequence,
-                 original_missing, duplicate_of, body
+                 original_missing, duplicate_of, body, partner
              FROM documents WHERE id = ?1",
         )?
         .query_row([id], |r| {
             let released = Released {
                 id: r.get(0)?,
                 key: r.get(1)?,
+                partner: r.get(10)?,
                 set_id: r.get(2)?,
                 st02: r.get(3)?,
                 interchange_key: r.get(4)?,

@@ -133,6 +133,46 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX documents_subject ON documents (subject, role);
     CREATE INDEX documents_released_by ON documents (released_by) WHERE released_by IS NOT NULL;
     CREATE INDEX documents_open ON documents (delivery) WHERE delivery IN ('pending', 'held', 'parked');",
+    // 6: the outbox: one row per document and destination, queued in the transaction that
+    // completes the document's interchange; the circuit of each destination; and the business
+    // system's reference for a document, once known.
+    "CREATE TABLE deliveries (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id     INTEGER NOT NULL,
+        key             TEXT NOT NULL,
+        destination     TEXT NOT NULL,
+        partner         TEXT NOT NULL,
+        interchange_key TEXT NOT NULL,
+        correlation_id  TEXT NOT NULL,
+        file            TEXT NOT NULL,
+        state           TEXT NOT NULL
+            CHECK (state IN ('queued', 'retrying', 'dead', 'delivered')),
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        queued_by       TEXT NOT NULL,
+        owner           TEXT,
+        lease_expires   INTEGER,
+        next_at         INTEGER NOT NULL,
+        created         INTEGER NOT NULL,
+        last_at         INTEGER,
+        last_status     TEXT,
+        last_error      TEXT,
+        delivered_at    INTEGER,
+        result_ref      TEXT,
+        UNIQUE (document_id, destination)
+    ) STRICT;
+    CREATE INDEX deliveries_due ON deliveries (destination, next_at)
+        WHERE state IN ('queued', 'retrying');
+    CREATE INDEX deliveries_key ON deliveries (key);
+    CREATE TABLE circuits (
+        destination   TEXT PRIMARY KEY,
+        state         TEXT NOT NULL CHECK (state IN ('closed', 'open', 'probing')),
+        failures      INTEGER NOT NULL,
+        open_until    INTEGER,
+        probe_owner   TEXT,
+        probe_expires INTEGER,
+        changed       INTEGER NOT NULL
+    ) STRICT;
+    ALTER TABLE documents ADD COLUMN result_ref TEXT;",
 ];
 
 pub enum Error {
@@ -210,6 +250,6 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 5);
+        assert_eq!(known(), 6);
     }
 }

@@ -12,6 +12,7 @@
 
 mod claims;
 mod counters;
+mod deliveries;
 mod documents;
 mod migrations;
 mod vocabulary;
@@ -26,6 +27,10 @@ pub use claims::{
     Previous, Record, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
+pub use deliveries::{
+    Attempted, CircuitState, Claimed, DeliveryRow, DeliveryState, Gate, Policy, Queue, Recorded,
+    Retry,
+};
 pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 

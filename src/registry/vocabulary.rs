@@ -51,6 +51,12 @@ crate::words::words! {
         DocumentsDiscarded = "documents_discarded",
         /// `scan --backfill` recorded interchanges and documents of an old archive.
         Backfilled = "backfilled",
+        /// One attempt to deliver a document, with its status and duration.
+        DeliveryAttempt = "delivery_attempt",
+        /// An operator put dead deliveries back in the queue.
+        DeliveriesRetried = "deliveries_retried",
+        /// The business system's reference for a document was recorded (`confirm`).
+        Confirmed = "confirmed",
     }
 }
 
@@ -105,6 +111,8 @@ stored_as_text!(
     EventKind => "event kind",
     crate::document::DocumentDisposition => "document disposition",
     super::Delivery => "delivery",
+    super::DeliveryState => "delivery state",
+    super::CircuitState => "circuit state",
 );
 
 #[cfg(test)]
@@ -183,7 +191,10 @@ mod tests {
                 "placed",
                 "documents_released",
                 "documents_discarded",
-                "backfilled"
+                "backfilled",
+                "delivery_attempt",
+                "deliveries_retried",
+                "confirmed"
             ]
         );
     }

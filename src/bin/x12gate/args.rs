@@ -55,6 +55,10 @@ pub enum Command {
         /// Report `in_progress` instead of waiting when another process holds an interchange
         #[arg(long)]
         no_wait: bool,
+        /// Leave the documents queued for their destinations (`deliver` or `watch` sends
+        /// them) instead of attempting each once before exiting
+        #[arg(long)]
+        no_deliver: bool,
     },
     /// Watch the inbox until SIGINT/SIGTERM; finish in-flight files, then exit 0
     Watch {
@@ -151,6 +155,43 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send the documents queued for destinations (HTTP, a program, a folder) that are due:
+    /// each at most once, or with --drain until none is queued or retrying
+    Deliver {
+        /// Keep going, waiting for retries to fall due, until nothing is queued or retrying
+        #[arg(long)]
+        drain: bool,
+        /// With --drain: stop after this many seconds
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+        /// The counts as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deliveries to destinations and where each stands (queued, retrying, dead, delivered),
+    /// with the owner of the dead ones; `deliveries retry KEY|--all-dead` puts dead ones back
+    Deliveries {
+        #[command(subcommand)]
+        action: Option<DeliveriesAction>,
+        /// Only those in this state
+        #[arg(long, value_parser = ["queued", "retrying", "dead", "delivered"])]
+        state: Option<String>,
+        /// Only this sender's: QUAL:ID
+        #[arg(long)]
+        partner: Option<String>,
+        /// One JSON object per delivery per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record the business system's reference for a delivered document (an order number);
+    /// a resend of the document or of its interchange reports it
+    Confirm {
+        /// The document key, QUAL:ID:SET:DOCUMENT:EVENT:VERSION
+        key: String,
+        /// The reference
+        #[arg(long = "ref", value_name = "REF")]
+        reference: String,
+    },
     /// Business documents held (conflicts) and waiting (changes without their original);
     /// `documents release KEY` delivers them, `documents discard KEY` drops them
     Documents {
@@ -231,6 +272,19 @@ pub enum ClaimsAction {
         /// Release a claim whose owner is on another host (make sure it is dead)
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DeliveriesAction {
+    /// Put dead deliveries back in the queue, attempts and age reset
+    Retry {
+        /// The document key whose dead deliveries are retried
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        key: Option<String>,
+        /// Every dead delivery
+        #[arg(long)]
+        all_dead: bool,
     },
 }
 

@@ -112,7 +112,7 @@ fn required(config: Option<Config>) -> Result<Config, Failure> {
 /// One command, with its arguments: the commands that need no registry (parse, render,
 /// validate) take only the limits, and work without a configuration file.
 fn run(cli: Cli) -> Result<u8, Failure> {
-    use commands::{desk, documents, inspect, process, registry, setup};
+    use commands::{deliveries, desk, documents, inspect, process, registry, setup};
     let config = configuration(cli.config.as_deref())?;
     let limits = config.as_ref().map_or_else(Limits::default, |c| c.limits);
     let stdout = std::io::stdout();
@@ -130,7 +130,36 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             files,
             json,
             no_wait,
-        } => process::process(&files, json, no_wait, &required(config)?, &mut out)?,
+            no_deliver,
+        } => process::process(
+            &files,
+            json,
+            no_wait,
+            no_deliver,
+            &required(config)?,
+            &mut out,
+        )?,
+        Command::Deliver {
+            drain,
+            timeout,
+            json,
+        } => deliveries::deliver(&required(config)?, drain, timeout, json, &mut out)?,
+        Command::Deliveries {
+            action,
+            state,
+            partner,
+            json,
+        } => deliveries::deliveries(
+            &required(config)?,
+            action,
+            state.as_deref(),
+            partner.as_deref(),
+            json,
+            &mut out,
+        )?,
+        Command::Confirm { key, reference } => {
+            deliveries::confirm(&required(config)?, &key, &reference, &mut out)?
+        }
         Command::Watch { poll, once } => process::watch(required(config)?, poll, once)?,
         Command::History {
             partner,

@@ -42,6 +42,7 @@ pub fn process(
     files: &[PathBuf],
     json: bool,
     no_wait: bool,
+    no_deliver: bool,
     config: &Config,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
@@ -98,6 +99,28 @@ pub fn process(
             }
             Ok(_) => {}
             Err(e) => return Err(Failure::Operational(e.into())),
+        }
+    }
+    if !options.stop.abandoned() && !no_deliver && x12gate::delivery::Deliverer::has_work(config) {
+        // What this run queued, attempted once; what fails waits for `deliver` or `watch`.
+        let deliverer = x12gate::delivery::Deliverer::new(config, &options.owner);
+        let done = deliverer
+            .pass(
+                &mut registry,
+                x12gate::delivery::Scope::QueuedBy(&options.owner),
+                &|| options.stop.abandoned(),
+            )
+            .map_err(registry_failure)?;
+        // Said only when something is left to do: a clean run stays quiet.
+        if done.retrying > 0 || done.dead > 0 {
+            let level = if done.dead > 0 { "ERROR" } else { "WARN" };
+            say!(
+                level,
+                "x12gate: deliveries: {} delivered, {} to retry (x12gate deliver, or a running watch), {} dead (x12gate deliveries --state dead)",
+                done.delivered,
+                done.retrying,
+                done.dead
+            );
         }
     }
     if options.stop.abandoned() {
@@ -241,7 +264,7 @@ fn documents(docs: &[x12gate::pipeline::DocumentReport]) -> String {
 /// SIGTERM and SIGINT ask `process` to stop at the next safe point (waits end at once, work
 /// in progress is abandoned between steps with its claims marked failed); a second signal
 /// exits at once, which is safe because claims are leased and owners are checked for life.
-fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
+pub(super) fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Failure> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let again = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [SIGTERM, SIGINT] {

@@ -1,0 +1,207 @@
+//! Deliveries to destinations: `deliver` (send what is due), `deliveries` (list, `retry`)
+//! and `confirm` (the business system's reference for a document).
+
+use std::io::Write;
+
+use x12gate::config::Config;
+use x12gate::delivery::{Deliverer, Scope, Summary};
+use x12gate::registry::{DeliveryRow, DeliveryState, Registry, Retry};
+
+use super::{local_time, open_registry};
+use crate::args::DeliveriesAction;
+use crate::exit::{self, registry_failure, Failure};
+
+/// `deliver`: one pass over the due deliveries, or with `drain` passes until none is queued
+/// or retrying (or `timeout` seconds).
+pub fn deliver(
+    config: &Config,
+    drain: bool,
+    timeout: Option<u64>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    let options = x12gate::pipeline::ProcessOptions::new(false);
+    super::process::stop_on_signals(&options.stop)?;
+    let stopped = || options.stop.abandoned();
+    let owner = x12gate::owner::Owner::current().id();
+    let deliverer = Deliverer::new(config, &owner);
+    let done = if drain {
+        let deadline =
+            timeout.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+        deliverer.drain(&mut registry, Scope::All, deadline, &stopped)
+    } else {
+        deliverer.pass(&mut registry, Scope::All, &stopped)
+    }
+    .map_err(registry_failure)?;
+    let left = open_rows(&registry)?;
+    summary(&done, left, json, out)?;
+    Ok(exit::OK)
+}
+
+/// Deliveries queued or retrying.
+fn open_rows(registry: &Registry) -> Result<u64, Failure> {
+    Ok(registry
+        .delivery_counts()
+        .map_err(registry_failure)?
+        .iter()
+        .filter(|(_, s, _)| matches!(s, DeliveryState::Queued | DeliveryState::Retrying))
+        .map(|(_, _, n)| n)
+        .sum())
+}
+
+/// The counts of a pass, as one line (or one JSON object).
+pub fn summary(done: &Summary, left: u64, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    if json {
+        let mut v = serde_json::to_value(done).map_err(|e| Failure::Operational(e.into()))?;
+        v["still_queued"] = left.into();
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "deliveries: {} delivered, {} to retry, {} dead{}; {left} still queued or retrying",
+            done.delivered,
+            done.retrying,
+            done.dead,
+            if done.waiting > 0 {
+                " (a destination's circuit is open, or its environment incomplete)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// Who answers for a delivery: the partner's `contact`, else the destination's `owner`.
+fn owner_of<'c>(config: &'c Config, row: &DeliveryRow) -> Option<&'c str> {
+    config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .and_then(|p| p.contact.as_deref())
+        .or_else(|| {
+            config
+                .destination(&row.destination)
+                .and_then(|d| d.owner.as_deref())
+        })
+}
+
+/// `deliveries`: list (every one, or in one state, or of one partner), or `retry`.
+pub fn deliveries(
+    config: &Config,
+    action: Option<DeliveriesAction>,
+    state: Option<&str>,
+    partner: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    if let Some(DeliveriesAction::Retry { key, all_dead }) = action {
+        let which = match (&key, all_dead) {
+            (Some(k), false) => Retry::Key(k),
+            _ => Retry::AllDead,
+        };
+        let n = registry
+            .retry_deliveries(&which)
+            .map_err(registry_failure)?;
+        if n == 0 {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "{}: no dead delivery (x12gate deliveries --state dead lists them)",
+                key.as_deref()
+                    .map_or("--all-dead".into(), x12gate::text::printable)
+            )));
+        }
+        writeln!(
+            out,
+            "{n} delivery(ies) queued again; `x12gate deliver` or a running watch sends them"
+        )?;
+        return Ok(exit::OK);
+    }
+    let state = state.and_then(DeliveryState::parse);
+    let rows = registry
+        .deliveries(state, partner, None)
+        .map_err(registry_failure)?;
+    for r in &rows {
+        let owner = owner_of(config, r);
+        if json {
+            let mut v = serde_json::to_value(r).map_err(|e| Failure::Operational(e.into()))?;
+            v["owner"] = owner.into();
+            writeln!(out, "{v}")?;
+            continue;
+        }
+        writeln!(
+            out,
+            "{} {:<40} {:<9} {:<10} attempts {:<3} {}{}{}{}",
+            local_time(r.created_ms),
+            x12gate::text::printable(&r.key),
+            r.destination,
+            r.state,
+            r.attempts,
+            x12gate::text::printable(&r.interchange),
+            r.last_status
+                .as_deref()
+                .map(|s| format!(" last {s}"))
+                .unwrap_or_default(),
+            r.result_ref
+                .as_deref()
+                .map(|s| format!(" ref {}", x12gate::text::printable(s)))
+                .unwrap_or_default(),
+            match (r.state, owner) {
+                (DeliveryState::Dead, Some(o)) => format!(" owner {o}"),
+                (DeliveryState::Dead, None) => " owner (none: set the partner's contact)".into(),
+                _ => String::new(),
+            }
+        )?;
+    }
+    if !json {
+        for (destination, state, failures, until) in
+            registry.circuits().map_err(registry_failure)?
+        {
+            if state != x12gate::registry::CircuitState::Closed {
+                writeln!(
+                    out,
+                    "circuit of {destination}: {state} after {failures} failure(s){}",
+                    until
+                        .map(|u| format!(", until {}", local_time(u)))
+                        .unwrap_or_default()
+                )?;
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `confirm KEY --ref REF`.
+pub fn confirm(
+    config: &Config,
+    key: &str,
+    reference: &str,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    match registry.confirm(key, reference).map_err(registry_failure)? {
+        None => Err(Failure::Usage(anyhow::anyhow!(
+            "{}: no delivered document has this key (x12gate documents --all lists them)",
+            x12gate::text::printable(key)
+        ))),
+        Some(before) => {
+            match before.filter(|b| b != reference) {
+                Some(b) => writeln!(
+                    out,
+                    "{}: reference {} recorded (it was {})",
+                    x12gate::text::printable(key),
+                    x12gate::text::printable(reference),
+                    x12gate::text::printable(&b)
+                )?,
+                None => writeln!(
+                    out,
+                    "{}: reference {} recorded",
+                    x12gate::text::printable(key),
+                    x12gate::text::printable(reference)
+                )?,
+            }
+            Ok(exit::OK)
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The deliverer: sends the outbox's due rows to their destinations, at least once and
+//! always with the same key, so that a destination that dedupes by `Idempotency-Key` books
+//! each document exactly once.
+//!
+//! A pass goes over each destination whose circuit lets it: claims a few due rows (leased),
+//! sends them one by one, records each outcome while it still holds the lease, and stops
+//! early when the circuit opens. A failure is retried after a delay drawn uniformly between
+//! zero and `backoff_ms * 2^(attempts - 1)` (capped at `backoff_max_ms`): full jitter, so that
+//! retries after an outage do not all come back at once. `process` makes one pass over
+//! what it queued; `deliver` passes until the queue is empty (`--drain`); `watch` runs a
+//! deliverer thread beside its workers.
+
+mod send;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::config::{Config, Destination};
+use crate::registry::{
+    Attempted, CircuitState, Claimed, DeliveryState, Gate, Policy, Registry, RegistryError,
+};
+
+pub use send::COMMAND_REFUSED;
+
+/// Rows claimed at once: few, so that an opening circuit leaves most of them unsent and
+/// unclaimed, and a deliverer that dies holds few leases.
+const CLAIM: usize = 8;
+
+/// Beyond a destination's timeout, how long a claimed row stays leased to its deliverer.
+const LEASE_MARGIN_MS: u64 = 30_000;
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub delivered: u64,
+    pub retrying: u64,
+    pub dead: u64,
+    /// Attempts whose rows another deliverer took over meanwhile (not recorded by us).
+    pub lost: u64,
+    /// Destinations skipped: circuit open, or a header's variable missing.
+    pub waiting: u64,
+}
+
+impl Summary {
+    fn add(&mut self, other: &Summary) {
+        self.delivered += other.delivered;
+        self.retrying += other.retrying;
+        self.dead += other.dead;
+        self.lost += other.lost;
+        self.waiting += other.waiting;
+    }
+
+    pub fn attempts(&self) -> u64 {
+        self.delivered + self.retrying + self.dead
+    }
+}
+
+/// Which rows a deliverer takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    All,
+    /// Only the rows this process queued (`process`).
+    QueuedBy(&'a str),
+}
+
+impl<'a> Scope<'a> {
+    fn queued_by(self) -> Option<&'a str> {
+        match self {
+            Scope::All => None,
+            Scope::QueuedBy(owner) => Some(owner),
+        }
+    }
+}
+
+/// A deliverer: one HTTP agent (its connections kept alive between requests) and an owner
+/// for its leases.
+pub struct Deliverer<'c> {
+    config: &'c Config,
+    owner: String,
+    agent: ureq::Agent,
+}
+
+impl<'c> Deliverer<'c> {
+    pub fn new(config: &'c Config, owner: &str) -> Self {
+        Deliverer {
+            config,
+            owner: owner.to_string(),
+            agent: ureq::AgentBuilder::new().redirects(0).build(),
+        }
+    }
+
+    /// Whether any destination is reached through the outbox (not `out/` itself).
+    pub fn has_work(config: &Config) -> bool {
+        config
+            .destinations
+            .iter()
+            .any(|d| !d.is_out(&config.gateway.out))
+    }
+
+    /// One pass: every row of `scope` due now is attempted at most once, destination by
+    /// destination, unless `stop` says to stop or a circuit opens.
+    pub fn pass(
+        &self,
+        registry: &mut Registry,
+        scope: Scope<'_>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Summary, RegistryError> {
+        let mut total = Summary::default();
+        let started = crate::registry::now_ms();
+        for d in self
+            .config
+            .destinations
+            .iter()
+            .filter(|d| !d.is_out(&self.config.gateway.out))
+        {
+            if stop() {
+                break;
+            }
+            let missing = send::missing_environment(d);
+            if !missing.is_empty() {
+                tracing::error!(destination = %d.name, variables = ?missing, "not delivering: the environment lacks variables its headers need");
+                total.waiting += 1;
+                continue;
+            }
+            let s = self.destination(registry, d, scope, started, stop)?;
+            total.add(&s);
+        }
+        if total.dead > 0 {
+            let depth = dead_depth(registry)?;
+            tracing::error!(
+                dead = total.dead,
+                depth,
+                "deliveries dead-lettered: x12gate deliveries --state dead"
+            );
+        }
+        Ok(total)
+    }
+
+    fn destination(
+        &self,
+        registry: &mut Registry,
+        d: &Destination,
+        scope: Scope<'_>,
+        started: i64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Summary, RegistryError> {
+        let mut summary = Summary::default();
+        let probe_ms = ms(d.timeout_ms.saturating_add(LEASE_MARGIN_MS));
+        loop {
+            if stop() {
+                return Ok(summary);
+            }
+            let gate =
+                registry.circuit_gate(&d.name, &self.owner, probe_ms, &crate::owner::is_dead)?;
+            let limit = match gate {
+                Gate::Closed => CLAIM,
+                Gate::Probe => 1,
+                Gate::Wait { .. } => {
+                    summary.waiting += 1;
+                    return Ok(summary);
+                }
+            };
+            let lease =
+                ms((d.timeout_ms.saturating_add(LEASE_MARGIN_MS)).saturating_mul(limit as u64));
+            let claimed: Vec<Claimed> = registry.claim_deliveries(
+                &d.name,
+                &self.owner,
+                lease,
+                limit,
+                // Due when the pass began: a row retried in this pass waits for the next.
+                started,
+                scope.queued_by(),
+                &crate::owner::is_dead,
+            )?;
+            if claimed.is_empty() {
+                return Ok(summary);
+            }
+            let mut opened = false;
+            let mut left = Vec::new();
+            for c in &claimed {
+                if opened || stop() {
+                    left.push(c.id);
+                    continue;
+                }
+                opened = self.attempt(registry, d, c, &mut summary)?;
+            }
+            if !left.is_empty() {
+                registry.unclaim_deliveries(&self.owner, &left)?;
+            }
+            if opened || stop() {
+                return Ok(summary);
+            }
+        }
+    }
+
+    /// One attempt at `c`, recorded; whether it opened the circuit.
+    fn attempt(
+        &self,
+        registry: &mut Registry,
+        d: &Destination,
+        c: &Claimed,
+        summary: &mut Summary,
+    ) -> Result<bool, RegistryError> {
+        let began = Instant::now();
+        let outcome = send::send(&self.agent, d, c, &self.owner);
+        let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Sent, not recorded: the next attempt sends it again with the same key.
+        fail::fail_point!("deliver.sent", |_| std::process::abort());
+        let policy = Policy {
+            max_attempts: d.max_attempts,
+            max_age_ms: i64::from(d.max_age_hours).saturating_mul(3_600_000),
+            circuit_failures: d.circuit_failures,
+            cooldown_ms: ms(d.circuit_cooldown_ms),
+        };
+        let retry_in = retry_delay(d, c.attempts.saturating_add(1));
+        let Some(recorded) =
+            registry.record_attempt(c, &self.owner, &outcome, took, policy, retry_in)?
+        else {
+            tracing::warn!(document = %crate::text::printable(&c.key), destination = %d.name, "delivery taken over by another deliverer while being sent; its outcome is theirs to record");
+            summary.lost += 1;
+            return Ok(false);
+        };
+        let key = crate::text::printable(&c.key);
+        match (&outcome, recorded.state) {
+            (Attempted::Delivered { status, result_ref }, _) => {
+                summary.delivered += 1;
+                tracing::info!(document = %key, destination = %d.name, %status, result_ref = result_ref.as_deref().unwrap_or("-"), attempts = recorded.attempts, took_ms = took, "delivered");
+            }
+            (
+                Attempted::Refused { status, error } | Attempted::Failed { status, error },
+                DeliveryState::Dead,
+            ) => {
+                summary.dead += 1;
+                tracing::error!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, "DEAD: delivery given up; x12gate deliveries retry KEY once the cause is fixed");
+            }
+            (Attempted::Refused { status, error } | Attempted::Failed { status, error }, _) => {
+                summary.retrying += 1;
+                tracing::info!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, retry_in_ms = retry_in, "delivery failed; retrying");
+            }
+        }
+        match recorded.circuit {
+            Some(CircuitState::Open) => {
+                tracing::warn!(destination = %d.name, failures = d.circuit_failures, cooldown_ms = d.circuit_cooldown_ms, "circuit open: destination failing; deliveries wait, one probe per cool-down");
+                Ok(true)
+            }
+            Some(CircuitState::Closed) => {
+                tracing::warn!(destination = %d.name, "circuit closed: destination answering again");
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Passes until nothing of `scope` is queued or retrying (or `deadline`, or `stop`),
+    /// sleeping until the next row falls due.
+    pub fn drain(
+        &self,
+        registry: &mut Registry,
+        scope: Scope<'_>,
+        deadline: Option<Instant>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Summary, RegistryError> {
+        let mut total = Summary::default();
+        loop {
+            let s = self.pass(registry, scope, stop)?;
+            total.add(&s);
+            if stop() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(total);
+            }
+            let Some(next) = registry.next_delivery_due(scope.queued_by())? else {
+                return Ok(total);
+            };
+            let wait = next.saturating_sub(crate::registry::now_ms()).clamp(5, 500);
+            let mut wait = Duration::from_millis(u64::try_from(wait).unwrap_or(500));
+            if let Some(d) = deadline {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+/// The delay before attempt `attempt + 1` after `attempt` failed: full jitter.
+fn retry_delay(d: &Destination, attempt: u32) -> i64 {
+    let ceiling = d
+        .backoff_ms
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(40))
+        .min(d.backoff_max_ms)
+        .max(1);
+    ms(fastrand::u64(1..=ceiling))
+}
+
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn dead_depth(registry: &Registry) -> Result<u64, RegistryError> {
+    Ok(registry
+        .delivery_counts()?
+        .iter()
+        .filter(|(_, s, _)| *s == DeliveryState::Dead)
+        .map(|(_, _, n)| n)
+        .sum())
+}
+
+/// The deliverer `watch` runs beside its workers: a thread of its own with its own registry
+/// connection, passing whenever rows fall due or it is nudged, until stopped.
+pub struct Background {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    nudge: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts it, unless no destination goes through the outbox.
+    pub fn start(
+        config: std::sync::Arc<Config>,
+        registry: Registry,
+        owner: String,
+    ) -> Option<Background> {
+        if !Deliverer::has_work(&config) {
+            return None;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (nudge, nudged) = std::sync::mpsc::channel::<()>();
+        let stopping = stop.clone();
+        let poll = Duration::from_millis(config.gateway.poll_ms.max(10));
+        let thread = std::thread::Builder::new()
+            .name("deliverer".into())
+            .spawn(move || {
+                let mut registry = registry;
+                let deliverer = Deliverer::new(&config, &owner);
+                let stopped = || stopping.load(std::sync::atomic::Ordering::Relaxed);
+                while !stopped() {
+                    if let Err(e) = deliverer.pass(&mut registry, Scope::All, &stopped) {
+                        tracing::error!(error = %e, "deliveries: registry error; trying again");
+                    }
+                    let next = registry.next_delivery_due(None).ok().flatten();
+                    let wait = next.map_or(poll, |n| {
+                        let ms = n.saturating_sub(crate::registry::now_ms()).clamp(5, 1_000);
+                        Duration::from_millis(u64::try_from(ms).unwrap_or(1_000)).min(poll)
+                    });
+                    // Woken early by a nudge (a batch queued rows) or by the stop.
+                    let _ = nudged.recv_timeout(wait);
+                    while nudged.try_recv().is_ok() {}
+                }
+            })
+            .ok()?;
+        Some(Background {
+            stop,
+            nudge,
+            thread: Some(thread),
+        })
+    }
+
+    /// Rows were queued: pass now rather than at the next poll.
+    pub fn nudge(&self) {
+        let _ = self.nudge.send(());
+    }
+
+    /// Stops after the attempt in flight (bounded by its destination's timeout).
+    pub fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.nudge.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn destination(backoff_ms: u64, backoff_max_ms: u64) -> Destination {
+        Destination {
+            name: "erp".into(),
+            kind: crate::config::DestinationKind::Folder { path: None },
+            timeout_ms: 1_000,
+            max_attempts: 12,
+            max_age_hours: 72,
+            result_ref: None,
+            owner: None,
+            backoff_ms,
+            backoff_max_ms,
+            circuit_failures: 5,
+            circuit_cooldown_ms: 30_000,
+        }
+    }
+
+    #[test]
+    fn retry_delays_are_jittered_below_a_doubling_ceiling() {
+        let d = destination(100, 1_000);
+        for attempt in 1..=8u32 {
+            let ceiling = (100i64 << (attempt - 1)).min(1_000);
+            let delays: Vec<i64> = (0..400).map(|_| retry_delay(&d, attempt)).collect();
+            assert!(
+                delays.iter().all(|x| (1..=ceiling).contains(x)),
+                "{attempt}: {delays:?}"
+            );
+            // Spread over the whole range, not bunched at its top (full jitter).
+            assert!(delays.iter().any(|x| *x < ceiling / 4), "{attempt}");
+            assert!(delays.iter().any(|x| *x > ceiling * 3 / 4), "{attempt}");
+        }
+        // A huge attempt count neither overflows nor passes the cap.
+        assert!(retry_delay(&d, u32::MAX) <= 1_000);
+    }
+}

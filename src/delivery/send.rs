@@ -1,0 +1,311 @@
+//! One attempt at one delivery, by the destination's kind: a POST, a program, a copy into a
+//! folder. What came back is judged here ([`Attempted`]); what follows from it (retry, dead
+//! letter, the circuit) is the registry's.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::config::{Destination, DestinationKind, HeaderValue};
+use crate::registry::{Attempted, Claimed};
+
+/// The most of an answer's body (or a program's output) that is read: a reference is short,
+/// and a destination that answers with a film must not fill memory.
+const BODY_LIMIT: u64 = 64 * 1024;
+
+/// A program's exit status that means "this document is refused" (`EX_DATAERR`): dead at
+/// once, as a 4xx is. Any other failure is tried again.
+pub const COMMAND_REFUSED: i32 = 65;
+
+/// The environment variables a destination's headers need that are not set.
+pub fn missing_environment(d: &Destination) -> Vec<String> {
+    match &d.kind {
+        DestinationKind::Http { headers, .. } => headers
+            .iter()
+            .filter_map(|(_, v)| match v {
+                HeaderValue::Env(var) if std::env::var_os(var).is_none() => Some(var.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Sends `c` to `d` once.
+pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, owner: &str) -> Attempted {
+    match &d.kind {
+        DestinationKind::Http { url, headers } => http(agent, d, url, headers, c),
+        DestinationKind::Command { argv } => command(d, argv, c),
+        DestinationKind::Folder { path } => folder(path.as_deref(), c, owner),
+    }
+}
+
+/// The document's file, which the round that queued it wrote: gone, it can never be sent.
+fn open(c: &Claimed) -> Result<(std::fs::File, u64), Attempted> {
+    let file = std::fs::File::open(&c.file).map_err(|e| Attempted::Refused {
+        status: "no file".into(),
+        error: format!("{}: {e}; the document's file is gone", c.file),
+    })?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((file, len))
+}
+
+/// A header value is visible ASCII: a key with other bytes is sent with them as `%XX`.
+fn header_safe(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return value.into();
+    }
+    value
+        .bytes()
+        .map(|b| {
+            if (0x20..0x7f).contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+fn http(
+    agent: &ureq::Agent,
+    d: &Destination,
+    url: &str,
+    headers: &[(String, HeaderValue)],
+    c: &Claimed,
+) -> Attempted {
+    let (file, len) = match open(c) {
+        Ok(f) => f,
+        Err(refused) => return refused,
+    };
+    let mut request = agent
+        .post(url)
+        .timeout(Duration::from_millis(d.timeout_ms))
+        .set("Content-Type", "application/json")
+        .set("Content-Length", &len.to_string())
+        .set("Idempotency-Key", &header_safe(&c.key))
+        .set("X-Correlation-Id", &header_safe(&c.correlation_id));
+    for (name, value) in headers {
+        let value = match value {
+            HeaderValue::Literal(v) => v.clone(),
+            HeaderValue::Env(var) => std::env::var(var).unwrap_or_default(),
+        };
+        request = request.set(name, &value);
+    }
+    match request.send(file) {
+        Ok(answer) => {
+            let status = answer.status();
+            let body = body_of(answer);
+            if (200..300).contains(&status) {
+                Attempted::Delivered {
+                    status: status.to_string(),
+                    result_ref: reference(d, &body),
+                }
+            } else {
+                Attempted::Failed {
+                    status: status.to_string(),
+                    error: format!("answered {status}, not a 2xx"),
+                }
+            }
+        }
+        // Booked before (a retry of a request whose answer was lost): delivered.
+        Err(ureq::Error::Status(409, answer)) => Attempted::Delivered {
+            status: "409".into(),
+            result_ref: reference(d, &body_of(answer)),
+        },
+        // 408 and 429 ask for another try; any other 4xx refuses this document for good.
+        Err(ureq::Error::Status(code, answer))
+            if (400..500).contains(&code) && code != 408 && code != 429 =>
+        {
+            Attempted::Refused {
+                status: code.to_string(),
+                error: excerpt(&body_of(answer)),
+            }
+        }
+        Err(ureq::Error::Status(code, answer)) => Attempted::Failed {
+            status: code.to_string(),
+            error: excerpt(&body_of(answer)),
+        },
+        Err(ureq::Error::Transport(t)) => {
+            let error = t.to_string();
+            let status = if error.contains("timed out") || error.contains("timeout") {
+                "timeout".to_string()
+            } else {
+                t.kind().to_string()
+            };
+            Attempted::Failed { status, error }
+        }
+    }
+}
+
+fn body_of(answer: ureq::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    let _ = answer.into_reader().take(BODY_LIMIT).read_to_end(&mut body);
+    body
+}
+
+/// The start of an answer's body, for the operator: what the destination said.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body.get(..200).unwrap_or(body));
+    text.trim().to_string()
+}
+
+/// The business system's reference in an answer's JSON body, at the destination's pointer.
+fn reference(d: &Destination, body: &[u8]) -> Option<String> {
+    let pointer = d.result_ref.as_deref()?;
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    match value.pointer(pointer)? {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
+    let (mut file, _) = match open(c) {
+        Ok(f) => f,
+        Err(refused) => return refused,
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return Attempted::Refused {
+            status: "no program".into(),
+            error: "the destination names no program".into(),
+        };
+    };
+    let spawned = std::process::Command::new(program)
+        .args(args)
+        .env("X12GATE_DOCUMENT_KEY", &c.key)
+        .env("X12GATE_CORRELATION_ID", &c.correlation_id)
+        .env("X12GATE_DESTINATION", &d.name)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            return Attempted::Failed {
+                status: "spawn".into(),
+                error: format!("{program}: {e}"),
+            }
+        }
+    };
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    // Fed and read on threads of their own: a program that writes much before it reads (or
+    // never reads) must not block us, nor we it.
+    let feeding = std::thread::spawn(move || {
+        if let Some(mut stdin) = stdin {
+            let _ = std::io::copy(&mut file, &mut stdin);
+            let _ = stdin.flush();
+        }
+    });
+    let reading = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = (&mut pipe).take(BODY_LIMIT).read_to_end(&mut kept);
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+            }
+            kept
+        })
+    };
+    let out = reading(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = reading(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = Instant::now() + Duration::from_millis(d.timeout_ms);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break None,
+        }
+    };
+    let _ = feeding.join();
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    let said = excerpt(&stderr);
+    let Some(status) = status else {
+        return Attempted::Failed {
+            status: "timeout".into(),
+            error: format!("{program} ran past timeout_ms = {}", d.timeout_ms),
+        };
+    };
+    match status.code() {
+        Some(0) => Attempted::Delivered {
+            status: "exit 0".into(),
+            result_ref: String::from_utf8_lossy(&stdout)
+                .lines()
+                .next()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        },
+        Some(COMMAND_REFUSED) => Attempted::Refused {
+            status: format!("exit {COMMAND_REFUSED}"),
+            error: said,
+        },
+        Some(code) => Attempted::Failed {
+            status: format!("exit {code}"),
+            error: said,
+        },
+        None => Attempted::Failed {
+            status: "signal".into(),
+            error: format!("{program} was killed by a signal"),
+        },
+    }
+}
+
+/// A copy of the document's file into another folder, atomically, under the same name.
+fn folder(path: Option<&Path>, c: &Claimed, owner: &str) -> Attempted {
+    let Some(dir) = path else {
+        // Delivered by the round itself: never queued.
+        return Attempted::Delivered {
+            status: "written".into(),
+            result_ref: None,
+        };
+    };
+    let source = Path::new(&c.file);
+    let name = source
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let copy = |w: &mut dyn Write| -> std::io::Result<()> {
+        let mut f = std::fs::File::open(source)?;
+        std::io::copy(&mut f, w).map(drop)
+    };
+    if !source.exists() {
+        return Attempted::Refused {
+            status: "no file".into(),
+            error: format!("{}: the document's file is gone", c.file),
+        };
+    }
+    match crate::outputs::write_many(&[(dir, name.as_str(), &copy)], owner) {
+        Ok(_) => Attempted::Delivered {
+            status: "written".into(),
+            result_ref: None,
+        },
+        Err(e) => Attempted::Failed {
+            status: "io".into(),
+            error: format!("{}: {e}", dir.display()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_sent_as_visible_ascii() {
+        assert_eq!(header_safe("ZZ:ACME:850:PO-1:00:"), "ZZ:ACME:850:PO-1:00:");
+        assert_eq!(header_safe("ZZ:\u{e9}"), "ZZ:%C3%A9");
+        assert_eq!(header_safe("a\nb"), "a%0Ab");
+    }
+}

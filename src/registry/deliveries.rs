@@ -1,0 +1,691 @@
+//! The outbox: one row per document and destination, queued in the transaction that
+//! completes the document's interchange (or its release), so that a document is never sent
+//! without being recorded, nor recorded without being queued. A deliverer claims due rows
+//! with a lease, as interchanges are claimed, so that no two processes send one row at once;
+//! its outcome is written only while it still holds the lease (the fence). Each destination
+//! has one circuit, shared by every process on the registry, so that an outage costs one
+//! probe per cool-down however many deliverers run.
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::claims::now_ms;
+use super::{Batch, EventKind, Registry, RegistryError};
+
+crate::words::words! {
+    /// Where a delivery stands (the `state` column).
+    pub enum DeliveryState as as_str {
+        /// Waiting for its first attempt.
+        Queued = "queued",
+        /// Failed at least once; tried again at `next_at`.
+        Retrying = "retrying",
+        /// Given up (a permanent refusal, or out of attempts or time): an operator's.
+        Dead = "dead",
+        Delivered = "delivered",
+    }
+}
+
+crate::words::words! {
+    /// A destination's circuit (the `circuits.state` column).
+    pub enum CircuitState as as_str {
+        Closed = "closed",
+        /// Too many failures in a row: nothing is sent until `open_until`.
+        Open = "open",
+        /// One process sends one delivery to learn whether the destination is back.
+        Probing = "probing",
+    }
+}
+
+/// A document handed to a destination, as the completing transaction queues it.
+#[derive(Debug, Clone)]
+pub struct Queue<'a> {
+    pub document_id: i64,
+    pub key: &'a str,
+    pub destination: &'a str,
+    pub partner: &'a str,
+    pub interchange_key: &'a str,
+    pub correlation_id: &'a str,
+    /// The document's file (in `out/`), sent as it is.
+    pub file: &'a str,
+    /// The process that queued it (`process` delivers what it queued itself).
+    pub queued_by: &'a str,
+}
+
+/// A delivery claimed for one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub id: i64,
+    pub document_id: i64,
+    pub key: String,
+    pub destination: String,
+    pub partner: String,
+    pub interchange_key: String,
+    pub correlation_id: String,
+    pub file: String,
+    /// Attempts made before this one.
+    pub attempts: u32,
+    pub created_ms: i64,
+}
+
+/// What an attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempted {
+    /// Taken (or already booked before): with the business system's reference, if any.
+    Delivered {
+        status: String,
+        result_ref: Option<String>,
+    },
+    /// Refused for good (a 4xx other than 409): dead at once.
+    Refused { status: String, error: String },
+    /// Failed in a way that may pass (5xx, a timeout, no connection): tried again.
+    Failed { status: String, error: String },
+}
+
+/// The limits an outcome is judged by: the destination's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub max_attempts: u32,
+    pub max_age_ms: i64,
+    pub circuit_failures: u32,
+    pub cooldown_ms: i64,
+}
+
+/// What recording an attempt changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub state: DeliveryState,
+    pub attempts: u32,
+    /// The circuit's new state, when this attempt changed it.
+    pub circuit: Option<CircuitState>,
+}
+
+/// Whether a destination may be sent to now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Closed: send.
+    Closed,
+    /// This process won the probe: send one delivery.
+    Probe,
+    /// Open, or another process is probing: nothing before this time.
+    Wait { until_ms: i64 },
+}
+
+/// One delivery as `deliveries` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryRow {
+    pub id: i64,
+    pub key: String,
+    pub destination: String,
+    pub partner: String,
+    pub interchange: String,
+    pub correlation_id: String,
+    pub state: DeliveryState,
+    pub attempts: u32,
+    pub last_status: Option<String>,
+    pub last_error: Option<String>,
+    pub result_ref: Option<String>,
+    pub file: String,
+    pub created_ms: i64,
+    pub next_ms: i64,
+    pub last_ms: Option<i64>,
+    pub delivered_ms: Option<i64>,
+    /// The process sending it now, if any.
+    pub claimed_by: Option<String>,
+}
+
+/// Which dead deliveries `retry` puts back.
+pub enum Retry<'a> {
+    Key(&'a str),
+    AllDead,
+}
+
+/// The longest status, error or reference kept: an answer's body never fills the registry.
+const KEPT: usize = 300;
+
+fn kept(text: &str) -> String {
+    crate::text::shortened(&crate::text::printable(text), KEPT).into_owned()
+}
+
+impl Batch<'_> {
+    /// Queues a document for its destination; a takeover's second queueing is a no-op.
+    pub fn queue_delivery(&self, q: &Queue<'_>) -> Result<(), RegistryError> {
+        let now = now_ms();
+        self.tx
+            .prepare_cached(
+                "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
+                     correlation_id, file, state, queued_by, next_at, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?9)
+                 ON CONFLICT (document_id, destination) DO NOTHING",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    q.document_id,
+                    q.key,
+                    q.destination,
+                    q.partner,
+                    q.interchange_key,
+                    q.correlation_id,
+                    q.file,
+                    q.queued_by,
+                    now
+                ])
+            })
+            .map(drop)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// The business system's reference for `key`, from the first sighting that has one.
+    pub fn result_ref(&self, key: &str) -> Result<Option<String>, RegistryError> {
+        result_ref(&self.tx, key).map_err(|e| self.sql(e))
+    }
+}
+
+fn result_ref(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    tx.prepare_cached(
+        "SELECT result_ref FROM documents WHERE key = ?1 AND result_ref IS NOT NULL
+         ORDER BY id LIMIT 1",
+    )?
+    .query_row([key], |r| r.get(0))
+    .optional()
+}
+
+const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
+    correlation_id, file, attempts, created";
+
+fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
+    Ok(Claimed {
+        id: r.get(0)?,
+        document_id: r.get(1)?,
+        key: r.get(2)?,
+        destination: r.get(3)?,
+        partner: r.get(4)?,
+        interchange_key: r.get(5)?,
+        correlation_id: r.get(6)?,
+        file: r.get(7)?,
+        attempts: r.get(8)?,
+        created_ms: r.get(9)?,
+    })
+}
+
+const ROW: &str = "id, key, destination, partner, interchange_key, correlation_id, state,
+    attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
+    owner";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
+    Ok(DeliveryRow {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        destination: r.get(2)?,
+        partner: r.get(3)?,
+        interchange: r.get(4)?,
+        correlation_id: r.get(5)?,
+        state: r.get(6)?,
+        attempts: r.get(7)?,
+        last_status: r.get(8)?,
+        last_error: r.get(9)?,
+        result_ref: r.get(10)?,
+        file: r.get(11)?,
+        created_ms: r.get(12)?,
+        next_ms: r.get(13)?,
+        last_ms: r.get(14)?,
+        delivered_ms: r.get(15)?,
+        claimed_by: r.get(16)?,
+    })
+}
+
+impl Registry {
+    /// Claims up to `limit` deliveries of `destination` due by `due_ms` for `owner`, leased
+    /// for `lease_ms`: unclaimed ones, ones whose lease ran out, and ones of a dead process.
+    /// With `queued_by`, only those that process queued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn claim_deliveries(
+        &mut self,
+        destination: &str,
+        owner: &str,
+        lease_ms: i64,
+        limit: usize,
+        due_ms: i64,
+        queued_by: Option<&str>,
+        is_dead: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Claimed>, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut found: Vec<(Claimed, Option<String>)> =
+                b.tx.prepare_cached(&format!(
+                    "SELECT {CLAIMED}, owner FROM deliveries
+                     WHERE destination = ?1 AND state IN ('queued', 'retrying') AND next_at <= ?5
+                     AND (?3 IS NULL OR queued_by = ?3)
+                     AND (owner IS NULL OR lease_expires < ?2)
+                     ORDER BY next_at, id LIMIT ?4"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![destination, now, queued_by, limit, due_ms.min(now)],
+                        |r| Ok((claimed(r)?, r.get(10)?)),
+                    )?
+                    .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| b.sql(e))?;
+            if (found.len() as i64) < limit {
+                // Leases still running, of processes that are gone: adopted at once.
+                let owners: Vec<String> =
+                    b.tx.prepare_cached(
+                        "SELECT DISTINCT owner FROM deliveries
+                         WHERE destination = ?1 AND state IN ('queued', 'retrying')
+                         AND owner IS NOT NULL AND lease_expires >= ?2 AND owner != ?3",
+                    )
+                    .and_then(|mut s| {
+                        s.query_map(params![destination, now, owner], |r| r.get(0))?
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .map_err(|e| b.sql(e))?;
+                for dead in owners.iter().filter(|o| is_dead(o)) {
+                    let more = limit - found.len() as i64;
+                    if more <= 0 {
+                        break;
+                    }
+                    let rows =
+                        b.tx.prepare_cached(&format!(
+                            "SELECT {CLAIMED}, owner FROM deliveries
+                             WHERE destination = ?1 AND state IN ('queued', 'retrying')
+                             AND next_at <= ?2 AND owner = ?3 AND (?4 IS NULL OR queued_by = ?4)
+                             ORDER BY next_at, id LIMIT ?5"
+                        ))
+                        .and_then(|mut s| {
+                            s.query_map(
+                                params![destination, due_ms.min(now), dead, queued_by, more],
+                                |r| Ok((claimed(r)?, r.get(10)?)),
+                            )?
+                            .collect::<Result<Vec<_>, _>>()
+                        })
+                        .map_err(|e| b.sql(e))?;
+                    found.extend(rows);
+                }
+            }
+            for (c, _) in &found {
+                b.tx.prepare_cached(
+                    "UPDATE deliveries SET owner = ?2, lease_expires = ?3 WHERE id = ?1",
+                )
+                .and_then(|mut s| s.execute(params![c.id, owner, now.saturating_add(lease_ms)]))
+                .map_err(|e| b.sql(e))?;
+            }
+            Ok(found.into_iter().map(|(c, _)| c).collect())
+        })
+    }
+
+    /// Gives back deliveries claimed but not sent (a circuit opened, a stop).
+    pub fn unclaim_deliveries(&mut self, owner: &str, ids: &[i64]) -> Result<(), RegistryError> {
+        self.batch(|b| {
+            for id in ids {
+                b.tx.prepare_cached(
+                    "UPDATE deliveries SET owner = NULL, lease_expires = NULL
+                     WHERE id = ?1 AND owner = ?2",
+                )
+                .and_then(|mut s| s.execute(params![id, owner]))
+                .map_err(|e| b.sql(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Records one attempt at `c`, if `owner` still holds its lease (`None` otherwise: the
+    /// row was taken over, and its new owner records its own attempt). The next retry, if
+    /// any, is `retry_in_ms` from now. The attempt is in the audit trail with its status and
+    /// duration, and moves the destination's circuit.
+    pub fn record_attempt(
+        &mut self,
+        c: &Claimed,
+        owner: &str,
+        outcome: &Attempted,
+        duration_ms: u64,
+        policy: Policy,
+        retry_in_ms: i64,
+    ) -> Result<Option<Recorded>, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let attempts = c.attempts.saturating_add(1);
+            let old = now.saturating_sub(c.created_ms) >= policy.max_age_ms;
+            let (state, status, error, reference) = match outcome {
+                Attempted::Delivered { status, result_ref } => (
+                    DeliveryState::Delivered,
+                    status,
+                    None,
+                    result_ref.as_deref().map(kept),
+                ),
+                Attempted::Refused { status, error } => {
+                    (DeliveryState::Dead, status, Some(kept(error)), None)
+                }
+                Attempted::Failed { status, error } => (
+                    if attempts >= policy.max_attempts || old {
+                        DeliveryState::Dead
+                    } else {
+                        DeliveryState::Retrying
+                    },
+                    status,
+                    Some(kept(error)),
+                    None,
+                ),
+            };
+            let status = kept(status);
+            let changed =
+                b.tx.prepare_cached(
+                    "UPDATE deliveries SET state = ?3, attempts = ?4, last_at = ?5,
+                         last_status = ?6, last_error = ?7,
+                         result_ref = COALESCE(?8, result_ref),
+                         delivered_at = CASE WHEN ?3 = 'delivered' THEN ?5 END,
+                         next_at = CASE WHEN ?3 = 'retrying' THEN ?9 ELSE next_at END,
+                         owner = NULL, lease_expires = NULL
+                     WHERE id = ?1 AND owner = ?2",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        c.id,
+                        owner,
+                        state,
+                        attempts,
+                        now,
+                        status,
+                        error,
+                        reference,
+                        now.saturating_add(retry_in_ms)
+                    ])
+                })
+                .map_err(|e| b.sql(e))?;
+            if changed == 0 {
+                return Ok(None);
+            }
+            if let Some(reference) = &reference {
+                b.tx.prepare_cached(
+                    "UPDATE documents SET result_ref = ?2 WHERE id = ?1 AND result_ref IS NULL",
+                )
+                .and_then(|mut s| s.execute(params![c.document_id, reference]))
+                .map_err(|e| b.sql(e))?;
+            }
+            let circuit =
+                move_circuit(&b.tx, &c.destination, outcome, policy, now).map_err(|e| b.sql(e))?;
+            let detail = serde_json::json!({
+                "document": c.key,
+                "destination": c.destination,
+                "attempt": attempts,
+                "status": status,
+                "duration_ms": duration_ms,
+                "state": state,
+                "error": error,
+                "result_ref": reference,
+                "circuit": circuit,
+            });
+            b.record_note(
+                EventKind::DeliveryAttempt,
+                Some(&c.interchange_key),
+                Some(&c.partner),
+                None,
+                &detail.to_string(),
+            )?;
+            Ok(Some(Recorded {
+                state,
+                attempts,
+                circuit,
+            }))
+        })
+    }
+
+    /// Whether `destination` may be sent to now, and if its circuit is open and cooled down,
+    /// whether `owner` is the one to probe it (for `probe_ms`).
+    pub fn circuit_gate(
+        &mut self,
+        destination: &str,
+        owner: &str,
+        probe_ms: i64,
+        is_dead: &dyn Fn(&str) -> bool,
+    ) -> Result<Gate, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let found: Option<(CircuitState, Option<i64>, Option<String>, Option<i64>)> =
+                b.tx.prepare_cached(
+                    "SELECT state, open_until, probe_owner, probe_expires FROM circuits
+                     WHERE destination = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([destination], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .optional()
+                })
+                .map_err(|e| b.sql(e))?;
+            let probe = match found {
+                None | Some((CircuitState::Closed, ..)) => return Ok(Gate::Closed),
+                Some((CircuitState::Open, until, ..)) => {
+                    let until = until.unwrap_or(0);
+                    if now < until {
+                        return Ok(Gate::Wait { until_ms: until });
+                    }
+                    true
+                }
+                Some((CircuitState::Probing, _, prober, expires)) => {
+                    let expires = expires.unwrap_or(0);
+                    let gone = now >= expires || prober.as_deref().is_some_and(is_dead);
+                    if !gone {
+                        return Ok(Gate::Wait { until_ms: expires });
+                    }
+                    true
+                }
+            };
+            debug_assert!(probe);
+            b.tx.prepare_cached(
+                "UPDATE circuits SET state = 'probing', probe_owner = ?2, probe_expires = ?3,
+                     changed = ?4
+                 WHERE destination = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    destination,
+                    owner,
+                    now.saturating_add(probe_ms),
+                    now
+                ])
+            })
+            .map_err(|e| b.sql(e))?;
+            Ok(Gate::Probe)
+        })
+    }
+
+    /// Deliveries, oldest first: all, or those in `state`, or of `partner`, or of `key`.
+    pub fn deliveries(
+        &self,
+        state: Option<DeliveryState>,
+        partner: Option<&str>,
+        key: Option<&str>,
+    ) -> Result<Vec<DeliveryRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {ROW} FROM deliveries
+                 WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR partner = ?2)
+                 AND (?3 IS NULL OR key = ?3)
+                 ORDER BY id"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![state, partner, key], row)
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// The deliveries of one interchange's documents.
+    pub fn deliveries_of(&self, interchange_key: &str) -> Result<Vec<DeliveryRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {ROW} FROM deliveries WHERE interchange_key = ?1 ORDER BY id"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([interchange_key], row)
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// How many deliveries each destination has in each state.
+    pub fn delivery_counts(&self) -> Result<Vec<(String, DeliveryState, u64)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT destination, state, count(*) FROM deliveries
+                 GROUP BY destination, state ORDER BY destination, state",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Each destination's circuit: (destination, state, consecutive failures, open until).
+    pub fn circuits(&self) -> Result<Vec<(String, CircuitState, u32, Option<i64>)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT destination, state, failures, open_until FROM circuits ORDER BY destination",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// When the next queued or retrying delivery falls due (of `queued_by`, when given).
+    pub fn next_delivery_due(&self, queued_by: Option<&str>) -> Result<Option<i64>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT MIN(next_at) FROM deliveries WHERE state IN ('queued', 'retrying')
+                 AND (?1 IS NULL OR queued_by = ?1)",
+                [queued_by],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Puts dead deliveries back in the queue with their attempts and age reset; how many.
+    pub fn retry_deliveries(&mut self, which: &Retry<'_>) -> Result<usize, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let key = match which {
+                Retry::Key(k) => Some(*k),
+                Retry::AllDead => None,
+            };
+            let n =
+                b.tx.prepare_cached(
+                    "UPDATE deliveries SET state = 'queued', attempts = 0, next_at = ?2,
+                         created = ?2, owner = NULL, lease_expires = NULL
+                     WHERE state = 'dead' AND (?1 IS NULL OR key = ?1)",
+                )
+                .and_then(|mut s| s.execute(params![key, now]))
+                .map_err(|e| b.sql(e))?;
+            if n > 0 {
+                let detail = serde_json::json!({ "document": key, "retried": n }).to_string();
+                b.record_note(EventKind::DeliveriesRetried, None, None, None, &detail)?;
+            }
+            Ok(n)
+        })
+    }
+
+    /// Records the business system's reference for document `key` (an operator's or the
+    /// ERP's `confirm`), on its first delivered sighting; the reference it had before, if
+    /// any; `None` when no sighting of `key` was delivered.
+    pub fn confirm(
+        &mut self,
+        key: &str,
+        reference: &str,
+    ) -> Result<Option<Option<String>>, RegistryError> {
+        self.batch(|b| {
+            let found: Option<(i64, Option<String>, String)> = b
+                .tx
+                .prepare_cached(
+                    "SELECT id, result_ref, interchange_key FROM documents
+                     WHERE key = ?1 AND delivery = 'delivered' ORDER BY id LIMIT 1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .map_err(|e| b.sql(e))?;
+            let Some((id, before, interchange)) = found else {
+                return Ok(None);
+            };
+            let reference = kept(reference);
+            b.tx.prepare_cached("UPDATE documents SET result_ref = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id, reference]))
+                .map_err(|e| b.sql(e))?;
+            b.tx.prepare_cached(
+                "UPDATE deliveries SET result_ref = ?2 WHERE document_id = ?1 AND result_ref IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![id, reference]))
+            .map_err(|e| b.sql(e))?;
+            let detail = serde_json::json!({
+                "document": key,
+                "result_ref": reference,
+                "before": before,
+            })
+            .to_string();
+            b.record_note(
+                EventKind::Confirmed,
+                Some(&interchange),
+                None,
+                None,
+                &detail,
+            )?;
+            Ok(Some(before))
+        })
+    }
+
+    /// The business system's reference for document `key`, if one is known.
+    pub fn result_ref(&self, key: &str) -> Result<Option<String>, RegistryError> {
+        result_ref(&self.conn, key).map_err(|e| self.sql(e))
+    }
+}
+
+/// The circuit after an attempt: a success (or a refusal, which the destination answered)
+/// closes it; a failure counts, and opens it at `circuit_failures` in a row, or again when
+/// it was the probe. Returns the new state when it changed.
+fn move_circuit(
+    tx: &rusqlite::Connection,
+    destination: &str,
+    outcome: &Attempted,
+    policy: Policy,
+    now: i64,
+) -> rusqlite::Result<Option<CircuitState>> {
+    let (state, failures): (CircuitState, u32) = tx
+        .prepare_cached("SELECT state, failures FROM circuits WHERE destination = ?1")?
+        .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((CircuitState::Closed, 0));
+    let (next, failures, open_until) = match outcome {
+        Attempted::Delivered { .. } | Attempted::Refused { .. } => (CircuitState::Closed, 0, None),
+        Attempted::Failed { .. } => {
+            let failures = failures.saturating_add(1);
+            if state == CircuitState::Probing
+                || state == CircuitState::Open
+                || failures >= policy.circuit_failures
+            {
+                (
+                    CircuitState::Open,
+                    failures,
+                    Some(now.saturating_add(policy.cooldown_ms)),
+                )
+            } else {
+                (CircuitState::Closed, failures, None)
+            }
+        }
+    };
+    tx.prepare_cached(
+        "INSERT INTO circuits (destination, state, failures, open_until, changed)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (destination) DO UPDATE SET state = ?2, failures = ?3,
+             open_until = COALESCE(?4, open_until), probe_owner = NULL, probe_expires = NULL,
+             changed = CASE WHEN state = ?2 THEN changed ELSE ?5 END",
+    )?
+    .execute(params![destination, next, failures, open_until, now])?;
+    Ok((next != state).then_some(next))
+}
