@@ -439,7 +439,10 @@ id = "ACME"
             .current_dir(self.root())
             .arg("watch")
             .env_remove("FAILPOINTS")
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("DELIVERY_TEST_LOG").unwrap_or("warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
@@ -841,6 +844,7 @@ fn an_open_circuit_sends_one_probe_per_cooldown_until_the_erp_is_back() {
         .filter(|s| s.at <= t0 + window)
         .collect();
     let times: Vec<u128> = seen.iter().map(|s| (s.at - t0).as_millis()).collect();
+    eprintln!("circuit: requests at ms {times:?}");
     assert!(seen.iter().all(|s| s.status == 503));
     assert!(
         seen.len() <= 3 + 6 + 1,
@@ -1005,10 +1009,22 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
     let (files, expected) = load(&gate, 3000, 50, |_| 4);
     assert_eq!(expected.len(), 200);
     new_documents(&gate.process(&["--no-deliver"], &files));
+    // Each round waits for the watcher's first request (its start takes a few hundred ms),
+    // then kills it 0 to 400 ms later: inside the ERP's 30 ms (booked, not yet answered) or
+    // between attempts.
+    let mut kills_in_flight = 0;
     for round in 0..20u64 {
+        let before = erp.seen().len();
         let mut watch = gate.watch();
-        std::thread::sleep(Duration::from_millis(100 + (round * 137) % 301));
+        wait_for(
+            Duration::from_secs(20),
+            &format!("round {round}: the watcher's first request"),
+            || erp.seen().len() > before || gate.deliveries(&["--state", "delivered"]).len() == 200,
+            || watch.log(),
+        );
+        std::thread::sleep(Duration::from_millis((round * 149) % 401));
         watch.child.kill().expect("SIGKILL watch");
+        let killed_at = Instant::now();
         let status = watch.child.wait().unwrap();
         assert_eq!(
             status.signal(),
@@ -1016,6 +1032,13 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
             "round {round}: watch exited before the kill ({status:?}); log:\n{}",
             watch.log()
         );
+        if erp
+            .seen()
+            .iter()
+            .any(|s| s.at <= killed_at && s.at + Duration::from_millis(30) > killed_at)
+        {
+            kills_in_flight += 1;
+        }
     }
     let during = erp.seen().len();
     let left = gate
@@ -1024,7 +1047,14 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
         .filter(|d| d["state"] != "delivered")
         .count();
     assert!(during > 0, "no watch ever sent anything before its kill");
-    eprintln!("sigkill: {during} requests during 20 killed watches, {left} deliveries left");
+    eprintln!(
+        "sigkill: {during} requests during 20 killed watches ({kills_in_flight} kills with a \
+         request in flight), {left} deliveries left"
+    );
+    assert!(
+        left > 0,
+        "everything was delivered before the last kill: the kills prove little"
+    );
     let (status, stdout, stderr) = gate.run(&["deliver", "--drain", "--timeout", "60"]);
     assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
     let seen = erp.seen();
@@ -1311,4 +1341,159 @@ fn a_timeout_is_retried_and_the_drain_stops_at_its_own_timeout() {
     let attempts = d["attempts"].as_u64().unwrap();
     assert!(attempts >= 3, "retried with backoff ≤ 200 ms: {d}");
     assert!(erp.seen().len() as u64 >= attempts, "{d}");
+}
+
+/// `process` makes one attempt at each delivery it queued itself, and none at those
+/// queued before (by a `--no-deliver`): a failure stays queued for a retry.
+#[test]
+fn process_makes_one_attempt_at_what_it_queued_and_leaves_the_rest() {
+    let erp = Erp::start(Mode::Down);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let a = gate.write("a.x12", &an_850(801, &["PO-1"]));
+    let b = gate.write("b.x12", &an_850(802, &["PO-2"]));
+    gate.process(&["--no-deliver"], &[a]);
+    let (status, stdout, stderr) = gate.run(&["process", "--json", &b.display().to_string()]);
+    assert!(
+        matches!(status.code(), Some(0) | Some(3)),
+        "{status:?}\n{stdout}\n{stderr}"
+    );
+    let seen = erp.seen();
+    assert_eq!(seen.len(), 1, "one attempt, at its own delivery only");
+    assert_eq!(seen[0].key.as_deref(), Some(key("PO-2").as_str()));
+    let rows = gate.deliveries_by_key();
+    assert_eq!(
+        rows[&key("PO-1")]["state"],
+        "queued",
+        "{}",
+        rows[&key("PO-1")]
+    );
+    assert_eq!(rows[&key("PO-1")]["attempts"], 0);
+    let d = &rows[&key("PO-2")];
+    assert_eq!(d["state"], "retrying", "{d}");
+    assert_eq!(d["attempts"], 1, "{d}");
+    assert_eq!(d["last_status"], "503", "{d}");
+
+    erp.set_mode(Mode::Healthy);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let expected = BTreeMap::from([
+        (key("PO-1"), correlation(801)),
+        (key("PO-2"), correlation(802)),
+    ]);
+    check_requests(&erp.seen(), &expected);
+    check_booked_once(&gate, &erp, &expected);
+}
+
+/// Three `deliver --drain` at once and a watcher: each document is sent exactly once (a
+/// lease per delivery), none twice in parallel.
+#[test]
+fn four_deliverers_at_once_send_each_document_once() {
+    let erp = Erp::start(Mode::Slow(Duration::from_millis(10)));
+    let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "5000")]));
+    let (files, expected) = load(&gate, 4000, 40, |_| 4);
+    new_documents(&gate.process(&["--no-deliver"], &files));
+    let mut watch = gate.watch();
+    let drains: Vec<Child> = (0..3)
+        .map(|_| {
+            gate.command(&["deliver", "--drain", "--timeout", "60"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for d in drains {
+        let out = d.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "all 160 delivered",
+        || gate.deliveries(&["--state", "delivered"]).len() == 160,
+        || states(&gate),
+    );
+    watch.sigterm();
+    assert_eq!(watch.wait(Duration::from_secs(20)).code(), Some(0));
+    let by_key = check_requests(&erp.seen(), &expected);
+    let twice: Vec<_> = by_key
+        .iter()
+        .filter(|(_, r)| r.len() > 1)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "sent more than once without any failure: {twice:?}"
+    );
+    check_booked_once(&gate, &erp, &expected);
+}
+
+/// The watcher delivers what it takes from the inbox, without a `deliver`.
+#[test]
+fn watch_delivers_what_it_takes_from_the_inbox() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let mut watch = gate.watch();
+    let inbox = gate.root().join("data/inbox");
+    let mut expected = BTreeMap::new();
+    for (n, pos) in [(901, ["PO-91", "PO-92"]), (902, ["PO-93", "PO-94"])] {
+        let tmp = gate.root().join(format!("{n}.tmp"));
+        fs::write(&tmp, an_850(n, &pos)).unwrap();
+        fs::rename(&tmp, inbox.join(format!("{n}.x12"))).unwrap();
+        for po in pos {
+            expected.insert(key(po), correlation(n));
+        }
+    }
+    wait_for(
+        Duration::from_secs(30),
+        "the inbox's 4 documents delivered",
+        || gate.deliveries(&["--state", "delivered"]).len() == 4,
+        || format!("{}; log:\n{}", states(&gate), watch.log()),
+    );
+    check_requests(&erp.seen(), &expected);
+    check_booked_once(&gate, &erp, &expected);
+    watch.sigterm();
+    assert_eq!(
+        watch.wait(Duration::from_secs(20)).code(),
+        Some(0),
+        "{}",
+        watch.log()
+    );
+}
+
+/// A partner whose destination is not declared is a configuration error, not documents
+/// quietly left in `out/`.
+#[test]
+fn a_partner_naming_an_unknown_destination_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("partners.toml"),
+        r#"[gateway]
+id_qualifier = "ZZ"
+id = "X12GATE"
+database = "data/x12gate.db"
+
+[[partner]]
+name = "Acme Retail"
+id_qualifier = "ZZ"
+id = "ACME"
+destination = "nowhere"
+
+[[destination]]
+name = "erp"
+kind = "http"
+url = "http://127.0.0.1:9/edi/inbound"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .arg("check")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("nowhere"), "{stderr}");
 }
