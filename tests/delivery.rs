@@ -933,6 +933,7 @@ fn a_400_is_dead_at_once_and_a_retry_by_key_delivers_it() {
     assert_eq!(d["state"], "dead");
     assert_eq!(d["attempts"], 1, "a 400 is not retried: {d}");
     assert_eq!(d["last_status"], "400", "{d}");
+    assert!(d["last_error"].is_string(), "why it died: {d}");
     assert_eq!(d["owner"], CONTACT, "{d}");
     assert_eq!(d["correlation_id"], correlation(101).as_str(), "{d}");
     assert!(d["result_ref"].is_null(), "{d}");
@@ -1314,6 +1315,14 @@ fn retries_run_out_at_max_attempts_and_the_destinations_owner_gets_the_dead_lett
     assert_eq!(seen.len(), 3);
     let expected = BTreeMap::from([(key("PO-6"), correlation(601))]);
     check_requests(&seen, &expected);
+    // Full jitter under a cap of 200 ms: no wait between attempts comes near a second.
+    for w in seen.windows(2) {
+        assert!(
+            w[1].at - w[0].at < Duration::from_millis(1000),
+            "a retry waited {:?} with backoff_max_ms = 200",
+            w[1].at - w[0].at
+        );
+    }
 }
 
 /// An ERP that does not answer within timeout_ms is a timeout, retried; the drain stops at
@@ -1496,4 +1505,89 @@ url = "http://127.0.0.1:9/edi/inbound"
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("nowhere"), "{stderr}");
+}
+
+/// A command destination whose first run is `hang` (then delivers `REF-OK`) with
+/// timeout_ms = 500: the run is stopped at its timeout, `process` does not wait for it, and
+/// the retry delivers.
+fn command_timeout(hang: &str) {
+    let got_dir = tempfile::tempdir().unwrap();
+    let got = got_dir.path().to_path_buf();
+    let script = format!(
+        r#"d="$0"; cat > /dev/null
+if [ ! -e "$d/hung-once" ]; then : > "$d/hung-once"; {hang}; fi
+echo "REF-OK""#
+    );
+    let command =
+        serde_json::to_string(&["sh", "-c", &script, &got.display().to_string()]).unwrap();
+    let gate = Gate::to(&format!(
+        "\n[[destination]]\nname = \"erp\"\nkind = \"command\"\ncommand = {command}\ntimeout_ms = 500\nmax_attempts = 5\nbackoff_ms = 10\nbackoff_max_ms = 50\n"
+    ));
+    let file = gate.write("a.x12", &an_850(411, &["PO-78"]));
+    let t = Instant::now();
+    gate.process(&[], &[file]);
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "process waited {:?} for a command with timeout_ms = 500 ({hang})",
+        t.elapsed()
+    );
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows[0]["state"], "retrying", "{}", rows[0]);
+    assert_eq!(rows[0]["attempts"], 1, "{}", rows[0]);
+    assert_eq!(rows[0]["last_status"], "timeout", "{}", rows[0]);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows[0]["state"], "delivered", "{}", rows[0]);
+    assert_eq!(rows[0]["result_ref"], "REF-OK", "{}", rows[0]);
+    assert_eq!(rows[0]["attempts"], 2, "{}", rows[0]);
+}
+
+/// The program itself hangs past timeout_ms.
+#[test]
+fn a_command_past_its_timeout_is_stopped_and_retried() {
+    command_timeout("exec sleep 20");
+}
+
+/// The program (a shell script) waits on a child of its own past timeout_ms: the child
+/// holds the program's stdout, and must not hold the attempt too.
+#[test]
+fn a_command_whose_child_outlives_its_timeout_is_stopped_too() {
+    command_timeout("sleep 20");
+}
+
+/// SIGTERM while a request is in flight: the watcher waits for its answer, records it and
+/// exits 0, so nothing is sent again.
+#[test]
+fn sigterm_lets_the_request_in_flight_finish_and_be_recorded() {
+    let erp = Erp::start(Mode::Slow(Duration::from_millis(1500)));
+    let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "5000")]));
+    let (files, expected) = load(&gate, 5000, 1, |_| 3);
+    new_documents(&gate.process(&["--no-deliver"], &files));
+    let mut watch = gate.watch();
+    wait_for(
+        Duration::from_secs(20),
+        "the first request",
+        || !erp.seen().is_empty(),
+        || watch.log(),
+    );
+    watch.sigterm();
+    let status = watch.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", watch.log());
+    let first = erp.seen()[0].key.clone().unwrap();
+    let rows = gate.deliveries_by_key();
+    assert_eq!(
+        rows[&first]["state"], "delivered",
+        "the answer that came after SIGTERM was recorded: {}",
+        rows[&first]
+    );
+    assert!(
+        rows.values()
+            .all(|d| d["claimed_by"].is_null() || d.get("claimed_by").is_none()),
+        "a claim left behind: {rows:?}"
+    );
+    erp.set_mode(Mode::Healthy);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let by_key = check_requests(&erp.seen(), &expected);
+    assert_eq!(by_key[&first].len(), 1, "sent again after SIGTERM");
+    check_booked_once(&gate, &erp, &expected);
 }
