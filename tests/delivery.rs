@@ -40,6 +40,8 @@ enum Mode {
     Flaky { seed: u64, late: Duration },
     /// No answer for this long, then 503.
     Hang(Duration),
+    /// This status and body for everything, nothing booked.
+    Fixed(u16, &'static str),
 }
 
 /// One request the ERP received.
@@ -81,6 +83,7 @@ enum Plan {
     BookThenLate(Duration),
     LateFail(Duration),
     Reject,
+    Fixed(u16, &'static str),
 }
 
 struct Erp {
@@ -175,12 +178,17 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
+/// The answer: `body` as JSON, or a string body as it is (text, or nothing).
 fn json_reply(status: u16, body: Value) -> axum::response::Response {
     use axum::response::IntoResponse;
+    let text = match body {
+        Value::String(raw) => raw,
+        other => other.to_string(),
+    };
     (
         axum::http::StatusCode::from_u16(status).unwrap(),
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+        text,
     )
         .into_response()
 }
@@ -241,6 +249,7 @@ async fn answer(
             Mode::Slow(d) => Plan::BookThenLate(*d),
             Mode::Down => Plan::Fail,
             Mode::Hang(d) => Plan::LateFail(*d),
+            Mode::Fixed(status, body) => Plan::Fixed(*status, body),
             Mode::Reject(None) => Plan::Reject,
             Mode::Reject(Some(keys)) => {
                 if key.as_ref().is_some_and(|k| keys.contains(k)) {
@@ -264,6 +273,7 @@ async fn answer(
             Plan::Fail => (503, json!({"error": "unavailable"}), Duration::ZERO),
             Plan::LateFail(d) => (503, json!({"error": "unavailable"}), d),
             Plan::Reject => (400, json!({"error": "bad document"}), Duration::ZERO),
+            Plan::Fixed(status, body) => (status, Value::String(body.into()), Duration::ZERO),
             Plan::Book => {
                 let (s, v) = book(&mut b, &key, &doc_key);
                 (s, v, Duration::ZERO)
@@ -1590,4 +1600,91 @@ fn sigterm_lets_the_request_in_flight_finish_and_be_recorded() {
     let by_key = check_requests(&erp.seen(), &expected);
     assert_eq!(by_key[&first].len(), 1, "sent again after SIGTERM");
     check_booked_once(&gate, &erp, &expected);
+}
+
+/// What each kind of answer comes to: any 2xx is delivered (with no reference when the body
+/// has none), a 409 without a body too; a 4xx other than 409 is dead at once; a 5xx is
+/// retried.
+#[test]
+fn each_kind_of_answer_comes_to_its_state() {
+    for (status, body, state, attempts, result_ref) in [
+        (
+            201,
+            r#"{"order_id": "SO-201"}"#,
+            "delivered",
+            1,
+            Some("SO-201"),
+        ),
+        (202, "", "delivered", 1, None),
+        (200, "booked, thanks", "delivered", 1, None),
+        (200, r#"{"other": 1}"#, "delivered", 1, None),
+        (409, "", "delivered", 1, None),
+        (404, "no such endpoint", "dead", 1, None),
+        (422, r#"{"error": "unknown item"}"#, "dead", 1, None),
+        (500, "", "retrying", 1, None),
+        (502, "bad gateway", "retrying", 1, None),
+    ] {
+        let what = format!("{status} {body:?}");
+        let erp = Erp::start(Mode::Fixed(status, body));
+        let gate = Gate::to(&http(&erp.url(), &[]));
+        let file = gate.write("a.x12", &an_850(1101, &["PO-11"]));
+        let (code, stdout, stderr) = gate.run(&["process", "--json", &file.display().to_string()]);
+        assert!(
+            matches!(code.code(), Some(0) | Some(3)),
+            "{what}: {code:?}\n{stdout}\n{stderr}"
+        );
+        assert_eq!(erp.seen().len(), 1, "{what}");
+        let rows = gate.deliveries(&[]);
+        assert_eq!(rows.len(), 1, "{what}");
+        let d = &rows[0];
+        assert_eq!(d["state"], state, "{what}: {d}");
+        assert_eq!(d["attempts"], attempts, "{what}: {d}");
+        assert_eq!(d["last_status"], status.to_string().as_str(), "{what}: {d}");
+        assert_eq!(d["result_ref"].as_str(), result_ref, "{what}: {d}");
+        if state == "dead" {
+            assert_eq!(d["owner"], CONTACT, "{what}: {d}");
+        }
+    }
+}
+
+/// Nobody listening: a connection error is retried, never dead at once.
+#[test]
+fn a_connection_refused_is_retried() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let gate = Gate::to(&http(
+        &format!("http://127.0.0.1:{port}/edi/inbound"),
+        &[("max_attempts", "3"), ("circuit_failures", "100")],
+    ));
+    let file = gate.write("a.x12", &an_850(1201, &["PO-12"]));
+    gate.process(&[], &[file]);
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows[0]["state"], "retrying", "{}", rows[0]);
+    assert_eq!(rows[0]["attempts"], 1, "{}", rows[0]);
+    assert!(rows[0]["last_error"].is_string(), "{}", rows[0]);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows[0]["state"], "dead", "out of attempts: {}", rows[0]);
+    assert_eq!(rows[0]["attempts"], 3, "{}", rows[0]);
+}
+
+/// `deliveries retry` puts back dead deliveries only: a delivered document is never sent
+/// again by it.
+#[test]
+fn retry_never_sends_a_delivered_document_again() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let file = gate.write("a.x12", &an_850(1301, &["PO-13"]));
+    gate.process(&[], &[file]);
+    let k = key("PO-13");
+    assert_eq!(gate.deliveries(&[])[0]["state"], "delivered");
+    let _ = gate.run(&["deliveries", "retry", &k]);
+    let _ = gate.run(&["deliveries", "retry", "--all-dead"]);
+    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    assert_eq!(erp.seen().len(), 1, "a delivered document was sent again");
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows[0]["state"], "delivered", "{}", rows[0]);
+    assert_eq!(rows[0]["result_ref"], "SO-1", "{}", rows[0]);
 }
