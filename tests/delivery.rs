@@ -1688,3 +1688,43 @@ fn retry_never_sends_a_delivered_document_again() {
     assert_eq!(rows[0]["state"], "delivered", "{}", rows[0]);
     assert_eq!(rows[0]["result_ref"], "SO-1", "{}", rows[0]);
 }
+
+/// `watch --once` ends when its inbox is done, not when the ERP is back.
+#[test]
+fn watch_once_ends_with_its_inbox_while_the_erp_is_down() {
+    let erp = Erp::start(Mode::Down);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let inbox = gate.root().join("data/inbox");
+    fs::write(inbox.join("a.x12"), an_850(1401, &["PO-14"])).unwrap();
+    let t = Instant::now();
+    let mut c = gate.command(&["watch", "--once"]);
+    c.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "watch --once still runs after 30 s with the ERP down: {}",
+                states(&gate)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{:?}", t.elapsed());
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows.len(), 1, "queued by the round");
+    assert_ne!(rows[0]["state"], "dead", "{}", rows[0]);
+    assert_ne!(rows[0]["state"], "delivered", "{}", rows[0]);
+    erp.set_mode(Mode::Healthy);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    check_booked_once(
+        &gate,
+        &erp,
+        &BTreeMap::from([(key("PO-14"), correlation(1401))]),
+    );
+}
