@@ -79,7 +79,171 @@ pub struct Shown {
     pub findings: Vec<String>,
     /// Its business documents: each sighting's decision and delivery.
     pub documents: Vec<crate::registry::DocumentRow>,
+    /// Their deliveries to destinations (none for documents whose file in `out/` is the
+    /// delivery).
+    pub deliveries: Vec<crate::registry::DeliveryRow>,
+    /// Received, acknowledged, delivered: each layer with its time.
+    pub layers: Layers,
     pub events: Vec<Event>,
+}
+
+/// The three layers of an interchange's way, kept apart: the file claimed (received), the
+/// answer written (acknowledged, with our numbers), each document handed to the business
+/// system (delivered, with the system's reference).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Layers {
+    /// When the interchange was first claimed.
+    pub received: Option<String>,
+    pub acknowledged: Option<Acknowledged>,
+    pub delivered: Vec<DeliveredLayer>,
+}
+
+/// When the interchange was decided and answered, and with what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Acknowledged {
+    pub at: String,
+    /// `997 ISA13 000000007 GS06 7`, one per acknowledgment.
+    pub acks: Vec<AckNumbers>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AckNumbers {
+    pub kind: String,
+    pub isa13: Option<String>,
+    pub gs06: Vec<String>,
+}
+
+/// One document's delivery.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeliveredLayer {
+    pub document: String,
+    /// The destination's name, or `out` for a document whose file in `out/` delivers it;
+    /// none for a document never handed to one (a skipped duplicate, a held conflict).
+    pub destination: Option<String>,
+    /// `delivered`, `queued`, `retrying`, `dead`; or the document's own delivery when it
+    /// was never handed to a destination (`none` for a skipped duplicate, `held`, ...).
+    pub state: String,
+    pub attempts: u32,
+    pub at: Option<String>,
+    pub result_ref: Option<String>,
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default()
+}
+
+/// The layers of interchange `key` from what the registry holds; `acks` as sent.
+pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers, RegistryError> {
+    let Some(record) = registry.record(key)? else {
+        return Ok(Layers::default());
+    };
+    let events = registry.history(&EventFilter {
+        key: Some(key.to_string()),
+        ..EventFilter::default()
+    })?;
+    let documents = registry.documents_of(key)?;
+    let deliveries = registry.deliveries_of(key)?;
+    let refs = result_refs(registry, &documents)?;
+    Ok(layers_of(
+        config,
+        &record,
+        &events,
+        &documents,
+        &deliveries,
+        &refs,
+    ))
+}
+
+/// The business system's reference for each document key of `documents` (a duplicate's is
+/// its original's).
+fn result_refs(
+    registry: &Registry,
+    documents: &[crate::registry::DocumentRow],
+) -> Result<std::collections::HashMap<String, String>, RegistryError> {
+    let mut refs = std::collections::HashMap::new();
+    for d in documents {
+        if !refs.contains_key(&d.key) {
+            if let Some(r) = registry.result_ref(&d.key)? {
+                refs.insert(d.key.clone(), r);
+            }
+        }
+    }
+    Ok(refs)
+}
+
+fn layers_of(
+    config: &Config,
+    record: &Record,
+    events: &[Event],
+    documents: &[crate::registry::DocumentRow],
+    deliveries: &[crate::registry::DeliveryRow],
+    refs: &std::collections::HashMap<String, String>,
+) -> Layers {
+    let answered = events.iter().find(|e| {
+        matches!(
+            e.event,
+            EventKind::Accepted | EventKind::Partial | EventKind::Rejected
+        )
+    });
+    let acknowledged = answered.map(|e| Acknowledged {
+        at: rfc3339(e.at_ms),
+        acks: record
+            .acks
+            .iter()
+            .map(|a| {
+                let ic = crate::x12::Interchanges::new(&a.bytes, config.limits)
+                    .flatten()
+                    .next();
+                AckNumbers {
+                    kind: a.kind.clone(),
+                    isa13: ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
+                    gs06: ic
+                        .as_ref()
+                        .map(|ic| ic.groups.iter().map(|g| g.gs.text(6).to_string()).collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect(),
+    });
+    let mut delivered = Vec::new();
+    for d in documents {
+        let sent: Vec<&crate::registry::DeliveryRow> = deliveries
+            .iter()
+            .filter(|r| r.key == d.key && r.interchange == d.interchange)
+            .collect();
+        let known = || d.result_ref.clone().or_else(|| refs.get(&d.key).cloned());
+        if sent.is_empty() {
+            let handed = matches!(
+                d.delivery,
+                crate::registry::Delivery::Delivered | crate::registry::Delivery::Pending
+            );
+            delivered.push(DeliveredLayer {
+                document: d.key.clone(),
+                destination: handed.then(|| "out".to_string()),
+                state: d.delivery.as_str().into(),
+                attempts: 0,
+                at: d.delivered_ms.map(rfc3339),
+                result_ref: known(),
+            });
+        }
+        for r in sent {
+            delivered.push(DeliveredLayer {
+                document: d.key.clone(),
+                destination: Some(r.destination.clone()),
+                state: r.state.as_str().into(),
+                attempts: r.attempts,
+                at: r.delivered_ms.map(rfc3339),
+                result_ref: r.result_ref.clone().or_else(known),
+            });
+        }
+    }
+    Layers {
+        received: Some(rfc3339(record.first_seen_ms)),
+        acknowledged,
+        delivered,
+    }
 }
 
 fn placed_at(events: &[Event]) -> Option<PathBuf> {
@@ -200,6 +364,10 @@ pub fn show(
         .as_deref()
         .filter(|_| record.state == ClaimState::InFlight)
         .map(crate::owner::describe);
+    let documents = registry.documents_of(key)?;
+    let deliveries = registry.deliveries_of(key)?;
+    let refs = result_refs(registry, &documents)?;
+    let layers = layers_of(config, &record, &events, &documents, &deliveries, &refs);
     Ok(Shown {
         record,
         holder,
@@ -207,7 +375,9 @@ pub fn show(
         conflict_acks,
         file_now,
         findings,
-        documents: registry.documents_of(key)?,
+        documents,
+        deliveries,
+        layers,
         events,
     })
 }

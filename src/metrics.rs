@@ -184,6 +184,31 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
         "Business documents not delivered yet that wait for someone, by partner and delivery: held (a conflict, for an operator), parked (a change waiting for its original), pending (being written)",
         open,
     );
+    let deliveries = Family::<Labels, Gauge>::default();
+    for (destination, state, n) in &snap.deliveries {
+        deliveries
+            .get_or_create(&labels(&[
+                ("destination", destination),
+                ("state", state.as_str()),
+            ]))
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    reg.register(
+        "deliveries",
+        "Documents in the outbox by destination and state: queued, retrying, dead (the dead-letter queue, for its owner), delivered",
+        deliveries,
+    );
+    let circuits = Family::<Labels, Gauge>::default();
+    for (destination, state) in &snap.circuits {
+        circuits
+            .get_or_create(&labels(&[("destination", destination)]))
+            .set(i64::from(*state != crate::registry::CircuitState::Closed));
+    }
+    reg.register(
+        "delivery_circuit_open",
+        "1 while a destination's circuit is open (or probing): its deliveries wait",
+        circuits,
+    );
     let info = Family::<Labels, Gauge>::default();
     info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
         .set(1);

@@ -292,6 +292,39 @@ pub fn check(config: &Config) -> Vec<Problem> {
             });
         }
     }
+    for d in &config.destinations {
+        let key = |k: &str| format!("destination {:?}.{k}", d.name);
+        if let crate::config::DestinationKind::Folder { path: Some(path) } = &d.kind {
+            let inside = [&g.inbox, &g.work]
+                .into_iter()
+                .any(|f| resolve(path).starts_with(resolve(f)));
+            if inside {
+                problems.push(Problem {
+                    key: key("path"),
+                    line: None,
+                    message: format!(
+                        "{} is inside the inbox or the work folder: delivered documents would be taken as input",
+                        path.display()
+                    ),
+                });
+            } else if let Some(m) = folder_problem(path) {
+                problems.push(Problem {
+                    key: key("path"),
+                    line: None,
+                    message: m,
+                });
+            }
+        }
+        for var in crate::delivery::missing_environment(d) {
+            problems.push(Problem {
+                key: key("headers"),
+                line: None,
+                message: format!(
+                    "the environment variable {var} is not set: its deliveries would wait until it is"
+                ),
+            });
+        }
+    }
     problems
 }
 

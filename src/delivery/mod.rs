@@ -21,7 +21,7 @@ use crate::registry::{
     Attempted, CircuitState, Claimed, DeliveryState, Gate, Policy, Registry, RegistryError,
 };
 
-pub use send::COMMAND_REFUSED;
+pub use send::{missing_environment, COMMAND_REFUSED};
 
 /// Rows claimed at once: few, so that an opening circuit leaves most of them unsent and
 /// unclaimed, and a deliverer that dies holds few leases.

@@ -201,6 +201,10 @@ pub struct Snapshot {
     /// (partner, where its delivery stands, count) of documents someone or something must
     /// still act on: held (an operator), parked (their original), pending (being written).
     pub documents_open: Vec<(String, super::Delivery, u64)>,
+    /// (destination, state, count) of the outbox.
+    pub deliveries: Vec<(String, super::DeliveryState, u64)>,
+    /// (destination, state) of each circuit that was ever moved.
+    pub circuits: Vec<(String, super::CircuitState)>,
 }
 
 /// Filters for `history`; `None` matches everything.
@@ -1000,10 +1004,18 @@ impl Registry {
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
+        let deliveries = self.delivery_counts()?;
+        let circuits = self
+            .circuits()?
+            .into_iter()
+            .map(|(d, s, ..)| (d, s))
+            .collect();
         Ok(Snapshot {
             decisions,
             acks_sent,
             documents_open,
+            deliveries,
+            circuits,
             oldest_unfinished_ms: unfinished.iter().map(|(_, _, t)| *t).min(),
             unfinished: unfinished.into_iter().map(|(s, n, _)| (s, n)).collect(),
             last_received,
@@ -1046,11 +1058,20 @@ impl Registry {
                 }
                 tx.execute("DELETE FROM groups WHERE interchange_key = ?1", [&key])
                     .map_err(sql)?;
-                // Its documents go with it, unless an operator or an original still has to
-                // decide them.
+                // Its documents go with it, with their finished deliveries, unless an
+                // operator or an original still has to decide them, or a destination still
+                // has to take them (queued, retrying, dead): the outbox never loses a row.
+                tx.execute(
+                    "DELETE FROM deliveries WHERE interchange_key = ?1 AND state = 'delivered'
+                     AND document_id IN (SELECT id FROM documents WHERE interchange_key = ?1
+                         AND delivery NOT IN ('held', 'parked', 'pending'))",
+                    [&key],
+                )
+                .map_err(sql)?;
                 tx.execute(
                     "DELETE FROM documents WHERE interchange_key = ?1
-                     AND delivery NOT IN ('held', 'parked', 'pending')",
+                     AND delivery NOT IN ('held', 'parked', 'pending')
+                     AND id NOT IN (SELECT document_id FROM deliveries)",
                     [&key],
                 )
                 .map_err(sql)?;

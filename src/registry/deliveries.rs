@@ -133,6 +133,12 @@ pub struct DeliveryRow {
     pub claimed_by: Option<String>,
 }
 
+/// A circuit as `circuit_gate` reads it: state, open until, prober, probe expiry.
+type CircuitRow = (CircuitState, Option<i64>, Option<String>, Option<i64>);
+
+/// A circuit as `circuits` lists it: destination, state, failures in a row, open until.
+pub type Circuit = (String, CircuitState, u32, Option<i64>);
+
 /// Which dead deliveries `retry` puts back.
 pub enum Retry<'a> {
     Key(&'a str),
@@ -441,7 +447,7 @@ impl Registry {
     ) -> Result<Gate, RegistryError> {
         self.batch(|b| {
             let now = now_ms();
-            let found: Option<(CircuitState, Option<i64>, Option<String>, Option<i64>)> =
+            let found: Option<CircuitRow> =
                 b.tx.prepare_cached(
                     "SELECT state, open_until, probe_owner, probe_expires FROM circuits
                      WHERE destination = ?1",
@@ -542,7 +548,7 @@ impl Registry {
     }
 
     /// Each destination's circuit: (destination, state, consecutive failures, open until).
-    pub fn circuits(&self) -> Result<Vec<(String, CircuitState, u32, Option<i64>)>, RegistryError> {
+    pub fn circuits(&self) -> Result<Vec<Circuit>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -688,4 +694,248 @@ fn move_circuit(
     )?
     .execute(params![destination, next, failures, open_until, now])?;
     Ok((next != state).then_some(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Identity;
+
+    fn registry() -> Registry {
+        Registry::in_memory(Identity {
+            qualifier: "ZZ",
+            id: "US",
+        })
+    }
+
+    fn queue(r: &mut Registry, document_id: i64, key: &str) {
+        r.batch(|b| {
+            b.queue_delivery(&Queue {
+                document_id,
+                key,
+                destination: "erp",
+                partner: "ZZ:ACME",
+                interchange_key: "ZZ:ACME:000000001",
+                correlation_id: "ZZ:ACME:000000001",
+                file: "/nowhere",
+                queued_by: "p1",
+            })
+        })
+        .unwrap();
+    }
+
+    const POLICY: Policy = Policy {
+        max_attempts: 3,
+        max_age_ms: 3_600_000,
+        circuit_failures: 2,
+        cooldown_ms: 60_000,
+    };
+
+    fn failed() -> Attempted {
+        Attempted::Failed {
+            status: "503".into(),
+            error: "busy".into(),
+        }
+    }
+
+    fn claim(r: &mut Registry, owner: &str) -> Vec<Claimed> {
+        r.claim_deliveries("erp", owner, 60_000, 10, i64::MAX, None, &|_| false)
+            .unwrap()
+    }
+
+    fn state(r: &Registry, key: &str) -> (DeliveryState, u32) {
+        let row = r.deliveries(None, None, Some(key)).unwrap().remove(0);
+        (row.state, row.attempts)
+    }
+
+    #[test]
+    fn a_row_is_claimed_by_one_deliverer_and_recorded_only_under_its_lease() {
+        let mut r = registry();
+        queue(&mut r, 1, "K1");
+        // Queued twice (a takeover of the interchange): one row.
+        queue(&mut r, 1, "K1");
+        let mine = claim(&mut r, "a");
+        assert_eq!(mine.len(), 1);
+        assert!(claim(&mut r, "b").is_empty(), "leased to a");
+        // Another deliverer's outcome is refused: the fence.
+        let ok = Attempted::Delivered {
+            status: "200".into(),
+            result_ref: Some("SO-1".into()),
+        };
+        assert_eq!(
+            r.record_attempt(&mine[0], "b", &ok, 5, POLICY, 10).unwrap(),
+            None
+        );
+        let done = r
+            .record_attempt(&mine[0], "a", &ok, 5, POLICY, 10)
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.state, DeliveryState::Delivered);
+        assert_eq!(state(&r, "K1"), (DeliveryState::Delivered, 1));
+        assert!(
+            claim(&mut r, "b").is_empty(),
+            "delivered rows are never claimed"
+        );
+        // A dead owner's lease is taken over at once.
+        queue(&mut r, 2, "K2");
+        assert_eq!(claim(&mut r, "dead").len(), 1);
+        let taken = r
+            .claim_deliveries("erp", "b", 60_000, 10, i64::MAX, None, &|o| o == "dead")
+            .unwrap();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].key, "K2");
+    }
+
+    #[test]
+    fn failures_are_retried_until_max_attempts_then_dead_and_a_retry_puts_them_back() {
+        let mut r = registry();
+        queue(&mut r, 1, "K1");
+        for attempt in 1..=3u32 {
+            let c = claim(&mut r, "a");
+            assert_eq!(c.len(), 1, "attempt {attempt}");
+            let rec = r
+                .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            let want = if attempt < 3 {
+                DeliveryState::Retrying
+            } else {
+                DeliveryState::Dead
+            };
+            assert_eq!((rec.state, rec.attempts), (want, attempt));
+        }
+        assert!(
+            claim(&mut r, "a").is_empty(),
+            "dead rows wait for an operator"
+        );
+        assert_eq!(r.retry_deliveries(&Retry::Key("K1")).unwrap(), 1);
+        assert_eq!(state(&r, "K1"), (DeliveryState::Queued, 0));
+        assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), 0);
+        // A refusal is dead at once.
+        let c = claim(&mut r, "a");
+        let refused = Attempted::Refused {
+            status: "400".into(),
+            error: "bad".into(),
+        };
+        let rec = r
+            .record_attempt(&c[0], "a", &refused, 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!((rec.state, rec.attempts), (DeliveryState::Dead, 1));
+    }
+
+    #[test]
+    fn a_retry_waits_for_its_time_and_an_old_delivery_dies_on_its_next_failure() {
+        let mut r = registry();
+        queue(&mut r, 1, "K1");
+        let c = claim(&mut r, "a");
+        r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 3_600_000)
+            .unwrap();
+        assert!(claim(&mut r, "a").is_empty(), "not due for an hour");
+        // Past max_age: the next failure is its last.
+        r.conn
+            .execute("UPDATE deliveries SET next_at = 0, created = 0", [])
+            .unwrap();
+        let c = claim(&mut r, "a");
+        let rec = r
+            .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.state, DeliveryState::Dead);
+    }
+
+    #[test]
+    fn the_circuit_opens_after_failures_in_a_row_and_lets_one_probe_through() {
+        let mut r = registry();
+        for id in 1..=4 {
+            queue(&mut r, id, &format!("K{id}"));
+        }
+        let gate = |r: &mut Registry, owner: &str| {
+            r.circuit_gate("erp", owner, 60_000, &|_| false).unwrap()
+        };
+        assert_eq!(gate(&mut r, "a"), Gate::Closed);
+        let c = claim(&mut r, "a");
+        let first = r
+            .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.circuit, None, "one failure is not an outage");
+        let second = r
+            .record_attempt(&c[1], "a", &failed(), 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.circuit, Some(CircuitState::Open));
+        assert!(matches!(gate(&mut r, "a"), Gate::Wait { .. }));
+        // Cooled down: exactly one process wins the probe.
+        r.conn
+            .execute("UPDATE circuits SET open_until = 0", [])
+            .unwrap();
+        assert_eq!(gate(&mut r, "a"), Gate::Probe);
+        assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
+        // The probe fails: open again for a cool-down.
+        r.unclaim_deliveries("a", &[c[2].id, c[3].id]).unwrap();
+        let probe = claim(&mut r, "a");
+        let again = r
+            .record_attempt(&probe[0], "a", &failed(), 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.circuit, Some(CircuitState::Open));
+        assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
+        // A prober that died is replaced; a successful probe closes the circuit.
+        r.conn
+            .execute("UPDATE circuits SET open_until = 0", [])
+            .unwrap();
+        assert_eq!(gate(&mut r, "gone"), Gate::Probe);
+        assert_eq!(
+            r.circuit_gate("erp", "b", 60_000, &|o| o == "gone")
+                .unwrap(),
+            Gate::Probe
+        );
+        let probe = r
+            .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+            .unwrap();
+        let ok = Attempted::Delivered {
+            status: "200".into(),
+            result_ref: None,
+        };
+        let closed = r
+            .record_attempt(&probe[0], "b", &ok, 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(closed.circuit, Some(CircuitState::Closed));
+        assert_eq!(gate(&mut r, "a"), Gate::Closed);
+    }
+
+    #[test]
+    fn the_result_ref_is_kept_on_the_document_and_confirm_sets_it() {
+        let mut r = registry();
+        r.conn
+            .execute(
+                "INSERT INTO documents (id, key, subject, partner, set_id, role, fingerprint,
+                     interchange_key, position, st02, disposition, delivery, by, seen)
+                 VALUES (7, 'K', 'S', 'ZZ:ACME', '850', 'original', 'f', 'ZZ:ACME:000000001',
+                     '0.0', '0001', 'new', 'delivered', 'x', 0)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(r.result_ref("K").unwrap(), None);
+        assert_eq!(r.confirm("unknown", "X").unwrap(), None);
+        assert_eq!(r.confirm("K", "SO-1").unwrap(), Some(None));
+        assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-1"));
+        assert_eq!(r.confirm("K", "SO-2").unwrap(), Some(Some("SO-1".into())));
+        // A reference from a destination's answer never replaces a confirmed one.
+        queue(&mut r, 7, "K");
+        let c = claim(&mut r, "a");
+        let ok = Attempted::Delivered {
+            status: "200".into(),
+            result_ref: Some("SO-9".into()),
+        };
+        r.record_attempt(&c[0], "a", &ok, 5, POLICY, 0).unwrap();
+        assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-2"));
+        // A huge or hostile reference is kept short and printable.
+        let long = format!("{}\u{1b}[31m", "x".repeat(10_000));
+        r.confirm("K", &long).unwrap();
+        let kept = r.result_ref("K").unwrap().unwrap();
+        assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
+    }
 }

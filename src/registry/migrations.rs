@@ -163,6 +163,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_due ON deliveries (destination, next_at)
         WHERE state IN ('queued', 'retrying');
     CREATE INDEX deliveries_key ON deliveries (key);
+    CREATE INDEX deliveries_interchange ON deliveries (interchange_key);
+    CREATE INDEX deliveries_document ON deliveries (document_id);
     CREATE TABLE circuits (
         destination   TEXT PRIMARY KEY,
         state         TEXT NOT NULL CHECK (state IN ('closed', 'open', 'probing')),

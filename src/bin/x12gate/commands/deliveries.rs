@@ -35,7 +35,7 @@ pub fn deliver(
     }
     .map_err(registry_failure)?;
     let left = open_rows(&registry)?;
-    summary(&done, left, json, out)?;
+    summary(&done, Some(left), json, out)?;
     Ok(exit::OK)
 }
 
@@ -51,7 +51,12 @@ fn open_rows(registry: &Registry) -> Result<u64, Failure> {
 }
 
 /// The counts of a pass, as one line (or one JSON object).
-pub fn summary(done: &Summary, left: u64, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+pub fn summary(
+    done: &Summary,
+    left: Option<u64>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
     if json {
         let mut v = serde_json::to_value(done).map_err(|e| Failure::Operational(e.into()))?;
         v["still_queued"] = left.into();
@@ -59,7 +64,7 @@ pub fn summary(done: &Summary, left: u64, json: bool, out: &mut impl Write) -> R
     } else {
         writeln!(
             out,
-            "deliveries: {} delivered, {} to retry, {} dead{}; {left} still queued or retrying",
+            "deliveries: {} delivered, {} to retry, {} dead{}{}",
             done.delivered,
             done.retrying,
             done.dead,
@@ -67,7 +72,9 @@ pub fn summary(done: &Summary, left: u64, json: bool, out: &mut impl Write) -> R
                 " (a destination's circuit is open, or its environment incomplete)"
             } else {
                 ""
-            }
+            },
+            left.map(|n| format!("; {n} still queued or retrying"))
+                .unwrap_or_default()
         )?;
     }
     Ok(())

@@ -38,7 +38,53 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
                 .map(|i| format!(" (first in {})", x12gate::text::printable(i)))
                 .unwrap_or_default()
         )?;
+        for r in s.deliveries.iter().filter(|r| r.key == d.key) {
+            writeln!(
+                out,
+                "    to {}: {} after {} attempt(s){}{}",
+                r.destination,
+                r.state,
+                r.attempts,
+                r.last_status
+                    .as_deref()
+                    .map(|st| format!(", last {}", x12gate::text::printable(st)))
+                    .unwrap_or_default(),
+                r.result_ref
+                    .as_deref()
+                    .map(|x| format!(", ref {}", x12gate::text::printable(x)))
+                    .unwrap_or_default()
+            )?;
+        }
     }
+    let l = &s.layers;
+    let acknowledged = l.acknowledged.as_ref().map_or("-".to_string(), |a| {
+        let acks: Vec<String> = a
+            .acks
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} ISA13 {} GS06 {}",
+                    k.kind,
+                    k.isa13.as_deref().unwrap_or("-"),
+                    k.gs06.join(",")
+                )
+            })
+            .collect();
+        format!("{} ({})", a.at, acks.join("; "))
+    });
+    writeln!(
+        out,
+        "  layers: received {}; acknowledged {acknowledged}; delivered {}/{}",
+        l.received.as_deref().unwrap_or("-"),
+        l.delivered
+            .iter()
+            .filter(|d| d.state == "delivered")
+            .count(),
+        l.delivered
+            .iter()
+            .filter(|d| d.destination.is_some())
+            .count()
+    )?;
     writeln!(out, "  history:")?;
     for e in &s.events {
         writeln!(out, "    {} {}", local_time(e.at_ms), e.event)?;

@@ -199,6 +199,15 @@ pub fn history(
         let time = chrono::DateTime::from_timestamp_millis(e.at_ms)
             .map(|t| t.to_rfc3339())
             .unwrap_or_default();
+        // A decision's line carries where its interchange stands now: received,
+        // acknowledged, delivered (with the business system's references).
+        let layers = match (&e.key, e.disposition) {
+            (Some(key), Some(_)) => Some(
+                x12gate::desk::layers(&registry, config, key)
+                    .map_err(|e| Failure::Operational(e.into()))?,
+            ),
+            _ => None,
+        };
         if json {
             let mut v: serde_json::Value =
                 serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
@@ -209,6 +218,20 @@ pub fn history(
                 o.insert("time".into(), time.into());
                 o.insert("event".into(), e.event.as_str().into());
                 o.insert("key".into(), e.key.clone().into());
+                if let Some(layers) = &layers {
+                    let refs: Vec<&str> = layers
+                        .delivered
+                        .iter()
+                        .filter_map(|d| d.result_ref.as_deref())
+                        .collect();
+                    if let [one] = refs.as_slice() {
+                        o.insert("result_ref".into(), (*one).into());
+                    }
+                    o.insert(
+                        "layers".into(),
+                        serde_json::to_value(layers).unwrap_or_default(),
+                    );
+                }
             }
             writeln!(out, "{v}")?;
         } else {
@@ -232,6 +255,9 @@ pub fn history(
                 line.push_str(&format!(" -> {placed}"));
             }
             line.push_str(&documents_of(&detail));
+            if let Some(layers) = &layers {
+                line.push_str(&delivered_of(layers));
+            }
             if let Some(reason) = field("reason") {
                 let code = field("reason_code")
                     .map(|c| format!("{c} "))
@@ -242,6 +268,33 @@ pub fn history(
         }
     }
     Ok(exit::OK)
+}
+
+/// Where a decision's documents stand now, in a few words (` delivered 2/3, ref SO-1042`).
+fn delivered_of(layers: &x12gate::desk::Layers) -> String {
+    const SHOWN: usize = 3;
+    let handed: Vec<&x12gate::desk::DeliveredLayer> = layers
+        .delivered
+        .iter()
+        .filter(|d| !matches!(d.state.as_str(), "none" | "discarded"))
+        .collect();
+    let done = handed.iter().filter(|d| d.state == "delivered").count();
+    let mut text = if handed.is_empty() {
+        String::new()
+    } else {
+        format!(" delivered {done}/{},", handed.len())
+    };
+    let refs: Vec<String> = layers
+        .delivered
+        .iter()
+        .filter_map(|d| d.result_ref.as_deref())
+        .take(SHOWN)
+        .map(|r| x12gate::text::printable(r).into_owned())
+        .collect();
+    if !refs.is_empty() {
+        text.push_str(&format!(" ref {}", refs.join(" ")));
+    }
+    text.trim_end_matches(',').to_string()
 }
 
 /// A decision's documents in a few words (` documents: KEY new, KEY duplicate`), or the
@@ -281,7 +334,22 @@ pub fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Fa
     let decisions = registry
         .decisions()
         .map_err(|e| Failure::Operational(e.into()))?;
+    let deliveries = registry.delivery_counts().map_err(registry_failure)?;
+    let circuits = registry.circuits().map_err(registry_failure)?;
+    let dead: u64 = deliveries
+        .iter()
+        .filter(|(_, s, _)| *s == x12gate::registry::DeliveryState::Dead)
+        .map(|(_, _, n)| n)
+        .sum();
     if json {
+        let outbox: Vec<serde_json::Value> = deliveries
+            .iter()
+            .map(|(d, s, n)| serde_json::json!({ "destination": d, "state": s, "count": n }))
+            .collect();
+        let circuits: Vec<serde_json::Value> = circuits
+            .iter()
+            .map(|(d, s, f, _)| serde_json::json!({ "destination": d, "state": s, "failures": f }))
+            .collect();
         let by: Vec<serde_json::Value> = rows
             .iter()
             .map(|(p, d, n)| serde_json::json!({ "partner": p, "disposition": d, "count": n }))
@@ -293,7 +361,14 @@ pub fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Fa
         writeln!(
             out,
             "{}",
-            serde_json::json!({ "interchanges": by, "decisions": decided, "rejected_backlog": backlog })
+            serde_json::json!({
+                "interchanges": by,
+                "decisions": decided,
+                "rejected_backlog": backlog,
+                "deliveries": outbox,
+                "dead_deliveries": dead,
+                "circuits": circuits,
+            })
         )?;
     } else {
         writeln!(out, "interchanges (one per key), by disposition:")?;
@@ -313,6 +388,19 @@ pub fn stats(config: &Config, json: bool, out: &mut impl Write) -> Result<u8, Fa
             "rejected backlog: {backlog} file(s) in {}",
             config.gateway.rejected.display()
         )?;
+        if !deliveries.is_empty() {
+            writeln!(out, "deliveries, by destination and state:")?;
+            for (d, s, n) in &deliveries {
+                writeln!(out, "  {d:<24} {s:<12} {n}")?;
+            }
+            for (d, s, f, _) in &circuits {
+                writeln!(out, "  circuit of {d}: {s} ({f} failure(s) in a row)")?;
+            }
+            writeln!(
+                out,
+                "dead-letter queue: {dead} (x12gate deliveries --state dead)"
+            )?;
+        }
     }
     Ok(exit::OK)
 }
