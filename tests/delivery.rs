@@ -1728,3 +1728,31 @@ fn watch_once_ends_with_its_inbox_while_the_erp_is_down() {
         &BTreeMap::from([(key("PO-14"), correlation(1401))]),
     );
 }
+
+/// A crash after the ERP booked the document and before its answer was recorded (the
+/// `deliver.sent` crash point): the next attempt sends it again under the same key, the
+/// ERP answers 409, and the booked order becomes the reference.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_between_sending_and_recording_is_resent_and_answered_409() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let file = gate.write("a.x12", &an_850(1501, &["PO-15"]));
+    let mut c = gate.command(&["process", "--json", &file.display().to_string()]);
+    c.env("FAILPOINTS", "deliver.sent=return");
+    let (status, stdout, stderr) = Gate::output(c);
+    assert!(
+        !status.success(),
+        "the crash point aborts: {stdout}{stderr}"
+    );
+    assert_eq!(erp.seen().len(), 1, "sent before the crash");
+    let rows = gate.deliveries(&[]);
+    assert_ne!(rows[0]["state"], "delivered", "{}", rows[0]);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let seen = erp.seen();
+    assert_eq!(seen.len(), 2, "sent once more");
+    assert_eq!(seen[1].status, 409);
+    let expected = BTreeMap::from([(key("PO-15"), correlation(1501))]);
+    check_requests(&seen, &expected);
+    check_booked_once(&gate, &erp, &expected);
+}
