@@ -108,6 +108,13 @@ impl<'c> Deliverer<'c> {
     ) -> Result<Summary, RegistryError> {
         let mut total = Summary::default();
         let started = crate::registry::now_ms();
+        // Nothing due: no transaction at all (an idle watcher passes every poll).
+        if registry
+            .next_delivery_due(scope.queued_by())?
+            .is_none_or(|next| next > started)
+        {
+            return Ok(total);
+        }
         for d in self
             .config
             .destinations
@@ -174,6 +181,9 @@ impl<'c> Deliverer<'c> {
                 &crate::owner::is_dead,
             )?;
             if claimed.is_empty() {
+                if gate == Gate::Probe {
+                    registry.abandon_probe(&d.name, &self.owner)?;
+                }
                 return Ok(summary);
             }
             let mut opened = false;
@@ -242,14 +252,13 @@ impl<'c> Deliverer<'c> {
         match recorded.circuit {
             Some(CircuitState::Open) => {
                 tracing::warn!(destination = %d.name, failures = d.circuit_failures, cooldown_ms = d.circuit_cooldown_ms, "circuit open: destination failing; deliveries wait, one probe per cool-down");
-                Ok(true)
             }
             Some(CircuitState::Closed) => {
                 tracing::warn!(destination = %d.name, "circuit closed: destination answering again");
-                Ok(false)
             }
-            _ => Ok(false),
+            _ => {}
         }
+        Ok(recorded.open)
     }
 
     /// Passes until nothing of `scope` is queued or retrying (or `deadline`, or `stop`),

@@ -97,6 +97,8 @@ pub struct Recorded {
     pub attempts: u32,
     /// The circuit's new state, when this attempt changed it.
     pub circuit: Option<CircuitState>,
+    /// Whether the circuit is open after it (by this attempt or another deliverer's).
+    pub open: bool,
 }
 
 /// Whether a destination may be sent to now.
@@ -408,7 +410,7 @@ impl Registry {
                 .and_then(|mut s| s.execute(params![c.document_id, reference]))
                 .map_err(|e| b.sql(e))?;
             }
-            let circuit =
+            let (now_state, circuit) =
                 move_circuit(&b.tx, &c.destination, outcome, policy, now).map_err(|e| b.sql(e))?;
             let detail = serde_json::json!({
                 "document": c.key,
@@ -432,6 +434,7 @@ impl Registry {
                 state,
                 attempts,
                 circuit,
+                open: now_state != CircuitState::Closed,
             }))
         })
     }
@@ -493,6 +496,20 @@ impl Registry {
             })
             .map_err(|e| b.sql(e))?;
             Ok(Gate::Probe)
+        })
+    }
+
+    /// Gives a won probe back unsent (nothing was due, or a stop): the circuit is open and
+    /// cooled down again, for the next deliverer to probe.
+    pub fn abandon_probe(&mut self, destination: &str, owner: &str) -> Result<(), RegistryError> {
+        self.batch(|b| {
+            b.tx.prepare_cached(
+                "UPDATE circuits SET state = 'open', probe_owner = NULL, probe_expires = NULL
+                 WHERE destination = ?1 AND state = 'probing' AND probe_owner = ?2",
+            )
+            .and_then(|mut s| s.execute(params![destination, owner]))
+            .map(drop)
+            .map_err(|e| b.sql(e))
         })
     }
 
@@ -654,14 +671,14 @@ impl Registry {
 
 /// The circuit after an attempt: a success (or a refusal, which the destination answered)
 /// closes it; a failure counts, and opens it at `circuit_failures` in a row, or again when
-/// it was the probe. Returns the new state when it changed.
+/// it was the probe. Returns the state after, and whether it changed.
 fn move_circuit(
     tx: &rusqlite::Connection,
     destination: &str,
     outcome: &Attempted,
     policy: Policy,
     now: i64,
-) -> rusqlite::Result<Option<CircuitState>> {
+) -> rusqlite::Result<(CircuitState, Option<CircuitState>)> {
     let (state, failures): (CircuitState, u32) = tx
         .prepare_cached("SELECT state, failures FROM circuits WHERE destination = ?1")?
         .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -693,7 +710,7 @@ fn move_circuit(
              changed = CASE WHEN state = ?2 THEN changed ELSE ?5 END",
     )?
     .execute(params![destination, next, failures, open_until, now])?;
-    Ok((next != state).then_some(next))
+    Ok((next, (next != state).then_some(next)))
 }
 
 #[cfg(test)]
