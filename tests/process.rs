@@ -407,8 +407,15 @@ fn the_same_file_twice_is_a_duplicate_that_replays_the_original_ack() {
     assert_eq!(r["disposition"], "duplicate", "{second}");
     assert_eq!(r["acks"], serde_json::json!([ack.display().to_string()]));
     assert_eq!(r["outputs"], serde_json::json!([]));
-    // The interchange is not processed again, so none of its documents is seen again.
-    assert_eq!(r["documents"], serde_json::json!([]), "{second}");
+    // The interchange is not processed again: its documents are reported as the
+    // original's, each a duplicate of it, with the business system's reference (none yet).
+    let again = r["documents"].as_array().expect("documents");
+    assert_eq!(again.len(), 1, "{second}");
+    assert_eq!(again[0]["key"], docs[0]["key"], "{second}");
+    assert_eq!(again[0]["disposition"], "duplicate", "{second}");
+    assert_eq!(again[0]["duplicate_of"], "ZZ:ACME:000000101", "{second}");
+    assert_eq!(again[0]["result_ref"], serde_json::Value::Null, "{second}");
+    assert!(again[0].get("output").is_none(), "nothing is written again: {second}");
     assert_eq!(
         fs::read(&ack).unwrap(),
         ack_bytes,
