@@ -2,6 +2,7 @@
 
 mod acks;
 mod cli;
+mod delivery;
 mod documents;
 mod fixtures;
 mod fuzz_corpus;
