@@ -128,6 +128,19 @@ pub struct DeliveredLayer {
     pub result_ref: Option<String>,
 }
 
+/// Our ISA13 and GS06s in an acknowledgment we sent.
+fn our_numbers(config: &Config, bytes: &[u8]) -> (Option<String>, Vec<String>) {
+    let ic = crate::x12::Interchanges::new(bytes, config.limits)
+        .flatten()
+        .next();
+    (
+        ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
+        ic.as_ref()
+            .map(|ic| ic.groups.iter().map(|g| g.gs.text(6).to_string()).collect())
+            .unwrap_or_default(),
+    )
+}
+
 fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339())
@@ -193,16 +206,11 @@ fn layers_of(
             .acks
             .iter()
             .map(|a| {
-                let ic = crate::x12::Interchanges::new(&a.bytes, config.limits)
-                    .flatten()
-                    .next();
+                let (isa13, gs06) = our_numbers(config, &a.bytes);
                 AckNumbers {
                     kind: a.kind.clone(),
-                    isa13: ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
-                    gs06: ic
-                        .as_ref()
-                        .map(|ic| ic.groups.iter().map(|g| g.gs.text(6).to_string()).collect())
-                        .unwrap_or_default(),
+                    isa13,
+                    gs06,
                 }
             })
             .collect(),
@@ -304,20 +312,15 @@ pub fn show(
         .acks
         .iter()
         .map(|a| {
-            let ic = crate::x12::Interchanges::new(&a.bytes, config.limits)
-                .flatten()
-                .next();
+            let (isa13, gs06) = our_numbers(config, &a.bytes);
             SentAck {
                 kind: a.kind.clone(),
                 name: Path::new(&a.path)
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                isa13: ic.as_ref().map(|ic| ic.isa.control_number().to_string()),
-                gs06: ic
-                    .as_ref()
-                    .map(|ic| ic.groups.iter().map(|g| g.gs.text(6).to_string()).collect())
-                    .unwrap_or_default(),
+                isa13,
+                gs06,
                 text: String::from_utf8_lossy(&a.bytes).into_owned(),
             }
         })

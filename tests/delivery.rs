@@ -1756,3 +1756,75 @@ fn a_crash_between_sending_and_recording_is_resent_and_answered_409() {
     check_requests(&seen, &expected);
     check_booked_once(&gate, &erp, &expected);
 }
+
+/// `history --json` and `show --json` keep the three layers apart, each with its time:
+/// received (claimed), acknowledged (our 997 and its numbers), delivered (destination,
+/// attempts, the ERP's reference).
+#[test]
+fn history_and_show_keep_received_acknowledged_and_delivered_apart() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let file = gate.write("a.x12", &an_850(301, &["PO-3001"]));
+    gate.process(&[], &[file]);
+    let order = erp.booked()[&key("PO-3001")].clone();
+    let accepted: Vec<Value> = lines(&gate.ok(&["history", "--json"]))
+        .into_iter()
+        .filter(|e| e["event"] == "accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "{accepted:?}");
+    let layers = &accepted[0]["layers"];
+    assert!(
+        layers["received"].as_str().is_some_and(|t| t.len() > 10),
+        "{layers}"
+    );
+    let ack = &layers["acknowledged"];
+    assert!(ack["at"].as_str().is_some(), "{layers}");
+    assert_eq!(ack["acks"][0]["kind"], "997", "{layers}");
+    assert_eq!(
+        ack["acks"][0]["isa13"], "000000001",
+        "our first ISA13: {layers}"
+    );
+    let delivered = layers["delivered"].as_array().expect("delivered");
+    assert_eq!(delivered.len(), 1, "{layers}");
+    assert_eq!(delivered[0]["document"], key("PO-3001"));
+    assert_eq!(delivered[0]["destination"], "erp");
+    assert_eq!(delivered[0]["state"], "delivered");
+    assert_eq!(delivered[0]["attempts"], 1);
+    assert_eq!(delivered[0]["result_ref"], order.as_str());
+    assert!(delivered[0]["at"].as_str().is_some(), "{layers}");
+    assert_eq!(accepted[0]["result_ref"], order.as_str());
+    let shown: Value = serde_json::from_str(&gate.ok(&["show", "ZZ:ACME:301", "--json"])).unwrap();
+    assert_eq!(&shown["layers"], layers);
+    let text = gate.ok(&["show", "ZZ:ACME:301"]);
+    assert!(
+        text.contains(&format!(
+            "to erp: delivered after 1 attempt(s), last 200, ref {order}"
+        )),
+        "{text}"
+    );
+}
+
+/// Deliveries queued for a destination that partners.toml no longer declares are never
+/// sent and never lost: `deliver` says so at error level, and they wait until it is back.
+#[test]
+fn deliveries_for_a_destination_no_longer_declared_wait_and_are_named() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let file = gate.write("a.x12", &an_850(311, &["PO-3101"]));
+    gate.process(&["--no-deliver"], &[file]);
+    let config = gate.root().join("partners.toml");
+    let declared = fs::read_to_string(&config).unwrap();
+    fs::write(&config, declared.replace("\"erp\"", "\"erp2\"")).unwrap();
+    let (status, _, stderr) = gate.run(&["deliver"]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no longer declares") && stderr.contains("destination=erp "),
+        "{stderr}"
+    );
+    assert!(erp.seen().is_empty(), "sent to a destination that is gone");
+    assert_eq!(gate.deliveries(&["--state", "queued"]).len(), 1);
+    fs::write(&config, declared).unwrap();
+    gate.ok(&["deliver"]);
+    assert_eq!(gate.deliveries(&["--state", "delivered"]).len(), 1);
+    assert_eq!(erp.booked().len(), 1);
+}

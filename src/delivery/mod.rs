@@ -98,6 +98,22 @@ impl<'c> Deliverer<'c> {
             .any(|d| !d.is_out(&config.gateway.out))
     }
 
+    /// Says (at error level) which queued or retrying deliveries no configured destination
+    /// will send: their destination was renamed or removed from `partners.toml`.
+    pub fn warn_unconfigured(&self, registry: &Registry) -> Result<(), RegistryError> {
+        for (name, state, n) in registry.delivery_counts()? {
+            let open = matches!(state, DeliveryState::Queued | DeliveryState::Retrying);
+            let sent = self
+                .config
+                .destination(&name)
+                .is_some_and(|d| !d.is_out(&self.config.gateway.out));
+            if open && !sent {
+                tracing::error!(destination = %name, %state, deliveries = n, "deliveries wait for a destination that partners.toml no longer declares; declare it again (or x12gate deliveries lists them)");
+            }
+        }
+        Ok(())
+    }
+
     /// One pass: every row of `scope` due now is attempted at most once, destination by
     /// destination, unless `stop` says to stop or a circuit opens.
     pub fn pass(
@@ -340,6 +356,9 @@ impl Background {
             .spawn(move || {
                 let mut registry = registry;
                 let deliverer = Deliverer::new(&config, &owner);
+                if let Err(e) = deliverer.warn_unconfigured(&registry) {
+                    tracing::error!(error = %e, "deliveries: registry error");
+                }
                 let stopped = || stopping.load(std::sync::atomic::Ordering::Relaxed);
                 while !stopped() {
                     if let Err(e) = deliverer.pass(&mut registry, Scope::All, &stopped) {

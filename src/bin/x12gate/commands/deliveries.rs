@@ -26,6 +26,9 @@ pub fn deliver(
     let stopped = || options.stop.abandoned();
     let owner = x12gate::owner::Owner::current().id();
     let deliverer = Deliverer::new(config, &owner);
+    deliverer
+        .warn_unconfigured(&registry)
+        .map_err(registry_failure)?;
     let done = if drain {
         let deadline =
             timeout.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
