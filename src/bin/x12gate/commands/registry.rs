@@ -255,6 +255,17 @@ pub fn history(
                 line.push_str(&format!(" -> {placed}"));
             }
             line.push_str(&documents_of(&detail));
+            if e.event == x12gate::registry::EventKind::DeliveryAttempt {
+                // ` to erp: 503, retrying (attempt 2, 12 ms)`
+                line.push_str(&format!(
+                    " to {}: {}, {} (attempt {}, {} ms)",
+                    field("destination").unwrap_or_default(),
+                    field("status").unwrap_or_default(),
+                    field("state").unwrap_or_default(),
+                    detail["attempt"],
+                    detail["duration_ms"]
+                ));
+            }
             if let Some(layers) = &layers {
                 line.push_str(&delivered_of(layers));
             }
