@@ -154,6 +154,8 @@ struct RawDestination {
     circuit_failures: u32,
     #[serde(default = "destination_defaults::circuit_cooldown_ms")]
     circuit_cooldown_ms: u64,
+    #[serde(default = "destination_defaults::concurrency")]
+    concurrency: usize,
 }
 
 mod destination_defaults {
@@ -177,6 +179,9 @@ mod destination_defaults {
     }
     pub fn circuit_cooldown_ms() -> u64 {
         30_000
+    }
+    pub fn concurrency() -> usize {
+        4
     }
 }
 
@@ -204,6 +209,8 @@ pub struct Destination {
     pub circuit_failures: u32,
     /// ...for this long; then one probe per cool-down until one succeeds.
     pub circuit_cooldown_ms: u64,
+    /// Requests in flight at once, per deliverer.
+    pub concurrency: usize,
 }
 
 /// How a destination is reached.
@@ -227,6 +234,9 @@ pub enum HeaderValue {
     Literal(String),
     Env(String),
 }
+
+/// Requests in flight at once to one destination, per deliverer: each is a thread.
+const MAX_CONCURRENCY: usize = 64;
 
 /// Headers that carry secrets: their values must come from the environment.
 const SECRET_HEADERS: &[&str] = &[
@@ -350,10 +360,17 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
         ("timeout_ms", raw.timeout_ms),
         ("max_attempts", u64::from(raw.max_attempts)),
         ("circuit_failures", u64::from(raw.circuit_failures)),
+        ("concurrency", raw.concurrency as u64),
     ] {
         if value == 0 {
             return Err(at(key, "expected 1 or more".into()));
         }
+    }
+    if raw.concurrency > MAX_CONCURRENCY {
+        return Err(at(
+            "concurrency",
+            format!("{}: at most {MAX_CONCURRENCY}", raw.concurrency),
+        ));
     }
     Ok(Destination {
         name: raw.name,
@@ -367,6 +384,7 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
         backoff_max_ms: raw.backoff_max_ms.max(raw.backoff_ms),
         circuit_failures: raw.circuit_failures,
         circuit_cooldown_ms: raw.circuit_cooldown_ms,
+        concurrency: raw.concurrency,
     })
 }
 

@@ -1017,8 +1017,10 @@ fn retry_all_dead_puts_back_every_dead_delivery_and_only_those() {
 fn sigkills_of_watch_during_deliveries_book_each_document_once() {
     let erp = Erp::start(Mode::Slow(Duration::from_millis(30)));
     let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "2000")]));
-    let (files, expected) = load(&gate, 3000, 50, |_| 4);
-    assert_eq!(expected.len(), 200);
+    // Four requests in flight at once (the default concurrency): 800 documents outlast
+    // the twenty lives.
+    let (files, expected) = load(&gate, 3000, 200, |_| 4);
+    assert_eq!(expected.len(), 800);
     new_documents(&gate.process(&["--no-deliver"], &files));
     // Each round waits for the watcher's first request (its start takes a few hundred ms),
     // then kills it 0 to 400 ms later: inside the ERP's 30 ms (booked, not yet answered) or
@@ -1030,7 +1032,7 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
         wait_for(
             Duration::from_secs(20),
             &format!("round {round}: the watcher's first request"),
-            || erp.seen().len() > before || gate.deliveries(&["--state", "delivered"]).len() == 200,
+            || erp.seen().len() > before || gate.deliveries(&["--state", "delivered"]).len() == 800,
             || watch.log(),
         );
         std::thread::sleep(Duration::from_millis((round * 149) % 401));

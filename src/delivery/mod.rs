@@ -176,16 +176,17 @@ impl<'c> Deliverer<'c> {
             }
             let gate =
                 registry.circuit_gate(&d.name, &self.owner, probe_ms, &crate::owner::is_dead)?;
-            let limit = match gate {
-                Gate::Closed => CLAIM,
-                Gate::Probe => 1,
+            let (limit, wave) = match gate {
+                Gate::Closed => (CLAIM.max(d.concurrency), d.concurrency.max(1)),
+                Gate::Probe => (1, 1),
                 Gate::Wait { .. } => {
                     summary.waiting += 1;
                     return Ok(summary);
                 }
             };
-            let lease =
-                ms((d.timeout_ms.saturating_add(LEASE_MARGIN_MS)).saturating_mul(limit as u64));
+            // Sent `wave` at a time: the last wave's rows wait for the ones before.
+            let waves = limit.div_ceil(wave) as u64;
+            let lease = ms((d.timeout_ms.saturating_add(LEASE_MARGIN_MS)).saturating_mul(waves));
             let claimed: Vec<Claimed> = registry.claim_deliveries(
                 &d.name,
                 &self.owner,
@@ -204,12 +205,17 @@ impl<'c> Deliverer<'c> {
             }
             let mut opened = false;
             let mut left = Vec::new();
-            for c in &claimed {
+            for chunk in claimed.chunks(wave) {
                 if opened || stop() {
-                    left.push(c.id);
+                    left.extend(chunk.iter().map(|c| c.id));
                     continue;
                 }
-                opened = self.attempt(registry, d, c, &mut summary)?;
+                let sent = self.send_all(d, chunk);
+                // Sent, not recorded: the next attempt sends them again with the same keys.
+                fail::fail_point!("deliver.sent", |_| std::process::abort());
+                for (c, (outcome, took)) in chunk.iter().zip(sent) {
+                    opened |= self.record(registry, d, c, &outcome, took, &mut summary)?;
+                }
             }
             if !left.is_empty() {
                 registry.unclaim_deliveries(&self.owner, &left)?;
@@ -220,19 +226,52 @@ impl<'c> Deliverer<'c> {
         }
     }
 
-    /// One attempt at `c`, recorded; whether it opened the circuit.
-    fn attempt(
+    /// One attempt at each of `claimed`, at once (each on a thread of its own): what came
+    /// back and how long it took, in order.
+    fn send_all(&self, d: &Destination, claimed: &[Claimed]) -> Vec<(Attempted, u64)> {
+        let one = |c: &Claimed| {
+            let began = Instant::now();
+            let outcome = send::send(&self.agent, d, c, &self.owner);
+            (
+                outcome,
+                u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+            )
+        };
+        if let [c] = claimed {
+            return vec![one(c)];
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = claimed
+                .iter()
+                .map(|c| scope.spawn(move || one(c)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        (
+                            Attempted::Failed {
+                                status: "panic".into(),
+                                error: "the sending thread panicked".into(),
+                            },
+                            0,
+                        )
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Records the attempt at `c`; whether the circuit is open after it.
+    fn record(
         &self,
         registry: &mut Registry,
         d: &Destination,
         c: &Claimed,
+        outcome: &Attempted,
+        took: u64,
         summary: &mut Summary,
     ) -> Result<bool, RegistryError> {
-        let began = Instant::now();
-        let outcome = send::send(&self.agent, d, c, &self.owner);
-        let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
-        // Sent, not recorded: the next attempt sends it again with the same key.
-        fail::fail_point!("deliver.sent", |_| std::process::abort());
         let policy = Policy {
             max_attempts: d.max_attempts,
             max_age_ms: i64::from(d.max_age_hours).saturating_mul(3_600_000),
@@ -241,14 +280,14 @@ impl<'c> Deliverer<'c> {
         };
         let retry_in = retry_delay(d, c.attempts.saturating_add(1));
         let Some(recorded) =
-            registry.record_attempt(c, &self.owner, &outcome, took, policy, retry_in)?
+            registry.record_attempt(c, &self.owner, outcome, took, policy, retry_in)?
         else {
             tracing::warn!(document = %crate::text::printable(&c.key), destination = %d.name, "delivery taken over by another deliverer while being sent; its outcome is theirs to record");
             summary.lost += 1;
             return Ok(false);
         };
         let key = crate::text::printable(&c.key);
-        match (&outcome, recorded.state) {
+        match (outcome, recorded.state) {
             (Attempted::Delivered { status, result_ref }, _) => {
                 summary.delivered += 1;
                 tracing::info!(document = %key, destination = %d.name, %status, result_ref = result_ref.as_deref().unwrap_or("-"), attempts = recorded.attempts, took_ms = took, "delivered");
@@ -420,6 +459,7 @@ mod tests {
             backoff_max_ms,
             circuit_failures: 5,
             circuit_cooldown_ms: 30_000,
+            concurrency: 1,
         }
     }
 
