@@ -238,6 +238,17 @@ pub enum HeaderValue {
 /// Requests in flight at once to one destination, per deliverer: each is a thread.
 const MAX_CONCURRENCY: usize = 64;
 
+/// Headers x12gate sets itself: a destination's own value would send every document under
+/// one key, or with a wrong length.
+const RESERVED_HEADERS: &[&str] = &[
+    "idempotency-key",
+    "x-correlation-id",
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+];
+
 /// Headers that carry secrets: their values must come from the environment.
 const SECRET_HEADERS: &[&str] = &[
     "authorization",
@@ -313,6 +324,12 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
                 {
                     return Err(at("headers", format!("{name:?}: not a header name")));
                 }
+                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                    return Err(at(
+                        "headers",
+                        format!("{name}: x12gate sets this header itself (the document's key, its correlation id, its length)"),
+                    ));
+                }
                 let value = match value.strip_prefix("env:") {
                     Some(var) if !var.is_empty() => HeaderValue::Env(var.to_string()),
                     _ if SECRET_HEADERS.contains(&name.to_ascii_lowercase().as_str()) => {
@@ -361,6 +378,7 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
         ("max_attempts", u64::from(raw.max_attempts)),
         ("circuit_failures", u64::from(raw.circuit_failures)),
         ("concurrency", raw.concurrency as u64),
+        ("max_age_hours", u64::from(raw.max_age_hours)),
     ] {
         if value == 0 {
             return Err(at(key, "expected 1 or more".into()));

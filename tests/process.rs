@@ -1290,7 +1290,7 @@ mod crash {
     /// until the claim is in the registry and its lease has expired, and returns the child.
     fn stalled_owner(gate: &Gate, file: &Path) -> Child {
         let child = gate
-            .process_command(&gate.config, &[], Some("claim.after=sleep(4000)"), &[file])
+            .process_command(&gate.config, &[], Some("claim.after=sleep(8000)"), &[file])
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);

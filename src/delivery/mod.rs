@@ -79,6 +79,8 @@ pub struct Deliverer<'c> {
     config: &'c Config,
     owner: String,
     agent: ureq::Agent,
+    /// Destinations already said to lack environment variables (said once, not per pass).
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl<'c> Deliverer<'c> {
@@ -87,7 +89,45 @@ impl<'c> Deliverer<'c> {
             config,
             owner: owner.to_string(),
             agent: ureq::AgentBuilder::new().redirects(0).build(),
+            warned: std::sync::Mutex::default(),
         }
+    }
+
+    /// The destinations this deliverer can send to: declared, not `out/` itself, and with
+    /// every environment variable their headers need (one that lacks some is said once).
+    fn sendable(&self) -> Vec<&'c Destination> {
+        let config: &'c Config = self.config;
+        config
+            .destinations
+            .iter()
+            .filter(|d| !d.is_out(&config.gateway.out))
+            .filter(|d| {
+                let missing = send::missing_environment(d);
+                if missing.is_empty() {
+                    return true;
+                }
+                if self
+                    .warned
+                    .lock()
+                    .map(|mut w| w.insert(d.name.clone()))
+                    .unwrap_or(true)
+                {
+                    tracing::error!(destination = %d.name, variables = ?missing, "not delivering: the environment lacks variables its headers need; its deliveries wait");
+                }
+                false
+            })
+            .collect()
+    }
+
+    /// When this deliverer next has something to send (of `scope`); `None`: nothing it can
+    /// send is queued (what is left waits for a destination it cannot reach).
+    pub fn next_due(
+        &self,
+        registry: &Registry,
+        scope: Scope<'_>,
+    ) -> Result<Option<i64>, RegistryError> {
+        let names: Vec<&str> = self.sendable().iter().map(|d| d.name.as_str()).collect();
+        registry.next_sendable(&names, scope.queued_by())
     }
 
     /// Whether any destination is reached through the outbox (not `out/` itself).
@@ -124,27 +164,16 @@ impl<'c> Deliverer<'c> {
     ) -> Result<Summary, RegistryError> {
         let mut total = Summary::default();
         let started = crate::registry::now_ms();
-        // Nothing due: no transaction at all (an idle watcher passes every poll).
-        if registry
-            .next_delivery_due(scope.queued_by())?
+        // Nothing it can send due: no transaction at all (an idle watcher passes every poll).
+        if self
+            .next_due(registry, scope)?
             .is_none_or(|next| next > started)
         {
             return Ok(total);
         }
-        for d in self
-            .config
-            .destinations
-            .iter()
-            .filter(|d| !d.is_out(&self.config.gateway.out))
-        {
+        for d in self.sendable() {
             if stop() {
                 break;
-            }
-            let missing = send::missing_environment(d);
-            if !missing.is_empty() {
-                tracing::error!(destination = %d.name, variables = ?missing, "not delivering: the environment lacks variables its headers need");
-                total.waiting += 1;
-                continue;
             }
             let s = self.destination(registry, d, scope, started, stop)?;
             total.add(&s);
@@ -205,12 +234,25 @@ impl<'c> Deliverer<'c> {
             }
             let mut opened = false;
             let mut left = Vec::new();
+            let one_wave = ms(d.timeout_ms.saturating_add(LEASE_MARGIN_MS));
             for chunk in claimed.chunks(wave) {
                 if opened || stop() {
                     left.extend(chunk.iter().map(|c| c.id));
                     continue;
                 }
-                let sent = self.send_all(d, chunk);
+                // Still ours, just before sending: a row whose lease ran out meanwhile (a
+                // stall) may be another deliverer's now, and is not sent twice at once.
+                let held = registry.renew_deliveries(
+                    &self.owner,
+                    &chunk.iter().map(|c| c.id).collect::<Vec<_>>(),
+                    one_wave,
+                )?;
+                let chunk: Vec<Claimed> = chunk
+                    .iter()
+                    .filter(|c| held.contains(&c.id))
+                    .cloned()
+                    .collect();
+                let sent = self.send_all(d, &chunk);
                 // Sent, not recorded: the next attempt sends them again with the same keys.
                 fail::fail_point!("deliver.sent", |_| std::process::abort());
                 for (c, (outcome, took)) in chunk.iter().zip(sent) {
@@ -293,13 +335,20 @@ impl<'c> Deliverer<'c> {
                 tracing::info!(document = %key, destination = %d.name, %status, result_ref = result_ref.as_deref().unwrap_or("-"), attempts = recorded.attempts, took_ms = took, "delivered");
             }
             (
-                Attempted::Refused { status, error } | Attempted::Failed { status, error },
+                Attempted::Refused { status, error }
+                | Attempted::Failed { status, error }
+                | Attempted::Unsent { status, error, .. },
                 DeliveryState::Dead,
             ) => {
                 summary.dead += 1;
                 tracing::error!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, "DEAD: delivery given up; x12gate deliveries retry KEY once the cause is fixed");
             }
-            (Attempted::Refused { status, error } | Attempted::Failed { status, error }, _) => {
+            (
+                Attempted::Refused { status, error }
+                | Attempted::Failed { status, error }
+                | Attempted::Unsent { status, error, .. },
+                _,
+            ) => {
                 summary.retrying += 1;
                 tracing::info!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, retry_in_ms = retry_in, "delivery failed; retrying");
             }
@@ -332,10 +381,12 @@ impl<'c> Deliverer<'c> {
             if stop() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(total);
             }
-            let Some(next) = registry.next_delivery_due(scope.queued_by())? else {
+            let Some(next) = self.next_due(registry, scope)? else {
                 return Ok(total);
             };
-            let wait = next.saturating_sub(crate::registry::now_ms()).clamp(5, 500);
+            let wait = next
+                .saturating_sub(crate::registry::now_ms())
+                .clamp(10, 500);
             let mut wait = Duration::from_millis(u64::try_from(wait).unwrap_or(500));
             if let Some(d) = deadline {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
@@ -403,9 +454,9 @@ impl Background {
                     if let Err(e) = deliverer.pass(&mut registry, Scope::All, &stopped) {
                         tracing::error!(error = %e, "deliveries: registry error; trying again");
                     }
-                    let next = registry.next_delivery_due(None).ok().flatten();
+                    let next = deliverer.next_due(&registry, Scope::All).ok().flatten();
                     let wait = next.map_or(poll, |n| {
-                        let ms = n.saturating_sub(crate::registry::now_ms()).clamp(5, 1_000);
+                        let ms = n.saturating_sub(crate::registry::now_ms()).clamp(10, 1_000);
                         Duration::from_millis(u64::try_from(ms).unwrap_or(1_000)).min(poll)
                     });
                     // Woken early by a nudge (a batch queued rows) or by the stop.

@@ -40,11 +40,24 @@ pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, owner: &str) -> A
     }
 }
 
-/// The document's file, which the round that queued it wrote: gone, it can never be sent.
+/// The document's file, which the round that queued it wrote: gone, it can never be sent;
+/// unreadable for another reason (no descriptors left, a disk error), it may be later.
 fn open(c: &Claimed) -> Result<(std::fs::File, u64), Attempted> {
-    let file = std::fs::File::open(&c.file).map_err(|e| Attempted::Refused {
-        status: "no file".into(),
-        error: format!("{}: {e}; the document's file is gone", c.file),
+    let file = std::fs::File::open(&c.file).map_err(|e| {
+        let gone = e.kind() == std::io::ErrorKind::NotFound;
+        Attempted::Unsent {
+            status: if gone { "no file" } else { "unreadable" }.into(),
+            error: format!(
+                "{}: {e}{}",
+                c.file,
+                if gone {
+                    "; the document's file is gone"
+                } else {
+                    ""
+                }
+            ),
+            permanent: gone,
+        }
     })?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     Ok((file, len))
@@ -84,7 +97,7 @@ fn http(
         .timeout(Duration::from_millis(d.timeout_ms))
         .set("Content-Type", "application/json")
         .set("Content-Length", &len.to_string())
-        .set("Idempotency-Key", &header_safe(&c.key))
+        .set("Idempotency-Key", &header_safe(&c.idempotency_key))
         .set("X-Correlation-Id", &header_safe(&c.correlation_id));
     for (name, value) in headers {
         let value = match value {
@@ -168,9 +181,10 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
         Err(refused) => return refused,
     };
     let Some((program, args)) = argv.split_first() else {
-        return Attempted::Refused {
+        return Attempted::Unsent {
             status: "no program".into(),
             error: "the destination names no program".into(),
+            permanent: true,
         };
     };
     use std::os::unix::process::CommandExt;
@@ -180,6 +194,7 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
         .process_group(0)
         .args(args)
         .env("X12GATE_DOCUMENT_KEY", &c.key)
+        .env("X12GATE_IDEMPOTENCY_KEY", &c.idempotency_key)
         .env("X12GATE_CORRELATION_ID", &c.correlation_id)
         .env("X12GATE_DESTINATION", &d.name)
         .stdin(std::process::Stdio::piped())
@@ -189,9 +204,10 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            return Attempted::Failed {
+            return Attempted::Unsent {
                 status: "spawn".into(),
                 error: format!("{program}: {e}"),
+                permanent: false,
             }
         }
     };
@@ -199,25 +215,17 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     // Fed and read on threads of their own: a program that writes much before it reads (or
-    // never reads) must not block us, nor we it.
-    let feeding = std::thread::spawn(move || {
+    // never reads) must not block us, nor we it. They are never joined: a process the
+    // program left behind out of its group (`setsid`) may hold the pipes open for ever, and
+    // the attempt ends at its deadline whatever they do.
+    std::thread::spawn(move || {
         if let Some(mut stdin) = stdin {
             let _ = std::io::copy(&mut file, &mut stdin);
             let _ = stdin.flush();
         }
     });
-    let reading = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = (&mut pipe).take(BODY_LIMIT).read_to_end(&mut kept);
-                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
-            }
-            kept
-        })
-    };
-    let out = reading(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = reading(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let out = Output::read(stdout.map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = Output::read(stderr.map(|p| Box::new(p) as Box<dyn Read + Send>));
     let deadline = Instant::now() + Duration::from_millis(d.timeout_ms);
     let status = loop {
         match child.try_wait() {
@@ -232,11 +240,11 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
             Err(_) => break None,
         }
     };
-    // The program is done; what it started and left behind goes with it.
+    // The program is done; what it started and left behind in its group goes with it.
     kill_group(&child);
-    let _ = feeding.join();
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
+    let grace = deadline.max(Instant::now() + Duration::from_millis(200));
+    let stdout = out.collect(grace);
+    let stderr = err.collect(grace);
     let said = excerpt(&stderr);
     let Some(status) = status else {
         return Attempted::Failed {
@@ -269,6 +277,47 @@ fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
     }
 }
 
+/// What a program writes on one of its pipes: the first [`BODY_LIMIT`] bytes, read on a
+/// thread of its own, and whether the pipe has ended.
+struct Output {
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+impl Output {
+    fn read(pipe: Option<Box<dyn Read + Send>>) -> Output {
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (end, ended) = std::sync::mpsc::channel();
+        let into = kept.clone();
+        std::thread::spawn(move || {
+            if let Some(mut pipe) = pipe {
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match pipe.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if let Ok(mut k) = into.lock() {
+                                let room = (BODY_LIMIT as usize).saturating_sub(k.len());
+                                k.extend_from_slice(chunk.get(..n.min(room)).unwrap_or_default());
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = end.send(());
+        });
+        Output { kept, ended }
+    }
+
+    /// What was read by the time the pipe ended, or `until` if it has not.
+    fn collect(self, until: Instant) -> Vec<u8> {
+        let _ = self
+            .ended
+            .recv_timeout(until.saturating_duration_since(Instant::now()));
+        self.kept.lock().map(|k| k.clone()).unwrap_or_default()
+    }
+}
+
 /// Kills the process group the program leads (gone already: nothing to do).
 fn kill_group(child: &std::process::Child) {
     if let Some(pid) = i32::try_from(child.id())
@@ -298,9 +347,10 @@ fn folder(path: Option<&Path>, c: &Claimed, owner: &str) -> Attempted {
         std::io::copy(&mut f, w).map(drop)
     };
     if !source.exists() {
-        return Attempted::Refused {
+        return Attempted::Unsent {
             status: "no file".into(),
             error: format!("{}: the document's file is gone", c.file),
+            permanent: true,
         };
     }
     match crate::outputs::write_many(&[(dir, name.as_str(), &copy)], owner) {

@@ -726,7 +726,10 @@ fn run_round(
     for (i, plan) in &plans {
         if matches!(plan, AfterClaim::Replay(_)) {
             // The sender of a resend learns what the first execution produced.
-            items[*i].report.documents = super::documents::replayed(registry, &items[*i].key)?;
+            match super::documents::replayed(registry, &items[*i].key) {
+                Ok(reports) => items[*i].report.documents = reports,
+                Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
+            }
         }
     }
     if !owned.is_empty() {

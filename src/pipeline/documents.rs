@@ -79,6 +79,31 @@ pub(super) struct Named {
     pub partner: String,
     pub interchange: String,
     pub correlation: String,
+    /// What its destination dedupes it by.
+    pub idempotency: String,
+}
+
+/// What a destination dedupes a sighting by: its document key, so that a resend is booked
+/// once; for a conflict an operator released, the key with the sighting's number, since its
+/// content is not the one booked under the key (sent with the key, a deduping ERP would
+/// answer 409 and the operator's decision would be lost).
+fn idempotency_key(key: &str, disposition: DocumentDisposition, sighting: i64) -> String {
+    if disposition == DocumentDisposition::Conflict {
+        format!("{key}.{sighting}")
+    } else {
+        key.to_string()
+    }
+}
+
+/// `QUAL:ID:ISA13` of an interchange key (whose scope may name the receiver too).
+fn correlation_of(interchange_key: &str) -> String {
+    match interchange_key.split_once('>') {
+        Some((sender, rest)) => rest.rsplit_once(':').map_or_else(
+            || interchange_key.to_string(),
+            |(_, n)| format!("{sender}:{n}"),
+        ),
+        None => interchange_key.to_string(),
+    }
 }
 
 /// A document's file name: its key's, or for a later sighting delivered too (a duplicate
@@ -189,6 +214,7 @@ pub(super) fn plan(
                     partner: partner.clone(),
                     interchange: it.key.clone(),
                     correlation: correlation.clone(),
+                    idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
                 });
                 planned.outputs.push(Output {
                     item,
@@ -225,7 +251,8 @@ pub(super) fn plan(
                     set: rel.set_id.clone(),
                     partner: partner.clone(),
                     interchange: rel.interchange_key.clone(),
-                    correlation: rel.interchange_key.clone(),
+                    correlation: correlation_of(&rel.interchange_key),
+                    idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
                 });
                 planned.outputs.push(Output {
                     item,
@@ -385,6 +412,7 @@ fn hand_over(
         b.queue_delivery(&Queue {
             document_id: n.id,
             key: &n.key,
+            idempotency_key: &n.idempotency,
             destination: &destination.name,
             partner: &n.partner,
             interchange_key: &n.interchange,
@@ -517,7 +545,8 @@ pub fn release(
             set: rel.set_id.clone(),
             partner: rel.partner.clone(),
             interchange: rel.interchange_key.clone(),
-            correlation: rel.interchange_key.clone(),
+            correlation: correlation_of(&rel.interchange_key),
+            idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
         })
         .collect();
     registry.batch(|b| {
@@ -555,4 +584,30 @@ pub fn discard(registry: &mut Registry, key: &str) -> Result<usize, ProcessError
         }
         Ok::<_, ProcessError>(n)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_conflict_is_sent_under_a_key_of_its_own() {
+        let k = "ZZ:ACME:850:PO-1:00:";
+        assert_eq!(idempotency_key(k, DocumentDisposition::New, 7), k);
+        assert_eq!(idempotency_key(k, DocumentDisposition::Duplicate, 7), k);
+        assert_eq!(idempotency_key(k, DocumentDisposition::Waiting, 7), k);
+        assert_eq!(
+            idempotency_key(k, DocumentDisposition::Conflict, 7),
+            "ZZ:ACME:850:PO-1:00:.7"
+        );
+    }
+
+    #[test]
+    fn the_correlation_id_of_a_key_names_the_sender_and_isa13() {
+        assert_eq!(correlation_of("ZZ:ACME:000000101"), "ZZ:ACME:000000101");
+        assert_eq!(
+            correlation_of("ZZ:ACME>ZZ:X12GATE:000000101"),
+            "ZZ:ACME:000000101"
+        );
+    }
 }

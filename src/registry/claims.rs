@@ -1051,6 +1051,19 @@ impl Registry {
         };
         let mut removed = Vec::new();
         for (key, partner, last_seen) in candidates {
+            // An interchange whose documents a destination has yet to take stays, so that
+            // a later prune finds them once delivered.
+            let open: i64 = tx
+                .query_row(
+                    "SELECT count(*) FROM deliveries WHERE interchange_key = ?1
+                     AND state != 'delivered'",
+                    [&key],
+                    |r| r.get(0),
+                )
+                .map_err(sql)?;
+            if open > 0 {
+                continue;
+            }
             if last_seen < now - i64::from(window_days(&partner)) * 86_400_000 {
                 for table in ["acks", "fingerprints"] {
                     tx.execute(&format!("DELETE FROM {table} WHERE key = ?1"), [&key])
@@ -1058,11 +1071,10 @@ impl Registry {
                 }
                 tx.execute("DELETE FROM groups WHERE interchange_key = ?1", [&key])
                     .map_err(sql)?;
-                // Its documents go with it, with their finished deliveries, unless an
-                // operator or an original still has to decide them, or a destination still
-                // has to take them (queued, retrying, dead): the outbox never loses a row.
+                // Its documents go with it, with their deliveries (all delivered), unless an
+                // operator or an original still has to decide them.
                 tx.execute(
-                    "DELETE FROM deliveries WHERE interchange_key = ?1 AND state = 'delivered'
+                    "DELETE FROM deliveries WHERE interchange_key = ?1
                      AND document_id IN (SELECT id FROM documents WHERE interchange_key = ?1
                          AND delivery NOT IN ('held', 'parked', 'pending'))",
                     [&key],

@@ -41,6 +41,9 @@ crate::words::words! {
 pub struct Queue<'a> {
     pub document_id: i64,
     pub key: &'a str,
+    /// What the destination dedupes by: the document key, or for a conflict an operator
+    /// released, the key with the sighting's number (its content is not the key's first).
+    pub idempotency_key: &'a str,
     pub destination: &'a str,
     pub partner: &'a str,
     pub interchange_key: &'a str,
@@ -57,6 +60,7 @@ pub struct Claimed {
     pub id: i64,
     pub document_id: i64,
     pub key: String,
+    pub idempotency_key: String,
     pub destination: String,
     pub partner: String,
     pub interchange_key: String,
@@ -79,6 +83,14 @@ pub enum Attempted {
     Refused { status: String, error: String },
     /// Failed in a way that may pass (5xx, a timeout, no connection): tried again.
     Failed { status: String, error: String },
+    /// Never reached the destination (its file gone or unreadable here, a program that
+    /// cannot start): dead at once when `permanent`, else tried again; either way the
+    /// destination's circuit is left as it is, since the destination was not asked.
+    Unsent {
+        status: String,
+        error: String,
+        permanent: bool,
+    },
 }
 
 /// The limits an outcome is judged by: the destination's settings.
@@ -133,6 +145,8 @@ pub struct DeliveryRow {
     pub delivered_ms: Option<i64>,
     /// The process sending it now, if any.
     pub claimed_by: Option<String>,
+    /// What it is sent with as `Idempotency-Key`.
+    pub idempotency_key: String,
 }
 
 /// A circuit as `circuit_gate` reads it: state, open until, prober, probe expiry.
@@ -161,8 +175,8 @@ impl Batch<'_> {
         self.tx
             .prepare_cached(
                 "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
-                     correlation_id, file, state, queued_by, next_at, created)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?9)
+                     correlation_id, file, state, queued_by, next_at, created, idempotency_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?9, ?10)
                  ON CONFLICT (document_id, destination) DO NOTHING",
             )
             .and_then(|mut s| {
@@ -175,7 +189,8 @@ impl Batch<'_> {
                     q.correlation_id,
                     q.file,
                     q.queued_by,
-                    now
+                    now,
+                    q.idempotency_key
                 ])
             })
             .map(drop)
@@ -198,7 +213,7 @@ fn result_ref(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<S
 }
 
 const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
-    correlation_id, file, attempts, created";
+    correlation_id, file, attempts, created, idempotency_key";
 
 fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -212,12 +227,13 @@ fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
         file: r.get(7)?,
         attempts: r.get(8)?,
         created_ms: r.get(9)?,
+        idempotency_key: r.get(10)?,
     })
 }
 
 const ROW: &str = "id, key, destination, partner, interchange_key, correlation_id, state,
     attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
-    owner";
+    owner, idempotency_key";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
     Ok(DeliveryRow {
@@ -238,6 +254,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
         last_ms: r.get(14)?,
         delivered_ms: r.get(15)?,
         claimed_by: r.get(16)?,
+        idempotency_key: r.get(17)?,
     })
 }
 
@@ -270,7 +287,7 @@ impl Registry {
                 .and_then(|mut s| {
                     s.query_map(
                         params![destination, now, queued_by, limit, due_ms.min(now)],
-                        |r| Ok((claimed(r)?, r.get(10)?)),
+                        |r| Ok((claimed(r)?, r.get(11)?)),
                     )?
                     .collect::<Result<Vec<_>, _>>()
                 })
@@ -303,7 +320,7 @@ impl Registry {
                         .and_then(|mut s| {
                             s.query_map(
                                 params![destination, due_ms.min(now), dead, queued_by, more],
-                                |r| Ok((claimed(r)?, r.get(10)?)),
+                                |r| Ok((claimed(r)?, r.get(11)?)),
                             )?
                             .collect::<Result<Vec<_>, _>>()
                         })
@@ -320,6 +337,78 @@ impl Registry {
             }
             Ok(found.into_iter().map(|(c, _)| c).collect())
         })
+    }
+
+    /// Extends `owner`'s lease of each of `ids` by `lease_ms`, just before they are sent;
+    /// returns those it still held (a row whose lease ran out may be another deliverer's
+    /// now, and is not sent again by this one).
+    pub fn renew_deliveries(
+        &mut self,
+        owner: &str,
+        ids: &[i64],
+        lease_ms: i64,
+    ) -> Result<Vec<i64>, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let mut held = Vec::new();
+            for id in ids {
+                let n =
+                    b.tx.prepare_cached(
+                        "UPDATE deliveries SET lease_expires = ?3
+                         WHERE id = ?1 AND owner = ?2 AND lease_expires > ?4
+                         AND state IN ('queued', 'retrying')",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![id, owner, now.saturating_add(lease_ms), now])
+                    })
+                    .map_err(|e| b.sql(e))?;
+                if n > 0 {
+                    held.push(*id);
+                }
+            }
+            Ok(held)
+        })
+    }
+
+    /// When each of `destinations` next has a row this deliverer could send (of
+    /// `queued_by`, when given): its retry time, or when another live deliverer's lease of
+    /// it ends, and never before the destination's circuit lets anything through.
+    pub fn next_sendable(
+        &self,
+        destinations: &[&str],
+        queued_by: Option<&str>,
+    ) -> Result<Option<i64>, RegistryError> {
+        let mut earliest: Option<i64> = None;
+        for d in destinations {
+            let due: Option<i64> = self
+                .conn
+                .prepare_cached(
+                    "SELECT MIN(CASE WHEN owner IS NOT NULL AND lease_expires > next_at
+                         THEN lease_expires ELSE next_at END)
+                     FROM deliveries WHERE destination = ?1 AND state IN ('queued', 'retrying')
+                     AND (?2 IS NULL OR queued_by = ?2)",
+                )
+                .and_then(|mut s| s.query_row(params![d, queued_by], |r| r.get(0)))
+                .map_err(|e| self.sql(e))?;
+            let Some(mut due) = due else { continue };
+            let gate: Option<(CircuitState, Option<i64>, Option<i64>)> = self
+                .conn
+                .prepare_cached(
+                    "SELECT state, open_until, probe_expires FROM circuits WHERE destination = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([d], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .map_err(|e| self.sql(e))?;
+            match gate {
+                Some((CircuitState::Open, until, _)) => due = due.max(until.unwrap_or(0)),
+                Some((CircuitState::Probing, _, expires)) => due = due.max(expires.unwrap_or(0)),
+                _ => {}
+            }
+            earliest = Some(earliest.map_or(due, |e| e.min(due)));
+        }
+        Ok(earliest)
     }
 
     /// Gives back deliveries claimed but not sent (a circuit opened, a stop).
@@ -361,10 +450,18 @@ impl Registry {
                     None,
                     result_ref.as_deref().map(kept),
                 ),
-                Attempted::Refused { status, error } => {
-                    (DeliveryState::Dead, status, Some(kept(error)), None)
-                }
-                Attempted::Failed { status, error } => (
+                Attempted::Refused { status, error }
+                | Attempted::Unsent {
+                    status,
+                    error,
+                    permanent: true,
+                } => (DeliveryState::Dead, status, Some(kept(error)), None),
+                Attempted::Failed { status, error }
+                | Attempted::Unsent {
+                    status,
+                    error,
+                    permanent: false,
+                } => (
                     if attempts >= policy.max_attempts || old {
                         DeliveryState::Dead
                     } else {
@@ -685,6 +782,20 @@ fn move_circuit(
         .optional()?
         .unwrap_or((CircuitState::Closed, 0));
     let (next, failures, open_until) = match outcome {
+        Attempted::Unsent { .. } => {
+            // Not the destination's doing: a probe that never went out gives the probe back.
+            let back = if state == CircuitState::Probing {
+                CircuitState::Open
+            } else {
+                state
+            };
+            tx.prepare_cached(
+                "UPDATE circuits SET state = ?2, probe_owner = NULL, probe_expires = NULL
+                 WHERE destination = ?1 AND state = 'probing'",
+            )?
+            .execute(params![destination, back])?;
+            return Ok((back, (back != state).then_some(back)));
+        }
         Attempted::Delivered { .. } | Attempted::Refused { .. } => (CircuitState::Closed, 0, None),
         Attempted::Failed { .. } => {
             let failures = failures.saturating_add(1);
@@ -736,6 +847,7 @@ mod tests {
                 correlation_id: "ZZ:ACME:000000001",
                 file: "/nowhere",
                 queued_by: "p1",
+                idempotency_key: key,
             })
         })
         .unwrap();
@@ -921,6 +1033,125 @@ mod tests {
             .unwrap();
         assert_eq!(closed.circuit, Some(CircuitState::Closed));
         assert_eq!(gate(&mut r, "a"), Gate::Closed);
+    }
+
+    #[test]
+    fn what_never_reached_the_destination_leaves_its_circuit_alone() {
+        let mut r = registry();
+        for id in 1..=3 {
+            queue(&mut r, id, &format!("K{id}"));
+        }
+        let c = claim(&mut r, "a");
+        r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+            .unwrap();
+        let gone = Attempted::Unsent {
+            status: "no file".into(),
+            error: "gone".into(),
+            permanent: true,
+        };
+        let rec = r
+            .record_attempt(&c[1], "a", &gone, 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (rec.state, rec.circuit, rec.open),
+            (DeliveryState::Dead, None, false)
+        );
+        // Still one failure in a row: the next opens it (circuit_failures = 2).
+        let rec = r
+            .record_attempt(&c[2], "a", &failed(), 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.circuit, Some(CircuitState::Open));
+        // A probe whose row was never sent gives the probe back, and a transient local
+        // failure is retried.
+        r.conn
+            .execute("UPDATE circuits SET open_until = 0", [])
+            .unwrap();
+        assert_eq!(
+            r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(),
+            Gate::Probe
+        );
+        r.conn
+            .execute("UPDATE deliveries SET next_at = 0", [])
+            .unwrap();
+        let probe = r
+            .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+            .unwrap();
+        let unreadable = Attempted::Unsent {
+            status: "unreadable".into(),
+            error: "EMFILE".into(),
+            permanent: false,
+        };
+        let rec = r
+            .record_attempt(&probe[0], "a", &unreadable, 5, POLICY, 0)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.state, DeliveryState::Retrying);
+        assert_eq!(
+            r.circuit_gate("erp", "b", 60_000, &|_| false).unwrap(),
+            Gate::Probe,
+            "the unsent probe was given back"
+        );
+    }
+
+    #[test]
+    fn a_lease_is_renewed_before_sending_only_while_it_is_still_held() {
+        let mut r = registry();
+        queue(&mut r, 1, "K1");
+        queue(&mut r, 2, "K2");
+        let c = claim(&mut r, "a");
+        let ids: Vec<i64> = c.iter().map(|c| c.id).collect();
+        assert_eq!(r.renew_deliveries("a", &ids, 60_000).unwrap(), ids);
+        // a stalled past its lease, and b took K2 over.
+        r.conn
+            .execute("UPDATE deliveries SET lease_expires = 0", [])
+            .unwrap();
+        let taken = r
+            .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+            .unwrap();
+        assert_eq!(taken.len(), 1);
+        assert!(r.renew_deliveries("a", &ids, 60_000).unwrap().is_empty());
+        assert_eq!(
+            r.renew_deliveries("b", &[taken[0].id], 60_000).unwrap(),
+            [taken[0].id]
+        );
+    }
+
+    #[test]
+    fn the_next_sendable_time_waits_for_leases_and_an_open_circuit() {
+        let mut r = registry();
+        assert_eq!(r.next_sendable(&["erp"], None).unwrap(), None);
+        queue(&mut r, 1, "K1");
+        let now = now_ms();
+        let due = r.next_sendable(&["erp"], None).unwrap().unwrap();
+        assert!(due <= now + 5, "queued now: due now");
+        assert_eq!(
+            r.next_sendable(&["other"], None).unwrap(),
+            None,
+            "not a destination we send to"
+        );
+        assert_eq!(
+            r.next_sendable(&["erp"], Some("p2")).unwrap(),
+            None,
+            "not p2's"
+        );
+        let c = claim(&mut r, "a");
+        let leased = r.next_sendable(&["erp"], None).unwrap().unwrap();
+        assert!(
+            leased >= now + 50_000,
+            "leased for a minute: {}",
+            leased - now
+        );
+        r.unclaim_deliveries("a", &[c[0].id]).unwrap();
+        r.conn
+            .execute(
+                "INSERT INTO circuits (destination, state, failures, open_until, changed)
+                 VALUES ('erp', 'open', 5, ?1, 0)",
+                [now + 30_000],
+            )
+            .unwrap();
+        assert_eq!(r.next_sendable(&["erp"], None).unwrap(), Some(now + 30_000));
     }
 
     #[test]

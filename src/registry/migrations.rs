@@ -158,6 +158,7 @@ const MIGRATIONS: &[&str] = &[
         last_error      TEXT,
         delivered_at    INTEGER,
         result_ref      TEXT,
+        idempotency_key TEXT NOT NULL,
         UNIQUE (document_id, destination)
     ) STRICT;
     CREATE INDEX deliveries_due ON deliveries (destination, next_at)

@@ -132,11 +132,18 @@ pub fn deliveries(
     let rows = registry
         .deliveries(state, partner, None)
         .map_err(registry_failure)?;
+    let circuits = registry.circuits().map_err(registry_failure)?;
     for r in &rows {
         let owner = owner_of(config, r);
         if json {
             let mut v = serde_json::to_value(r).map_err(|e| Failure::Operational(e.into()))?;
             v["owner"] = owner.into();
+            // The destination's circuit now: `closed` unless it was ever moved.
+            v["circuit"] = circuits
+                .iter()
+                .find(|c| c.0 == r.destination)
+                .map_or("closed", |c| c.1.as_str())
+                .into();
             writeln!(out, "{v}")?;
             continue;
         }
@@ -165,9 +172,7 @@ pub fn deliveries(
         )?;
     }
     if !json {
-        for (destination, state, failures, until) in
-            registry.circuits().map_err(registry_failure)?
-        {
+        for (destination, state, failures, until) in circuits {
             if state != x12gate::registry::CircuitState::Closed {
                 writeln!(
                     out,

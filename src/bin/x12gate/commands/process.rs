@@ -102,14 +102,13 @@ pub fn process(
         }
     }
     if !options.stop.abandoned() && !no_deliver && x12gate::delivery::Deliverer::has_work(config) {
-        // What this run queued, attempted once; what fails waits for `deliver` or `watch`.
+        // What is due (this run's documents, and earlier runs' retries), attempted once;
+        // what fails waits for the next run, `deliver` or `watch`.
         let deliverer = x12gate::delivery::Deliverer::new(config, &options.owner);
         let done = deliverer
-            .pass(
-                &mut registry,
-                x12gate::delivery::Scope::QueuedBy(&options.owner),
-                &|| options.stop.abandoned(),
-            )
+            .pass(&mut registry, x12gate::delivery::Scope::All, &|| {
+                options.stop.abandoned()
+            })
             .map_err(registry_failure)?;
         // Said only when something is left to do: a clean run stays quiet.
         if done.retrying > 0 || done.dead > 0 {
