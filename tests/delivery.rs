@@ -1849,3 +1849,234 @@ fn deliveries_for_a_destination_no_longer_declared_wait_and_are_named() {
     assert_eq!(gate.deliveries(&["--state", "delivered"]).len(), 1);
     assert_eq!(erp.booked().len(), 1);
 }
+
+/// A conflict an operator releases (the PO number reused for other lines, the buyer says
+/// book it) is sent under a key of its own, so a deduping ERP books it instead of
+/// answering 409 with the first order; the first delivery keeps its key and reference.
+#[test]
+fn a_released_conflict_is_booked_under_a_key_of_its_own() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let first = gate.write("a.x12", &an_850(501, &["PO-5"]));
+    gate.process(&[], &[first]);
+    let other = an_850(502, &["PO-5"]).replace("PO1*1*120*EA", "PO1*1*999*EA");
+    let second = gate.write("b.x12", &other);
+    let r = gate.process(&[], &[second]);
+    assert_eq!(r[0]["documents"][0]["disposition"], "conflict", "{}", r[0]);
+    assert_eq!(erp.seen().len(), 1, "a held conflict is not sent");
+    let released = gate.ok(&["documents", "release", &key("PO-5")]);
+    assert!(released.contains("released"), "{released}");
+    let seen = erp.seen();
+    assert_eq!(seen.len(), 2, "{released}");
+    let sent_as = seen[1].key.clone().expect("an Idempotency-Key");
+    assert!(
+        sent_as.starts_with(&format!("{}.", key("PO-5"))),
+        "released under {sent_as}"
+    );
+    assert_eq!(seen[1].status, 200, "booked, not a 409");
+    let booked = erp.booked();
+    assert_eq!(booked.len(), 2, "{booked:?}");
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|d| d["state"] == "delivered"), "{rows:?}");
+    assert_eq!(rows[1]["idempotency_key"], sent_as.as_str());
+    assert_eq!(rows[1]["key"], key("PO-5"), "listed under its document key");
+    assert_ne!(rows[0]["result_ref"], rows[1]["result_ref"]);
+}
+
+/// A program that leaves a process behind outside its group (`setsid`), holding its output
+/// open, does not hold the attempt past `timeout_ms`.
+#[test]
+fn a_command_whose_daemon_keeps_its_output_open_ends_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("erp.sh");
+    fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\nsetsid sleep 30 &\necho REF-1\nexit 0\n",
+    )
+    .unwrap();
+    let command = format!("[\"sh\", \"{}\"]", script.display());
+    let gate = Gate::new(
+        &format!("contact = \"{CONTACT}\"\ndestination = \"erp\""),
+        &format!(
+            "\n[[destination]]\nname = \"erp\"\nkind = \"command\"\ncommand = {command}\ntimeout_ms = 1000\nmax_attempts = 3\n"
+        ),
+    );
+    let file = gate.write("a.x12", &an_850(511, &["PO-51"]));
+    let t = Instant::now();
+    gate.process(&[], &[file]);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(15), "process took {took:?}");
+    let d = &gate.deliveries(&[])[0];
+    assert_eq!(d["state"], "delivered", "{d}");
+    assert_eq!(d["result_ref"], "REF-1", "{d}");
+}
+
+/// A drain ends when nothing it can send is left: rows waiting for a header variable that
+/// is missing, or for a destination no longer declared, are said once and left queued.
+#[test]
+fn a_drain_ends_when_only_rows_it_cannot_send_are_left() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(
+        &erp.url(),
+        &[("headers", "{ X-Token = \"env:TEST_TOKEN\" }")],
+    ));
+    let file = gate.write("a.x12", &an_850(521, &["PO-52"]));
+    let mut c = gate.command(&["process", "--no-deliver", &file.display().to_string()]);
+    c.env("TEST_TOKEN", "t");
+    let (status, _, stderr) = Gate::output(c);
+    assert!(status.success(), "{stderr}");
+    let t = Instant::now();
+    let (status, _, stderr) = gate.run(&["deliver", "--drain"]);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "drained for {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        stderr.matches("lacks variables").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert!(erp.seen().is_empty());
+    assert_eq!(gate.deliveries(&["--state", "queued"]).len(), 1);
+    let mut c = gate.command(&["deliver", "--drain"]);
+    c.env("TEST_TOKEN", "t");
+    let (status, _, stderr) = Gate::output(c);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(erp.seen().len(), 1);
+    assert_eq!(
+        erp.seen()[0].headers.get("x-token").map(String::as_str),
+        Some("t")
+    );
+}
+
+/// The dead queue's depth: in `stats`, and logged at error level when a delivery dies.
+#[test]
+fn the_dead_queue_depth_is_in_stats_and_logged_when_it_grows() {
+    let erp = Erp::start(Mode::Reject(None));
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let a = gate.write("a.x12", &an_850(531, &["PO-53", "PO-54"]));
+    let (status, _, stderr) = gate.run(&["process", &a.display().to_string()]);
+    assert!(matches!(status.code(), Some(0) | Some(3)), "{stderr}");
+    assert!(
+        stderr.contains("dead-lettered") && stderr.contains("depth=2"),
+        "{stderr}"
+    );
+    let stats: Value = serde_json::from_str(&gate.ok(&["stats", "--json"])).unwrap();
+    assert_eq!(stats["dead_deliveries"], 2, "{stats}");
+    let text = gate.ok(&["stats"]);
+    assert!(text.contains("dead-letter queue: 2"), "{text}");
+    let metrics = gate.ok(&["metrics"]);
+    assert!(
+        metrics.contains("x12gate_deliveries{destination=\"erp\",state=\"dead\"} 2"),
+        "{metrics}"
+    );
+}
+
+/// A folder destination with a path of its own gets a copy of each document file, made
+/// atomically; a folder it cannot write to is retried, not lost.
+#[test]
+fn a_folder_destination_gets_each_document_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("erp-in");
+    fs::write(&target, "a file where the folder should be").unwrap();
+    let gate = Gate::new(
+        &format!("contact = \"{CONTACT}\"\ndestination = \"share\""),
+        &format!(
+            "\n[[destination]]\nname = \"share\"\nkind = \"folder\"\npath = \"{}\"\nbackoff_ms = 10\nbackoff_max_ms = 20\n",
+            target.display()
+        ),
+    );
+    let file = gate.write("a.x12", &an_850(541, &["PO-541"]));
+    // `check` names the folder that is a file; the outbox keeps the document meanwhile.
+    let (status, _, stderr) = gate.run(&["process", "--no-deliver", &file.display().to_string()]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    fs::remove_file(&target).unwrap();
+    gate.process(&["--no-deliver"], &[file]);
+    gate.ok(&["deliver"]);
+    let d = &gate.deliveries(&[])[0];
+    assert_eq!(d["state"], "delivered", "{d}");
+    let name = Path::new(d["file"].as_str().unwrap())
+        .file_name()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        fs::read(target.join(&name)).unwrap(),
+        fs::read(gate.root().join("data/out").join(&name)).unwrap()
+    );
+}
+
+/// `prune` keeps an interchange while a destination has yet to take its documents, and
+/// removes it with its deliveries once they are delivered.
+#[test]
+fn prune_keeps_what_a_destination_has_yet_to_take() {
+    let erp = Erp::start(Mode::Down);
+    let gate = Gate::new(
+        &format!("contact = \"{CONTACT}\"\ndestination = \"erp\"\nduplicate_window_days = 1"),
+        &http(&erp.url(), &[]),
+    );
+    let file = gate.write("a.x12", &an_850(551, &["PO-551"]));
+    gate.process(&[], &[file]);
+    let db = gate.root().join("data/x12gate.db");
+    let age = || {
+        let r = x12gate::registry::Registry::open(
+            &db,
+            x12gate::registry::Identity {
+                qualifier: "ZZ",
+                id: "X12GATE",
+            },
+        )
+        .unwrap();
+        r.age_for_tests(&correlation(551), 5).unwrap();
+    };
+    age();
+    gate.ok(&["prune"]);
+    assert_eq!(
+        gate.deliveries(&[]).len(),
+        1,
+        "an undelivered row was pruned"
+    );
+    assert_eq!(lines(&gate.ok(&["documents", "--all", "--json"])).len(), 1);
+    erp.set_mode(Mode::Healthy);
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    age();
+    gate.ok(&["prune"]);
+    assert!(
+        gate.deliveries(&[]).is_empty(),
+        "delivered rows go with their interchange"
+    );
+    assert!(lines(&gate.ok(&["documents", "--all", "--json"])).is_empty());
+}
+
+/// `history` tells the sender of a resend what the first execution produced: the ERP's
+/// reference on the resent interchange's line and on the re-enveloped PO's.
+#[test]
+fn history_names_the_erps_reference_for_resends() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let first = gate.write("a.x12", &an_850(561, &["PO-561"]));
+    gate.process(&[], std::slice::from_ref(&first));
+    let order = erp.booked()[&key("PO-561")].clone();
+    gate.process(&[], &[first]);
+    let again = gate.write("b.x12", &interchange(562, &["PO-561"], 9, '*', '~'));
+    gate.process(&[], &[again]);
+    let text = gate.ok(&["history"]);
+    let resends: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" duplicate ") || l.contains("000000562"))
+        .filter(|l| !l.contains("delivery_attempt"))
+        .collect();
+    assert_eq!(resends.len(), 2, "{text}");
+    for l in &resends {
+        assert!(l.contains(&format!("ref {order}")), "{l}\n{text}");
+    }
+    let json = lines(&gate.ok(&["history", "--json"]));
+    let dup = json
+        .iter()
+        .find(|e| e["event"] == "duplicate")
+        .expect("the resend's event");
+    assert_eq!(dup["documents"][0]["result_ref"], order.as_str(), "{dup}");
+    assert_eq!(dup["result_ref"], order.as_str(), "{dup}");
+}
