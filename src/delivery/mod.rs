@@ -127,7 +127,7 @@ impl<'c> Deliverer<'c> {
         scope: Scope<'_>,
     ) -> Result<Option<i64>, RegistryError> {
         let names: Vec<&str> = self.sendable().iter().map(|d| d.name.as_str()).collect();
-        registry.next_sendable(&names, scope.queued_by())
+        registry.next_sendable(&names, scope.queued_by(), &crate::owner::is_dead)
     }
 
     /// Whether any destination is reached through the outbox (not `out/` itself).

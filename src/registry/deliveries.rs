@@ -372,24 +372,41 @@ impl Registry {
 
     /// When each of `destinations` next has a row this deliverer could send (of
     /// `queued_by`, when given): its retry time, or when another live deliverer's lease of
-    /// it ends, and never before the destination's circuit lets anything through.
+    /// it ends (a dead one's is taken over at once), and never before the destination's
+    /// circuit lets anything through.
     pub fn next_sendable(
         &self,
         destinations: &[&str],
         queued_by: Option<&str>,
+        is_dead: &dyn Fn(&str) -> bool,
     ) -> Result<Option<i64>, RegistryError> {
+        let now = now_ms();
         let mut earliest: Option<i64> = None;
         for d in destinations {
-            let due: Option<i64> = self
+            // (owner, earliest retry, earliest lease end); no owner: free or expired.
+            let rows: Vec<(Option<String>, i64, i64)> = self
                 .conn
                 .prepare_cached(
-                    "SELECT MIN(CASE WHEN owner IS NOT NULL AND lease_expires > next_at
-                         THEN lease_expires ELSE next_at END)
+                    "SELECT CASE WHEN lease_expires > ?3 THEN owner END AS holder,
+                         MIN(next_at), MIN(COALESCE(lease_expires, 0))
                      FROM deliveries WHERE destination = ?1 AND state IN ('queued', 'retrying')
-                     AND (?2 IS NULL OR queued_by = ?2)",
+                     AND (?2 IS NULL OR queued_by = ?2)
+                     GROUP BY holder",
                 )
-                .and_then(|mut s| s.query_row(params![d, queued_by], |r| r.get(0)))
+                .and_then(|mut s| {
+                    s.query_map(params![d, queued_by, now], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })?
+                    .collect::<Result<Vec<_>, _>>()
+                })
                 .map_err(|e| self.sql(e))?;
+            let due = rows
+                .into_iter()
+                .map(|(holder, next_at, lease)| match holder {
+                    Some(h) if !is_dead(&h) => next_at.max(lease),
+                    _ => next_at,
+                })
+                .min();
             let Some(mut due) = due else { continue };
             let gate: Option<(CircuitState, Option<i64>, Option<i64>)> = self
                 .conn
@@ -1121,28 +1138,39 @@ mod tests {
     #[test]
     fn the_next_sendable_time_waits_for_leases_and_an_open_circuit() {
         let mut r = registry();
-        assert_eq!(r.next_sendable(&["erp"], None).unwrap(), None);
+        assert_eq!(r.next_sendable(&["erp"], None, &|_| false).unwrap(), None);
         queue(&mut r, 1, "K1");
         let now = now_ms();
-        let due = r.next_sendable(&["erp"], None).unwrap().unwrap();
+        let due = r
+            .next_sendable(&["erp"], None, &|_| false)
+            .unwrap()
+            .unwrap();
         assert!(due <= now + 5, "queued now: due now");
         assert_eq!(
-            r.next_sendable(&["other"], None).unwrap(),
+            r.next_sendable(&["other"], None, &|_| false).unwrap(),
             None,
             "not a destination we send to"
         );
         assert_eq!(
-            r.next_sendable(&["erp"], Some("p2")).unwrap(),
+            r.next_sendable(&["erp"], Some("p2"), &|_| false).unwrap(),
             None,
             "not p2's"
         );
         let c = claim(&mut r, "a");
-        let leased = r.next_sendable(&["erp"], None).unwrap().unwrap();
+        let leased = r
+            .next_sendable(&["erp"], None, &|_| false)
+            .unwrap()
+            .unwrap();
         assert!(
             leased >= now + 50_000,
             "leased for a minute: {}",
             leased - now
         );
+        let adopted = r
+            .next_sendable(&["erp"], None, &|o| o == "a")
+            .unwrap()
+            .unwrap();
+        assert!(adopted <= now + 5, "a dead deliverer's row is due at once");
         r.unclaim_deliveries("a", &[c[0].id]).unwrap();
         r.conn
             .execute(
@@ -1151,7 +1179,10 @@ mod tests {
                 [now + 30_000],
             )
             .unwrap();
-        assert_eq!(r.next_sendable(&["erp"], None).unwrap(), Some(now + 30_000));
+        assert_eq!(
+            r.next_sendable(&["erp"], None, &|_| false).unwrap(),
+            Some(now + 30_000)
+        );
     }
 
     #[test]
