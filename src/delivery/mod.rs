@@ -18,7 +18,8 @@ use serde::Serialize;
 
 use crate::config::{Config, Destination};
 use crate::registry::{
-    Attempted, CircuitState, Claimed, DeliveryState, Gate, Policy, Registry, RegistryError,
+    Attempted, CircuitState, Claimed, DeliveryState, Gate, Policy, Recorded, Registry,
+    RegistryError,
 };
 
 pub use send::{missing_environment, COMMAND_REFUSED};
@@ -255,9 +256,7 @@ impl<'c> Deliverer<'c> {
                 let sent = self.send_all(d, &chunk);
                 // Sent, not recorded: the next attempt sends them again with the same keys.
                 fail::fail_point!("deliver.sent", |_| std::process::abort());
-                for (c, (outcome, took)) in chunk.iter().zip(sent) {
-                    opened |= self.record(registry, d, c, &outcome, took, &mut summary)?;
-                }
+                opened |= self.record(registry, d, &chunk, &sent, &mut summary)?;
             }
             if !left.is_empty() {
                 registry.unclaim_deliveries(&self.owner, &left)?;
@@ -304,14 +303,14 @@ impl<'c> Deliverer<'c> {
         })
     }
 
-    /// Records the attempt at `c`; whether the circuit is open after it.
+    /// Records the attempts of one wave, in one transaction (one fsync for the wave); whether
+    /// the circuit is open after them.
     fn record(
         &self,
         registry: &mut Registry,
         d: &Destination,
-        c: &Claimed,
-        outcome: &Attempted,
-        took: u64,
+        claimed: &[Claimed],
+        sent: &[(Attempted, u64)],
         summary: &mut Summary,
     ) -> Result<bool, RegistryError> {
         let policy = Policy {
@@ -320,13 +319,45 @@ impl<'c> Deliverer<'c> {
             circuit_failures: d.circuit_failures,
             cooldown_ms: ms(d.circuit_cooldown_ms),
         };
-        let retry_in = retry_delay(d, c.attempts.saturating_add(1));
-        let Some(recorded) =
-            registry.record_attempt(c, &self.owner, outcome, took, policy, retry_in)?
-        else {
+        let retries: Vec<i64> = claimed
+            .iter()
+            .map(|c| retry_delay(d, c.attempts.saturating_add(1)))
+            .collect();
+        let recorded = registry.batch(|b| {
+            claimed
+                .iter()
+                .zip(sent)
+                .zip(&retries)
+                .map(|((c, (outcome, took)), retry_in)| {
+                    b.record_attempt(c, &self.owner, outcome, *took, policy, *retry_in)
+                })
+                .collect::<Result<Vec<_>, RegistryError>>()
+        })?;
+        let mut open = false;
+        for (((c, (outcome, took)), retry_in), recorded) in
+            claimed.iter().zip(sent).zip(&retries).zip(recorded)
+        {
+            open |= self.said(d, c, outcome, *took, *retry_in, recorded, summary);
+        }
+        Ok(open)
+    }
+
+    /// Logs and counts one recorded attempt; whether the circuit is open after it.
+    #[allow(clippy::too_many_arguments)]
+    fn said(
+        &self,
+        d: &Destination,
+        c: &Claimed,
+        outcome: &Attempted,
+        took: u64,
+        retry_in: i64,
+        recorded: Option<Recorded>,
+        summary: &mut Summary,
+    ) -> bool {
+        let Some(recorded) = recorded else {
             tracing::warn!(document = %crate::text::printable(&c.key), destination = %d.name, "delivery taken over by another deliverer while being sent; its outcome is theirs to record");
             summary.lost += 1;
-            return Ok(false);
+            return false;
         };
         let key = crate::text::printable(&c.key);
         match (outcome, recorded.state) {
@@ -362,7 +393,7 @@ impl<'c> Deliverer<'c> {
             }
             _ => {}
         }
-        Ok(recorded.open)
+        recorded.open
     }
 
     /// Passes until nothing of `scope` is queued or retrying (or `deadline`, or `stop`),

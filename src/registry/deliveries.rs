@@ -169,6 +169,115 @@ fn kept(text: &str) -> String {
 }
 
 impl Batch<'_> {
+    /// Records one attempt at `c`, if `owner` still holds its lease (`None` otherwise: the
+    /// row was taken over, and its new owner records its own attempt). The next retry, if
+    /// any, is `retry_in_ms` from now. The attempt is in the audit trail with its status and
+    /// duration, and moves the destination's circuit.
+    pub fn record_attempt(
+        &self,
+        c: &Claimed,
+        owner: &str,
+        outcome: &Attempted,
+        duration_ms: u64,
+        policy: Policy,
+        retry_in_ms: i64,
+    ) -> Result<Option<Recorded>, RegistryError> {
+        let b = self;
+        let now = now_ms();
+        let attempts = c.attempts.saturating_add(1);
+        let old = now.saturating_sub(c.created_ms) >= policy.max_age_ms;
+        let (state, status, error, reference) = match outcome {
+            Attempted::Delivered { status, result_ref } => (
+                DeliveryState::Delivered,
+                status,
+                None,
+                result_ref.as_deref().map(kept),
+            ),
+            Attempted::Refused { status, error }
+            | Attempted::Unsent {
+                status,
+                error,
+                permanent: true,
+            } => (DeliveryState::Dead, status, Some(kept(error)), None),
+            Attempted::Failed { status, error }
+            | Attempted::Unsent {
+                status,
+                error,
+                permanent: false,
+            } => (
+                if attempts >= policy.max_attempts || old {
+                    DeliveryState::Dead
+                } else {
+                    DeliveryState::Retrying
+                },
+                status,
+                Some(kept(error)),
+                None,
+            ),
+        };
+        let status = kept(status);
+        let changed =
+            b.tx.prepare_cached(
+                "UPDATE deliveries SET state = ?3, attempts = ?4, last_at = ?5,
+                     last_status = ?6, last_error = ?7,
+                     result_ref = COALESCE(?8, result_ref),
+                     delivered_at = CASE WHEN ?3 = 'delivered' THEN ?5 END,
+                     next_at = CASE WHEN ?3 = 'retrying' THEN ?9 ELSE next_at END,
+                     owner = NULL, lease_expires = NULL
+                 WHERE id = ?1 AND owner = ?2",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    c.id,
+                    owner,
+                    state,
+                    attempts,
+                    now,
+                    status,
+                    error,
+                    reference,
+                    now.saturating_add(retry_in_ms)
+                ])
+            })
+            .map_err(|e| b.sql(e))?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        if let Some(reference) = &reference {
+            b.tx.prepare_cached(
+                "UPDATE documents SET result_ref = ?2 WHERE id = ?1 AND result_ref IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![c.document_id, reference]))
+            .map_err(|e| b.sql(e))?;
+        }
+        let (now_state, circuit) =
+            move_circuit(&b.tx, &c.destination, outcome, policy, now).map_err(|e| b.sql(e))?;
+        let detail = serde_json::json!({
+            "document": c.key,
+            "destination": c.destination,
+            "attempt": attempts,
+            "status": status,
+            "duration_ms": duration_ms,
+            "state": state,
+            "error": error,
+            "result_ref": reference,
+            "circuit": circuit,
+        });
+        b.record_note(
+            EventKind::DeliveryAttempt,
+            Some(&c.interchange_key),
+            Some(&c.partner),
+            None,
+            &detail.to_string(),
+        )?;
+        Ok(Some(Recorded {
+            state,
+            attempts,
+            circuit,
+            open: now_state != CircuitState::Closed,
+        }))
+    }
+
     /// Queues a document for its destination; a takeover's second queueing is a no-op.
     pub fn queue_delivery(&self, q: &Queue<'_>) -> Result<(), RegistryError> {
         let now = now_ms();
@@ -456,101 +565,7 @@ impl Registry {
         policy: Policy,
         retry_in_ms: i64,
     ) -> Result<Option<Recorded>, RegistryError> {
-        self.batch(|b| {
-            let now = now_ms();
-            let attempts = c.attempts.saturating_add(1);
-            let old = now.saturating_sub(c.created_ms) >= policy.max_age_ms;
-            let (state, status, error, reference) = match outcome {
-                Attempted::Delivered { status, result_ref } => (
-                    DeliveryState::Delivered,
-                    status,
-                    None,
-                    result_ref.as_deref().map(kept),
-                ),
-                Attempted::Refused { status, error }
-                | Attempted::Unsent {
-                    status,
-                    error,
-                    permanent: true,
-                } => (DeliveryState::Dead, status, Some(kept(error)), None),
-                Attempted::Failed { status, error }
-                | Attempted::Unsent {
-                    status,
-                    error,
-                    permanent: false,
-                } => (
-                    if attempts >= policy.max_attempts || old {
-                        DeliveryState::Dead
-                    } else {
-                        DeliveryState::Retrying
-                    },
-                    status,
-                    Some(kept(error)),
-                    None,
-                ),
-            };
-            let status = kept(status);
-            let changed =
-                b.tx.prepare_cached(
-                    "UPDATE deliveries SET state = ?3, attempts = ?4, last_at = ?5,
-                         last_status = ?6, last_error = ?7,
-                         result_ref = COALESCE(?8, result_ref),
-                         delivered_at = CASE WHEN ?3 = 'delivered' THEN ?5 END,
-                         next_at = CASE WHEN ?3 = 'retrying' THEN ?9 ELSE next_at END,
-                         owner = NULL, lease_expires = NULL
-                     WHERE id = ?1 AND owner = ?2",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        c.id,
-                        owner,
-                        state,
-                        attempts,
-                        now,
-                        status,
-                        error,
-                        reference,
-                        now.saturating_add(retry_in_ms)
-                    ])
-                })
-                .map_err(|e| b.sql(e))?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            if let Some(reference) = &reference {
-                b.tx.prepare_cached(
-                    "UPDATE documents SET result_ref = ?2 WHERE id = ?1 AND result_ref IS NULL",
-                )
-                .and_then(|mut s| s.execute(params![c.document_id, reference]))
-                .map_err(|e| b.sql(e))?;
-            }
-            let (now_state, circuit) =
-                move_circuit(&b.tx, &c.destination, outcome, policy, now).map_err(|e| b.sql(e))?;
-            let detail = serde_json::json!({
-                "document": c.key,
-                "destination": c.destination,
-                "attempt": attempts,
-                "status": status,
-                "duration_ms": duration_ms,
-                "state": state,
-                "error": error,
-                "result_ref": reference,
-                "circuit": circuit,
-            });
-            b.record_note(
-                EventKind::DeliveryAttempt,
-                Some(&c.interchange_key),
-                Some(&c.partner),
-                None,
-                &detail.to_string(),
-            )?;
-            Ok(Some(Recorded {
-                state,
-                attempts,
-                circuit,
-                open: now_state != CircuitState::Closed,
-            }))
-        })
+        self.batch(|b| b.record_attempt(c, owner, outcome, duration_ms, policy, retry_in_ms))
     }
 
     /// Whether `destination` may be sent to now, and if its circuit is open and cooled down,
