@@ -253,6 +253,12 @@ impl<'c> Deliverer<'c> {
                     .filter(|c| held.contains(&c.id))
                     .cloned()
                     .collect();
+                if chunk.is_empty() {
+                    if gate == Gate::Probe {
+                        registry.abandon_probe(&d.name, &self.owner)?;
+                    }
+                    continue;
+                }
                 let sent = self.send_all(d, &chunk);
                 // Sent, not recorded: the next attempt sends them again with the same keys.
                 fail::fail_point!("deliver.sent", |_| std::process::abort());
