@@ -39,7 +39,7 @@ pub struct Summary {
     pub dead: u64,
     /// Attempts whose rows another deliverer took over meanwhile (not recorded by us).
     pub lost: u64,
-    /// Destinations skipped: circuit open, or a header's variable missing.
+    /// Destinations skipped because their circuit is open (or another deliverer probes it).
     pub waiting: u64,
 }
 

@@ -72,7 +72,7 @@ pub fn summary(
             done.retrying,
             done.dead,
             if done.waiting > 0 {
-                " (a destination's circuit is open, or its environment incomplete)"
+                " (a destination's circuit is open: its deliveries wait)"
             } else {
                 ""
             },
