@@ -164,6 +164,8 @@ const VALID: &[&str] = &[
     "820-005010.x12",
     "824-004010.x12",
     "824-005010.x12",
+    "846-004010.x12",
+    "846-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
