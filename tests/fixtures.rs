@@ -4,8 +4,8 @@
 //!
 //! # Layout
 //! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
-//!   210, 940 and 945 in 004010 and 005010, a 271 with repetitions and composites) and the
-//!   reading oddities of SPEC section 2.
+//!   210, 940, 945, 820, 824, 846, 864 and 830 in 004010 and 005010, a 271 with repetitions
+//!   and composites) and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: exactly one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`.
 //!
@@ -160,6 +160,16 @@ const VALID: &[&str] = &[
     "940-005010.x12",
     "945-004010.x12",
     "945-005010.x12",
+    "820-004010.x12",
+    "820-005010.x12",
+    "824-004010.x12",
+    "824-005010.x12",
+    "846-004010.x12",
+    "846-005010.x12",
+    "864-004010.x12",
+    "864-005010.x12",
+    "830-004010.x12",
+    "830-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -76,6 +76,29 @@ fn the_logistics_and_warehouse_sets_are_defined_in_both_versions() {
     }
 }
 
+#[test]
+fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_versions() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    for version in ["004010", "005010"] {
+        for id in ["820", "824", "846", "830"] {
+            let key = format!("{version}/{id}");
+            assert!(have.contains(&key), "{key} missing from {have:?}");
+            let def = definitions()
+                .into_iter()
+                .find(|d| d.name_key() == key)
+                .unwrap();
+            assert!(def.document.is_some(), "{key} declares no document key");
+        }
+        // The 864 names no business document (BMG02 is a description): defined, without a key.
+        let key = format!("{version}/864");
+        let def = definitions()
+            .into_iter()
+            .find(|d| d.name_key() == key)
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert!(def.document.is_none(), "{key} declares a document key");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
