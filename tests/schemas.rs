@@ -89,13 +89,16 @@ fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_version
                 .unwrap();
             assert!(def.document.is_some(), "{key} declares no document key");
         }
-        // The 864 names no business document (BMG02 is a description): defined, without a key.
-        let key = format!("{version}/864");
-        let def = definitions()
-            .into_iter()
-            .find(|d| d.name_key() == key)
-            .unwrap_or_else(|| panic!("{key} missing"));
-        assert!(def.document.is_none(), "{key} declares a document key");
+        // The 864 names no business document (BMG02 is a description), nor does the 852 (XQ
+        // holds a handling code and the period's dates): defined, without a key.
+        for id in ["864", "852"] {
+            let key = format!("{version}/{id}");
+            let def = definitions()
+                .into_iter()
+                .find(|d| d.name_key() == key)
+                .unwrap_or_else(|| panic!("{key} missing"));
+            assert!(def.document.is_none(), "{key} declares a document key");
+        }
     }
 }
 
