@@ -174,6 +174,8 @@ const VALID: &[&str] = &[
     "832-005010.x12",
     "852-004010.x12",
     "852-005010.x12",
+    "862-004010.x12",
+    "862-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
