@@ -176,6 +176,8 @@ const VALID: &[&str] = &[
     "852-005010.x12",
     "862-004010.x12",
     "862-005010.x12",
+    "944-004010.x12",
+    "944-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -80,7 +80,7 @@ fn the_logistics_and_warehouse_sets_are_defined_in_both_versions() {
 fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_versions() {
     let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
     for version in ["004010", "005010"] {
-        for id in ["820", "824", "846", "830", "832", "862"] {
+        for id in ["820", "824", "846", "830", "832", "862", "944"] {
             let key = format!("{version}/{id}");
             assert!(have.contains(&key), "{key} missing from {have:?}");
             let def = definitions()
