@@ -4,8 +4,8 @@
 //!
 //! # Layout
 //! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
-//!   210, 940, 945, 820, 824, 846, 864 and 830 in 004010 and 005010, a 271 with repetitions
-//!   and composites) and the reading oddities of SPEC section 2.
+//!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862 and 944 in 004010 and 005010, a
+//!   271 with repetitions and composites) and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: exactly one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`.
 //!
