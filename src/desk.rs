@@ -152,17 +152,15 @@ pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers,
     let Some(record) = registry.record(key)? else {
         return Ok(Layers::default());
     };
-    let events = registry.history(&EventFilter {
-        key: Some(key.to_string()),
-        ..EventFilter::default()
-    })?;
+    // One indexed lookup, not the key's whole history: `history` asks this for every line.
+    let answered = registry.answered_at(key)?;
     let documents = registry.documents_of(key)?;
     let deliveries = registry.deliveries_of(key)?;
     let refs = result_refs(registry, &documents)?;
     Ok(layers_of(
         config,
         &record,
-        &events,
+        answered,
         &documents,
         &deliveries,
         &refs,
@@ -189,19 +187,13 @@ fn result_refs(
 fn layers_of(
     config: &Config,
     record: &Record,
-    events: &[Event],
+    answered_ms: Option<i64>,
     documents: &[crate::registry::DocumentRow],
     deliveries: &[crate::registry::DeliveryRow],
     refs: &std::collections::HashMap<String, String>,
 ) -> Layers {
-    let answered = events.iter().find(|e| {
-        matches!(
-            e.event,
-            EventKind::Accepted | EventKind::Partial | EventKind::Rejected
-        )
-    });
-    let acknowledged = answered.map(|e| Acknowledged {
-        at: rfc3339(e.at_ms),
+    let acknowledged = answered_ms.map(|at| Acknowledged {
+        at: rfc3339(at),
         acks: record
             .acks
             .iter()
@@ -370,7 +362,8 @@ pub fn show(
     let documents = registry.documents_of(key)?;
     let deliveries = registry.deliveries_of(key)?;
     let refs = result_refs(registry, &documents)?;
-    let layers = layers_of(config, &record, &events, &documents, &deliveries, &refs);
+    let answered = events.iter().find(|e| e.event.is_answer()).map(|e| e.at_ms);
+    let layers = layers_of(config, &record, answered, &documents, &deliveries, &refs);
     Ok(Shown {
         record,
         holder,

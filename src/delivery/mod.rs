@@ -61,7 +61,7 @@ impl Summary {
 #[derive(Debug, Clone, Copy)]
 pub enum Scope<'a> {
     All,
-    /// Only the rows this process queued (`process`).
+    /// Only the rows this process queued (`documents release` sends what it let go).
     QueuedBy(&'a str),
 }
 

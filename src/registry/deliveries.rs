@@ -707,18 +707,6 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// When the next queued or retrying delivery falls due (of `queued_by`, when given).
-    pub fn next_delivery_due(&self, queued_by: Option<&str>) -> Result<Option<i64>, RegistryError> {
-        self.conn
-            .query_row(
-                "SELECT MIN(next_at) FROM deliveries WHERE state IN ('queued', 'retrying')
-                 AND (?1 IS NULL OR queued_by = ?1)",
-                [queued_by],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.sql(e))
-    }
-
     /// Puts dead deliveries back in the queue with their attempts and age reset; how many.
     pub fn retry_deliveries(&mut self, which: &Retry<'_>) -> Result<usize, RegistryError> {
         self.batch(|b| {
@@ -790,6 +778,18 @@ impl Registry {
             )?;
             Ok(Some(before))
         })
+    }
+
+    /// When interchange `key` was first decided and answered (its first accepted, partial or
+    /// rejected event).
+    pub fn answered_at(&self, key: &str) -> Result<Option<i64>, RegistryError> {
+        self.conn
+            .prepare_cached(
+                "SELECT MIN(at) FROM events WHERE key = ?1
+                 AND event IN ('accepted', 'partial', 'rejected')",
+            )
+            .and_then(|mut s| s.query_row([key], |r| r.get(0)))
+            .map_err(|e| self.sql(e))
     }
 
     /// The business system's reference for document `key`, if one is known.

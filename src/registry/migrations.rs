@@ -166,6 +166,7 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_key ON deliveries (key);
     CREATE INDEX deliveries_interchange ON deliveries (interchange_key);
     CREATE INDEX deliveries_document ON deliveries (document_id);
+    CREATE INDEX events_key ON events (key) WHERE key IS NOT NULL;
     CREATE TABLE circuits (
         destination   TEXT PRIMARY KEY,
         state         TEXT NOT NULL CHECK (state IN ('closed', 'open', 'probing')),

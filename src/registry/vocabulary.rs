@@ -60,6 +60,17 @@ crate::words::words! {
     }
 }
 
+impl EventKind {
+    /// Whether the event records an interchange decided and answered (the acknowledged
+    /// layer): accepted, partial or rejected.
+    pub fn is_answer(self) -> bool {
+        matches!(
+            self,
+            EventKind::Accepted | EventKind::Partial | EventKind::Rejected
+        )
+    }
+}
+
 impl From<Disposition> for EventKind {
     fn from(d: Disposition) -> Self {
         match d {
