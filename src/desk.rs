@@ -525,3 +525,30 @@ pub fn release(registry: &mut Registry, key: &str, force: bool) -> Result<Releas
         ))
     }
 }
+
+/// An operator's release of the documents held or parked under the document key `key`:
+/// written to `out/` and, where a destination takes them, handed over at once (as `process`
+/// hands over what it queued). Empty when nothing of `key` was held or waiting.
+pub fn release_documents(
+    config: &Config,
+    registry: &mut Registry,
+    key: &str,
+) -> Result<
+    (
+        Vec<pipeline::ReleaseOutcome>,
+        Option<crate::delivery::Summary>,
+    ),
+    DeskError,
+> {
+    let owner = crate::owner::Owner::current().id();
+    let done = pipeline::release_documents(config, registry, Some(key), &owner)?;
+    if done.is_empty() || !crate::delivery::Deliverer::has_work(config) {
+        return Ok((done, None));
+    }
+    let sent = crate::delivery::Deliverer::new(config, &owner).pass(
+        registry,
+        crate::delivery::Scope::QueuedBy(&owner),
+        &|| false,
+    )?;
+    Ok((done, Some(sent)))
+}

@@ -86,5 +86,6 @@ pub mod text;
 pub mod translate;
 pub mod validate;
 pub mod watch;
+pub mod web;
 mod words;
 pub mod x12;

@@ -305,16 +305,20 @@ async fn health_page(
 }
 
 /// Binds `addr` now (so a port in use stops the watcher at start), and returns the server
-/// to run until `shutdown`.
+/// to run until `shutdown`: `/metrics`, `/healthz`, and the web page of `site` when given.
 pub async fn bind(
     addr: std::net::SocketAddr,
     config: Arc<Config>,
     live: Arc<Live>,
+    site: Option<Arc<crate::web::Site>>,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .route("/metrics", axum::routing::get(metrics_page))
         .route("/healthz", axum::routing::get(health_page))
         .with_state(State { config, live });
+    if let Some(site) = site {
+        app = app.merge(crate::web::router(site));
+    }
     Ok(async move { axum::serve(listener, app).await })
 }

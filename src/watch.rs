@@ -36,6 +36,9 @@ pub struct WatchOptions {
     pub poll: bool,
     /// Process what is in the inbox now, then return (for cron).
     pub once: bool,
+    /// The web page beside `/metrics` may act (reprocess, release, retry), for operators
+    /// with a token.
+    pub allow_actions: bool,
 }
 
 /// What stops a watcher: only an unusable database or inbox.
@@ -55,6 +58,27 @@ pub enum WatchError {
     },
     #[error("file events: {0}")]
     Events(#[from] notify::Error),
+    #[error(transparent)]
+    Web(#[from] crate::web::WebError),
+}
+
+/// The web page served beside `/metrics`: none (with a warning) where it would be reachable
+/// from other hosts without a token, so that a watcher exporting metrics to the network
+/// keeps doing so; `--allow-actions` without a token stops the watcher at start.
+fn web_site(
+    config: &Arc<Config>,
+    addr: std::net::SocketAddr,
+    options: WatchOptions,
+) -> Result<Option<Arc<crate::web::Site>>, WatchError> {
+    let tokens = crate::web::Tokens::from_env().map_err(crate::web::WebError::from)?;
+    match crate::web::Site::new(config.clone(), addr, tokens, options.allow_actions) {
+        Ok(site) => Ok(Some(Arc::new(site))),
+        Err(e @ crate::web::WebError::Exposed { .. }) if !options.allow_actions => {
+            tracing::warn!("the web page is not served: {e}; /metrics and /healthz are");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Counts since start, for the periodic summary and the final line.
@@ -800,9 +824,14 @@ impl Watcher {
         };
         // The metrics port is taken before any file: a port in use stops the watcher at start.
         if let Some(addr) = g.metrics {
-            let server = crate::metrics::bind(addr, config.clone(), w.live.clone())
-                .await
-                .map_err(|cause| WatchError::Metrics { addr, cause })?;
+            let server = crate::metrics::bind(
+                addr,
+                config.clone(),
+                w.live.clone(),
+                web_site(&config, addr, options)?,
+            )
+            .await
+            .map_err(|cause| WatchError::Metrics { addr, cause })?;
             w.metrics = Some(tokio::spawn(server));
         }
         if crate::delivery::Deliverer::has_work(&config) {

@@ -16,3 +16,4 @@ mod setup;
 mod surprises;
 mod util;
 mod watch;
+mod web;

@@ -766,7 +766,7 @@ impl Registry {
     }
 
     /// Every row `query` answers, each made by `row`: the one way lists are read.
-    fn all<T, P: rusqlite::Params>(
+    pub(super) fn all<T, P: rusqlite::Params>(
         &self,
         query: &str,
         params: P,

@@ -232,11 +232,12 @@ pub enum Release<'a> {
     Due(&'a dyn Fn(&str, i64) -> bool),
 }
 
-const COLUMNS: &str = "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
+pub(super) const COLUMNS: &str =
+    "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
     (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
     sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
+pub(super) fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
     Ok(DocumentRow {
         id: r.get(0)?,
         key: r.get(1)?,

@@ -15,6 +15,7 @@ mod counters;
 mod deliveries;
 mod documents;
 mod migrations;
+mod overview;
 mod vocabulary;
 
 use std::path::Path;
@@ -32,6 +33,7 @@ pub use deliveries::{
     Retry,
 };
 pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting};
+pub use overview::{Found, Listed, Search};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
 #[derive(Debug, thiserror::Error)]

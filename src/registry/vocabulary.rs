@@ -57,6 +57,9 @@ crate::words::words! {
         DeliveriesRetried = "deliveries_retried",
         /// The business system's reference for a document was recorded (`confirm`).
         Confirmed = "confirmed",
+        /// An action taken on the web page (reprocess, release, discard, retry): by whom,
+        /// and what came of it.
+        WebAction = "web_action",
     }
 }
 

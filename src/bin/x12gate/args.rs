@@ -68,6 +68,20 @@ pub enum Command {
         /// Process what is in the inbox now, then exit (for cron)
         #[arg(long)]
         once: bool,
+        /// Let operators with a token (X12GATE_UI_TOKEN) reprocess, release, discard and
+        /// retry from the web page served on [gateway] metrics
+        #[arg(long)]
+        allow_actions: bool,
+    },
+    /// The web page for the EDI desk (and /metrics, /healthz), without processing anything:
+    /// on --listen, else [gateway] metrics, else 127.0.0.1:9101
+    Serve {
+        /// Address and port to listen on; other than loopback, X12GATE_UI_TOKEN must be set
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Let operators with a token reprocess, release, discard and retry
+        #[arg(long)]
+        allow_actions: bool,
     },
     /// The audit trail: one line per decision taken (and notes: init, placed, released)
     History {

@@ -160,7 +160,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Confirm { key, reference } => {
             deliveries::confirm(&required(config)?, &key, &reference, &mut out)?
         }
-        Command::Watch { poll, once } => process::watch(required(config)?, poll, once)?,
+        Command::Watch {
+            poll,
+            once,
+            allow_actions,
+        } => process::watch(required(config)?, poll, once, allow_actions)?,
+        Command::Serve {
+            listen,
+            allow_actions,
+        } => process::serve(required(config)?, listen, allow_actions)?,
         Command::History {
             partner,
             control_number,

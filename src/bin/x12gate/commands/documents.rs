@@ -30,25 +30,13 @@ pub fn documents(
     let op = |e: x12gate::pipeline::ProcessError| Failure::Operational(e.into());
     match action {
         Some(DocumentsAction::Release { key }) => {
-            let owner = x12gate::owner::Owner::current().id();
-            let done =
-                x12gate::pipeline::release_documents(config, &mut registry, Some(&key), &owner)
-                    .map_err(op)?;
+            let (done, sent) = x12gate::desk::release_documents(config, &mut registry, &key)
+                .map_err(exit::desk_failure)?;
             if done.is_empty() {
                 return Err(nothing_held(&key));
             }
-            if x12gate::delivery::Deliverer::has_work(config) {
-                // Handed to their destinations now, as `process` hands what it queued.
-                let sent = x12gate::delivery::Deliverer::new(config, &owner)
-                    .pass(
-                        &mut registry,
-                        x12gate::delivery::Scope::QueuedBy(&owner),
-                        &|| false,
-                    )
-                    .map_err(registry_failure)?;
-                if sent.attempts() > 0 {
-                    super::deliveries::summary(&sent, None, false, out)?;
-                }
+            if let Some(sent) = sent.filter(|s| s.attempts() > 0) {
+                super::deliveries::summary(&sent, None, false, out)?;
             }
             for d in done {
                 writeln!(

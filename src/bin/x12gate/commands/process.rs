@@ -286,14 +286,18 @@ pub(super) fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Fail
 /// `watch`: the tokio runtime, and the signals. The first SIGINT/SIGTERM stops taking files
 /// and lets the ones in flight finish; a second one exits at once, which is safe because
 /// claims are leased.
-pub fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
+pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Result<u8, Failure> {
     preflight(&config)?;
     let schemas = definitions()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::Operational(e.into()))?;
-    let options = x12gate::watch::WatchOptions { poll, once };
+    let options = x12gate::watch::WatchOptions {
+        poll,
+        once,
+        allow_actions,
+    };
     let summary = runtime
         .block_on(async move {
             ignore_hangups();
@@ -330,6 +334,52 @@ pub fn watch(config: Config, poll: bool, once: bool) -> Result<u8, Failure> {
 }
 
 /// Resolves at the first SIGINT/SIGTERM, and makes a second one exit at once.
+/// Where `serve` listens when neither `--listen` nor `[gateway] metrics` says.
+const SERVE_DEFAULT: &str = "127.0.0.1:9101";
+
+/// `serve`: the web page, `/metrics` and `/healthz` until SIGTERM or SIGINT; nothing is
+/// processed. Refused at start where the page would be reachable without a token.
+pub fn serve(
+    config: Config,
+    listen: Option<std::net::SocketAddr>,
+    allow_actions: bool,
+) -> Result<u8, Failure> {
+    let addr = listen
+        .or(config.gateway.metrics)
+        .or_else(|| SERVE_DEFAULT.parse().ok())
+        .ok_or_else(|| Failure::Usage(anyhow::anyhow!("no address to listen on")))?;
+    let tokens = x12gate::web::Tokens::from_env().map_err(|e| Failure::Usage(e.into()))?;
+    let config = std::sync::Arc::new(config);
+    let site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
+        .map_err(|e| Failure::Usage(e.into()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Operational(e.into()))?;
+    runtime.block_on(async move {
+        ignore_hangups();
+        let live = std::sync::Arc::new(x12gate::metrics::Live::default());
+        let server = x12gate::metrics::bind(addr, config, live, Some(std::sync::Arc::new(site)))
+            .await
+            .map_err(|e| Failure::Operational(anyhow::anyhow!("{addr}: {e}")))?;
+        say!(
+            "INFO",
+            "x12gate serve: http://{addr}/ ({})",
+            if allow_actions {
+                "actions allowed to operators with a token"
+            } else {
+                "read-only"
+            }
+        );
+        tokio::select! {
+            r = server => r.map_err(|e| Failure::Operational(e.into()))?,
+            () = first_signal() => {}
+        }
+        Ok::<(), Failure>(())
+    })?;
+    Ok(exit::OK)
+}
+
 async fn first_signal() {
     let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     else {

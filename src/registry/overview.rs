@@ -1,0 +1,212 @@
+//! What the EDI desk's web page reads that no command does: decisions and documents since a
+//! time, traffic in time buckets, a search across interchanges and documents, and the
+//! rejected interchanges oldest first. Reads only.
+
+use rusqlite::params;
+use serde::Serialize;
+
+use super::{ClaimState, DocumentRow, EventKind, Registry, RegistryError};
+use crate::disposition::Disposition;
+use crate::document::DocumentDisposition;
+
+/// One interchange as a list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listed {
+    pub key: String,
+    pub partner: String,
+    pub control_number: String,
+    pub state: ClaimState,
+    pub disposition: Option<Disposition>,
+    pub reason: Option<String>,
+    pub file: Option<String>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}
+
+/// What to look for; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Search {
+    /// A control number (padded or not), a partner (`QUAL:ID` or `ID`), a key, a document
+    /// key or a part of one (a PO number), or a part of a file name.
+    pub text: Option<String>,
+    pub partner: Option<String>,
+    pub disposition: Option<Disposition>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// At most this many of each kind; one more is read to tell that there are more.
+    pub limit: usize,
+}
+
+/// What a search found, newest first.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Found {
+    pub interchanges: Vec<Listed>,
+    pub documents: Vec<DocumentRow>,
+    /// Whether either list was cut at the limit.
+    pub more: bool,
+}
+
+const LISTED: &str =
+    "key, partner, control_number, state, disposition, reason, file, first_seen, last_seen";
+
+fn listed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Listed> {
+    Ok(Listed {
+        key: r.get(0)?,
+        partner: r.get(1)?,
+        control_number: r.get(2)?,
+        state: r.get(3)?,
+        disposition: r.get(4)?,
+        reason: r.get(5)?,
+        file: r.get(6)?,
+        first_seen_ms: r.get(7)?,
+        last_seen_ms: r.get(8)?,
+    })
+}
+
+/// `000000101`, `101` and `0101` are one control number; `None` for text that is not one.
+fn control_number(text: &str) -> Option<String> {
+    (!text.is_empty() && text.len() <= 9 && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.trim_start_matches('0').to_string())
+}
+
+impl Registry {
+    /// Decisions (every interchange of every file, resends included) by partner and kind
+    /// since `since_ms`.
+    pub fn decisions_since(
+        &self,
+        since_ms: i64,
+    ) -> Result<Vec<(String, EventKind, u64)>, RegistryError> {
+        self.all(
+            "SELECT COALESCE(partner, ''), event, COUNT(*) FROM events
+             WHERE disposition IS NOT NULL AND at >= ?1
+             GROUP BY 1, event ORDER BY 1, event",
+            [since_ms],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    /// Document sightings by partner and decision since `since_ms`.
+    pub fn documents_since(
+        &self,
+        since_ms: i64,
+    ) -> Result<Vec<(String, DocumentDisposition, u64)>, RegistryError> {
+        self.all(
+            "SELECT partner, disposition, COUNT(*) FROM documents WHERE seen >= ?1
+             GROUP BY 1, 2 ORDER BY 1, 2",
+            [since_ms],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    /// Decisions since `since_ms` in buckets of `bucket_ms`: (bucket start, kind, count).
+    pub fn traffic(
+        &self,
+        since_ms: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, EventKind, u64)>, RegistryError> {
+        self.all(
+            "SELECT ?1 + ((at - ?1) / ?2) * ?2 AS b, event, COUNT(*) FROM events
+             WHERE disposition IS NOT NULL AND at >= ?1
+             GROUP BY b, event ORDER BY b, event",
+            [since_ms, bucket_ms.max(1)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    /// Dead deliveries by partner.
+    pub fn dead_by_partner(&self) -> Result<Vec<(String, u64)>, RegistryError> {
+        self.all(
+            "SELECT partner, COUNT(*) FROM deliveries WHERE state = 'dead'
+             GROUP BY 1 ORDER BY 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    /// Completed interchanges decided `rejected`, oldest first.
+    pub fn rejected_interchanges(&self, limit: usize) -> Result<Vec<Listed>, RegistryError> {
+        self.all(
+            &format!(
+                "SELECT {LISTED} FROM interchanges
+                 WHERE state = 'completed' AND disposition = 'rejected'
+                 ORDER BY last_seen LIMIT ?1"
+            ),
+            [i64::try_from(limit).unwrap_or(i64::MAX)],
+            listed,
+        )
+    }
+
+    /// Interchanges and documents matching `s`, newest first.
+    pub fn search(&self, s: &Search) -> Result<Found, RegistryError> {
+        let text = s.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
+        let number = text.and_then(control_number);
+        let key = text.map(crate::pipeline::typed_key);
+        let lower = text.map(str::to_lowercase);
+        let limit = i64::try_from(s.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        // A document key names the business number (a PO, an invoice): the interchanges that
+        // carried it are found through it, as well as the document itself.
+        let mut interchanges = self.all(
+            &format!(
+                "SELECT {LISTED} FROM interchanges
+                 WHERE (?1 IS NULL
+                        OR key = ?2 OR substr(key, instr(key, ':') + 1) = ?2
+                        OR partner = ?1 OR substr(partner, instr(partner, ':') + 1) = ?1
+                        OR (?3 IS NOT NULL AND ltrim(control_number, '0') = ?3)
+                        OR instr(lower(COALESCE(file, '')), ?4) > 0
+                        OR key IN (SELECT interchange_key FROM documents
+                                   WHERE instr(lower(key), ?4) > 0))
+                   AND (?5 IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
+                   AND (?6 IS NULL OR disposition = ?6)
+                   AND (?7 IS NULL OR last_seen >= ?7) AND (?8 IS NULL OR first_seen <= ?8)
+                 ORDER BY last_seen DESC LIMIT ?9"
+            ),
+            params![
+                text,
+                key,
+                number,
+                lower,
+                s.partner,
+                s.disposition,
+                s.since_ms,
+                s.until_ms,
+                limit
+            ],
+            listed,
+        )?;
+        let mut documents = self.all(
+            &format!(
+                "SELECT {} FROM documents
+                 WHERE (?1 IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1)
+                   AND (?3 IS NULL OR partner = ?3 OR substr(partner, instr(partner, ':') + 1) = ?3)
+                   AND (?4 IS NULL OR seen >= ?4) AND (?5 IS NULL OR seen <= ?5)
+                 ORDER BY id DESC LIMIT ?6",
+                super::documents::COLUMNS
+            ),
+            params![text, lower, s.partner, s.since_ms, s.until_ms, limit],
+            super::documents::row,
+        )?;
+        let more = interchanges.len() > s.limit || documents.len() > s.limit;
+        interchanges.truncate(s.limit);
+        documents.truncate(s.limit);
+        Ok(Found {
+            interchanges,
+            documents,
+            more,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_control_number_matches_padded_or_not() {
+        assert_eq!(control_number("000000101").as_deref(), Some("101"));
+        assert_eq!(control_number("101").as_deref(), Some("101"));
+        assert_eq!(control_number("0").as_deref(), Some(""));
+        assert_eq!(control_number("1234567890"), None);
+        assert_eq!(control_number("PO101"), None);
+        assert_eq!(control_number(""), None);
+    }
+}

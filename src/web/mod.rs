@@ -1,0 +1,104 @@
+//! The EDI desk's web page: the overview of traffic per partner, a search that can be shared
+//! as a link, everything known about one interchange, and the rejected, held and dead lists;
+//! served beside `/metrics` by `watch` and by `x12gate serve`.
+//!
+//! Read-only unless started with `--allow-actions` and a token. Reachable from other hosts
+//! only with a token (`X12GATE_UI_TOKEN`): partners' files name orders, invoices and
+//! trading relationships, which are not for anyone on the network. Every value from a file
+//! is rendered as text by the templates (askama escapes HTML) after its control characters
+//! are escaped ([`crate::text::printable`]).
+
+pub mod auth;
+mod chart;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::config::Config;
+pub use auth::{TokenError, Tokens, Who};
+
+/// Why the web page cannot be served as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WebError {
+    #[error("the web page on {addr} would be reachable from other hosts without a token: set {} (NAME:TOKEN), or listen on 127.0.0.1", auth::TOKEN_VARIABLE)]
+    Exposed { addr: SocketAddr },
+    #[error(
+        "--allow-actions needs {}: an action is recorded with the name of the operator's token",
+        auth::TOKEN_VARIABLE
+    )]
+    ActionsWithoutToken,
+    #[error(transparent)]
+    Token(#[from] TokenError),
+}
+
+/// What the pages need: the configuration, who may come in, and whether they may act.
+pub struct Site {
+    pub config: Arc<Config>,
+    pub tokens: Tokens,
+    pub actions: bool,
+}
+
+impl Site {
+    /// The site for a listener on `addr`, refused when it would expose the pages or the
+    /// actions without a token.
+    pub fn new(
+        config: Arc<Config>,
+        addr: SocketAddr,
+        tokens: Tokens,
+        actions: bool,
+    ) -> Result<Site, WebError> {
+        if tokens.is_empty() && !addr.ip().is_loopback() {
+            return Err(WebError::Exposed { addr });
+        }
+        if actions && tokens.is_empty() {
+            return Err(WebError::ActionsWithoutToken);
+        }
+        Ok(Site {
+            config,
+            tokens,
+            actions,
+        })
+    }
+}
+
+/// The pages' routes, to be merged with `/metrics` and `/healthz`.
+pub fn router(site: Arc<Site>) -> axum::Router {
+    pages::router(site)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Arc<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("partners.toml");
+        std::fs::write(
+            &path,
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"GATEWAY\"\n",
+        )
+        .unwrap();
+        Arc::new(Config::load(&path).unwrap())
+    }
+
+    #[test]
+    fn only_loopback_goes_without_a_token_and_actions_never_do() {
+        let local: SocketAddr = "127.0.0.1:9101".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:9101".parse().unwrap();
+        let v6: SocketAddr = "[::1]:9101".parse().unwrap();
+        assert!(Site::new(config(), local, Tokens::default(), false).is_ok());
+        assert!(Site::new(config(), v6, Tokens::default(), false).is_ok());
+        assert!(matches!(
+            Site::new(config(), any, Tokens::default(), false),
+            Err(WebError::Exposed { .. })
+        ));
+        assert!(matches!(
+            Site::new(config(), local, Tokens::default(), true),
+            Err(WebError::ActionsWithoutToken)
+        ));
+        let tokens = Tokens::parse("alice:0123456789abcdef").unwrap();
+        assert!(Site::new(config(), any, tokens, true).is_ok());
+    }
+}
