@@ -740,3 +740,192 @@ fn a_page_reachable_from_other_hosts_needs_a_token() {
         w.log()
     );
 }
+
+/// The held and dead lists act through the same calls as `documents release`, `documents
+/// discard` and `deliveries retry`, each audited with the operator; the search finds by
+/// padded or unpadded number, document key, file name, partner and time.
+#[test]
+fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search_finds_them() {
+    let gate = Gate::new(Settings::default());
+    let path = gate.dir().join("partners.toml");
+    let config = fs::read_to_string(&path).unwrap();
+    // The ERP refuses every document for good (exit 65): each delivery dies at once.
+    let config = config.replacen(
+        "contact = \"edi-ops@example.com\"\n",
+        "contact = \"edi-ops@example.com\"\ndestination = \"erp\"\n",
+        1,
+    ) + "\n[[destination]]\nname = \"erp\"\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; exit 65\"]\n";
+    fs::write(&path, config).unwrap();
+    let other = |text: String| text.replacen("PO1*1*120*", "PO1*1*121*", 1);
+    let files = [
+        ("a.x12", interchange(201, "PO-H")),
+        ("b.x12", other(interchange(202, "PO-H"))),
+        ("c.x12", interchange(203, "PO-J")),
+        ("d.x12", other(interchange(204, "PO-J"))),
+    ];
+    let mut args = vec!["process".to_string()];
+    for (name, body) in &files {
+        fs::write(gate.dir().join(name), body).unwrap();
+        args.push((*name).to_string());
+    }
+    let out = crate::util::x12gate(gate.dir())
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ZZ:ACME:000000204 accepted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Served::start(gate.dir(), &["--allow-actions"], Some(TOKEN));
+    let bearer = format!("Bearer {SECRET}");
+    let auth = [("Authorization", bearer.as_str())];
+    let get = |path: &str| {
+        let (status, _, body) = request("GET", &s.url(path), &auth, None);
+        assert_eq!(status, 200, "{path}: {body}");
+        body
+    };
+    let act = |action: &str, key: &str| {
+        let (status, _, body) = request(
+            "POST",
+            &s.url(&format!("/action/{action}")),
+            &auth,
+            Some(&[("key", key)]),
+        );
+        (status, body)
+    };
+    let po_h = "ZZ:ACME:850:PO-H:00:";
+    let po_j = "ZZ:ACME:850:PO-J:00:";
+
+    // The lists, with their buttons.
+    let held = get("/held");
+    assert_eq!(
+        held.matches("action=\"/action/release\"").count(),
+        2,
+        "{held}"
+    );
+    assert!(
+        held.contains(&format!("data-document=\"{po_h}\"")),
+        "{held}"
+    );
+    assert!(held.contains("edi-ops@example.com"), "the owner: {held}");
+    let dead = get("/dead");
+    assert_eq!(
+        dead.matches("action=\"/action/retry\"").count(),
+        2,
+        "PO-H and PO-J's first: {dead}"
+    );
+    assert!(dead.contains("edi-ops@example.com"), "{dead}");
+
+    // Release, discard, retry: through the same calls as the commands.
+    let (status, body) = act("release", po_h);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("released 1 document(s) of ZZ:ACME:850:PO-H:00:"),
+        "{body}"
+    );
+    assert!(
+        body.contains("1 dead"),
+        "handed to the ERP at once, refused again: {body}"
+    );
+    let (status, body) = act("discard", po_j);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("discarded 1 document(s)"), "{body}");
+    let (status, body) = act("discard", po_j);
+    assert_eq!(status, 409, "nothing left to discard: {body}");
+    let (status, body) = act("retry", po_h);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("2 delivery(ies) of ZZ:ACME:850:PO-H:00: queued again"),
+        "{body}"
+    );
+    let (status, _) = act("reboot", po_h);
+    assert_eq!(status, 404, "no such action");
+
+    let listed = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = crate::util::x12gate(gate.dir())
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    assert!(listed(&["documents", "--held", "--json"]).is_empty());
+    let rows = listed(&["deliveries", "--json"]);
+    let states: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or(""),
+                r["state"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states
+            .iter()
+            .filter(|(k, st)| *k == po_h && *st == "queued")
+            .count(),
+        2,
+        "{states:?}"
+    );
+    assert!(states.contains(&(po_j, "dead")), "{states:?}");
+    let actions: Vec<(String, String, bool)> = listed(&["history", "--json"])
+        .iter()
+        .filter(|e| e["event"] == "web_action")
+        .map(|e| {
+            assert_eq!(e["by"], "alice", "{e}");
+            (
+                e["action"].as_str().unwrap_or("").to_string(),
+                e["key"].as_str().unwrap_or("").to_string(),
+                e["ok"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("release".to_string(), po_h.to_string(), true),
+            ("discard".to_string(), po_j.to_string(), true),
+            ("discard".to_string(), po_j.to_string(), false),
+            ("retry".to_string(), po_h.to_string(), true),
+        ],
+        "refusals are audited too"
+    );
+
+    // The search: a number padded or not, a document key's part, a file name, a partner, a time.
+    let keys_found = |query: &str| -> Vec<String> {
+        let body = get(&format!("/search?{query}"));
+        body.match_indices("<tr data-key=\"")
+            .map(|(i, m)| {
+                let rest = &body[i + m.len()..];
+                rest[..rest.find('"').unwrap_or(0)].to_string()
+            })
+            .collect()
+    };
+    assert_eq!(keys_found("q=000000201"), ["ZZ:ACME:000000201"]);
+    assert_eq!(keys_found("q=201"), ["ZZ:ACME:000000201"]);
+    let mut by_po = keys_found("q=po-h");
+    by_po.sort();
+    assert_eq!(by_po, ["ZZ:ACME:000000201", "ZZ:ACME:000000202"]);
+    assert_eq!(keys_found("q=b.x12"), ["ZZ:ACME:000000202"]);
+    assert_eq!(keys_found("q=ACME:203"), ["ZZ:ACME:000000203"]);
+    assert_eq!(keys_found("partner=ACME").len(), 4);
+    assert_eq!(keys_found("partner=ZZ%3AACME&q=204"), ["ZZ:ACME:000000204"]);
+    assert_eq!(keys_found("partner=GLOBEX&q=204").len(), 0);
+    assert_eq!(keys_found("q=204&disposition=rejected").len(), 0);
+    assert_eq!(
+        keys_found("q=204&since=2000-01-01&until=2000-01-02").len(),
+        0
+    );
+    assert_eq!(keys_found("q=204&since=2000-01-01").len(), 1);
+    let body = get("/search?q=204&since=yesterday");
+    assert!(body.contains("yesterday: not a time"), "{body}");
+    let body = get("/search?q=po-h");
+    assert!(
+        body.contains("data-document=\"ZZ:ACME:850:PO-H:00:\""),
+        "{body}"
+    );
+}
