@@ -246,15 +246,38 @@ fn layers_of(
     }
 }
 
-fn placed_at(events: &[Event]) -> Option<PathBuf> {
+fn placements(events: &[Event]) -> impl Iterator<Item = PathBuf> + '_ {
     events
         .iter()
         .rev()
         .filter(|e| e.event == EventKind::Placed)
-        .find_map(|e| {
+        .filter_map(|e| {
             let v: serde_json::Value = serde_json::from_str(&e.detail).ok()?;
             v["placed"].as_str().map(PathBuf::from)
         })
+}
+
+/// Where the interchange's file is now: the newest placement (or the file last read) that
+/// holds one of the contents recorded under the key, so that a conflicting resend placed in
+/// `rejected/` later is not taken for the accepted file; else the newest placement, as
+/// before the contents were compared.
+fn file_now(
+    config: &Config,
+    schemas: &Schemas,
+    record: &Record,
+    events: &[Event],
+) -> Option<PathBuf> {
+    let ours = |p: &Path| {
+        p.is_file()
+            && read_in(p, &record.key, config, schemas)
+                .is_some_and(|(_, f)| record.fingerprints.iter().any(|(_, g, _)| *g == f))
+    };
+    placements(events)
+        .chain(record.file.iter().map(PathBuf::from))
+        .find(|p| ours(p))
+        .or_else(|| placements(events).next())
+        .or_else(|| record.file.as_ref().map(PathBuf::from))
+        .filter(|p| p.is_file())
 }
 
 /// Interchange `key` as `file` holds it: its findings and its fingerprint; `None` when the
@@ -346,9 +369,7 @@ pub fn show(
             })
         })
         .collect();
-    let file_now = placed_at(&events)
-        .or_else(|| record.file.as_ref().map(PathBuf::from))
-        .filter(|p| p.is_file());
+    let file_now = file_now(config, schemas, &record, &events);
     let findings = file_now
         .as_deref()
         .and_then(|f| read_in(f, key, config, schemas))

@@ -391,6 +391,13 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
         .expect("the interchange page");
     assert_eq!(b.text("#key").await, "ZZ:ACME:000000101");
     assert_eq!(b.text("#disposition").await, "accepted");
+    // Its file is the archived resend of its content (the newest), not the reused number's
+    // file placed in rejected/ after it.
+    let now = b.text("#file-now").await;
+    assert!(
+        now.contains("/archive/") && now.ends_with("/a-again.x12"),
+        "{now}"
+    );
     let ack = b.text("div.ack[data-kind=\"997\"] pre.ack-bytes").await;
     assert!(ack.contains("ST*997*"), "{ack}");
     assert!(ack.contains("AK1*PO*101"), "{ack}");
