@@ -64,13 +64,21 @@ pub enum WatchError {
 
 /// The web page served beside `/metrics`: none (with a warning) where it would be reachable
 /// from other hosts without a token, so that a watcher exporting metrics to the network
-/// keeps doing so; `--allow-actions` without a token stops the watcher at start.
+/// keeps doing so (a malformed token likewise); `--allow-actions` without a usable token
+/// stops the watcher at start.
 fn web_site(
     config: &Arc<Config>,
     addr: std::net::SocketAddr,
     options: WatchOptions,
 ) -> Result<Option<Arc<crate::web::Site>>, WatchError> {
-    let tokens = crate::web::Tokens::from_env().map_err(crate::web::WebError::from)?;
+    let tokens = match crate::web::Tokens::from_env() {
+        Ok(t) => t,
+        Err(e) if !options.allow_actions => {
+            tracing::warn!("the web page is not served: {e}; /metrics and /healthz are");
+            return Ok(None);
+        }
+        Err(e) => return Err(crate::web::WebError::from(e).into()),
+    };
     match crate::web::Site::new(config.clone(), addr, tokens, options.allow_actions) {
         Ok(site) => Ok(Some(Arc::new(site))),
         Err(e @ crate::web::WebError::Exposed { .. }) if !options.allow_actions => {
@@ -822,6 +830,9 @@ impl Watcher {
             last_summary: now,
             last_due: now - DUE_EVERY,
         };
+        if options.allow_actions && g.metrics.is_none() {
+            return Err(crate::web::WebError::NoPage.into());
+        }
         // The metrics port is taken before any file: a port in use stops the watcher at start.
         if let Some(addr) = g.metrics {
             let server = crate::metrics::bind(

@@ -305,18 +305,74 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
             || format!("{}\n{}", gate.state(), w.log()),
         );
     }
+    // 102 was decided three days ago: in the week, not today.
+    {
+        let db = rusqlite::Connection::open(gate.dir().join("x12gate.db")).unwrap();
+        db.busy_timeout(Duration::from_secs(30)).unwrap();
+        let moved = db
+            .execute(
+                "UPDATE events SET at = at - 3 * 86400000 WHERE key = 'ZZ:ACME:000000102'",
+                [],
+            )
+            .unwrap();
+        assert!(moved >= 1);
+        db.execute(
+            "UPDATE documents SET seen = seen - 3 * 86400000 WHERE interchange_key = 'ZZ:ACME:000000102'",
+            [],
+        )
+        .unwrap();
+    }
+    let base = format!("http://{addr}");
+
+    // Over plain HTTP first (these checks run where no browser is installed too): the
+    // counts, the escaping, and the guard against a page of another site rebinding its name.
+    let (status, _, page) = request("GET", &format!("{base}/"), &[], None);
+    assert_eq!(status, 200, "{page}");
+    let value = |col: &str| -> String {
+        let at = format!("data-partner=\"ZZ:ACME\" data-col=\"{col}\">");
+        let i = page
+            .find(&at)
+            .unwrap_or_else(|| panic!("{col} in:\n{page}"))
+            + at.len();
+        page[i..].split('<').next().unwrap_or("").to_string()
+    };
+    assert_eq!(
+        value("today-accepted"),
+        "1",
+        "101 today; 102 three days ago"
+    );
+    assert_eq!(value("week-accepted"), "2");
+    assert_eq!(value("docs-today-new"), "1");
+    assert_eq!(value("docs-week-new"), "2");
+    assert!(!page.contains("<b id=pwn>"), "the stranger's id is escaped");
+    assert!(
+        page.contains("ZZ:&#34;&#62;&#60;b id=pwn&#62;&#39;&#38;"),
+        "{page}"
+    );
+    let (status, _, body) = request(
+        "GET",
+        &format!("{base}/"),
+        &[("Host", "evil.example:80")],
+        None,
+    );
+    assert_eq!(status, 421, "another name for 127.0.0.1 is refused: {body}");
+    let (status, _, _) = request("GET", &format!("{base}/"), &[("Host", "localhost")], None);
+    assert_eq!(status, 200);
+    let (status, _, _) = request("GET", &format!("{base}/interchange/ZZ:ACME:999"), &[], None);
+    assert_eq!(status, 404, "an unknown interchange");
+
     let shots = shot_dirs(&gate);
     let shot_refs: Vec<&Path> = shots.iter().map(PathBuf::as_path).collect();
     let Some(b) = browser(&shot_refs).await else {
         return;
     };
-    let base = format!("http://{addr}");
 
     // The overview: ACME's decisions today and this week.
     b.goto(&format!("{base}/")).await;
     let cell = |col: &str| format!("td[data-partner=\"ZZ:ACME\"][data-col=\"{col}\"]");
+    assert_eq!(b.text(&cell("today-accepted")).await, "1");
+    assert_eq!(b.text(&cell("week-accepted")).await, "2");
     for (col, want) in [
-        ("accepted", "2"),
         ("duplicate", "1"),
         ("conflict", "1"),
         ("rejected", "1"),
@@ -504,6 +560,32 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("X12GATE_UI_TOKEN"));
+    // The watcher likewise; and without [gateway] metrics there is no page to act on.
+    let out = crate::util::x12gate(gate.dir())
+        .args(["watch", "--once", "--allow-actions"])
+        .env_remove("X12GATE_UI_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[gateway] metrics"));
+    listen_on(&gate, &format!("127.0.0.1:{}", free_port()));
+    let out = crate::util::x12gate(gate.dir())
+        .args(["watch", "--once", "--allow-actions"])
+        .env_remove("X12GATE_UI_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("X12GATE_UI_TOKEN"));
 
     // The partner's definitions check was the cause: relaxed, the file is acceptable.
     let path = gate.dir().join("partners.toml");
@@ -557,6 +639,45 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
             ("Sec-Fetch-Site", "cross-site"),
         ],
         &[("key", key), ("form", "0000")],
+    );
+    assert_eq!(status, 403);
+    // The right form value is not enough from another site.
+    let (_, _, page) = request(
+        "GET",
+        &s.url(&format!("/interchange/{key}")),
+        &[("Cookie", &session)],
+        None,
+    );
+    let marker = "name=\"form\" value=\"";
+    let at = page.find(marker).expect("the form value on the page") + marker.len();
+    let value = page[at..].split('"').next().unwrap().to_string();
+    assert_eq!(value.len(), 64, "{value}");
+    for headers in [
+        vec![
+            ("Cookie", session.as_str()),
+            ("Origin", "http://evil.example"),
+        ],
+        vec![
+            ("Cookie", session.as_str()),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    ] {
+        let (status, _, body) = post(&s, &headers, &[("key", key), ("form", &value)]);
+        assert_eq!(status, 403, "{headers:?}: {body}");
+    }
+    // A GET never acts; a login or logout from another site is refused.
+    let (status, _, _) = request(
+        "GET",
+        &s.url("/action/reprocess"),
+        &[("Authorization", &bearer)],
+        None,
+    );
+    assert_eq!(status, 405);
+    let (status, _, _) = request(
+        "POST",
+        &s.url("/login"),
+        &[("Origin", "http://evil.example")],
+        Some(&[("token", SECRET)]),
     );
     assert_eq!(status, 403);
     // Nothing of that changed the interchange.
@@ -768,7 +889,7 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
         ("a.x12", interchange(201, "PO-H")),
         ("b.x12", other(interchange(202, "PO-H"))),
         ("c.x12", interchange(203, "PO-J")),
-        ("d.x12", other(interchange(204, "PO-J"))),
+        ("d-20201.x12", other(interchange(204, "PO-J"))),
     ];
     let mut args = vec!["process".to_string()];
     for (name, body) in &files {
@@ -913,7 +1034,16 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
             .collect()
     };
     assert_eq!(keys_found("q=000000201"), ["ZZ:ACME:000000201"]);
-    assert_eq!(keys_found("q=201"), ["ZZ:ACME:000000201"]);
+    assert_eq!(
+        keys_found("q=201"),
+        ["ZZ:ACME:000000201"],
+        "not d-20201.x12"
+    );
+    assert_eq!(
+        keys_found("q=d-20201"),
+        ["ZZ:ACME:000000204"],
+        "a file name in part"
+    );
     let mut by_po = keys_found("q=po-h");
     by_po.sort();
     assert_eq!(by_po, ["ZZ:ACME:000000201", "ZZ:ACME:000000202"]);
@@ -934,5 +1064,16 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
     assert!(
         body.contains("data-document=\"ZZ:ACME:850:PO-H:00:\""),
         "{body}"
+    );
+    let body = get("/search?q=po-h&disposition=rejected");
+    assert!(
+        !body.contains("data-document="),
+        "no rejected interchange carries it: {body}"
+    );
+    // A whole day typed as the end is in the range.
+    let today = chrono::Local::now().format("%Y-%m-%d").to_string();
+    assert_eq!(
+        keys_found(&format!("q=204&since={today}&until={today}")).len(),
+        1
     );
 }

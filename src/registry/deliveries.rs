@@ -340,11 +340,12 @@ fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
     })
 }
 
-const ROW: &str = "id, key, destination, partner, interchange_key, correlation_id, state,
+pub(super) const ROW: &str =
+    "id, key, destination, partner, interchange_key, correlation_id, state,
     attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
     owner, idempotency_key";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
+pub(super) fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
     Ok(DeliveryRow {
         id: r.get(0)?,
         key: r.get(1)?,

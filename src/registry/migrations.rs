@@ -177,6 +177,9 @@ const MIGRATIONS: &[&str] = &[
         changed       INTEGER NOT NULL
     ) STRICT;
     ALTER TABLE documents ADD COLUMN result_ref TEXT;",
+    // 7: the web page's overview counts decisions and documents since a time.
+    "CREATE INDEX events_at ON events (at) WHERE disposition IS NOT NULL;
+    CREATE INDEX documents_seen ON documents (seen);",
 ];
 
 pub enum Error {

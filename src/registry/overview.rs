@@ -5,7 +5,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
-use super::{ClaimState, DocumentRow, EventKind, Registry, RegistryError};
+use super::{ClaimState, Delivery, DeliveryRow, DocumentRow, EventKind, Registry, RegistryError};
 use crate::disposition::Disposition;
 use crate::document::DocumentDisposition;
 
@@ -32,6 +32,7 @@ pub struct Search {
     pub partner: Option<String>,
     pub disposition: Option<Disposition>,
     pub since_ms: Option<i64>,
+    /// Until this time, not included.
     pub until_ms: Option<i64>,
     /// At most this many of each kind; one more is read to tell that there are more.
     pub limit: usize,
@@ -43,7 +44,8 @@ pub struct Found {
     pub interchanges: Vec<Listed>,
     pub documents: Vec<DocumentRow>,
     /// Whether either list was cut at the limit.
-    pub more: bool,
+    pub more_interchanges: bool,
+    pub more_documents: bool,
 }
 
 const LISTED: &str =
@@ -91,7 +93,9 @@ impl Registry {
         since_ms: i64,
     ) -> Result<Vec<(String, DocumentDisposition, u64)>, RegistryError> {
         self.all(
-            "SELECT partner, disposition, COUNT(*) FROM documents WHERE seen >= ?1
+            // Documents recorded from an old archive (`scan --backfill`) are not traffic.
+            "SELECT partner, disposition, COUNT(*) FROM documents
+             WHERE seen >= ?1 AND by != 'backfill'
              GROUP BY 1, 2 ORDER BY 1, 2",
             [since_ms],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -111,6 +115,79 @@ impl Registry {
             [since_ms, bucket_ms.max(1)],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
+    }
+
+    /// Held and parked documents by partner.
+    pub fn open_documents(&self) -> Result<Vec<(String, Delivery, u64)>, RegistryError> {
+        self.all(
+            "SELECT partner, delivery, COUNT(*) FROM documents
+             WHERE delivery IN ('held', 'parked') GROUP BY 1, 2 ORDER BY 1, 2",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    /// When `partner`'s latest interchange was decided.
+    pub fn last_received(&self, partner: &str) -> Result<Option<i64>, RegistryError> {
+        Ok(self
+            .all(
+                "SELECT at FROM events WHERE partner = ?1 AND disposition IS NOT NULL
+                 ORDER BY at DESC LIMIT 1",
+                [partner],
+                |r| r.get(0),
+            )?
+            .into_iter()
+            .next())
+    }
+
+    /// Claims not completed (in flight or failed).
+    pub fn unfinished_count(&self) -> Result<u64, RegistryError> {
+        Ok(self
+            .all(
+                "SELECT COUNT(*) FROM interchanges WHERE state != 'completed'",
+                [],
+                |r| r.get(0),
+            )?
+            .into_iter()
+            .next()
+            .unwrap_or(0))
+    }
+
+    /// Held and parked documents, oldest first, at most `limit`.
+    pub fn open_document_rows(&self, limit: usize) -> Result<Vec<DocumentRow>, RegistryError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM documents WHERE delivery IN ('held', 'parked')
+                 ORDER BY id LIMIT ?1",
+                super::documents::COLUMNS
+            ),
+            [i64::try_from(limit).unwrap_or(i64::MAX)],
+            super::documents::row,
+        )
+    }
+
+    /// Dead deliveries, oldest first, at most `limit`.
+    pub fn dead_deliveries(&self, limit: usize) -> Result<Vec<DeliveryRow>, RegistryError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM deliveries WHERE state = 'dead' ORDER BY id LIMIT ?1",
+                super::deliveries::ROW
+            ),
+            [i64::try_from(limit).unwrap_or(i64::MAX)],
+            super::deliveries::row,
+        )
+    }
+
+    /// The partner of the document key `key`, if any sighting has it.
+    pub fn document_partner(&self, key: &str) -> Result<Option<String>, RegistryError> {
+        Ok(self
+            .all(
+                "SELECT partner FROM documents WHERE key = ?1 LIMIT 1",
+                [key],
+                |r| r.get(0),
+            )?
+            .into_iter()
+            .next())
     }
 
     /// Dead deliveries by partner.
@@ -136,15 +213,23 @@ impl Registry {
         )
     }
 
-    /// Interchanges and documents matching `s`, newest first.
+    /// Interchanges and documents matching `s`, newest first. A control number (digits)
+    /// matches control numbers, keys and whole parts of document keys only: as a part of
+    /// a file name or inside a longer number (`20240101-b.x12`, `PO-1010`) it would match
+    /// most of the registry. Other text matches partners and keys whole, and document keys
+    /// and file names in part (ASCII case ignored).
     pub fn search(&self, s: &Search) -> Result<Found, RegistryError> {
         let text = s.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
         let number = text.and_then(control_number);
         let key = text.map(crate::pipeline::typed_key);
-        let lower = text.map(str::to_lowercase);
+        // A part of a document key or file name; for a number, a whole part of a key.
+        let part = match (text, &number) {
+            (Some(t), Some(_)) => Some(format!(":{t}:")),
+            (Some(t), None) => Some(t.to_ascii_lowercase()),
+            _ => None,
+        };
+        let files = part.as_ref().filter(|_| number.is_none());
         let limit = i64::try_from(s.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        // A document key names the business number (a PO, an invoice): the interchanges that
-        // carried it are found through it, as well as the document itself.
         let mut interchanges = self.all(
             &format!(
                 "SELECT {LISTED} FROM interchanges
@@ -152,46 +237,61 @@ impl Registry {
                         OR key = ?2 OR substr(key, instr(key, ':') + 1) = ?2
                         OR partner = ?1 OR substr(partner, instr(partner, ':') + 1) = ?1
                         OR (?3 IS NOT NULL AND ltrim(control_number, '0') = ?3)
-                        OR instr(lower(COALESCE(file, '')), ?4) > 0
+                        OR (?10 IS NOT NULL AND instr(lower(COALESCE(file, '')), ?10) > 0)
                         OR key IN (SELECT interchange_key FROM documents
                                    WHERE instr(lower(key), ?4) > 0))
                    AND (?5 IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
                    AND (?6 IS NULL OR disposition = ?6)
-                   AND (?7 IS NULL OR last_seen >= ?7) AND (?8 IS NULL OR first_seen <= ?8)
+                   AND (?7 IS NULL OR last_seen >= ?7) AND (?8 IS NULL OR first_seen < ?8)
                  ORDER BY last_seen DESC LIMIT ?9"
             ),
             params![
                 text,
                 key,
                 number,
-                lower,
+                part,
                 s.partner,
                 s.disposition,
                 s.since_ms,
                 s.until_ms,
-                limit
+                limit,
+                files
             ],
             listed,
         )?;
+        // A disposition is an interchange's: the documents shown are those of such
+        // interchanges.
         let mut documents = self.all(
             &format!(
                 "SELECT {} FROM documents
                  WHERE (?1 IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1)
                    AND (?3 IS NULL OR partner = ?3 OR substr(partner, instr(partner, ':') + 1) = ?3)
-                   AND (?4 IS NULL OR seen >= ?4) AND (?5 IS NULL OR seen <= ?5)
+                   AND (?4 IS NULL OR seen >= ?4) AND (?5 IS NULL OR seen < ?5)
+                   AND (?7 IS NULL OR interchange_key IN
+                        (SELECT key FROM interchanges WHERE disposition = ?7))
                  ORDER BY id DESC LIMIT ?6",
                 super::documents::COLUMNS
             ),
-            params![text, lower, s.partner, s.since_ms, s.until_ms, limit],
+            params![
+                text,
+                part,
+                s.partner,
+                s.since_ms,
+                s.until_ms,
+                limit,
+                s.disposition
+            ],
             super::documents::row,
         )?;
-        let more = interchanges.len() > s.limit || documents.len() > s.limit;
+        let more_interchanges = interchanges.len() > s.limit;
+        let more_documents = documents.len() > s.limit;
         interchanges.truncate(s.limit);
         documents.truncate(s.limit);
         Ok(Found {
             interchanges,
             documents,
-            more,
+            more_interchanges,
+            more_documents,
         })
     }
 }

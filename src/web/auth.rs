@@ -22,12 +22,25 @@ pub enum TokenError {
     Bad { entry: usize, why: String },
 }
 
+/// How long a session cookie is good for, counted by the server from its issue time.
+pub const SESSION_MS: i64 = 12 * 3_600_000;
+
 struct Token {
     name: String,
     secret: blake3::Hash,
-    /// Derived from the secret: what the session cookie and the forms carry.
-    session: blake3::Hash,
+    /// Derived from the secret: the key of the session cookies' MACs.
+    key: [u8; 32],
+    /// What the forms of this token's operator carry.
     csrf: blake3::Hash,
+}
+
+impl Token {
+    fn session_mac(&self, issued_ms: i64) -> blake3::Hash {
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(b"session");
+        h.update(&issued_ms.to_be_bytes());
+        h.finalize()
+    }
 }
 
 /// The operators allowed in: none when the variable is unset (loopback only, read-only).
@@ -67,8 +80,9 @@ impl Tokens {
             if entry.is_empty() {
                 return Err(bad("empty"));
             }
+            // Presented tokens are trimmed too, so a blank here could never match.
             let (name, secret) = match entry.split_once(':') {
-                Some((n, s)) => (n.trim(), s),
+                Some((n, s)) => (n.trim(), s.trim()),
                 None => ("operator", entry),
             };
             if name.is_empty()
@@ -84,12 +98,12 @@ impl Tokens {
             if tokens.iter().any(|t: &Token| t.name == name) {
                 return Err(bad(&format!("the name {name} is given twice")));
             }
-            let derived = blake3::derive_key("x12gate web session 2026-12", secret.as_bytes());
+            let key = blake3::derive_key("x12gate web session 2026-12", secret.as_bytes());
             tokens.push(Token {
                 name: name.to_string(),
                 secret: blake3::hash(secret.as_bytes()),
-                session: blake3::keyed_hash(&derived, b"session"),
-                csrf: blake3::keyed_hash(&derived, b"csrf"),
+                key,
+                csrf: blake3::keyed_hash(&key, b"csrf"),
             });
         }
         Ok(Tokens(tokens))
@@ -116,17 +130,26 @@ impl Tokens {
             .map(|t| t.name.as_str())
     }
 
-    fn by_session(&self, cookie: &str) -> Option<&str> {
-        let h = blake3::Hash::from_hex(cookie).ok()?;
+    /// The operator of a session cookie `ISSUED.MAC` issued less than [`SESSION_MS`] before
+    /// `now_ms`: the browser's Max-Age is a wish, this is the rule.
+    fn by_session(&self, cookie: &str, now_ms: i64) -> Option<&str> {
+        let (issued, mac) = cookie.split_once('.')?;
+        let issued: i64 = issued.parse().ok()?;
+        // A minute of clock skew between issuing and checking is tolerated.
+        if now_ms.saturating_sub(issued) > SESSION_MS || issued > now_ms.saturating_add(60_000) {
+            return None;
+        }
+        let mac = blake3::Hash::from_hex(mac).ok()?;
         self.0
             .iter()
-            .find(|t| t.session == h)
+            .find(|t| t.session_mac(issued) == mac)
             .map(|t| t.name.as_str())
     }
 
-    /// The session cookie's value for the operator `name`.
-    pub fn session_value(&self, name: &str) -> Option<String> {
-        self.find(name).map(|t| t.session.to_hex().to_string())
+    /// The session cookie's value for the operator `name`, issued at `now_ms`.
+    pub fn session_value(&self, name: &str, now_ms: i64) -> Option<String> {
+        self.find(name)
+            .map(|t| format!("{now_ms}.{}", t.session_mac(now_ms).to_hex()))
     }
 
     /// The value a form of the operator `name` carries back.
@@ -159,7 +182,11 @@ impl Tokens {
             };
         }
         let jar = axum_extra::extract::CookieJar::from_headers(headers);
-        match jar.get(COOKIE).and_then(|c| self.by_session(c.value())) {
+        let now = crate::registry::now_ms();
+        match jar
+            .get(COOKIE)
+            .and_then(|c| self.by_session(c.value(), now))
+        {
             Some(name) => Who::Operator {
                 name: name.to_string(),
                 by_cookie: true,
@@ -213,8 +240,17 @@ mod tests {
     #[test]
     fn a_session_cookie_names_its_operator_and_hides_the_token() {
         let t = Tokens::parse("alice:0123456789abcdef,bob:fedcba9876543210").unwrap();
-        let session = t.session_value("bob").unwrap();
+        let now = crate::registry::now_ms();
+        let session = t.session_value("bob", now).unwrap();
         assert!(!session.contains("fedcba9876543210"));
+        // Past its twelve hours, or forged in its issue time, a session is none.
+        let old = t.session_value("bob", now - SESSION_MS - 1).unwrap();
+        assert_eq!(t.by_session(&old, now), None);
+        assert_eq!(t.by_session(&session, now), Some("bob"));
+        let (_, mac) = session.split_once('.').unwrap();
+        assert_eq!(t.by_session(&format!("{}.{mac}", now - 1), now), None);
+        let early = t.session_value("bob", now + 3_600_000).unwrap();
+        assert_eq!(t.by_session(&early, now), None, "issued in the future");
         let mut h = HeaderMap::new();
         h.insert(
             axum::http::header::COOKIE,

@@ -29,6 +29,8 @@ pub enum WebError {
         auth::TOKEN_VARIABLE
     )]
     ActionsWithoutToken,
+    #[error("--allow-actions: the web page is served on [gateway] metrics, which is not set")]
+    NoPage,
     #[error(transparent)]
     Token(#[from] TokenError),
 }

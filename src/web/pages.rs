@@ -18,14 +18,14 @@ use super::Site;
 use crate::config::Config;
 use crate::disposition::Disposition;
 use crate::document::DocumentDisposition;
-use crate::registry::{Delivery, DeliveryState, EventKind, Registry, Retry, Search};
+use crate::registry::{Delivery, EventKind, Registry, Retry, Search};
 
 /// At most this many rows in a list or a search (the search says when there are more).
 const LIMIT: usize = 500;
 /// An acknowledgment shown on a page is cut after this many bytes.
 const ACK_SHOWN: usize = 64 * 1024;
-/// Reason files read for the rejected list and the overview's backlog.
-const REASON_FILES: usize = 2_000;
+/// Reason files read for the rejected list and the overview's backlog (oldest first).
+const REASON_FILES: usize = 500;
 /// A reason file larger than this is listed without its contents.
 const REASON_MAX: u64 = 1 << 20;
 
@@ -40,7 +40,60 @@ pub fn router(site: Arc<Site>) -> axum::Router {
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/action/:action", post(action))
+        .layer(axum::middleware::from_fn_with_state(
+            site.clone(),
+            local_only,
+        ))
         .with_state(site)
+}
+
+/// Without tokens the page is open to this host only, and a browser on this host must not be
+/// made to read it for another site: a page that rebinds its own name to 127.0.0.1 (DNS
+/// rebinding) sends its own name as `Host`, which is refused here.
+async fn local_only(
+    State(site): State<Arc<Site>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !site.tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if is_local_name(host) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this page answers to localhost, 127.0.0.1 or [::1] only (Host: {}); set {} to serve it under another name\n",
+                p(crate::text::bounded(host, 256)),
+                super::auth::TOKEN_VARIABLE
+            ),
+        )
+            .into_response()
+    }
+}
+
+/// `localhost`, a loopback address, with or without a port.
+fn is_local_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
+        None => host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        }),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Text from a partner's file, with its control characters escaped (the template escapes
@@ -129,14 +182,31 @@ fn message(site: &Site, who: &Who, status: StatusCode, title: &str, text: &str) 
         back_interchange: None,
         back_list: None,
     };
-    html(status, page.render().unwrap_or_else(|e| e.to_string()))
+    shown(status, &page)
+}
+
+/// A template rendered as the response, or the renderer's error.
+fn shown(status: StatusCode, t: &impl Template) -> Response {
+    match t.render() {
+        Ok(body) => html(status, body),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Why a page is not shown: its status and the sentence for the operator.
+pub struct Refused(StatusCode, String);
+
+impl From<String> for Refused {
+    fn from(why: String) -> Refused {
+        Refused(StatusCode::SERVICE_UNAVAILABLE, why)
+    }
 }
 
 /// Renders a page on a blocking thread, once the asker is let in: with tokens configured,
 /// only an operator is (the others go to the login form).
 async fn page<F>(site: Arc<Site>, headers: HeaderMap, build: F) -> Response
 where
-    F: FnOnce(&Site, &Frame) -> Result<String, String> + Send + 'static,
+    F: FnOnce(&Site, &Frame) -> Result<String, Refused> + Send + 'static,
 {
     let who = site.tokens.who(&headers);
     if !site.tokens.is_empty() && who == Who::Anonymous {
@@ -151,13 +221,14 @@ where
     .await;
     match built {
         Ok(Ok(body)) => html(StatusCode::OK, body),
-        Ok(Err(e)) => message(
-            &site,
-            &who,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Not available",
-            &e,
-        ),
+        Ok(Err(Refused(status, why))) => {
+            let title = if status == StatusCode::NOT_FOUND {
+                "Not found"
+            } else {
+                "Not available"
+            };
+            message(&site, &who, status, title, &why)
+        }
         Err(e) => message(
             &site,
             &who,
@@ -179,8 +250,14 @@ fn reader(config: &Config) -> Result<Registry, String> {
         })
 }
 
-fn rendered(t: impl Template) -> Result<String, String> {
-    t.render().map_err(|e| e.to_string())
+fn rendered(t: impl Template) -> Result<String, Refused> {
+    t.render()
+        .map_err(|e| Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// The configured partner whose `QUAL:ID` is `key`.
+fn partner_of<'c>(config: &'c Config, key: &str) -> Option<&'c crate::config::Partner> {
+    config.partners.iter().find(|x| x.key() == key)
 }
 
 // ---------------------------------------------------------------- overview
@@ -195,15 +272,17 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Counted in the chart's columns, so that the table and the chart agree.
     fn add(&mut self, kind: EventKind, n: u64) {
-        match kind {
-            EventKind::Accepted => self.accepted += n,
-            EventKind::Partial => self.partial += n,
-            EventKind::Rejected | EventKind::Unreadable => self.rejected += n,
-            EventKind::Duplicate => self.duplicate += n,
-            EventKind::Conflict => self.conflict += n,
-            _ => {}
-        }
+        let slot = match chart::column(kind) {
+            Some(0) => &mut self.accepted,
+            Some(1) => &mut self.partial,
+            Some(2) => &mut self.rejected,
+            Some(3) => &mut self.duplicate,
+            Some(4) => &mut self.conflict,
+            _ => return,
+        };
+        *slot += n;
     }
 }
 
@@ -212,7 +291,6 @@ pub struct DocCounts {
     pub new: u64,
     pub duplicate: u64,
     pub conflict: u64,
-    pub waiting: u64,
 }
 
 impl DocCounts {
@@ -221,7 +299,8 @@ impl DocCounts {
             DocumentDisposition::New => self.new += n,
             DocumentDisposition::Duplicate => self.duplicate += n,
             DocumentDisposition::Conflict => self.conflict += n,
-            DocumentDisposition::Waiting | DocumentDisposition::Stale => self.waiting += n,
+            // Waiting documents are counted where they stand now (the Waiting column).
+            DocumentDisposition::Waiting | DocumentDisposition::Stale => {}
         }
     }
 }
@@ -262,15 +341,22 @@ async fn overview(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response
     .await
 }
 
-fn build_overview(config: &Config, frame: Frame) -> Result<String, String> {
+/// The first moment of local `date` (its midnight, or the hour a clock change starts it).
+fn day_start(date: chrono::NaiveDate) -> Option<i64> {
+    (0..4).find_map(|h| {
+        date.and_hms_opt(h, 0, 0)?
+            .and_local_timezone(chrono::Local)
+            .earliest()
+            .map(|t| t.timestamp_millis())
+    })
+}
+
+fn build_overview(config: &Config, frame: Frame) -> Result<String, Refused> {
     let r = reader(config)?;
-    let e = |e: crate::registry::RegistryError| e.to_string();
+    let e = |e: crate::registry::RegistryError| Refused::from(e.to_string());
     let now = crate::registry::now_ms();
-    let midnight = chrono::Local::now()
-        .date_naive()
-        .and_hms_opt(0, 0, 0)
-        .and_then(|t| t.and_local_timezone(chrono::Local).earliest())
-        .map_or(now - 86_400_000, |t| t.timestamp_millis());
+    let today = chrono::Local::now().date_naive();
+    let midnight = day_start(today).unwrap_or(now - 86_400_000);
     let week = now - 7 * 86_400_000;
     let mut rows: BTreeMap<String, PartnerRow> = BTreeMap::new();
     for partner in &config.partners {
@@ -296,28 +382,30 @@ fn build_overview(config: &Config, frame: Frame) -> Result<String, String> {
     for (partner, d, n) in r.documents_since(week).map_err(e)? {
         row(&mut rows, &partner).docs_week.add(d, n);
     }
-    let snap = r.snapshot().map_err(e)?;
-    for (partner, delivery, n) in &snap.documents_open {
+    for (partner, delivery, n) in r.open_documents().map_err(e)? {
         match delivery {
-            Delivery::Held => row(&mut rows, partner).held += n,
-            Delivery::Parked => row(&mut rows, partner).waiting += n,
+            Delivery::Held => row(&mut rows, &partner).held += n,
+            Delivery::Parked => row(&mut rows, &partner).waiting += n,
             _ => {}
         }
-    }
-    for (partner, when) in &snap.last_received {
-        let x = row(&mut rows, partner);
-        x.last = Some(time(*when));
-        x.ago = Some(ago(*when, now));
     }
     for (partner, n) in r.dead_by_partner().map_err(e)? {
         row(&mut rows, &partner).dead += n;
     }
     let files = rejected_files(config);
-    for f in &files {
+    for f in &files.files {
         for partner in &f.partners {
             row(&mut rows, partner).rejected_files += 1;
         }
     }
+    for (key, x) in rows.iter_mut() {
+        if let Some(when) = r.last_received(key).map_err(e)? {
+            x.last = Some(time(when));
+            x.ago = Some(ago(when, now));
+        }
+    }
+    // The last 24 hours by the hour; the last 14 local days, counted from the same hourly
+    // buckets so that a day is a local day whatever the clock changes.
     let hour = 3_600_000;
     let hours_since = (now / hour - 23) * hour;
     let hourly = buckets(
@@ -326,29 +414,28 @@ fn build_overview(config: &Config, frame: Frame) -> Result<String, String> {
         hour,
         24,
     );
-    let day_start = midnight - 13 * 86_400_000;
-    let daily = buckets(
-        &r.traffic(day_start, 86_400_000).map_err(e)?,
-        day_start,
-        86_400_000,
-        14,
-    );
+    let days: Vec<i64> = (0..14u64)
+        .rev()
+        .filter_map(|back| day_start(today.checked_sub_days(chrono::Days::new(back))?))
+        .collect();
+    let first_day = days.first().copied().unwrap_or(midnight);
+    let mut daily = vec![Vec::new(); days.len()];
+    for (at, kind, n) in r.traffic(first_day, hour).map_err(e)? {
+        let day = days.partition_point(|start| *start <= at).saturating_sub(1);
+        if let Some(b) = daily.get_mut(day) {
+            b.push((kind, n));
+        }
+    }
+    let label = |at: Option<i64>, format: &str| {
+        at.and_then(|at| chrono::Local.timestamp_millis_opt(at).single())
+            .map(|t| t.format(format).to_string())
+            .unwrap_or_default()
+    };
     let hour_label = |i: usize| {
-        let at = hours_since + i64::try_from(i).unwrap_or(0) * hour;
-        chrono::Local
-            .timestamp_millis_opt(at)
-            .single()
-            .map(|t| t.format("%H:00").to_string())
-            .unwrap_or_default()
+        let at = i64::try_from(i).ok().map(|i| hours_since + i * hour);
+        label(at, "%H:%M")
     };
-    let day_label = |i: usize| {
-        let at = day_start + i64::try_from(i).unwrap_or(0) * 86_400_000;
-        chrono::Local
-            .timestamp_millis_opt(at)
-            .single()
-            .map(|t| t.format("%m-%d").to_string())
-            .unwrap_or_default()
-    };
+    let day_label = |i: usize| label(days.get(i).copied(), "%m-%d");
     rendered(OverviewPage {
         frame,
         // The configured partners first, by name; then the senders no partner configures.
@@ -361,9 +448,9 @@ fn build_overview(config: &Config, frame: Frame) -> Result<String, String> {
         },
         hourly: chart::stacked(&hourly, &hour_label, 3),
         daily: chart::stacked(&daily, &day_label, 2),
-        kinds: chart::KINDS.iter().map(|(k, c)| (k.as_str(), *c)).collect(),
-        rejected_backlog: files.len(),
-        unfinished: snap.unfinished.iter().map(|(_, n)| n).sum(),
+        kinds: chart::KINDS.to_vec(),
+        rejected_backlog: files.total,
+        unfinished: r.unfinished_count().map_err(e)?,
     })
 }
 
@@ -403,81 +490,105 @@ fn buckets(
 pub struct RejectedFile {
     pub name: String,
     pub time: String,
-    pub modified_ms: i64,
     pub disposition: String,
     pub reason: String,
     pub contact: String,
-    /// The senders (`QUAL:ID`) of its interchanges.
+    /// The senders (`QUAL:ID`, as the registry writes them) of its interchanges.
     pub partners: Vec<String>,
     /// (sender, control number, disposition, reason) of each interchange.
     pub interchanges: Vec<(String, String, String, String)>,
 }
 
-fn rejected_files(config: &Config) -> Vec<RejectedFile> {
-    let dir = &config.gateway.rejected;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+/// The files waiting in `rejected/`: all counted, the oldest [`REASON_FILES`] read.
+pub struct RejectedFiles {
+    pub files: Vec<RejectedFile>,
+    pub total: usize,
+}
+
+/// Entries of `rejected/` looked at, at most: past this the count says "at least".
+const REJECTED_SCAN: usize = 200_000;
+
+fn rejected_files(config: &Config) -> RejectedFiles {
+    let Ok(entries) = std::fs::read_dir(&config.gateway.rejected) else {
+        return RejectedFiles {
+            files: Vec::new(),
+            total: 0,
+        };
     };
-    let mut out = Vec::new();
-    for entry in entries.flatten().take(REASON_FILES * 2) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(file) = name.strip_suffix(".reason.json") else {
-            continue;
-        };
-        let meta = entry.metadata().ok();
-        let modified_ms = meta
-            .as_ref()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let reason: serde_json::Value = if meta.is_some_and(|m| m.len() <= REASON_MAX) {
-            std::fs::read(entry.path())
+    let mut reasons: Vec<(i64, std::fs::DirEntry, u64)> = entries
+        .flatten()
+        .take(REJECTED_SCAN)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".reason.json"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            let modified = meta
+                .modified()
                 .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default()
-        } else {
-            serde_json::json!({ "reason": "(reason file too large to show here)" })
-        };
-        let s = |v: &serde_json::Value| v.as_str().map(p).unwrap_or_default();
-        let interchanges: Vec<(String, String, String, String)> = reason["interchanges"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .take(50)
-                    .map(|i| {
-                        (
-                            s(&i["sender"]),
-                            s(&i["control_number"]),
-                            s(&i["disposition"]),
-                            s(&i["reason"]),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut partners: Vec<String> = interchanges
-            .iter()
-            .map(|i| i.0.clone())
-            .filter(|s| !s.is_empty())
-            .collect();
-        partners.sort();
-        partners.dedup();
-        out.push(RejectedFile {
-            name: p(file),
-            time: time(modified_ms),
-            modified_ms,
-            disposition: s(&reason["disposition"]),
-            reason: s(&reason["reason"]),
-            contact: s(&reason["contact"]),
-            partners,
-            interchanges,
-        });
-        if out.len() >= REASON_FILES {
-            break;
-        }
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            Some((modified, e, meta.len()))
+        })
+        .collect();
+    let total = reasons.len();
+    reasons.sort_by_key(|(modified, ..)| *modified);
+    let files = reasons
+        .into_iter()
+        .take(REASON_FILES)
+        .map(|(modified_ms, entry, len)| rejected_file(&entry, modified_ms, len))
+        .collect();
+    RejectedFiles { files, total }
+}
+
+/// One reason file read, its texts bounded.
+fn rejected_file(entry: &std::fs::DirEntry, modified_ms: i64, len: u64) -> RejectedFile {
+    let name = entry.file_name().to_string_lossy().into_owned();
+    let file = name.strip_suffix(".reason.json").unwrap_or(&name);
+    let reason: serde_json::Value = if len <= REASON_MAX {
+        std::fs::read(entry.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    } else {
+        serde_json::json!({ "reason": "(reason file too large to show here)" })
+    };
+    let s = |v: &serde_json::Value| {
+        v.as_str()
+            .map(|t| p(crate::text::bounded(t, 2048)))
+            .unwrap_or_default()
+    };
+    let interchanges: Vec<(String, String, String, String)> = reason["interchanges"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .take(50)
+                .map(|i| {
+                    (
+                        s(&i["sender"]),
+                        s(&i["control_number"]),
+                        s(&i["disposition"]),
+                        s(&i["reason"]),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut partners: Vec<String> = reason["interchanges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["sender"].as_str().map(str::to_string))
+        .collect();
+    partners.sort();
+    partners.dedup();
+    RejectedFile {
+        name: p(file),
+        time: time(modified_ms),
+        disposition: s(&reason["disposition"]),
+        reason: s(&reason["reason"]),
+        contact: s(&reason["contact"]),
+        partners,
+        interchanges,
     }
-    out.sort_by_key(|f| f.modified_ms);
-    out
 }
 
 // ---------------------------------------------------------------- search
@@ -527,10 +638,7 @@ fn listed_view(config: &Config, l: &crate::registry::Listed) -> ListedView {
 }
 
 fn contact(config: &Config, partner: &str) -> String {
-    config
-        .partners
-        .iter()
-        .find(|x| x.key() == partner)
+    partner_of(config, partner)
         .and_then(|x| x.contact.as_deref())
         .map(p)
         .unwrap_or_default()
@@ -584,35 +692,48 @@ struct SearchPage {
     error: Option<String>,
     interchanges: Vec<ListedView>,
     documents: Vec<DocumentView>,
-    more: bool,
+    more_interchanges: bool,
+    more_documents: bool,
+    limit: usize,
 }
 
-/// A time the operator typed: `YYYY-MM-DD`, `YYYY-MM-DD HH:MM` (or with `T`), local time.
-fn typed_time(s: &str, end_of_day: bool) -> Result<Option<i64>, String> {
+/// A time the operator typed, local: `YYYY-MM-DD`, `YYYY-MM-DD HH:MM[:SS]` (or with `T`).
+/// As a range's end (`until`) it is the first moment after what was typed, so that the
+/// whole day, minute or second typed is in the range.
+fn typed_time(s: &str, end: bool) -> Result<Option<i64>, String> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
     let t = s.replace('T', " ");
-    let naive = chrono::NaiveDateTime::parse_from_str(&t, "%Y-%m-%d %H:%M")
-        .or_else(|_| chrono::NaiveDateTime::parse_from_str(&t, "%Y-%m-%d %H:%M:%S"))
+    let parsed = chrono::NaiveDateTime::parse_from_str(&t, "%Y-%m-%d %H:%M")
+        .map(|d| (d, chrono::TimeDelta::minutes(1)))
+        .or_else(|_| {
+            chrono::NaiveDateTime::parse_from_str(&t, "%Y-%m-%d %H:%M:%S")
+                .map(|d| (d, chrono::TimeDelta::seconds(1)))
+        })
         .or_else(|_| {
             chrono::NaiveDate::parse_from_str(&t, "%Y-%m-%d").map(|d| {
-                let (h, m, sec) = if end_of_day { (23, 59, 59) } else { (0, 0, 0) };
-                d.and_hms_opt(h, m, sec).unwrap_or_default()
+                (
+                    d.and_time(chrono::NaiveTime::MIN),
+                    chrono::TimeDelta::days(1),
+                )
             })
-        })
-        .map_err(|_| {
-            format!(
-                "{}: not a time; expected YYYY-MM-DD or YYYY-MM-DD HH:MM",
-                p(crate::text::bounded(s, 64))
-            )
-        })?;
-    naive
-        .and_local_timezone(chrono::Local)
-        .earliest()
+        });
+    let Ok((start, span)) = parsed else {
+        return Err(format!(
+            "{}: not a time; expected YYYY-MM-DD or YYYY-MM-DD HH:MM",
+            p(crate::text::bounded(s, 64))
+        ));
+    };
+    let at = if end {
+        start.checked_add_signed(span)
+    } else {
+        Some(start)
+    };
+    at.and_then(|t| t.and_local_timezone(chrono::Local).earliest())
         .map(|t| Some(t.timestamp_millis()))
-        .ok_or_else(|| format!("{}: not a local time", p(s)))
+        .ok_or_else(|| format!("{}: not a local time", p(crate::text::bounded(s, 64))))
 }
 
 async fn search(
@@ -644,7 +765,9 @@ async fn search(
             error: None,
             interchanges: Vec::new(),
             documents: Vec::new(),
-            more: false,
+            more_interchanges: false,
+            more_documents: false,
+            limit: LIMIT,
         };
         let asked = [&q.q, &q.partner, &q.disposition, &q.since, &q.until]
             .iter()
@@ -684,7 +807,8 @@ async fn search(
             })
             .map_err(|e| e.to_string())?;
         pg.searched = true;
-        pg.more = found.more;
+        pg.more_interchanges = found.more_interchanges;
+        pg.more_documents = found.more_documents;
         pg.interchanges = found
             .interchanges
             .iter()
@@ -709,7 +833,8 @@ pub struct AckView {
     pub gs06: String,
     pub text: String,
     pub bytes: usize,
-    pub cut: bool,
+    /// Where the text shown was cut (bytes), if it was.
+    pub cut: Option<usize>,
 }
 
 fn ack_view(a: &crate::desk::SentAck) -> AckView {
@@ -722,7 +847,7 @@ fn ack_view(a: &crate::desk::SentAck) -> AckView {
         // Segments one to a line, as an operator reads them; control characters escaped.
         text: p(shown).replace("\\u{a}", "\n"),
         bytes: a.text.len(),
-        cut: shown.len() < a.text.len(),
+        cut: (shown.len() < a.text.len()).then_some(shown.len()),
     }
 }
 
@@ -741,10 +866,7 @@ pub struct DeliveryView {
 }
 
 fn delivery_view(config: &Config, d: &crate::registry::DeliveryRow) -> DeliveryView {
-    let owner = config
-        .partners
-        .iter()
-        .find(|x| x.key() == d.partner)
+    let owner = partner_of(config, &d.partner)
         .and_then(|x| x.contact.as_deref())
         .or_else(|| {
             config
@@ -796,6 +918,8 @@ struct InterchangePage {
     holder: String,
     file: String,
     file_now: String,
+    /// Whether the file is still there to be read (its findings, a reprocess).
+    file_there: bool,
     reason_file: String,
     first_seen: String,
     last_seen: String,
@@ -823,8 +947,14 @@ async fn interchange(
         let config = &site.config;
         let r = reader(config)?;
         let schemas = crate::schema::builtin().map_err(str::to_string)?;
-        let key = crate::desk::resolve(&r, &given).map_err(|e| e.to_string())?;
-        let s = crate::desk::show(config, schemas, &r, &key).map_err(|e| e.to_string())?;
+        let refused = |e: crate::desk::DeskError| match e {
+            crate::desk::DeskError::Unknown(_) | crate::desk::DeskError::Ambiguous { .. } => {
+                Refused(StatusCode::NOT_FOUND, e.to_string())
+            }
+            e => Refused::from(e.to_string()),
+        };
+        let key = crate::desk::resolve(&r, &given).map_err(refused)?;
+        let s = crate::desk::show(config, schemas, &r, &key).map_err(refused)?;
         let rec = &s.record;
         let file_now = s.file_now.as_ref().map(|f| p(&f.display().to_string()));
         let reason_file = s
@@ -873,10 +1003,7 @@ async fn interchange(
             key: rec.key.clone(),
             shown_key: p(&rec.key),
             partner: p(&rec.partner),
-            partner_name: config
-                .partners
-                .iter()
-                .find(|x| x.key() == rec.partner)
+            partner_name: partner_of(config, &rec.partner)
                 .map(|x| p(&x.name))
                 .unwrap_or_default(),
             control_number: p(&rec.control_number),
@@ -891,6 +1018,7 @@ async fn interchange(
             attempts: rec.attempts,
             holder: s.holder.as_deref().map(p).unwrap_or_default(),
             file: rec.file.as_deref().map(p).unwrap_or_default(),
+            file_there: file_now.is_some(),
             file_now: file_now.unwrap_or_else(|| "(no longer where it was recorded)".into()),
             reason_file,
             first_seen: time(rec.first_seen_ms),
@@ -936,7 +1064,7 @@ async fn interchange(
 #[template(path = "rejected.html")]
 struct RejectedPage {
     frame: Frame,
-    files: Vec<RejectedFile>,
+    files: RejectedFiles,
     interchanges: Vec<ListedView>,
 }
 
@@ -971,10 +1099,9 @@ async fn held(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
         let config = &site.config;
         let r = reader(config)?;
         let documents = r
-            .documents(&[Delivery::Held, Delivery::Parked], None)
+            .open_document_rows(LIMIT)
             .map_err(|e| e.to_string())?
             .iter()
-            .take(LIMIT)
             .map(|d| document_view(config, d))
             .collect();
         rendered(HeldPage {
@@ -997,10 +1124,9 @@ async fn dead(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
         let config = &site.config;
         let r = reader(config)?;
         let deliveries = r
-            .deliveries(Some(DeliveryState::Dead), None, None)
+            .dead_deliveries(LIMIT)
             .map_err(|e| e.to_string())?
             .iter()
-            .take(LIMIT)
             .map(|d| delivery_view(config, d))
             .collect();
         rendered(DeadPage {
@@ -1028,10 +1154,7 @@ async fn login_form(State(site): State<Arc<Site>>, headers: HeaderMap) -> Respon
         message: None,
         needed: !site.tokens.is_empty(),
     };
-    html(
-        StatusCode::OK,
-        page.render().unwrap_or_else(|e| e.to_string()),
-    )
+    shown(StatusCode::OK, &page)
 }
 
 #[derive(serde::Deserialize)]
@@ -1039,41 +1162,78 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(site): State<Arc<Site>>, Form(f): Form<LoginForm>) -> Response {
+/// The session cookie, set (`value`) or cleared (`None`).
+fn session_cookie(value: Option<String>) -> String {
+    use axum_extra::extract::cookie::{Cookie, SameSite};
+    let clear = value.is_none();
+    let mut c = Cookie::build((auth::COOKIE, value.unwrap_or_default()))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .path("/")
+        .max_age(cookie::time::Duration::milliseconds(if clear {
+            0
+        } else {
+            auth::SESSION_MS
+        }))
+        .build();
+    if clear {
+        c.make_removal();
+    }
+    c.to_string()
+}
+
+async fn login(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    // Another site must not sign a browser in (under the other site's own token, its
+    // owner's actions would be recorded as someone else's).
+    if !auth::same_origin(&headers) {
+        return message(
+            &site,
+            &Who::Anonymous,
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "this form did not come from this page (cross-site request refused)",
+        );
+    }
     let Some(name) = site.tokens.by_token(f.token.trim()).map(str::to_string) else {
-        // A guess costs a little time.
+        // Slows a guesser who tries one token after another; parallel guesses are held
+        // off by the tokens' length, not by this.
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let page = LoginPage {
             frame: frame(&site, &Who::Anonymous),
             message: Some("That token is not accepted.".into()),
             needed: !site.tokens.is_empty(),
         };
-        return html(
-            StatusCode::UNAUTHORIZED,
-            page.render().unwrap_or_else(|e| e.to_string()),
-        );
+        return shown(StatusCode::UNAUTHORIZED, &page);
     };
-    let value = site.tokens.session_value(&name).unwrap_or_default();
-    let cookie = format!(
-        "{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age=43200",
-        auth::COOKIE
-    );
+    let value = site.tokens.session_value(&name, crate::registry::now_ms());
     (
         StatusCode::SEE_OTHER,
-        [(header::SET_COOKIE, cookie), (header::LOCATION, "/".into())],
+        [
+            (header::SET_COOKIE, session_cookie(value)),
+            (header::LOCATION, "/".into()),
+        ],
     )
         .into_response()
 }
 
-async fn logout() -> Response {
-    let cookie = format!(
-        "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
-        auth::COOKIE
-    );
+async fn logout(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
+    if !auth::same_origin(&headers) {
+        return message(
+            &site,
+            &Who::Anonymous,
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "this form did not come from this page (cross-site request refused)",
+        );
+    }
     (
         StatusCode::SEE_OTHER,
         [
-            (header::SET_COOKIE, cookie),
+            (header::SET_COOKIE, session_cookie(None)),
             (header::LOCATION, "/login".into()),
         ],
     )
@@ -1154,7 +1314,14 @@ fn act(config: &Config, what: &str, key: &str, by: &str) -> Result<(String, Back
         crate::setup::identity(&config.gateway),
     )
     .map_err(|e| e.to_string())?;
-    let key = crate::text::bounded(key.trim(), 1024).to_string();
+    let given = crate::text::bounded(key.trim(), 1024).to_string();
+    // The audit event goes under the key acted on: an interchange's as resolved from what
+    // was typed (`ACME:101`), so that it shows in that interchange's history.
+    let resolved = match what {
+        "reprocess" => crate::desk::resolve(&registry, &given).ok(),
+        _ => None,
+    };
+    let key = resolved.clone().unwrap_or(given);
     let outcome: Result<(String, Back), String> = match what {
         "reprocess" => crate::schema::builtin()
             .map_err(str::to_string)
@@ -1227,7 +1394,10 @@ fn act(config: &Config, what: &str, key: &str, by: &str) -> Result<(String, Back
         "ok": outcome.is_ok(),
     })
     .to_string();
-    let partner = registry.record(&key).ok().flatten().map(|r| r.partner);
+    let partner = match resolved {
+        Some(_) => registry.record(&key).ok().flatten().map(|r| r.partner),
+        None => registry.document_partner(&key).ok().flatten(),
+    };
     registry
         .batch(|b| {
             b.record_note(

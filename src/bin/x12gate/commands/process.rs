@@ -309,7 +309,11 @@ pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Res
             )
             .await
         })
-        .map_err(|e| Failure::Operational(e.into()))?;
+        .map_err(|e| match e {
+            // The web page's settings are the operator's to fix, like the configuration.
+            e @ x12gate::watch::WatchError::Web(_) => Failure::Usage(e.into()),
+            e => Failure::Operational(e.into()),
+        })?;
     say!("INFO", 
         "x12gate watch: {} file(s) taken, {} accepted, {} duplicate(s), {} conflict(s), {} file(s) rejected",
         summary.files_taken, summary.accepted, summary.duplicates, summary.conflicts, summary.rejected_files
@@ -333,7 +337,6 @@ pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Res
     )
 }
 
-/// Resolves at the first SIGINT/SIGTERM, and makes a second one exit at once.
 /// Where `serve` listens when neither `--listen` nor `[gateway] metrics` says.
 const SERVE_DEFAULT: &str = "127.0.0.1:9101";
 
@@ -380,6 +383,7 @@ pub fn serve(
     Ok(exit::OK)
 }
 
+/// Resolves at the first SIGINT/SIGTERM, and makes a second one exit at once.
 async fn first_signal() {
     let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     else {
