@@ -257,6 +257,6 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 6);
+        assert_eq!(known(), 7);
     }
 }

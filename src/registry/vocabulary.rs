@@ -208,7 +208,8 @@ mod tests {
                 "backfilled",
                 "delivery_attempt",
                 "deliveries_retried",
-                "confirmed"
+                "confirmed",
+                "web_action"
             ]
         );
     }
