@@ -102,6 +102,28 @@ fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_version
     }
 }
 
+#[test]
+fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    let find = |key: &str| {
+        assert!(
+            have.contains(&key.to_string()),
+            "{key} missing from {have:?}"
+        );
+        definitions()
+            .into_iter()
+            .find(|d| d.name_key() == key)
+            .unwrap()
+    };
+    for version in ["004010", "005010"] {
+        let key = format!("{version}/943");
+        assert!(
+            find(&key).document.is_some(),
+            "{key} declares no document key"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
