@@ -180,6 +180,8 @@ const VALID: &[&str] = &[
     "944-005010.x12",
     "943-004010.x12",
     "943-005010.x12",
+    "947-004010.x12",
+    "947-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -116,11 +116,13 @@ fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
             .unwrap()
     };
     for version in ["004010", "005010"] {
-        let key = format!("{version}/943");
-        assert!(
-            find(&key).document.is_some(),
-            "{key} declares no document key"
-        );
+        for id in ["943", "947"] {
+            let key = format!("{version}/{id}");
+            assert!(
+                find(&key).document.is_some(),
+                "{key} declares no document key"
+            );
+        }
     }
 }
 
