@@ -182,6 +182,7 @@ const VALID: &[&str] = &[
     "943-005010.x12",
     "947-004010.x12",
     "947-005010.x12",
+    "753-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

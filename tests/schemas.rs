@@ -124,6 +124,15 @@ fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
             );
         }
     }
+    // The 753 has no 004010 table (it arrives in 004030): 005010 only.
+    assert!(
+        find("005010/753").document.is_some(),
+        "005010/753 declares no key"
+    );
+    assert!(
+        !have.contains(&"004010/753".to_string()),
+        "004010/753 defined"
+    );
 }
 
 proptest! {
