@@ -183,6 +183,7 @@ const VALID: &[&str] = &[
     "947-004010.x12",
     "947-005010.x12",
     "753-005010.x12",
+    "754-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -124,15 +124,17 @@ fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
             );
         }
     }
-    // The 753 has no 004010 table (it arrives in 004030): 005010 only.
-    assert!(
-        find("005010/753").document.is_some(),
-        "005010/753 declares no key"
-    );
-    assert!(
-        !have.contains(&"004010/753".to_string()),
-        "004010/753 defined"
-    );
+    // The 753 and 754 have no 004010 table (they arrive in 004030): 005010 only.
+    for id in ["753", "754"] {
+        assert!(
+            find(&format!("005010/{id}")).document.is_some(),
+            "005010/{id} declares no key"
+        );
+        assert!(
+            !have.contains(&format!("004010/{id}")),
+            "004010/{id} defined"
+        );
+    }
 }
 
 proptest! {
