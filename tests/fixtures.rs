@@ -184,6 +184,8 @@ const VALID: &[&str] = &[
     "947-005010.x12",
     "753-005010.x12",
     "754-005010.x12",
+    "180-004010.x12",
+    "180-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
