@@ -186,6 +186,8 @@ const VALID: &[&str] = &[
     "754-005010.x12",
     "180-004010.x12",
     "180-005010.x12",
+    "816-004010.x12",
+    "816-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

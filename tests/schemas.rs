@@ -123,6 +123,12 @@ fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
                 "{key} declares no document key"
             );
         }
+        // The 816's BHT03 is an optional, unqualified reference: defined, without a key.
+        let key = format!("{version}/816");
+        assert!(
+            find(&key).document.is_none(),
+            "{key} declares a document key"
+        );
     }
     // The 753 and 754 have no 004010 table (they arrive in 004030): 005010 only.
     for id in ["753", "754"] {
