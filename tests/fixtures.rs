@@ -188,6 +188,8 @@ const VALID: &[&str] = &[
     "180-005010.x12",
     "816-004010.x12",
     "816-005010.x12",
+    "875-004010.x12",
+    "875-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
