@@ -116,7 +116,7 @@ fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
             .unwrap()
     };
     for version in ["004010", "005010"] {
-        for id in ["943", "947", "180", "875"] {
+        for id in ["943", "947", "180", "875", "880"] {
             let key = format!("{version}/{id}");
             assert!(
                 find(&key).document.is_some(),
