@@ -4,8 +4,9 @@
 //!
 //! # Layout
 //! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
-//!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862 and 944 in 004010 and 005010, a
-//!   271 with repetitions and composites) and the reading oddities of SPEC section 2.
+//!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862, 944, 943, 947, 180, 816, 875 and
+//!   880 in 004010 and 005010, 753 and 754 in 005010, a 271 with repetitions and composites)
+//!   and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: exactly one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`.
 //!
@@ -178,6 +179,20 @@ const VALID: &[&str] = &[
     "862-005010.x12",
     "944-004010.x12",
     "944-005010.x12",
+    "943-004010.x12",
+    "943-005010.x12",
+    "947-004010.x12",
+    "947-005010.x12",
+    "753-005010.x12",
+    "754-005010.x12",
+    "180-004010.x12",
+    "180-005010.x12",
+    "816-004010.x12",
+    "816-005010.x12",
+    "875-004010.x12",
+    "875-005010.x12",
+    "880-004010.x12",
+    "880-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

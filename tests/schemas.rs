@@ -102,6 +102,47 @@ fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_version
     }
 }
 
+#[test]
+fn the_warehouse_routing_return_and_grocery_sets_are_defined() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    let find = |key: &str| {
+        assert!(
+            have.contains(&key.to_string()),
+            "{key} missing from {have:?}"
+        );
+        definitions()
+            .into_iter()
+            .find(|d| d.name_key() == key)
+            .unwrap()
+    };
+    for version in ["004010", "005010"] {
+        for id in ["943", "947", "180", "875", "880"] {
+            let key = format!("{version}/{id}");
+            assert!(
+                find(&key).document.is_some(),
+                "{key} declares no document key"
+            );
+        }
+        // The 816's BHT03 is an optional, unqualified reference: defined, without a key.
+        let key = format!("{version}/816");
+        assert!(
+            find(&key).document.is_none(),
+            "{key} declares a document key"
+        );
+    }
+    // The 753 and 754 have no 004010 table (they arrive in 004030): 005010 only.
+    for id in ["753", "754"] {
+        assert!(
+            find(&format!("005010/{id}")).document.is_some(),
+            "005010/{id} declares no key"
+        );
+        assert!(
+            !have.contains(&format!("004010/{id}")),
+            "004010/{id} defined"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
