@@ -178,6 +178,8 @@ const VALID: &[&str] = &[
     "862-005010.x12",
     "944-004010.x12",
     "944-005010.x12",
+    "861-004010.x12",
+    "861-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
