@@ -180,6 +180,8 @@ const VALID: &[&str] = &[
     "944-005010.x12",
     "861-004010.x12",
     "861-005010.x12",
+    "865-004010.x12",
+    "865-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
