@@ -182,6 +182,8 @@ const VALID: &[&str] = &[
     "861-005010.x12",
     "865-004010.x12",
     "865-005010.x12",
+    "870-004010.x12",
+    "870-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
