@@ -184,6 +184,8 @@ const VALID: &[&str] = &[
     "865-005010.x12",
     "870-004010.x12",
     "870-005010.x12",
+    "869-004010.x12",
+    "869-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
