@@ -186,6 +186,8 @@ const VALID: &[&str] = &[
     "870-005010.x12",
     "869-004010.x12",
     "869-005010.x12",
+    "866-004010.x12",
+    "866-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
