@@ -188,6 +188,8 @@ const VALID: &[&str] = &[
     "869-005010.x12",
     "866-004010.x12",
     "866-005010.x12",
+    "812-004010.x12",
+    "812-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -106,7 +106,7 @@ fn the_remittance_advice_inventory_and_planning_sets_are_defined_in_both_version
 fn the_receiving_order_status_sequence_and_adjustment_sets_are_defined_in_both_versions() {
     let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
     for version in ["004010", "005010"] {
-        for id in ["861", "865", "870", "869", "866"] {
+        for id in ["861", "865", "870", "869", "866", "812"] {
             let key = format!("{version}/{id}");
             assert!(have.contains(&key), "{key} missing from {have:?}");
             let def = definitions()
