@@ -190,6 +190,7 @@ const VALID: &[&str] = &[
     "866-005010.x12",
     "812-004010.x12",
     "812-005010.x12",
+    "999-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -116,6 +116,17 @@ fn the_receiving_order_status_sequence_and_adjustment_sets_are_defined_in_both_v
             assert!(def.document.is_some(), "{key} declares no document key");
         }
     }
+    // The 999 exists from 005010 on: defined there, without a key (an acknowledgment, as the
+    // 997), and not in 004010.
+    let def = definitions()
+        .into_iter()
+        .find(|d| d.name_key() == "005010/999")
+        .expect("005010/999 missing");
+    assert!(def.document.is_none(), "005010/999 declares a document key");
+    assert!(
+        !have.contains(&"004010/999".to_string()),
+        "004010 has no 999"
+    );
 }
 
 proptest! {
