@@ -276,9 +276,16 @@ mod tests {
     #[test]
     fn rule_names_are_distinct_kebab_case_and_serialized_as_such() {
         let mut names: Vec<&str> = Rule::ALL.iter().map(|r| r.name()).collect();
-        assert!(names
-            .iter()
-            .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')));
+        // Words of lowercase letters and digits (the segment ids TA1, ...), each starting
+        // with a letter, joined by single hyphens.
+        assert!(
+            names.iter().all(|n| n.split('-').all(|w| {
+                w.starts_with(|c: char| c.is_ascii_lowercase())
+                    && w.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            })),
+            "{names:?}"
+        );
         let json = serde_json::to_string(&Rule::GsSeenBefore).unwrap();
         assert_eq!(json, "\"gs-seen-before\"");
         names.sort_unstable();
