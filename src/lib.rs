@@ -9,8 +9,9 @@
 //! - [`x12`]: the syntax layer on `&[u8]`: delimiters, segments, the borrowing envelope tree.
 //! - [`finding`]: the vocabulary of problems: rules, levels, findings, and the X12 code
 //!   lists (TA105, AK905, AK502, AK304, AK403) as types, with the one rule-to-code table.
-//! - [`validate`]: the envelope (ISA/GS/ST) and routing rules, and X12's table of which
-//!   functional group (GS01) each transaction set (ST01) belongs to.
+//! - [`validate`]: the envelope (ISA/GS/ST) and routing rules, the ISB, ISE and received
+//!   TA1s' elements, and X12's table of which functional group (GS01) each transaction set
+//!   (ST01) belongs to.
 //! - [`schema`]: transaction-set definitions and the segment/element rules (AK3/AK4).
 //! - [`check`]: the one place an interchange's findings are put together (routing,
 //!   envelope, definitions, the registry's); `validate`, `ack` and `process` all use it.

@@ -4,8 +4,11 @@
 //! who sent it to whom; what a set's content breaks against its definition is
 //! `schema::check`'s, and `check` puts both together. The one envelope rule that needs a
 //! release's dictionary (GS01 against the 479 code list) takes it from `check`; which set
-//! belongs to which functional group is a table of its own ([`functional_groups`]).
+//! belongs to which functional group is a table of its own ([`functional_groups`]), and the
+//! elements of the ISB, ISE and received TA1s are held to their X12.5 definitions in
+//! [`control_segments`].
 
+mod control_segments;
 mod functional_groups;
 
 use std::collections::HashSet;
@@ -143,6 +146,7 @@ pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) ->
         dictionaries,
     };
     v.isa(ic);
+    v.findings.extend(control_segments::findings(ic));
     v.structure(ic);
     let mut seen_gs06 = HashSet::new();
     for (gi, group) in ic.groups.iter().enumerate() {

@@ -205,6 +205,56 @@ fn an_acknowledgment_is_never_acknowledged() {
 }
 
 #[test]
+fn a_broken_received_ta1_rejects_its_interchange_and_is_never_answered() {
+    // TA1s alone: rejected (TA105 024 as the reason), yet nothing is sent back, whatever the
+    // partner's `ta1`; a valid one (any ack code, any note code of the list) is accepted.
+    let mut config = config();
+    for p in &mut config.partners {
+        p.ta1 = Ta1Policy::Always;
+    }
+    for name in [
+        "broken/ta1-control-number-invalid.x12",
+        "broken/ta1-date-invalid.x12",
+        "broken/ta1-time-invalid.x12",
+        "broken/ta1-ack-code-invalid.x12",
+        "broken/ta1-note-code-invalid.x12",
+    ] {
+        let input = std::fs::read(fixture(name)).unwrap();
+        let (out, dispositions) = acks_with(&input, &config);
+        assert!(out.is_empty(), "{name} was answered: {out:?}");
+        assert_eq!(dispositions, [Disposition::Rejected], "{name}");
+        let ic = Interchanges::new(&input, Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let decision = x12gate::pipeline::decide(&ic, &config, x12gate::schema::builtin().unwrap());
+        let reason = decision.response.reason.expect("a reason");
+        assert_eq!(reason.code.map(|c| c.value()), Some("024"), "{name}");
+    }
+    let (out, dispositions) = acks_with(
+        &std::fs::read(fixture("ta1-note-codes.x12")).unwrap(),
+        &config,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(dispositions, [Disposition::Accepted]);
+    // Beside a PO group: the TA1 R the partner's policy sends, and no 997 at all.
+    let (out, dispositions) = acks_with(
+        &std::fs::read(fixture("broken/ta1-date-invalid-with-850.x12")).unwrap(),
+        &config,
+    );
+    assert_eq!(dispositions, [Disposition::Rejected]);
+    let sent: Vec<String> = out
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.bytes).into_owned())
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent[0].contains("*R*024~") && !sent[0].contains("ST*997"),
+        "{sent:?}"
+    );
+}
+
+#[test]
 fn a_005010_group_gets_ak103_and_a_004010_group_does_not() {
     let five = String::from_utf8(
         acks(&std::fs::read(fixture("850-005010.x12")).unwrap())[0]

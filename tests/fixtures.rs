@@ -57,6 +57,16 @@ const RULES: &[&str] = &[
     "interchange-too-large",
     "blank-before-segment",
     "final-terminator-missing",
+    "isb-grade-of-service-invalid",
+    "ise-delivery-date-invalid",
+    "ise-delivery-time-invalid",
+    "ise-delivery-time-code-invalid",
+    "control-segment-element-too-many",
+    "ta1-control-number-invalid",
+    "ta1-date-invalid",
+    "ta1-time-invalid",
+    "ta1-ack-code-invalid",
+    "ta1-note-code-invalid",
     "gs-functional-id-unknown",
     "gs-control-number-syntax",
     "gs-version-missing",
@@ -149,6 +159,8 @@ const VALID: &[&str] = &[
     "repetitions-composites-005010.x12",
     "gs06-per-functional-group.x12",
     "isb-00501.x12",
+    "isb-ise-00501.x12",
+    "ta1-note-codes.x12",
     "204-004010.x12",
     "204-005010.x12",
     "214-004010.x12",
@@ -330,6 +342,8 @@ fn interchanges(input: &[u8]) -> Vec<Interchange<'_>> {
 /// Every segment of an interchange in file order, envelopes included.
 fn segments<'a>(ic: &Interchange<'a>) -> Vec<Segment<'a>> {
     let mut v = vec![ic.isa.segment];
+    v.extend(ic.isb);
+    v.extend(ic.ise);
     v.extend(ic.ta1.iter().copied());
     for g in &ic.groups {
         v.push(g.gs);
@@ -617,6 +631,27 @@ fn ta1_with_997_holds_both() {
     assert_eq!(ics[0].ta1.len(), 1);
     assert_eq!(ics[0].groups.len(), 1);
     assert_eq!(ics[0].groups[0].gs.text(1), "FA");
+}
+
+#[test]
+fn isb_and_ise_are_read_and_carried_by_the_json_form() {
+    let input = read("isb-ise-00501.x12");
+    let ic = &interchanges(&input)[0];
+    assert_eq!(ic.isb.map(|s| s.text(1)), Some("2"));
+    assert_eq!(
+        ic.ise.map(|s| (s.text(1), s.text(3))),
+        Some(("240213", "ET"))
+    );
+    let doc = parse_document(&input, Limits::default()).expect("parses");
+    let json = serde_json::to_value(&doc).expect("serialises");
+    assert_eq!(json["interchanges"][0]["isb"], json!(["2"]));
+    assert_eq!(
+        json["interchanges"][0]["ise"],
+        json!(["240213", "0600", "ET"])
+    );
+    // Rendered back, they stand where they were (the round trip test checks every byte).
+    let rendered = String::from_utf8(render(&doc)).expect("text");
+    assert!(rendered.contains("~\nISB*2~\nISE*240213*0600*ET~\nGS*"));
 }
 
 #[test]

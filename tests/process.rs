@@ -1023,6 +1023,26 @@ fn a_non_x12_file_is_rejected_with_a_reason_and_the_other_files_are_processed() 
     );
 }
 
+#[test]
+fn a_broken_received_ta1_is_rejected_with_its_reason_and_not_answered() {
+    let gate = Gate::new(300, "reject");
+    let broken = gate.write(
+        "ta1.x12",
+        fs::read(fixture("broken/ta1-note-code-invalid.x12")).unwrap(),
+    );
+    let good = gate.write("ta1-good.x12", fs::read(fixture("ta1-only.x12")).unwrap());
+    let r = gate.process(&[&broken, &good]);
+    let reports = r.reports();
+    assert_eq!(reports.len(), 2, "{r}");
+    let b = &reports[0];
+    assert_eq!(b["disposition"], "rejected", "{b}");
+    assert_eq!(b["reason_code"], "024", "{b}");
+    assert!(b["reason"].as_str().unwrap_or("").contains("TA105"), "{b}");
+    assert_eq!(b["acks"], serde_json::json!([]), "{b}");
+    assert_eq!(reports[1]["disposition"], "accepted", "{}", reports[1]);
+    assert_eq!(reports[1]["acks"], serde_json::json!([]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Crashes (SPEC section 8).
 

@@ -143,6 +143,26 @@ pub const TA1_POLICY: &[(Ta105, Status, &str)] = &[
         Status::Rejected,
         "component separator invalid",
     ),
+    (
+        Ta105::DeliveryDate,
+        Status::AcceptedWithErrors,
+        "deferred delivery date invalid; a request to the network, not business content",
+    ),
+    (
+        Ta105::DeliveryTime,
+        Status::AcceptedWithErrors,
+        "deferred delivery time invalid; a request to the network, not business content",
+    ),
+    (
+        Ta105::DeliveryTimeCode,
+        Status::AcceptedWithErrors,
+        "deferred delivery time code invalid; a request to the network, not business content",
+    ),
+    (
+        Ta105::GradeOfService,
+        Status::AcceptedWithErrors,
+        "grade of service invalid; a request to the network, not business content",
+    ),
 ];
 
 /// TA104 for a note code; codes not in the table reject.

@@ -41,6 +41,11 @@ crate::words::words! {
         DuplicateControlNumber = "025",
         ElementSeparator = "026",
         ComponentSeparator = "027",
+        /// 028-031 answer the ISE and ISB (X12.5 from 00305; the 004010 and 005010 lists).
+        DeliveryDate = "028",
+        DeliveryTime = "029",
+        DeliveryTimeCode = "030",
+        GradeOfService = "031",
     }
 }
 
@@ -222,6 +227,23 @@ impl Rule {
             IeaGroupCount => Code::Ta105(Ta105::GroupCount),
             IeaControlNumber => Code::Ta105(Ta105::ControlNumbersDiffer),
             SegmentOutsideEnvelope | LimitExceeded => Code::Ta105(Ta105::InvalidContent),
+            // The ISB and ISE have note codes of their own (I18 028-031, in 004010 and
+            // 005010: X12-REFERENCE 5.2, stupidedi's 00501 element_defs.rb).
+            IsbGradeOfServiceInvalid => Code::Ta105(Ta105::GradeOfService),
+            IseDeliveryDateInvalid => Code::Ta105(Ta105::DeliveryDate),
+            IseDeliveryTimeInvalid => Code::Ta105(Ta105::DeliveryTime),
+            IseDeliveryTimeCodeInvalid => Code::Ta105(Ta105::DeliveryTimeCode),
+            // No note code names an extra element or a received TA1: I18's codes speak of
+            // our partner's ISA (014 is "Invalid Interchange Date Value", ISA09), so a bad
+            // TA102 given 014 would send the partner looking at the wrong segment. 024,
+            // "Invalid Interchange Content", is the list's code for content that is not
+            // right, as for segments outside an envelope.
+            ControlSegmentElementTooMany
+            | Ta1ControlNumberInvalid
+            | Ta1DateInvalid
+            | Ta1TimeInvalid
+            | Ta1AckCodeInvalid
+            | Ta1NoteCodeInvalid => Code::Ta105(Ta105::InvalidContent),
             UnknownSender => Code::Ta105(Ta105::SenderId),
             ReceiverQualifierNotOurs => Code::Ta105(Ta105::ReceiverQualifier),
             ReceiverNotOurs => Code::Ta105(Ta105::UnknownReceiver),
@@ -306,7 +328,17 @@ impl Rule {
             | ReceiverQualifierNotOurs
             | ReceiverNotOurs
             | BlankBeforeSegment
-            | FinalTerminatorMissing => Level::Interchange,
+            | FinalTerminatorMissing
+            | IsbGradeOfServiceInvalid
+            | IseDeliveryDateInvalid
+            | IseDeliveryTimeInvalid
+            | IseDeliveryTimeCodeInvalid
+            | ControlSegmentElementTooMany
+            | Ta1ControlNumberInvalid
+            | Ta1DateInvalid
+            | Ta1TimeInvalid
+            | Ta1AckCodeInvalid
+            | Ta1NoteCodeInvalid => Level::Interchange,
             GsDateTimeInvalid
             | GsAgencyInvalid
             | GsFunctionalIdUnknown

@@ -39,6 +39,27 @@ crate::words::words! {
         UnknownSender = "unknown-sender",
         ReceiverQualifierNotOurs = "receiver-qualifier-not-ours",
         ReceiverNotOurs = "receiver-not-ours",
+        // Interchange control segments besides ISA/IEA (X12.5): ISB, ISE, a received TA1
+        /// ISB01 (I34) missing, not one character, or not 0, 1 or 2.
+        IsbGradeOfServiceInvalid = "isb-grade-of-service-invalid",
+        /// ISE01 (I35) missing, not 6 digits, or not a real YYMMDD date.
+        IseDeliveryDateInvalid = "ise-delivery-date-invalid",
+        /// ISE02 (I36) missing, not 4 digits, or not a real HHMM time.
+        IseDeliveryTimeInvalid = "ise-delivery-time-invalid",
+        /// ISE03 (I37), when sent, not a delivery time code.
+        IseDeliveryTimeCodeInvalid = "ise-delivery-time-code-invalid",
+        /// An ISB, ISE or TA1 with more elements than X12.5 defines for it.
+        ControlSegmentElementTooMany = "control-segment-element-too-many",
+        /// A received TA1's TA101 (I12) missing or not 9 digits.
+        Ta1ControlNumberInvalid = "ta1-control-number-invalid",
+        /// TA102 (I08) missing, not 6 digits, or not a real YYMMDD date.
+        Ta1DateInvalid = "ta1-date-invalid",
+        /// TA103 (I09) missing, not 4 digits, or not a real HHMM time.
+        Ta1TimeInvalid = "ta1-time-invalid",
+        /// TA104 (I17) missing or not A, E or R.
+        Ta1AckCodeInvalid = "ta1-ack-code-invalid",
+        /// TA105 (I18) missing or not a note code 000 to 031.
+        Ta1NoteCodeInvalid = "ta1-note-code-invalid",
         // Interchange layout, tolerated (warnings: no code, not sent back)
         BlankBeforeSegment = "blank-before-segment",
         FinalTerminatorMissing = "final-terminator-missing",
@@ -255,9 +276,16 @@ mod tests {
     #[test]
     fn rule_names_are_distinct_kebab_case_and_serialized_as_such() {
         let mut names: Vec<&str> = Rule::ALL.iter().map(|r| r.name()).collect();
-        assert!(names
-            .iter()
-            .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')));
+        // Words of lowercase letters and digits (the segment ids TA1, ...), each starting
+        // with a letter, joined by single hyphens.
+        assert!(
+            names.iter().all(|n| n.split('-').all(|w| {
+                w.starts_with(|c: char| c.is_ascii_lowercase())
+                    && w.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            })),
+            "{names:?}"
+        );
         let json = serde_json::to_string(&Rule::GsSeenBefore).unwrap();
         assert_eq!(json, "\"gs-seen-before\"");
         names.sort_unstable();
