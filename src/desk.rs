@@ -106,6 +106,25 @@ pub struct Acknowledged {
     pub acks: Vec<AckNumbers>,
 }
 
+/// `AT (997 ISA13 000000007 GS06 7; ...)`, as `show` and the web page print it.
+impl std::fmt::Display for Acknowledged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let acks: Vec<String> = self
+            .acks
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} ISA13 {} GS06 {}",
+                    k.kind,
+                    k.isa13.as_deref().unwrap_or("-"),
+                    k.gs06.join(",")
+                )
+            })
+            .collect();
+        write!(f, "{} ({})", self.at, acks.join("; "))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AckNumbers {
     pub kind: String,

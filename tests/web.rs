@@ -222,6 +222,40 @@ impl Browser {
             .unwrap()
     }
 
+    async fn click(&self, css: &str) {
+        let e = self.c().find(Locator::Css(css)).await;
+        e.unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    async fn click_link(&self, text: &str) {
+        let e = self.c().find(Locator::LinkText(text)).await;
+        e.unwrap_or_else(|e| panic!("link {text}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {text}: {e}"));
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.c().find(Locator::Css(css)).await;
+        e.unwrap_or_else(|e| panic!("{css}: {e}"))
+            .send_keys(text)
+            .await
+            .unwrap_or_else(|e| panic!("type into {css}: {e}"));
+    }
+
+    /// Waits for `css` to appear (a page loaded after a click or a submit).
+    async fn wait_for(&self, css: &str, seconds: u64) {
+        self.c()
+            .wait()
+            .at_most(Duration::from_secs(seconds))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css} within {seconds} s: {e}"));
+    }
+
     async fn count(&self, css: &str) -> usize {
         self.c().find_all(Locator::Css(css)).await.unwrap().len()
     }
@@ -413,14 +447,9 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     b.shot("overview.png").await;
 
     // "Did you get my 850 101, and where is my 997?": typed into the search box.
-    let search = b.c().find(Locator::Css("nav input[name=q]")).await.unwrap();
-    search.send_keys("101\u{E007}").await.unwrap();
-    b.c()
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("a.interchange"))
-        .await
-        .expect("search results");
+    // U+E007 is WebDriver's Enter key: the form is submitted as an operator submits it.
+    b.type_into("nav input[name=q]", "101\u{E007}").await;
+    b.wait_for("a.interchange", 10).await;
     assert!(b
         .c()
         .current_url()
@@ -432,19 +461,8 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     assert!(found.contains("ZZ:ACME:000000101"), "{found}");
     assert!(!found.contains("ZZ:ACME:000000102"), "only 101: {found}");
     b.shot("search.png").await;
-    b.c()
-        .find(Locator::LinkText("ZZ:ACME:000000101"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.c()
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("pre.ack-bytes"))
-        .await
-        .expect("the interchange page");
+    b.click_link("ZZ:ACME:000000101").await;
+    b.wait_for("pre.ack-bytes", 10).await;
     assert_eq!(b.text("#key").await, "ZZ:ACME:000000101");
     assert_eq!(b.text("#disposition").await, "accepted");
     // Its file is the archived resend of its content (the newest), not the reused number's
@@ -702,42 +720,14 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
         .unwrap()
         .path()
         .ends_with("/login"));
-    b.c()
-        .find(Locator::Css("#token"))
-        .await
-        .unwrap()
-        .send_keys(SECRET)
-        .await
-        .unwrap();
-    b.c()
-        .find(Locator::Css("#signin"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.c()
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("#who"))
-        .await
-        .expect("signed in");
+    b.type_into("#token", SECRET).await;
+    b.click("#signin").await;
+    b.wait_for("#who", 10).await;
     assert_eq!(b.text("#who").await, "alice");
     b.goto(&s.url(&format!("/interchange/{key}"))).await;
     assert_eq!(b.text("#disposition").await, "rejected");
-    b.c()
-        .find(Locator::Css("#reprocess button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.c()
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css("#message"))
-        .await
-        .expect("the action's answer");
+    b.click("#reprocess button").await;
+    b.wait_for("#message", 30).await;
     let answer = b.text("#message").await;
     assert!(
         answer.contains("attempt 2 accepted"),
@@ -745,19 +735,8 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
         s.log()
     );
     b.shot("reprocessed.png").await;
-    b.c()
-        .find(Locator::Css("#back"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.c()
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("#history"))
-        .await
-        .unwrap();
+    b.click("#back").await;
+    b.wait_for("#history", 10).await;
     assert_eq!(b.text("#disposition").await, "accepted");
     assert_eq!(b.count("tr[data-event=\"web_action\"]").await, 1);
     assert!(b

@@ -965,21 +965,11 @@ async fn interchange(
             .filter(|f| std::path::Path::new(f).exists())
             .map(|f| p(&f))
             .unwrap_or_default();
-        let acknowledged = s.layers.acknowledged.as_ref().map_or("-".into(), |a| {
-            let acks: Vec<String> = a
-                .acks
-                .iter()
-                .map(|k| {
-                    format!(
-                        "{} ISA13 {} GS06 {}",
-                        k.kind,
-                        k.isa13.as_deref().unwrap_or("-"),
-                        k.gs06.join(",")
-                    )
-                })
-                .collect();
-            p(&format!("{} ({})", a.at, acks.join("; ")))
-        });
+        let acknowledged = s
+            .layers
+            .acknowledged
+            .as_ref()
+            .map_or("-".into(), |a| p(&a.to_string()));
         const SHOWN: usize = 1000;
         let events: Vec<EventView> = s
             .events

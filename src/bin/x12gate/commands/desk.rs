@@ -57,21 +57,10 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
         }
     }
     let l = &s.layers;
-    let acknowledged = l.acknowledged.as_ref().map_or("-".to_string(), |a| {
-        let acks: Vec<String> = a
-            .acks
-            .iter()
-            .map(|k| {
-                format!(
-                    "{} ISA13 {} GS06 {}",
-                    k.kind,
-                    k.isa13.as_deref().unwrap_or("-"),
-                    k.gs06.join(",")
-                )
-            })
-            .collect();
-        format!("{} ({})", a.at, acks.join("; "))
-    });
+    let acknowledged = l
+        .acknowledged
+        .as_ref()
+        .map_or("-".to_string(), ToString::to_string);
     writeln!(
         out,
         "  layers: received {}; acknowledged {acknowledged}; delivered {}/{}",
