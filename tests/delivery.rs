@@ -1019,6 +1019,7 @@ fn retry_all_dead_puts_back_every_dead_delivery_and_only_those() {
 /// booked exactly once, under its own key and its interchange's correlation id.
 #[test]
 fn sigkills_of_watch_during_deliveries_book_each_document_once() {
+    let _heavy = crate::util::heavy();
     let erp = Erp::start(Mode::Slow(Duration::from_millis(30)));
     let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "2000")]));
     // Four requests in flight at once (the default concurrency): 800 documents outlast
@@ -1427,6 +1428,7 @@ fn process_makes_one_attempt_at_what_is_due_and_leaves_failures_queued() {
 /// lease per delivery), none twice in parallel.
 #[test]
 fn four_deliverers_at_once_send_each_document_once() {
+    let _heavy = crate::util::heavy();
     let erp = Erp::start(Mode::Slow(Duration::from_millis(10)));
     let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "5000")]));
     let (files, expected) = load(&gate, 4000, 40, |_| 4);

@@ -242,6 +242,7 @@ fn a_file_replaced_under_its_name_while_processed_is_processed_too() {
 /// no temporary or unfinished file is left.
 #[test]
 fn fifty_kills_while_draining_2000_files_lose_and_double_nothing() {
+    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings {
         settle_ms: 50,
         poll_ms: 50,

@@ -1376,6 +1376,7 @@ stalled: {stalled}"
     /// may report `accepted`; the stalled one's completion was never recorded.
     #[test]
     fn a_stalled_owner_and_the_process_that_took_over_do_not_both_report_accepted() {
+        let _heavy = crate::util::heavy();
         let gate = Gate::new(1, "reject");
         let rerun_config = gate.other_config("rerun.toml", 60, "reject");
         let file = gate.write("po.x12", po("ACME", 101, 101));

@@ -3,6 +3,17 @@
 
 use std::path::PathBuf;
 
+/// Held by the tests whose timing a loaded machine breaks (SIGKILLs at random moments,
+/// leases, many processes at once) and by the browser tests, which load the machine most:
+/// they run one at a time, beside the rest of the suite. A test that failed while holding it
+/// does not stop the others (the poison is ignored).
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The repository root (where Cargo.toml is).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -306,8 +306,12 @@ const HOSTILE_NAME: &str = "<img src=x onerror=alert(1)>\u{1b}[31m.x12";
 /// partner's decisions; searching `101` in the page's search box finds ZZ:ACME:000000101,
 /// whose page shows the 997 sent; the rejected list gives the reason; hostile values are
 /// text, never markup.
+// The guard is held on purpose for the whole test, across its awaits: it keeps the
+// timing-sensitive tests off the machine while Chromium runs (its own runtime, one task).
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_browser() {
+    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings::default());
     let addr = format!("127.0.0.1:{}", free_port());
     listen_on(&gate, &addr);
@@ -535,8 +539,12 @@ fn without_beg(n: u32) -> String {
 /// Actions are refused without `--allow-actions`, without a token, and across sites; with
 /// both, an operator signs in through the form, reprocesses a rejected interchange (after its
 /// partner's configuration was fixed) by its button, and the history names her.
+// The guard is held on purpose for the whole test, across its awaits: it keeps the
+// timing-sensitive tests off the machine while Chromium runs (its own runtime, one task).
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
+    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings::default());
     let file = gate.dir().join("po-fix.x12");
     fs::write(&file, without_beg(301)).unwrap();
