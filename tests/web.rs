@@ -587,31 +587,19 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("X12GATE_UI_TOKEN"));
     // The watcher likewise; and without [gateway] metrics there is no page to act on.
-    let out = crate::util::x12gate(gate.dir())
-        .args(["watch", "--once", "--allow-actions"])
-        .env_remove("X12GATE_UI_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("[gateway] metrics"));
+    let refused = |says: &str| {
+        let out = crate::util::x12gate(gate.dir())
+            .args(["watch", "--once", "--allow-actions"])
+            .env_remove("X12GATE_UI_TOKEN")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{says} in: {err}");
+    };
+    refused("[gateway] metrics");
     listen_on(&gate, &format!("127.0.0.1:{}", free_port()));
-    let out = crate::util::x12gate(gate.dir())
-        .args(["watch", "--once", "--allow-actions"])
-        .env_remove("X12GATE_UI_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("X12GATE_UI_TOKEN"));
+    refused("X12GATE_UI_TOKEN");
 
     // The partner's definitions check was the cause: relaxed, the file is acceptable.
     let path = gate.dir().join("partners.toml");

@@ -1307,16 +1307,16 @@ fn act(config: &Config, what: &str, key: &str, by: &str) -> Result<(String, Back
     let given = crate::text::bounded(key.trim(), 1024).to_string();
     // The audit event goes under the key acted on: an interchange's as resolved from what
     // was typed (`ACME:101`), so that it shows in that interchange's history.
-    let resolved = match what {
-        "reprocess" => crate::desk::resolve(&registry, &given).ok(),
-        _ => None,
-    };
+    let resolution = (what == "reprocess").then(|| crate::desk::resolve(&registry, &given));
+    let resolved = resolution.as_ref().and_then(|r| r.as_ref().ok()).cloned();
     let key = resolved.clone().unwrap_or(given);
     let outcome: Result<(String, Back), String> = match what {
         "reprocess" => crate::schema::builtin()
             .map_err(str::to_string)
             .and_then(|schemas| {
-                let key = crate::desk::resolve(&registry, &key).map_err(|e| e.to_string())?;
+                if let Some(Err(e)) = &resolution {
+                    return Err(e.to_string());
+                }
                 let options = crate::pipeline::ProcessOptions::new(false);
                 let r = crate::desk::reprocess(
                     config,
