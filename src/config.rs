@@ -45,6 +45,10 @@ struct RawGateway {
     rejected: PathBuf,
     #[serde(default = "defaults::database")]
     database: PathBuf,
+    #[serde(default)]
+    database_password_env: Option<String>,
+    #[serde(default)]
+    database_ca: Option<PathBuf>,
     #[serde(default = "defaults::work")]
     work: PathBuf,
     #[serde(default = "defaults::lease_seconds")]
@@ -822,7 +826,8 @@ pub struct Gateway {
     pub out: PathBuf,
     pub archive: PathBuf,
     pub rejected: PathBuf,
-    pub database: PathBuf,
+    /// The registry: an SQLite file, or a PostgreSQL database shared by several nodes.
+    pub database: crate::registry::Database,
     /// Where `watch` moves an inbox file before reading it (one folder per watcher process);
     /// on the inbox's file system, never inside the inbox.
     pub work: PathBuf,
@@ -840,6 +845,41 @@ pub struct Gateway {
     pub retry_max_seconds: u64,
     /// Where `watch` serves `/metrics` and `/healthz` (off when `None`).
     pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// `database` as written: a PostgreSQL URL, or an SQLite file resolved like the folders.
+fn database(
+    written: PathBuf,
+    password_env: Option<String>,
+    ca: Option<PathBuf>,
+    abs: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<crate::registry::Database, String> {
+    use crate::registry::{Database, Postgres};
+    let text = written.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        let url = text.into_owned();
+        if let Err(e) = url.parse::<postgres::Config>() {
+            return Err(format!(
+                "gateway.database: the PostgreSQL URL does not parse: {e}; expected postgres://USER@HOST[:PORT]/DATABASE"
+            ));
+        }
+        return Ok(Database::Postgres(Postgres {
+            url,
+            password_env,
+            ca_file: ca.map(abs),
+        }));
+    }
+    for (key, set) in [
+        ("database_password_env", password_env.is_some()),
+        ("database_ca", ca.is_some()),
+    ] {
+        if set {
+            return Err(format!(
+                "gateway.{key}: only a PostgreSQL database (database = \"postgres://...\") takes it"
+            ));
+        }
+    }
+    Ok(Database::Sqlite(abs(written)))
 }
 
 /// A loaded, checked configuration.
@@ -904,6 +944,8 @@ impl Config {
             )));
         }
         let (inbox, work) = (abs(g.inbox), abs(g.work));
+        let database =
+            database(g.database, g.database_password_env, g.database_ca, &abs).map_err(invalid)?;
         let metrics = match &g.metrics {
             None => None,
             Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
@@ -967,7 +1009,7 @@ impl Config {
                 out: abs(g.out),
                 archive: abs(g.archive),
                 rejected: abs(g.rejected),
-                database: abs(g.database),
+                database,
                 lease_seconds: g.lease_seconds,
                 unknown_partners: g.unknown_partners,
                 workers: g.workers.filter(|w| *w > 0).unwrap_or_else(|| {

@@ -236,19 +236,17 @@ pub fn check(config: &Config) -> Vec<Problem> {
             }
         }
     }
-    if g.database.starts_with(&g.inbox) || g.database.starts_with(&g.work) {
+    let file = g.database.file();
+    if file.is_some_and(|f| f.starts_with(&g.inbox) || f.starts_with(&g.work)) {
         problems.push(gateway_key(
             "database",
-            format!(
-                "{} is inside the inbox or the work folder",
-                g.database.display()
-            ),
+            format!("{} is inside the inbox or the work folder", g.database),
         ));
     }
-    if g.database.is_dir() {
+    if file.is_some_and(Path::is_dir) {
         problems.push(gateway_key(
             "database",
-            format!("{} is a folder", g.database.display()),
+            format!("{} is a folder", g.database),
         ));
     } else if let Err(e) = registry_problem(g) {
         problems.push(gateway_key("database", e.to_string()));
@@ -342,7 +340,7 @@ fn registry_problem(g: &Gateway) -> Result<(), RegistryError> {
 
 fn missing_with_history(g: &Gateway, history: &str) -> RegistryError {
     RegistryError::Missing {
-        path: g.database.display().to_string(),
+        path: g.database.to_string(),
         what: format!(
             "no registry here, but this gateway has a history ({history}): a new registry would process resends again and reuse control numbers already sent; `x12gate init` reads the highest numbers from the outbox"
         ),
@@ -359,7 +357,7 @@ pub fn open_registry(config: &Config) -> Result<Registry, RegistryError> {
         Some(_) => Registry::open(&g.database, identity(g)),
         None => {
             if !Registry::exists(&g.database) {
-                tracing::warn!(database = %g.database.display(), "no registry yet: creating it (the first run of a gateway without history)");
+                tracing::warn!(database = %g.database, "no registry yet: creating it (the first run of a gateway without history)");
             }
             Registry::create(&g.database, identity(g))
         }
@@ -369,7 +367,7 @@ pub fn open_registry(config: &Config) -> Result<Registry, RegistryError> {
 /// What `init` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Initialized {
-    pub database: PathBuf,
+    pub database: crate::registry::Database,
     pub installation: String,
     /// Per partner (`QUAL:ID`), the last ISA13 and GS06 taken as used: the next numbers
     /// sent are above them.
@@ -443,10 +441,7 @@ pub fn init(
         let installation = Registry::open(&g.database, identity(g))
             .and_then(|r| r.installation())
             .unwrap_or_else(|e| format!("unreadable: {e}"));
-        return Err(InitError::Exists(
-            g.database.display().to_string(),
-            installation,
-        ));
+        return Err(InitError::Exists(g.database.to_string(), installation));
     }
     for (_, dir) in folders(g) {
         std::fs::create_dir_all(dir).map_err(|cause| InitError::Io {

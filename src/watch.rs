@@ -857,7 +857,7 @@ impl Watcher {
         tracing::info!(
             config = %config.path.display(),
             inbox = %g.inbox.display(),
-            registry = %g.database.display(),
+            registry = %g.database,
             work = %w.intake.folder().display(),
             workers = g.workers.max(1),
             settle_ms = g.settle_ms,

@@ -2024,7 +2024,7 @@ fn prune_keeps_what_a_destination_has_yet_to_take() {
     let db = gate.root().join("data/x12gate.db");
     let age = || {
         let r = x12gate::registry::Registry::open(
-            &db,
+            &x12gate::registry::Database::from(&db),
             x12gate::registry::Identity {
                 qualifier: "ZZ",
                 id: "X12GATE",

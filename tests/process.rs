@@ -800,7 +800,7 @@ fn prune_removes_exactly_the_keys_older_than_their_partners_window() {
     assert_eq!(count(&first.reports(), "accepted"), 4, "{first}");
     {
         let registry = x12gate::registry::Registry::open(
-            &gate.database(),
+            &x12gate::registry::Database::from(&gate.database()),
             x12gate::registry::Identity {
                 qualifier: "ZZ",
                 id: "X12GATE",
@@ -1320,9 +1320,9 @@ mod crash {
                 "the stalled process never claimed"
             );
             // Read-only: the stalled process may still be creating the registry.
-            if let Ok(Some(registry)) =
-                x12gate::registry::Registry::open_read_only(&gate.database())
-            {
+            if let Ok(Some(registry)) = x12gate::registry::Registry::open_read_only(
+                &x12gate::registry::Database::from(&gate.database()),
+            ) {
                 if registry
                     .stats()
                     .unwrap_or_default()

@@ -29,7 +29,9 @@ fn backups_while_the_watcher_works_are_consistent() {
         "the watcher to create the registry",
         || {
             matches!(
-                x12gate::registry::Registry::open_read_only(&gate.dir().join("x12gate.db")),
+                x12gate::registry::Registry::open_read_only(&x12gate::registry::Database::from(
+                    &gate.dir().join("x12gate.db")
+                )),
                 Ok(Some(_))
             )
         },
@@ -344,7 +346,7 @@ fn prune_files_removes_only_what_is_past_retention_and_no_longer_referred_to() {
     assert_eq!(prune_files(false), "", "every key is still in the registry");
     {
         let registry = x12gate::registry::Registry::open(
-            &gate.dir().join("x12gate.db"),
+            &x12gate::registry::Database::from(&gate.dir().join("x12gate.db")),
             x12gate::registry::Identity {
                 qualifier: "ZZ",
                 id: "X12GATE",

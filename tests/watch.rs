@@ -1264,7 +1264,9 @@ fn corrected_resend_arriving_with_its_rejected_original() {
 /// Claims not yet completed (`in_flight` or `failed`), read from the registry.
 pub(crate) fn unfinished_claims(gate: &Gate) -> u64 {
     let db = gate.dir().join("x12gate.db");
-    let Ok(Some(registry)) = x12gate::registry::Registry::open_read_only(&db) else {
+    let Ok(Some(registry)) =
+        x12gate::registry::Registry::open_read_only(&x12gate::registry::Database::from(&db))
+    else {
         return 0;
     };
     registry

@@ -6,7 +6,7 @@
 //! work, so every other process sees it; the completion commits after the outputs are in
 //! place, together with the acknowledgment bytes that a duplicate will replay.
 
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use crate::registry::db::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::counters::{Counter, MAX_CONTROL_NUMBER};
@@ -227,7 +227,7 @@ fn json<T: Serialize>(v: &T) -> String {
 /// which is what makes it fast on disks where an fsync costs milliseconds. The steps of an
 /// interchange's way through the gateway exist only here: one step alone is a batch of one.
 pub struct Batch<'r> {
-    pub(super) tx: rusqlite::Transaction<'r>,
+    pub(super) tx: crate::registry::db::Transaction<'r>,
     path: &'r str,
 }
 
@@ -238,7 +238,7 @@ impl Registry {
         f: impl FnOnce(&Batch<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         let path = self.path.as_str();
-        let sql = |source| RegistryError::Sqlite {
+        let sql = |source| RegistryError::Store {
             path: path.to_string(),
             cause: source,
         };
@@ -248,11 +248,8 @@ impl Registry {
         let started = std::time::Instant::now();
         let mut pause = std::time::Duration::from_millis(1);
         let tx = loop {
-            match self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-            {
-                Err(e) if super::is_busy(&e) && started.elapsed() < super::BUSY_TIMEOUT => {
+            match self.conn.transaction() {
+                Err(e) if e.is_busy() && started.elapsed() < super::BUSY_TIMEOUT => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(std::time::Duration::from_millis(50));
                 }
@@ -267,8 +264,8 @@ impl Registry {
 }
 
 impl Batch<'_> {
-    pub(super) fn sql(&self, source: rusqlite::Error) -> RegistryError {
-        RegistryError::Sqlite {
+    pub(super) fn sql(&self, source: crate::registry::db::Error) -> RegistryError {
+        RegistryError::Store {
             path: self.path.to_string(),
             cause: source,
         }
@@ -431,10 +428,10 @@ impl Batch<'_> {
 }
 
 fn claim(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     req: &ClaimRequest<'_>,
     now: i64,
-) -> Result<Claim, rusqlite::Error> {
+) -> Result<Claim, crate::registry::db::Error> {
     let inserted = tx
         .prepare_cached(
             "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
@@ -467,7 +464,7 @@ fn claim(
     tx.prepare_cached("UPDATE interchanges SET last_seen = ?2 WHERE key = ?1")?
         .execute(params![req.key, now])?;
     let same = fingerprint == req.fingerprint;
-    let take_over = |previous: Previous| -> Result<Claim, rusqlite::Error> {
+    let take_over = |previous: Previous| -> Result<Claim, crate::registry::db::Error> {
         let attempt = attempts + 1;
         // A different content may not reuse the numbers reserved for the old one.
         tx.prepare_cached(
@@ -533,12 +530,12 @@ fn claim(
 }
 
 fn reserve(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     partner: &str,
     isa13: usize,
     gs06: usize,
-) -> Result<Reservation, rusqlite::Error> {
+) -> Result<Reservation, crate::registry::db::Error> {
     let existing: Option<String> = tx
         .query_row(
             "SELECT reservation FROM interchanges WHERE key = ?1",
@@ -552,7 +549,7 @@ fn reserve(
             return Ok(r);
         }
     }
-    let take = |counter: Counter, n: usize| -> Result<Vec<u32>, rusqlite::Error> {
+    let take = |counter: Counter, n: usize| -> Result<Vec<u32>, crate::registry::db::Error> {
         (0..n)
             .map(|_| super::counters::next_in(tx, partner, counter))
             .collect()
@@ -568,12 +565,12 @@ fn reserve(
 }
 
 fn claim_groups(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     partner: &str,
     groups: &[GroupKey],
     window_days: u32,
-) -> Result<Vec<bool>, rusqlite::Error> {
+) -> Result<Vec<bool>, crate::registry::db::Error> {
     let now = now_ms();
     let oldest = now - i64::from(window_days) * 86_400_000;
     groups
@@ -605,11 +602,11 @@ fn claim_groups(
 }
 
 fn complete(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     owner: &str,
     c: &Completion<'_>,
-) -> Result<bool, rusqlite::Error> {
+) -> Result<bool, crate::registry::db::Error> {
     let now = now_ms();
     let updated = tx
         .prepare_cached(
@@ -660,11 +657,11 @@ fn complete(
 
 /// Marks `key`'s in-flight claim failed if `owner` still holds it; whether it did.
 fn fail(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     owner: &str,
     reason: &str,
-) -> Result<bool, rusqlite::Error> {
+) -> Result<bool, crate::registry::db::Error> {
     tx.prepare_cached(
         "UPDATE interchanges SET state = 'failed', owner = NULL, lease_expires = NULL, reason = ?3
          WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
@@ -682,7 +679,7 @@ impl Registry {
     fn unfinished_where(
         &self,
         condition: &str,
-        args: &[&dyn rusqlite::ToSql],
+        args: &[&dyn crate::registry::db::ToValue],
     ) -> Result<Vec<Unfinished>, RegistryError> {
         self.all(
             &format!(
@@ -766,11 +763,11 @@ impl Registry {
     }
 
     /// Every row `query` answers, each made by `row`: the one way lists are read.
-    pub(super) fn all<T, P: rusqlite::Params>(
+    pub(super) fn all<T, P: crate::registry::db::Params>(
         &self,
         query: &str,
         params: P,
-        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+        row: impl FnMut(&crate::registry::db::Row<'_>) -> crate::registry::db::Result<T>,
     ) -> Result<Vec<T>, RegistryError> {
         let mut stmt = self.conn.prepare(query).map_err(|e| self.sql(e))?;
         let rows = stmt.query_map(params, row).map_err(|e| self.sql(e))?;
@@ -1029,15 +1026,12 @@ impl Registry {
         window_days: &dyn Fn(&str) -> u32,
     ) -> Result<Vec<String>, RegistryError> {
         let path = self.path.clone();
-        let sql = |source| RegistryError::Sqlite {
+        let sql = |source| RegistryError::Store {
             path: path.clone(),
             cause: source,
         };
         let now = now_ms();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
+        let tx = self.conn.transaction().map_err(sql)?;
         let candidates: Vec<(String, String, i64)> = {
             let mut stmt = tx
                 .prepare(
@@ -1112,12 +1106,12 @@ impl Registry {
 }
 
 fn record_fingerprint(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     fingerprint: &str,
     attempt: u32,
     now: i64,
-) -> Result<(), rusqlite::Error> {
+) -> Result<(), crate::registry::db::Error> {
     tx.prepare_cached("INSERT OR REPLACE INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)")?.execute(
         params![key, fingerprint, attempt, now],
     )
@@ -1126,7 +1120,7 @@ fn record_fingerprint(
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn insert_event(
-    conn: &rusqlite::Connection,
+    conn: &crate::registry::db::Conn,
     at: i64,
     event: EventKind,
     key: Option<&str>,
@@ -1134,14 +1128,17 @@ pub(super) fn insert_event(
     control_number: Option<&str>,
     disposition: Option<Disposition>,
     detail: &str,
-) -> Result<(), rusqlite::Error> {
+) -> Result<(), crate::registry::db::Error> {
     conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(
         params![at, event, key, partner, control_number, disposition, detail],
     )
     .map(drop)
 }
 
-fn load_completed(tx: &rusqlite::Connection, key: &str) -> Result<Completed, rusqlite::Error> {
+fn load_completed(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+) -> Result<Completed, crate::registry::db::Error> {
     let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<Disposition>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),

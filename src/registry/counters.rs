@@ -3,7 +3,7 @@
 //! Numbers run from 1 to 999999999 and wrap to 1, as X12 allows once a trading partner
 //! agreement's window has passed.
 
-use rusqlite::{params, OptionalExtension};
+use crate::registry::db::{params, OptionalExtension};
 
 use super::{Registry, RegistryError};
 
@@ -29,10 +29,10 @@ impl Counter {
 /// Takes the next number on `conn` (a connection or an open transaction). One statement: the
 /// increment and the read are atomic across processes.
 pub(super) fn next_in(
-    conn: &rusqlite::Connection,
+    conn: &crate::registry::db::Conn,
     partner: &str,
     counter: Counter,
-) -> Result<u32, rusqlite::Error> {
+) -> Result<u32, crate::registry::db::Error> {
     conn.prepare_cached(
         "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
          ON CONFLICT (partner, kind) DO UPDATE
@@ -96,7 +96,7 @@ mod tests {
     fn counts_per_partner_and_kind_and_wraps() {
         let dir = tempfile::tempdir().unwrap();
         let r = Registry::create(
-            &dir.path().join("r.db"),
+            &crate::registry::Database::from(&dir.path().join("r.db")),
             super::super::Identity {
                 qualifier: "ZZ",
                 id: "US",
@@ -134,7 +134,7 @@ mod tests {
         // Reopening keeps the values.
         drop(r);
         let r = Registry::create(
-            &dir.path().join("r.db"),
+            &crate::registry::Database::from(&dir.path().join("r.db")),
             super::super::Identity {
                 qualifier: "ZZ",
                 id: "US",

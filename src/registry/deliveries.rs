@@ -6,7 +6,7 @@
 //! has one circuit, shared by every process on the registry, so that an outage costs one
 //! probe per cool-down however many deliverers run.
 
-use rusqlite::{params, OptionalExtension};
+use crate::registry::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
@@ -312,7 +312,10 @@ impl Batch<'_> {
     }
 }
 
-fn result_ref(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<String>> {
+fn result_ref(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+) -> crate::registry::db::Result<Option<String>> {
     tx.prepare_cached(
         "SELECT result_ref FROM documents WHERE key = ?1 AND result_ref IS NOT NULL
          ORDER BY id LIMIT 1",
@@ -324,7 +327,7 @@ fn result_ref(tx: &rusqlite::Connection, key: &str) -> rusqlite::Result<Option<S
 const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
     correlation_id, file, attempts, created, idempotency_key";
 
-fn claimed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Claimed> {
+fn claimed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Claimed> {
     Ok(Claimed {
         id: r.get(0)?,
         document_id: r.get(1)?,
@@ -345,7 +348,7 @@ pub(super) const ROW: &str =
     attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
     owner, idempotency_key";
 
-pub(super) fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeliveryRow> {
+pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DeliveryRow> {
     Ok(DeliveryRow {
         id: r.get(0)?,
         key: r.get(1)?,
@@ -803,12 +806,12 @@ impl Registry {
 /// closes it; a failure counts, and opens it at `circuit_failures` in a row, or again when
 /// it was the probe. Returns the state after, and whether it changed.
 fn move_circuit(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     destination: &str,
     outcome: &Attempted,
     policy: Policy,
     now: i64,
-) -> rusqlite::Result<(CircuitState, Option<CircuitState>)> {
+) -> crate::registry::db::Result<(CircuitState, Option<CircuitState>)> {
     let (state, failures): (CircuitState, u32) = tx
         .prepare_cached("SELECT state, failures FROM circuits WHERE destination = ?1")?
         .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -910,327 +913,335 @@ mod tests {
         (row.state, row.attempts)
     }
 
-    #[test]
-    fn a_row_is_claimed_by_one_deliverer_and_recorded_only_under_its_lease() {
-        let mut r = registry();
-        queue(&mut r, 1, "K1");
-        // Queued twice (a takeover of the interchange): one row.
-        queue(&mut r, 1, "K1");
-        let mine = claim(&mut r, "a");
-        assert_eq!(mine.len(), 1);
-        assert!(claim(&mut r, "b").is_empty(), "leased to a");
-        // Another deliverer's outcome is refused: the fence.
-        let ok = Attempted::Delivered {
-            status: "200".into(),
-            result_ref: Some("SO-1".into()),
-        };
-        assert_eq!(
-            r.record_attempt(&mine[0], "b", &ok, 5, POLICY, 10).unwrap(),
-            None
-        );
-        let done = r
-            .record_attempt(&mine[0], "a", &ok, 5, POLICY, 10)
-            .unwrap()
-            .unwrap();
-        assert_eq!(done.state, DeliveryState::Delivered);
-        assert_eq!(state(&r, "K1"), (DeliveryState::Delivered, 1));
-        assert!(
-            claim(&mut r, "b").is_empty(),
-            "delivered rows are never claimed"
-        );
-        // A dead owner's lease is taken over at once.
-        queue(&mut r, 2, "K2");
-        assert_eq!(claim(&mut r, "dead").len(), 1);
-        let taken = r
-            .claim_deliveries("erp", "b", 60_000, 10, i64::MAX, None, &|o| o == "dead")
-            .unwrap();
-        assert_eq!(taken.len(), 1);
-        assert_eq!(taken[0].key, "K2");
+    crate::registry::tests::on_both! {
+        fn a_row_is_claimed_by_one_deliverer_and_recorded_only_under_its_lease() {
+            let mut r = registry();
+            queue(&mut r, 1, "K1");
+            // Queued twice (a takeover of the interchange): one row.
+            queue(&mut r, 1, "K1");
+            let mine = claim(&mut r, "a");
+            assert_eq!(mine.len(), 1);
+            assert!(claim(&mut r, "b").is_empty(), "leased to a");
+            // Another deliverer's outcome is refused: the fence.
+            let ok = Attempted::Delivered {
+                status: "200".into(),
+                result_ref: Some("SO-1".into()),
+            };
+            assert_eq!(
+                r.record_attempt(&mine[0], "b", &ok, 5, POLICY, 10).unwrap(),
+                None
+            );
+            let done = r
+                .record_attempt(&mine[0], "a", &ok, 5, POLICY, 10)
+                .unwrap()
+                .unwrap();
+            assert_eq!(done.state, DeliveryState::Delivered);
+            assert_eq!(state(&r, "K1"), (DeliveryState::Delivered, 1));
+            assert!(
+                claim(&mut r, "b").is_empty(),
+                "delivered rows are never claimed"
+            );
+            // A dead owner's lease is taken over at once.
+            queue(&mut r, 2, "K2");
+            assert_eq!(claim(&mut r, "dead").len(), 1);
+            let taken = r
+                .claim_deliveries("erp", "b", 60_000, 10, i64::MAX, None, &|o| o == "dead")
+                .unwrap();
+            assert_eq!(taken.len(), 1);
+            assert_eq!(taken[0].key, "K2");
+        }
     }
 
-    #[test]
-    fn failures_are_retried_until_max_attempts_then_dead_and_a_retry_puts_them_back() {
-        let mut r = registry();
-        queue(&mut r, 1, "K1");
-        for attempt in 1..=3u32 {
+    crate::registry::tests::on_both! {
+        fn failures_are_retried_until_max_attempts_then_dead_and_a_retry_puts_them_back() {
+            let mut r = registry();
+            queue(&mut r, 1, "K1");
+            for attempt in 1..=3u32 {
+                let c = claim(&mut r, "a");
+                assert_eq!(c.len(), 1, "attempt {attempt}");
+                let rec = r
+                    .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+                    .unwrap()
+                    .unwrap();
+                let want = if attempt < 3 {
+                    DeliveryState::Retrying
+                } else {
+                    DeliveryState::Dead
+                };
+                assert_eq!((rec.state, rec.attempts), (want, attempt));
+            }
+            assert!(
+                claim(&mut r, "a").is_empty(),
+                "dead rows wait for an operator"
+            );
+            assert_eq!(r.retry_deliveries(&Retry::Key("K1")).unwrap(), 1);
+            assert_eq!(state(&r, "K1"), (DeliveryState::Queued, 0));
+            assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), 0);
+            // A refusal is dead at once.
             let c = claim(&mut r, "a");
-            assert_eq!(c.len(), 1, "attempt {attempt}");
+            let refused = Attempted::Refused {
+                status: "400".into(),
+                error: "bad".into(),
+            };
+            let rec = r
+                .record_attempt(&c[0], "a", &refused, 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!((rec.state, rec.attempts), (DeliveryState::Dead, 1));
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_retry_waits_for_its_time_and_an_old_delivery_dies_on_its_next_failure() {
+            let mut r = registry();
+            queue(&mut r, 1, "K1");
+            let c = claim(&mut r, "a");
+            r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 3_600_000)
+                .unwrap();
+            assert!(claim(&mut r, "a").is_empty(), "not due for an hour");
+            // Past max_age: the next failure is its last.
+            r.conn
+                .execute("UPDATE deliveries SET next_at = 0, created = 0", [])
+                .unwrap();
+            let c = claim(&mut r, "a");
             let rec = r
                 .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
                 .unwrap()
                 .unwrap();
-            let want = if attempt < 3 {
-                DeliveryState::Retrying
-            } else {
-                DeliveryState::Dead
+            assert_eq!(rec.state, DeliveryState::Dead);
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn the_circuit_opens_after_failures_in_a_row_and_lets_one_probe_through() {
+            let mut r = registry();
+            for id in 1..=4 {
+                queue(&mut r, id, &format!("K{id}"));
+            }
+            let gate = |r: &mut Registry, owner: &str| {
+                r.circuit_gate("erp", owner, 60_000, &|_| false).unwrap()
             };
-            assert_eq!((rec.state, rec.attempts), (want, attempt));
+            assert_eq!(gate(&mut r, "a"), Gate::Closed);
+            let c = claim(&mut r, "a");
+            let first = r
+                .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(first.circuit, None, "one failure is not an outage");
+            let second = r
+                .record_attempt(&c[1], "a", &failed(), 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(second.circuit, Some(CircuitState::Open));
+            assert!(matches!(gate(&mut r, "a"), Gate::Wait { .. }));
+            // Cooled down: exactly one process wins the probe.
+            r.conn
+                .execute("UPDATE circuits SET open_until = 0", [])
+                .unwrap();
+            assert_eq!(gate(&mut r, "a"), Gate::Probe);
+            assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
+            // The probe fails: open again for a cool-down.
+            r.unclaim_deliveries("a", &[c[2].id, c[3].id]).unwrap();
+            let probe = claim(&mut r, "a");
+            let again = r
+                .record_attempt(&probe[0], "a", &failed(), 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(again.circuit, Some(CircuitState::Open));
+            assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
+            // A prober that died is replaced; a successful probe closes the circuit.
+            r.conn
+                .execute("UPDATE circuits SET open_until = 0", [])
+                .unwrap();
+            assert_eq!(gate(&mut r, "gone"), Gate::Probe);
+            assert_eq!(
+                r.circuit_gate("erp", "b", 60_000, &|o| o == "gone")
+                    .unwrap(),
+                Gate::Probe
+            );
+            let probe = r
+                .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+                .unwrap();
+            let ok = Attempted::Delivered {
+                status: "200".into(),
+                result_ref: None,
+            };
+            let closed = r
+                .record_attempt(&probe[0], "b", &ok, 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(closed.circuit, Some(CircuitState::Closed));
+            assert_eq!(gate(&mut r, "a"), Gate::Closed);
         }
-        assert!(
-            claim(&mut r, "a").is_empty(),
-            "dead rows wait for an operator"
-        );
-        assert_eq!(r.retry_deliveries(&Retry::Key("K1")).unwrap(), 1);
-        assert_eq!(state(&r, "K1"), (DeliveryState::Queued, 0));
-        assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), 0);
-        // A refusal is dead at once.
-        let c = claim(&mut r, "a");
-        let refused = Attempted::Refused {
-            status: "400".into(),
-            error: "bad".into(),
-        };
-        let rec = r
-            .record_attempt(&c[0], "a", &refused, 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!((rec.state, rec.attempts), (DeliveryState::Dead, 1));
     }
 
-    #[test]
-    fn a_retry_waits_for_its_time_and_an_old_delivery_dies_on_its_next_failure() {
-        let mut r = registry();
-        queue(&mut r, 1, "K1");
-        let c = claim(&mut r, "a");
-        r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 3_600_000)
-            .unwrap();
-        assert!(claim(&mut r, "a").is_empty(), "not due for an hour");
-        // Past max_age: the next failure is its last.
-        r.conn
-            .execute("UPDATE deliveries SET next_at = 0, created = 0", [])
-            .unwrap();
-        let c = claim(&mut r, "a");
-        let rec = r
-            .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(rec.state, DeliveryState::Dead);
-    }
-
-    #[test]
-    fn the_circuit_opens_after_failures_in_a_row_and_lets_one_probe_through() {
-        let mut r = registry();
-        for id in 1..=4 {
-            queue(&mut r, id, &format!("K{id}"));
+    crate::registry::tests::on_both! {
+        fn what_never_reached_the_destination_leaves_its_circuit_alone() {
+            let mut r = registry();
+            for id in 1..=3 {
+                queue(&mut r, id, &format!("K{id}"));
+            }
+            let c = claim(&mut r, "a");
+            r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
+                .unwrap();
+            let gone = Attempted::Unsent {
+                status: "no file".into(),
+                error: "gone".into(),
+                permanent: true,
+            };
+            let rec = r
+                .record_attempt(&c[1], "a", &gone, 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (rec.state, rec.circuit, rec.open),
+                (DeliveryState::Dead, None, false)
+            );
+            // Still one failure in a row: the next opens it (circuit_failures = 2).
+            let rec = r
+                .record_attempt(&c[2], "a", &failed(), 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(rec.circuit, Some(CircuitState::Open));
+            // A probe whose row was never sent gives the probe back, and a transient local
+            // failure is retried.
+            r.conn
+                .execute("UPDATE circuits SET open_until = 0", [])
+                .unwrap();
+            assert_eq!(
+                r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(),
+                Gate::Probe
+            );
+            r.conn
+                .execute("UPDATE deliveries SET next_at = 0", [])
+                .unwrap();
+            let probe = r
+                .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                .unwrap();
+            let unreadable = Attempted::Unsent {
+                status: "unreadable".into(),
+                error: "EMFILE".into(),
+                permanent: false,
+            };
+            let rec = r
+                .record_attempt(&probe[0], "a", &unreadable, 5, POLICY, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(rec.state, DeliveryState::Retrying);
+            assert_eq!(
+                r.circuit_gate("erp", "b", 60_000, &|_| false).unwrap(),
+                Gate::Probe,
+                "the unsent probe was given back"
+            );
         }
-        let gate = |r: &mut Registry, owner: &str| {
-            r.circuit_gate("erp", owner, 60_000, &|_| false).unwrap()
-        };
-        assert_eq!(gate(&mut r, "a"), Gate::Closed);
-        let c = claim(&mut r, "a");
-        let first = r
-            .record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(first.circuit, None, "one failure is not an outage");
-        let second = r
-            .record_attempt(&c[1], "a", &failed(), 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(second.circuit, Some(CircuitState::Open));
-        assert!(matches!(gate(&mut r, "a"), Gate::Wait { .. }));
-        // Cooled down: exactly one process wins the probe.
-        r.conn
-            .execute("UPDATE circuits SET open_until = 0", [])
-            .unwrap();
-        assert_eq!(gate(&mut r, "a"), Gate::Probe);
-        assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
-        // The probe fails: open again for a cool-down.
-        r.unclaim_deliveries("a", &[c[2].id, c[3].id]).unwrap();
-        let probe = claim(&mut r, "a");
-        let again = r
-            .record_attempt(&probe[0], "a", &failed(), 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(again.circuit, Some(CircuitState::Open));
-        assert!(matches!(gate(&mut r, "b"), Gate::Wait { .. }));
-        // A prober that died is replaced; a successful probe closes the circuit.
-        r.conn
-            .execute("UPDATE circuits SET open_until = 0", [])
-            .unwrap();
-        assert_eq!(gate(&mut r, "gone"), Gate::Probe);
-        assert_eq!(
-            r.circuit_gate("erp", "b", 60_000, &|o| o == "gone")
-                .unwrap(),
-            Gate::Probe
-        );
-        let probe = r
-            .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
-            .unwrap();
-        let ok = Attempted::Delivered {
-            status: "200".into(),
-            result_ref: None,
-        };
-        let closed = r
-            .record_attempt(&probe[0], "b", &ok, 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(closed.circuit, Some(CircuitState::Closed));
-        assert_eq!(gate(&mut r, "a"), Gate::Closed);
     }
 
-    #[test]
-    fn what_never_reached_the_destination_leaves_its_circuit_alone() {
-        let mut r = registry();
-        for id in 1..=3 {
-            queue(&mut r, id, &format!("K{id}"));
+    crate::registry::tests::on_both! {
+        fn a_lease_is_renewed_before_sending_only_while_it_is_still_held() {
+            let mut r = registry();
+            queue(&mut r, 1, "K1");
+            queue(&mut r, 2, "K2");
+            let c = claim(&mut r, "a");
+            let ids: Vec<i64> = c.iter().map(|c| c.id).collect();
+            assert_eq!(r.renew_deliveries("a", &ids, 60_000).unwrap(), ids);
+            // a stalled past its lease, and b took K2 over.
+            r.conn
+                .execute("UPDATE deliveries SET lease_expires = 0", [])
+                .unwrap();
+            let taken = r
+                .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+                .unwrap();
+            assert_eq!(taken.len(), 1);
+            assert!(r.renew_deliveries("a", &ids, 60_000).unwrap().is_empty());
+            assert_eq!(
+                r.renew_deliveries("b", &[taken[0].id], 60_000).unwrap(),
+                [taken[0].id]
+            );
         }
-        let c = claim(&mut r, "a");
-        r.record_attempt(&c[0], "a", &failed(), 5, POLICY, 0)
-            .unwrap();
-        let gone = Attempted::Unsent {
-            status: "no file".into(),
-            error: "gone".into(),
-            permanent: true,
-        };
-        let rec = r
-            .record_attempt(&c[1], "a", &gone, 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (rec.state, rec.circuit, rec.open),
-            (DeliveryState::Dead, None, false)
-        );
-        // Still one failure in a row: the next opens it (circuit_failures = 2).
-        let rec = r
-            .record_attempt(&c[2], "a", &failed(), 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(rec.circuit, Some(CircuitState::Open));
-        // A probe whose row was never sent gives the probe back, and a transient local
-        // failure is retried.
-        r.conn
-            .execute("UPDATE circuits SET open_until = 0", [])
-            .unwrap();
-        assert_eq!(
-            r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(),
-            Gate::Probe
-        );
-        r.conn
-            .execute("UPDATE deliveries SET next_at = 0", [])
-            .unwrap();
-        let probe = r
-            .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
-            .unwrap();
-        let unreadable = Attempted::Unsent {
-            status: "unreadable".into(),
-            error: "EMFILE".into(),
-            permanent: false,
-        };
-        let rec = r
-            .record_attempt(&probe[0], "a", &unreadable, 5, POLICY, 0)
-            .unwrap()
-            .unwrap();
-        assert_eq!(rec.state, DeliveryState::Retrying);
-        assert_eq!(
-            r.circuit_gate("erp", "b", 60_000, &|_| false).unwrap(),
-            Gate::Probe,
-            "the unsent probe was given back"
-        );
     }
 
-    #[test]
-    fn a_lease_is_renewed_before_sending_only_while_it_is_still_held() {
-        let mut r = registry();
-        queue(&mut r, 1, "K1");
-        queue(&mut r, 2, "K2");
-        let c = claim(&mut r, "a");
-        let ids: Vec<i64> = c.iter().map(|c| c.id).collect();
-        assert_eq!(r.renew_deliveries("a", &ids, 60_000).unwrap(), ids);
-        // a stalled past its lease, and b took K2 over.
-        r.conn
-            .execute("UPDATE deliveries SET lease_expires = 0", [])
-            .unwrap();
-        let taken = r
-            .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
-            .unwrap();
-        assert_eq!(taken.len(), 1);
-        assert!(r.renew_deliveries("a", &ids, 60_000).unwrap().is_empty());
-        assert_eq!(
-            r.renew_deliveries("b", &[taken[0].id], 60_000).unwrap(),
-            [taken[0].id]
-        );
+    crate::registry::tests::on_both! {
+        fn the_next_sendable_time_waits_for_leases_and_an_open_circuit() {
+            let mut r = registry();
+            assert_eq!(r.next_sendable(&["erp"], None, &|_| false).unwrap(), None);
+            queue(&mut r, 1, "K1");
+            let now = now_ms();
+            let due = r
+                .next_sendable(&["erp"], None, &|_| false)
+                .unwrap()
+                .unwrap();
+            assert!(due <= now + 5, "queued now: due now");
+            assert_eq!(
+                r.next_sendable(&["other"], None, &|_| false).unwrap(),
+                None,
+                "not a destination we send to"
+            );
+            assert_eq!(
+                r.next_sendable(&["erp"], Some("p2"), &|_| false).unwrap(),
+                None,
+                "not p2's"
+            );
+            let c = claim(&mut r, "a");
+            let leased = r
+                .next_sendable(&["erp"], None, &|_| false)
+                .unwrap()
+                .unwrap();
+            assert!(
+                leased >= now + 50_000,
+                "leased for a minute: {}",
+                leased - now
+            );
+            let adopted = r
+                .next_sendable(&["erp"], None, &|o| o == "a")
+                .unwrap()
+                .unwrap();
+            assert!(adopted <= now + 5, "a dead deliverer's row is due at once");
+            r.unclaim_deliveries("a", &[c[0].id]).unwrap();
+            r.conn
+                .execute(
+                    "INSERT INTO circuits (destination, state, failures, open_until, changed)
+                     VALUES ('erp', 'open', 5, ?1, 0)",
+                    [now + 30_000],
+                )
+                .unwrap();
+            assert_eq!(
+                r.next_sendable(&["erp"], None, &|_| false).unwrap(),
+                Some(now + 30_000)
+            );
+        }
     }
 
-    #[test]
-    fn the_next_sendable_time_waits_for_leases_and_an_open_circuit() {
-        let mut r = registry();
-        assert_eq!(r.next_sendable(&["erp"], None, &|_| false).unwrap(), None);
-        queue(&mut r, 1, "K1");
-        let now = now_ms();
-        let due = r
-            .next_sendable(&["erp"], None, &|_| false)
-            .unwrap()
-            .unwrap();
-        assert!(due <= now + 5, "queued now: due now");
-        assert_eq!(
-            r.next_sendable(&["other"], None, &|_| false).unwrap(),
-            None,
-            "not a destination we send to"
-        );
-        assert_eq!(
-            r.next_sendable(&["erp"], Some("p2"), &|_| false).unwrap(),
-            None,
-            "not p2's"
-        );
-        let c = claim(&mut r, "a");
-        let leased = r
-            .next_sendable(&["erp"], None, &|_| false)
-            .unwrap()
-            .unwrap();
-        assert!(
-            leased >= now + 50_000,
-            "leased for a minute: {}",
-            leased - now
-        );
-        let adopted = r
-            .next_sendable(&["erp"], None, &|o| o == "a")
-            .unwrap()
-            .unwrap();
-        assert!(adopted <= now + 5, "a dead deliverer's row is due at once");
-        r.unclaim_deliveries("a", &[c[0].id]).unwrap();
-        r.conn
-            .execute(
-                "INSERT INTO circuits (destination, state, failures, open_until, changed)
-                 VALUES ('erp', 'open', 5, ?1, 0)",
-                [now + 30_000],
-            )
-            .unwrap();
-        assert_eq!(
-            r.next_sendable(&["erp"], None, &|_| false).unwrap(),
-            Some(now + 30_000)
-        );
-    }
-
-    #[test]
-    fn the_result_ref_is_kept_on_the_document_and_confirm_sets_it() {
-        let mut r = registry();
-        r.conn
-            .execute(
-                "INSERT INTO documents (id, key, subject, partner, set_id, role, fingerprint,
-                     interchange_key, position, st02, disposition, delivery, by, seen)
-                 VALUES (7, 'K', 'S', 'ZZ:ACME', '850', 'original', 'f', 'ZZ:ACME:000000001',
-                     '0.0', '0001', 'new', 'delivered', 'x', 0)",
-                [],
-            )
-            .unwrap();
-        assert_eq!(r.result_ref("K").unwrap(), None);
-        assert_eq!(r.confirm("unknown", "X").unwrap(), None);
-        assert_eq!(r.confirm("K", "SO-1").unwrap(), Some(None));
-        assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-1"));
-        assert_eq!(r.confirm("K", "SO-2").unwrap(), Some(Some("SO-1".into())));
-        // A reference from a destination's answer never replaces a confirmed one.
-        queue(&mut r, 7, "K");
-        let c = claim(&mut r, "a");
-        let ok = Attempted::Delivered {
-            status: "200".into(),
-            result_ref: Some("SO-9".into()),
-        };
-        r.record_attempt(&c[0], "a", &ok, 5, POLICY, 0).unwrap();
-        assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-2"));
-        // A huge or hostile reference is kept short and printable.
-        let long = format!("{}\u{1b}[31m", "x".repeat(10_000));
-        r.confirm("K", &long).unwrap();
-        let kept = r.result_ref("K").unwrap().unwrap();
-        assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
+    crate::registry::tests::on_both! {
+        fn the_result_ref_is_kept_on_the_document_and_confirm_sets_it() {
+            let mut r = registry();
+            r.conn
+                .execute(
+                    "INSERT INTO documents (id, key, subject, partner, set_id, role, fingerprint,
+                         interchange_key, position, st02, disposition, delivery, by, seen)
+                     VALUES (7, 'K', 'S', 'ZZ:ACME', '850', 'original', 'f', 'ZZ:ACME:000000001',
+                         '0.0', '0001', 'new', 'delivered', 'x', 0)",
+                    [],
+                )
+                .unwrap();
+            assert_eq!(r.result_ref("K").unwrap(), None);
+            assert_eq!(r.confirm("unknown", "X").unwrap(), None);
+            assert_eq!(r.confirm("K", "SO-1").unwrap(), Some(None));
+            assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-1"));
+            assert_eq!(r.confirm("K", "SO-2").unwrap(), Some(Some("SO-1".into())));
+            // A reference from a destination's answer never replaces a confirmed one.
+            queue(&mut r, 7, "K");
+            let c = claim(&mut r, "a");
+            let ok = Attempted::Delivered {
+                status: "200".into(),
+                result_ref: Some("SO-9".into()),
+            };
+            r.record_attempt(&c[0], "a", &ok, 5, POLICY, 0).unwrap();
+            assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-2"));
+            // A huge or hostile reference is kept short and printable.
+            let long = format!("{}\u{1b}[31m", "x".repeat(10_000));
+            r.confirm("K", &long).unwrap();
+            let kept = r.result_ref("K").unwrap().unwrap();
+            assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
+        }
     }
 }

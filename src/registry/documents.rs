@@ -12,7 +12,7 @@
 //! finishes a release), `delivered`, `none` (a duplicate skipped, a stale change), `held` (a
 //! conflict, for an operator), `parked` (a change waiting for its original) or `discarded`.
 
-use rusqlite::{params, OptionalExtension};
+use crate::registry::db::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
@@ -237,7 +237,7 @@ pub(super) const COLUMNS: &str =
     (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
     sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref";
 
-pub(super) fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DocumentRow> {
+pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DocumentRow> {
     Ok(DocumentRow {
         id: r.get(0)?,
         key: r.get(1)?,
@@ -290,7 +290,7 @@ impl Registry {
             .prepare("SELECT output FROM documents WHERE output IS NOT NULL")
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
+            .query_map([], |r| r.get::<String>(0))
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -322,10 +322,10 @@ type AtPlace = (
 );
 
 fn record(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     s: &Sighting<'_>,
     now: i64,
-) -> Result<(Decided, Vec<Released>), rusqlite::Error> {
+) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
     // Another content at this place (`reprocess --file` of other bytes) is a sighting of
     // its own: the earlier one stays recorded, delivered or not.
     let earlier: Option<AtPlace> = tx
@@ -431,14 +431,14 @@ fn record(
 
 #[allow(clippy::too_many_arguments)]
 fn insert(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     s: &Sighting<'_>,
     disposition: DocumentDisposition,
     delivery: Delivery,
     duplicate_of: Option<i64>,
     by: &str,
     now: i64,
-) -> Result<(i64, Option<i64>), rusqlite::Error> {
+) -> Result<(i64, Option<i64>), crate::registry::db::Error> {
     let sequence = match delivery {
         Delivery::Pending | Delivery::Delivered => Some(next_sequence(tx)?),
         _ => None,
@@ -448,35 +448,39 @@ fn insert(
              interchange_key, position, st02, disposition, duplicate_of, delivery, by, sequence,
              seen, delivered_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-             CASE WHEN ?13 = 'delivered' THEN ?16 END)",
+             CASE WHEN ?13 = 'delivered' THEN ?16 END)
+         RETURNING id",
     )?
-    .execute(params![
-        s.key,
-        s.subject,
-        s.partner,
-        s.set_id,
-        s.role.as_str(),
-        s.version,
-        s.fingerprint,
-        s.interchange_key,
-        s.position,
-        s.st02,
-        disposition,
-        duplicate_of,
-        delivery,
-        by,
-        sequence,
-        now
-    ])?;
-    Ok((tx.last_insert_rowid(), sequence))
+    .query_row(
+        params![
+            s.key,
+            s.subject,
+            s.partner,
+            s.set_id,
+            s.role.as_str(),
+            s.version,
+            s.fingerprint,
+            s.interchange_key,
+            s.position,
+            s.st02,
+            disposition,
+            duplicate_of,
+            delivery,
+            by,
+            sequence,
+            now
+        ],
+        |r| r.get(0),
+    )
+    .map(|id| (id, sequence))
 }
 
 /// The first sighting of `key` (with this content, when given): its id and delivery.
 fn first_of_key(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     key: &str,
     fingerprint: Option<&str>,
-) -> Result<Option<(i64, Delivery)>, rusqlite::Error> {
+) -> Result<Option<(i64, Delivery)>, crate::registry::db::Error> {
     tx.prepare_cached(
         "SELECT id, delivery FROM documents WHERE key = ?1 AND (?2 IS NULL OR fingerprint = ?2)
          ORDER BY id LIMIT 1",
@@ -487,7 +491,7 @@ fn first_of_key(
 
 /// The next place in the order of deliveries: a counter of its own, so that numbers are
 /// never handed out again when old documents are pruned.
-fn next_sequence(tx: &rusqlite::Connection) -> Result<i64, rusqlite::Error> {
+fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry::db::Error> {
     tx.prepare_cached(
         "INSERT INTO document_sequence (one, value) VALUES (1, 1)
          ON CONFLICT (one) DO UPDATE SET value = value + 1 RETURNING value",
@@ -497,10 +501,10 @@ fn next_sequence(tx: &rusqlite::Connection) -> Result<i64, rusqlite::Error> {
 
 /// The first sighting of `subject` in `role` that is delivered (or being delivered).
 fn delivered_of(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     subject: &str,
     role: Role,
-) -> Result<Option<i64>, rusqlite::Error> {
+) -> Result<Option<i64>, crate::registry::db::Error> {
     tx.prepare_cached(
         "SELECT id FROM documents WHERE subject = ?1 AND role = ?2
          AND delivery IN ('pending', 'delivered') ORDER BY id LIMIT 1",
@@ -522,9 +526,9 @@ fn version_rank(version: Option<&str>, id: i64) -> (u8, usize, String, i64) {
 }
 
 fn interchange_of(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     id: Option<i64>,
-) -> Result<Option<String>, rusqlite::Error> {
+) -> Result<Option<String>, crate::registry::db::Error> {
     let Some(id) = id else { return Ok(None) };
     tx.prepare_cached("SELECT interchange_key FROM documents WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
@@ -532,16 +536,20 @@ fn interchange_of(
 }
 
 fn fingerprint_of(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     id: Option<i64>,
-) -> Result<Option<String>, rusqlite::Error> {
+) -> Result<Option<String>, crate::registry::db::Error> {
     let Some(id) = id else { return Ok(None) };
     tx.prepare_cached("SELECT fingerprint FROM documents WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
         .optional()
 }
 
-fn is_first(tx: &rusqlite::Connection, key: &str, id: i64) -> Result<bool, rusqlite::Error> {
+fn is_first(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+    id: i64,
+) -> Result<bool, crate::registry::db::Error> {
     let first: Option<i64> = tx
         .prepare_cached("SELECT MIN(id) FROM documents WHERE key = ?1")?
         .query_row([key], |r| r.get(0))?;
@@ -550,10 +558,10 @@ fn is_first(tx: &rusqlite::Connection, key: &str, id: i64) -> Result<bool, rusql
 
 /// The first original sighting of `subject` (only a delivered one, with `delivered`).
 fn original_of(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     subject: &str,
     delivered: bool,
-) -> Result<Option<i64>, rusqlite::Error> {
+) -> Result<Option<i64>, crate::registry::db::Error> {
     tx.prepare_cached(
         "SELECT id FROM documents WHERE subject = ?1 AND role = 'original'
          AND (?2 = 0 OR delivery IN ('pending', 'delivered')) ORDER BY id LIMIT 1",
@@ -564,10 +572,10 @@ fn original_of(
 
 /// Whether a change of `version` is older than a change already delivered for `subject`.
 fn is_stale(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     subject: &str,
     version: Option<&str>,
-) -> Result<bool, rusqlite::Error> {
+) -> Result<bool, crate::registry::db::Error> {
     let Some(version) = version else {
         return Ok(false);
     };
@@ -587,11 +595,11 @@ fn is_stale(
 /// (one that a delivered change makes stale is settled as stale), and its parked copies
 /// are settled as duplicates of it.
 fn let_go_parked(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     subject: &str,
     by: &str,
     original: i64,
-) -> Result<Vec<Released>, rusqlite::Error> {
+) -> Result<Vec<Released>, crate::registry::db::Error> {
     let mut parked: Vec<(i64, String, Option<String>)> = tx
         .prepare_cached(
             "SELECT id, role, version FROM documents WHERE subject = ?1 AND delivery = 'parked'
@@ -621,11 +629,11 @@ fn let_go_parked(
 
 /// A parked sighting that will never be delivered, and why.
 fn settle(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     id: i64,
     disposition: DocumentDisposition,
     duplicate_of: Option<i64>,
-) -> Result<(), rusqlite::Error> {
+) -> Result<(), crate::registry::db::Error> {
     tx.prepare_cached(
         "UPDATE documents SET delivery = 'none', body = NULL, disposition = ?2,
              duplicate_of = COALESCE(?3, duplicate_of)
@@ -636,10 +644,10 @@ fn settle(
 }
 
 fn withdraw(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     interchange_key: &str,
     kept: &[i64],
-) -> Result<usize, rusqlite::Error> {
+) -> Result<usize, crate::registry::db::Error> {
     let recorded: Vec<i64> = tx
         .prepare_cached("SELECT id FROM documents WHERE interchange_key = ?1")?
         .query_map([interchange_key], |r| r.get(0))?
@@ -660,7 +668,10 @@ fn withdraw(
 }
 
 /// The sightings that the original `original` let go and that are not delivered yet.
-fn released_by(tx: &rusqlite::Connection, original: i64) -> Result<Vec<Released>, rusqlite::Error> {
+fn released_by(
+    tx: &crate::registry::db::Conn,
+    original: i64,
+) -> Result<Vec<Released>, crate::registry::db::Error> {
     let ids: Vec<i64> = tx
         .prepare_cached(
             "SELECT id FROM documents WHERE released_by = ?1 AND delivery = 'pending'
@@ -671,7 +682,10 @@ fn released_by(tx: &rusqlite::Connection, original: i64) -> Result<Vec<Released>
     ids.into_iter().map(|id| load_released(tx, id)).collect()
 }
 
-fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlite::Error> {
+fn load_released(
+    tx: &crate::registry::db::Conn,
+    id: i64,
+) -> Result<Released, crate::registry::db::Error> {
     let (mut r, of) = tx
         .prepare_cached(
             "SELECT id, key, set_id, st02, interchange_key, disposition, sequence,
@@ -687,13 +701,13 @@ fn load_released(tx: &rusqlite::Connection, id: i64) -> Result<Released, rusqlit
                 st02: r.get(3)?,
                 interchange_key: r.get(4)?,
                 disposition: r.get(5)?,
-                sequence: r.get::<_, Option<i64>>(6)?.unwrap_or(0),
+                sequence: r.get::<Option<i64>>(6)?.unwrap_or(0),
                 first: false,
                 original_missing: r.get(7)?,
                 duplicate_of: None,
-                body: r.get::<_, Option<Vec<u8>>>(9)?.unwrap_or_default(),
+                body: r.get::<Option<Vec<u8>>>(9)?.unwrap_or_default(),
             };
-            Ok((released, r.get::<_, Option<i64>>(8)?))
+            Ok((released, r.get::<Option<i64>>(8)?))
         })?;
     r.first = is_first(tx, &r.key, r.id)?;
     r.duplicate_of = interchange_of(tx, of)?;
@@ -713,11 +727,11 @@ type Candidate = (
 );
 
 fn release(
-    tx: &rusqlite::Connection,
+    tx: &crate::registry::db::Conn,
     which: &Release<'_>,
     owner: &str,
     is_dead: &dyn Fn(&str) -> bool,
-) -> Result<Vec<Released>, rusqlite::Error> {
+) -> Result<Vec<Released>, crate::registry::db::Error> {
     let (kind, sql, key) = match which {
         Release::Key(k) => (
             "operator",
@@ -853,231 +867,239 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_same_place_again_keeps_its_decision_and_what_it_let_go() {
-        let mut r = registry();
-        let change = s("860", "P", Role::Change, Some("1"), "c", 1);
-        let original = s("850", "P", Role::Original, None, "o", 2);
-        assert_eq!(record(&mut r, &change).0.delivery, Delivery::Parked);
-        let (first, let_go) = record(&mut r, &original);
-        assert_eq!(
-            (first.disposition, first.delivery),
-            (DocumentDisposition::New, Delivery::Pending)
-        );
-        assert_eq!(let_go.len(), 1);
-        // A takeover of the original's interchange: the same decision, the same change let go
-        // (once), and no new delivery numbers.
-        let (again, let_go_again) = record(&mut r, &original);
-        assert!(again.again);
-        assert_eq!((again.id, again.sequence), (first.id, first.sequence));
-        assert_eq!(let_go_again, let_go);
-        // Once delivered, a takeover lets nothing go again.
-        r.batch(|b| b.documents_delivered(&[first.id, let_go[0].id]))
-            .unwrap();
-        assert!(record(&mut r, &original).1.is_empty());
-    }
-
-    #[test]
-    fn duplicates_of_what_was_never_delivered_are_not_delivered_even_with_deliver() {
-        let mut r = registry();
-        record(&mut r, &s("850", "P", Role::Original, None, "a", 1));
-        let conflict = s("850", "P", Role::Original, None, "b", 2);
-        assert_eq!(record(&mut r, &conflict).0.delivery, Delivery::Held);
-        // The held content again, in a third interchange: a duplicate of the held one, and
-        // not delivered while it is held, whatever the partner says.
-        let mut again = s("850", "P", Role::Original, None, "b", 3);
-        again.deliver = true;
-        let (d, _) = record(&mut r, &again);
-        assert_eq!(d.disposition, DocumentDisposition::Duplicate);
-        assert_eq!(d.delivery, Delivery::None);
-        assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000002"));
-        // The delivered content again with deliver: delivered, saying of what.
-        let mut resend = s("850", "P", Role::Original, None, "a", 4);
-        resend.deliver = true;
-        let (d, _) = record(&mut r, &resend);
-        assert_eq!(
-            (d.disposition, d.delivery),
-            (DocumentDisposition::Duplicate, Delivery::Pending)
-        );
-        assert!(!d.first);
-    }
-
-    #[test]
-    fn parked_copies_are_settled_and_parked_changes_follow_in_version_order() {
-        let mut r = registry();
-        let copy = s("850", "P", Role::Copy, None, "k", 1);
-        let v3 = s("860", "P", Role::Change, Some("3"), "c3", 2);
-        let v2 = s("860", "P", Role::Change, Some("2"), "c2", 3);
-        for x in [&copy, &v3, &v2] {
+    crate::registry::tests::on_both! {
+        fn the_same_place_again_keeps_its_decision_and_what_it_let_go() {
+            let mut r = registry();
+            let change = s("860", "P", Role::Change, Some("1"), "c", 1);
+            let original = s("850", "P", Role::Original, None, "o", 2);
+            assert_eq!(record(&mut r, &change).0.delivery, Delivery::Parked);
+            let (first, let_go) = record(&mut r, &original);
             assert_eq!(
-                record(&mut r, x).0.disposition,
-                DocumentDisposition::Waiting
+                (first.disposition, first.delivery),
+                (DocumentDisposition::New, Delivery::Pending)
             );
+            assert_eq!(let_go.len(), 1);
+            // A takeover of the original's interchange: the same decision, the same change let go
+            // (once), and no new delivery numbers.
+            let (again, let_go_again) = record(&mut r, &original);
+            assert!(again.again);
+            assert_eq!((again.id, again.sequence), (first.id, first.sequence));
+            assert_eq!(let_go_again, let_go);
+            // Once delivered, a takeover lets nothing go again.
+            r.batch(|b| b.documents_delivered(&[first.id, let_go[0].id]))
+                .unwrap();
+            assert!(record(&mut r, &original).1.is_empty());
         }
-        let (_, let_go) = record(&mut r, &s("850", "P", Role::Original, None, "o", 4));
-        let order: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
-        assert_eq!(order, ["ZZ:ACME:860:P:change:2", "ZZ:ACME:860:P:change:3"]);
-        assert!(let_go[0].sequence < let_go[1].sequence);
-        let rows = r.documents(&[], Some(&copy.key)).unwrap();
-        assert_eq!(
-            rows[0].delivery,
-            Delivery::None,
-            "the copy is settled by its original"
-        );
-        // A copy after its original: a duplicate of it (a copy's purpose code makes its
-        // content differ from the original's).
-        record(&mut r, &s("850", "R", Role::Original, None, "o", 5));
-        let (d, _) = record(&mut r, &s("850", "R", Role::Copy, None, "k", 6));
-        assert_eq!(d.disposition, DocumentDisposition::Duplicate);
-        assert_eq!(d.delivery, Delivery::None);
-        assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000005"));
     }
 
-    #[test]
-    fn any_mix_of_sequence_numbers_is_ordered_without_a_panic() {
-        let mut r = registry();
-        let versions = ["A1", "3", "", "10", "B", "2", "0003", "x", "1"];
-        for (i, v) in versions.iter().cycle().take(64).enumerate() {
-            let mut c = s("860", "M", Role::Change, None, "c", 100 + i as u32);
-            c.version = (!v.is_empty()).then_some(*v);
-            c.key = format!("ZZ:ACME:860:M:04:{v}.{i}");
+    crate::registry::tests::on_both! {
+        fn duplicates_of_what_was_never_delivered_are_not_delivered_even_with_deliver() {
+            let mut r = registry();
+            record(&mut r, &s("850", "P", Role::Original, None, "a", 1));
+            let conflict = s("850", "P", Role::Original, None, "b", 2);
+            assert_eq!(record(&mut r, &conflict).0.delivery, Delivery::Held);
+            // The held content again, in a third interchange: a duplicate of the held one, and
+            // not delivered while it is held, whatever the partner says.
+            let mut again = s("850", "P", Role::Original, None, "b", 3);
+            again.deliver = true;
+            let (d, _) = record(&mut r, &again);
+            assert_eq!(d.disposition, DocumentDisposition::Duplicate);
+            assert_eq!(d.delivery, Delivery::None);
+            assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000002"));
+            // The delivered content again with deliver: delivered, saying of what.
+            let mut resend = s("850", "P", Role::Original, None, "a", 4);
+            resend.deliver = true;
+            let (d, _) = record(&mut r, &resend);
+            assert_eq!(
+                (d.disposition, d.delivery),
+                (DocumentDisposition::Duplicate, Delivery::Pending)
+            );
+            assert!(!d.first);
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn parked_copies_are_settled_and_parked_changes_follow_in_version_order() {
+            let mut r = registry();
+            let copy = s("850", "P", Role::Copy, None, "k", 1);
+            let v3 = s("860", "P", Role::Change, Some("3"), "c3", 2);
+            let v2 = s("860", "P", Role::Change, Some("2"), "c2", 3);
+            for x in [&copy, &v3, &v2] {
+                assert_eq!(
+                    record(&mut r, x).0.disposition,
+                    DocumentDisposition::Waiting
+                );
+            }
+            let (_, let_go) = record(&mut r, &s("850", "P", Role::Original, None, "o", 4));
+            let order: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
+            assert_eq!(order, ["ZZ:ACME:860:P:change:2", "ZZ:ACME:860:P:change:3"]);
+            assert!(let_go[0].sequence < let_go[1].sequence);
+            let rows = r.documents(&[], Some(&copy.key)).unwrap();
+            assert_eq!(
+                rows[0].delivery,
+                Delivery::None,
+                "the copy is settled by its original"
+            );
+            // A copy after its original: a duplicate of it (a copy's purpose code makes its
+            // content differ from the original's).
+            record(&mut r, &s("850", "R", Role::Original, None, "o", 5));
+            let (d, _) = record(&mut r, &s("850", "R", Role::Copy, None, "k", 6));
+            assert_eq!(d.disposition, DocumentDisposition::Duplicate);
+            assert_eq!(d.delivery, Delivery::None);
+            assert_eq!(d.duplicate_of.as_deref(), Some("ZZ:ACME:000000005"));
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn any_mix_of_sequence_numbers_is_ordered_without_a_panic() {
+            let mut r = registry();
+            let versions = ["A1", "3", "", "10", "B", "2", "0003", "x", "1"];
+            for (i, v) in versions.iter().cycle().take(64).enumerate() {
+                let mut c = s("860", "M", Role::Change, None, "c", 100 + i as u32);
+                c.version = (!v.is_empty()).then_some(*v);
+                c.key = format!("ZZ:ACME:860:M:04:{v}.{i}");
+                record(&mut r, &c);
+            }
+            let (_, let_go) = record(&mut r, &s("850", "M", Role::Original, None, "o", 1));
+            // Numbers first, by value (stale ones settled), then the rest in arrival order.
+            let delivered: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
+            assert!(
+                delivered.first().is_some_and(|k| k.ends_with(":1.8")),
+                "{delivered:?}"
+            );
+            let numeric = delivered
+                .iter()
+                .take_while(|k| {
+                    let v = k.rsplit(':').next().unwrap_or("");
+                    v.split('.')
+                        .next()
+                        .unwrap_or("")
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                        && !v.starts_with('.')
+                })
+                .count();
+            assert!(numeric >= 4, "{delivered:?}");
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_release_takes_only_what_it_wrote_and_adopts_a_dead_releases() {
+            let mut r = registry();
+            record(&mut r, &s("860", "A", Role::Change, Some("1"), "a", 1));
+            record(&mut r, &s("860", "B", Role::Change, Some("1"), "b", 2));
+            let key_a = "ZZ:ACME:860:A:change:1";
+            let key_b = "ZZ:ACME:860:B:change:1";
+            // A's release fails after its first step (its process dies before writing).
+            let a = r
+                .batch(|b| b.release_documents(&Release::Key(key_a), "p1", &|_| false))
+                .unwrap();
+            assert_eq!(a.len(), 1);
+            // B's release, by another process, finishes: A stays pending, not delivered.
+            let b = r
+                .batch(|b| b.release_documents(&Release::Key(key_b), "p2", &|_| false))
+                .unwrap();
+            let ids: Vec<i64> = b.iter().map(|x| x.id).collect();
+            r.batch(|t| t.documents_delivered(&ids)).unwrap();
+            let rows = r.documents(&[], Some(key_a)).unwrap();
+            assert_eq!(rows[0].delivery, Delivery::Pending);
+            // While p1 lives its pending row is its own; once dead, a release adopts it.
+            let alive = r
+                .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|_| false))
+                .unwrap();
+            assert!(alive.is_empty());
+            let adopted = r
+                .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|o| o == "p1"))
+                .unwrap();
+            assert_eq!(adopted.len(), 1);
+            assert_eq!(adopted[0].sequence, a[0].sequence, "the same file again");
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_due_release_holds_copies_and_settles_older_changes() {
+            let mut r = registry();
+            record(&mut r, &s("850", "C", Role::Copy, None, "k", 1));
+            record(&mut r, &s("860", "C", Role::Change, Some("3"), "c3", 2));
+            record(&mut r, &s("860", "C", Role::Change, Some("2"), "c2", 3));
+            let always = |_: &str, _: i64| true;
+            let out = r
+                .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+                .unwrap();
+            let keys: Vec<&str> = out.iter().map(|o| o.key.as_str()).collect();
+            // Oldest change first; the copy is not delivered but held for an operator.
+            assert_eq!(keys, ["ZZ:ACME:860:C:change:2", "ZZ:ACME:860:C:change:3"]);
+            let copy = r.documents(&[Delivery::Held], None).unwrap();
+            assert_eq!(copy.len(), 1);
+            assert_eq!(copy[0].set, "850");
+            // Its original then comes: new (the copy was never delivered).
+            let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
+            r.batch(|b| b.documents_delivered(&ids)).unwrap();
+            let (o, _) = record(&mut r, &s("850", "C", Role::Original, None, "o", 4));
+            assert_eq!(o.disposition, DocumentDisposition::New);
+            // A change older than one delivered by the sweep is stale, even before any original.
+            let (old, _) = record(&mut r, &s("860", "D", Role::Change, Some("5"), "d5", 5));
+            assert_eq!(old.disposition, DocumentDisposition::Waiting);
+            let out = r
+                .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+                .unwrap();
+            let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
+            r.batch(|b| b.documents_delivered(&ids)).unwrap();
+            let (older, _) = record(&mut r, &s("860", "D", Role::Change, Some("4"), "d4", 6));
+            assert_eq!(older.disposition, DocumentDisposition::Stale);
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn changes_without_a_sequence_number_follow_each_other_and_a_withdrawn_original_parks_again() {
+            let mut r = registry();
+            record(&mut r, &s("850", "E", Role::Original, None, "o", 1));
+            let (a, _) = record(&mut r, &s("860", "E", Role::Change, None, "a", 2));
+            let (b, _) = record(&mut r, &s("860", "E", Role::Change, None, "b", 3));
+            assert_eq!(a.disposition, DocumentDisposition::New);
+            assert_eq!(b.disposition, DocumentDisposition::New, "not a conflict");
+            // An original that lets a change go, then withdrawn by its interchange's next
+            // attempt: the change waits again, the original's row is gone.
+            let c = s("860", "F", Role::Change, Some("1"), "c", 4);
             record(&mut r, &c);
+            let f = s("850", "F", Role::Original, None, "o", 5);
+            let (_, let_go) = record(&mut r, &f);
+            assert_eq!(let_go.len(), 1);
+            let n = r.batch(|b| b.withdraw_documents(&f.ic, &[])).unwrap();
+            assert_eq!(n, 1);
+            assert!(r.documents(&[], Some(&f.key)).unwrap().is_empty());
+            let change = r.documents(&[], Some(&c.key)).unwrap();
+            assert_eq!(change[0].delivery, Delivery::Parked);
+            assert_eq!(change[0].sequence, None);
         }
-        let (_, let_go) = record(&mut r, &s("850", "M", Role::Original, None, "o", 1));
-        // Numbers first, by value (stale ones settled), then the rest in arrival order.
-        let delivered: Vec<&str> = let_go.iter().map(|l| l.key.as_str()).collect();
-        assert!(
-            delivered.first().is_some_and(|k| k.ends_with(":1.8")),
-            "{delivered:?}"
-        );
-        let numeric = delivered
-            .iter()
-            .take_while(|k| {
-                let v = k.rsplit(':').next().unwrap_or("");
-                v.split('.')
-                    .next()
-                    .unwrap_or("")
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                    && !v.starts_with('.')
-            })
-            .count();
-        assert!(numeric >= 4, "{delivered:?}");
     }
 
-    #[test]
-    fn a_release_takes_only_what_it_wrote_and_adopts_a_dead_releases() {
-        let mut r = registry();
-        record(&mut r, &s("860", "A", Role::Change, Some("1"), "a", 1));
-        record(&mut r, &s("860", "B", Role::Change, Some("1"), "b", 2));
-        let key_a = "ZZ:ACME:860:A:change:1";
-        let key_b = "ZZ:ACME:860:B:change:1";
-        // A's release fails after its first step (its process dies before writing).
-        let a = r
-            .batch(|b| b.release_documents(&Release::Key(key_a), "p1", &|_| false))
-            .unwrap();
-        assert_eq!(a.len(), 1);
-        // B's release, by another process, finishes: A stays pending, not delivered.
-        let b = r
-            .batch(|b| b.release_documents(&Release::Key(key_b), "p2", &|_| false))
-            .unwrap();
-        let ids: Vec<i64> = b.iter().map(|x| x.id).collect();
-        r.batch(|t| t.documents_delivered(&ids)).unwrap();
-        let rows = r.documents(&[], Some(key_a)).unwrap();
-        assert_eq!(rows[0].delivery, Delivery::Pending);
-        // While p1 lives its pending row is its own; once dead, a release adopts it.
-        let alive = r
-            .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|_| false))
-            .unwrap();
-        assert!(alive.is_empty());
-        let adopted = r
-            .batch(|b| b.release_documents(&Release::Key(key_a), "p3", &|o| o == "p1"))
-            .unwrap();
-        assert_eq!(adopted.len(), 1);
-        assert_eq!(adopted[0].sequence, a[0].sequence, "the same file again");
-    }
-
-    #[test]
-    fn a_due_release_holds_copies_and_settles_older_changes() {
-        let mut r = registry();
-        record(&mut r, &s("850", "C", Role::Copy, None, "k", 1));
-        record(&mut r, &s("860", "C", Role::Change, Some("3"), "c3", 2));
-        record(&mut r, &s("860", "C", Role::Change, Some("2"), "c2", 3));
-        let always = |_: &str, _: i64| true;
-        let out = r
-            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
-            .unwrap();
-        let keys: Vec<&str> = out.iter().map(|o| o.key.as_str()).collect();
-        // Oldest change first; the copy is not delivered but held for an operator.
-        assert_eq!(keys, ["ZZ:ACME:860:C:change:2", "ZZ:ACME:860:C:change:3"]);
-        let copy = r.documents(&[Delivery::Held], None).unwrap();
-        assert_eq!(copy.len(), 1);
-        assert_eq!(copy[0].set, "850");
-        // Its original then comes: new (the copy was never delivered).
-        let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
-        r.batch(|b| b.documents_delivered(&ids)).unwrap();
-        let (o, _) = record(&mut r, &s("850", "C", Role::Original, None, "o", 4));
-        assert_eq!(o.disposition, DocumentDisposition::New);
-        // A change older than one delivered by the sweep is stale, even before any original.
-        let (old, _) = record(&mut r, &s("860", "D", Role::Change, Some("5"), "d5", 5));
-        assert_eq!(old.disposition, DocumentDisposition::Waiting);
-        let out = r
-            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
-            .unwrap();
-        let ids: Vec<i64> = out.iter().map(|o| o.id).collect();
-        r.batch(|b| b.documents_delivered(&ids)).unwrap();
-        let (older, _) = record(&mut r, &s("860", "D", Role::Change, Some("4"), "d4", 6));
-        assert_eq!(older.disposition, DocumentDisposition::Stale);
-    }
-
-    #[test]
-    fn changes_without_a_sequence_number_follow_each_other_and_a_withdrawn_original_parks_again() {
-        let mut r = registry();
-        record(&mut r, &s("850", "E", Role::Original, None, "o", 1));
-        let (a, _) = record(&mut r, &s("860", "E", Role::Change, None, "a", 2));
-        let (b, _) = record(&mut r, &s("860", "E", Role::Change, None, "b", 3));
-        assert_eq!(a.disposition, DocumentDisposition::New);
-        assert_eq!(b.disposition, DocumentDisposition::New, "not a conflict");
-        // An original that lets a change go, then withdrawn by its interchange's next
-        // attempt: the change waits again, the original's row is gone.
-        let c = s("860", "F", Role::Change, Some("1"), "c", 4);
-        record(&mut r, &c);
-        let f = s("850", "F", Role::Original, None, "o", 5);
-        let (_, let_go) = record(&mut r, &f);
-        assert_eq!(let_go.len(), 1);
-        let n = r.batch(|b| b.withdraw_documents(&f.ic, &[])).unwrap();
-        assert_eq!(n, 1);
-        assert!(r.documents(&[], Some(&f.key)).unwrap().is_empty());
-        let change = r.documents(&[], Some(&c.key)).unwrap();
-        assert_eq!(change[0].delivery, Delivery::Parked);
-        assert_eq!(change[0].sequence, None);
-    }
-
-    #[test]
-    fn a_release_lets_go_once_and_a_due_release_only_what_waited_long_enough() {
-        let mut r = registry();
-        record(&mut r, &s("860", "Q", Role::Change, Some("1"), "c", 1));
-        let never = |_: &str, _: i64| false;
-        assert!(r
-            .batch(|b| b.release_documents(&Release::Due(&never), "me", &|_| false))
-            .unwrap()
-            .is_empty());
-        let always = |_: &str, _: i64| true;
-        let first = r
-            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
-            .unwrap();
-        assert_eq!(first.len(), 1);
-        assert!(first[0].original_missing);
-        // Not yet marked delivered (a crash before it was): the next sweep returns the same.
-        let again = r
-            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
-            .unwrap();
-        assert_eq!(again, first);
-        let ids: Vec<i64> = first.iter().map(|f| f.id).collect();
-        r.batch(|b| b.documents_delivered(&ids)).unwrap();
-        assert!(r
-            .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
-            .unwrap()
-            .is_empty());
+    crate::registry::tests::on_both! {
+        fn a_release_lets_go_once_and_a_due_release_only_what_waited_long_enough() {
+            let mut r = registry();
+            record(&mut r, &s("860", "Q", Role::Change, Some("1"), "c", 1));
+            let never = |_: &str, _: i64| false;
+            assert!(r
+                .batch(|b| b.release_documents(&Release::Due(&never), "me", &|_| false))
+                .unwrap()
+                .is_empty());
+            let always = |_: &str, _: i64| true;
+            let first = r
+                .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+                .unwrap();
+            assert_eq!(first.len(), 1);
+            assert!(first[0].original_missing);
+            // Not yet marked delivered (a crash before it was): the next sweep returns the same.
+            let again = r
+                .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+                .unwrap();
+            assert_eq!(again, first);
+            let ids: Vec<i64> = first.iter().map(|f| f.id).collect();
+            r.batch(|b| b.documents_delivered(&ids)).unwrap();
+            assert!(r
+                .batch(|b| b.release_documents(&Release::Due(&always), "me", &|_| false))
+                .unwrap()
+                .is_empty());
+        }
     }
 }

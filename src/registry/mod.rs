@@ -12,16 +12,21 @@
 
 mod claims;
 mod counters;
+pub(crate) mod db;
 mod deliveries;
 mod documents;
 mod migrations;
 mod overview;
+mod postgres;
 mod vocabulary;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension};
+use db::{Conn, OptionalExtension};
+use rusqlite::Connection;
+
+pub use postgres::Postgres;
 
 pub use claims::{
     now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, GroupKey,
@@ -36,14 +41,54 @@ pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting}
 pub use overview::{Found, Listed, Search};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
+/// Where the registry is: an SQLite file (the default), or a PostgreSQL database that
+/// several gateway nodes share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    Sqlite(PathBuf),
+    Postgres(Postgres),
+}
+
+impl Database {
+    /// The SQLite file, if the registry is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Database::Sqlite(p) => Some(p),
+            Database::Postgres(_) => None,
+        }
+    }
+}
+
+impl From<&PathBuf> for Database {
+    fn from(path: &PathBuf) -> Self {
+        Database::Sqlite(path.clone())
+    }
+}
+
+impl From<&Path> for Database {
+    fn from(path: &Path) -> Self {
+        Database::Sqlite(path.to_path_buf())
+    }
+}
+
+impl std::fmt::Display for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(p) => write!(f, "{}", p.display()),
+            Database::Postgres(pg) => f.write_str(&pg.shown()),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryError {
     #[error("registry {path}: {cause}")]
-    Sqlite {
-        path: String,
-        cause: rusqlite::Error,
-    },
+    Store { path: String, cause: db::Error },
+    /// A PostgreSQL setting that cannot work (an unparsable URL, a missing password
+    /// variable, an unreadable CA file).
+    #[error("registry {path}: {what}")]
+    Settings { path: String, what: String },
     #[error("registry {path}: {cause}")]
     Io { path: String, cause: std::io::Error },
     #[error("registry {path}: schema version {found} is newer than this x12gate knows ({known})")]
@@ -75,6 +120,7 @@ impl RegistryError {
         matches!(
             self,
             RegistryError::Missing { .. }
+                | RegistryError::Settings { .. }
                 | RegistryError::Foreign { .. }
                 | RegistryError::NotOurs { .. }
                 | RegistryError::TooNew { .. }
@@ -113,15 +159,19 @@ fn wait_for_lock(attempt: i32) -> bool {
 
 /// A connection that cannot write, waiting for other processes' locks like the others.
 fn read_only(path: &Path, shown: &str) -> Result<Connection, RegistryError> {
-    let sql = |source| RegistryError::Sqlite {
-        path: shown.to_string(),
-        cause: source,
-    };
+    let sql = |source: rusqlite::Error| store(shown, source);
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(sql)?;
     conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
     enforce_foreign_keys(&conn).map_err(sql)?;
     Ok(conn)
+}
+
+fn store(shown: &str, cause: impl Into<db::Error>) -> RegistryError {
+    RegistryError::Store {
+        path: shown.to_string(),
+        cause: cause.into(),
+    }
 }
 
 /// Keeps the schema's one reference (`acks` rows go with their interchange, `ON DELETE
@@ -156,10 +206,7 @@ fn version_and_tables(conn: &Connection, shown: &str) -> Result<(i64, i64), Regi
             path: shown.to_string(),
             what: "not an SQLite database".into(),
         },
-        _ => RegistryError::Sqlite {
-            path: shown.to_string(),
-            cause: e,
-        },
+        _ => store(shown, e),
     })
 }
 
@@ -170,48 +217,136 @@ fn foreign_tables(shown: &str, tables: i64) -> RegistryError {
     }
 }
 
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
-}
-
 /// An open registry database.
 pub struct Registry {
-    conn: Connection,
+    conn: Conn,
     path: String,
 }
 
+/// The gateway recorded in a registry: (ISA05, ISA06, installation).
+fn recorded_identity(conn: &Conn) -> db::Result<Option<(String, String, String)>> {
+    conn.query_row(
+        "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .optional()
+}
+
+fn not_ours(
+    shown: &str,
+    who: Identity<'_>,
+    recorded: Option<(String, String, String)>,
+) -> Result<(), RegistryError> {
+    match recorded {
+        Some((qualifier, id, installation)) if qualifier != who.qualifier || id != who.id => {
+            Err(RegistryError::NotOurs {
+                path: shown.to_string(),
+                found: format!("{qualifier}:{id}"),
+                expected: who.to_string(),
+                installation,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn connect_postgres(pg: &Postgres) -> Result<Conn, RegistryError> {
+    pg.connect().map_err(|e| match e {
+        postgres::ConnectError::Setup(what) => RegistryError::Settings {
+            path: pg.shown(),
+            what,
+        },
+        postgres::ConnectError::Server(cause) => store(&pg.shown(), cause),
+    })
+}
+
 impl Registry {
-    /// Opens the existing registry at `path` for the gateway `who`, bringing its schema up
-    /// to date. A missing or empty file, a file that is not a registry and another gateway's
-    /// registry are errors ([`RegistryError::is_setup`]); nothing is created.
-    pub fn open(path: &Path, who: Identity<'_>) -> Result<Registry, RegistryError> {
-        Self::opening(path, who, false)
+    /// Opens the existing registry at `db` for the gateway `who`, bringing its schema up
+    /// to date. A missing or empty file (a PostgreSQL database without the registry's
+    /// tables), a file that is not a registry and another gateway's registry are errors
+    /// ([`RegistryError::is_setup`]); nothing is created.
+    pub fn open(db: &Database, who: Identity<'_>) -> Result<Registry, RegistryError> {
+        match db {
+            Database::Sqlite(path) => Self::opening(path, who, false),
+            Database::Postgres(pg) => Self::open_postgres(pg, who, false),
+        }
     }
 
-    /// Creates the registry at `path` (and its folder) for `who`, or opens it when another
+    /// Creates the registry at `db` (and its folder) for `who`, or opens it when another
     /// process created it first: `x12gate init`, and the first run of a gateway without
     /// history.
-    pub fn create(path: &Path, who: Identity<'_>) -> Result<Registry, RegistryError> {
-        Self::opening(path, who, true)
+    pub fn create(db: &Database, who: Identity<'_>) -> Result<Registry, RegistryError> {
+        match db {
+            Database::Sqlite(path) => Self::opening(path, who, true),
+            Database::Postgres(pg) => Self::open_postgres(pg, who, true),
+        }
     }
 
-    /// Checks, reading only, that `path` holds a registry of `who` that this version can
+    fn open_postgres(
+        pg: &Postgres,
+        who: Identity<'_>,
+        create: bool,
+    ) -> Result<Registry, RegistryError> {
+        let shown = pg.shown();
+        let mut conn = connect_postgres(pg)?;
+        let found = postgres::version(&conn).map_err(|e| store(&shown, e))?;
+        if found == 0 && !create {
+            return Err(RegistryError::Missing {
+                path: shown,
+                what: "the database holds no x12gate registry (no table x12gate_schema)".into(),
+            });
+        }
+        match postgres::migrate(&mut conn).map_err(|e| store(&shown, e))? {
+            postgres::Migrated::Done => {}
+            postgres::Migrated::TooNew { found, known } => {
+                return Err(RegistryError::TooNew {
+                    path: shown,
+                    found,
+                    known,
+                })
+            }
+        }
+        let mut registry = Registry { conn, path: shown };
+        registry.claim_identity(who)?;
+        Ok(registry)
+    }
+
+    /// Checks, reading only, that `db` holds a registry of `who` that this version can
     /// open: the errors of [`Registry::open`], without migrating or recording anything.
-    pub fn verify(path: &Path, who: Identity<'_>) -> Result<(), RegistryError> {
+    pub fn verify(db: &Database, who: Identity<'_>) -> Result<(), RegistryError> {
+        let path = match db {
+            Database::Sqlite(path) => path,
+            Database::Postgres(pg) => {
+                let shown = pg.shown();
+                let conn = connect_postgres(pg)?;
+                let version = postgres::version(&conn).map_err(|e| store(&shown, e))?;
+                if version == 0 {
+                    return Err(RegistryError::Missing {
+                        path: shown,
+                        what: "the database holds no x12gate registry (no table x12gate_schema)"
+                            .into(),
+                    });
+                }
+                let known = postgres::known();
+                if version > known {
+                    return Err(RegistryError::TooNew {
+                        path: shown,
+                        found: version,
+                        known,
+                    });
+                }
+                let recorded = recorded_identity(&conn).map_err(|e| store(&shown, e))?;
+                return not_ours(&shown, who, recorded);
+            }
+        };
         let shown = path.display().to_string();
-        if !Self::exists(path) {
+        if !Self::file_exists(path) {
             return Err(RegistryError::Missing {
                 path: shown,
                 what: "no such file".into(),
             });
         }
-        let sql = |source| RegistryError::Sqlite {
-            path: shown.clone(),
-            cause: source,
-        };
         let conn = read_only(path, &shown)?;
         let (version, tables) = version_and_tables(&conn, &shown)?;
         if version == 0 && tables > 0 {
@@ -232,24 +367,8 @@ impl Registry {
             });
         }
         if version >= 3 {
-            let row: Option<(String, String, String)> = conn
-                .query_row(
-                    "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
-                    [],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()
-                .map_err(sql)?;
-            if let Some((qualifier, id, installation)) = row {
-                if qualifier != who.qualifier || id != who.id {
-                    return Err(RegistryError::NotOurs {
-                        path: shown,
-                        found: format!("{qualifier}:{id}"),
-                        expected: who.to_string(),
-                        installation,
-                    });
-                }
-            }
+            let recorded = recorded_identity(&Conn::Sqlite(conn)).map_err(|e| store(&shown, e))?;
+            not_ours(&shown, who, recorded)?;
         }
         Ok(())
     }
@@ -258,12 +377,18 @@ impl Registry {
     /// working: SQLite's online backup in one step (a read transaction: in WAL mode writers
     /// go on meanwhile, and a one-step copy never restarts), into a temporary name renamed
     /// into place once the copy passes `PRAGMA integrity_check`, so `dest` is whole or
-    /// absent. `dest` must not exist. Returns the pages copied.
+    /// absent. `dest` must not exist. Returns the pages copied. A PostgreSQL registry is
+    /// backed up with the server's own tools (`pg_dump`), not here.
     pub fn backup(&self, dest: &Path) -> Result<u64, RegistryError> {
         let shown = dest.display().to_string();
         let io = |cause: std::io::Error| RegistryError::Io {
             path: shown.clone(),
             cause,
+        };
+        let Some(conn) = self.conn.sqlite() else {
+            return Err(io(std::io::Error::other(
+                "a PostgreSQL registry is backed up with pg_dump (or the server's own backups), not by x12gate",
+            )));
         };
         if dest.exists() {
             return Err(io(std::io::Error::new(
@@ -276,14 +401,11 @@ impl Registry {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "backup".into());
         let tmp = dest.with_file_name(format!(".{name}.{}.partial", std::process::id()));
-        let sql = |source| RegistryError::Sqlite {
-            path: shown.clone(),
-            cause: source,
-        };
+        let sql = |source: rusqlite::Error| store(&shown, source);
         let copied = (|| {
             let mut copy = Connection::open(&tmp).map_err(sql)?;
             let pages = {
-                let backup = rusqlite::backup::Backup::new(&self.conn, &mut copy).map_err(sql)?;
+                let backup = rusqlite::backup::Backup::new(conn, &mut copy).map_err(sql)?;
                 // All pages in one step; a writer holding a lock only delays it.
                 let mut tries = 0;
                 loop {
@@ -328,9 +450,26 @@ impl Registry {
         }
     }
 
-    /// Whether `path` holds a registry at all (a file with content); no SQL is run.
-    pub fn exists(path: &Path) -> bool {
+    /// Whether `db` holds a registry at all: a file with content (no SQL is run), or a
+    /// PostgreSQL database with the registry's tables. A server that cannot be reached
+    /// counts as holding one, so that opening it reports why it cannot be reached.
+    pub fn exists(db: &Database) -> bool {
+        match db {
+            Database::Sqlite(path) => Self::file_exists(path),
+            Database::Postgres(pg) => match connect_postgres(pg) {
+                Ok(conn) => postgres::version(&conn).map_or(true, |v| v > 0),
+                Err(_) => true,
+            },
+        }
+    }
+
+    fn file_exists(path: &Path) -> bool {
         std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0)
+    }
+
+    /// Whether this registry is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.conn.is_postgres()
     }
 
     /// Several processes may start at once on a database that does not exist yet. Switching a
@@ -342,8 +481,8 @@ impl Registry {
         let mut pause = Duration::from_millis(2);
         loop {
             match Self::open_once(path, who, create) {
-                Err(RegistryError::Sqlite { cause, .. })
-                    if is_busy(&cause) && started.elapsed() < BUSY_TIMEOUT =>
+                Err(RegistryError::Store { cause, .. })
+                    if cause.is_busy() && started.elapsed() < BUSY_TIMEOUT =>
                 {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
@@ -362,7 +501,7 @@ impl Registry {
                     cause: source,
                 })?;
             }
-        } else if !Self::exists(path) {
+        } else if !Self::file_exists(path) {
             let what = if path.exists() {
                 "the file is empty"
             } else {
@@ -373,10 +512,7 @@ impl Registry {
                 what: what.into(),
             });
         }
-        let sql = |source| RegistryError::Sqlite {
-            path: shown.clone(),
-            cause: source,
-        };
+        let sql = |source: rusqlite::Error| store(&shown, source);
         let conn = Connection::open(path).map_err(sql)?;
         conn.busy_handler(Some(wait_for_lock)).map_err(sql)?;
         // Not a database at all, or somebody else's: refuse before writing anything.
@@ -402,25 +538,29 @@ impl Registry {
     /// `conn` with its schema brought up to date and its foreign keys enforced.
     fn migrated(mut conn: Connection, shown: String) -> Result<Registry, RegistryError> {
         migrations::apply(&mut conn).map_err(|e| match e {
-            migrations::Error::Sqlite(source) => RegistryError::Sqlite {
-                path: shown.clone(),
-                cause: source,
-            },
+            migrations::Error::Sqlite(source) => store(&shown, source),
             migrations::Error::TooNew { found, known } => RegistryError::TooNew {
                 path: shown.clone(),
                 found,
                 known,
             },
         })?;
-        let registry = Registry { conn, path: shown };
-        enforce_foreign_keys(&registry.conn).map_err(|e| registry.sql(e))?;
-        Ok(registry)
+        enforce_foreign_keys(&conn).map_err(|e| store(&shown, e))?;
+        Ok(Registry {
+            conn: Conn::Sqlite(conn),
+            path: shown,
+        })
     }
 
-    /// A registry of `who` in memory, as [`Registry::create`] leaves a new one, for the
-    /// registry's own tests.
+    /// A new, empty registry of `who` for the registry's own tests: in memory, or on the
+    /// test PostgreSQL server in a schema of its own when the thread runs a test's
+    /// PostgreSQL variant (see [`tests::on_postgres`]).
     #[cfg(test)]
     pub(crate) fn in_memory(who: Identity<'_>) -> Registry {
+        if let Some(pg) = tests::postgres_for_this_test() {
+            return Registry::create(&Database::Postgres(pg), who)
+                .expect("a registry on the test server");
+        }
         let conn = Connection::open_in_memory().expect("an in-memory database");
         let mut registry =
             Registry::migrated(conn, ":memory:".into()).expect("the migrations apply");
@@ -434,14 +574,8 @@ impl Registry {
     /// one from before identities were kept), then checks that it is `who`.
     fn claim_identity(&mut self, who: Identity<'_>) -> Result<(), RegistryError> {
         let path = self.path.clone();
-        let sql = |source| RegistryError::Sqlite {
-            path: path.clone(),
-            cause: source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql)?;
+        let sql = |source| store(&path, source);
+        let tx = self.conn.transaction().map_err(sql)?;
         let installation = blake3::hash(
             format!(
                 "{:?}{}{}",
@@ -458,7 +592,7 @@ impl Registry {
             .execute(
                 "INSERT INTO gateway (one, id_qualifier, id, installation, created)
                  VALUES (1, ?1, ?2, ?3, ?4) ON CONFLICT (one) DO NOTHING",
-                rusqlite::params![who.qualifier, who.id, installation, now],
+                db::params![who.qualifier, who.id, installation, now],
             )
             .map_err(sql)?;
         if inserted == 1 {
@@ -468,23 +602,9 @@ impl Registry {
             claims::insert_event(&tx, now, EventKind::Init, None, None, None, None, &detail)
                 .map_err(sql)?;
         }
-        let (qualifier, id, installation): (String, String, String) = tx
-            .query_row(
-                "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(sql)?;
+        let recorded = recorded_identity(&tx).map_err(sql)?;
         tx.commit().map_err(sql)?;
-        if qualifier != who.qualifier || id != who.id {
-            return Err(RegistryError::NotOurs {
-                path,
-                found: format!("{qualifier}:{id}"),
-                expected: who.to_string(),
-                installation,
-            });
-        }
-        Ok(())
+        not_ours(&path, who, recorded)
     }
 
     /// The installation id recorded when the registry was created.
@@ -498,30 +618,39 @@ impl Registry {
 
     /// Opens an existing database without writing to it (no migration); `None` when there is
     /// no database yet.
-    pub fn open_read_only(path: &Path) -> Result<Option<Registry>, RegistryError> {
+    pub fn open_read_only(db: &Database) -> Result<Option<Registry>, RegistryError> {
+        let path = match db {
+            Database::Sqlite(path) => path,
+            Database::Postgres(pg) => {
+                let shown = pg.shown();
+                let conn = connect_postgres(pg)?;
+                conn.execute_batch("SET default_transaction_read_only = on")
+                    .map_err(|e| store(&shown, e))?;
+                if postgres::version(&conn).map_err(|e| store(&shown, e))? == 0 {
+                    return Ok(None);
+                }
+                return Ok(Some(Registry { conn, path: shown }));
+            }
+        };
         if !path.exists() {
             return Ok(None);
         }
         let shown = path.display().to_string();
-        let sql = |source| RegistryError::Sqlite {
-            path: shown.clone(),
-            cause: source,
-        };
         let conn = read_only(path, &shown)?;
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(sql)?;
+            .map_err(|e| store(&shown, e))?;
         if version == 0 {
             return Ok(None);
         }
-        Ok(Some(Registry { conn, path: shown }))
+        Ok(Some(Registry {
+            conn: Conn::Sqlite(conn),
+            path: shown,
+        }))
     }
 
-    fn sql(&self, source: rusqlite::Error) -> RegistryError {
-        RegistryError::Sqlite {
-            path: self.path.clone(),
-            cause: source,
-        }
+    fn sql(&self, source: db::Error) -> RegistryError {
+        store(&self.path, source)
     }
 }
 

@@ -2,7 +2,7 @@
 //! time, traffic in time buckets, a search across interchanges and documents, and the
 //! rejected interchanges oldest first. Reads only.
 
-use rusqlite::params;
+use crate::registry::db::params;
 use serde::Serialize;
 
 use super::{ClaimState, Delivery, DeliveryRow, DocumentRow, EventKind, Registry, RegistryError};
@@ -51,7 +51,7 @@ pub struct Found {
 const LISTED: &str =
     "key, partner, control_number, state, disposition, reason, file, first_seen, last_seen";
 
-fn listed(r: &rusqlite::Row<'_>) -> rusqlite::Result<Listed> {
+fn listed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Listed> {
     Ok(Listed {
         key: r.get(0)?,
         partner: r.get(1)?,

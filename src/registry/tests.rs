@@ -1,9 +1,70 @@
 //! The registry's connections: foreign keys enforced on each, and what that changes (nothing
 //! for the data the gateway writes, nothing for registries holding rows from before).
 
+use std::cell::Cell;
+
 use rusqlite::Connection;
 
 use super::*;
+
+#[path = "../../tests/pg_server.rs"]
+mod pg_server;
+
+thread_local! {
+    /// Set while a test's PostgreSQL variant runs on this thread.
+    static ON_POSTGRES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A new schema of the test server for [`Registry::in_memory`], while the thread runs a
+/// test's PostgreSQL variant.
+pub(crate) fn postgres_for_this_test() -> Option<Postgres> {
+    if !ON_POSTGRES.with(Cell::get) {
+        return None;
+    }
+    let url = pg_server::schema().expect("the test server, found when the test began");
+    Some(Postgres {
+        url,
+        password_env: None,
+        ca_file: None,
+    })
+}
+
+/// Runs `test` with every registry it creates on the test PostgreSQL server, each in a new
+/// schema; skipped, loudly, when no server can be had (a failure under
+/// `X12GATE_REQUIRE_POSTGRES`).
+pub(crate) fn on_postgres(test: impl FnOnce()) {
+    if pg_server::server().is_none() {
+        return;
+    }
+    ON_POSTGRES.with(|p| p.set(true));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ON_POSTGRES.with(|p| p.set(false));
+        }
+    }
+    let _reset = Reset;
+    test();
+}
+
+/// Each test once on SQLite and once on PostgreSQL: `mod NAME { fn sqlite; fn postgres }`.
+macro_rules! on_both {
+    ($($(#[$meta:meta])* fn $name:ident() $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$meta])*
+            #[test]
+            fn sqlite() $body
+            $(#[$meta])*
+            #[test]
+            fn postgres() {
+                $crate::registry::tests::on_postgres(|| $body)
+            }
+        }
+    )*};
+}
+pub(crate) use on_both;
 
 const US: Identity<'static> = Identity {
     qualifier: "ZZ",
@@ -15,12 +76,16 @@ fn foreign_keys(conn: &Connection) -> i64 {
         .unwrap()
 }
 
-fn count(conn: &Connection, query: &str) -> i64 {
+fn sqlite(conn: &Conn) -> &Connection {
+    conn.sqlite().expect("an SQLite registry")
+}
+
+fn count(conn: &Conn, query: &str) -> i64 {
     conn.query_row(query, [], |r| r.get(0)).unwrap()
 }
 
 /// Keys of `table`'s rows (`interchange_key` for groups), sorted.
-fn keys(conn: &Connection, table: &str) -> Vec<String> {
+fn keys(conn: &Conn, table: &str) -> Vec<String> {
     let column = if table == "groups" {
         "interchange_key"
     } else {
@@ -50,37 +115,39 @@ fn seen(r: &mut Registry, key: &str, groups: &[GroupKey]) -> Vec<bool> {
         .unwrap()
 }
 
-#[test]
-fn a_group_number_is_unique_with_its_gs01_gs02_and_gs03() {
-    let mut r = Registry::in_memory(US);
-    assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
-    // The same number in an invoice group is another group (X12.6).
-    assert_eq!(seen(&mut r, "k2", &[group("IN", "1")]), [false]);
-    let other_receiver = GroupKey {
-        app_receiver: "US2".into(),
-        ..group("PO", "1")
-    };
-    assert_eq!(seen(&mut r, "k3", &[other_receiver]), [false]);
-    // The same group again, from another interchange: seen; from the same one: ours.
-    assert_eq!(seen(&mut r, "k4", &[group("PO", "1")]), [true]);
-    assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
+crate::registry::tests::on_both! {
+    fn a_group_number_is_unique_with_its_gs01_gs02_and_gs03() {
+        let mut r = Registry::in_memory(US);
+        assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
+        // The same number in an invoice group is another group (X12.6).
+        assert_eq!(seen(&mut r, "k2", &[group("IN", "1")]), [false]);
+        let other_receiver = GroupKey {
+            app_receiver: "US2".into(),
+            ..group("PO", "1")
+        };
+        assert_eq!(seen(&mut r, "k3", &[other_receiver]), [false]);
+        // The same group again, from another interchange: seen; from the same one: ours.
+        assert_eq!(seen(&mut r, "k4", &[group("PO", "1")]), [true]);
+        assert_eq!(seen(&mut r, "k1", &[group("PO", "1")]), [false]);
+    }
 }
 
-#[test]
-fn a_group_recorded_before_migration_4_still_holds_its_number() {
-    let mut r = Registry::in_memory(US);
-    r.conn
-        .execute(
-            "INSERT INTO groups VALUES ('ZZ:ACME', '', 'ACME', '', '7', 'old', ?1)",
-            [now_ms()],
-        )
-        .unwrap();
-    // Its GS01 and GS03 are unknown: any group with its GS02 and GS06 counts as seen.
-    assert_eq!(
-        seen(&mut r, "new", &[group("IN", "7"), group("IN", "8")]),
-        [true, false]
-    );
-    assert_eq!(seen(&mut r, "old", &[group("PO", "7")]), [false]);
+crate::registry::tests::on_both! {
+    fn a_group_recorded_before_migration_4_still_holds_its_number() {
+        let mut r = Registry::in_memory(US);
+        r.conn
+            .execute(
+                "INSERT INTO groups VALUES ('ZZ:ACME', '', 'ACME', '', '7', 'old', ?1)",
+                [now_ms()],
+            )
+            .unwrap();
+        // Its GS01 and GS03 are unknown: any group with its GS02 and GS06 counts as seen.
+        assert_eq!(
+            seen(&mut r, "new", &[group("IN", "7"), group("IN", "8")]),
+            [true, false]
+        );
+        assert_eq!(seen(&mut r, "old", &[group("PO", "7")]), [false]);
+    }
 }
 
 /// Claims, registers one group of and completes `key` through the batch, as `process` does.
@@ -127,11 +194,18 @@ fn settle(r: &mut Registry, key: &str) {
 fn every_connection_enforces_foreign_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");
-    assert_eq!(foreign_keys(&Registry::create(&path, US).unwrap().conn), 1);
-    assert_eq!(foreign_keys(&Registry::open(&path, US).unwrap().conn), 1);
-    let read_only = Registry::open_read_only(&path).unwrap().unwrap();
-    assert_eq!(foreign_keys(&read_only.conn), 1);
-    assert_eq!(foreign_keys(&Registry::in_memory(US).conn), 1);
+    let db = Database::from(&path);
+    assert_eq!(
+        foreign_keys(sqlite(&Registry::create(&db, US).unwrap().conn)),
+        1
+    );
+    assert_eq!(
+        foreign_keys(sqlite(&Registry::open(&db, US).unwrap().conn)),
+        1
+    );
+    let read_only = Registry::open_read_only(&db).unwrap().unwrap();
+    assert_eq!(foreign_keys(sqlite(&read_only.conn)), 1);
+    assert_eq!(foreign_keys(sqlite(&Registry::in_memory(US).conn)), 1);
 }
 
 /// A table rebuilt by a future migration must not cascade its drop: whatever the build's
@@ -154,10 +228,7 @@ fn an_acknowledgment_goes_with_its_interchange() {
         [],
     );
     assert!(
-        matches!(
-            orphan.as_ref().map_err(rusqlite::Error::sqlite_error_code),
-            Err(Some(rusqlite::ErrorCode::ConstraintViolation))
-        ),
+        matches!(orphan.as_ref().map_err(db::Error::is_constraint), Err(true)),
         "{orphan:?}"
     );
     r.conn
@@ -175,7 +246,7 @@ fn an_acknowledgment_goes_with_its_interchange() {
 fn a_registry_with_orphans_opens_and_works_as_before() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");
-    drop(Registry::create(&path, US).unwrap());
+    drop(Registry::create(&crate::registry::Database::from(&path), US).unwrap());
     {
         let raw = Connection::open(&path).unwrap();
         raw.pragma_update(None, "foreign_keys", "OFF").unwrap();
@@ -187,7 +258,7 @@ fn a_registry_with_orphans_opens_and_works_as_before() {
             .unwrap();
         }
     }
-    let mut r = Registry::open(&path, US).unwrap();
+    let mut r = Registry::open(&crate::registry::Database::from(&path), US).unwrap();
     assert_eq!(
         count(&r.conn, "SELECT count(*) FROM pragma_foreign_key_check"),
         2

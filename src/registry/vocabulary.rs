@@ -5,7 +5,7 @@
 //! versions read back unchanged. A word no x12gate writes is a [`FromSqlError`] when read:
 //! guessing at it would turn a damaged or foreign row into a decision.
 
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use super::db::{FromValue, ToValue, Value};
 
 use crate::disposition::Disposition;
 
@@ -99,21 +99,22 @@ pub struct UnknownWord {
 /// `ALL`. (`Display` and `Serialize` give the same word: see `crate::words`.)
 macro_rules! stored_as_text {
     ($($word:ty => $what:literal),* $(,)?) => {$(
-        impl ToSql for $word {
-            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-                Ok(ToSqlOutput::Borrowed(ValueRef::Text(self.as_str().as_bytes())))
+        impl ToValue for $word {
+            fn to_value(&self) -> Value {
+                Value::Text(self.as_str().to_string())
             }
         }
 
-        impl FromSql for $word {
-            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-                let text = value.as_str()?;
-                <$word>::parse(text).ok_or_else(|| {
-                        FromSqlError::Other(Box::new(UnknownWord {
-                            what: $what,
-                            found: crate::text::shortened(text, 64).into_owned(),
-                        }))
-                    })
+        impl FromValue for $word {
+            fn from_value(value: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+                let text = String::from_value(value)?;
+                <$word>::parse(&text).ok_or_else(|| {
+                    UnknownWord {
+                        what: $what,
+                        found: crate::text::shortened(&text, 64).into_owned(),
+                    }
+                    .into()
+                })
             }
         }
     )*};
@@ -132,10 +133,10 @@ stored_as_text!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rusqlite::Connection;
+    use crate::registry::db::{Conn, Error};
 
     /// Writes `word` into a TEXT column and reads back the raw text and the word.
-    fn round_trip<T: ToSql + FromSql>(conn: &Connection, word: T) -> (String, T) {
+    fn round_trip<T: ToValue + FromValue>(conn: &Conn, word: T) -> (String, T) {
         conn.execute("DELETE FROM t", []).unwrap();
         conn.execute("INSERT INTO t (v) VALUES (?1)", [&word])
             .unwrap();
@@ -143,8 +144,8 @@ mod tests {
             .unwrap()
     }
 
-    fn table() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
+    fn table() -> Conn {
+        let conn = Conn::Sqlite(rusqlite::Connection::open_in_memory().unwrap());
         conn.execute_batch("CREATE TABLE t (v TEXT) STRICT")
             .unwrap();
         conn
@@ -228,8 +229,12 @@ mod tests {
             conn.execute("DELETE FROM t", []).unwrap();
             conn.execute("INSERT INTO t (v) VALUES (?1)", [text])
                 .unwrap();
-            let read = conn.query_row("SELECT v FROM t", [], |r| r.get::<_, Disposition>(0));
-            let Err(rusqlite::Error::FromSqlConversionFailure(0, _, e)) = read else {
+            let read = conn.query_row("SELECT v FROM t", [], |r| r.get::<Disposition>(0));
+            let Err(Error::Decode {
+                column: 0,
+                cause: e,
+            }) = read
+            else {
                 panic!("{text:?} read as {read:?}");
             };
             assert_eq!(
@@ -239,18 +244,18 @@ mod tests {
         }
         conn.execute("UPDATE t SET v = 'paused'", []).unwrap();
         assert!(conn
-            .query_row("SELECT v FROM t", [], |r| r.get::<_, ClaimState>(0))
+            .query_row("SELECT v FROM t", [], |r| r.get::<ClaimState>(0))
             .is_err());
         assert!(conn
-            .query_row("SELECT v FROM t", [], |r| r.get::<_, EventKind>(0))
+            .query_row("SELECT v FROM t", [], |r| r.get::<EventKind>(0))
             .is_err());
         // Not text at all.
         assert!(conn
-            .query_row("SELECT 7", [], |r| r.get::<_, EventKind>(0))
+            .query_row("SELECT 7", [], |r| r.get::<EventKind>(0))
             .is_err());
         // NULL is no word: only an `Option` reads it.
         assert_eq!(
-            conn.query_row("SELECT NULL", [], |r| r.get::<_, Option<ClaimState>>(0))
+            conn.query_row("SELECT NULL", [], |r| r.get::<Option<ClaimState>>(0))
                 .unwrap(),
             None
         );

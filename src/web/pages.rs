@@ -245,7 +245,7 @@ fn reader(config: &Config) -> Result<Registry, String> {
         .ok_or_else(|| {
             format!(
                 "there is no registry at {} yet (x12gate init creates it)",
-                config.gateway.database.display()
+                config.gateway.database
             )
         })
 }

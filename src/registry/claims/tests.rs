@@ -6,7 +6,7 @@
 //! the holder or another process, with the holder alive or dead. The decision and the whole
 //! row afterwards are compared with what the table below says.
 
-use rusqlite::Connection;
+use crate::registry::db::Conn;
 
 use super::*;
 use crate::registry::Identity;
@@ -80,7 +80,7 @@ struct Row {
     acks: Vec<(i64, String)>,
 }
 
-fn row(conn: &Connection) -> Row {
+fn row(conn: &Conn) -> Row {
     let mut row = conn
         .query_row(
             "SELECT state, fingerprint, owner, lease_expires, attempts, disposition, reason_code,
@@ -358,226 +358,230 @@ const LEASES: [Lease; 2] = [Lease::Live, Lease::Expired];
 const CLAIMANTS: [Claimant; 2] = [Claimant::Holder, Claimant::Another];
 const HOLDERS: [Holder; 2] = [Holder::Alive, Holder::Dead];
 
-#[test]
-fn an_in_flight_claim() {
-    use Claimant::{Another, Holder as Itself};
-    use Content::{Other, Same};
-    use Holder::{Alive, Dead};
-    use Lease::{Expired, Live};
-    let dead = Decision::TakeOver(Previous::Dead {
-        owner: FIRST.into(),
-    });
-    #[rustfmt::skip]
-    let table = [
-        // content, lease, claimed by, holder: decision
-        (Same,  Live,    Another, Alive, Decision::Busy),
-        (Same,  Live,    Another, Dead,  dead),
-        // The holder meeting its own key again owns it again, as after an expiry.
-        (Same,  Live,    Itself,  Alive, expired()),
-        (Same,  Live,    Itself,  Dead,  expired()),
-        (Same,  Expired, Another, Alive, expired()),
-        (Same,  Expired, Another, Dead,  expired()),
-        (Same,  Expired, Itself,  Alive, expired()),
-        (Same,  Expired, Itself,  Dead,  expired()),
-        // A live holder is waited for whatever the content: it may yet complete.
-        (Other, Live,    Another, Alive, Decision::Busy),
-        // Otherwise other content meets outputs the attempt may have written already.
-        (Other, Live,    Another, Dead,  Decision::Conflict),
-        (Other, Live,    Itself,  Alive, Decision::Conflict),
-        (Other, Live,    Itself,  Dead,  Decision::Conflict),
-        (Other, Expired, Another, Alive, Decision::Conflict),
-        (Other, Expired, Another, Dead,  Decision::Conflict),
-        (Other, Expired, Itself,  Alive, Decision::Conflict),
-        (Other, Expired, Itself,  Dead,  Decision::Conflict),
-    ];
-    for (content, lease, claimant, holder, decision) in &table {
-        check(
-            Before::InFlight,
-            *content,
-            *lease,
-            *claimant,
-            *holder,
-            decision,
-        );
+crate::registry::tests::on_both! {
+    fn an_in_flight_claim() {
+        use Claimant::{Another, Holder as Itself};
+        use Content::{Other, Same};
+        use Holder::{Alive, Dead};
+        use Lease::{Expired, Live};
+        let dead = Decision::TakeOver(Previous::Dead {
+            owner: FIRST.into(),
+        });
+        #[rustfmt::skip]
+        let table = [
+            // content, lease, claimed by, holder: decision
+            (Same,  Live,    Another, Alive, Decision::Busy),
+            (Same,  Live,    Another, Dead,  dead),
+            // The holder meeting its own key again owns it again, as after an expiry.
+            (Same,  Live,    Itself,  Alive, expired()),
+            (Same,  Live,    Itself,  Dead,  expired()),
+            (Same,  Expired, Another, Alive, expired()),
+            (Same,  Expired, Another, Dead,  expired()),
+            (Same,  Expired, Itself,  Alive, expired()),
+            (Same,  Expired, Itself,  Dead,  expired()),
+            // A live holder is waited for whatever the content: it may yet complete.
+            (Other, Live,    Another, Alive, Decision::Busy),
+            // Otherwise other content meets outputs the attempt may have written already.
+            (Other, Live,    Another, Dead,  Decision::Conflict),
+            (Other, Live,    Itself,  Alive, Decision::Conflict),
+            (Other, Live,    Itself,  Dead,  Decision::Conflict),
+            (Other, Expired, Another, Alive, Decision::Conflict),
+            (Other, Expired, Another, Dead,  Decision::Conflict),
+            (Other, Expired, Itself,  Alive, Decision::Conflict),
+            (Other, Expired, Itself,  Dead,  Decision::Conflict),
+        ];
+        for (content, lease, claimant, holder, decision) in &table {
+            check(
+                Before::InFlight,
+                *content,
+                *lease,
+                *claimant,
+                *holder,
+                decision,
+            );
+        }
     }
 }
 
-/// A claim that is not in flight holds no lease: the time, the claimant and whether the
-/// last owner is alive change nothing, which every combination of them checks.
-#[test]
-fn a_claim_not_in_flight() {
-    use Disposition::{Accepted, Partial, Rejected};
-    let failed = || Decision::TakeOver(Previous::Failed);
-    let table = [
-        (Before::Failed, Content::Same, failed()),
-        (Before::Failed, Content::Other, Decision::Conflict),
-        (Before::Released, Content::Same, failed()),
-        (Before::Released, Content::Other, Decision::Conflict),
-        (
-            Before::Completed(Accepted),
-            Content::Same,
-            Decision::Duplicate,
-        ),
-        (
-            Before::Completed(Accepted),
-            Content::Other,
-            Decision::Conflict,
-        ),
-        (
-            Before::Completed(Partial),
-            Content::Same,
-            Decision::Duplicate,
-        ),
-        (
-            Before::Completed(Partial),
-            Content::Other,
-            Decision::Conflict,
-        ),
-        // An exact resend of a rejected interchange is answered as it was.
-        (
-            Before::Completed(Rejected),
-            Content::Same,
-            Decision::Duplicate,
-        ),
-        // A corrected one is a new attempt.
-        (
-            Before::Completed(Rejected),
-            Content::Other,
-            Decision::TakeOver(Previous::Rejected {
-                fingerprint: A.into(),
-            }),
-        ),
-        (Before::Reopened(Rejected), Content::Same, failed()),
-        (
-            Before::Reopened(Rejected),
-            Content::Other,
-            Decision::Conflict,
-        ),
-        (Before::Reopened(Accepted), Content::Same, failed()),
-        (
-            Before::Reopened(Accepted),
-            Content::Other,
-            Decision::Conflict,
-        ),
-    ];
-    for (before, content, decision) in &table {
-        for lease in LEASES {
-            for claimant in CLAIMANTS {
-                for holder in HOLDERS {
-                    check(*before, *content, lease, claimant, holder, decision);
+// A claim that is not in flight holds no lease: the time, the claimant and whether the
+// last owner is alive change nothing, which every combination of them checks.
+crate::registry::tests::on_both! {
+    fn a_claim_not_in_flight() {
+        use Disposition::{Accepted, Partial, Rejected};
+        let failed = || Decision::TakeOver(Previous::Failed);
+        let table = [
+            (Before::Failed, Content::Same, failed()),
+            (Before::Failed, Content::Other, Decision::Conflict),
+            (Before::Released, Content::Same, failed()),
+            (Before::Released, Content::Other, Decision::Conflict),
+            (
+                Before::Completed(Accepted),
+                Content::Same,
+                Decision::Duplicate,
+            ),
+            (
+                Before::Completed(Accepted),
+                Content::Other,
+                Decision::Conflict,
+            ),
+            (
+                Before::Completed(Partial),
+                Content::Same,
+                Decision::Duplicate,
+            ),
+            (
+                Before::Completed(Partial),
+                Content::Other,
+                Decision::Conflict,
+            ),
+            // An exact resend of a rejected interchange is answered as it was.
+            (
+                Before::Completed(Rejected),
+                Content::Same,
+                Decision::Duplicate,
+            ),
+            // A corrected one is a new attempt.
+            (
+                Before::Completed(Rejected),
+                Content::Other,
+                Decision::TakeOver(Previous::Rejected {
+                    fingerprint: A.into(),
+                }),
+            ),
+            (Before::Reopened(Rejected), Content::Same, failed()),
+            (
+                Before::Reopened(Rejected),
+                Content::Other,
+                Decision::Conflict,
+            ),
+            (Before::Reopened(Accepted), Content::Same, failed()),
+            (
+                Before::Reopened(Accepted),
+                Content::Other,
+                Decision::Conflict,
+            ),
+        ];
+        for (before, content, decision) in &table {
+            for lease in LEASES {
+                for claimant in CLAIMANTS {
+                    for holder in HOLDERS {
+                        check(*before, *content, lease, claimant, holder, decision);
+                    }
                 }
             }
         }
     }
 }
 
-#[test]
-fn a_new_key() {
-    let r = registry();
-    let got = claim(
-        &r.conn,
-        &request(A, FIRST, "/in/first.x12", &nobody_dead),
-        T0,
-    )
-    .unwrap();
-    assert_eq!(
-        got,
-        Claim::Owned {
-            attempt: 1,
-            previous: Previous::New,
-            first_fingerprint: A.into()
-        }
-    );
-    assert_eq!(
-        row(&r.conn),
-        Row {
-            state: ClaimState::InFlight,
-            fingerprint: A.into(),
-            owner: Some(FIRST.into()),
-            lease_expires: Some(T0 + LEASE),
-            attempts: 1,
-            disposition: None,
-            reason_code: None,
-            reason: None,
-            reservation: None,
-            outputs: None,
-            file: Some("/in/first.x12".into()),
-            first_seen: T0,
-            last_seen: T0,
-            fingerprints: vec![(1, A.into(), T0)],
-            acks: Vec::new(),
-        }
-    );
-    let (partner, control): (String, String) = r
-        .conn
-        .query_row(
-            "SELECT partner, control_number FROM interchanges WHERE key = ?1",
-            [KEY],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+crate::registry::tests::on_both! {
+    fn a_new_key() {
+        let r = registry();
+        let got = claim(
+            &r.conn,
+            &request(A, FIRST, "/in/first.x12", &nobody_dead),
+            T0,
         )
         .unwrap();
-    assert_eq!(
-        (partner.as_str(), control.as_str()),
-        ("ZZ:ACME", "000000101")
-    );
+        assert_eq!(
+            got,
+            Claim::Owned {
+                attempt: 1,
+                previous: Previous::New,
+                first_fingerprint: A.into()
+            }
+        );
+        assert_eq!(
+            row(&r.conn),
+            Row {
+                state: ClaimState::InFlight,
+                fingerprint: A.into(),
+                owner: Some(FIRST.into()),
+                lease_expires: Some(T0 + LEASE),
+                attempts: 1,
+                disposition: None,
+                reason_code: None,
+                reason: None,
+                reservation: None,
+                outputs: None,
+                file: Some("/in/first.x12".into()),
+                first_seen: T0,
+                last_seen: T0,
+                fingerprints: vec![(1, A.into(), T0)],
+                acks: Vec::new(),
+            }
+        );
+        let (partner, control): (String, String) = r
+            .conn
+            .query_row(
+                "SELECT partner, control_number FROM interchanges WHERE key = ?1",
+                [KEY],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (partner.as_str(), control.as_str()),
+            ("ZZ:ACME", "000000101")
+        );
+    }
 }
 
-/// Outputs are named after the content first claimed, however many corrections follow.
-#[test]
-fn every_attempt_knows_the_first_content() {
-    let mut r = registry();
-    arrange(&mut r, Before::Completed(Disposition::Rejected));
-    let second = claim(
-        &r.conn,
-        &request(B, SECOND, "/in/b.x12", &nobody_dead),
-        T0 + 1,
-    )
-    .unwrap();
-    assert_eq!(
-        second,
-        Claim::Owned {
-            attempt: 2,
-            previous: Previous::Rejected {
-                fingerprint: A.into()
-            },
-            first_fingerprint: A.into()
-        }
-    );
-    let rejected = Completion {
-        disposition: Disposition::Rejected,
-        reason_code: None,
-        reason: None,
-        acks: &[],
-        outputs: &[],
-        released_groups: &[],
-        event: EventKind::Rejected,
-        detail: "{}",
-    };
-    assert!(complete(&r.conn, KEY, SECOND, &rejected).unwrap());
-    let third = claim(
-        &r.conn,
-        &request("cccccccccccccccccccccccc", FIRST, "/in/c.x12", &nobody_dead),
-        T0 + 2,
-    )
-    .unwrap();
-    assert_eq!(
-        third,
-        Claim::Owned {
-            attempt: 3,
-            previous: Previous::Rejected {
-                fingerprint: B.into()
-            },
-            first_fingerprint: A.into()
-        }
-    );
-    assert_eq!(
-        row(&r.conn)
-            .fingerprints
-            .iter()
-            .map(|(n, f, _)| (*n, f.as_str()))
-            .collect::<Vec<_>>(),
-        [(1, A), (2, B), (3, "cccccccccccccccccccccccc")]
-    );
+// Outputs are named after the content first claimed, however many corrections follow.
+crate::registry::tests::on_both! {
+    fn every_attempt_knows_the_first_content() {
+        let mut r = registry();
+        arrange(&mut r, Before::Completed(Disposition::Rejected));
+        let second = claim(
+            &r.conn,
+            &request(B, SECOND, "/in/b.x12", &nobody_dead),
+            T0 + 1,
+        )
+        .unwrap();
+        assert_eq!(
+            second,
+            Claim::Owned {
+                attempt: 2,
+                previous: Previous::Rejected {
+                    fingerprint: A.into()
+                },
+                first_fingerprint: A.into()
+            }
+        );
+        let rejected = Completion {
+            disposition: Disposition::Rejected,
+            reason_code: None,
+            reason: None,
+            acks: &[],
+            outputs: &[],
+            released_groups: &[],
+            event: EventKind::Rejected,
+            detail: "{}",
+        };
+        assert!(complete(&r.conn, KEY, SECOND, &rejected).unwrap());
+        let third = claim(
+            &r.conn,
+            &request("cccccccccccccccccccccccc", FIRST, "/in/c.x12", &nobody_dead),
+            T0 + 2,
+        )
+        .unwrap();
+        assert_eq!(
+            third,
+            Claim::Owned {
+                attempt: 3,
+                previous: Previous::Rejected {
+                    fingerprint: B.into()
+                },
+                first_fingerprint: A.into()
+            }
+        );
+        assert_eq!(
+            row(&r.conn)
+                .fingerprints
+                .iter()
+                .map(|(n, f, _)| (*n, f.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, A), (2, B), (3, "cccccccccccccccccccccccc")]
+        );
+    }
 }
 
 /// A word the registry never writes is an error, never a decision: before the states were
@@ -591,7 +595,7 @@ fn an_unknown_word_in_the_row_is_an_error() {
         .unwrap();
     let got = claim(&r.conn, &request(B, SECOND, "/in/b.x12", &nobody_dead), T0);
     assert!(
-        matches!(got, Err(rusqlite::Error::FromSqlConversionFailure(..))),
+        matches!(got, Err(crate::registry::db::Error::Decode { .. })),
         "{got:?}"
     );
     r.conn
@@ -602,7 +606,7 @@ fn an_unknown_word_in_the_row_is_an_error() {
         .unwrap();
     let got = claim(&r.conn, &request(A, SECOND, "/in/a.x12", &nobody_dead), T0);
     assert!(
-        matches!(got, Err(rusqlite::Error::FromSqlConversionFailure(..))),
+        matches!(got, Err(crate::registry::db::Error::Decode { .. })),
         "{got:?}"
     );
     let attempts: u32 = r
@@ -620,133 +624,136 @@ fn events(r: &Registry) -> Vec<Event> {
     .unwrap()
 }
 
-#[test]
-fn a_release_fails_only_the_holders_claim_and_notes_it() {
-    let mut r = registry();
-    arrange(&mut r, Before::InFlight);
-    let was = row(&r.conn);
-    assert!(!r.release(KEY, SECOND, "not mine").unwrap());
-    assert_eq!(row(&r.conn), was);
-    assert!(events(&r).is_empty());
-    assert!(r.release(KEY, FIRST, "released by an operator").unwrap());
-    assert_eq!(
-        row(&r.conn),
-        Row {
-            state: ClaimState::Failed,
-            owner: None,
-            lease_expires: None,
-            reason: Some("released by an operator".into()),
-            ..was
-        }
-    );
-    let notes = events(&r);
-    assert_eq!(notes.len(), 1);
-    assert_eq!(notes[0].event, EventKind::Released);
-    assert_eq!(notes[0].disposition, None);
-    assert_eq!(notes[0].partner.as_deref(), Some("ZZ:ACME"));
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&notes[0].detail).unwrap(),
-        serde_json::json!({ "released_from": FIRST, "reason": "released by an operator" })
-    );
-    // Once failed, there is nothing left to release.
-    assert!(!r.release(KEY, FIRST, "again").unwrap());
-}
-
-#[test]
-fn a_reopening_and_its_undoing() {
-    let mut r = registry();
-    assert_eq!(r.reopen(KEY, true).unwrap(), None, "no such key");
-    arrange(&mut r, Before::InFlight);
-    assert_eq!(r.reopen(KEY, true).unwrap(), None, "not completed");
-
-    let mut r = registry();
-    arrange(&mut r, Before::Completed(Disposition::Accepted));
-    let was = row(&r.conn);
-    assert_eq!(r.reopen(KEY, false).unwrap(), None, "accepted, not forced");
-    assert_eq!(row(&r.conn), was);
-    assert_eq!(r.reopen(KEY, true).unwrap(), Some(Disposition::Accepted));
-    assert_eq!(
-        row(&r.conn),
-        Row {
-            state: ClaimState::Failed,
-            owner: None,
-            lease_expires: None,
-            reservation: None,
-            ..was.clone()
-        }
-    );
-    let reopened = events(&r).pop().unwrap();
-    assert_eq!(
-        (reopened.event, reopened.disposition),
-        (EventKind::Reopened, None)
-    );
-    let detail: serde_json::Value = serde_json::from_str(&reopened.detail).unwrap();
-    assert_eq!(detail["was"], "accepted");
-    assert_eq!(detail["acks"][0]["kind"], "997");
-    r.restore(KEY, Disposition::Accepted).unwrap();
-    assert_eq!(
-        row(&r.conn),
-        Row {
-            reservation: None,
-            ..was
-        }
-    );
-
-    let mut r = registry();
-    arrange(&mut r, Before::Completed(Disposition::Rejected));
-    assert_eq!(r.reopen(KEY, false).unwrap(), Some(Disposition::Rejected));
-    // Restoring is refused once somebody claimed it again.
-    claim(
-        &r.conn,
-        &request(A, SECOND, "/in/a.x12", &nobody_dead),
-        T0 + 1,
-    )
-    .unwrap();
-    r.restore(KEY, Disposition::Rejected).unwrap();
-    assert_eq!(row(&r.conn).state, ClaimState::InFlight);
-}
-
-/// Before a release became a note, one development build recorded it with the
-/// disposition `failed`; such rows read as notes, any other unknown disposition is an error.
-#[test]
-fn the_history_reads_every_event_ever_written() {
-    let r = registry();
-    for (event, disposition) in [
-        ("released", Some("failed")),
-        ("accepted", Some("accepted")),
-        ("placed", None),
-    ] {
-        r.conn
-            .execute(
-                "INSERT INTO events (at, event, key, disposition, detail) VALUES (1, ?1, ?2, ?3, '{}')",
-                rusqlite::params![event, KEY, disposition],
-            )
-            .unwrap();
+crate::registry::tests::on_both! {
+    fn a_release_fails_only_the_holders_claim_and_notes_it() {
+        let mut r = registry();
+        arrange(&mut r, Before::InFlight);
+        let was = row(&r.conn);
+        assert!(!r.release(KEY, SECOND, "not mine").unwrap());
+        assert_eq!(row(&r.conn), was);
+        assert!(events(&r).is_empty());
+        assert!(r.release(KEY, FIRST, "released by an operator").unwrap());
+        assert_eq!(
+            row(&r.conn),
+            Row {
+                state: ClaimState::Failed,
+                owner: None,
+                lease_expires: None,
+                reason: Some("released by an operator".into()),
+                ..was
+            }
+        );
+        let notes = events(&r);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].event, EventKind::Released);
+        assert_eq!(notes[0].disposition, None);
+        assert_eq!(notes[0].partner.as_deref(), Some("ZZ:ACME"));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&notes[0].detail).unwrap(),
+            serde_json::json!({ "released_from": FIRST, "reason": "released by an operator" })
+        );
+        // Once failed, there is nothing left to release.
+        assert!(!r.release(KEY, FIRST, "again").unwrap());
     }
-    let read: Vec<(EventKind, Option<Disposition>)> = events(&r)
-        .into_iter()
-        .map(|e| (e.event, e.disposition))
-        .collect();
-    assert_eq!(
-        read,
-        [
-            (EventKind::Released, None),
-            (EventKind::Accepted, Some(Disposition::Accepted)),
-            (EventKind::Placed, None),
-        ]
-    );
-    let accepted = r
-        .history(&EventFilter {
-            disposition: Some(Disposition::Accepted),
-            ..EventFilter::default()
-        })
-        .unwrap();
-    assert_eq!(accepted.len(), 1);
-    r.conn
-        .execute(
-            "INSERT INTO events (at, event, disposition, detail) VALUES (2, 'conflict', 'failed', '{}')",
-            [],
+}
+
+crate::registry::tests::on_both! {
+    fn a_reopening_and_its_undoing() {
+        let mut r = registry();
+        assert_eq!(r.reopen(KEY, true).unwrap(), None, "no such key");
+        arrange(&mut r, Before::InFlight);
+        assert_eq!(r.reopen(KEY, true).unwrap(), None, "not completed");
+
+        let mut r = registry();
+        arrange(&mut r, Before::Completed(Disposition::Accepted));
+        let was = row(&r.conn);
+        assert_eq!(r.reopen(KEY, false).unwrap(), None, "accepted, not forced");
+        assert_eq!(row(&r.conn), was);
+        assert_eq!(r.reopen(KEY, true).unwrap(), Some(Disposition::Accepted));
+        assert_eq!(
+            row(&r.conn),
+            Row {
+                state: ClaimState::Failed,
+                owner: None,
+                lease_expires: None,
+                reservation: None,
+                ..was.clone()
+            }
+        );
+        let reopened = events(&r).pop().unwrap();
+        assert_eq!(
+            (reopened.event, reopened.disposition),
+            (EventKind::Reopened, None)
+        );
+        let detail: serde_json::Value = serde_json::from_str(&reopened.detail).unwrap();
+        assert_eq!(detail["was"], "accepted");
+        assert_eq!(detail["acks"][0]["kind"], "997");
+        r.restore(KEY, Disposition::Accepted).unwrap();
+        assert_eq!(
+            row(&r.conn),
+            Row {
+                reservation: None,
+                ..was
+            }
+        );
+
+        let mut r = registry();
+        arrange(&mut r, Before::Completed(Disposition::Rejected));
+        assert_eq!(r.reopen(KEY, false).unwrap(), Some(Disposition::Rejected));
+        // Restoring is refused once somebody claimed it again.
+        claim(
+            &r.conn,
+            &request(A, SECOND, "/in/a.x12", &nobody_dead),
+            T0 + 1,
         )
         .unwrap();
-    assert!(r.history(&EventFilter::default()).is_err());
+        r.restore(KEY, Disposition::Rejected).unwrap();
+        assert_eq!(row(&r.conn).state, ClaimState::InFlight);
+    }
+}
+
+// Before a release became a note, one development build recorded it with the
+// disposition `failed`; such rows read as notes, any other unknown disposition is an error.
+crate::registry::tests::on_both! {
+    fn the_history_reads_every_event_ever_written() {
+        let r = registry();
+        for (event, disposition) in [
+            ("released", Some("failed")),
+            ("accepted", Some("accepted")),
+            ("placed", None),
+        ] {
+            r.conn
+                .execute(
+                    "INSERT INTO events (at, event, key, disposition, detail) VALUES (1, ?1, ?2, ?3, '{}')",
+                    crate::registry::db::params![event, KEY, disposition],
+                )
+                .unwrap();
+        }
+        let read: Vec<(EventKind, Option<Disposition>)> = events(&r)
+            .into_iter()
+            .map(|e| (e.event, e.disposition))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (EventKind::Released, None),
+                (EventKind::Accepted, Some(Disposition::Accepted)),
+                (EventKind::Placed, None),
+            ]
+        );
+        let accepted = r
+            .history(&EventFilter {
+                disposition: Some(Disposition::Accepted),
+                ..EventFilter::default()
+            })
+            .unwrap();
+        assert_eq!(accepted.len(), 1);
+        r.conn
+            .execute(
+                "INSERT INTO events (at, event, disposition, detail) VALUES (2, 'conflict', 'failed', '{}')",
+                [],
+            )
+            .unwrap();
+        assert!(r.history(&EventFilter::default()).is_err());
+    }
 }

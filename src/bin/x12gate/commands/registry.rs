@@ -477,7 +477,7 @@ pub fn backup(config: &Config, dest: &Path, out: &mut impl Write) -> Result<u8, 
         .ok_or_else(|| {
             Failure::Usage(anyhow::anyhow!(
                 "{}: no registry to back up",
-                config.gateway.database.display()
+                config.gateway.database
             ))
         })?;
     let pages = registry.backup(dest).map_err(registry_failure)?;
@@ -485,7 +485,7 @@ pub fn backup(config: &Config, dest: &Path, out: &mut impl Write) -> Result<u8, 
         out,
         "{}: a consistent copy of {} ({pages} pages), integrity checked",
         dest.display(),
-        config.gateway.database.display()
+        config.gateway.database
     )?;
     Ok(exit::OK)
 }

@@ -22,8 +22,7 @@ pub fn init(
     writeln!(
         out,
         "created registry {} (installation {})",
-        done.database.display(),
-        done.installation
+        done.database, done.installation
     )?;
     if done.outbox_files > 0 {
         writeln!(

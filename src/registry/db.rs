@@ -1,0 +1,739 @@
+//! One connection to the registry's store, SQLite or PostgreSQL, behind the small API the
+//! registry's modules are written against: statements with `?N` parameters, rows read by
+//! column, and write transactions that exclude every other writer.
+//!
+//! Both backends run the same SQL text, written in the dialect both accept (`ON CONFLICT`,
+//! `RETURNING`, `CASE`, `substr`); PostgreSQL gets `$N` for `?N`. The few statements that
+//! cannot be shared ask [`Conn::is_postgres`].
+//!
+//! A write transaction behaves the same on both. SQLite's `BEGIN IMMEDIATE` takes the one
+//! write lock before anything is read; on PostgreSQL the transaction first takes one
+//! transaction-scoped advisory lock ([`WRITER_LOCK`]), so writers run one after another and
+//! each reads what the one before it committed, exactly as on SQLite. Every decision the
+//! registry's tests prove on SQLite (a claim, a fence, a takeover) therefore holds unchanged
+//! on a shared server. Reads outside a transaction see the last committed state on both.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+
+use postgres::types::{IsNull, Type};
+
+/// The PostgreSQL advisory lock every write transaction holds: "x12gate" in ASCII.
+pub const WRITER_LOCK: i64 = 0x7831_3267_6174_65;
+
+/// A value bound to a parameter or read from a column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    #[error("the query returned no row")]
+    NoRows,
+    #[error("column {column}: {cause}")]
+    Decode {
+        column: usize,
+        cause: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Another writer holds SQLite's lock past the busy handler's patience.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Sqlite(e) if matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ))
+    }
+
+    /// A constraint of the schema refused the write (both backends).
+    pub fn is_constraint(&self) -> bool {
+        match self {
+            Error::Sqlite(e) => {
+                e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
+            }
+            Error::Postgres(e) => e.code().is_some_and(|c| c.code().starts_with("23")),
+            _ => false,
+        }
+    }
+
+    fn decode(column: usize, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Decode {
+            column,
+            cause: cause.into(),
+        }
+    }
+}
+
+/// `Ok(None)` for a query that found no row, as rusqlite's extension of the same name.
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::NoRows) => Ok(None),
+            Err(Error::Sqlite(rusqlite::Error::QueryReturnedNoRows)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What can be bound to a parameter.
+pub trait ToValue {
+    fn to_value(&self) -> Value;
+}
+
+/// What a column can be read as.
+pub trait FromValue: Sized {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, T::to_value)
+    }
+}
+
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_string())
+    }
+}
+
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl ToValue for [u8] {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.to_vec())
+    }
+}
+
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.clone())
+    }
+}
+
+impl ToValue for bool {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+
+impl ToValue for f64 {
+    fn to_value(&self) -> Value {
+        Value::Real(*self)
+    }
+}
+
+macro_rules! int_to_value {
+    ($($t:ty),*) => {$(
+        impl ToValue for $t {
+            fn to_value(&self) -> Value {
+                // Counts and sizes past i64 do not occur; saturating keeps them ordered.
+                Value::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+            }
+        }
+        impl FromValue for $t {
+            fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+                match v {
+                    Value::Int(i) => Ok(<$t>::try_from(i)?),
+                    other => Err(format!("{} where an integer was expected", kind(&other)).into()),
+                }
+            }
+        }
+    )*};
+}
+
+int_to_value!(i64, i32, u32, u64, usize, u16, u8);
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NULL",
+        Value::Int(_) => "an integer",
+        Value::Real(_) => "a real",
+        Value::Text(_) => "text",
+        Value::Blob(_) => "a blob",
+    }
+}
+
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+impl FromValue for String {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        match v {
+            Value::Text(s) => Ok(s),
+            other => Err(format!("{} where text was expected", kind(&other)).into()),
+        }
+    }
+}
+
+impl FromValue for Vec<u8> {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        match v {
+            Value::Blob(b) => Ok(b),
+            Value::Text(s) => Ok(s.into_bytes()),
+            other => Err(format!("{} where a blob was expected", kind(&other)).into()),
+        }
+    }
+}
+
+impl FromValue for bool {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        match v {
+            Value::Int(i) => Ok(i != 0),
+            other => Err(format!("{} where a boolean was expected", kind(&other)).into()),
+        }
+    }
+}
+
+impl FromValue for f64 {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        match v {
+            Value::Real(f) => Ok(f),
+            Value::Int(i) => Ok(i as f64),
+            other => Err(format!("{} where a number was expected", kind(&other)).into()),
+        }
+    }
+}
+
+impl FromValue for Value {
+    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(v)
+    }
+}
+
+/// A statement's parameters: `params![a, b]`, `[a]` or `[]`.
+pub trait Params {
+    fn values(&self) -> Vec<Value>;
+}
+
+impl Params for &[&dyn ToValue] {
+    fn values(&self) -> Vec<Value> {
+        self.iter().map(|v| v.to_value()).collect()
+    }
+}
+
+impl Params for [&dyn ToValue; 0] {
+    fn values(&self) -> Vec<Value> {
+        Vec::new()
+    }
+}
+
+impl Params for Vec<Value> {
+    fn values(&self) -> Vec<Value> {
+        self.clone()
+    }
+}
+
+macro_rules! array_params {
+    ($($n:literal),*) => {$(
+        impl<T: ToValue> Params for [T; $n] {
+            fn values(&self) -> Vec<Value> {
+                self.iter().map(ToValue::to_value).collect()
+            }
+        }
+    )*};
+}
+
+array_params!(1, 2, 3, 4, 5, 6, 7, 8);
+
+/// The parameters of a statement, as rusqlite's macro of the same name spells them.
+macro_rules! params {
+    () => {
+        &[] as &[&dyn $crate::registry::db::ToValue]
+    };
+    ($($p:expr),+ $(,)?) => {
+        &[$(&$p as &dyn $crate::registry::db::ToValue),+] as &[&dyn $crate::registry::db::ToValue]
+    };
+}
+pub(crate) use params;
+
+/// One row of a result.
+pub enum Row<'a> {
+    Sqlite(&'a rusqlite::Row<'a>),
+    Postgres(&'a postgres::Row),
+}
+
+impl Row<'_> {
+    /// Column `i` read as `T`.
+    pub fn get<T: FromValue>(&self, i: usize) -> Result<T> {
+        let value = match self {
+            Row::Sqlite(r) => {
+                use rusqlite::types::ValueRef;
+                match r.get_ref(i)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::Int(n),
+                    ValueRef::Real(f) => Value::Real(f),
+                    ValueRef::Text(t) => Value::Text(
+                        std::str::from_utf8(t)
+                            .map_err(|e| Error::decode(i, e))?
+                            .to_string(),
+                    ),
+                    ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                }
+            }
+            Row::Postgres(r) => pg_value(r, i)?,
+        };
+        T::from_value(value).map_err(|e| Error::decode(i, e))
+    }
+}
+
+fn pg_value(r: &postgres::Row, i: usize) -> Result<Value> {
+    let Some(column) = r.columns().get(i) else {
+        return Err(Error::decode(i, "no such column"));
+    };
+    let ty = column.type_().clone();
+    let v = if ty == Type::INT8 {
+        r.try_get::<_, Option<i64>>(i)?.map(Value::Int)
+    } else if ty == Type::INT4 {
+        r.try_get::<_, Option<i32>>(i)?
+            .map(|n| Value::Int(n.into()))
+    } else if ty == Type::INT2 {
+        r.try_get::<_, Option<i16>>(i)?
+            .map(|n| Value::Int(n.into()))
+    } else if ty == Type::BOOL {
+        r.try_get::<_, Option<bool>>(i)?
+            .map(|b| Value::Int(b.into()))
+    } else if ty == Type::FLOAT8 {
+        r.try_get::<_, Option<f64>>(i)?.map(Value::Real)
+    } else if ty == Type::FLOAT4 {
+        r.try_get::<_, Option<f32>>(i)?
+            .map(|f| Value::Real(f.into()))
+    } else if ty == Type::BYTEA {
+        r.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob)
+    } else if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(&ty) {
+        r.try_get::<_, Option<String>>(i)?.map(Value::Text)
+    } else {
+        return Err(Error::decode(
+            i,
+            format!("PostgreSQL type {ty} is not one the registry reads (cast it)"),
+        ));
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+impl postgres::types::ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(n) => {
+                if *ty == Type::INT8 {
+                    n.to_sql(ty, out)
+                } else if *ty == Type::INT4 {
+                    i32::try_from(*n)?.to_sql(ty, out)
+                } else if *ty == Type::INT2 {
+                    i16::try_from(*n)?.to_sql(ty, out)
+                } else if *ty == Type::BOOL {
+                    (*n != 0).to_sql(ty, out)
+                } else if *ty == Type::FLOAT8 {
+                    (*n as f64).to_sql(ty, out)
+                } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
+                    n.to_string().to_sql(ty, out)
+                } else {
+                    Err(format!("an integer for a parameter of type {ty}").into())
+                }
+            }
+            Value::Real(f) => f.to_sql(ty, out),
+            Value::Text(s) => s.as_str().to_sql(ty, out),
+            Value::Blob(b) => {
+                if *ty == Type::BYTEA {
+                    b.as_slice().to_sql(ty, out)
+                } else {
+                    Err(format!("a blob for a parameter of type {ty}").into())
+                }
+            }
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// `?N` as PostgreSQL's `$N`, outside quoted text.
+fn dollar_parameters(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quoted = false;
+    let mut next = 0usize;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted => {
+                out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                        out.push(d);
+                    }
+                } else {
+                    next += 1;
+                    out.push_str(&next.to_string());
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+pub struct Pg {
+    client: postgres::Client,
+    statements: HashMap<String, postgres::Statement>,
+    connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
+    in_transaction: bool,
+}
+
+impl Pg {
+    pub fn new(
+        connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
+    ) -> Result<Pg, postgres::Error> {
+        Ok(Pg {
+            client: connect()?,
+            statements: HashMap::new(),
+            connect,
+            in_transaction: false,
+        })
+    }
+
+    /// A connection lost between transactions (a server restart, a failover) is opened
+    /// again; inside a transaction the error stands and the transaction is lost with it.
+    fn ready(&mut self) -> Result<()> {
+        if self.client.is_closed() && !self.in_transaction {
+            self.client = (self.connect)()?;
+            self.statements.clear();
+        }
+        Ok(())
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+        self.ready()?;
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(&dollar_parameters(sql))?;
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        values: &[Value],
+        f: impl FnOnce(
+            &mut postgres::Client,
+            &postgres::Statement,
+            &[&(dyn postgres::types::ToSql + Sync)],
+        ) -> Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let statement = self.statement(sql)?;
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values
+            .iter()
+            .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+            .collect();
+        Ok(f(&mut self.client, &statement, &refs)?)
+    }
+}
+
+/// A connection to either store.
+pub enum Conn {
+    Sqlite(rusqlite::Connection),
+    Postgres(RefCell<Pg>),
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_postgres() {
+            "Conn::Postgres"
+        } else {
+            "Conn::Sqlite"
+        })
+    }
+}
+
+impl Conn {
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Conn::Postgres(_))
+    }
+
+    /// The SQLite connection, for what only SQLite has (backup, pragmas).
+    pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
+        match self {
+            Conn::Sqlite(c) => Some(c),
+            Conn::Postgres(_) => None,
+        }
+    }
+
+    fn pg(&self) -> Option<std::cell::RefMut<'_, Pg>> {
+        match self {
+            Conn::Postgres(p) => Some(p.borrow_mut()),
+            Conn::Sqlite(_) => None,
+        }
+    }
+
+    /// Runs `sql` (several statements, no parameters).
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Conn::Postgres(p) => {
+                let mut p = p.borrow_mut();
+                p.ready()?;
+                Ok(p.client.batch_execute(sql)?)
+            }
+        }
+    }
+
+    /// Runs one statement; the number of rows it changed.
+    pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
+        let values = params.values();
+        match self {
+            Conn::Sqlite(c) => Ok(c
+                .prepare_cached(sql)?
+                .execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?),
+            Conn::Postgres(p) => {
+                let n = p
+                    .borrow_mut()
+                    .run(sql, &values, |c, s, v| c.execute(s, v))?;
+                Ok(usize::try_from(n).unwrap_or(usize::MAX))
+            }
+        }
+    }
+
+    /// The first row of `sql`, read by `f`; [`Error::NoRows`] when there is none.
+    pub fn query_row<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let values = params.values();
+        match self {
+            Conn::Sqlite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut rows =
+                    stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                match rows.next()? {
+                    Some(r) => f(&Row::Sqlite(r)),
+                    None => Err(Error::NoRows),
+                }
+            }
+            Conn::Postgres(p) => {
+                let rows = p.borrow_mut().run(sql, &values, |c, s, v| c.query(s, v))?;
+                match rows.first() {
+                    Some(r) => f(&Row::Postgres(r)),
+                    None => Err(Error::NoRows),
+                }
+            }
+        }
+    }
+
+    /// Every row of `sql`, each read by `f`.
+    pub fn query_map<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        mut f: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<std::vec::IntoIter<Result<T>>> {
+        let values = params.values();
+        let mut out = Vec::new();
+        match self {
+            Conn::Sqlite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut rows =
+                    stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                loop {
+                    match rows.next() {
+                        Ok(Some(r)) => out.push(f(&Row::Sqlite(r))),
+                        Ok(None) => break,
+                        Err(e) => {
+                            out.push(Err(e.into()));
+                            break;
+                        }
+                    }
+                }
+            }
+            Conn::Postgres(p) => {
+                let rows = p.borrow_mut().run(sql, &values, |c, s, v| c.query(s, v))?;
+                out.extend(rows.iter().map(|r| f(&Row::Postgres(r))));
+            }
+        }
+        Ok(out.into_iter())
+    }
+
+    /// A statement to run later, as rusqlite's `prepare_cached` (statements are cached by
+    /// their text on both backends either way).
+    pub fn prepare_cached(&self, sql: &str) -> Result<Statement<'_>> {
+        Ok(Statement {
+            conn: self,
+            sql: sql.to_string(),
+        })
+    }
+
+    pub fn prepare(&self, sql: &str) -> Result<Statement<'_>> {
+        self.prepare_cached(sql)
+    }
+
+    /// Begins a write transaction that excludes every other writer (see the module's
+    /// comment); rolled back when dropped uncommitted.
+    pub fn transaction(&mut self) -> Result<Transaction<'_>> {
+        match self {
+            Conn::Sqlite(c) => c.execute_batch("BEGIN IMMEDIATE")?,
+            Conn::Postgres(p) => {
+                let mut p = p.borrow_mut();
+                p.ready()?;
+                p.in_transaction = true;
+                let begun = p.client.batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
+                ));
+                if let Err(e) = begun {
+                    p.in_transaction = false;
+                    let _ = p.client.batch_execute("ROLLBACK");
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Transaction {
+            conn: self,
+            done: false,
+        })
+    }
+
+    fn end(&self, sql: &str) -> Result<()> {
+        let out = self.execute_batch(sql);
+        if let Some(mut p) = self.pg() {
+            p.in_transaction = false;
+        }
+        out
+    }
+}
+
+fn sqlite_value(v: &Value) -> rusqlite::types::Value {
+    use rusqlite::types::Value as V;
+    match v {
+        Value::Null => V::Null,
+        Value::Int(n) => V::Integer(*n),
+        Value::Real(f) => V::Real(*f),
+        Value::Text(s) => V::Text(s.clone()),
+        Value::Blob(b) => V::Blob(b.clone()),
+    }
+}
+
+/// A statement of [`Conn::prepare_cached`].
+pub struct Statement<'c> {
+    conn: &'c Conn,
+    sql: String,
+}
+
+impl Statement<'_> {
+    pub fn execute(&mut self, params: impl Params) -> Result<usize> {
+        self.conn.execute(&self.sql, params)
+    }
+
+    pub fn query_row<T>(
+        &mut self,
+        params: impl Params,
+        f: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.conn.query_row(&self.sql, params, f)
+    }
+
+    pub fn query_map<T>(
+        &mut self,
+        params: impl Params,
+        f: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<std::vec::IntoIter<Result<T>>> {
+        self.conn.query_map(&self.sql, params, f)
+    }
+}
+
+/// A write transaction of [`Conn::transaction`].
+pub struct Transaction<'c> {
+    conn: &'c Conn,
+    done: bool,
+}
+
+impl Transaction<'_> {
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        self.conn.end("COMMIT")
+    }
+}
+
+impl std::ops::Deref for Transaction<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.conn
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.conn.end("ROLLBACK");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_numbered_for_postgres_outside_quoted_text() {
+        assert_eq!(
+            dollar_parameters("SELECT ?1, '?2', ?12 FROM t"),
+            "SELECT $1, '?2', $12 FROM t"
+        );
+        assert_eq!(
+            dollar_parameters("SELECT a FROM t WHERE a = ? AND b = ?"),
+            "SELECT a FROM t WHERE a = $1 AND b = $2"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! The registry on a PostgreSQL server, for several gateway nodes sharing one registry.
+//!
+//! The tables are SQLite's, column for column, with PostgreSQL's types (`BIGINT` for every
+//! integer, `BYTEA` for blobs, text compared byte by byte with `COLLATE "C"` as SQLite
+//! compares it); `instr` is defined as SQLite has it so the shared SQL runs unchanged. The
+//! schema's version is kept in `x12gate_schema`, migrated under the writers' lock so that
+//! several nodes starting at once migrate once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::db::{Conn, Pg};
+
+/// Where a PostgreSQL registry is: `database = "postgres://user@host/db"`, with the password
+/// in the URL, in the environment variable `database_password_env` names, or in `PGPASSWORD`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Postgres {
+    pub url: String,
+    pub password_env: Option<String>,
+    /// A PEM file of the certificate authorities to trust besides the system's (a managed
+    /// service's own CA).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Postgres {
+    /// The URL with any password replaced, for messages and logs.
+    pub fn shown(&self) -> String {
+        match self.url.parse::<postgres::Config>() {
+            Ok(c) if c.get_password().is_some() => {
+                // user:password@ → user:***@
+                match (self.url.find("://"), self.url.rfind('@')) {
+                    (Some(s), Some(at)) if at > s => {
+                        let userinfo = &self.url[s + 3..at];
+                        let user = userinfo.split(':').next().unwrap_or("");
+                        format!("{}{user}:***{}", &self.url[..s + 3], &self.url[at..])
+                    }
+                    _ => "postgres://(password hidden)".into(),
+                }
+            }
+            _ => self.url.clone(),
+        }
+    }
+
+    fn config(&self) -> Result<postgres::Config, String> {
+        let mut config: postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| format!("the database URL does not parse: {e}"))?;
+        if config.get_password().is_none() {
+            let var = self.password_env.as_deref().unwrap_or("PGPASSWORD");
+            match std::env::var(var) {
+                Ok(p) => {
+                    config.password(p);
+                }
+                Err(_) if self.password_env.is_some() => {
+                    return Err(format!(
+                        "the environment variable {var} (database_password_env) is not set"
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("x12gate");
+        }
+        Ok(config)
+    }
+
+    fn tls(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        if let Some(path) = &self.ca_file {
+            use rustls::pki_types::pem::PemObject;
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("database_ca {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("database_ca {}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("database_ca {}: {e}", path.display()))?;
+            }
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    }
+
+    /// A connection, opened again by the connection itself when the server dropped it.
+    pub(super) fn connect(&self) -> Result<Conn, ConnectError> {
+        let config = self.config().map_err(ConnectError::Setup)?;
+        let plain = config.get_ssl_mode() == postgres::config::SslMode::Disable;
+        let tls = if plain {
+            None
+        } else {
+            Some(self.tls().map_err(ConnectError::Setup)?)
+        };
+        let open = move || match &tls {
+            None => config.connect(postgres::NoTls),
+            Some(tls) => config.connect(tls.clone()),
+        };
+        let pg = Pg::new(Box::new(open)).map_err(ConnectError::Server)?;
+        Ok(Conn::Postgres(std::cell::RefCell::new(pg)))
+    }
+}
+
+#[derive(Debug)]
+pub(super) enum ConnectError {
+    /// The settings are wrong (exit 2).
+    Setup(String),
+    Server(postgres::Error),
+}
+
+/// The schema, version by version; never edit a shipped entry. Version 1 is SQLite's
+/// schema as of its version 7; a later SQLite migration gets its counterpart here.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS BIGINT
+    LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)::BIGINT';
+CREATE TABLE counters (
+    partner TEXT COLLATE "C" NOT NULL,
+    kind    TEXT COLLATE "C" NOT NULL,
+    value   BIGINT NOT NULL CHECK (value BETWEEN 1 AND 999999999),
+    PRIMARY KEY (partner, kind)
+);
+CREATE TABLE interchanges (
+    key            TEXT COLLATE "C" PRIMARY KEY,
+    partner        TEXT COLLATE "C" NOT NULL,
+    control_number TEXT COLLATE "C" NOT NULL,
+    fingerprint    TEXT COLLATE "C" NOT NULL,
+    state          TEXT COLLATE "C" NOT NULL CHECK (state IN ('in_flight', 'completed', 'failed')),
+    owner          TEXT COLLATE "C",
+    lease_expires  BIGINT,
+    attempts       BIGINT NOT NULL,
+    disposition    TEXT COLLATE "C",
+    reason_code    TEXT COLLATE "C",
+    reason         TEXT COLLATE "C",
+    reservation    TEXT COLLATE "C",
+    outputs        TEXT COLLATE "C",
+    file           TEXT COLLATE "C",
+    first_seen     BIGINT NOT NULL,
+    last_seen      BIGINT NOT NULL
+);
+CREATE INDEX interchanges_partner_seen ON interchanges (partner, last_seen);
+CREATE TABLE acks (
+    key   TEXT COLLATE "C" NOT NULL REFERENCES interchanges (key) ON DELETE CASCADE,
+    seq   BIGINT NOT NULL,
+    kind  TEXT COLLATE "C" NOT NULL,
+    path  TEXT COLLATE "C" NOT NULL,
+    bytes BYTEA NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE fingerprints (
+    key         TEXT COLLATE "C" NOT NULL,
+    fingerprint TEXT COLLATE "C" NOT NULL,
+    attempt     BIGINT NOT NULL,
+    seen        BIGINT NOT NULL,
+    PRIMARY KEY (key, attempt)
+);
+CREATE TABLE groups (
+    partner         TEXT COLLATE "C" NOT NULL,
+    functional_id   TEXT COLLATE "C" NOT NULL,
+    app_sender      TEXT COLLATE "C" NOT NULL,
+    app_receiver    TEXT COLLATE "C" NOT NULL,
+    control_number  TEXT COLLATE "C" NOT NULL,
+    interchange_key TEXT COLLATE "C" NOT NULL,
+    seen            BIGINT NOT NULL,
+    PRIMARY KEY (partner, functional_id, app_sender, app_receiver, control_number)
+);
+CREATE TABLE events (
+    id             BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    at             BIGINT NOT NULL,
+    event          TEXT COLLATE "C" NOT NULL,
+    key            TEXT COLLATE "C",
+    partner        TEXT COLLATE "C",
+    control_number TEXT COLLATE "C",
+    disposition    TEXT COLLATE "C",
+    detail         TEXT COLLATE "C" NOT NULL
+);
+CREATE INDEX events_partner_at ON events (partner, at);
+CREATE INDEX events_key ON events (key) WHERE key IS NOT NULL;
+CREATE INDEX events_at ON events (at) WHERE disposition IS NOT NULL;
+CREATE TABLE gateway (
+    one            BIGINT PRIMARY KEY CHECK (one = 1),
+    id_qualifier   TEXT COLLATE "C" NOT NULL,
+    id             TEXT COLLATE "C" NOT NULL,
+    installation   TEXT COLLATE "C" NOT NULL,
+    created        BIGINT NOT NULL
+);
+CREATE TABLE documents (
+    id               BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    key              TEXT COLLATE "C" NOT NULL,
+    subject          TEXT COLLATE "C" NOT NULL,
+    partner          TEXT COLLATE "C" NOT NULL,
+    set_id           TEXT COLLATE "C" NOT NULL,
+    role             TEXT COLLATE "C" NOT NULL CHECK (role IN ('original', 'change', 'copy')),
+    version          TEXT COLLATE "C",
+    fingerprint      TEXT COLLATE "C" NOT NULL,
+    interchange_key  TEXT COLLATE "C" NOT NULL,
+    position         TEXT COLLATE "C" NOT NULL,
+    st02             TEXT COLLATE "C" NOT NULL,
+    disposition      TEXT COLLATE "C" NOT NULL
+        CHECK (disposition IN ('new', 'duplicate', 'conflict', 'waiting', 'stale')),
+    duplicate_of     BIGINT,
+    delivery         TEXT COLLATE "C" NOT NULL
+        CHECK (delivery IN ('pending', 'delivered', 'none', 'held', 'parked', 'discarded')),
+    by               TEXT COLLATE "C" NOT NULL,
+    released_by      BIGINT,
+    sequence         BIGINT UNIQUE,
+    original_missing BIGINT NOT NULL DEFAULT 0,
+    output           TEXT COLLATE "C",
+    body             BYTEA,
+    seen             BIGINT NOT NULL,
+    delivered_at     BIGINT,
+    result_ref       TEXT COLLATE "C",
+    UNIQUE (interchange_key, position, fingerprint)
+);
+CREATE TABLE document_sequence (
+    one   BIGINT PRIMARY KEY CHECK (one = 1),
+    value BIGINT NOT NULL
+);
+CREATE INDEX documents_key ON documents (key, fingerprint);
+CREATE INDEX documents_subject ON documents (subject, role);
+CREATE INDEX documents_released_by ON documents (released_by) WHERE released_by IS NOT NULL;
+CREATE INDEX documents_open ON documents (delivery) WHERE delivery IN ('pending', 'held', 'parked');
+CREATE INDEX documents_seen ON documents (seen);
+CREATE TABLE deliveries (
+    id              BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    document_id     BIGINT NOT NULL,
+    key             TEXT COLLATE "C" NOT NULL,
+    destination     TEXT COLLATE "C" NOT NULL,
+    partner         TEXT COLLATE "C" NOT NULL,
+    interchange_key TEXT COLLATE "C" NOT NULL,
+    correlation_id  TEXT COLLATE "C" NOT NULL,
+    file            TEXT COLLATE "C" NOT NULL,
+    state           TEXT COLLATE "C" NOT NULL
+        CHECK (state IN ('queued', 'retrying', 'dead', 'delivered')),
+    attempts        BIGINT NOT NULL DEFAULT 0,
+    queued_by       TEXT COLLATE "C" NOT NULL,
+    owner           TEXT COLLATE "C",
+    lease_expires   BIGINT,
+    next_at         BIGINT NOT NULL,
+    created         BIGINT NOT NULL,
+    last_at         BIGINT,
+    last_status     TEXT COLLATE "C",
+    last_error      TEXT COLLATE "C",
+    delivered_at    BIGINT,
+    result_ref      TEXT COLLATE "C",
+    idempotency_key TEXT COLLATE "C" NOT NULL,
+    UNIQUE (document_id, destination)
+);
+CREATE INDEX deliveries_due ON deliveries (destination, next_at)
+    WHERE state IN ('queued', 'retrying');
+CREATE INDEX deliveries_key ON deliveries (key);
+CREATE INDEX deliveries_interchange ON deliveries (interchange_key);
+CREATE INDEX deliveries_document ON deliveries (document_id);
+CREATE TABLE circuits (
+    destination   TEXT COLLATE "C" PRIMARY KEY,
+    state         TEXT COLLATE "C" NOT NULL CHECK (state IN ('closed', 'open', 'probing')),
+    failures      BIGINT NOT NULL,
+    open_until    BIGINT,
+    probe_owner   TEXT COLLATE "C",
+    probe_expires BIGINT,
+    changed       BIGINT NOT NULL
+);
+"#];
+
+pub(super) fn known() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// The schema version of the database `conn` is connected to; 0 when it holds no registry.
+pub(super) fn version(conn: &Conn) -> super::db::Result<i64> {
+    let present: Option<String> = conn.query_row(
+        "SELECT CAST(to_regclass('x12gate_schema') AS TEXT)",
+        [],
+        |r| r.get(0),
+    )?;
+    if present.is_none() {
+        return Ok(0);
+    }
+    conn.query_row("SELECT max(version) FROM x12gate_schema", [], |r| {
+        r.get::<Option<i64>>(0)
+    })
+    .map(|v| v.unwrap_or(0))
+}
+
+pub(super) enum Migrated {
+    Done,
+    TooNew { found: i64, known: i64 },
+}
+
+/// Brings the schema up to date in one transaction under the writers' lock.
+pub(super) fn migrate(conn: &mut Conn) -> super::db::Result<Migrated> {
+    let tx = conn.transaction()?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS x12gate_schema (version BIGINT PRIMARY KEY, applied BIGINT NOT NULL)",
+    )?;
+    let found = version(&tx)?;
+    let known = known();
+    if found > known {
+        return Ok(Migrated::TooNew { found, known });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO x12gate_schema (version, applied) VALUES (?1, ?2)",
+            super::db::params![i as i64 + 1, super::now_ms()],
+        )?;
+    }
+    tx.commit()?;
+    Ok(Migrated::Done)
+}
