@@ -893,9 +893,9 @@ impl Registry {
                 "SELECT at, event, key, partner, control_number,
                         CASE WHEN event = 'released' THEN NULL ELSE disposition END, detail
                  FROM events
-                 WHERE (?1 IS NULL OR partner = ?1) AND (?2 IS NULL OR control_number = ?2)
-                   AND (?3 IS NULL OR disposition = ?3) AND (?4 IS NULL OR at >= ?4)
-                   AND (?5 IS NULL OR at <= ?5) AND (?6 IS NULL OR key = ?6)
+                 WHERE (partner = ?1 OR ?1 IS NULL) AND (control_number = ?2 OR ?2 IS NULL)
+                   AND (disposition = ?3 OR ?3 IS NULL) AND (at >= ?4 OR ?4 IS NULL)
+                   AND (at <= ?5 OR ?5 IS NULL) AND (key = ?6 OR ?6 IS NULL)
                  ORDER BY id",
             )
             .map_err(|e| self.sql(e))?;
@@ -1112,7 +1112,10 @@ fn record_fingerprint(
     attempt: u32,
     now: i64,
 ) -> Result<(), crate::registry::db::Error> {
-    tx.prepare_cached("INSERT OR REPLACE INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)")?.execute(
+    tx.prepare_cached(
+        "INSERT INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (key, attempt) DO UPDATE SET fingerprint = excluded.fingerprint, seen = excluded.seen",
+    )?.execute(
         params![key, fingerprint, attempt, now],
     )
     .map(drop)

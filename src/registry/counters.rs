@@ -36,7 +36,7 @@ pub(super) fn next_in(
     conn.prepare_cached(
         "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
          ON CONFLICT (partner, kind) DO UPDATE
-         SET value = CASE WHEN value >= ?3 THEN 1 ELSE value + 1 END
+         SET value = CASE WHEN counters.value >= ?3 THEN 1 ELSE counters.value + 1 END
          RETURNING value",
     )?
     .query_row(params![partner, counter.name(), MAX_CONTROL_NUMBER], |r| {

@@ -38,6 +38,9 @@ pub enum Error {
     Sqlite(#[from] rusqlite::Error),
     #[error(transparent)]
     Postgres(#[from] postgres::Error),
+    /// PostgreSQL refused a statement; the statement's beginning names it.
+    #[error("{cause} (in: {sql})")]
+    Statement { sql: String, cause: postgres::Error },
     #[error("the query returned no row")]
     NoRows,
     #[error("column {column}: {cause}")]
@@ -453,12 +456,21 @@ impl Pg {
         Ok(())
     }
 
+    /// The prepared statement for `sql`, cached by its text. The server infers each
+    /// parameter's type from its first place, so a parameter that is only tested somewhere
+    /// (`?1 IS NULL`) is used first where its type shows (`partner = ?1 OR ?1 IS NULL`).
     fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
         self.ready()?;
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.client.prepare(&dollar_parameters(sql))?;
+        let s = self
+            .client
+            .prepare(&dollar_parameters(sql))
+            .map_err(|cause| Error::Statement {
+                sql: crate::text::shortened(sql.trim(), 240).into_owned(),
+                cause,
+            })?;
         self.statements.insert(sql.to_string(), s.clone());
         Ok(s)
     }

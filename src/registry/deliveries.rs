@@ -221,7 +221,7 @@ impl Batch<'_> {
                 "UPDATE deliveries SET state = ?3, attempts = ?4, last_at = ?5,
                      last_status = ?6, last_error = ?7,
                      result_ref = COALESCE(?8, result_ref),
-                     delivered_at = CASE WHEN ?3 = 'delivered' THEN ?5 END,
+                     delivered_at = CASE WHEN ?3 = 'delivered' THEN CAST(?5 AS BIGINT) END,
                      next_at = CASE WHEN ?3 = 'retrying' THEN ?9 ELSE next_at END,
                      owner = NULL, lease_expires = NULL
                  WHERE id = ?1 AND owner = ?2",
@@ -393,7 +393,7 @@ impl Registry {
                 b.tx.prepare_cached(&format!(
                     "SELECT {CLAIMED}, owner FROM deliveries
                      WHERE destination = ?1 AND state IN ('queued', 'retrying') AND next_at <= ?5
-                     AND (?3 IS NULL OR queued_by = ?3)
+                     AND (queued_by = ?3 OR ?3 IS NULL)
                      AND (owner IS NULL OR lease_expires < ?2)
                      ORDER BY next_at, id LIMIT ?4"
                 ))
@@ -427,7 +427,7 @@ impl Registry {
                         b.tx.prepare_cached(&format!(
                             "SELECT {CLAIMED}, owner FROM deliveries
                              WHERE destination = ?1 AND state IN ('queued', 'retrying')
-                             AND next_at <= ?2 AND owner = ?3 AND (?4 IS NULL OR queued_by = ?4)
+                             AND next_at <= ?2 AND owner = ?3 AND (queued_by = ?4 OR ?4 IS NULL)
                              ORDER BY next_at, id LIMIT ?5"
                         ))
                         .and_then(|mut s| {
@@ -503,7 +503,7 @@ impl Registry {
                     "SELECT CASE WHEN lease_expires > ?3 THEN owner END AS holder,
                          MIN(next_at), MIN(COALESCE(lease_expires, 0))
                      FROM deliveries WHERE destination = ?1 AND state IN ('queued', 'retrying')
-                     AND (?2 IS NULL OR queued_by = ?2)
+                     AND (queued_by = ?2 OR ?2 IS NULL)
                      GROUP BY holder",
                 )
                 .and_then(|mut s| {
@@ -657,8 +657,8 @@ impl Registry {
             .conn
             .prepare(&format!(
                 "SELECT {ROW} FROM deliveries
-                 WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR partner = ?2)
-                 AND (?3 IS NULL OR key = ?3)
+                 WHERE (state = ?1 OR ?1 IS NULL) AND (partner = ?2 OR ?2 IS NULL)
+                 AND (key = ?3 OR ?3 IS NULL)
                  ORDER BY id"
             ))
             .map_err(|e| self.sql(e))?;
@@ -723,7 +723,7 @@ impl Registry {
                 b.tx.prepare_cached(
                     "UPDATE deliveries SET state = 'queued', attempts = 0, next_at = ?2,
                          created = ?2, owner = NULL, lease_expires = NULL
-                     WHERE state = 'dead' AND (?1 IS NULL OR key = ?1)",
+                     WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
                 )
                 .and_then(|mut s| s.execute(params![key, now]))
                 .map_err(|e| b.sql(e))?;
@@ -853,8 +853,9 @@ fn move_circuit(
         "INSERT INTO circuits (destination, state, failures, open_until, changed)
          VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (destination) DO UPDATE SET state = ?2, failures = ?3,
-             open_until = COALESCE(?4, open_until), probe_owner = NULL, probe_expires = NULL,
-             changed = CASE WHEN state = ?2 THEN changed ELSE ?5 END",
+             open_until = COALESCE(?4, circuits.open_until), probe_owner = NULL,
+             probe_expires = NULL,
+             changed = CASE WHEN circuits.state = ?2 THEN circuits.changed ELSE ?5 END",
     )?
     .execute(params![destination, next, failures, open_until, now])?;
     Ok((next, (next != state).then_some(next)))

@@ -448,7 +448,7 @@ fn insert(
              interchange_key, position, st02, disposition, duplicate_of, delivery, by, sequence,
              seen, delivered_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-             CASE WHEN ?13 = 'delivered' THEN ?16 END)
+             CASE WHEN ?13 = 'delivered' THEN CAST(?16 AS BIGINT) END)
          RETURNING id",
     )?
     .query_row(
@@ -482,7 +482,7 @@ fn first_of_key(
     fingerprint: Option<&str>,
 ) -> Result<Option<(i64, Delivery)>, crate::registry::db::Error> {
     tx.prepare_cached(
-        "SELECT id, delivery FROM documents WHERE key = ?1 AND (?2 IS NULL OR fingerprint = ?2)
+        "SELECT id, delivery FROM documents WHERE key = ?1 AND (fingerprint = ?2 OR ?2 IS NULL)
          ORDER BY id LIMIT 1",
     )?
     .query_row(params![key, fingerprint], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -494,7 +494,7 @@ fn first_of_key(
 fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry::db::Error> {
     tx.prepare_cached(
         "INSERT INTO document_sequence (one, value) VALUES (1, 1)
-         ON CONFLICT (one) DO UPDATE SET value = value + 1 RETURNING value",
+         ON CONFLICT (one) DO UPDATE SET value = document_sequence.value + 1 RETURNING value",
     )?
     .query_row([], |r| r.get(0))
 }
@@ -794,7 +794,7 @@ fn release(
         let sequence = next_sequence(tx)?;
         tx.prepare_cached(
             "UPDATE documents SET delivery = 'pending', by = ?2, sequence = ?3,
-                 original_missing = (delivery = 'parked') WHERE id = ?1",
+                 original_missing = CASE WHEN delivery = 'parked' THEN 1 ELSE 0 END WHERE id = ?1",
         )?
         .execute(params![id, by, sequence])?;
         ids.push(id);

@@ -233,16 +233,16 @@ impl Registry {
         let mut interchanges = self.all(
             &format!(
                 "SELECT {LISTED} FROM interchanges
-                 WHERE (?1 IS NULL
+                 WHERE (CAST(?1 AS TEXT) IS NULL
                         OR key = ?2 OR substr(key, instr(key, ':') + 1) = ?2
                         OR partner = ?1 OR substr(partner, instr(partner, ':') + 1) = ?1
-                        OR (?3 IS NOT NULL AND ltrim(control_number, '0') = ?3)
-                        OR (?10 IS NOT NULL AND instr(lower(COALESCE(file, '')), ?10) > 0)
+                        OR (CAST(?3 AS TEXT) IS NOT NULL AND ltrim(control_number, '0') = ?3)
+                        OR (CAST(?10 AS TEXT) IS NOT NULL AND instr(lower(COALESCE(file, '')), ?10) > 0)
                         OR key IN (SELECT interchange_key FROM documents
                                    WHERE instr(lower(key), ?4) > 0))
-                   AND (?5 IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
-                   AND (?6 IS NULL OR disposition = ?6)
-                   AND (?7 IS NULL OR last_seen >= ?7) AND (?8 IS NULL OR first_seen < ?8)
+                   AND (CAST(?5 AS TEXT) IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
+                   AND (disposition = ?6 OR ?6 IS NULL)
+                   AND (last_seen >= ?7 OR ?7 IS NULL) AND (first_seen < ?8 OR ?8 IS NULL)
                  ORDER BY last_seen DESC LIMIT ?9"
             ),
             params![
@@ -264,10 +264,10 @@ impl Registry {
         let mut documents = self.all(
             &format!(
                 "SELECT {} FROM documents
-                 WHERE (?1 IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1)
-                   AND (?3 IS NULL OR partner = ?3 OR substr(partner, instr(partner, ':') + 1) = ?3)
-                   AND (?4 IS NULL OR seen >= ?4) AND (?5 IS NULL OR seen < ?5)
-                   AND (?7 IS NULL OR interchange_key IN
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1)
+                   AND (CAST(?3 AS TEXT) IS NULL OR partner = ?3 OR substr(partner, instr(partner, ':') + 1) = ?3)
+                   AND (seen >= ?4 OR ?4 IS NULL) AND (seen < ?5 OR ?5 IS NULL)
+                   AND (CAST(?7 AS TEXT) IS NULL OR interchange_key IN
                         (SELECT key FROM interchanges WHERE disposition = ?7))
                  ORDER BY id DESC LIMIT ?6",
                 super::documents::COLUMNS
