@@ -22,10 +22,7 @@ use crate::watch::{
 
 /// The registry's interchanges by disposition or unfinished state (`in_flight`, `failed`).
 fn states(gate: &Gate) -> BTreeMap<String, u64> {
-    let db = gate.dir().join("x12gate.db");
-    let Ok(Some(registry)) =
-        x12gate::registry::Registry::open_read_only(&x12gate::registry::Database::from(&db))
-    else {
+    let Ok(Some(registry)) = x12gate::registry::Registry::open_read_only(&gate.database()) else {
         return BTreeMap::new();
     };
     let mut by = BTreeMap::new();

@@ -7,6 +7,8 @@ mod documents;
 mod fixtures;
 mod fuzz_corpus;
 mod intake;
+mod pg_server;
+mod postgres;
 mod process;
 mod props;
 mod real;

@@ -24,7 +24,7 @@ const TMP_DIR: &str = ".x12gate-tmp";
 // ---------------------------------------------------------------------------------------------
 // A gateway in a temporary folder.
 
-fn config_text(lease_seconds: u64, unknown_partners: &str) -> String {
+fn config_text(lease_seconds: u64, unknown_partners: &str, database: &str) -> String {
     format!(
         r#"[gateway]
 id_qualifier = "ZZ"
@@ -34,7 +34,7 @@ outbox = "data/outbox"
 out = "data/out"
 archive = "data/archive"
 rejected = "data/rejected"
-database = "data/x12gate.db"
+database = "{database}"
 lease_seconds = {lease_seconds}
 unknown_partners = "{unknown_partners}"
 
@@ -69,6 +69,8 @@ ta1 = "on_error"
 struct Gate {
     dir: tempfile::TempDir,
     config: PathBuf,
+    /// `database` in the configurations: the SQLite file, or a PostgreSQL URL.
+    database: String,
 }
 
 /// What one `process` (or other command) run left behind.
@@ -121,11 +123,30 @@ impl std::fmt::Display for Run {
 
 impl Gate {
     fn new(lease_seconds: u64, unknown_partners: &str) -> Gate {
+        Gate::with_database(lease_seconds, unknown_partners, "data/x12gate.db".into())
+    }
+
+    /// A gateway whose registry is a new database of the test PostgreSQL server; `None`
+    /// (said loudly) when there is no server.
+    fn on_postgres(lease_seconds: u64, unknown_partners: &str) -> Option<Gate> {
+        let url = crate::pg_server::database()?;
+        Some(Gate::with_database(lease_seconds, unknown_partners, url))
+    }
+
+    fn with_database(lease_seconds: u64, unknown_partners: &str, database: String) -> Gate {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("partners.toml");
-        fs::write(&config, config_text(lease_seconds, unknown_partners)).unwrap();
+        fs::write(
+            &config,
+            config_text(lease_seconds, unknown_partners, &database),
+        )
+        .unwrap();
         fs::create_dir(dir.path().join("in")).unwrap();
-        Gate { dir, config }
+        Gate {
+            dir,
+            config,
+            database,
+        }
     }
 
     fn root(&self) -> &Path {
@@ -136,7 +157,11 @@ impl Gate {
     #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     fn other_config(&self, name: &str, lease_seconds: u64, unknown_partners: &str) -> PathBuf {
         let path = self.root().join(name);
-        fs::write(&path, config_text(lease_seconds, unknown_partners)).unwrap();
+        fs::write(
+            &path,
+            config_text(lease_seconds, unknown_partners, &self.database),
+        )
+        .unwrap();
         path
     }
 
@@ -654,9 +679,21 @@ fn a_corrected_resend_after_a_rejection_is_accepted_as_attempt_2() {
 
 #[test]
 fn concurrent_processes_accept_an_interchange_exactly_once() {
+    concurrent_exactly_once(Gate::new(300, "reject"));
+}
+
+/// The same 8 processes at once, 20 rounds, on one PostgreSQL registry: the claim is the
+/// server's decision, exactly one acceptance each round.
+#[test]
+fn concurrent_processes_on_postgres_accept_an_interchange_exactly_once() {
+    if let Some(gate) = Gate::on_postgres(300, "reject") {
+        concurrent_exactly_once(gate);
+    }
+}
+
+fn concurrent_exactly_once(gate: Gate) {
     const PROCESSES: usize = 8;
     const ROUNDS: u32 = 20;
-    let gate = Gate::new(300, "reject");
     // Each round is another order: its own interchange and its own PO number.
     let number = |isa13: u32| format!("PO-{isa13}");
     for round in 0..ROUNDS {
@@ -1108,7 +1145,10 @@ mod crash {
     /// finished once, with the very bytes the crashed run wrote.
     fn crash_then_take_over(point: &str) {
         // A lease far longer than the test: nothing may wait for it.
-        let gate = Gate::new(300, "reject");
+        crash_then_take_over_on(Gate::new(300, "reject"), point);
+    }
+
+    fn crash_then_take_over_on(gate: Gate, point: &str) {
         let file = gate.write("po.x12", po("ACME", 101, 101));
         let (key, stem) = acme(101);
 
@@ -1195,10 +1235,32 @@ mod crash {
         crash_then_take_over("complete.before");
     }
 
+    /// Each crash point on a PostgreSQL registry: killed, then rerun, nothing lost or
+    /// doubled, the work finished with the crashed run's bytes.
+    #[test]
+    fn on_postgres_each_crash_is_taken_over_at_once() {
+        for point in ["claim.after", "outputs.after", "complete.before"] {
+            let Some(gate) = Gate::on_postgres(300, "reject") else {
+                return;
+            };
+            crash_then_take_over_on(gate, point);
+        }
+    }
+
     #[test]
     fn after_a_crash_concurrent_reruns_accept_exactly_once() {
+        concurrent_reruns_after_crashes(Gate::new(1, "reject"));
+    }
+
+    #[test]
+    fn on_postgres_after_a_crash_concurrent_reruns_accept_exactly_once() {
+        if let Some(gate) = Gate::on_postgres(1, "reject") {
+            concurrent_reruns_after_crashes(gate);
+        }
+    }
+
+    fn concurrent_reruns_after_crashes(gate: Gate) {
         const PROCESSES: usize = 4;
-        let gate = Gate::new(1, "reject");
         let rerun_config = gate.other_config("rerun.toml", 60, "reject");
         let points = ["claim.after", "outputs.after", "complete.before"];
         let mut files = Vec::new();

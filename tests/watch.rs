@@ -61,13 +61,21 @@ impl Default for Settings {
 /// One test's gateway: a temporary folder with its own partners.toml and folders.
 pub(crate) struct Gate {
     tmp: tempfile::TempDir,
+    /// A PostgreSQL registry's URL; `None`: the SQLite file `x12gate.db`.
+    postgres: Option<String>,
     /// Watcher runs so far, to name their logs.
     runs: std::sync::atomic::AtomicU32,
 }
 
 impl Gate {
     pub(crate) fn new(s: Settings) -> Gate {
+        Gate::with_database(s, None)
+    }
+
+    /// A gateway whose registry is the PostgreSQL database `postgres` (when given).
+    pub(crate) fn with_database(s: Settings, postgres: Option<String>) -> Gate {
         let tmp = tempfile::tempdir().expect("temporary folder");
+        let database = postgres.clone().unwrap_or_else(|| "x12gate.db".into());
         let config = format!(
             r#"[gateway]
 id_qualifier = "ZZ"
@@ -78,7 +86,7 @@ out = "out"
 archive = "archive"
 rejected = "rejected"
 work = "work"
-database = "x12gate.db"
+database = "{database}"
 lease_seconds = {lease}
 workers = {workers}
 settle_ms = {settle}
@@ -104,7 +112,20 @@ contact = "edi-ops@example.com"
         fs::create_dir_all(tmp.path().join("inbox")).expect("create inbox");
         Gate {
             tmp,
+            postgres,
             runs: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// The gateway's registry.
+    pub(crate) fn database(&self) -> x12gate::registry::Database {
+        match &self.postgres {
+            Some(url) => x12gate::registry::Database::Postgres(x12gate::registry::Postgres {
+                url: url.clone(),
+                password_env: None,
+                ca_file: None,
+            }),
+            None => x12gate::registry::Database::Sqlite(self.dir().join("x12gate.db")),
         }
     }
 
@@ -1263,10 +1284,7 @@ fn corrected_resend_arriving_with_its_rejected_original() {
 
 /// Claims not yet completed (`in_flight` or `failed`), read from the registry.
 pub(crate) fn unfinished_claims(gate: &Gate) -> u64 {
-    let db = gate.dir().join("x12gate.db");
-    let Ok(Some(registry)) =
-        x12gate::registry::Registry::open_read_only(&x12gate::registry::Database::from(&db))
-    else {
+    let Ok(Some(registry)) = x12gate::registry::Registry::open_read_only(&gate.database()) else {
         return 0;
     };
     registry

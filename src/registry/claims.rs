@@ -957,16 +957,28 @@ impl Registry {
             self.all(query, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         };
         let decisions = self.decisions()?;
-        let acks_sent = rows3(
+        // The acknowledgments an event lists: SQLite's JSON functions, or the function the
+        // PostgreSQL schema defines for the same (an unreadable detail lists none).
+        let acks = if self.conn.is_postgres() {
+            "acks_of(e.detail) j(value)"
+        } else {
+            "json_each(e.detail, '$.acks') j"
+        };
+        let readable = if self.conn.is_postgres() {
+            ""
+        } else {
+            "AND json_valid(e.detail)"
+        };
+        let acks_sent = rows3(&format!(
             "SELECT e.partner,
                     CASE WHEN j.value LIKE '%.997.x12' THEN '997'
                          WHEN j.value LIKE '%.999.x12' THEN '999'
                          WHEN j.value LIKE '%.ta1.x12' THEN 'ta1' ELSE 'other' END,
                     COUNT(*)
-             FROM events e, json_each(e.detail, '$.acks') j
-             WHERE e.partner IS NOT NULL AND e.disposition IS NOT NULL AND json_valid(e.detail)
+             FROM events e, {acks}
+             WHERE e.partner IS NOT NULL AND e.disposition IS NOT NULL {readable}
              GROUP BY 1, 2 ORDER BY 1, 2",
-        )?;
+        ))?;
         let mut stmt = self
             .conn
             // last_seen: when the claim was last taken (first_seen may be days older).

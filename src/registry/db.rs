@@ -427,8 +427,45 @@ fn dollar_parameters(sql: &str) -> String {
     out
 }
 
+/// Runs `f`, which blocks on the synchronous PostgreSQL client (it drives its own small
+/// runtime), also where it is called from a task of the gateway's runtime (the watcher, the
+/// web page): the worker thread hands its other tasks off meanwhile.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// The client, closed (which blocks too) by [`blocking`] when dropped.
+struct Client(Option<postgres::Client>);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            blocking(|| drop(c));
+        }
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = postgres::Client;
+    fn deref(&self) -> &postgres::Client {
+        // Only `drop` takes the client out.
+        self.0.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut postgres::Client {
+        self.0.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
 pub struct Pg {
-    client: postgres::Client,
+    client: Client,
     statements: HashMap<String, postgres::Statement>,
     connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
     in_transaction: bool,
@@ -439,7 +476,7 @@ impl Pg {
         connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
     ) -> Result<Pg, postgres::Error> {
         Ok(Pg {
-            client: connect()?,
+            client: Client(Some(blocking(&connect)?)),
             statements: HashMap::new(),
             connect,
             in_transaction: false,
@@ -450,7 +487,7 @@ impl Pg {
     /// again; inside a transaction the error stands and the transaction is lost with it.
     fn ready(&mut self) -> Result<()> {
         if self.client.is_closed() && !self.in_transaction {
-            self.client = (self.connect)()?;
+            self.client = Client(Some(blocking(&self.connect)?));
             self.statements.clear();
         }
         Ok(())
@@ -464,9 +501,8 @@ impl Pg {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let s = self
-            .client
-            .prepare(&dollar_parameters(sql))
+        let client = &mut *self.client;
+        let s = blocking(|| client.prepare(&dollar_parameters(sql)))
             .map_err(|cause| Error::Statement {
                 sql: crate::text::shortened(sql.trim(), 240).into_owned(),
                 cause,
@@ -490,7 +526,8 @@ impl Pg {
             .iter()
             .map(|v| v as &(dyn postgres::types::ToSql + Sync))
             .collect();
-        Ok(f(&mut self.client, &statement, &refs)?)
+        let client = &mut *self.client;
+        Ok(blocking(|| f(client, &statement, &refs))?)
     }
 }
 
@@ -537,7 +574,8 @@ impl Conn {
             Conn::Postgres(p) => {
                 let mut p = p.borrow_mut();
                 p.ready()?;
-                Ok(p.client.batch_execute(sql)?)
+                let client = &mut *p.client;
+                Ok(blocking(|| client.batch_execute(sql))?)
             }
         }
     }
@@ -641,12 +679,15 @@ impl Conn {
                 let mut p = p.borrow_mut();
                 p.ready()?;
                 p.in_transaction = true;
-                let begun = p.client.batch_execute(&format!(
-                    "BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
-                ));
+                let client = &mut *p.client;
+                let begun = blocking(|| {
+                    client.batch_execute(&format!(
+                        "BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
+                    ))
+                });
                 if let Err(e) = begun {
                     p.in_transaction = false;
-                    let _ = p.client.batch_execute("ROLLBACK");
+                    let _ = blocking(|| p.client.batch_execute("ROLLBACK"));
                     return Err(e.into());
                 }
             }

@@ -126,6 +126,13 @@ pub(super) enum ConnectError {
 const MIGRATIONS: &[&str] = &[r#"
 CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS BIGINT
     LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)::BIGINT';
+-- The file names in an event's `acks` list; none when the detail is not such JSON.
+CREATE FUNCTION acks_of(detail TEXT) RETURNS SETOF TEXT LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN QUERY SELECT jsonb_array_elements_text(detail::jsonb -> 'acks');
+EXCEPTION WHEN others THEN
+    RETURN;
+END $$;
 CREATE TABLE counters (
     partner TEXT COLLATE "C" NOT NULL,
     kind    TEXT COLLATE "C" NOT NULL,
