@@ -955,6 +955,9 @@ impl Watcher {
             self.last_adopt = now;
             let adopted = self.intake.adopt();
             self.enqueue(adopted);
+            // A watcher killed mid-write (here or on another node sharing the folders)
+            // leaves temporary files that only a start would otherwise clear.
+            crate::outputs::clean_stale_outputs(&self.config.gateway);
         }
         self.dispatch(now);
         if now.duration_since(self.last_due) >= DUE_EVERY && self.deliver_due() {
