@@ -54,14 +54,14 @@ fn listen_on(gate: &Gate, addr: &str) {
 }
 
 /// A running `x12gate serve`, killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     log: PathBuf,
     addr: String,
 }
 
 impl Served {
-    fn start(dir: &Path, args: &[&str], token: Option<&str>) -> Served {
+    pub(crate) fn start(dir: &Path, args: &[&str], token: Option<&str>) -> Served {
         let addr = format!("127.0.0.1:{}", free_port());
         let log = dir.join(format!("serve-{}.log", addr.replace([':', '.'], "-")));
         let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("x12gate"));
@@ -85,7 +85,7 @@ impl Served {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 }
@@ -98,7 +98,7 @@ impl Drop for Served {
 }
 
 /// One HTTP request without a browser: (status, headers, body). Redirects are not followed.
-fn request(
+pub(crate) fn request(
     method: &str,
     url: &str,
     headers: &[(&str, &str)],

@@ -20,7 +20,7 @@ use std::fmt;
 use postgres::types::{IsNull, Type};
 
 /// The PostgreSQL advisory lock every write transaction holds: "x12gate" in ASCII.
-pub const WRITER_LOCK: i64 = 0x7831_3267_6174_65;
+pub const WRITER_LOCK: i64 = 0x0078_3132_6761_7465;
 
 /// A value bound to a parameter or read from a column.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,10 +36,10 @@ pub enum Value {
 pub enum Error {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    #[error(transparent)]
+    #[error("{}", pg_message(.0))]
     Postgres(#[from] postgres::Error),
     /// PostgreSQL refused a statement; the statement's beginning names it.
-    #[error("{cause} (in: {sql})")]
+    #[error("{} (in: {sql})", pg_message(.cause))]
     Statement { sql: String, cause: postgres::Error },
     #[error("the query returned no row")]
     NoRows,
@@ -51,6 +51,19 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The server's own words ("db error" alone says nothing), with its SQLSTATE.
+fn pg_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ),
+        None => e.to_string(),
+    }
+}
 
 impl Error {
     /// Another writer holds SQLite's lock past the busy handler's patience.
@@ -502,11 +515,12 @@ impl Pg {
             return Ok(s.clone());
         }
         let client = &mut *self.client;
-        let s = blocking(|| client.prepare(&dollar_parameters(sql)))
-            .map_err(|cause| Error::Statement {
+        let s = blocking(|| client.prepare(&dollar_parameters(sql))).map_err(|cause| {
+            Error::Statement {
                 sql: crate::text::shortened(sql.trim(), 240).into_owned(),
                 cause,
-            })?;
+            }
+        })?;
         self.statements.insert(sql.to_string(), s.clone());
         Ok(s)
     }
@@ -534,7 +548,7 @@ impl Pg {
 /// A connection to either store.
 pub enum Conn {
     Sqlite(rusqlite::Connection),
-    Postgres(RefCell<Pg>),
+    Postgres(Box<RefCell<Pg>>),
 }
 
 impl fmt::Debug for Conn {

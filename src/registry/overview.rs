@@ -243,7 +243,7 @@ impl Registry {
                    AND (CAST(?5 AS TEXT) IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
                    AND (disposition = ?6 OR ?6 IS NULL)
                    AND (last_seen >= ?7 OR ?7 IS NULL) AND (first_seen < ?8 OR ?8 IS NULL)
-                 ORDER BY last_seen DESC LIMIT ?9"
+                 ORDER BY last_seen DESC, key LIMIT ?9"
             ),
             params![
                 text,

@@ -110,7 +110,7 @@ impl Postgres {
             Some(tls) => config.connect(tls.clone()),
         };
         let pg = Pg::new(Box::new(open)).map_err(ConnectError::Server)?;
-        Ok(Conn::Postgres(std::cell::RefCell::new(pg)))
+        Ok(Conn::Postgres(Box::new(std::cell::RefCell::new(pg))))
     }
 }
 
@@ -124,8 +124,8 @@ pub(super) enum ConnectError {
 /// The schema, version by version; never edit a shipped entry. Version 1 is SQLite's
 /// schema as of its version 7; a later SQLite migration gets its counterpart here.
 const MIGRATIONS: &[&str] = &[r#"
-CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS BIGINT
-    LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)::BIGINT';
+CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS INTEGER
+    LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)';
 -- The file names in an event's `acks` list; none when the detail is not such JSON.
 CREATE FUNCTION acks_of(detail TEXT) RETURNS SETOF TEXT LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
