@@ -60,6 +60,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, TransactionBehavior};
+
+#[path = "../tests/pg_server.rs"]
+mod pg_server;
 use testdata::Generator;
 use x12gate::pipeline::Report;
 use x12gate::x12::Limits;
@@ -209,6 +212,8 @@ fn main() {
          no parsing): {model_ratio:.3}, {:.1}x process",
         model_ratio / median
     );
+
+    postgres_phase(&root, &paths, chunk, p, sqlite_rows);
 
     if std::env::var_os("X12GATE_BENCH_KEEP").is_some_and(|v| v == "1") {
         println!("kept: {}", root.display());
@@ -373,6 +378,132 @@ ta1 = "on_error"
 check_group_duplicates = true
 fingerprint_ignore = ["ISA09", "ISA10", "GS04", "GS05"]
 "#;
+
+/// A gateway folder `name` under `root` with the bench's configuration on `database`.
+fn gateway_on(root: &Path, name: &str, database: &str) -> PathBuf {
+    let dir = root.join(name);
+    fs::create_dir_all(&dir).expect("create a gateway folder");
+    let config = dir.join("partners.toml");
+    let text = CONFIG.replace(
+        "database = \"x12gate.db\"",
+        &format!("database = \"{database}\""),
+    );
+    fs::write(&config, text).expect("write the config");
+    config
+}
+
+/// `files` through `process` in calls of `chunk` files, by `nodes` processes at once (each
+/// its half, third, ...): the wall time.
+fn process_by(config: &Path, files: &[PathBuf], chunk: usize, nodes: usize) -> Duration {
+    let share = files.len().div_ceil(nodes.max(1)).max(1);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for part in files.chunks(share) {
+            s.spawn(move || {
+                for c in part.chunks(chunk) {
+                    process_call(config, c);
+                }
+            });
+        }
+    });
+    t.elapsed()
+}
+
+/// The registry on PostgreSQL, on a durable server of our own (`fsync = on`,
+/// `synchronous_commit = on`; or `X12GATE_BENCH_POSTGRES=postgres://USER@HOST:PORT`, a user
+/// that may create databases): the bare commit rate of the server (one INSERT per
+/// transaction, from one connection), `process` with one node, and two nodes (two processes,
+/// half the files each) on one server; SQLite's two processes on one file beside them.
+fn postgres_phase(root: &Path, paths: &[PathBuf], chunk: usize, sqlite_one: f64, rows: usize) {
+    let server = match std::env::var("X12GATE_BENCH_POSTGRES") {
+        Ok(url) if !url.is_empty() => pg_server::Server {
+            base: url.trim_end_matches('/').to_string(),
+            socket: None,
+        },
+        _ => match pg_server::start(true) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("\nPostgreSQL: skipped, no server could be started: {e}");
+                return;
+            }
+        },
+    };
+    let n = paths.len();
+    let floor = postgres_floor(&pg_server::database_on(&server), rows);
+    let one = process_by(
+        &gateway_on(root, "pg-one", &pg_server::database_on(&server)),
+        paths,
+        chunk,
+        1,
+    );
+    // The same server through its Unix socket: what a node on the database's host saves in
+    // round trips.
+    let local = server.socket.as_ref().map(|socket| {
+        let name = pg_server::database_on(&server);
+        let db = name.rsplit('/').next().unwrap_or_default().to_string();
+        let config = gateway_on(root, "pg-socket", &format!("{socket}/{db}"));
+        rate(n, process_by(&config, paths, chunk, 1))
+    });
+    let two = process_by(
+        &gateway_on(root, "pg-two", &pg_server::database_on(&server)),
+        paths,
+        chunk,
+        2,
+    );
+    let sqlite_two = process_by(
+        &gateway_on(root, "sqlite-two", "x12gate.db"),
+        paths,
+        chunk,
+        2,
+    );
+    let (floor, one, two, sqlite_two) = (
+        rate(rows, floor),
+        rate(n, one),
+        rate(n, two),
+        rate(n, sqlite_two),
+    );
+    println!();
+    println!("PostgreSQL durable floor: {floor:.1} commits/s (one INSERT per transaction)");
+    println!(
+        "process on PostgreSQL, 1 node:  {one:.1} interchanges/s ({:.2}x SQLite's {sqlite_one:.1})",
+        one / sqlite_one
+    );
+    if let Some(local) = local {
+        println!(
+            "process on PostgreSQL, 1 node, Unix socket: {local:.1} interchanges/s ({:.2}x SQLite's)",
+            local / sqlite_one
+        );
+    }
+    println!(
+        "process on PostgreSQL, 2 nodes: {two:.1} interchanges/s ({:.2}x one node)",
+        two / one
+    );
+    println!(
+        "process on SQLite, 2 processes: {sqlite_two:.1} interchanges/s ({:.2}x one process)",
+        sqlite_two / sqlite_one
+    );
+}
+
+/// `rows` INSERTs, each its own durable transaction, on a new table of `url`; the time.
+fn postgres_floor(url: &str, rows: usize) -> Duration {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE, detail TEXT NOT NULL)",
+        )
+        .unwrap();
+    let insert = client
+        .prepare("INSERT INTO t (key, detail) VALUES ($1, $2)")
+        .unwrap();
+    let detail = "x".repeat(200);
+    let t = Instant::now();
+    for i in 0..rows {
+        client
+            .execute(&insert, &[&format!("ZZ:ACME:{i:09}"), &detail])
+            .unwrap();
+    }
+    t.elapsed()
+}
 
 /// Generates and writes the inbox and the configuration; the configuration's path and the
 /// inbound files.

@@ -18,6 +18,8 @@ use std::sync::OnceLock;
 pub struct Server {
     /// `postgres://USER@127.0.0.1:PORT`, with no database.
     pub base: String,
+    /// The same server through its Unix socket, when it is ours.
+    pub socket: Option<String>,
 }
 
 static SERVER: OnceLock<Option<Server>> = OnceLock::new();
@@ -30,8 +32,9 @@ pub fn server() -> Option<&'static Server> {
             let got = match std::env::var("X12GATE_TEST_POSTGRES") {
                 Ok(url) if !url.is_empty() => Ok(Server {
                     base: url.trim_end_matches('/').to_string(),
+                    socket: None,
                 }),
-                _ => start(),
+                _ => start(false),
             };
             match got {
                 Ok(s) => Some(s),
@@ -58,19 +61,23 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-fn admin(server: &Server) -> postgres::Client {
+pub fn admin(server: &Server) -> postgres::Client {
     postgres::Client::connect(&format!("{}/postgres", server.base), postgres::NoTls)
         .expect("a connection to the test server")
 }
 
 /// A new empty database: its URL.
 pub fn database() -> Option<String> {
-    let server = server()?;
+    Some(database_on(server()?))
+}
+
+/// A new empty database on `server`: its URL.
+pub fn database_on(server: &Server) -> String {
     let name = unique("x12gate_test");
     admin(server)
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .expect("CREATE DATABASE on the test server");
-    Some(format!("{}/{name}", server.base))
+    format!("{}/{name}", server.base)
 }
 
 /// A new empty schema in the shared database `postgres`: a URL whose connections use it.
@@ -123,7 +130,9 @@ fn command(bin: &Path, program: &str, root: bool) -> Command {
     }
 }
 
-fn start() -> Result<Server, String> {
+/// Starts a server of our own. `durable`: PostgreSQL's defaults (`fsync`, a commit waits
+/// for its WAL flush), for benchmarks; else without flushes, for tests.
+pub fn start(durable: bool) -> Result<Server, String> {
     let bin = binaries().ok_or("no pg_ctl and initdb on PATH or in /usr/lib/postgresql")?;
     let root = is_root();
     let dir = std::env::temp_dir().join(unique("x12gate-pg"));
@@ -166,10 +175,15 @@ fn start() -> Result<Server, String> {
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("a free port: {e}"))?
             .port();
-        // fsync off: the tests kill gateway processes, never the server, and a test
-        // server's durability across power loss is of no interest.
+        // Without flushes for tests: they kill gateway processes, never the server, and a
+        // test server's durability across power loss is of no interest.
+        let flushes = if durable {
+            "-c fsync=on -c synchronous_commit=on"
+        } else {
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        };
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 {flushes}",
             dir.display()
         );
         let status = command(&bin, "pg_ctl", root)
@@ -184,8 +198,10 @@ fn start() -> Result<Server, String> {
             .map_err(|e| format!("pg_ctl: {e}"))?;
         if status.success() {
             stop_when_we_exit(&bin, &data, &dir, root);
+            let dir_in_url = dir.display().to_string().replace('/', "%2F");
             return Ok(Server {
                 base: format!("postgres://x12gate@127.0.0.1:{port}"),
+                socket: Some(format!("postgres://x12gate@{dir_in_url}:{port}")),
             });
         }
         last = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
