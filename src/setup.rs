@@ -438,9 +438,13 @@ pub fn init(
 ) -> Result<Initialized, InitError> {
     let g = &config.gateway;
     if Registry::exists(&g.database) {
-        let installation = Registry::open(&g.database, identity(g))
-            .and_then(|r| r.installation())
-            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        let installation =
+            match Registry::open(&g.database, identity(g)).and_then(|r| r.installation()) {
+                Ok(installation) => installation,
+                // A server that cannot be reached is not a registry that exists.
+                Err(e) if g.database.file().is_none() => return Err(e.into()),
+                Err(e) => format!("unreadable: {e}"),
+            };
         return Err(InitError::Exists(g.database.to_string(), installation));
     }
     for (_, dir) in folders(g) {

@@ -133,6 +133,17 @@ fn command(bin: &Path, program: &str, root: bool) -> Command {
 /// Starts a server of our own. `durable`: PostgreSQL's defaults (`fsync`, a commit waits
 /// for its WAL flush), for benchmarks; else without flushes, for tests.
 pub fn start(durable: bool) -> Result<Server, String> {
+    start_with(durable, "", |_| Ok(()))
+}
+
+/// [`start`] with more server options (`-c name=value ...`, where `{data}` is the data
+/// folder), after `prepare` has put what they name into the server's folder (given; its
+/// files become the server user's).
+pub fn start_with(
+    durable: bool,
+    extra: &str,
+    prepare: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<Server, String> {
     let bin = binaries().ok_or("no pg_ctl and initdb on PATH or in /usr/lib/postgresql")?;
     let root = is_root();
     let dir = std::env::temp_dir().join(unique("x12gate-pg"));
@@ -169,6 +180,14 @@ pub fn start(durable: bool) -> Result<Server, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    prepare(&dir)?;
+    let extra = extra.replace("{data}", &data.display().to_string());
+    if root {
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status();
+    }
     let mut last = String::new();
     for _ in 0..5 {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -183,7 +202,7 @@ pub fn start(durable: bool) -> Result<Server, String> {
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         };
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 {flushes}",
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 {flushes} {extra}",
             dir.display()
         );
         let status = command(&bin, "pg_ctl", root)

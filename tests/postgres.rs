@@ -235,3 +235,146 @@ fn mask(text: &str, root: &str) -> String {
     }
     out
 }
+
+/// A server that takes TLS connections only, with a certificate of a CA of the test's own:
+/// `sslmode=require` and `database_ca` naming that CA connect (over TLS, since the server
+/// refuses anything else); without `database_ca` the certificate is refused; with
+/// `sslmode=disable` the server refuses the plain connection. Each is `x12gate init` on a
+/// configuration of its own.
+#[test]
+fn tls_connects_with_the_configured_ca_and_verifies_the_certificate() {
+    if crate::pg_server::server().is_none() {
+        return;
+    }
+    let openssl = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .map_err(|e| format!("openssl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let certs = tempfile::tempdir().unwrap();
+    let c = certs.path();
+    // A CA, and the server's certificate for 127.0.0.1 signed by it.
+    openssl(
+        c,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=x12gate test CA",
+        ],
+    )
+    .unwrap();
+    openssl(
+        c,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    )
+    .unwrap();
+    fs::write(c.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        c,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    )
+    .unwrap();
+    let server = crate::pg_server::start_with(
+        false,
+        "-c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key -c hba_file={data}/tls_only.conf",
+        |dir| {
+            let data = dir.join("data");
+            for f in ["server.pem", "server.key"] {
+                fs::copy(c.join(f), data.join(f)).map_err(|e| e.to_string())?;
+            }
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(data.join("server.key"), fs::Permissions::from_mode(0o600))
+                .map_err(|e| e.to_string())?;
+            fs::write(
+                data.join("tls_only.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .map_err(|e| e.to_string())
+        },
+    )
+    .expect("a TLS-only test server");
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+    let init = |name: &str, query: &str, ca: Option<&std::path::Path>| {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_line = ca.map_or(String::new(), |p| {
+            format!("database_ca = \"{}\"\n", p.display())
+        });
+        fs::write(
+            dir.path().join("partners.toml"),
+            format!(
+                "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"postgres://x12gate@127.0.0.1:{port}/postgres?{query}\"\n{ca_line}\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
+            ),
+        )
+        .unwrap();
+        let out = crate::util::x12gate(dir.path())
+            .arg("init")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("{name}: {:?} {text}", out.status.code());
+        (out.status.code(), text)
+    };
+    let (code, text) = init("with the CA", "sslmode=require", Some(&c.join("ca.pem")));
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("created registry"), "{text}");
+    let (code, text) = init("without the CA", "sslmode=require", None);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+    let (code, text) = init("plain", "sslmode=disable", None);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("pg_hba.conf") || text.contains("no encryption"),
+        "{text}"
+    );
+}

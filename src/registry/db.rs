@@ -61,7 +61,17 @@ fn pg_message(e: &postgres::Error) -> String {
             db.message(),
             db.code().code()
         ),
-        None => e.to_string(),
+        // "error performing TLS handshake": the reason is in the sources.
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
+        }
     }
 }
 
