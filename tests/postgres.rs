@@ -378,3 +378,106 @@ fn tls_connects_with_the_configured_ca_and_verifies_the_certificate() {
         "{text}"
     );
 }
+
+fn postgres_at(url: &str) -> x12gate::registry::Database {
+    x12gate::registry::Database::Postgres(x12gate::registry::Postgres {
+        url: url.to_string(),
+        password_env: None,
+        ca_file: None,
+    })
+}
+
+const WHO: x12gate::registry::Identity<'static> = x12gate::registry::Identity {
+    qualifier: "ZZ",
+    id: "X12GATE",
+};
+
+/// Ends every session on the database of `url` but the caller's, as a server restart or
+/// a failover does.
+fn end_sessions(url: &str) {
+    let server = crate::pg_server::server().expect("the test server");
+    let db = url.rsplit('/').next().unwrap_or_default().to_string();
+    let ended = crate::pg_server::admin(server)
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .unwrap();
+    assert!(!ended.is_empty(), "no session to end");
+}
+
+/// A connection the server dropped is opened again at the next statement: the registry
+/// goes on after a restart or failover, and a read-only one stays read-only.
+#[test]
+fn a_dropped_connection_is_opened_again_and_a_read_only_one_stays_read_only() {
+    use x12gate::registry::{Counter, Registry};
+    let Some(url) = crate::pg_server::database() else {
+        return;
+    };
+    let db = postgres_at(&url);
+    let registry = Registry::create(&db, WHO).unwrap();
+    assert_eq!(
+        registry
+            .next_control_number("ZZ:ACME", Counter::Interchange)
+            .unwrap(),
+        1
+    );
+    let read_only = Registry::open_read_only(&db).unwrap().expect("a registry");
+    let refused = read_only.set_control_number("ZZ:ACME", Counter::Interchange, 5);
+    assert!(format!("{refused:?}").contains("read-only"), "{refused:?}");
+    end_sessions(&url);
+    // The first statement after the drop may fail with it; the next opens a new connection.
+    let _ = registry.next_control_number("ZZ:ACME", Counter::Interchange);
+    let n = registry
+        .next_control_number("ZZ:ACME", Counter::Interchange)
+        .unwrap();
+    assert!((2..=3).contains(&n), "{n}");
+    let _ = read_only.current_control_number("ZZ:ACME", Counter::Interchange);
+    assert_eq!(
+        read_only
+            .current_control_number("ZZ:ACME", Counter::Interchange)
+            .unwrap(),
+        Some(n)
+    );
+    let refused = read_only.set_control_number("ZZ:ACME", Counter::Interchange, 9);
+    assert!(
+        format!("{refused:?}").contains("read-only"),
+        "after reconnecting: {refused:?}"
+    );
+}
+
+/// A session that holds the writers' lock and stops (a node that lost its network in the
+/// middle of a transaction) stops the other writers only for the lock timeout: they fail
+/// as SQLite's writers fail after the busy timeout, and work again once it is gone. (The
+/// URL's `options` shorten the timeout for the test.)
+#[test]
+fn a_writer_waits_for_a_stuck_lock_holder_only_for_the_lock_timeout() {
+    use x12gate::registry::{Counter, Registry};
+    let Some(url) = crate::pg_server::database() else {
+        return;
+    };
+    let mut registry = Registry::create(
+        &postgres_at(&format!("{url}?options=-c%20lock_timeout%3D500")),
+        WHO,
+    )
+    .unwrap();
+    let mut holder = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({})",
+            x12gate::registry::WRITER_LOCK
+        ))
+        .unwrap();
+    let started = Instant::now();
+    let stuck = registry.batch(|b| b.next_control_number_in_batch("ZZ:ACME", Counter::Group));
+    let waited = started.elapsed();
+    assert!(format!("{stuck:?}").contains("lock"), "{stuck:?}");
+    assert!(waited < Duration::from_secs(20), "waited {waited:?}");
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(
+        registry
+            .batch(|b| b.next_control_number_in_batch("ZZ:ACME", Counter::Group))
+            .unwrap(),
+        1
+    );
+}

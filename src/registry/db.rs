@@ -76,7 +76,9 @@ fn pg_message(e: &postgres::Error) -> String {
 }
 
 impl Error {
-    /// Another writer holds SQLite's lock past the busy handler's patience.
+    /// SQLite answered "locked" where it may not have waited for the lock (its busy
+    /// handler is not called everywhere), so the step is tried again. PostgreSQL waits for
+    /// its locks itself, up to `lock_timeout`, and its lock errors are final.
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Sqlite(e) if matches!(
             e.sqlite_error_code(),
@@ -403,6 +405,10 @@ impl postgres::types::ToSql for Value {
                 }
             }
             Value::Real(f) => f.to_sql(ty, out),
+            // PostgreSQL's text cannot hold NUL, which a partner's file can: it is stored
+            // as U+FFFD, here and in every parameter compared with it, so the same value
+            // still finds its row (and a NUL and a U+FFFD in one place are one value).
+            Value::Text(s) if s.contains('\0') => s.replace('\0', "\u{FFFD}").to_sql(ty, out),
             Value::Text(s) => s.as_str().to_sql(ty, out),
             Value::Blob(b) => {
                 if *ty == Type::BYTEA {

@@ -26,6 +26,7 @@ use std::time::Duration;
 use db::{Conn, OptionalExtension};
 use rusqlite::Connection;
 
+pub use db::WRITER_LOCK;
 pub use postgres::Postgres;
 
 pub use claims::{
@@ -142,7 +143,7 @@ impl std::fmt::Display for Identity<'_> {
 }
 
 /// How long a writer waits for another process's transaction before giving up.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// SQLite's busy handler: retry every millisecond up to [`BUSY_TIMEOUT`]. The built-in
 /// timeout backs off to 100 ms sleeps, which idles a writer long after a short transaction
@@ -252,7 +253,11 @@ fn not_ours(
 }
 
 fn connect_postgres(pg: &Postgres) -> Result<Conn, RegistryError> {
-    pg.connect().map_err(|e| match e {
+    connecting(pg, false)
+}
+
+fn connecting(pg: &Postgres, read_only: bool) -> Result<Conn, RegistryError> {
+    pg.connect(read_only).map_err(|e| match e {
         postgres::ConnectError::Setup(what) => RegistryError::Settings {
             path: pg.shown(),
             what,
@@ -623,9 +628,7 @@ impl Registry {
             Database::Sqlite(path) => path,
             Database::Postgres(pg) => {
                 let shown = pg.shown();
-                let conn = connect_postgres(pg)?;
-                conn.execute_batch("SET default_transaction_read_only = on")
-                    .map_err(|e| store(&shown, e))?;
+                let conn = connecting(pg, true)?;
                 if postgres::version(&conn).map_err(|e| store(&shown, e))? == 0 {
                     return Ok(None);
                 }

@@ -206,7 +206,7 @@ impl Registry {
             &format!(
                 "SELECT {LISTED} FROM interchanges
                  WHERE state = 'completed' AND disposition = 'rejected'
-                 ORDER BY last_seen LIMIT ?1"
+                 ORDER BY last_seen, key LIMIT ?1"
             ),
             [i64::try_from(limit).unwrap_or(i64::MAX)],
             listed,

@@ -12,6 +12,11 @@ use std::time::Duration;
 
 use super::db::{Conn, Pg};
 
+/// How long the server lets a session sit idle inside a transaction. The registry's
+/// transactions run statements back to back; only a node that stopped in the middle of one
+/// (power, network) leaves it idle.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
+
 /// Where a PostgreSQL registry is: `database = "postgres://user@host/db"`, with the password
 /// in the URL, in the environment variable `database_password_env` names, or in `PGPASSWORD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,25 +29,35 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// The URL with any password replaced, for messages and logs.
+    /// The URL with any password replaced (in the user part and in the query), for
+    /// messages and logs.
     pub fn shown(&self) -> String {
-        match self.url.parse::<postgres::Config>() {
-            Ok(c) if c.get_password().is_some() => {
-                // user:password@ → user:***@
-                match (self.url.find("://"), self.url.rfind('@')) {
-                    (Some(s), Some(at)) if at > s => {
-                        let userinfo = &self.url[s + 3..at];
-                        let user = userinfo.split(':').next().unwrap_or("");
-                        format!("{}{user}:***{}", &self.url[..s + 3], &self.url[at..])
-                    }
-                    _ => "postgres://(password hidden)".into(),
-                }
+        let (head, query) = match self.url.split_once('?') {
+            Some((h, q)) => (h, Some(q)),
+            None => (self.url.as_str(), None),
+        };
+        let mut out = match (head.find("://"), head.rfind('@')) {
+            (Some(s), Some(at)) if at > s && head[s + 3..at].contains(':') => {
+                let user = head[s + 3..at].split(':').next().unwrap_or("");
+                format!("{}{user}:***{}", &head[..s + 3], &head[at..])
             }
-            _ => self.url.clone(),
+            _ => head.to_string(),
+        };
+        if let Some(query) = query {
+            let parts: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            out.push('?');
+            out.push_str(&parts.join("&"));
         }
+        out
     }
 
-    fn config(&self) -> Result<postgres::Config, String> {
+    fn config(&self, read_only: bool) -> Result<postgres::Config, String> {
         let mut config: postgres::Config = self
             .url
             .parse()
@@ -67,6 +82,24 @@ impl Postgres {
         if config.get_application_name().is_none() {
             config.application_name("x12gate");
         }
+        // On every connection, reconnections included: a writer waits for the writers'
+        // lock as long as SQLite's busy timeout, and the server ends a session left idle
+        // inside a transaction (a node that lost power or its network mid-transaction
+        // holds the lock until then, not until TCP notices hours later).
+        // The URL's own `options` come last, so they may set other times.
+        let mut options = format!(
+            "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+            super::BUSY_TIMEOUT.as_millis(),
+            IDLE_IN_TRANSACTION.as_millis()
+        );
+        if let Some(own) = config.get_options() {
+            options.push(' ');
+            options.push_str(own);
+        }
+        if read_only {
+            options.push_str(" -c default_transaction_read_only=on");
+        }
+        config.options(&options);
         Ok(config)
     }
 
@@ -96,9 +129,10 @@ impl Postgres {
         Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
     }
 
-    /// A connection, opened again by the connection itself when the server dropped it.
-    pub(super) fn connect(&self) -> Result<Conn, ConnectError> {
-        let config = self.config().map_err(ConnectError::Setup)?;
+    /// A connection, opened again by the connection itself when the server dropped it;
+    /// `read_only`: one that cannot write, reconnections included.
+    pub(super) fn connect(&self, read_only: bool) -> Result<Conn, ConnectError> {
+        let config = self.config(read_only).map_err(ConnectError::Setup)?;
         let plain = config.get_ssl_mode() == postgres::config::SslMode::Disable;
         let tls = if plain {
             None

@@ -293,3 +293,65 @@ fn a_registry_with_orphans_opens_and_works_as_before() {
         .unwrap();
     assert_eq!(pruned.detail, r#"{"removed":["ZZ:ACME:000000101"]}"#);
 }
+
+/// The PostgreSQL schema is SQLite's, column for column (name and NOT NULL), index for
+/// index: a migration added to one backend and not the other fails here.
+#[test]
+fn both_backends_have_the_same_tables_columns_and_indexes() {
+    let sqlite = Registry::in_memory(US);
+    let mut postgres = None;
+    on_postgres(|| postgres = Some(Registry::in_memory(US)));
+    let Some(postgres) = postgres else {
+        return;
+    };
+    let rows = |r: &Registry, sql: &str| -> Vec<String> {
+        let mut v: Vec<String> = r
+            .conn
+            .query_map(sql, [], |row| row.get::<String>(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        v.sort();
+        v
+    };
+    let sqlite_columns = rows(
+        &sqlite,
+        "SELECT m.name || '.' || p.name || CASE WHEN p.\"notnull\" = 1 OR p.pk > 0 THEN ' not null' ELSE '' END
+         FROM sqlite_master m, pragma_table_info(m.name) p
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'",
+    );
+    let postgres_columns = rows(
+        &postgres,
+        "SELECT CAST(table_name || '.' || column_name || CASE WHEN is_nullable = 'NO' THEN ' not null' ELSE '' END AS TEXT)
+         FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name <> 'x12gate_schema'",
+    );
+    assert!(sqlite_columns.len() > 80, "{sqlite_columns:?}");
+    assert_eq!(sqlite_columns, postgres_columns);
+    let sqlite_indexes = rows(
+        &sqlite,
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%'",
+    );
+    let postgres_indexes = rows(
+        &postgres,
+        "SELECT CAST(indexname AS TEXT) FROM pg_indexes
+         WHERE schemaname = current_schema()
+           AND indexname NOT IN (SELECT conname FROM pg_constraint)",
+    );
+    assert_eq!(sqlite_indexes, postgres_indexes);
+}
+
+on_both! {
+    // A NUL byte from a partner's file (PostgreSQL's text cannot hold one) is stored and
+    // found again like any other character.
+    fn a_nul_byte_in_a_value_is_stored_and_found_again() {
+        let mut r = Registry::in_memory(US);
+        let nul = GroupKey {
+            app_sender: "AC\0ME".into(),
+            ..group("PO", "7")
+        };
+        assert_eq!(seen(&mut r, "ZZ:AC\0ME:000000001", std::slice::from_ref(&nul)), [false]);
+        assert_eq!(seen(&mut r, "ZZ:AC\0ME:000000002", &[nul]), [true]);
+        assert_eq!(seen(&mut r, "ZZ:ACME:000000003", &[group("PO", "7")]), [false]);
+    }
+}
