@@ -828,9 +828,25 @@ fn placing_corpus() -> Vec<crate::watch::Planned> {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_crash_while_placing_a_file_never_places_it_twice() {
+    crash_while_placing(|| Some(Gate::new(Settings::default())));
+}
+
+/// The same on a PostgreSQL registry.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_while_placing_a_file_on_postgres_never_places_it_twice() {
+    crash_while_placing(|| {
+        crate::pg_server::database().map(|url| Gate::with_database(Settings::default(), Some(url)))
+    });
+}
+
+#[cfg(feature = "failpoints")]
+fn crash_while_placing(gate: impl Fn() -> Option<Gate>) {
     use std::os::unix::process::ExitStatusExt;
     for point in ["reason.after", "place.after"] {
-        let gate = Gate::new(Settings::default());
+        let Some(gate) = gate() else {
+            return;
+        };
         let files = placing_corpus();
         drop_all(&gate.inbox(), &files);
         let mut crashes = 0;
