@@ -252,6 +252,21 @@ fn not_ours(
     }
 }
 
+const NO_POSTGRES_REGISTRY: &str =
+    "the database holds no x12gate registry (no table x12gate_schema)";
+
+/// [`RegistryError::TooNew`] for a schema of a later x12gate.
+fn not_too_new(shown: &str, found: i64, known: i64) -> Result<(), RegistryError> {
+    if found > known {
+        return Err(RegistryError::TooNew {
+            path: shown.to_string(),
+            found,
+            known,
+        });
+    }
+    Ok(())
+}
+
 fn connect_postgres(pg: &Postgres) -> Result<Conn, RegistryError> {
     connecting(pg, false)
 }
@@ -299,7 +314,7 @@ impl Registry {
         if found == 0 && !create {
             return Err(RegistryError::Missing {
                 path: shown,
-                what: "the database holds no x12gate registry (no table x12gate_schema)".into(),
+                what: NO_POSTGRES_REGISTRY.into(),
             });
         }
         match postgres::migrate(&mut conn).map_err(|e| store(&shown, e))? {
@@ -329,18 +344,10 @@ impl Registry {
                 if version == 0 {
                     return Err(RegistryError::Missing {
                         path: shown,
-                        what: "the database holds no x12gate registry (no table x12gate_schema)"
-                            .into(),
+                        what: NO_POSTGRES_REGISTRY.into(),
                     });
                 }
-                let known = postgres::known();
-                if version > known {
-                    return Err(RegistryError::TooNew {
-                        path: shown,
-                        found: version,
-                        known,
-                    });
-                }
+                not_too_new(&shown, version, postgres::known())?;
                 let recorded = recorded_identity(&conn).map_err(|e| store(&shown, e))?;
                 return not_ours(&shown, who, recorded);
             }
@@ -363,14 +370,7 @@ impl Registry {
                 what: "the database is empty".into(),
             });
         }
-        let known = migrations::known();
-        if version > known {
-            return Err(RegistryError::TooNew {
-                path: shown,
-                found: version,
-                known,
-            });
-        }
+        not_too_new(&shown, version, migrations::known())?;
         if version >= 3 {
             let recorded = recorded_identity(&Conn::Sqlite(conn)).map_err(|e| store(&shown, e))?;
             not_ours(&shown, who, recorded)?;
