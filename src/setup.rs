@@ -20,6 +20,9 @@ pub struct Problem {
     pub key: String,
     pub line: Option<usize>,
     pub message: String,
+    /// Not a mistake in the set-up but a failure to reach what it names (a PostgreSQL
+    /// server that is down): worth retrying, not fixing.
+    pub operational: bool,
 }
 
 impl std::fmt::Display for Problem {
@@ -176,6 +179,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
         key: format!("gateway.{key}"),
         line: config.line_of("gateway", key),
         message,
+        operational: false,
     };
     let named = folders(g);
     for (key, path) in named {
@@ -249,7 +253,12 @@ pub fn check(config: &Config) -> Vec<Problem> {
             format!("{} is a folder", g.database),
         ));
     } else if let Err(e) = registry_problem(g) {
-        problems.push(gateway_key("database", e.to_string()));
+        // SQLite's failures to open a file keep their exit code 2, as before.
+        let operational = !e.is_setup() && g.database.file().is_none();
+        problems.push(Problem {
+            operational,
+            ..gateway_key("database", e.to_string())
+        });
     }
     // The loader makes 0 workers "one per core" and lifts a short poll to 10 ms; a 0 the
     // operator wrote is still a mistake to report.
@@ -278,6 +287,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
                 key: format!("limits.{key}"),
                 line: config.line_of("limits", key),
                 message: "must be more than 0".into(),
+                operational: false,
             });
         }
     }
@@ -287,6 +297,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
                 key: format!("partner {:?}.duplicate_window_days", p.name),
                 line: config.line_of_partner(&p.name, "duplicate_window_days"),
                 message: "must be at least 1 day: a resend after a shorter window would be processed again".into(),
+                operational: false,
             });
         }
     }
@@ -304,12 +315,14 @@ pub fn check(config: &Config) -> Vec<Problem> {
                         "{} is inside the inbox or the work folder: delivered documents would be taken as input",
                         path.display()
                     ),
+                    operational: false,
                 });
             } else if let Some(m) = folder_problem(path) {
                 problems.push(Problem {
                     key: key("path"),
                     line: None,
                     message: m,
+                    operational: false,
                 });
             }
         }
@@ -320,6 +333,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
                 message: format!(
                     "the environment variable {var} is not set: its deliveries would wait until it is"
                 ),
+                operational: false,
             });
         }
     }

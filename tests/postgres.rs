@@ -481,3 +481,32 @@ fn a_writer_waits_for_a_stuck_lock_holder_only_for_the_lock_timeout() {
         1
     );
 }
+
+/// A PostgreSQL server that is down is an operational failure (exit 1, for a supervisor to
+/// retry), named with its address and without the password; not a mistake in the file
+/// (exit 2).
+#[test]
+fn an_unreachable_server_is_exit_1_and_names_the_server_not_the_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("partners.toml"),
+        format!(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"postgres://x12gate:s3cret@127.0.0.1:{port}/x12gate?connect_timeout=5\"\n\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
+        ),
+    )
+    .unwrap();
+    let out = crate::util::x12gate(dir.path())
+        .arg("process")
+        .arg(crate::util::fixture("850-004010.x12"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("cannot be reached"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}

@@ -61,6 +61,13 @@ fn preflight(config: &Config) -> Result<(), Failure> {
     for p in &problems {
         say!("ERROR", "x12gate: {}: {p}", config.path.display());
     }
+    // A registry that cannot be reached (a database server down) is an operational
+    // failure, exit 1, for a supervisor to retry; not a mistake in the file.
+    if problems.iter().all(|p| p.operational) {
+        return Err(Failure::Operational(anyhow::anyhow!(
+            "the registry cannot be reached; nothing was processed"
+        )));
+    }
     Err(Failure::Usage(anyhow::anyhow!(
         "{} problem(s) in {}; nothing was processed",
         problems.len(),
