@@ -858,10 +858,23 @@ fn database(
     let text = written.to_string_lossy();
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let url = text.into_owned();
-        if let Err(e) = url.parse::<postgres::Config>() {
-            return Err(format!(
-                "gateway.database: the PostgreSQL URL does not parse: {e}; expected postgres://USER@HOST[:PORT]/DATABASE"
-            ));
+        if url.contains("sslmode=verify") {
+            return Err(
+                "gateway.database: sslmode=verify-ca and verify-full are not supported; sslmode=require verifies the server's certificate and host name".into(),
+            );
+        }
+        match url.parse::<postgres::Config>() {
+            Err(e) => {
+                return Err(format!(
+                    "gateway.database: the PostgreSQL URL does not parse: {e}; expected postgres://USER@HOST[:PORT]/DATABASE"
+                ))
+            }
+            Ok(c) if c.get_hosts().is_empty() => {
+                return Err(
+                    "gateway.database: the PostgreSQL URL names no host; expected postgres://USER@HOST[:PORT]/DATABASE".into(),
+                )
+            }
+            Ok(_) => {}
         }
         return Ok(Database::Postgres(Postgres {
             url,

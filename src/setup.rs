@@ -253,8 +253,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
             format!("{} is a folder", g.database),
         ));
     } else if let Err(e) = registry_problem(g) {
-        // SQLite's failures to open a file keep their exit code 2, as before.
-        let operational = !e.is_setup() && g.database.file().is_none();
+        let operational = e.is_unreachable();
         problems.push(Problem {
             operational,
             ..gateway_key("database", e.to_string())

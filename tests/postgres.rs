@@ -120,7 +120,7 @@ fn every_command_and_page_reads_the_same_on_both_backends() {
             &["history", "--json"],
             &["stats", "--json"],
             &["claims"],
-            &["counter"],
+            &["counter", "show", "ZZ:ACME"],
             &["documents"],
             &["deliveries"],
             &["show", "ZZ:ACME:000000101"],
@@ -509,4 +509,62 @@ fn an_unreachable_server_is_exit_1_and_names_the_server_not_the_password() {
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(err.contains("cannot be reached"), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
+    let check = crate::util::x12gate(dir.path())
+        .arg("check")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("Connection refused") && !said.contains("s3cret"),
+        "{said}"
+    );
+}
+
+/// A wrong database, a URL without a host or an unsupported `sslmode` is a mistake in the
+/// configuration (exit 2), not an outage to retry.
+#[test]
+fn a_wrong_database_or_url_is_exit_2() {
+    let Some(server) = crate::pg_server::server() else {
+        return;
+    };
+    for (database, says) in [
+        (
+            format!("{}/no_such_database", server.base),
+            "does not exist",
+        ),
+        ("postgres://".to_string(), "names no host"),
+        (
+            format!("{}/postgres?sslmode=verify-full", server.base),
+            "sslmode=require verifies",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join("partners.toml"),
+            format!(
+                "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"{database}\"\n\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
+            ),
+        )
+        .unwrap();
+        let fixture = crate::util::fixture("850-004010.x12");
+        for args in [vec!["process", fixture.to_str().unwrap()], vec!["check"]] {
+            let command = args[0];
+            let out = crate::util::x12gate(dir.path())
+                .args(&args)
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{command} on {database}: {text}"
+            );
+            assert!(text.contains(says), "{command} on {database}: {text}");
+        }
+    }
 }

@@ -86,6 +86,25 @@ impl Error {
         ))
     }
 
+    /// The PostgreSQL server could not be reached at all (refused, timed out, reset): an
+    /// outage to wait out, unlike a wrong user, database or certificate.
+    pub fn is_unreachable(&self) -> bool {
+        let Error::Postgres(e) = self else {
+            return false;
+        };
+        if e.as_db_error().is_some() {
+            return false;
+        }
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            if cause.is::<std::io::Error>() {
+                return true;
+            }
+            source = cause.source();
+        }
+        false
+    }
+
     /// A constraint of the schema refused the write (both backends).
     pub fn is_constraint(&self) -> bool {
         match self {

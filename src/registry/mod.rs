@@ -116,6 +116,11 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// A PostgreSQL server that cannot be reached (down, or the network): worth retrying.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, RegistryError::Store { cause, .. } if cause.is_unreachable())
+    }
+
     /// A mistake in the configuration or the set-up (exit 2), not an operational failure.
     pub fn is_setup(&self) -> bool {
         matches!(
@@ -391,9 +396,10 @@ impl Registry {
             cause,
         };
         let Some(conn) = self.conn.sqlite() else {
-            return Err(io(std::io::Error::other(
-                "a PostgreSQL registry is backed up with pg_dump (or the server's own backups), not by x12gate",
-            )));
+            return Err(RegistryError::Settings {
+                path: self.path.clone(),
+                what: "a PostgreSQL registry is backed up with pg_dump (or the server's own backups), not by x12gate".into(),
+            });
         };
         if dest.exists() {
             return Err(io(std::io::Error::new(

@@ -51,6 +51,9 @@ pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     if problems.is_empty() {
         writeln!(out, "{}: no problems", config.path.display())?;
         Ok(exit::OK)
+    } else if problems.iter().all(|p| p.operational) {
+        // Only a database server that cannot be reached: an outage, not a mistake.
+        Ok(exit::OPERATIONAL)
     } else {
         Ok(exit::USAGE)
     }
