@@ -342,17 +342,13 @@ fn tls_connects_with_the_configured_ca_and_verifies_the_certificate() {
     .expect("a TLS-only test server");
     let port = server.base.rsplit(':').next().unwrap().to_string();
     let init = |name: &str, query: &str, ca: Option<&std::path::Path>| {
-        let dir = tempfile::tempdir().unwrap();
         let ca_line = ca.map_or(String::new(), |p| {
             format!("database_ca = \"{}\"\n", p.display())
         });
-        fs::write(
-            dir.path().join("partners.toml"),
-            format!(
-                "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"postgres://x12gate@127.0.0.1:{port}/postgres?{query}\"\n{ca_line}\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
-            ),
-        )
-        .unwrap();
+        let dir = gateway_on(
+            &format!("postgres://x12gate@127.0.0.1:{port}/postgres?{query}"),
+            &ca_line,
+        );
         let out = crate::util::x12gate(dir.path())
             .arg("init")
             .output()
@@ -491,14 +487,10 @@ fn an_unreachable_server_is_exit_1_and_names_the_server_not_the_password() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("partners.toml"),
-        format!(
-            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"postgres://x12gate:s3cret@127.0.0.1:{port}/x12gate?connect_timeout=5\"\n\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
-        ),
-    )
-    .unwrap();
+    let dir = gateway_on(
+        &format!("postgres://x12gate:s3cret@127.0.0.1:{port}/x12gate?connect_timeout=5"),
+        "",
+    );
     let out = crate::util::x12gate(dir.path())
         .arg("process")
         .arg(crate::util::fixture("850-004010.x12"))
@@ -539,14 +531,7 @@ fn a_wrong_database_or_url_is_exit_2() {
             "sslmode=require verifies",
         ),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join("partners.toml"),
-            format!(
-                "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"{database}\"\n\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
-            ),
-        )
-        .unwrap();
+        let dir = gateway_on(&database, "");
         let fixture = crate::util::fixture("850-004010.x12");
         for args in [vec!["process", fixture.to_str().unwrap()], vec!["check"]] {
             let command = args[0];
@@ -567,4 +552,18 @@ fn a_wrong_database_or_url_is_exit_2() {
             assert!(text.contains(says), "{command} on {database}: {text}");
         }
     }
+}
+
+/// A gateway folder whose partners.toml has one partner and the registry `database`, with
+/// `extra` lines in `[gateway]`.
+fn gateway_on(database: &str, extra: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("partners.toml"),
+        format!(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\ndatabase = \"{database}\"\n{extra}\n[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n"
+        ),
+    )
+    .unwrap();
+    dir
 }

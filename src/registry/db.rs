@@ -162,12 +162,6 @@ impl<T: ToValue> ToValue for Option<T> {
     }
 }
 
-impl ToValue for Value {
-    fn to_value(&self) -> Value {
-        self.clone()
-    }
-}
-
 impl ToValue for str {
     fn to_value(&self) -> Value {
         Value::Text(self.to_string())
@@ -195,12 +189,6 @@ impl ToValue for Vec<u8> {
 impl ToValue for bool {
     fn to_value(&self) -> Value {
         Value::Int(i64::from(*self))
-    }
-}
-
-impl ToValue for f64 {
-    fn to_value(&self) -> Value {
-        Value::Real(*self)
     }
 }
 
@@ -272,22 +260,6 @@ impl FromValue for bool {
     }
 }
 
-impl FromValue for f64 {
-    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        match v {
-            Value::Real(f) => Ok(f),
-            Value::Int(i) => Ok(i as f64),
-            other => Err(format!("{} where a number was expected", kind(&other)).into()),
-        }
-    }
-}
-
-impl FromValue for Value {
-    fn from_value(v: Value) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(v)
-    }
-}
-
 /// A statement's parameters: `params![a, b]`, `[a]` or `[]`.
 pub trait Params {
     fn values(&self) -> Vec<Value>;
@@ -302,12 +274,6 @@ impl Params for &[&dyn ToValue] {
 impl Params for [&dyn ToValue; 0] {
     fn values(&self) -> Vec<Value> {
         Vec::new()
-    }
-}
-
-impl Params for Vec<Value> {
-    fn values(&self) -> Vec<Value> {
-        self.clone()
     }
 }
 
