@@ -160,9 +160,21 @@ fn our_numbers(config: &Config, bytes: &[u8]) -> (Option<String>, Vec<String>) {
     )
 }
 
-fn rfc3339(ms: i64) -> String {
+/// A registry time (milliseconds since the epoch) in UTC, always with its milliseconds, so
+/// that a time on a whole second reads in the same shape as any other.
+pub fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339())
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false))
+        .unwrap_or_default()
+}
+
+/// The same time in the host's local time, as `show`, `claims` and the log print it.
+pub fn local_rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+        })
         .unwrap_or_default()
 }
 

@@ -601,9 +601,7 @@ impl Waiting {
                 continue;
             }
             self.told.insert(owner.to_string(), now);
-            let until = chrono::DateTime::from_timestamp_millis(until)
-                .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
-                .unwrap_or_default();
+            let until = crate::desk::local_rfc3339(until);
             // Another batch of this very process (a watcher's workers meeting one key) is a
             // short, normal wait; only another process is news for the operator.
             if owner.starts_with(&crate::owner::Owner::current().id()) {

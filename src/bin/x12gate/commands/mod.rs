@@ -78,7 +78,5 @@ fn preflight(config: &Config) -> Result<(), Failure> {
 /// A registry time (milliseconds since the epoch) in local time, as `show` and `claims`
 /// print it.
 fn local_time(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.with_timezone(&chrono::Local).to_rfc3339())
-        .unwrap_or_default()
+    x12gate::desk::local_rfc3339(ms)
 }

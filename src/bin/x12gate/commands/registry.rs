@@ -196,9 +196,7 @@ pub fn history(
         .history(filter)
         .map_err(|e| Failure::Operational(e.into()))?
     {
-        let time = chrono::DateTime::from_timestamp_millis(e.at_ms)
-            .map(|t| t.to_rfc3339())
-            .unwrap_or_default();
+        let time = x12gate::desk::rfc3339(e.at_ms);
         // A decision's line carries where its interchange stands now: received,
         // acknowledged, delivered (with the business system's references).
         let layers = match (&e.key, e.disposition) {
