@@ -1,5 +1,6 @@
-//! Embeds every transaction-set definition under `schemas/` in the binary, so a fresh machine
-//! needs nothing beside it and adding a set is adding one file.
+//! Embeds every transaction-set definition under `schemas/` (and its table of older releases)
+//! in the binary, so a fresh machine needs nothing beside it and adding a set is adding one
+//! file.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,6 +15,12 @@ fn main() {
     if let Ok(versions) = std::fs::read_dir(&root) {
         for version in versions.flatten() {
             let dir = version.path();
+            // `releases.toml`: which older releases are read as which defined one.
+            if dir.extension().is_some_and(|e| e == "toml") {
+                println!("cargo:rerun-if-changed={}", dir.display());
+                files.push(dir);
+                continue;
+            }
             println!("cargo:rerun-if-changed={}", dir.display());
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;

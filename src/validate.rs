@@ -111,7 +111,7 @@ pub fn group_seen_before(ic: &Interchange<'_>, gi: usize) -> Option<Finding> {
 
 /// A finding of a group rule at element `element` of `segment` (its GS or GE), with the
 /// code for the release its GS08 declares.
-fn group_finding(
+pub(crate) fn group_finding(
     gi: usize,
     gs: &Segment<'_>,
     rule: Rule,
@@ -199,7 +199,7 @@ fn shown(bytes: &[u8]) -> String {
 
 /// [`shown`] of at most the first 35 bytes of a value of any length (an element may be
 /// 64 KiB), with `...` when there was more.
-fn shown_bounded(bytes: &[u8]) -> String {
+pub(crate) fn shown_bounded(bytes: &[u8]) -> String {
     const SHOWN: usize = 35;
     match bytes.get(..SHOWN) {
         Some(head) if bytes.len() > SHOWN => format!("{}...", shown(head)),

@@ -218,6 +218,7 @@ impl Rule {
             // 716 lists; Stedi's 004050 list lacks them, its 006050 list has them), and our
             // acknowledgments are 004010 and 005010.
             GsDateTimeInvalid | GsAgencyInvalid => return None,
+            EnvelopeLevelOnly => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -306,7 +307,11 @@ impl Rule {
         use Rule::*;
         matches!(
             self,
-            BlankBeforeSegment | FinalTerminatorMissing | GsDateTimeInvalid | GsAgencyInvalid
+            BlankBeforeSegment
+                | FinalTerminatorMissing
+                | GsDateTimeInvalid
+                | GsAgencyInvalid
+                | EnvelopeLevelOnly
         )
     }
 
@@ -341,6 +346,7 @@ impl Rule {
             | Ta1NoteCodeInvalid => Level::Interchange,
             GsDateTimeInvalid
             | GsAgencyInvalid
+            | EnvelopeLevelOnly
             | GsFunctionalIdUnknown
             | GsControlNumberSyntax
             | GsVersionMissing

@@ -76,6 +76,9 @@ crate::words::words! {
         GsSeenBefore = "gs-seen-before",
         /// A warning: no AK905 code for it exists before 006050 (30, 31).
         GsDateTimeInvalid = "gs-date-time-invalid",
+        /// A warning: a group's sets of a release (or an id) no definition reads; they are
+        /// checked at envelope level only. Ours, not the partner's fault: never sent back.
+        EnvelopeLevelOnly = "envelope-level-only",
         GeMissing = "ge-missing",
         GeSetCount = "ge-set-count",
         GeControlNumber = "ge-control-number",

@@ -552,7 +552,38 @@ struct Dictionary {
 pub struct Schemas {
     sets: HashMap<(String, String), Arc<SetDef>>,
     codes: HashMap<(String, String), Arc<Codes>>,
+    /// (release without a definition of the set, set id) -> the release it is read as
+    /// (`schemas/releases.toml`).
+    read_as: HashMap<(String, String), String>,
 }
+
+/// How a set of a given release and id is read.
+#[derive(Debug, Clone, Copy)]
+pub enum Reading<'a> {
+    /// Against the definition of its own release.
+    Own(&'a Arc<SetDef>),
+    /// Against the definition of another release of the same set that agrees with its own.
+    As(&'a Arc<SetDef>),
+    /// No definition holds it: at envelope level only.
+    EnvelopeOnly,
+}
+
+/// `schemas/releases.toml`: older release -> set id -> the release it is read as.
+type RawReleases = HashMap<String, HashMap<String, RawReadAs>>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReadAs {
+    #[serde(rename = "as")]
+    read_as: String,
+    /// `same` or `accepts` (the evidence is in schemas/RELEASES.md).
+    verdict: String,
+    #[allow(dead_code)]
+    sources: String,
+}
+
+/// The file of older releases among the embedded ones.
+const RELEASES: &str = "releases.toml";
 
 /// The six-digit release a group's GS08 selects (`004010VICS` -> `004010`).
 fn release_of(gs08: &[u8]) -> Option<&str> {
@@ -561,10 +592,34 @@ fn release_of(gs08: &[u8]) -> Option<&str> {
 
 impl Schemas {
     /// The definition for a group's GS08 (`004010`, `004010VICS`, `005010X...`) and a set id.
+    /// A release without a definition of the set is read as the release `schemas/releases.toml`
+    /// names for it, if any ([`Schemas::reading`] tells which).
     pub fn find(&self, gs08: &[u8], set_id: &[u8]) -> Option<&Arc<SetDef>> {
-        let version = release_of(gs08)?;
-        let id = std::str::from_utf8(set_id).ok()?;
-        self.sets.get(&(version.to_string(), id.to_string()))
+        match self.reading(gs08, set_id) {
+            Reading::Own(def) | Reading::As(def) => Some(def),
+            Reading::EnvelopeOnly => None,
+        }
+    }
+
+    /// How a set of a group's GS08 and ST01 is read: against its own release's definition,
+    /// as another release's, or at envelope level only.
+    pub fn reading(&self, gs08: &[u8], set_id: &[u8]) -> Reading<'_> {
+        let (Some(version), Ok(id)) = (release_of(gs08), std::str::from_utf8(set_id)) else {
+            return Reading::EnvelopeOnly;
+        };
+        let key = (version.to_string(), id.to_string());
+        if let Some(def) = self.sets.get(&key) {
+            return Reading::Own(def);
+        }
+        self.read_as
+            .get(&key)
+            .and_then(|release| self.sets.get(&(release.clone(), key.1)))
+            .map_or(Reading::EnvelopeOnly, Reading::As)
+    }
+
+    /// Whether any set has a definition of the six-digit `release`.
+    pub fn defines_release(&self, release: &str) -> bool {
+        self.sets.keys().any(|(v, _)| v == release)
     }
 
     /// The code list of element `reference` (`"479"`) in the dictionary of the release a
@@ -593,7 +648,12 @@ impl Schemas {
     /// Reads definitions from `(path, text)` pairs such as the embedded `schemas/` files.
     pub fn load(files: &[(&str, &str)]) -> Result<Schemas, String> {
         let mut parsed = Vec::new();
+        let mut releases = RawReleases::new();
         for (path, text) in files {
+            if *path == RELEASES {
+                releases = toml::from_str(text).map_err(|e| format!("schemas/{path}: {e}"))?;
+                continue;
+            }
             let raw: RawFile = toml::from_str(text).map_err(|e| format!("schemas/{path}: {e}"))?;
             // Structure lines are reported as lines of the file: the text starts on the line
             // after `structure = """`.
@@ -641,8 +701,44 @@ impl Schemas {
                     .map(move |(reference, list)| ((version.clone(), reference), list))
             })
             .collect();
-        Ok(Schemas { sets, codes })
+        let read_as = read_as(releases, &sets)?;
+        Ok(Schemas {
+            sets,
+            codes,
+            read_as,
+        })
     }
+}
+
+/// The older releases' table, each entry checked: a release of its own is not read as
+/// another, and the release it is read as defines the set.
+fn read_as(
+    releases: RawReleases,
+    sets: &HashMap<(String, String), Arc<SetDef>>,
+) -> Result<HashMap<(String, String), String>, String> {
+    let mut out = HashMap::new();
+    for (release, entries) in releases {
+        for (id, entry) in entries {
+            let at = format!("schemas/{RELEASES}: [\"{release}\"] \"{id}\"");
+            if release.len() != 6 || !release.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("{at}: a release is six digits"));
+            }
+            if sets.contains_key(&(release.clone(), id.clone())) {
+                return Err(format!("{at}: {release} defines {id} itself"));
+            }
+            if !sets.contains_key(&(entry.read_as.clone(), id.clone())) {
+                return Err(format!("{at}: {} does not define {id}", entry.read_as));
+            }
+            if !matches!(entry.verdict.as_str(), "same" | "accepts") {
+                return Err(format!(
+                    "{at}: verdict {:?} is not \"same\" or \"accepts\"",
+                    entry.verdict
+                ));
+            }
+            out.insert((release.clone(), id), entry.read_as);
+        }
+    }
+    Ok(out)
 }
 
 /// The definitions built into the binary from `schemas/`.
@@ -1236,6 +1332,58 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
         ])
         .unwrap_err();
         assert!(e.contains("segment QQQ is used but"), "{e}");
+    }
+
+    #[test]
+    fn an_older_release_is_read_as_the_release_the_table_names() {
+        let releases = r#"
+["004030"]
+"850" = { as = "004010", verdict = "same", sources = "two tables" }
+"#;
+        let files = |releases: &str| {
+            Schemas::load(&[
+                ("004010/segments.toml", DICT),
+                ("004010/850.toml", SET),
+                ("releases.toml", releases),
+            ])
+        };
+        let s = files(releases).unwrap();
+        let own = s.find(b"004010", b"850").unwrap();
+        assert!(matches!(s.reading(b"004030", b"850"), Reading::As(d) if Arc::ptr_eq(d, own)));
+        assert!(matches!(s.reading(b"004010VICS", b"850"), Reading::Own(_)));
+        assert!(Arc::ptr_eq(s.find(b"004030X1", b"850").unwrap(), own));
+        // Only the sets the table names, only in the releases it names.
+        assert!(matches!(
+            s.reading(b"004030", b"810"),
+            Reading::EnvelopeOnly
+        ));
+        assert!(s.find(b"004040", b"850").is_none());
+        assert!(s.defines_release("004010") && !s.defines_release("004030"));
+        for (bad, says) in [
+            (
+                releases.replace("\"004010\"", "\"005010\""),
+                "005010 does not define 850",
+            ),
+            (
+                releases.replace("\"004030\"", "\"004010\""),
+                "004010 defines 850 itself",
+            ),
+            (
+                releases.replace("\"004030\"", "\"4030\""),
+                "a release is six digits",
+            ),
+            (
+                releases.replace("\"same\"", "\"close\""),
+                "is not \"same\" or \"accepts\"",
+            ),
+            (releases.replace("sources", "source"), "unknown field"),
+        ] {
+            let e = files(&bad).unwrap_err();
+            assert!(
+                e.contains("schemas/releases.toml") && e.contains(says),
+                "{e}"
+            );
+        }
     }
 
     #[test]

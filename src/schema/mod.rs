@@ -8,27 +8,87 @@ pub mod check;
 pub mod definition;
 
 pub use definition::{
-    builtin, Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Req, Schemas,
+    builtin, Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Reading, Req, Schemas,
     SegmentDef, SetDef, Simple, Syntax, SyntaxKind,
 };
 
-use crate::finding::Finding;
+use crate::finding::{Finding, Rule};
 use crate::x12::Interchange;
 
-/// Every schema finding of an interchange: each set that has a definition, walked against it.
-/// Sets without one (other ids, other versions) pass at envelope level.
+/// Every schema finding of an interchange: each set that has a definition (of its release, or
+/// of a release `schemas/releases.toml` reads it as), walked against it. Sets without one pass
+/// at envelope level, and the interchange says so once, as a warning on the first group that
+/// has such a set.
 pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
     let mut out = Vec::new();
+    let mut unread: Vec<(String, String)> = Vec::new();
+    let mut first_unread = None;
     for (gi, group) in ic.groups.iter().enumerate() {
         let version = group.gs.element(8).unwrap_or_default();
         for (si, set) in group.sets.iter().enumerate() {
             let id = set.st.element(1).unwrap_or_default();
-            if let Some(def) = schemas.find(version, id) {
-                out.extend(check::walk(def, &set, gi, si, false).findings);
+            match schemas.reading(version, id) {
+                Reading::Own(def) | Reading::As(def) => {
+                    out.extend(check::walk(def, &set, gi, si, false).findings);
+                }
+                // A GS08 too short to name a release is an envelope error of its own.
+                Reading::EnvelopeOnly if version.len() >= 6 => {
+                    let at = (
+                        crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
+                        crate::validate::shown_bounded(id),
+                    );
+                    if !unread.contains(&at) && unread.len() < UNREAD_SHOWN {
+                        unread.push(at);
+                    }
+                    first_unread.get_or_insert(gi);
+                }
+                Reading::EnvelopeOnly => {}
             }
         }
     }
+    if let Some(gi) = first_unread {
+        if let Some(group) = ic.groups.get(gi) {
+            out.push(unread_warning(gi, &group.gs, &unread, schemas));
+        }
+    }
     out
+}
+
+/// How many distinct (release, set) pairs the warning names; an interchange may hold any.
+const UNREAD_SHOWN: usize = 8;
+
+fn unread_warning(
+    gi: usize,
+    gs: &crate::x12::Segment<'_>,
+    unread: &[(String, String)],
+    schemas: &Schemas,
+) -> Finding {
+    let named: Vec<String> = unread
+        .iter()
+        .map(|(release, id)| {
+            if schemas.defines_release(release) {
+                format!("{id} of {release} (no definition of the set)")
+            } else {
+                format!("{id} of {release} (no definition of the release, nor one it agrees with)")
+            }
+        })
+        .collect();
+    let more = if unread.len() == UNREAD_SHOWN {
+        ", ..."
+    } else {
+        ""
+    };
+    crate::validate::group_finding(
+        gi,
+        gs,
+        Rule::EnvelopeLevelOnly,
+        gs,
+        8,
+        format!(
+            "checked at envelope level only: {}{more} (noted; not sent back)",
+            named.join(", ")
+        ),
+    )
 }
 
 /// A small dictionary and two sets for the unit tests of the walker and the structured form.
@@ -132,4 +192,87 @@ loop HL M 200000
 CTT O 1
 """
 "#;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample::{DICT, SET};
+    use super::*;
+    use crate::finding::Level;
+    use crate::x12::{Interchanges, Limits};
+
+    /// The findings of an interchange of groups, each `(GS08, [(ST01, body)])`.
+    fn findings_of(groups: &[(&str, &[(&str, &str)])]) -> Vec<Finding> {
+        let releases = r#"
+["004030"]
+"850" = { as = "004010", verdict = "same", sources = "the test" }
+"#;
+        let schemas = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("releases.toml", releases),
+        ])
+        .unwrap();
+        let mut x = String::from("ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~");
+        for (g, (gs08, sets)) in groups.iter().enumerate() {
+            x.push_str(&format!("GS*PO*A*B*20240101*1200*{}*X*{gs08}~", g + 1));
+            for (s, (st01, body)) in sets.iter().enumerate() {
+                let count = body.matches('~').count() + 2;
+                x.push_str(&format!("ST*{st01}*{s:04}~{body}SE*{count}*{s:04}~"));
+            }
+            x.push_str(&format!("GE*{}*{}~", sets.len(), g + 1));
+        }
+        x.push_str(&format!("IEA*{}*000000001~", groups.len()));
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        findings(&ic, &schemas)
+    }
+
+    const PO: &str = "BEG*00*PO1~PO1*1*1*EA*1~CTT*1~";
+    const BAD_PO: &str = "BEG*99*PO1~PO1*1*1*EA*1~CTT*1~";
+
+    #[test]
+    fn an_older_release_in_the_table_is_walked_as_the_one_it_agrees_with() {
+        assert!(findings_of(&[("004030", &[("850", PO)])]).is_empty());
+        let bad = findings_of(&[("004030", &[("850", BAD_PO)])]);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!(bad[0].rule, Rule::ElementInvalidCode);
+    }
+
+    #[test]
+    fn sets_no_definition_reads_are_noted_once_per_interchange_as_a_warning() {
+        let found = findings_of(&[
+            ("004010", &[("850", PO)]),
+            ("003030", &[("857", ""), ("857", ""), ("850", PO)]),
+            ("004010", &[("810", "")]),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let w = &found[0];
+        assert_eq!(
+            (w.rule, w.level, w.group),
+            (Rule::EnvelopeLevelOnly, Level::Group, Some(1))
+        );
+        assert!(w.is_warning() && w.code.is_none());
+        assert_eq!(w.position.element, Some(8));
+        assert_eq!(
+            w.message,
+            "checked at envelope level only: 857 of 003030 (no definition of the release, nor one \
+             it agrees with), 850 of 003030 (no definition of the release, nor one it agrees \
+             with), 810 of 004010 (no definition of the set) (noted; not sent back)"
+        );
+        // Read sets, or a GS08 too short to name a release, are not noted.
+        assert!(findings_of(&[("004030", &[("850", PO)]), ("0040", &[("810", "")])]).is_empty());
+        // However many, the note names a bounded number.
+        let many: Vec<(String, String)> = (0..50)
+            .map(|i| (format!("{}", 100 + i), String::new()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let note = &findings_of(&[("004010", &many)])[0].message;
+        assert!(
+            note.ends_with(", ... (noted; not sent back)")
+                && note.matches("(no definition").count() == 8
+        );
+    }
 }
