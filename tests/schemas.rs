@@ -184,12 +184,18 @@ fn the_terminal_resale_and_waybill_sets_are_defined_in_both_versions() {
         // (+ N802, its date).
         for id in ["867", "417"] {
             let key = format!("{version}/{id}");
-            assert!(find(&key).document.is_some(), "{key} declares no document key");
+            assert!(
+                find(&key).document.is_some(),
+                "{key} declares no document key"
+            );
         }
         // The 322 reports an event on equipment and has no number of its own: defined, without
         // a key.
         let key = format!("{version}/322");
-        assert!(find(&key).document.is_none(), "{key} declares a document key");
+        assert!(
+            find(&key).document.is_none(),
+            "{key} declares a document key"
+        );
     }
 }
 
