@@ -170,6 +170,35 @@ fn the_receiving_order_status_sequence_and_adjustment_sets_are_defined_in_both_v
     );
 }
 
+#[test]
+fn the_terminal_resale_and_waybill_sets_are_defined_in_both_versions() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    let find = |key: &str| {
+        definitions()
+            .into_iter()
+            .find(|d| d.name_key() == key)
+            .unwrap_or_else(|| panic!("{key} missing from {have:?}"))
+    };
+    for version in ["004010", "005010"] {
+        // The 867 is named by its transfer/resale number BPT02, the 417 by its waybill N801
+        // (+ N802, its date).
+        for id in ["867", "417"] {
+            let key = format!("{version}/{id}");
+            assert!(
+                find(&key).document.is_some(),
+                "{key} declares no document key"
+            );
+        }
+        // The 322 reports an event on equipment and has no number of its own: defined, without
+        // a key.
+        let key = format!("{version}/322");
+        assert!(
+            find(&key).document.is_none(),
+            "{key} declares a document key"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
