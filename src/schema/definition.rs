@@ -548,13 +548,35 @@ struct Dictionary {
 
 /// Every definition, by (six-digit version, set id), and each version's dictionary code
 /// lists, by element reference number.
-#[derive(Debug, Default)]
+///
+/// A set is compiled when it is first asked for: a run reads the few sets its files hold,
+/// and compiling all of them was most of a short run's time. [`Schemas::load`] compiles every
+/// one at once (its caller wants the errors); the built-in ones are all compiled by the tests.
+#[derive(Default)]
 pub struct Schemas {
-    sets: HashMap<(String, String), Arc<SetDef>>,
+    sets: HashMap<(String, String), LazySet>,
+    dictionaries: HashMap<String, Dictionary>,
     codes: HashMap<(String, String), Arc<Codes>>,
     /// (release without a definition of the set, set id) -> the release it is read as
     /// (`schemas/releases.toml`).
     read_as: HashMap<(String, String), String>,
+}
+
+/// A set's file, and its definition once compiled.
+struct LazySet {
+    path: String,
+    first_line: usize,
+    raw: RawFile,
+    def: OnceLock<Result<Arc<SetDef>, String>>,
+}
+
+impl std::fmt::Debug for Schemas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schemas")
+            .field("sets", &self.sets.len())
+            .field("read_as", &self.read_as.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a set of a given release and id is read.
@@ -608,13 +630,47 @@ impl Schemas {
             return Reading::EnvelopeOnly;
         };
         let key = (version.to_string(), id.to_string());
-        if let Some(def) = self.sets.get(&key) {
+        if let Some(def) = self.compiled(&key) {
             return Reading::Own(def);
         }
         self.read_as
             .get(&key)
-            .and_then(|release| self.sets.get(&(release.clone(), key.1)))
+            .and_then(|release| self.compiled(&(release.clone(), key.1)))
             .map_or(Reading::EnvelopeOnly, Reading::As)
+    }
+
+    /// The definition of `key`, compiled on first use; none for a file that does not compile
+    /// (which [`Schemas::check`] reports).
+    fn compiled(&self, key: &(String, String)) -> Option<&Arc<SetDef>> {
+        self.compile_set(key)?.as_ref().ok()
+    }
+
+    fn compile_set(&self, key: &(String, String)) -> Option<&Result<Arc<SetDef>, String>> {
+        let set = self.sets.get(key)?;
+        Some(set.def.get_or_init(|| {
+            let empty = Dictionary::default();
+            let base = self.dictionaries.get(&key.0).unwrap_or(&empty);
+            // The set's own declarations extend the dictionary for this set only.
+            let mut local = Dictionary {
+                segments: HashMap::new(),
+                composites: HashMap::new(),
+                codes: base.codes.clone(),
+            };
+            add_to_dictionary(&mut local, &set.path, &set.raw)?;
+            compile(&set.path, set.first_line, &key.1, &set.raw, base, &local).map(Arc::new)
+        }))
+    }
+
+    /// Compiles every definition not yet compiled: the first error, in file order.
+    pub fn check(&self) -> Result<(), String> {
+        let mut keys: Vec<&(String, String)> = self.sets.keys().collect();
+        keys.sort();
+        for key in keys {
+            if let Some(Err(e)) = self.compile_set(key) {
+                return Err(e.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Whether any set has a definition of the six-digit `release`.
@@ -635,17 +691,17 @@ impl Schemas {
     /// The definition a structured document names: `004010/850`.
     pub fn find_key(&self, key: &str) -> Option<&Arc<SetDef>> {
         let (version, id) = key.split_once('/')?;
-        self.sets.get(&(version.to_string(), id.to_string()))
+        self.compiled(&(version.to_string(), id.to_string()))
     }
 
-    /// Every definition, sorted by version then set id.
+    /// Every definition that compiles, sorted by version then set id.
     pub fn all(&self) -> Vec<&Arc<SetDef>> {
-        let mut v: Vec<_> = self.sets.values().collect();
-        v.sort_by(|a, b| (&a.version, &a.id).cmp(&(&b.version, &b.id)));
-        v
+        let mut keys: Vec<&(String, String)> = self.sets.keys().collect();
+        keys.sort();
+        keys.into_iter().filter_map(|k| self.compiled(k)).collect()
     }
 
-    /// Reads definitions from `(path, text)` pairs such as the embedded `schemas/` files.
+    /// Reads definitions from `(path, TOML text)` pairs, as the files under `schemas/` are.
     pub fn load(files: &[(&str, &str)]) -> Result<Schemas, String> {
         let mut parsed = Vec::new();
         let mut releases = RawReleases::new();
@@ -663,6 +719,31 @@ impl Schemas {
                 .map_or(0, |at| at + 1);
             parsed.push((*path, first_line, raw));
         }
+        let schemas = Schemas::compile(parsed, releases)?;
+        schemas.check()?;
+        Ok(schemas)
+    }
+
+    /// Reads the files as `build.rs` embeds them: `(path, the TOML's content as JSON, the
+    /// line its structure text starts on)`.
+    fn load_embedded(files: &[(&'static str, &'static str, usize)]) -> Result<Schemas, String> {
+        let mut parsed = Vec::new();
+        let mut releases = RawReleases::new();
+        for (path, json, first_line) in files {
+            let bad = |e: serde_json::Error| format!("schemas/{path}: {e}");
+            if *path == RELEASES {
+                releases = serde_json::from_str(json).map_err(bad)?;
+                continue;
+            }
+            parsed.push((*path, *first_line, serde_json::from_str(json).map_err(bad)?));
+        }
+        Schemas::compile(parsed, releases)
+    }
+
+    fn compile(
+        parsed: Vec<(&str, usize, RawFile)>,
+        releases: RawReleases,
+    ) -> Result<Schemas, String> {
         // Dictionaries first: every segment, composite and code list a version's files declare.
         let mut dictionaries: HashMap<String, Dictionary> = HashMap::new();
         for (path, _, raw) in &parsed {
@@ -675,35 +756,32 @@ impl Schemas {
         let mut sets = HashMap::new();
         for (path, first_line, raw) in parsed {
             let Some(id) = raw.id.clone() else { continue };
-            let base = dictionaries.remove(&raw.version).unwrap_or_default();
-            // The set's own declarations extend the dictionary for this set only.
-            let mut local = Dictionary {
-                segments: HashMap::new(),
-                composites: HashMap::new(),
-                codes: base.codes.clone(),
-            };
-            add_to_dictionary(&mut local, path, &raw)?;
-            let def = compile(path, first_line, &id, &raw, &base, &local)?;
-            dictionaries.insert(raw.version.clone(), base);
             let key = (raw.version.clone(), id.clone());
-            if sets.insert(key, Arc::new(def)).is_some() {
+            let version = raw.version.clone();
+            let set = LazySet {
+                path: path.to_string(),
+                first_line,
+                raw,
+                def: OnceLock::new(),
+            };
+            if sets.insert(key, set).is_some() {
                 return Err(format!(
-                    "schemas/{path}: set {id} version {} is defined twice",
-                    raw.version
+                    "schemas/{path}: set {id} version {version} is defined twice"
                 ));
             }
         }
         let codes = dictionaries
-            .into_iter()
+            .iter()
             .flat_map(|(version, d)| {
-                d.codes
-                    .into_iter()
-                    .map(move |(reference, list)| ((version.clone(), reference), list))
+                d.codes.iter().map(move |(reference, list)| {
+                    ((version.clone(), reference.clone()), list.clone())
+                })
             })
             .collect();
         let read_as = read_as(releases, &sets)?;
         Ok(Schemas {
             sets,
+            dictionaries,
             codes,
             read_as,
         })
@@ -714,7 +792,7 @@ impl Schemas {
 /// another, and the release it is read as defines the set.
 fn read_as(
     releases: RawReleases,
-    sets: &HashMap<(String, String), Arc<SetDef>>,
+    sets: &HashMap<(String, String), LazySet>,
 ) -> Result<HashMap<(String, String), String>, String> {
     let mut out = HashMap::new();
     for (release, entries) in releases {
@@ -748,7 +826,7 @@ pub fn builtin() -> Result<&'static Schemas, &'static str> {
     }
     static SCHEMAS: OnceLock<Result<Schemas, String>> = OnceLock::new();
     SCHEMAS
-        .get_or_init(|| Schemas::load(embedded::FILES))
+        .get_or_init(|| Schemas::load_embedded(embedded::FILES))
         .as_ref()
         .map_err(String::as_str)
 }
@@ -1405,6 +1483,9 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
     #[test]
     fn the_builtin_definitions_load() {
         let s = builtin().unwrap();
+        // Compiled when first asked for at run time: here every one, so a broken file fails.
+        s.check().unwrap();
+        assert!(s.all().len() >= 70, "{}", s.all().len());
         for def in s.all() {
             assert!(!def.segments.is_empty(), "{}", def.name_key());
         }
