@@ -333,7 +333,7 @@ mod tests {
                 .unwrap();
             let envelope: Vec<Rule> = interchange(&ic, checks, [])
                 .iter()
-                .filter(|f| f.detail.is_none())
+                .filter(|f| f.detail.is_none() && f.rule != Rule::EnvelopeLevelOnly)
                 .map(|f| f.rule)
                 .collect();
             envelope

@@ -760,9 +760,7 @@ impl Validator<'_> {
             release: version,
         };
         let st01 = st.element(1).unwrap_or_default();
-        // Transaction set identifiers are three digits, 100 to 999, in every release.
-        if !(st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0'))
-        {
+        if !crate::schema::names_a_set(st01) {
             self.set_finding(
                 at,
                 Rule::StIdInvalid,

@@ -75,6 +75,7 @@ const RULES: &[&str] = &[
     "gs-agency-invalid",
     "gs-duplicate-control-number",
     "gs-date-time-invalid",
+    "envelope-level-only",
     "ge-missing",
     "ge-set-count",
     "ge-control-number",
@@ -406,6 +407,12 @@ fn valid_fixtures_validate_clean() {
             Limits::default(),
             &x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap()),
         );
+        // A set no definition reads (the 271 of the repetitions fixture) is noted; that is
+        // about x12gate, not a finding of the file.
+        let findings: Vec<_> = findings
+            .into_iter()
+            .filter(|f| f.rule != x12gate::finding::Rule::EnvelopeLevelOnly)
+            .collect();
         if !findings.is_empty() {
             writeln!(failures, "{name}:").ok();
             for f in &findings {

@@ -269,3 +269,77 @@ fn every_valid_file_that_x12gate_rejects_is_reviewed() {
          {unreviewed}"
     );
 }
+
+/// Issue 17's goal: at least this share of the corpus's transaction sets outside healthcare
+/// (which has its own issue) is read against a definition, of its release or of one its
+/// release agrees with.
+const COVERAGE_GOAL: f64 = 0.90;
+
+/// Healthcare sets: the HIPAA transactions, and any set under a HIPAA implementation guide's
+/// GS08 (`004010X0..`, `005010X2..`).
+fn healthcare(gs08: &[u8], st01: &[u8]) -> bool {
+    const HIPAA: &[&[u8]] = &[
+        b"837", b"835", b"834", b"270", b"271", b"276", b"277", b"278", b"275",
+    ];
+    HIPAA.contains(&st01) || matches!(gs08.get(6..8), Some(b"X0" | b"X2"))
+}
+
+#[test]
+fn nine_in_ten_sets_outside_healthcare_are_read_against_a_definition() {
+    use x12gate::schema::Reading;
+    let schemas = x12gate::schema::builtin().unwrap();
+    let (mut read, mut total, mut as_other) = (0usize, 0usize, 0usize);
+    let mut unread: BTreeMap<String, usize> = BTreeMap::new();
+    for name in corpus() {
+        let bytes = std::fs::read(dir().join(&name)).unwrap();
+        for ic in x12gate::x12::Interchanges::new(&bytes, Limits::default()).flatten() {
+            for group in &ic.groups {
+                let gs08 = group.gs.element(8).unwrap_or_default();
+                for set in group.sets.iter() {
+                    let st01 = set.st.element(1).unwrap_or_default();
+                    // A set that names no release or no set id is an envelope error, not a
+                    // set a definition could read.
+                    let names_a_release = gs08
+                        .get(..6)
+                        .is_some_and(|v| v.iter().all(u8::is_ascii_digit));
+                    if healthcare(gs08, st01)
+                        || !names_a_release
+                        || !x12gate::schema::names_a_set(st01)
+                    {
+                        continue;
+                    }
+                    total += 1;
+                    match schemas.reading(gs08, st01) {
+                        Reading::Own(_) => read += 1,
+                        Reading::As(_) => {
+                            read += 1;
+                            as_other += 1;
+                        }
+                        Reading::EnvelopeOnly => {
+                            *unread
+                                .entry(format!(
+                                    "{} {}",
+                                    String::from_utf8_lossy(gs08),
+                                    String::from_utf8_lossy(st01)
+                                ))
+                                .or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let share = read as f64 / total as f64;
+    eprintln!(
+        "sets outside healthcare read against a definition: {read} of {total} ({:.1}%), \
+         {as_other} of them as another release; not read: {unread:?}",
+        share * 100.0
+    );
+    // Older releases are in the corpus and are read through the table.
+    assert!(as_other >= 4, "{as_other}");
+    assert!(
+        share >= COVERAGE_GOAL,
+        "{read} of {total} sets ({:.1}%) read against a definition; not read: {unread:?}",
+        share * 100.0
+    );
+}

@@ -31,8 +31,9 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
                 Reading::Own(def) | Reading::As(def) => {
                     out.extend(check::walk(def, &set, gi, si, false).findings);
                 }
-                // A GS08 too short to name a release is an envelope error of its own.
-                Reading::EnvelopeOnly if version.len() >= 6 => {
+                // A GS08 too short to name a release, or an ST01 that names no set, is an
+                // envelope error of its own.
+                Reading::EnvelopeOnly if version.len() >= 6 && names_a_set(id) => {
                     let at = (
                         crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
                         crate::validate::shown_bounded(id),
@@ -52,6 +53,12 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
+/// every release.
+pub fn names_a_set(st01: &[u8]) -> bool {
+    st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
 }
 
 /// How many distinct (release, set) pairs the warning names; an interchange may hold any.
@@ -262,8 +269,14 @@ mod tests {
              it agrees with), 850 of 003030 (no definition of the release, nor one it agrees \
              with), 810 of 004010 (no definition of the set) (noted; not sent back)"
         );
-        // Read sets, or a GS08 too short to name a release, are not noted.
-        assert!(findings_of(&[("004030", &[("850", PO)]), ("0040", &[("810", "")])]).is_empty());
+        // Read sets, a GS08 too short to name a release or an ST01 that names no set are not
+        // noted.
+        assert!(findings_of(&[
+            ("004030", &[("850", PO)]),
+            ("0040", &[("810", "")]),
+            ("004010", &[("85", ""), ("000", "")])
+        ])
+        .is_empty());
         // However many, the note names a bounded number.
         let many: Vec<(String, String)> = (0..50)
             .map(|i| (format!("{}", 100 + i), String::new()))
