@@ -5,6 +5,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+// The crate's own compiler of definitions: every file is compiled here, so a definition that
+// does not compile (an unknown segment, a bad syntax note, a document key the set does not
+// hold) fails the build with its path and line, not a run.
+#[path = "src/schema/definition.rs"]
+#[allow(dead_code)]
+mod definition;
+
 fn main() {
     // Read when the script runs, not when it was compiled: a script compiled for one
     // checkout and reused from a copied target folder embedded that checkout's files.
@@ -35,6 +42,26 @@ fn main() {
         }
     }
     files.sort();
+    println!("cargo:rerun-if-changed=src/schema/definition.rs");
+    let texts: Vec<(String, String)> = files
+        .iter()
+        .map(|path| {
+            let name = path
+                .strip_prefix(&root)
+                .map(|p| p.to_string_lossy().replace('\\', "/"))
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            (name, text)
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = texts
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    if let Err(e) = definition::Schemas::load(&pairs) {
+        panic!("{e}");
+    }
     // Each file is parsed here, once, and embedded as JSON: parsing TOML was nine tenths of
     // every start, and a file that is not TOML now fails the build with its path.
     let mut out = String::from(
@@ -42,15 +69,9 @@ fn main() {
          /// of the TOML file a `structure` text starts on).\n\
          pub const FILES: &[(&str, &str, usize)] = &[\n",
     );
-    for path in &files {
-        let name = path
-            .strip_prefix(&root)
-            .map(|p| p.to_string_lossy().replace('\\', "/"))
-            .unwrap_or_default();
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    for (name, text) in &texts {
         let value: toml::Value =
-            toml::from_str(&text).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
+            toml::from_str(text).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
         let json = serde_json::to_string(&value).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
         // Structure lines are reported as lines of the file: the text starts on the line
         // after `structure = """`.

@@ -726,7 +726,9 @@ impl Schemas {
 
     /// Reads the files as `build.rs` embeds them: `(path, the TOML's content as JSON, the
     /// line its structure text starts on)`.
-    fn load_embedded(files: &[(&'static str, &'static str, usize)]) -> Result<Schemas, String> {
+    pub(crate) fn load_embedded(
+        files: &[(&'static str, &'static str, usize)],
+    ) -> Result<Schemas, String> {
         let mut parsed = Vec::new();
         let mut releases = RawReleases::new();
         for (path, json, first_line) in files {
@@ -817,18 +819,6 @@ fn read_as(
         }
     }
     Ok(out)
-}
-
-/// The definitions built into the binary from `schemas/`.
-pub fn builtin() -> Result<&'static Schemas, &'static str> {
-    mod embedded {
-        include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
-    }
-    static SCHEMAS: OnceLock<Result<Schemas, String>> = OnceLock::new();
-    SCHEMAS
-        .get_or_init(|| Schemas::load_embedded(embedded::FILES))
-        .as_ref()
-        .map_err(String::as_str)
 }
 
 fn add_to_dictionary(d: &mut Dictionary, path: &str, raw: &RawFile) -> Result<(), String> {
@@ -1326,6 +1316,7 @@ fn document_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::builtin;
 
     const DICT: &str = r#"
 version = "004010"

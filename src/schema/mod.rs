@@ -8,12 +8,26 @@ pub mod check;
 pub mod definition;
 
 pub use definition::{
-    builtin, Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Reading, Req, Schemas,
+    Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Reading, Req, Schemas,
     SegmentDef, SetDef, Simple, Syntax, SyntaxKind,
 };
 
 use crate::finding::{Finding, Rule};
 use crate::x12::Interchange;
+
+/// The definitions built into the binary from `schemas/`: `build.rs` has compiled every one
+/// (a broken file fails the build) and embedded them as JSON; each set is compiled again here
+/// when a file first holds it.
+pub fn builtin() -> Result<&'static Schemas, &'static str> {
+    mod embedded {
+        include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
+    }
+    static SCHEMAS: std::sync::OnceLock<Result<Schemas, String>> = std::sync::OnceLock::new();
+    SCHEMAS
+        .get_or_init(|| Schemas::load_embedded(embedded::FILES))
+        .as_ref()
+        .map_err(String::as_str)
+}
 
 /// Every schema finding of an interchange: each set that has a definition (of its release, or
 /// of a release `schemas/releases.toml` reads it as), walked against it. Sets without one pass
