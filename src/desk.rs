@@ -160,24 +160,6 @@ fn our_numbers(config: &Config, bytes: &[u8]) -> (Option<String>, Vec<String>) {
     )
 }
 
-/// A registry time (milliseconds since the epoch) in UTC, always with its milliseconds, so
-/// that a time on a whole second reads in the same shape as any other.
-pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false))
-        .unwrap_or_default()
-}
-
-/// The same time in the host's local time, as `show`, `claims` and the log print it.
-pub fn local_rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| {
-            t.with_timezone(&chrono::Local)
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
-        })
-        .unwrap_or_default()
-}
-
 /// The layers of interchange `key` from what the registry holds; `acks` as sent.
 pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers, RegistryError> {
     let Some(record) = registry.record(key)? else {
@@ -224,7 +206,7 @@ fn layers_of(
     refs: &std::collections::HashMap<String, String>,
 ) -> Layers {
     let acknowledged = answered_ms.map(|at| Acknowledged {
-        at: rfc3339(at),
+        at: crate::time::rfc3339(at),
         acks: record
             .acks
             .iter()
@@ -255,7 +237,7 @@ fn layers_of(
                 destination: handed.then(|| "out".to_string()),
                 state: d.delivery.as_str().into(),
                 attempts: 0,
-                at: d.delivered_ms.map(rfc3339),
+                at: d.delivered_ms.map(crate::time::rfc3339),
                 result_ref: known(),
             });
         }
@@ -265,13 +247,13 @@ fn layers_of(
                 destination: Some(r.destination.clone()),
                 state: r.state.as_str().into(),
                 attempts: r.attempts,
-                at: r.delivered_ms.map(rfc3339),
+                at: r.delivered_ms.map(crate::time::rfc3339),
                 result_ref: r.result_ref.clone().or_else(known),
             });
         }
     }
     Layers {
-        received: Some(rfc3339(record.first_seen_ms)),
+        received: Some(crate::time::rfc3339(record.first_seen_ms)),
         acknowledged,
         delivered,
     }

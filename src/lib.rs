@@ -43,6 +43,7 @@
 //! - [`scan`]: the retrofit: old archives read for document keys seen more than once, and
 //!   optionally recorded as processed before.
 //! - [`text`]: text from input made safe for terminals and logs.
+//! - [`time`]: registry times as operators read them.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
 //!
@@ -84,6 +85,7 @@ pub mod scan;
 pub mod schema;
 pub mod setup;
 pub mod text;
+pub mod time;
 pub mod translate;
 pub mod validate;
 pub mod watch;

@@ -199,6 +199,12 @@ fn shown(bytes: &[u8]) -> String {
 
 /// [`shown`] of at most the first 35 bytes of a value of any length (an element may be
 /// 64 KiB), with `...` when there was more.
+/// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
+/// every release.
+pub fn names_a_set(st01: &[u8]) -> bool {
+    st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
+}
+
 pub(crate) fn shown_bounded(bytes: &[u8]) -> String {
     const SHOWN: usize = 35;
     match bytes.get(..SHOWN) {
@@ -760,7 +766,7 @@ impl Validator<'_> {
             release: version,
         };
         let st01 = st.element(1).unwrap_or_default();
-        if !crate::schema::names_a_set(st01) {
+        if !names_a_set(st01) {
             self.set_finding(
                 at,
                 Rule::StIdInvalid,

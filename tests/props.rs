@@ -1189,12 +1189,14 @@ proptest! {
     }
 }
 
-/// Whether a finding comes from a transaction set's definition (AK304/AK403).
+/// Whether a finding comes from the definitions layer: a set's definition (AK304/AK403), or
+/// the note that no definition reads a set.
 pub fn is_schema(f: &x12gate::finding::Finding) -> bool {
-    f.code.is_some_and(|c| {
-        matches!(
-            c.list(),
-            x12gate::finding::CodeList::Ak304 | x12gate::finding::CodeList::Ak403
-        )
-    })
+    f.rule == x12gate::finding::Rule::EnvelopeLevelOnly
+        || f.code.is_some_and(|c| {
+            matches!(
+                c.list(),
+                x12gate::finding::CodeList::Ak304 | x12gate::finding::CodeList::Ak403
+            )
+        })
 }

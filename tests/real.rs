@@ -305,7 +305,7 @@ fn the_share_of_sets_outside_healthcare_read_against_a_definition_does_not_fall(
                         .is_some_and(|v| v.iter().all(u8::is_ascii_digit));
                     if healthcare(gs08, st01)
                         || !names_a_release
-                        || !x12gate::schema::names_a_set(st01)
+                        || !x12gate::validate::names_a_set(st01)
                     {
                         continue;
                     }

@@ -356,7 +356,12 @@ fn answer_group(
         Status::Accepted
     };
     if group_rejected && tally.first_set_problem.is_none() {
-        tally.first_set_problem = buckets.group(gi).first().map(|f| f.message.clone());
+        // The reason is what rejected the group, never a warning noted beside it.
+        tally.first_set_problem = buckets
+            .group(gi)
+            .iter()
+            .find(|f| !f.is_warning())
+            .map(|f| f.message.clone());
     }
     let declared = group
         .ge

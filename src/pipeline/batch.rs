@@ -601,7 +601,7 @@ impl Waiting {
                 continue;
             }
             self.told.insert(owner.to_string(), now);
-            let until = crate::desk::local_rfc3339(until);
+            let until = crate::time::local_rfc3339(until);
             // Another batch of this very process (a watcher's workers meeting one key) is a
             // short, normal wait; only another process is news for the operator.
             if owner.starts_with(&crate::owner::Owner::current().id()) {

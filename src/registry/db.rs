@@ -43,6 +43,10 @@ pub enum Error {
     Statement { sql: String, cause: postgres::Error },
     #[error("the query returned no row")]
     NoRows,
+    /// A statement of the transaction failed, so PostgreSQL discarded the transaction: a
+    /// COMMIT would roll it back without a word.
+    #[error("the transaction was rolled back: a statement in it failed")]
+    Aborted,
     #[error("column {column}: {cause}")]
     Decode {
         column: usize,
@@ -483,6 +487,8 @@ pub struct Pg {
     statements: HashMap<String, postgres::Statement>,
     connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
     in_transaction: bool,
+    /// A statement failed inside the open transaction (which the server then aborted).
+    aborted: bool,
 }
 
 impl Pg {
@@ -494,6 +500,7 @@ impl Pg {
             statements: HashMap::new(),
             connect,
             in_transaction: false,
+            aborted: false,
         })
     }
 
@@ -517,6 +524,7 @@ impl Pg {
         }
         let client = &mut *self.client;
         let s = blocking(|| client.prepare(&dollar_parameters(sql))).map_err(|cause| {
+            self.aborted |= self.in_transaction;
             Error::Statement {
                 sql: crate::text::shortened(sql.trim(), 240).into_owned(),
                 cause,
@@ -542,7 +550,9 @@ impl Pg {
             .map(|v| v as &(dyn postgres::types::ToSql + Sync))
             .collect();
         let client = &mut *self.client;
-        Ok(blocking(|| f(client, &statement, &refs))?)
+        let out = blocking(|| f(client, &statement, &refs));
+        self.aborted |= out.is_err() && self.in_transaction;
+        Ok(out?)
     }
 }
 
@@ -590,7 +600,9 @@ impl Conn {
                 let mut p = p.borrow_mut();
                 p.ready()?;
                 let client = &mut *p.client;
-                Ok(blocking(|| client.batch_execute(sql))?)
+                let out = blocking(|| client.batch_execute(sql));
+                p.aborted |= out.is_err() && p.in_transaction;
+                Ok(out?)
             }
         }
     }
@@ -694,6 +706,7 @@ impl Conn {
                 let mut p = p.borrow_mut();
                 p.ready()?;
                 p.in_transaction = true;
+                p.aborted = false;
                 let client = &mut *p.client;
                 let begun = blocking(|| {
                     client.batch_execute(&format!(
@@ -714,7 +727,14 @@ impl Conn {
     }
 
     fn end(&self, sql: &str) -> Result<()> {
-        let out = self.execute_batch(sql);
+        // A transaction one of whose statements failed (an error someone ignored) is lost on
+        // PostgreSQL: say so rather than let its COMMIT report success.
+        let aborted = self.pg().is_some_and(|p| p.aborted);
+        let out = if aborted {
+            self.execute_batch("ROLLBACK").and(Err(Error::Aborted))
+        } else {
+            self.execute_batch(sql)
+        };
         if let Some(mut p) = self.pg() {
             p.in_transaction = false;
         }

@@ -355,3 +355,39 @@ on_both! {
         assert_eq!(seen(&mut r, "ZZ:ACME:000000003", &[group("PO", "7")]), [false]);
     }
 }
+
+crate::registry::tests::on_both! {
+    /// An error ignored inside a transaction is never a silent loss: SQLite keeps the
+    /// statements that worked and commits them; PostgreSQL, which discards a transaction once
+    /// a statement in it failed, refuses the commit instead of reporting one.
+    fn a_failed_statement_in_a_transaction_never_commits_silently() {
+        let mut r = Registry::in_memory(US);
+        let before = count(&r.conn, "SELECT count(*) FROM counters");
+        let tx = r.conn.transaction().unwrap();
+        assert!(tx.execute("INSERT INTO no_such_table VALUES (1)", []).is_err());
+        let written = tx.execute(
+            "INSERT INTO counters (partner, kind, value) VALUES ('ZZ:T', 'isa', 5)",
+            [],
+        );
+        let committed = tx.commit();
+        let after = count(&r.conn, "SELECT count(*) FROM counters");
+        if r.conn.is_postgres() {
+            assert!(written.is_err());
+            assert!(matches!(committed, Err(db::Error::Aborted)), "{committed:?}");
+            assert_eq!(after, before);
+        } else {
+            assert_eq!(written.unwrap(), 1);
+            committed.unwrap();
+            assert_eq!(after, before + 1);
+        }
+        // The connection is usable again, and the next transaction commits.
+        let tx = r.conn.transaction().unwrap();
+        tx.execute(
+            "INSERT INTO counters (partner, kind, value) VALUES ('ZZ:U', 'isa', 6)",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        assert_eq!(count(&r.conn, "SELECT count(*) FROM counters"), after + 1);
+    }
+}

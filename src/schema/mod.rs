@@ -36,6 +36,7 @@ pub fn builtin() -> Result<&'static Schemas, &'static str> {
 pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut unread: Vec<(String, String)> = Vec::new();
+    let mut more = false;
     let mut first_unread = None;
     for (gi, group) in ic.groups.iter().enumerate() {
         let version = group.gs.element(8).unwrap_or_default();
@@ -45,15 +46,21 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
                 Reading::Own(def) | Reading::As(def) => {
                     out.extend(check::walk(def, &set, gi, si, false).findings);
                 }
-                // A GS08 too short to name a release, or an ST01 that names no set, is an
-                // envelope error of its own.
-                Reading::EnvelopeOnly if version.len() >= 6 && names_a_set(id) => {
+                // A GS08 that names no release, or an ST01 that names no set, is an envelope
+                // error of its own.
+                Reading::EnvelopeOnly
+                    if names_a_release(version) && crate::validate::names_a_set(id) =>
+                {
                     let at = (
                         crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
                         crate::validate::shown_bounded(id),
                     );
-                    if !unread.contains(&at) && unread.len() < UNREAD_SHOWN {
-                        unread.push(at);
+                    if !unread.contains(&at) {
+                        if unread.len() < UNREAD_SHOWN {
+                            unread.push(at);
+                        } else {
+                            more = true;
+                        }
                     }
                     first_unread.get_or_insert(gi);
                 }
@@ -63,16 +70,16 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
     }
     if let Some(gi) = first_unread {
         if let Some(group) = ic.groups.get(gi) {
-            out.push(unread_warning(gi, &group.gs, &unread, schemas));
+            out.push(unread_warning(gi, &group.gs, &unread, more, schemas));
         }
     }
     out
 }
 
-/// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
-/// every release.
-pub fn names_a_set(st01: &[u8]) -> bool {
-    st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
+/// Whether GS08 begins with a six-digit release (`004010`, `005010X222A1`).
+fn names_a_release(gs08: &[u8]) -> bool {
+    gs08.get(..6)
+        .is_some_and(|v| v.iter().all(u8::is_ascii_digit))
 }
 
 /// How many distinct (release, set) pairs the warning names; an interchange may hold any.
@@ -82,6 +89,7 @@ fn unread_warning(
     gi: usize,
     gs: &crate::x12::Segment<'_>,
     unread: &[(String, String)],
+    more: bool,
     schemas: &Schemas,
 ) -> Finding {
     let named: Vec<String> = unread
@@ -94,11 +102,7 @@ fn unread_warning(
             }
         })
         .collect();
-    let more = if unread.len() == UNREAD_SHOWN {
-        ", ..."
-    } else {
-        ""
-    };
+    let more = if more { ", ..." } else { "" };
     crate::validate::group_finding(
         gi,
         gs,
@@ -288,6 +292,7 @@ mod tests {
         assert!(findings_of(&[
             ("004030", &[("850", PO)]),
             ("0040", &[("810", "")]),
+            ("ABCDEF", &[("810", "")]),
             ("004010", &[("85", ""), ("000", "")])
         ])
         .is_empty());
@@ -301,5 +306,10 @@ mod tests {
             note.ends_with(", ... (noted; not sent back)")
                 && note.matches("(no definition").count() == 8
         );
+        // Eight are named whole; a ninth is what the ellipsis stands for.
+        let note = &findings_of(&[("004010", &many[..8])])[0].message;
+        assert!(!note.contains("...") && note.matches("(no definition").count() == 8);
+        let note = &findings_of(&[("004010", &many[..9])])[0].message;
+        assert!(note.contains(", ... ") && note.matches("(no definition").count() == 8);
     }
 }

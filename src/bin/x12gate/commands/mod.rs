@@ -78,5 +78,5 @@ fn preflight(config: &Config) -> Result<(), Failure> {
 /// A registry time (milliseconds since the epoch) in local time, as `show` and `claims`
 /// print it.
 fn local_time(ms: i64) -> String {
-    x12gate::desk::local_rfc3339(ms)
+    x12gate::time::local_rfc3339(ms)
 }

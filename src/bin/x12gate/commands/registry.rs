@@ -196,7 +196,7 @@ pub fn history(
         .history(filter)
         .map_err(|e| Failure::Operational(e.into()))?
     {
-        let time = x12gate::desk::rfc3339(e.at_ms);
+        let time = x12gate::time::rfc3339(e.at_ms);
         // A decision's line carries where its interchange stands now: received,
         // acknowledged, delivered (with the business system's references).
         let layers = match (&e.key, e.disposition) {
