@@ -199,6 +199,35 @@ fn the_terminal_resale_and_waybill_sets_are_defined_in_both_versions() {
     }
 }
 
+#[test]
+fn the_service_invoice_and_ocean_sets_are_defined_in_both_versions() {
+    let have: Vec<String> = definitions().iter().map(|d| d.name_key()).collect();
+    let find = |key: &str| {
+        definitions()
+            .into_iter()
+            .find(|d| d.name_key() == key)
+            .unwrap_or_else(|| panic!("{key} missing from {have:?}"))
+    };
+    for version in ["004010", "005010"] {
+        // The 811 is named by its invoice number BIG02 (as the 810), the 310 by the carrier's
+        // invoice number B302 (as the 210).
+        for id in ["811", "310"] {
+            let key = format!("{version}/{id}");
+            assert!(
+                find(&key).document.is_some(),
+                "{key} declares no document key"
+            );
+        }
+        // The 315 reports a status event of one container and has no number of its own:
+        // defined, without a key.
+        let key = format!("{version}/315");
+        assert!(
+            find(&key).document.is_none(),
+            "{key} declares a document key"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
