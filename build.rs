@@ -22,10 +22,13 @@ fn main() {
     if let Ok(versions) = std::fs::read_dir(&root) {
         for version in versions.flatten() {
             let dir = version.path();
-            // `releases.toml`: which older releases are read as which defined one.
-            if dir.extension().is_some_and(|e| e == "toml") {
-                println!("cargo:rerun-if-changed={}", dir.display());
-                files.push(dir);
+            // `releases.toml`: which older releases are read as which defined one; the
+            // folder's other files (README.md, RELEASES.md) are documentation.
+            if !dir.is_dir() {
+                if dir.extension().is_some_and(|e| e == "toml") {
+                    println!("cargo:rerun-if-changed={}", dir.display());
+                    files.push(dir);
+                }
                 continue;
             }
             println!("cargo:rerun-if-changed={}", dir.display());
@@ -55,13 +58,6 @@ fn main() {
             (name, text)
         })
         .collect();
-    let pairs: Vec<(&str, &str)> = texts
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.as_str()))
-        .collect();
-    if let Err(e) = definition::Schemas::load(&pairs) {
-        panic!("{e}");
-    }
     // Each file is parsed here, once, and embedded as JSON: parsing TOML was nine tenths of
     // every start, and a file that is not TOML now fails the build with its path.
     let mut out = String::from(
@@ -69,6 +65,7 @@ fn main() {
          /// of the TOML file a `structure` text starts on).\n\
          pub const FILES: &[(&str, &str, usize)] = &[\n",
     );
+    let mut embedded = Vec::new();
     for (name, text) in &texts {
         let value: toml::Value =
             toml::from_str(text).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
@@ -80,6 +77,15 @@ fn main() {
             .position(|l| l.starts_with("structure"))
             .map_or(0, |at| at + 1);
         let _ = writeln!(out, "    ({name:?}, {json:?}, {first_line}),");
+        embedded.push((name.as_str(), json, first_line));
+    }
+    // Compiled exactly as the binary will read them, every one.
+    let embedded: Vec<(&str, &str, usize)> = embedded
+        .iter()
+        .map(|(name, json, line)| (*name, json.as_str(), *line))
+        .collect();
+    if let Err(e) = definition::Schemas::load_embedded(&embedded).and_then(|s| s.check()) {
+        panic!("{e}");
     }
     out.push_str("];\n");
     let dest = Path::new(&std::env::var("OUT_DIR").unwrap_or_default()).join("schemas.rs");

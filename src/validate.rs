@@ -136,8 +136,8 @@ pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
 }
 
 /// [`interchange`], and with `dictionaries` each group's GS01 checked against the
-/// functional identifier codes (479) of the release its GS08 selects (as
-/// `Schemas::find` selects it). A release without a dictionary there (any but 004010 and
+/// functional identifier codes (479) of the release its GS08 names (`Schemas::code_list`,
+/// which does not follow `releases.toml`). A release without a dictionary there (any but 004010 and
 /// 005010 today) is not checked: another release's list could refuse a code the group's own
 /// release has (the lists gain and lose codes from release to release).
 pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) -> Vec<Finding> {

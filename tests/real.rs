@@ -270,11 +270,11 @@ fn every_valid_file_that_x12gate_rejects_is_reviewed() {
     );
 }
 
-/// The share of the corpus's transaction sets outside healthcare (which has its own issue)
-/// read against a definition, of its release or of one its release agrees with, may not fall
-/// below what it is: 240 of 267 (89.9%). Issue 17's goal is 90%; the sets still missing are
-/// printed by the test (857, 286, 840, and older releases that agree with no definition).
-const COVERAGE_FLOOR: f64 = 0.898;
+/// Issue 17's goal: at least nine in ten of the corpus's transaction sets outside healthcare
+/// (which has its own issue) are read against a definition, of their release or of one
+/// their release agrees with. It is 241 of 267 (90.3%); the test prints the sets still read
+/// at envelope level only (857, 286, 840, and older releases that agree with no definition).
+const COVERAGE_GOAL: f64 = 0.90;
 
 /// Healthcare sets: the HIPAA transactions, and any set under a HIPAA implementation guide's
 /// GS08 (`004010X0..`, `005010X2..`).
@@ -286,7 +286,7 @@ fn healthcare(gs08: &[u8], st01: &[u8]) -> bool {
 }
 
 #[test]
-fn the_share_of_sets_outside_healthcare_read_against_a_definition_does_not_fall() {
+fn nine_in_ten_sets_outside_healthcare_are_read_against_a_definition() {
     use x12gate::schema::Reading;
     let schemas = x12gate::schema::builtin().unwrap();
     let (mut read, mut total, mut as_other) = (0usize, 0usize, 0usize);
@@ -339,7 +339,7 @@ fn the_share_of_sets_outside_healthcare_read_against_a_definition_does_not_fall(
     // Older releases are in the corpus and are read through the table.
     assert!(as_other >= 4, "{as_other}");
     assert!(
-        share >= COVERAGE_FLOOR,
+        share >= COVERAGE_GOAL,
         "{read} of {total} sets ({:.1}%) read against a definition; not read: {unread:?}",
         share * 100.0
     );

@@ -639,3 +639,45 @@ fn a_set_rejected_by_its_definition_is_not_translated() {
         "{report}"
     );
 }
+
+#[test]
+fn an_older_release_is_read_structured_and_keyed_as_the_release_it_agrees_with() {
+    // A 004060 856 is a 005010 856 (schemas/releases.toml, `same`): it is walked, translated
+    // and keyed as one, renders back byte for byte, and keeps its own GS08.
+    let text = std::fs::read_to_string(fixture("856-005010-sopi.x12")).unwrap();
+    let older = text
+        .replacen("*00501*", "*00406*", 1)
+        .replacen("*X*005010~", "*X*004060~", 1);
+    assert!(older.contains("*X*004060~") && older.contains("*00406*"));
+    let bytes = older.into_bytes();
+    let schemas = schema::builtin().unwrap();
+    let checks = x12gate::check::Checks::definitions(schemas);
+    let findings = x12gate::check::file(&bytes, Limits::default(), &checks);
+    assert!(findings.is_empty(), "{findings:?}");
+    let doc = parse_document_as(&bytes, Limits::default(), Form::Structured).unwrap();
+    let group = &doc.interchanges[0].groups[0];
+    assert!(format!("{:?}", group.gs.get(7)).contains("\"004060\""));
+    assert_eq!(group.sets[0].schema.as_deref(), Some("005010/856"));
+    assert!(content(&doc, 0)["HL_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+    let ic = x12gate::x12::Interchanges::new(&bytes, Limits::default())
+        .next()
+        .unwrap()
+        .unwrap();
+    let set = ic.groups[0].sets.get(0).unwrap();
+    let def = schemas.find(b"004060", b"856").unwrap();
+    let key = x12gate::document::identify(ic.isa.field(5), ic.isa.field(6), &set, def)
+        .expect("a 004060 856 has its document key");
+    assert_eq!(key.set_id, "856");
+    assert!(!key.document_id.is_empty(), "{}", key.key);
+    // A release the table does not name for the set stays at envelope level, noted once.
+    let unread = String::from_utf8(bytes)
+        .unwrap()
+        .replacen("*X*004060~", "*X*003060~", 1)
+        .into_bytes();
+    let findings = x12gate::check::file(&unread, Limits::default(), &checks);
+    let rules: Vec<_> = findings.iter().map(|f| f.rule.name()).collect();
+    assert_eq!(rules, ["envelope-level-only"], "{findings:?}");
+    let doc = parse_document_as(&unread, Limits::default(), Form::Structured).unwrap();
+    assert_eq!(doc.interchanges[0].groups[0].sets[0].schema, None);
+}

@@ -4,6 +4,9 @@
 //! Two kinds of file live in `schemas/<version>/`: `segments.toml`, the version's segment
 //! dictionary (segments, composites, code lists), and one `<set>.toml` per transaction set (its
 //! structure, and any segment the dictionary lacks). The README documents the format.
+//!
+//! `build.rs` includes this file by `#[path]` to compile every definition at build time, so
+//! it may use only std and the build's dependencies (serde, serde_json, toml), never `crate::`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -640,7 +643,9 @@ impl Schemas {
     }
 
     /// The definition of `key`, compiled on first use; none for a file that does not compile
-    /// (which [`Schemas::check`] reports).
+    /// (which [`Schemas::check`] reports). Invariant: the built-in files never fail here,
+    /// since `build.rs` compiled every one of them from the same JSON, so a set read at
+    /// envelope level for this reason is not a case the warning needs to tell apart.
     fn compiled(&self, key: &(String, String)) -> Option<&Arc<SetDef>> {
         self.compile_set(key)?.as_ref().ok()
     }
@@ -661,7 +666,7 @@ impl Schemas {
         }))
     }
 
-    /// Compiles every definition not yet compiled: the first error, in file order.
+    /// Compiles every definition not yet compiled: the first error, by (release, set id).
     pub fn check(&self) -> Result<(), String> {
         let mut keys: Vec<&(String, String)> = self.sets.keys().collect();
         keys.sort();
@@ -679,8 +684,9 @@ impl Schemas {
     }
 
     /// The code list of element `reference` (`"479"`) in the dictionary of the release a
-    /// group's GS08 selects, as [`Schemas::find`] selects it; `None` when that release has
-    /// no dictionary here or its dictionary has no list for the element.
+    /// group's GS08 names (its first six digits); `None` when that release has no dictionary
+    /// here or its dictionary has no list for the element. Unlike [`Schemas::find`] it does
+    /// not follow `releases.toml`: that table vouches for sets, not for every code list.
     pub fn code_list(&self, gs08: &[u8], reference: &str) -> Option<&Codes> {
         let version = release_of(gs08)?;
         self.codes
@@ -726,9 +732,7 @@ impl Schemas {
 
     /// Reads the files as `build.rs` embeds them: `(path, the TOML's content as JSON, the
     /// line its structure text starts on)`.
-    pub(crate) fn load_embedded(
-        files: &[(&'static str, &'static str, usize)],
-    ) -> Result<Schemas, String> {
+    pub(crate) fn load_embedded(files: &[(&str, &str, usize)]) -> Result<Schemas, String> {
         let mut parsed = Vec::new();
         let mut releases = RawReleases::new();
         for (path, json, first_line) in files {
