@@ -8,8 +8,10 @@
 //!   880, 861, 865, 870, 869, 866, 812, 322, 867, 417, 811, 310 and 315 in 004010 and
 //!   005010, 753, 754 and 999 in 005010, a 271 with repetitions and composites) and the reading
 //!   oddities of SPEC section 2.
-//! - `fixtures/broken/<rule>[-<variant>].x12`: exactly one fault each, beside its golden
-//!   `fixtures/broken/<rule>[-<variant>].findings`.
+//! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
+//!   `fixtures/broken/<rule>[-<variant>].findings`; every defined set has a segment error and an
+//!   element error among them (issue 17), in two fixtures or, for some sets written earlier
+//!   (753, 754, 820, 824, 830, 832, 846, 852, 862, 864, 943, 944, 947), both in one.
 //!
 //! # The `.findings` format
 //! One line per expected finding, in the order `check::file` reports them:
@@ -866,4 +868,43 @@ fn valid_fixtures_carry_distinct_control_numbers_per_sender() {
             assert!(seen.insert(key.clone()), "{name}: {key} used twice");
         }
     }
+}
+
+#[test]
+fn every_defined_set_has_a_broken_fixture_with_a_segment_and_an_element_error() {
+    // The first version's sets, whose definitions came before this rule; their walk is
+    // covered by the unit tests of `schema::check` and the 850's fixtures.
+    const BEFORE_THE_RULE: &[&str] = &["810", "855", "856", "860", "997"];
+    // Set id -> (an AK304 finding seen, an AK403 finding seen) in the broken fixtures'
+    // goldens whose file holds that set.
+    let mut seen: std::collections::BTreeMap<String, (bool, bool)> = Default::default();
+    for path in files(&broken_dir(), "x12") {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let golden_path = path.with_extension("findings");
+        let findings = golden(&std::fs::read_to_string(&golden_path).unwrap_or_default());
+        let segment = findings.iter().any(|l| l.contains(" AK304 "));
+        let element = findings.iter().any(|l| l.contains(" AK403 "));
+        for def in x12gate::schema::builtin().unwrap().all() {
+            if text.contains(&format!("ST*{}*", def.id)) {
+                let e = seen.entry(def.id.clone()).or_default();
+                e.0 |= segment;
+                e.1 |= element;
+            }
+        }
+    }
+    let missing: Vec<String> = x12gate::schema::builtin()
+        .unwrap()
+        .all()
+        .iter()
+        .map(|d| d.id.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|id| !BEFORE_THE_RULE.contains(&id.as_str()))
+        .filter_map(|id| match seen.get(&id) {
+            Some((true, true)) => None,
+            Some((s, e)) => Some(format!("{id}: segment error {s}, element error {e}")),
+            None => Some(format!("{id}: no broken fixture")),
+        })
+        .collect();
+    assert!(missing.is_empty(), "{missing:#?}");
 }
