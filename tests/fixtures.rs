@@ -872,9 +872,6 @@ fn valid_fixtures_carry_distinct_control_numbers_per_sender() {
 
 #[test]
 fn every_defined_set_has_a_broken_fixture_with_a_segment_and_an_element_error() {
-    // The first version's sets, whose definitions came before this rule; their walk is
-    // covered by the unit tests of `schema::check` and the 850's fixtures.
-    const BEFORE_THE_RULE: &[&str] = &["810", "855", "856", "860", "997"];
     // Set id -> (an AK304 finding seen, an AK403 finding seen) in the broken fixtures'
     // goldens whose file holds that set.
     let mut seen: std::collections::BTreeMap<String, (bool, bool)> = Default::default();
@@ -899,7 +896,6 @@ fn every_defined_set_has_a_broken_fixture_with_a_segment_and_an_element_error() 
         .map(|d| d.id.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .filter(|id| !BEFORE_THE_RULE.contains(&id.as_str()))
         .filter_map(|id| match seen.get(&id) {
             Some((true, true)) => None,
             Some((s, e)) => Some(format!("{id}: segment error {s}, element error {e}")),
