@@ -657,3 +657,27 @@ fn an_older_release_is_read_structured_and_keyed_as_the_release_it_agrees_with()
     let doc = parse_document_as(&unread, Limits::default(), Form::Structured).unwrap();
     assert_eq!(doc.interchanges[0].groups[0].sets[0].schema, None);
 }
+
+#[test]
+fn a_997_of_004010_may_carry_the_syntax_error_codes_20_to_22() {
+    // 716 and 718 in 004010 are the union of Stedi's lists and EdiFabric's, which has 20-22:
+    // a partner's 997 that uses them is not rejected; a code in neither list still is.
+    let text = std::fs::read_to_string(fixture("997-004010.x12")).unwrap();
+    let schemas = schema::builtin().unwrap();
+    let checks = x12gate::check::Checks::definitions(schemas);
+    let rules = |ak5: &str, ak9: &str| -> Vec<&'static str> {
+        let t = text
+            .replacen("AK5*A~", ak5, 1)
+            .replacen("AK9*A*1*1*1~", ak9, 1);
+        x12gate::check::file(t.as_bytes(), Limits::default(), &checks)
+            .iter()
+            .map(|f| f.rule.name())
+            .collect()
+    };
+    assert_eq!(rules("AK5*R*20~", "AK9*R*1*1*0*21~"), Vec::<&str>::new());
+    assert_eq!(rules("AK5*R*22~", "AK9*R*1*1*0*22~"), Vec::<&str>::new());
+    assert_eq!(
+        rules("AK5*R*14~", "AK9*R*1*1*0*9~"),
+        ["element-invalid-code", "element-invalid-code"]
+    );
+}
