@@ -234,6 +234,8 @@ const VALID: &[&str] = &[
     "310-005010.x12",
     "315-004010.x12",
     "315-005010.x12",
+    "860-004010.x12",
+    "860-005010.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,
