@@ -342,8 +342,13 @@ pub fn check(config: &Config) -> Vec<Problem> {
 /// Whether the registry can be used as it is: present and ours, or absent (or still being
 /// created) in a gateway without history, where the first run creates it. Read only.
 fn registry_problem(g: &Gateway) -> Result<(), RegistryError> {
+    // The history is looked at first, as `open_registry` does: a gateway writes to its
+    // outbox only after its registry exists, so a history seen now is a registry the check
+    // below finds. Looked at after, it could be one that another process, starting at the
+    // same moment on a new gateway, created and used in between (16 processes at once saw it).
+    let history = history(g);
     match Registry::verify(&g.database, identity(g)) {
-        Err(RegistryError::Missing { .. }) => match history(g) {
+        Err(RegistryError::Missing { .. }) => match history {
             Some(h) => Err(missing_with_history(g, &h)),
             None => Ok(()),
         },
