@@ -70,12 +70,7 @@ fn main() {
         let value: toml::Value =
             toml::from_str(text).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
         let json = serde_json::to_string(&value).unwrap_or_else(|e| panic!("schemas/{name}: {e}"));
-        // Structure lines are reported as lines of the file: the text starts on the line
-        // after `structure = """`.
-        let first_line = text
-            .lines()
-            .position(|l| l.starts_with("structure"))
-            .map_or(0, |at| at + 1);
+        let first_line = definition::structure_line(text);
         let _ = writeln!(out, "    ({name:?}, {json:?}, {first_line}),");
         embedded.push((name.as_str(), json, first_line));
     }

@@ -300,11 +300,8 @@ fn nine_in_ten_sets_outside_healthcare_are_read_against_a_definition() {
                     let st01 = set.st.element(1).unwrap_or_default();
                     // A set that names no release or no set id is an envelope error, not a
                     // set a definition could read.
-                    let names_a_release = gs08
-                        .get(..6)
-                        .is_some_and(|v| v.iter().all(u8::is_ascii_digit));
                     if healthcare(gs08, st01)
-                        || !names_a_release
+                        || !x12gate::schema::names_a_release(gs08)
                         || !x12gate::validate::names_a_set(st01)
                     {
                         continue;

@@ -717,13 +717,7 @@ impl Schemas {
                 continue;
             }
             let raw: RawFile = toml::from_str(text).map_err(|e| format!("schemas/{path}: {e}"))?;
-            // Structure lines are reported as lines of the file: the text starts on the line
-            // after `structure = """`.
-            let first_line = text
-                .lines()
-                .position(|l| l.starts_with("structure"))
-                .map_or(0, |at| at + 1);
-            parsed.push((*path, first_line, raw));
+            parsed.push((*path, structure_line(text), raw));
         }
         let schemas = Schemas::compile(parsed, releases)?;
         schemas.check()?;
@@ -792,6 +786,14 @@ impl Schemas {
             read_as,
         })
     }
+}
+
+/// The line of a set file's TOML `text` its `structure` text starts on (the one after
+/// `structure = """`): structure errors are reported as lines of the file.
+pub(crate) fn structure_line(text: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with("structure"))
+        .map_or(0, |at| at + 1)
 }
 
 /// The older releases' table, each entry checked: a release of its own is not read as

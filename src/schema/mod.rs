@@ -77,7 +77,7 @@ pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
 }
 
 /// Whether GS08 begins with a six-digit release (`004010`, `005010X222A1`).
-fn names_a_release(gs08: &[u8]) -> bool {
+pub fn names_a_release(gs08: &[u8]) -> bool {
     gs08.get(..6)
         .is_some_and(|v| v.iter().all(u8::is_ascii_digit))
 }
