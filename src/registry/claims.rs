@@ -462,7 +462,7 @@ fn claim(
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
     tx.prepare_cached("UPDATE interchanges SET last_seen = ?2 WHERE key = ?1")?
-        .execute(params![req.key, now])?;
+        .write(params![req.key, now])?;
     let same = fingerprint == req.fingerprint;
     let take_over = |previous: Previous| -> Result<Claim, crate::registry::db::Error> {
         let attempt = attempts + 1;
@@ -560,7 +560,7 @@ fn reserve(
         gs06: take(Counter::Group, gs06)?,
     };
     tx.prepare_cached("UPDATE interchanges SET reservation = ?2 WHERE key = ?1")?
-        .execute(params![key, json(&reservation)])?;
+        .write(params![key, json(&reservation)])?;
     Ok(reservation)
 }
 
@@ -576,21 +576,15 @@ fn claim_groups(
     groups
         .iter()
         .map(|g| {
-            // A row from before migration 4 knows only GS02 and GS06: within the window it
-            // still holds its number, whatever the GS01 and GS03 (never a miss on upgrade).
-            let legacy: Option<i64> = tx
-                .prepare_cached(
-                    "SELECT 1 FROM groups WHERE partner = ?1 AND functional_id = '' AND app_receiver = ''
-                     AND app_sender = ?2 AND control_number = ?3 AND interchange_key <> ?4 AND seen >= ?5",
-                )?
-                .query_row(params![partner, g.app_sender, g.control_number, key, oldest], |r| r.get(0))
-                .optional()?;
-            if legacy.is_some() {
-                return Ok(true);
-            }
-            // Take the key when it is free, ours already, or older than the window.
+            // Take the key when it is free, ours already, or older than the window. A row
+            // from before migration 4 knows only GS02 and GS06: within the window it still
+            // holds its number, whatever the GS01 and GS03 (never a miss on upgrade).
             let taken = tx.prepare_cached("INSERT INTO groups (partner, functional_id, app_sender, app_receiver, control_number, interchange_key, seen)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
+                     CAST(?5 AS TEXT), CAST(?6 AS TEXT), CAST(?7 AS BIGINT)
+                 WHERE NOT EXISTS (SELECT 1 FROM groups WHERE partner = ?1 AND functional_id = ''
+                     AND app_receiver = '' AND app_sender = ?3 AND control_number = ?5
+                     AND interchange_key <> ?6 AND seen >= ?8)
                  ON CONFLICT (partner, functional_id, app_sender, app_receiver, control_number) DO UPDATE
                  SET interchange_key = excluded.interchange_key, seen = excluded.seen
                  WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?8")?.execute(
@@ -634,15 +628,15 @@ fn complete(
         return Ok(false);
     };
     tx.prepare_cached("DELETE FROM acks WHERE key = ?1")?
-        .execute([key])?;
+        .write([key])?;
     for (seq, a) in c.acks.iter().enumerate() {
         tx.prepare_cached(
             "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?
-        .execute(params![key, seq as i64, a.kind, a.path, a.bytes])?;
+        .write(params![key, seq as i64, a.kind, a.path, a.bytes])?;
     }
     for g in c.released_groups {
-        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.execute(
+        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.write(
             params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key],
         )?;
     }
@@ -1131,10 +1125,9 @@ fn record_fingerprint(
     tx.prepare_cached(
         "INSERT INTO fingerprints (key, fingerprint, attempt, seen) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (key, attempt) DO UPDATE SET fingerprint = excluded.fingerprint, seen = excluded.seen",
-    )?.execute(
+    )?.write(
         params![key, fingerprint, attempt, now],
     )
-    .map(drop)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1148,10 +1141,9 @@ pub(super) fn insert_event(
     disposition: Option<Disposition>,
     detail: &str,
 ) -> Result<(), crate::registry::db::Error> {
-    conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(
+    conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.write(
         params![at, event, key, partner, control_number, disposition, detail],
     )
-    .map(drop)
 }
 
 fn load_completed(

@@ -43,6 +43,9 @@ pub enum Error {
     Statement { sql: String, cause: postgres::Error },
     #[error("the query returned no row")]
     NoRows,
+    /// No connection to the server could be had or kept.
+    #[error("no connection to the PostgreSQL server: {0}")]
+    Disconnected(std::io::Error),
     /// A statement of the transaction failed, so PostgreSQL discarded the transaction: a
     /// COMMIT would roll it back without a word.
     #[error("the transaction was rolled back: a statement in it failed")]
@@ -93,8 +96,10 @@ impl Error {
     /// The PostgreSQL server could not be reached at all (refused, timed out, reset): an
     /// outage to wait out, unlike a wrong user, database or certificate.
     pub fn is_unreachable(&self) -> bool {
-        let Error::Postgres(e) = self else {
-            return false;
+        let e = match self {
+            Error::Postgres(e) => e,
+            Error::Disconnected(_) => return true,
+            _ => return false,
         };
         if e.as_db_error().is_some() {
             return false;
@@ -445,9 +450,9 @@ fn dollar_parameters(sql: &str) -> String {
     out
 }
 
-/// Runs `f`, which blocks on the synchronous PostgreSQL client (it drives its own small
-/// runtime), also where it is called from a task of the gateway's runtime (the watcher, the
-/// web page): the worker thread hands its other tasks off meanwhile.
+/// Runs `f`, which blocks on the connection's own small runtime, also where it is called
+/// from a task of the gateway's runtime (the watcher, the web page): the worker thread hands
+/// its other tasks off meanwhile.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
@@ -457,48 +462,136 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// The client, closed (which blocks too) by [`blocking`] when dropped.
-struct Client(Option<postgres::Client>);
+/// Opens a connection on the runtime given, which then drives it: the client and the task
+/// of the connection.
+pub type Connect = Box<
+    dyn Fn(
+            &tokio::runtime::Runtime,
+        ) -> Result<
+            (
+                tokio_postgres::Client,
+                tokio::task::JoinHandle<Result<(), postgres::Error>>,
+            ),
+            postgres::Error,
+        > + Send,
+>;
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            blocking(|| drop(c));
+/// One open connection: the runtime that drives it (a current-thread runtime, which runs
+/// the connection's task only inside our own `block_on`), the client, and that task.
+struct Link {
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    connection: tokio::task::JoinHandle<Result<(), postgres::Error>>,
+}
+
+impl Link {
+    fn open(connect: &Connect) -> Result<Link> {
+        // Building a current-thread runtime fails only when the OS refuses its timer or
+        // I/O driver: no connection can be had then either.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Disconnected)?;
+        let (client, connection) = blocking(|| connect(&runtime))?;
+        Ok(Link {
+            runtime,
+            client,
+            connection,
+        })
+    }
+
+    /// Closes the connection politely (the server logs no lost client) and stops the
+    /// runtime, both of which block.
+    fn close(self) {
+        let Link {
+            runtime,
+            client,
+            connection,
+        } = self;
+        drop(client);
+        blocking(|| {
+            runtime.block_on(async {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), connection).await;
+            });
+            drop(runtime);
+        });
+    }
+}
+
+/// The last statement of an exchange, the one whose answer is waited for.
+enum Last<'s> {
+    Execute(&'s postgres::Statement, &'s [Value]),
+    Query(&'s postgres::Statement, &'s [Value]),
+    /// Statements without parameters, in the simple protocol.
+    Simple(&'s str),
+}
+
+enum Answer {
+    Count(u64),
+    Rows(Vec<postgres::Row>),
+    Done,
+}
+
+impl Answer {
+    fn rows(self) -> Vec<postgres::Row> {
+        match self {
+            Answer::Rows(rows) => rows,
+            _ => Vec::new(),
         }
     }
 }
 
-impl std::ops::Deref for Client {
-    type Target = postgres::Client;
-    fn deref(&self) -> &postgres::Client {
-        // Only `drop` takes the client out.
-        self.0.as_ref().unwrap_or_else(|| unreachable!())
+/// Whether the server ended the session with this error, or the connection is gone.
+fn ends_session(e: &Error) -> bool {
+    match e {
+        Error::Postgres(e) => {
+            e.is_closed()
+                || e.as_db_error()
+                    .is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"))
+        }
+        Error::Disconnected(_) => true,
+        _ => false,
     }
 }
 
-impl std::ops::DerefMut for Client {
-    fn deref_mut(&mut self) -> &mut postgres::Client {
-        self.0.as_mut().unwrap_or_else(|| unreachable!())
-    }
+/// Writes kept waiting at most: a transaction of many writes and no read (a prune) sends
+/// them in rounds of this many, so their parameters do not pile up.
+const MAX_PENDING: usize = 256;
+
+fn sql_params(values: &[Value]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    values
+        .iter()
+        .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+        .collect()
 }
 
 pub struct Pg {
-    client: Client,
+    link: Option<Link>,
     statements: HashMap<String, postgres::Statement>,
-    connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
+    connect: Connect,
+    /// Writes inside the open transaction whose outcome nobody waits for ([`Conn::write`]):
+    /// sent with the next statement that is waited for, or the COMMIT, in one round trip.
+    pending: Vec<(postgres::Statement, Vec<Value>)>,
     in_transaction: bool,
     /// A statement failed inside the open transaction (which the server then aborted).
     aborted: bool,
 }
 
+impl Drop for Pg {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            link.close();
+        }
+    }
+}
+
 impl Pg {
-    pub fn new(
-        connect: Box<dyn Fn() -> Result<postgres::Client, postgres::Error> + Send>,
-    ) -> Result<Pg, postgres::Error> {
+    pub fn new(connect: Connect) -> Result<Pg> {
         Ok(Pg {
-            client: Client(Some(blocking(&connect)?)),
+            link: Some(Link::open(&connect)?),
             statements: HashMap::new(),
             connect,
+            pending: Vec::new(),
             in_transaction: false,
             aborted: false,
         })
@@ -506,25 +599,37 @@ impl Pg {
 
     /// A connection lost between transactions (a server restart, a failover) is opened
     /// again; inside a transaction the error stands and the transaction is lost with it.
-    fn ready(&mut self) -> Result<()> {
-        if self.client.is_closed() && !self.in_transaction {
-            self.client = Client(Some(blocking(&self.connect)?));
+    fn ready(&mut self) -> Result<&Link> {
+        let lost = self.link.as_ref().is_none_or(|l| l.client.is_closed());
+        if lost && !self.in_transaction {
+            if let Some(old) = self.link.take() {
+                old.close();
+            }
             self.statements.clear();
+            self.link = Some(Link::open(&self.connect)?);
         }
-        Ok(())
+        self.link
+            .as_ref()
+            .ok_or_else(|| Error::Disconnected(std::io::Error::other("the connection was lost")))
     }
 
     /// The prepared statement for `sql`, cached by its text. The server infers each
     /// parameter's type from its first place, so a parameter that is only tested somewhere
     /// (`?1 IS NULL`) is used first where its type shows (`partner = ?1 OR ?1 IS NULL`).
     fn statement(&mut self, sql: &str) -> Result<postgres::Statement> {
+        // First: a connection opened again forgets the statements prepared on the old one.
         self.ready()?;
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let client = &mut *self.client;
-        let s = blocking(|| client.prepare(&dollar_parameters(sql))).map_err(|cause| {
-            self.aborted |= self.in_transaction;
+        let in_transaction = self.in_transaction;
+        let link = self.ready()?;
+        let prepared = blocking(|| {
+            link.runtime
+                .block_on(link.client.prepare(&dollar_parameters(sql)))
+        });
+        let s = prepared.map_err(|cause| {
+            self.aborted |= in_transaction;
             Error::Statement {
                 sql: crate::text::shortened(sql.trim(), 240).into_owned(),
                 cause,
@@ -534,25 +639,110 @@ impl Pg {
         Ok(s)
     }
 
-    fn run<T>(
-        &mut self,
-        sql: &str,
-        values: &[Value],
-        f: impl FnOnce(
-            &mut postgres::Client,
-            &postgres::Statement,
-            &[&(dyn postgres::types::ToSql + Sync)],
-        ) -> Result<T, postgres::Error>,
-    ) -> Result<T> {
-        let statement = self.statement(sql)?;
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values
+    /// Sends the pending writes and then `last`, all at once (pipelined, in this order), and
+    /// waits for every answer; the first error in that order is the exchange's.
+    fn exchange(&mut self, last: Option<Last<'_>>) -> Result<Answer> {
+        let pending = std::mem::take(&mut self.pending);
+        let in_transaction = self.in_transaction;
+        let link = self.ready()?;
+        let out = Self::send(link, &pending, last);
+        if let Err(e) = &out {
+            self.aborted |= in_transaction;
+            // The server ended the session (a restart, a failover, an administrator): the
+            // connection's task may not have seen the socket close yet, so the client would
+            // still look open. Closed now, it is opened again at the next transaction.
+            if ends_session(e) {
+                if let Some(link) = self.link.take() {
+                    link.close();
+                }
+            }
+        }
+        out
+    }
+
+    fn send(
+        link: &Link,
+        pending: &[(postgres::Statement, Vec<Value>)],
+        last: Option<Last<'_>>,
+    ) -> Result<Answer> {
+        use futures_util::future::{maybe_done, MaybeDone};
+        use std::future::Future;
+        use std::pin::Pin;
+        type Step<'a> = Pin<
+            Box<MaybeDone<Pin<Box<dyn Future<Output = Result<Answer, postgres::Error>> + 'a>>>>,
+        >;
+
+        let client = &link.client;
+        let params: Vec<_> = pending.iter().map(|(_, v)| sql_params(v)).collect();
+        let last_params = match &last {
+            Some(Last::Execute(_, v) | Last::Query(_, v)) => sql_params(v),
+            _ => Vec::new(),
+        };
+        let mut steps: Vec<Step<'_>> = pending
             .iter()
-            .map(|v| v as &(dyn postgres::types::ToSql + Sync))
+            .zip(&params)
+            .map(|((s, _), p)| -> Step<'_> {
+                Box::pin(maybe_done(Box::pin(async move {
+                    client.execute(s, p).await.map(Answer::Count)
+                })))
+            })
             .collect();
-        let client = &mut *self.client;
-        let out = blocking(|| f(client, &statement, &refs));
-        self.aborted |= out.is_err() && self.in_transaction;
-        Ok(out?)
+        let last_params = &last_params;
+        if let Some(last) = last {
+            steps.push(Box::pin(maybe_done(match last {
+                Last::Execute(s, _) => {
+                    Box::pin(async move { client.execute(s, last_params).await.map(Answer::Count) })
+                }
+                Last::Query(s, _) => {
+                    Box::pin(async move { client.query(s, last_params).await.map(Answer::Rows) })
+                }
+                Last::Simple(sql) => {
+                    Box::pin(async move { client.batch_execute(sql).await.map(|()| Answer::Done) })
+                }
+            })));
+        }
+        let answers: Vec<Option<Result<Answer, postgres::Error>>> = blocking(|| {
+            link.runtime.block_on(async {
+                // A request is sent when its future is first polled: one poll each, in
+                // order, sends them all before any answer is awaited.
+                for step in &mut steps {
+                    let _ = futures_util::poll!(step.as_mut());
+                }
+                for step in &mut steps {
+                    step.as_mut().await;
+                }
+                steps.iter_mut().map(|s| s.as_mut().take_output()).collect()
+            })
+        });
+        let mut last_answer = Ok(Answer::Done);
+        let mut first_error = None;
+        for answer in answers {
+            match answer {
+                Some(Ok(a)) => last_answer = Ok(a),
+                Some(Err(e)) => {
+                    first_error.get_or_insert(Error::Postgres(e));
+                }
+                // Every step was awaited to its end, so each has its output.
+                None => {
+                    first_error.get_or_insert(Error::Disconnected(std::io::Error::other(
+                        "an answer of the server went missing",
+                    )));
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => last_answer,
+        }
+    }
+
+    fn run(&mut self, sql: &str, values: &[Value], query: bool) -> Result<Answer> {
+        let statement = self.statement(sql)?;
+        self.exchange(Some(if query {
+            Last::Query(&statement, values)
+        } else {
+            Last::Execute(&statement, values)
+        }))
     }
 }
 
@@ -585,25 +775,30 @@ impl Conn {
         }
     }
 
-    fn pg(&self) -> Option<std::cell::RefMut<'_, Pg>> {
-        match self {
-            Conn::Postgres(p) => Some(p.borrow_mut()),
-            Conn::Sqlite(_) => None,
-        }
-    }
-
     /// Runs `sql` (several statements, no parameters).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(p) => {
+            Conn::Postgres(p) => p.borrow_mut().exchange(Some(Last::Simple(sql))).map(drop),
+        }
+    }
+
+    /// Runs one statement whose outcome nobody reads (the rows it changed are not asked
+    /// for). Inside a PostgreSQL transaction it is sent with the next statement that is
+    /// waited for, or the COMMIT, in the same round trip; an error of it is then that
+    /// statement's, and the transaction's, as any failed statement's is.
+    pub fn write(&self, sql: &str, params: impl Params) -> Result<()> {
+        match self {
+            Conn::Postgres(p) if p.borrow().in_transaction => {
                 let mut p = p.borrow_mut();
-                p.ready()?;
-                let client = &mut *p.client;
-                let out = blocking(|| client.batch_execute(sql));
-                p.aborted |= out.is_err() && p.in_transaction;
-                Ok(out?)
+                let statement = p.statement(sql)?;
+                p.pending.push((statement, params.values()));
+                if p.pending.len() >= MAX_PENDING {
+                    p.exchange(None)?;
+                }
+                Ok(())
             }
+            _ => self.execute(sql, params).map(drop),
         }
     }
 
@@ -614,12 +809,10 @@ impl Conn {
             Conn::Sqlite(c) => Ok(c
                 .prepare_cached(sql)?
                 .execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?),
-            Conn::Postgres(p) => {
-                let n = p
-                    .borrow_mut()
-                    .run(sql, &values, |c, s, v| c.execute(s, v))?;
-                Ok(usize::try_from(n).unwrap_or(usize::MAX))
-            }
+            Conn::Postgres(p) => match p.borrow_mut().run(sql, &values, false)? {
+                Answer::Count(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+                _ => Ok(0),
+            },
         }
     }
 
@@ -642,7 +835,7 @@ impl Conn {
                 }
             }
             Conn::Postgres(p) => {
-                let rows = p.borrow_mut().run(sql, &values, |c, s, v| c.query(s, v))?;
+                let rows = p.borrow_mut().run(sql, &values, true)?.rows();
                 match rows.first() {
                     Some(r) => f(&Row::Postgres(r)),
                     None => Err(Error::NoRows),
@@ -677,7 +870,7 @@ impl Conn {
                 }
             }
             Conn::Postgres(p) => {
-                let rows = p.borrow_mut().run(sql, &values, |c, s, v| c.query(s, v))?;
+                let rows = p.borrow_mut().run(sql, &values, true)?.rows();
                 out.extend(rows.iter().map(|r| f(&Row::Postgres(r))));
             }
         }
@@ -707,16 +900,12 @@ impl Conn {
                 p.ready()?;
                 p.in_transaction = true;
                 p.aborted = false;
-                let client = &mut *p.client;
-                let begun = blocking(|| {
-                    client.batch_execute(&format!(
-                        "BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
-                    ))
-                });
-                if let Err(e) = begun {
+                p.pending.clear();
+                let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})");
+                if let Err(e) = p.exchange(Some(Last::Simple(&begin))) {
                     p.in_transaction = false;
-                    let _ = blocking(|| p.client.batch_execute("ROLLBACK"));
-                    return Err(e.into());
+                    let _ = p.exchange(Some(Last::Simple("ROLLBACK")));
+                    return Err(e);
                 }
             }
         }
@@ -726,18 +915,31 @@ impl Conn {
         })
     }
 
-    fn end(&self, sql: &str) -> Result<()> {
-        // A transaction one of whose statements failed (an error someone ignored) is lost on
-        // PostgreSQL: say so rather than let its COMMIT report success.
-        let aborted = self.pg().is_some_and(|p| p.aborted);
-        let out = if aborted {
-            self.execute_batch("ROLLBACK").and(Err(Error::Aborted))
-        } else {
-            self.execute_batch(sql)
+    fn end(&self, commit: bool) -> Result<()> {
+        let p = match self {
+            Conn::Sqlite(c) => {
+                return Ok(c.execute_batch(if commit { "COMMIT" } else { "ROLLBACK" })?)
+            }
+            Conn::Postgres(p) => p,
         };
-        if let Some(mut p) = self.pg() {
-            p.in_transaction = false;
-        }
+        let mut p = p.borrow_mut();
+        // A transaction one of whose statements failed (an error someone ignored) is lost on
+        // PostgreSQL: say so rather than let its COMMIT report success. Its writes still
+        // waiting are sent with the COMMIT: one of them failing makes the COMMIT a rollback,
+        // and the error is the commit's.
+        let out = if p.aborted || !commit {
+            p.pending.clear();
+            let rolled_back = p.exchange(Some(Last::Simple("ROLLBACK"))).map(drop);
+            if p.aborted {
+                rolled_back.and(Err(Error::Aborted))
+            } else {
+                rolled_back
+            }
+        } else {
+            p.exchange(Some(Last::Simple("COMMIT"))).map(drop)
+        };
+        p.pending.clear();
+        p.in_transaction = false;
         out
     }
 }
@@ -762,6 +964,11 @@ pub struct Statement<'c> {
 impl Statement<'_> {
     pub fn execute(&mut self, params: impl Params) -> Result<usize> {
         self.conn.execute(&self.sql, params)
+    }
+
+    /// As [`Conn::write`].
+    pub fn write(&mut self, params: impl Params) -> Result<()> {
+        self.conn.write(&self.sql, params)
     }
 
     pub fn query_row<T>(
@@ -790,7 +997,7 @@ pub struct Transaction<'c> {
 impl Transaction<'_> {
     pub fn commit(mut self) -> Result<()> {
         self.done = true;
-        self.conn.end("COMMIT")
+        self.conn.end(true)
     }
 }
 
@@ -804,7 +1011,7 @@ impl std::ops::Deref for Transaction<'_> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.conn.end("ROLLBACK");
+            let _ = self.conn.end(false);
         }
     }
 }

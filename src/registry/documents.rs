@@ -124,8 +124,7 @@ impl Batch<'_> {
     pub fn keep_document_body(&self, id: i64, body: &[u8]) -> Result<(), RegistryError> {
         self.tx
             .prepare_cached("UPDATE documents SET body = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, body]))
-            .map(drop)
+            .and_then(|mut s| s.write(params![id, body]))
             .map_err(|e| self.sql(e))
     }
 
@@ -133,8 +132,7 @@ impl Batch<'_> {
     pub fn document_output(&self, id: i64, output: &str) -> Result<(), RegistryError> {
         self.tx
             .prepare_cached("UPDATE documents SET output = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, output]))
-            .map(drop)
+            .and_then(|mut s| s.write(params![id, output]))
             .map_err(|e| self.sql(e))
     }
 
@@ -148,7 +146,7 @@ impl Batch<'_> {
                     "UPDATE documents SET delivery = 'delivered', delivered_at = ?2, body = NULL
                      WHERE id = ?1 AND delivery = 'pending'",
                 )
-                .and_then(|mut s| s.execute(params![id, now]))
+                .and_then(|mut s| s.write(params![id, now]))
                 .map_err(|e| self.sql(e))?;
         }
         Ok(())
@@ -364,15 +362,18 @@ fn record(
         let released = released_by(tx, id)?;
         return Ok((decided, released));
     }
-    let same = first_of_key(tx, s.key, Some(s.fingerprint))?;
+    let first = first_of_key(tx, s.key, s.fingerprint)?;
+    let same = first
+        .as_ref()
+        .filter(|(_, _, fingerprint)| fingerprint == s.fingerprint)
+        .map(|(id, delivery, _)| (*id, *delivery));
     // A change without a sequence number may be followed by another of the same key: that
     // is the next change, not a conflict.
     let keyed_by_content = !(s.role == Role::Change && s.version.is_none());
-    let any = if keyed_by_content {
-        first_of_key(tx, s.key, None)?
-    } else {
-        None
-    };
+    let any = first
+        .as_ref()
+        .filter(|_| keyed_by_content)
+        .map(|(id, delivery, _)| (*id, *delivery));
     let (disposition, delivery, of) = if let Some((of, delivery)) = same {
         let delivered = matches!(delivery, Delivery::Pending | Delivery::Delivered);
         let again = if s.deliver_duplicates && delivered && s.role != Role::Copy {
@@ -412,7 +413,8 @@ fn record(
         delivery,
         duplicate_of: interchange_of(tx, of)?,
         sequence,
-        first: is_first(tx, s.key, id)?,
+        // Ids only grow: the new row is the key's first when the key had none.
+        first: first.is_none(),
         original_missing: false,
         again: false,
         earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
@@ -475,17 +477,20 @@ fn insert(
     .map(|id| (id, sequence))
 }
 
-/// The first sighting of `key` (with this content, when given): its id and delivery.
+/// The first sighting of `key` with this content, or else the first of `key`: its id,
+/// delivery and content (one statement for both questions, one round trip on PostgreSQL).
 fn first_of_key(
     tx: &crate::registry::db::Conn,
     key: &str,
-    fingerprint: Option<&str>,
-) -> Result<Option<(i64, Delivery)>, crate::registry::db::Error> {
+    fingerprint: &str,
+) -> Result<Option<(i64, Delivery, String)>, crate::registry::db::Error> {
     tx.prepare_cached(
-        "SELECT id, delivery FROM documents WHERE key = ?1 AND (fingerprint = ?2 OR ?2 IS NULL)
-         ORDER BY id LIMIT 1",
+        "SELECT id, delivery, fingerprint FROM documents WHERE key = ?1
+         ORDER BY CASE WHEN fingerprint = ?2 THEN 0 ELSE 1 END, id LIMIT 1",
     )?
-    .query_row(params![key, fingerprint], |r| Ok((r.get(0)?, r.get(1)?)))
+    .query_row(params![key, fingerprint], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
     .optional()
 }
 

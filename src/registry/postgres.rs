@@ -57,8 +57,8 @@ impl Postgres {
         out
     }
 
-    fn config(&self, read_only: bool) -> Result<postgres::Config, String> {
-        let mut config: postgres::Config = self
+    fn config(&self, read_only: bool) -> Result<tokio_postgres::Config, String> {
+        let mut config: tokio_postgres::Config = self
             .url
             .parse()
             .map_err(|e| format!("the database URL does not parse: {e}"))?;
@@ -133,15 +133,20 @@ impl Postgres {
     /// `read_only`: one that cannot write, reconnections included.
     pub(super) fn connect(&self, read_only: bool) -> Result<Conn, ConnectError> {
         let config = self.config(read_only).map_err(ConnectError::Setup)?;
-        let plain = config.get_ssl_mode() == postgres::config::SslMode::Disable;
+        let plain = config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable;
         let tls = if plain {
             None
         } else {
             Some(self.tls().map_err(ConnectError::Setup)?)
         };
-        let open = move || match &tls {
-            None => config.connect(postgres::NoTls),
-            Some(tls) => config.connect(tls.clone()),
+        // The runtime drives the connection's task only while the registry waits on it.
+        let open = move |runtime: &tokio::runtime::Runtime| match &tls {
+            None => runtime
+                .block_on(config.connect(tokio_postgres::NoTls))
+                .map(|(client, connection)| (client, runtime.spawn(connection))),
+            Some(tls) => runtime
+                .block_on(config.connect(tls.clone()))
+                .map(|(client, connection)| (client, runtime.spawn(connection))),
         };
         let pg = Pg::new(Box::new(open)).map_err(ConnectError::Server)?;
         Ok(Conn::Postgres(Box::new(std::cell::RefCell::new(pg))))
@@ -152,7 +157,7 @@ impl Postgres {
 pub(super) enum ConnectError {
     /// The settings are wrong (exit 2).
     Setup(String),
-    Server(postgres::Error),
+    Server(super::db::Error),
 }
 
 /// The schema, version by version; never edit a shipped entry. Version 1 is SQLite's

@@ -391,3 +391,39 @@ crate::registry::tests::on_both! {
         assert_eq!(count(&r.conn, "SELECT count(*) FROM counters"), after + 1);
     }
 }
+
+crate::registry::tests::on_both! {
+    /// A write whose outcome nobody reads (sent later on PostgreSQL, with the next
+    /// statement that is waited for) is seen by the statements after it, in order, and one
+    /// that fails fails its transaction: nothing of it is committed, and the error says why.
+    fn writes_are_seen_in_order_and_a_failing_one_commits_nothing() {
+        let mut r = Registry::in_memory(US);
+        let before = count(&r.conn, "SELECT count(*) FROM counters");
+        let tx = r.conn.transaction().unwrap();
+        tx.write("INSERT INTO counters (partner, kind, value) VALUES ('ZZ:A', 'isa', 7)", [])
+            .unwrap();
+        tx.write("UPDATE counters SET value = value + 1 WHERE partner = 'ZZ:A'", [])
+            .unwrap();
+        let seen: i64 = tx
+            .query_row("SELECT value FROM counters WHERE partner = 'ZZ:A'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(seen, 8);
+        // The CHECK (value BETWEEN 1 AND 999999999) refuses the second write: SQLite says so
+        // at once, PostgreSQL at the commit that carries it.
+        let outcome = (move || {
+            tx.write("INSERT INTO counters (partner, kind, value) VALUES ('ZZ:B', 'isa', 9)", [])?;
+            tx.write("INSERT INTO counters (partner, kind, value) VALUES ('ZZ:C', 'isa', 0)", [])?;
+            tx.write("INSERT INTO counters (partner, kind, value) VALUES ('ZZ:D', 'isa', 9)", [])?;
+            tx.commit()
+        })();
+        let err = outcome.expect_err("a refused write was committed");
+        assert!(err.is_constraint(), "{err:?}");
+        assert_eq!(count(&r.conn, "SELECT count(*) FROM counters"), before);
+        // The connection goes on: the next transaction's writes are committed.
+        let tx = r.conn.transaction().unwrap();
+        tx.write("INSERT INTO counters (partner, kind, value) VALUES ('ZZ:E', 'isa', 1)", [])
+            .unwrap();
+        tx.commit().unwrap();
+        assert_eq!(count(&r.conn, "SELECT count(*) FROM counters"), before + 1);
+    }
+}
