@@ -1199,6 +1199,19 @@ fn prepare(
     first_fingerprint: &str,
 ) -> Result<Prepared, ProcessError> {
     let (ic, partner) = (&it.ic, &it.partner);
+    // The fence, first: a fresh lease covers the writes and the completion; a claim another
+    // process took over while we were slow is no longer ours to write, nor to record
+    // anything for (groups, numbers, documents).
+    let Some(renewed) = b.renew(&it.key, &r.options.owner, r.lease_ms)? else {
+        return Ok(Prepared {
+            item: i,
+            decision: decide_with(ic, r.config, r.schemas, Vec::new()),
+            files: Vec::new(),
+            group_keys: Vec::new(),
+            documents: Planned::default(),
+            lost: true,
+        });
+    };
     // Groups seen in earlier interchanges of this sender are findings of this one.
     let group_keys: Vec<GroupKey> = ic
         .groups
@@ -1230,8 +1243,13 @@ fn prepare(
     // Reserved with the claim, so a takeover of this claim writes the very same bytes.
     let needed = numbers_needed(&decision);
     let now = chrono::Local::now().naive_local();
-    let reservation =
-        b.reserve_control_numbers(&it.key, &decision.partner.key(), needed.isa13, needed.gs06)?;
+    let reservation = b.reserve_control_numbers(
+        &it.key,
+        &decision.partner.key(),
+        renewed.reserved,
+        needed.isa13,
+        needed.gs06,
+    )?;
     let at = chrono::DateTime::from_timestamp_millis(reservation.at_ms)
         .map(|t| t.with_timezone(&chrono::Local).naive_local())
         .unwrap_or(now);
@@ -1297,16 +1315,13 @@ fn prepare(
         });
     }
     files.extend(std::mem::take(&mut documents.outputs));
-    // The fence: a fresh lease covers the writes and the completion; a claim another process
-    // took over while we were slow is no longer ours to write.
-    let lost = !b.renew(&it.key, &r.options.owner, r.lease_ms)?;
     Ok(Prepared {
         item: i,
         decision,
         files,
         group_keys,
         documents,
-        lost,
+        lost: false,
     })
 }
 

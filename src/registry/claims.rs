@@ -9,7 +9,7 @@
 use crate::registry::db::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use super::counters::{Counter, MAX_CONTROL_NUMBER};
+use super::counters::MAX_CONTROL_NUMBER;
 use super::{ClaimState, EventKind, Registry, RegistryError};
 use crate::disposition::Disposition;
 
@@ -101,6 +101,13 @@ pub struct Reservation {
     pub at_ms: i64,
     pub isa13: Vec<u32>,
     pub gs06: Vec<u32>,
+}
+
+/// A claim still ours, its lease renewed ([`Batch::renew`]).
+#[derive(Debug)]
+pub struct Renewed {
+    /// The control numbers an earlier attempt reserved, if any.
+    pub reserved: Option<Reservation>,
 }
 
 /// What identifies a functional group among a sender's, as X12.6 says: GS01, GS02, GS03 and
@@ -332,16 +339,17 @@ impl Batch<'_> {
         claim(&self.tx, req, now_ms()).map_err(|e| self.sql(e))
     }
 
-    /// The control numbers for `key`'s acknowledgments: the ones reserved by an earlier
-    /// attempt when there are enough, else fresh ones taken now.
+    /// The control numbers for `key`'s acknowledgments: the ones an earlier attempt
+    /// reserved ([`Batch::renew`] read them) when there are enough, else fresh ones taken now.
     pub fn reserve_control_numbers(
         &self,
         key: &str,
         partner: &str,
+        reserved: Option<Reservation>,
         isa13: usize,
         gs06: usize,
     ) -> Result<Reservation, RegistryError> {
-        reserve(&self.tx, key, partner, isa13, gs06).map_err(|e| self.sql(e))
+        reserve(&self.tx, key, partner, reserved, isa13, gs06).map_err(|e| self.sql(e))
     }
 
     /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
@@ -407,14 +415,29 @@ impl Batch<'_> {
         Ok(inserted == 1)
     }
 
-    /// Extends our lease on `key` by `lease_ms` from now; `Ok(false)` when we no longer own it.
-    pub fn renew(&self, key: &str, owner: &str, lease_ms: i64) -> Result<bool, RegistryError> {
+    /// Extends our lease on `key` by `lease_ms` from now: `None` when we no longer own it,
+    /// else what an earlier attempt reserved for its acknowledgments (one statement, the
+    /// fence and the read).
+    pub fn renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Option<Renewed>, RegistryError> {
         self.tx
-            .execute(
-                "UPDATE interchanges SET lease_expires = ?3 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'",
+            .query_row(
+                "UPDATE interchanges SET lease_expires = ?3 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
+                 RETURNING reservation",
                 params![key, owner, now_ms() + lease_ms],
+                |r| r.get::<Option<String>>(0),
             )
-            .map(|n| n == 1)
+            .optional()
+            .map(|row| {
+                row.map(|reservation| Renewed {
+                    reserved: reservation
+                        .and_then(|s| serde_json::from_str::<Reservation>(&s).ok()),
+                })
+            })
             .map_err(|e| self.sql(e))
     }
 
@@ -533,31 +556,20 @@ fn reserve(
     tx: &crate::registry::db::Conn,
     key: &str,
     partner: &str,
+    reserved: Option<Reservation>,
     isa13: usize,
     gs06: usize,
 ) -> Result<Reservation, crate::registry::db::Error> {
-    let existing: Option<String> = tx
-        .query_row(
-            "SELECT reservation FROM interchanges WHERE key = ?1",
-            [key],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten();
-    if let Some(r) = existing.and_then(|s| serde_json::from_str::<Reservation>(&s).ok()) {
+    if let Some(r) = reserved {
         if r.isa13.len() >= isa13 && r.gs06.len() >= gs06 {
             return Ok(r);
         }
     }
-    let take = |counter: Counter, n: usize| -> Result<Vec<u32>, crate::registry::db::Error> {
-        (0..n)
-            .map(|_| super::counters::next_in(tx, partner, counter))
-            .collect()
-    };
+    let (isa13, gs06) = super::counters::take_in(tx, partner, isa13, gs06)?;
     let reservation = Reservation {
         at_ms: now_ms(),
-        isa13: take(Counter::Interchange, isa13)?,
-        gs06: take(Counter::Group, gs06)?,
+        isa13,
+        gs06,
     };
     tx.prepare_cached("UPDATE interchanges SET reservation = ?2 WHERE key = ?1")?
         .write(params![key, json(&reservation)])?;

@@ -33,14 +33,86 @@ pub(super) fn next_in(
     partner: &str,
     counter: Counter,
 ) -> Result<u32, crate::registry::db::Error> {
-    conn.prepare_cached(
-        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, 1)
-         ON CONFLICT (partner, kind) DO UPDATE
-         SET value = CASE WHEN counters.value >= ?3 THEN 1 ELSE counters.value + 1 END
-         RETURNING value",
-    )?
-    .query_row(params![partner, counter.name(), MAX_CONTROL_NUMBER], |r| {
-        r.get(0)
+    let (isa13, gs06) = match counter {
+        Counter::Interchange => (1, 0),
+        Counter::Group => (0, 1),
+    };
+    let (a, b) = take_in(conn, partner, isa13, gs06)?;
+    a.into_iter()
+        .chain(b)
+        .next()
+        .ok_or(crate::registry::db::Error::NoRows)
+}
+
+/// Numbers taken by one statement at most: far below the wrap, so one block wraps once.
+const BLOCK: usize = 1000;
+
+/// The next `isa13` numbers of the interchange counter and `gs06` of the group counter,
+/// each counter moved once by the whole block (one statement for both: one round trip on
+/// PostgreSQL), wrapping after 999999999 as one number at a time would.
+pub(super) fn take_in(
+    conn: &crate::registry::db::Conn,
+    partner: &str,
+    isa13: usize,
+    gs06: usize,
+) -> Result<(Vec<u32>, Vec<u32>), crate::registry::db::Error> {
+    const ONE: &str = "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4)
+         ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
+             WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
+             ELSE counters.value + excluded.value END
+         RETURNING kind, value";
+    const BOTH: &str =
+        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4), (?1, ?5, ?6)
+         ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
+             WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
+             ELSE counters.value + excluded.value END
+         RETURNING kind, value";
+    let (interchange, group) = (Counter::Interchange.name(), Counter::Group.name());
+    let (mut a, mut b) = (Vec::with_capacity(isa13), Vec::with_capacity(gs06));
+    let (mut want_a, mut want_b) = (isa13, gs06);
+    while want_a > 0 || want_b > 0 {
+        let (na, nb) = (want_a.min(BLOCK), want_b.min(BLOCK));
+        let rows: Vec<(String, i64)> = match (na, nb) {
+            (_, 0) => conn.query_map(
+                ONE,
+                params![partner, MAX_CONTROL_NUMBER, interchange, na],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?,
+            (0, _) => {
+                conn.query_map(ONE, params![partner, MAX_CONTROL_NUMBER, group, nb], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+            }
+            _ => conn.query_map(
+                BOTH,
+                params![partner, MAX_CONTROL_NUMBER, interchange, na, group, nb],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?,
+        }
+        .collect::<Result<_, _>>()?;
+        for (kind, last) in rows {
+            if kind == interchange {
+                a.extend(block_ending(last, na));
+            } else if kind == group {
+                b.extend(block_ending(last, nb));
+            }
+        }
+        want_a -= na;
+        want_b -= nb;
+    }
+    if a.len() != isa13 || b.len() != gs06 {
+        return Err(crate::registry::db::Error::NoRows);
+    }
+    Ok((a, b))
+}
+
+/// The `n` numbers a counter handed out when it moved to `last`, oldest first.
+fn block_ending(last: i64, n: usize) -> impl Iterator<Item = u32> {
+    let max = i64::from(MAX_CONTROL_NUMBER);
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    (0..n).map(move |i| {
+        let number = (last - n + i).rem_euclid(max) + 1;
+        u32::try_from(number).unwrap_or(MAX_CONTROL_NUMBER)
     })
 }
 

@@ -324,24 +324,48 @@ fn record(
     s: &Sighting<'_>,
     now: i64,
 ) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
-    // Another content at this place (`reprocess --file` of other bytes) is a sighting of
-    // its own: the earlier one stays recorded, delivered or not.
-    let earlier: Option<AtPlace> = tx
+    // Two questions in one statement (one round trip on PostgreSQL): this content's
+    // sighting at this place, if any (row 0), and the key's first sighting, with this
+    // content if there is one (row 1). Another content at this place (`reprocess --file`
+    // of other bytes) is a sighting of its own: the earlier one stays recorded, delivered
+    // or not.
+    let rows: Vec<(i64, AtPlace, String)> = tx
         .prepare_cached(
-            "SELECT id, disposition, delivery, sequence, original_missing, duplicate_of
-             FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3",
+            "SELECT 0, id, disposition, delivery, sequence, original_missing, duplicate_of,
+                 fingerprint
+             FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3
+             UNION ALL
+             SELECT * FROM (SELECT 1, id, disposition, delivery, sequence, original_missing,
+                     duplicate_of, fingerprint
+                 FROM documents WHERE key = ?4
+                 ORDER BY CASE WHEN fingerprint = ?3 THEN 0 ELSE 1 END, id LIMIT 1) AS first",
         )?
-        .query_row(params![s.interchange_key, s.position, s.fingerprint], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        })
-        .optional()?;
+        .query_map(
+            params![s.interchange_key, s.position, s.fingerprint, s.key],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    (
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ),
+                    r.get(7)?,
+                ))
+            },
+        )?
+        .collect::<Result<_, _>>()?;
+    let earlier = rows
+        .iter()
+        .find(|(row, ..)| *row == 0)
+        .map(|(_, at, _)| *at);
+    let first = rows
+        .iter()
+        .find(|(row, ..)| *row == 1)
+        .map(|(_, (id, _, delivery, ..), fingerprint)| (*id, *delivery, fingerprint.as_str()));
     if let Some((id, disposition, delivery, sequence, original_missing, of)) = earlier {
         let decided = Decided {
             id,
@@ -362,18 +386,17 @@ fn record(
         let released = released_by(tx, id)?;
         return Ok((decided, released));
     }
-    let first = first_of_key(tx, s.key, s.fingerprint)?;
     let same = first
-        .as_ref()
-        .filter(|(_, _, fingerprint)| fingerprint == s.fingerprint)
-        .map(|(id, delivery, _)| (*id, *delivery));
+        .filter(|(_, _, fingerprint)| *fingerprint == s.fingerprint)
+        .map(|(id, delivery, _)| (id, delivery));
     // A change without a sequence number may be followed by another of the same key: that
     // is the next change, not a conflict.
     let keyed_by_content = !(s.role == Role::Change && s.version.is_none());
     let any = first
-        .as_ref()
         .filter(|_| keyed_by_content)
-        .map(|(id, delivery, _)| (*id, *delivery));
+        .map(|(id, delivery, _)| (id, delivery));
+    // What an original that is new lets go, read with the question it answers first.
+    let mut parked = Vec::new();
     let (disposition, delivery, of) = if let Some((of, delivery)) = same {
         let delivered = matches!(delivery, Delivery::Pending | Delivery::Delivered);
         let again = if s.deliver_duplicates && delivered && s.role != Role::Copy {
@@ -387,10 +410,14 @@ fn record(
     } else {
         match s.role {
             // An operator delivered a copy of this document before its original came.
-            Role::Original => match delivered_of(tx, s.subject, Role::Copy)? {
-                Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
-                None => (DocumentDisposition::New, Delivery::Pending, None),
-            },
+            Role::Original => {
+                let (copy, waiting) = copy_and_parked(tx, s.subject)?;
+                parked = waiting;
+                match copy {
+                    Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
+                    None => (DocumentDisposition::New, Delivery::Pending, None),
+                }
+            }
             Role::Copy => match original_of(tx, s.subject, false)? {
                 Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
                 None => (DocumentDisposition::Waiting, Delivery::Parked, None),
@@ -424,7 +451,7 @@ fn record(
         },
     };
     let released = if s.role == Role::Original && disposition == DocumentDisposition::New {
-        let_go_parked(tx, s.subject, s.interchange_key, id)?
+        let_go_parked(tx, s.subject, parked, s.interchange_key, id)?
     } else {
         Vec::new()
     };
@@ -477,23 +504,6 @@ fn insert(
     .map(|id| (id, sequence))
 }
 
-/// The first sighting of `key` with this content, or else the first of `key`: its id,
-/// delivery and content (one statement for both questions, one round trip on PostgreSQL).
-fn first_of_key(
-    tx: &crate::registry::db::Conn,
-    key: &str,
-    fingerprint: &str,
-) -> Result<Option<(i64, Delivery, String)>, crate::registry::db::Error> {
-    tx.prepare_cached(
-        "SELECT id, delivery, fingerprint FROM documents WHERE key = ?1
-         ORDER BY CASE WHEN fingerprint = ?2 THEN 0 ELSE 1 END, id LIMIT 1",
-    )?
-    .query_row(params![key, fingerprint], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-    })
-    .optional()
-}
-
 /// The next place in the order of deliveries: a counter of its own, so that numbers are
 /// never handed out again when old documents are pruned.
 fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry::db::Error> {
@@ -504,18 +514,38 @@ fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry:
     .query_row([], |r| r.get(0))
 }
 
-/// The first sighting of `subject` in `role` that is delivered (or being delivered).
-fn delivered_of(
+/// A parked sighting: its id, role and version.
+type Parked = (i64, String, Option<String>);
+
+/// For an original of `subject`: the first copy of it delivered (or being delivered), and
+/// the sightings parked for it, oldest first (one statement: one round trip on PostgreSQL).
+fn copy_and_parked(
     tx: &crate::registry::db::Conn,
     subject: &str,
-    role: Role,
-) -> Result<Option<i64>, crate::registry::db::Error> {
-    tx.prepare_cached(
-        "SELECT id FROM documents WHERE subject = ?1 AND role = ?2
-         AND delivery IN ('pending', 'delivered') ORDER BY id LIMIT 1",
-    )?
-    .query_row(params![subject, role.as_str()], |r| r.get(0))
-    .optional()
+) -> Result<(Option<i64>, Vec<Parked>), crate::registry::db::Error> {
+    let rows: Vec<(i64, String, Option<String>, Delivery)> = tx
+        .prepare_cached(
+            "SELECT id, role, version, delivery FROM documents WHERE subject = ?1
+             AND (delivery = 'parked' OR (role = 'copy' AND delivery IN ('pending', 'delivered')))
+             ORDER BY id",
+        )?
+        .query_map([subject], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let copy = rows
+        .iter()
+        .find(|(_, role, _, delivery)| {
+            role == Role::Copy.as_str()
+                && matches!(delivery, Delivery::Pending | Delivery::Delivered)
+        })
+        .map(|(id, ..)| *id);
+    let parked = rows
+        .into_iter()
+        .filter(|(.., delivery)| *delivery == Delivery::Parked)
+        .map(|(id, role, version, _)| (id, role, version))
+        .collect();
+    Ok((copy, parked))
 }
 
 /// Orders changes oldest first: numeric sequence numbers by value, then the others, each
@@ -602,16 +632,10 @@ fn is_stale(
 fn let_go_parked(
     tx: &crate::registry::db::Conn,
     subject: &str,
+    mut parked: Vec<Parked>,
     by: &str,
     original: i64,
 ) -> Result<Vec<Released>, crate::registry::db::Error> {
-    let mut parked: Vec<(i64, String, Option<String>)> = tx
-        .prepare_cached(
-            "SELECT id, role, version FROM documents WHERE subject = ?1 AND delivery = 'parked'
-             ORDER BY id",
-        )?
-        .query_map([subject], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<Result<_, _>>()?;
     parked.sort_by_cached_key(|(id, _, version)| version_rank(version.as_deref(), *id));
     let mut ids = Vec::new();
     for (id, role, version) in parked {

@@ -31,7 +31,7 @@ pub use postgres::Postgres;
 
 pub use claims::{
     now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, GroupKey,
-    Previous, Record, Reservation, Snapshot, StoredAck, Unfinished,
+    Previous, Record, Renewed, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{

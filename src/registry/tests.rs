@@ -427,3 +427,36 @@ crate::registry::tests::on_both! {
         assert_eq!(count(&r.conn, "SELECT count(*) FROM counters"), before + 1);
     }
 }
+
+crate::registry::tests::on_both! {
+    /// Numbers for an acknowledgment are taken as a block, both counters in one statement,
+    /// and are the numbers one at a time would have given, across the wrap too.
+    fn a_block_of_numbers_is_what_one_at_a_time_gives_across_the_wrap() {
+        use crate::registry::{counters, Counter, MAX_CONTROL_NUMBER};
+        let mut r = Registry::in_memory(US);
+        let tx = r.conn.transaction().unwrap();
+        assert_eq!(counters::take_in(&tx, "ZZ:A", 2, 3).unwrap(), (vec![1, 2], vec![1, 2, 3]));
+        assert_eq!(counters::take_in(&tx, "ZZ:A", 0, 1).unwrap(), (vec![], vec![4]));
+        assert_eq!(counters::take_in(&tx, "ZZ:A", 1, 0).unwrap(), (vec![3], vec![]));
+        tx.commit().unwrap();
+        r.set_control_number("ZZ:A", Counter::Interchange, MAX_CONTROL_NUMBER - 1)
+            .unwrap();
+        r.set_control_number("ZZ:A", Counter::Group, MAX_CONTROL_NUMBER)
+            .unwrap();
+        let tx = r.conn.transaction().unwrap();
+        assert_eq!(
+            counters::take_in(&tx, "ZZ:A", 3, 2).unwrap(),
+            (vec![MAX_CONTROL_NUMBER, 1, 2], vec![1, 2])
+        );
+        // More than one statement's block: the numbers still follow each other.
+        let (many, none) = counters::take_in(&tx, "ZZ:B", 2_500, 0).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(many, (1..=2_500).collect::<Vec<u32>>());
+        tx.commit().unwrap();
+        assert_eq!(
+            r.current_control_number("ZZ:A", Counter::Interchange).unwrap(),
+            Some(2)
+        );
+        assert_eq!(r.next_control_number("ZZ:A", Counter::Group).unwrap(), 3);
+    }
+}

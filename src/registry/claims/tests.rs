@@ -158,7 +158,7 @@ fn arrange(r: &mut Registry, before: Before) {
             first_fingerprint: A.into()
         }
     );
-    reserve(&r.conn, KEY, "ZZ:ACME", 1, 1).unwrap();
+    reserve(&r.conn, KEY, "ZZ:ACME", None, 1, 1).unwrap();
     match before {
         Before::InFlight => {}
         Before::Failed => assert!(fail(&r.conn, KEY, FIRST, "disk full").unwrap()),
