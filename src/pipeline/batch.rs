@@ -786,26 +786,27 @@ fn claim_all(
             (i, abs)
         })
         .collect();
-    let claims: Vec<Claim> = registry.batch(|b| {
-        round
-            .iter()
-            .map(|&i| {
-                let it = &items[i];
-                b.claim_interchange(&ClaimRequest {
-                    key: &it.key,
-                    partner: &it.partner.key(),
-                    control_number: it.ic.isa.control_number(),
-                    fingerprint: &it.fingerprint,
-                    file: files
-                        .get(&i)
-                        .map_or(it.report.file.as_str(), String::as_str),
-                    owner: &r.options.owner,
-                    lease_ms: r.lease_ms,
-                    is_dead: &crate::owner::is_dead,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })?;
+    let partners: Vec<String> = round.iter().map(|&i| items[i].partner.key()).collect();
+    let requests: Vec<ClaimRequest<'_>> = round
+        .iter()
+        .zip(&partners)
+        .map(|(&i, partner)| {
+            let it = &items[i];
+            ClaimRequest {
+                key: &it.key,
+                partner,
+                control_number: it.ic.isa.control_number(),
+                fingerprint: &it.fingerprint,
+                file: files
+                    .get(&i)
+                    .map_or(it.report.file.as_str(), String::as_str),
+                owner: &r.options.owner,
+                lease_ms: r.lease_ms,
+                is_dead: &crate::owner::is_dead,
+            }
+        })
+        .collect();
+    let claims: Vec<Claim> = registry.batch(|b| b.claim_interchanges(&requests))?;
     let mut takeovers: std::collections::BTreeMap<String, usize> = Default::default();
     let plans = round
         .iter()

@@ -339,6 +339,15 @@ impl Batch<'_> {
         claim(&self.tx, req, now_ms()).map_err(|e| self.sql(e))
     }
 
+    /// Claims each key as [`Batch::claim_interchange`] would one after the other, their
+    /// INSERTs sent together (one round trip on PostgreSQL).
+    pub fn claim_interchanges(
+        &self,
+        reqs: &[ClaimRequest<'_>],
+    ) -> Result<Vec<Claim>, RegistryError> {
+        claim_many(&self.tx, reqs, now_ms()).map_err(|e| self.sql(e))
+    }
+
     /// The control numbers for `key`'s acknowledgments: the ones an earlier attempt
     /// reserved ([`Batch::renew`] read them) when there are enough, else fresh ones taken now.
     pub fn reserve_control_numbers(
@@ -450,28 +459,60 @@ impl Batch<'_> {
     }
 }
 
+/// The claim itself: a new key is ours in this one statement.
+const CLAIM: &str = "INSERT INTO interchanges (key, partner, control_number, fingerprint, state,
+         owner, lease_expires, attempts, file, first_seen, last_seen)
+     VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
+     ON CONFLICT (key) DO NOTHING";
+
+fn claim_values(req: &ClaimRequest<'_>, now: i64) -> Vec<crate::registry::db::Value> {
+    use crate::registry::db::Params;
+    params![
+        req.key,
+        req.partner,
+        req.control_number,
+        req.fingerprint,
+        req.owner,
+        now + req.lease_ms,
+        req.file,
+        now
+    ]
+    .values()
+}
+
 fn claim(
     tx: &crate::registry::db::Conn,
     req: &ClaimRequest<'_>,
     now: i64,
 ) -> Result<Claim, crate::registry::db::Error> {
-    let inserted = tx
-        .prepare_cached(
-            "INSERT INTO interchanges (key, partner, control_number, fingerprint, state, owner,
-             lease_expires, attempts, file, first_seen, last_seen)
-         VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, ?6, 1, ?7, ?8, ?8)
-         ON CONFLICT (key) DO NOTHING",
-        )?
-        .execute(params![
-            req.key,
-            req.partner,
-            req.control_number,
-            req.fingerprint,
-            req.owner,
-            now + req.lease_ms,
-            req.file,
-            now
-        ])?;
+    let inserted = tx.execute(CLAIM, claim_values(req, now))?;
+    after_insert(tx, req, inserted, now)
+}
+
+/// Several keys claimed at once: each key's INSERT sent together (one round trip on
+/// PostgreSQL), then each decided in order as [`claim`] decides it. The same decisions as
+/// one claim after the other: an INSERT touches only its own key, and a key twice in the
+/// list finds its first INSERT's row, as it would one after the other.
+fn claim_many(
+    tx: &crate::registry::db::Conn,
+    reqs: &[ClaimRequest<'_>],
+    now: i64,
+) -> Result<Vec<Claim>, crate::registry::db::Error> {
+    let runs: Vec<_> = reqs.iter().map(|req| claim_values(req, now)).collect();
+    let inserted = tx.execute_many(CLAIM, &runs)?;
+    reqs.iter()
+        .zip(inserted)
+        .map(|(req, inserted)| after_insert(tx, req, inserted, now))
+        .collect()
+}
+
+/// The claim's decision once its INSERT changed `inserted` rows.
+fn after_insert(
+    tx: &crate::registry::db::Conn,
+    req: &ClaimRequest<'_>,
+    inserted: usize,
+    now: i64,
+) -> Result<Claim, crate::registry::db::Error> {
     if inserted == 1 {
         record_fingerprint(tx, req.key, req.fingerprint, 1, now)?;
         return Ok(Claim::Owned {

@@ -280,6 +280,12 @@ impl Params for &[&dyn ToValue] {
     }
 }
 
+impl Params for Vec<Value> {
+    fn values(&self) -> Vec<Value> {
+        self.clone()
+    }
+}
+
 impl Params for [&dyn ToValue; 0] {
     fn values(&self) -> Vec<Value> {
         Vec::new()
@@ -639,13 +645,19 @@ impl Pg {
         Ok(s)
     }
 
-    /// Sends the pending writes and then `last`, all at once (pipelined, in this order), and
-    /// waits for every answer; the first error in that order is the exchange's.
-    fn exchange(&mut self, last: Option<Last<'_>>) -> Result<Answer> {
+    /// Sends the pending writes and then `asked`, all at once (pipelined, in this order),
+    /// and waits for every answer: the answers to `asked`; the first error in that order is
+    /// the exchange's.
+    fn exchange(&mut self, asked: Vec<Last<'_>>) -> Result<Vec<Answer>> {
         let pending = std::mem::take(&mut self.pending);
         let in_transaction = self.in_transaction;
         let link = self.ready()?;
-        let out = Self::send(link, &pending, last);
+        let steps = pending
+            .iter()
+            .map(|(s, v)| Last::Execute(s, v))
+            .chain(asked)
+            .collect();
+        let out = Self::send(link, steps);
         if let Err(e) = &out {
             self.aborted |= in_transaction;
             // The server ended the session (a restart, a failover, an administrator): the
@@ -657,14 +669,17 @@ impl Pg {
                 }
             }
         }
-        out
+        out.map(|mut answers| answers.split_off(pending.len().min(answers.len())))
     }
 
-    fn send(
-        link: &Link,
-        pending: &[(postgres::Statement, Vec<Value>)],
-        last: Option<Last<'_>>,
-    ) -> Result<Answer> {
+    /// One exchange whose one asked statement's answer is the result.
+    fn ask(&mut self, asked: Last<'_>) -> Result<Answer> {
+        self.exchange(vec![asked])?
+            .pop()
+            .ok_or_else(missing_answer)
+    }
+
+    fn send(link: &Link, steps: Vec<Last<'_>>) -> Result<Vec<Answer>> {
         use futures_util::future::{maybe_done, MaybeDone};
         use std::future::Future;
         use std::pin::Pin;
@@ -673,77 +688,73 @@ impl Pg {
         >;
 
         let client = &link.client;
-        let params: Vec<_> = pending.iter().map(|(_, v)| sql_params(v)).collect();
-        let last_params = match &last {
-            Some(Last::Execute(_, v) | Last::Query(_, v)) => sql_params(v),
-            _ => Vec::new(),
-        };
-        let mut steps: Vec<Step<'_>> = pending
+        let params: Vec<_> = steps
             .iter()
-            .zip(&params)
-            .map(|((s, _), p)| -> Step<'_> {
-                Box::pin(maybe_done(Box::pin(async move {
-                    client.execute(s, p).await.map(Answer::Count)
-                })))
+            .map(|step| match step {
+                Last::Execute(_, v) | Last::Query(_, v) => sql_params(v),
+                Last::Simple(_) => Vec::new(),
             })
             .collect();
-        let last_params = &last_params;
-        if let Some(last) = last {
-            steps.push(Box::pin(maybe_done(match last {
-                Last::Execute(s, _) => {
-                    Box::pin(async move { client.execute(s, last_params).await.map(Answer::Count) })
-                }
-                Last::Query(s, _) => {
-                    Box::pin(async move { client.query(s, last_params).await.map(Answer::Rows) })
-                }
-                Last::Simple(sql) => {
-                    Box::pin(async move { client.batch_execute(sql).await.map(|()| Answer::Done) })
-                }
-            })));
-        }
+        let mut futures: Vec<Step<'_>> =
+            steps
+                .into_iter()
+                .zip(&params)
+                .map(|(step, p)| -> Step<'_> {
+                    Box::pin(maybe_done(match step {
+                        Last::Execute(s, _) => {
+                            Box::pin(async move { client.execute(s, p).await.map(Answer::Count) })
+                        }
+                        Last::Query(s, _) => {
+                            Box::pin(async move { client.query(s, p).await.map(Answer::Rows) })
+                        }
+                        Last::Simple(sql) => Box::pin(async move {
+                            client.batch_execute(sql).await.map(|()| Answer::Done)
+                        }),
+                    }))
+                })
+                .collect();
         let answers: Vec<Option<Result<Answer, postgres::Error>>> = blocking(|| {
             link.runtime.block_on(async {
                 // A request is sent when its future is first polled: one poll each, in
                 // order, sends them all before any answer is awaited.
-                for step in &mut steps {
-                    let _ = futures_util::poll!(step.as_mut());
+                for future in &mut futures {
+                    let _ = futures_util::poll!(future.as_mut());
                 }
-                for step in &mut steps {
-                    step.as_mut().await;
+                for future in &mut futures {
+                    future.as_mut().await;
                 }
-                steps.iter_mut().map(|s| s.as_mut().take_output()).collect()
+                futures
+                    .iter_mut()
+                    .map(|f| f.as_mut().take_output())
+                    .collect()
             })
         });
-        let mut last_answer = Ok(Answer::Done);
-        let mut first_error = None;
+        let mut out = Vec::with_capacity(answers.len());
         for answer in answers {
             match answer {
-                Some(Ok(a)) => last_answer = Ok(a),
-                Some(Err(e)) => {
-                    first_error.get_or_insert(Error::Postgres(e));
-                }
+                Some(Ok(a)) => out.push(a),
+                Some(Err(e)) => return Err(Error::Postgres(e)),
                 // Every step was awaited to its end, so each has its output.
-                None => {
-                    first_error.get_or_insert(Error::Disconnected(std::io::Error::other(
-                        "an answer of the server went missing",
-                    )));
-                }
+                None => return Err(missing_answer()),
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => last_answer,
-        }
+        Ok(out)
     }
 
     fn run(&mut self, sql: &str, values: &[Value], query: bool) -> Result<Answer> {
         let statement = self.statement(sql)?;
-        self.exchange(Some(if query {
+        self.ask(if query {
             Last::Query(&statement, values)
         } else {
             Last::Execute(&statement, values)
-        }))
+        })
     }
+}
+
+fn missing_answer() -> Error {
+    Error::Disconnected(std::io::Error::other(
+        "an answer of the server went missing",
+    ))
 }
 
 /// A connection to either store.
@@ -779,7 +790,7 @@ impl Conn {
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(p) => p.borrow_mut().exchange(Some(Last::Simple(sql))).map(drop),
+            Conn::Postgres(p) => p.borrow_mut().ask(Last::Simple(sql)).map(drop),
         }
     }
 
@@ -794,7 +805,7 @@ impl Conn {
                 let statement = p.statement(sql)?;
                 p.pending.push((statement, params.values()));
                 if p.pending.len() >= MAX_PENDING {
-                    p.exchange(None)?;
+                    p.exchange(Vec::new())?;
                 }
                 Ok(())
             }
@@ -813,6 +824,37 @@ impl Conn {
                 Answer::Count(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
                 _ => Ok(0),
             },
+        }
+    }
+
+    /// Runs `sql` once for each set of parameters, in order: the rows each run changed. On
+    /// PostgreSQL all are sent at once, one round trip for them all.
+    pub fn execute_many(&self, sql: &str, runs: &[Vec<Value>]) -> Result<Vec<usize>> {
+        match self {
+            Conn::Sqlite(c) => {
+                let mut stmt = c.prepare_cached(sql)?;
+                runs.iter()
+                    .map(|values| {
+                        Ok(stmt
+                            .execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?)
+                    })
+                    .collect()
+            }
+            Conn::Postgres(p) => {
+                let mut p = p.borrow_mut();
+                let statement = p.statement(sql)?;
+                let asked = runs
+                    .iter()
+                    .map(|values| Last::Execute(&statement, values))
+                    .collect();
+                Ok(p.exchange(asked)?
+                    .into_iter()
+                    .map(|a| match a {
+                        Answer::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+                        _ => 0,
+                    })
+                    .collect())
+            }
         }
     }
 
@@ -902,9 +944,9 @@ impl Conn {
                 p.aborted = false;
                 p.pending.clear();
                 let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})");
-                if let Err(e) = p.exchange(Some(Last::Simple(&begin))) {
+                if let Err(e) = p.ask(Last::Simple(&begin)) {
                     p.in_transaction = false;
-                    let _ = p.exchange(Some(Last::Simple("ROLLBACK")));
+                    let _ = p.ask(Last::Simple("ROLLBACK"));
                     return Err(e);
                 }
             }
@@ -929,14 +971,14 @@ impl Conn {
         // and the error is the commit's.
         let out = if p.aborted || !commit {
             p.pending.clear();
-            let rolled_back = p.exchange(Some(Last::Simple("ROLLBACK"))).map(drop);
+            let rolled_back = p.ask(Last::Simple("ROLLBACK")).map(drop);
             if p.aborted {
                 rolled_back.and(Err(Error::Aborted))
             } else {
                 rolled_back
             }
         } else {
-            p.exchange(Some(Last::Simple("COMMIT"))).map(drop)
+            p.ask(Last::Simple("COMMIT")).map(drop)
         };
         p.pending.clear();
         p.in_transaction = false;

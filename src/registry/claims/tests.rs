@@ -757,3 +757,63 @@ crate::registry::tests::on_both! {
         assert!(r.history(&EventFilter::default()).is_err());
     }
 }
+
+crate::registry::tests::on_both! {
+    /// Keys claimed together (their INSERTs sent at once) get the decisions, and leave the
+    /// rows, that claiming them one after the other does: a new key, the same key again in
+    /// the same call, another content under it, and a key completed before.
+    fn keys_claimed_together_are_decided_as_one_after_the_other() {
+        let done = ClaimRequest {
+            key: "ZZ:ACME:000000103",
+            ..request(A, FIRST, "/in/done.x12", &nobody_dead)
+        };
+        let requests = [
+            request(A, FIRST, "/in/first.x12", &nobody_dead),
+            ClaimRequest {
+                key: "ZZ:ACME:000000102",
+                ..request(B, FIRST, "/in/second.x12", &nobody_dead)
+            },
+            request(A, SECOND, "/in/again.x12", &nobody_dead),
+            request(B, SECOND, "/in/other.x12", &nobody_dead),
+            done.clone(),
+        ];
+        let arranged = || {
+            let r = registry();
+            assert!(matches!(claim(&r.conn, &done, T0).unwrap(), Claim::Owned { .. }));
+            let completion = Completion {
+                disposition: Disposition::Accepted,
+                reason_code: None,
+                reason: None,
+                acks: &[ack()],
+                outputs: &[],
+                released_groups: &[],
+                event: Disposition::Accepted.into(),
+                detail: "{}",
+            };
+            assert!(complete(&r.conn, done.key, FIRST, &completion).unwrap());
+            r
+        };
+        let (one_by_one, together) = (arranged(), arranged());
+        let expected: Vec<Claim> = requests
+            .iter()
+            .map(|req| claim(&one_by_one.conn, req, T0 + 1).unwrap())
+            .collect();
+        let got = claim_many(&together.conn, &requests, T0 + 1).unwrap();
+        assert_eq!(got, expected);
+        assert!(matches!(got.first(), Some(Claim::Owned { attempt: 1, .. })), "{got:?}");
+        assert!(matches!(got.last(), Some(Claim::Duplicate(_))), "{got:?}");
+        let rows = |r: &Registry| -> Vec<(String, String, String, Option<String>, i64)> {
+            r.conn
+                .query_map(
+                    "SELECT key, state, fingerprint, owner, attempts FROM interchanges ORDER BY key",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        assert_eq!(rows(&together), rows(&one_by_one));
+        assert_eq!(rows(&together).len(), 3);
+    }
+}
