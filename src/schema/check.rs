@@ -53,6 +53,33 @@ struct Frame {
     at: Option<usize>,
     /// Uses of that child: segment repetitions or loop iterations.
     uses: u32,
+    /// Children matched in this iteration (bit i for child i < 64): a guide's positions
+    /// that share a place in the standard's table may come in any order, so one passed
+    /// over may have been seen already.
+    seen: u64,
+}
+
+/// A child index's bit in [`Frame::seen`] (none past 64: such children count as unseen).
+fn seen_bit(child: usize) -> u64 {
+    u32::try_from(child)
+        .ok()
+        .and_then(|c| 1u64.checked_shl(c))
+        .unwrap_or(0)
+}
+
+/// Whether `segment` carries one of the qualifier's codes where the qualifier looks.
+fn qualifies(q: &super::definition::Qualifier, segment: &Segment<'_>) -> bool {
+    let Some(element) = segment.elements().nth(q.element.saturating_sub(1)) else {
+        return false;
+    };
+    let value = match q.component {
+        None => element.value,
+        Some(c) => element
+            .components()
+            .nth(c.saturating_sub(1))
+            .unwrap_or_default(),
+    };
+    q.codes.contains(value)
 }
 
 /// Where the walk reports: the set's indexes and its ST's ordinal.
@@ -90,6 +117,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
             node: 0,
             at: None,
             uses: 0,
+            seen: 0,
         }],
         findings: Vec::new(),
         segment_errors: 0,
@@ -136,28 +164,41 @@ impl<'a> Walker<'_, 'a> {
             .map_or(&[][..], |s| s.id.as_bytes())
     }
 
-    /// The child of `frame`'s loop at or after its position that segment `tag` starts.
-    fn find_in(&self, frame: &Frame, tag: u32) -> Option<usize> {
+    /// The child of `frame`'s loop at or after its position that `segment` (of `tag`)
+    /// starts: the first of its id whose qualifier, if it has one, the segment carries.
+    fn find_in(&self, frame: &Frame, tag: u32, segment: &Segment<'_>) -> Option<usize> {
         let node = &self.def.nodes[frame.node];
         if node.tag_filter & super::definition::tag_bit(tag) == 0 {
             return None;
         }
         // A loop's trigger (child 0) seen again starts the loop's next iteration, which the
-        // enclosing frame handles; the root has no trigger.
+        // enclosing frame handles; the root has no trigger. Within a guide's run of
+        // qualified positions sharing one id, the search starts at the run's first.
         let first = if frame.node == 0 { 0 } else { 1 };
-        let from = frame.at.unwrap_or(0).max(first);
-        node.child_tags
-            .get(from..)?
-            .iter()
-            .position(|t| *t == tag)
-            .map(|i| i + from)
+        let at = frame.at.unwrap_or(0);
+        let from = node.group_start.get(at).copied().unwrap_or(at).max(first);
+        let tags = node.child_tags.get(from..)?;
+        tags.iter().enumerate().find_map(|(i, t)| {
+            if *t != tag {
+                return None;
+            }
+            let ci = i + from;
+            let child = node.children.get(ci).and_then(|c| self.def.nodes.get(*c))?;
+            match &child.qualifier {
+                Some(q) if !qualifies(q, segment) => None,
+                _ => Some(ci),
+            }
+        })
     }
 
     fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {
         let tag = super::definition::tag(segment.id);
         let found = (0..self.frames.len())
             .rev()
-            .find_map(|depth| self.find_in(&self.frames[depth], tag).map(|ci| (depth, ci)));
+            .find_map(|depth| {
+                self.find_in(&self.frames[depth], tag, segment)
+                    .map(|ci| (depth, ci))
+            });
         let Some((depth, ci)) = found else {
             self.unplaced(segment);
             return None;
@@ -176,8 +217,12 @@ impl<'a> Walker<'_, 'a> {
         if node.next_mandatory.get(from).is_some_and(|m| *m < ci) {
             self.missing_after(frame, Some(ci), here);
         }
+        // A position of a guide's run met again after another of the run: at least its
+        // second use (the exact count is not kept across the interleaving).
         let uses = if repeat {
             frame.uses.saturating_add(1)
+        } else if frame.seen & seen_bit(ci) != 0 {
+            2
         } else {
             1
         };
@@ -185,6 +230,7 @@ impl<'a> Walker<'_, 'a> {
             node: frame.node,
             at: Some(ci),
             uses,
+            seen: frame.seen | seen_bit(ci),
         };
         let node = &self.def.nodes[child];
         let over = uses > node.max;
@@ -194,6 +240,7 @@ impl<'a> Walker<'_, 'a> {
                 node: child,
                 at: Some(0),
                 uses: 1,
+                seen: 1,
             });
             (trigger, Some(child))
         } else {
@@ -257,8 +304,9 @@ impl<'a> Walker<'_, 'a> {
         let skipped = node.children.get(from..to).unwrap_or_default();
         let missing: Vec<usize> = skipped
             .iter()
-            .copied()
-            .filter(|c| nodes[*c].req == Req::M)
+            .enumerate()
+            .filter(|(i, c)| nodes[**c].req == Req::M && frame.seen & seen_bit(from + i) == 0)
+            .map(|(_, c)| *c)
             .collect();
         for child in missing {
             let id = String::from_utf8_lossy(self.trigger_id(child)).into_owned();
@@ -291,6 +339,20 @@ impl<'a> Walker<'_, 'a> {
     fn unplaced(&mut self, segment: &Segment<'_>) {
         let id = segment.id;
         let name = segment.id_str();
+        let nodes = &self.def.nodes;
+        // A guide's positions of this id that the segment's qualifier fits.
+        let fitting: Vec<usize> = self
+            .def
+            .places(id)
+            .iter()
+            .copied()
+            .filter(|p| {
+                nodes
+                    .get(*p)
+                    .and_then(|n| n.qualifier.as_ref())
+                    .is_none_or(|q| qualifies(q, segment))
+            })
+            .collect();
         let (rule, message) = if !self.def.knows(id) {
             (
                 Rule::SegmentUnrecognized,
@@ -304,7 +366,23 @@ impl<'a> Walker<'_, 'a> {
                     self.def.id, self.def.version
                 ),
             )
-        } else if self.def.places(id).iter().any(|p| {
+        } else if fitting.is_empty() {
+            let shown = self
+                .def
+                .places(id)
+                .iter()
+                .filter_map(|p| nodes.get(*p).and_then(|n| n.qualifier.as_ref()))
+                .map(|q| q.shown.as_str())
+                .next()
+                .unwrap_or("its qualifier");
+            (
+                Rule::SegmentUnexpected,
+                format!(
+                    "{name} is unexpected: its {shown} value fits none of its positions in {} {}",
+                    self.def.version, self.def.id
+                ),
+            )
+        } else if fitting.iter().any(|p| {
             let parent = self.def.nodes[*p].parent;
             self.frames.iter().any(|f| f.node == parent)
         }) {
@@ -323,11 +401,22 @@ impl<'a> Walker<'_, 'a> {
 
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
     /// its value.
+    /// A guide that declares its business unit (`context = "2300"`: the claim) names that
+    /// loop's, and only inside it.
     fn context(&self) -> Option<(String, String)> {
         self.contexts.iter().find_map(|(_, node, segment)| {
+            if self.def.context.is_some_and(|c| c != *node) {
+                return None;
+            }
             let value = segment.element(1).filter(|v| !v.is_empty())?;
+            // A guide's loop id (2300) is no segment: the unit is its trigger's element.
+            let unit = if self.def.is_guide() {
+                String::from_utf8_lossy(self.trigger_id(*node)).into_owned()
+            } else {
+                self.def.nodes[*node].id.clone()
+            };
             Some((
-                format!("{}01", self.def.nodes[*node].id),
+                format!("{unit}01"),
                 String::from_utf8_lossy(value).into_owned(),
             ))
         })
@@ -382,6 +471,7 @@ impl<'a> Walker<'_, 'a> {
             bad_value: None,
             context: self.context(),
             element_optional: false,
+            guide: self.def.is_guide(),
         };
         let f = Finding::new(rule, position, segment_id, message)
             .in_set(self.at.group, self.at.set)
@@ -591,6 +681,7 @@ impl<'a> Walker<'_, 'a> {
                 bad_value: e.bad_value,
                 context: context.clone(),
                 element_optional: edef.is_some_and(|d| d.req == Req::O),
+                guide: self.def.is_guide(),
             };
             let f = Finding::new(rule, position, def.id.clone(), message)
                 .in_set(self.at.group, self.at.set)
