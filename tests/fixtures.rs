@@ -236,6 +236,7 @@ const VALID: &[&str] = &[
     "315-005010.x12",
     "860-004010.x12",
     "860-005010.x12",
+    "837-005010X222A1.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

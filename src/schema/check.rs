@@ -340,19 +340,27 @@ impl<'a> Walker<'_, 'a> {
         let id = segment.id;
         let name = segment.id_str();
         let nodes = &self.def.nodes;
-        // A guide's positions of this id that the segment's qualifier fits.
-        let fitting: Vec<usize> = self
-            .def
-            .places(id)
-            .iter()
-            .copied()
-            .filter(|p| {
-                nodes
-                    .get(*p)
-                    .and_then(|n| n.qualifier.as_ref())
-                    .is_none_or(|q| qualifies(q, segment))
+        let fits = |p: &usize| {
+            nodes
+                .get(*p)
+                .and_then(|n| n.qualifier.as_ref())
+                .is_none_or(|q| qualifies(q, segment))
+        };
+        let open_here = |p: &usize| {
+            let parent = nodes.get(*p).map_or(usize::MAX, |n| n.parent);
+            self.frames.iter().any(|f| f.node == parent)
+        };
+        // A guide's positions of this id in the loops open here, when the segment's
+        // qualifier fits none of them: the qualifier is what is wrong.
+        let open_places: Vec<usize> = self.def.places(id).iter().copied().filter(open_here).collect();
+        let unqualified = (!open_places.is_empty() && !open_places.iter().any(fits))
+            .then(|| {
+                open_places
+                    .iter()
+                    .filter_map(|p| nodes.get(*p).and_then(|n| n.qualifier.as_ref()))
+                    .next()
             })
-            .collect();
+            .flatten();
         let (rule, message) = if !self.def.knows(id) {
             (
                 Rule::SegmentUnrecognized,
@@ -366,26 +374,29 @@ impl<'a> Walker<'_, 'a> {
                     self.def.id, self.def.version
                 ),
             )
-        } else if fitting.is_empty() {
-            let shown = self
-                .def
-                .places(id)
-                .iter()
-                .filter_map(|p| nodes.get(*p).and_then(|n| n.qualifier.as_ref()))
-                .map(|q| q.shown.as_str())
-                .next()
-                .unwrap_or("its qualifier");
+        } else if let Some(q) = unqualified {
+            let value = segment
+                .elements()
+                .nth(q.element.saturating_sub(1))
+                .map(|e| match q.component {
+                    None => e.value,
+                    Some(c) => e.components().nth(c.saturating_sub(1)).unwrap_or_default(),
+                })
+                .unwrap_or_default();
             (
                 Rule::SegmentUnexpected,
                 format!(
-                    "{name} is unexpected: its {shown} value fits none of its positions in {} {}",
-                    self.def.version, self.def.id
+                    "{name} is unexpected here: its {} {:?} is the qualifier of none of its positions in the open loops",
+                    q.shown,
+                    String::from_utf8_lossy(value)
                 ),
             )
-        } else if fitting.iter().any(|p| {
-            let parent = self.def.nodes[*p].parent;
-            self.frames.iter().any(|f| f.node == parent)
-        }) {
+        } else if self
+            .def
+            .places(id)
+            .iter()
+            .any(|p| fits(p) && open_here(p))
+        {
             (
                 Rule::SegmentOutOfSequence,
                 format!("{name} is out of sequence: the definition places it earlier"),
@@ -1356,6 +1367,143 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
             check_with(&list, &GOOD.replace("PO1*2~", "PO1*2***4~")),
             Vec::<String>::new()
         );
+    }
+
+    /// The findings of a body walked against the sample guide (GS08 `004010X1`), as
+    /// [`check_with`] shows them, with each finding's loop.
+    fn guide(body: &str) -> Vec<String> {
+        use crate::schema::sample::GUIDE;
+        let schemas = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("004010X1/850.toml", GUIDE),
+        ])
+        .unwrap();
+        let count = body.matches('~').count() + 2;
+        let x = format!(
+            "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~\
+GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
+        );
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let def = schemas.find(b"004010X1", b"850").unwrap();
+        assert!(def.is_guide());
+        walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, true)
+            .findings
+            .iter()
+            .map(|f| {
+                let d = f.detail.as_ref().unwrap();
+                assert!(d.guide);
+                let mut s = format!(
+                    "{}@{}:{}",
+                    f.segment_id,
+                    f.position.set_segment.unwrap(),
+                    f.code.unwrap().value()
+                );
+                if let Some(e) = f.position.element {
+                    s.push_str(&format!("/{e}"));
+                }
+                s.push_str(&format!(" in {}", d.loop_id.as_deref().unwrap_or("-")));
+                if let Some((unit, value)) = &d.context {
+                    s.push_str(&format!(" ctx {unit}={value}"));
+                }
+                s
+            })
+            .collect()
+    }
+
+    const GUIDED: &str = "BEG*00*1~REF*IA*V1~REF*DP*D1~N1*ST*X~N3*A~N1*BT*Y*92*1~PO1*1~PID*F~CTT*1~";
+
+    #[test]
+    fn a_guide_places_segments_by_their_qualifiers_in_any_order_within_one_position() {
+        // Vendor before department: the guide splits one position of the table, so either
+        // order is the standard's; the mandatory vendor REF is not reported missing.
+        assert_eq!(guide(GUIDED), Vec::<String>::new());
+        assert_eq!(
+            guide(&GUIDED.replace("REF*IA*V1~REF*DP*D1~", "REF*DP*D1~REF*VR*V1~")),
+            Vec::<String>::new()
+        );
+        // A qualifier no position takes: an unexpected segment (AK304 2).
+        assert_eq!(
+            guide(&GUIDED.replace("REF*DP*D1~", "REF*ZZ*D1~")),
+            ["REF@4:2 in -"]
+        );
+        // The mandatory one missing, reported where the walk noticed it.
+        assert_eq!(guide(&GUIDED.replace("REF*IA*V1~", "")), ["REF@4:3 in -"]);
+        // The vendor met again after the department: its second use, over its maximum.
+        assert_eq!(
+            guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1~REF*VR*V2~")),
+            ["REF@5:5 in -"]
+        );
+        // The loops are told apart by their triggers' qualifiers, and named by guide ids.
+        assert_eq!(
+            guide(&GUIDED.replace("N1*ST*X~N3*A~", "")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*1~", "")),
+            ["PO1@7:3 in -"]
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("N3*A~", "N3*A~N3*B~")),
+            ["N3@7:5 in SHIPTO"]
+        );
+        // A narrowed list at one position only: N103 is 92 in the bill-to loop.
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*1~", "N1*BT*Y*91*1~")),
+            ["N1@7:7/3 in BILLTO"]
+        );
+        // The declared business unit (the LINE loop's PO101) is the context, only inside.
+        assert_eq!(
+            guide(&GUIDED.replace("PID*F~", "PID*FF~")),
+            ["PID@9:5/1 in LINE ctx PO101=1"]
+        );
+    }
+
+    #[test]
+    fn a_guide_is_read_for_its_gs08_and_the_release_for_any_other() {
+        use crate::schema::sample::GUIDE;
+        use crate::schema::Reading;
+        let schemas = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("004010X1/850.toml", GUIDE),
+        ])
+        .unwrap();
+        let key = |gs08: &[u8]| match schemas.reading(gs08, b"850") {
+            Reading::Own(d) | Reading::As(d) => d.name_key(),
+            Reading::EnvelopeOnly => String::new(),
+        };
+        assert_eq!(key(b"004010X1"), "004010X1/850");
+        assert_eq!(key(b"004010"), "004010/850");
+        assert_eq!(key(b"004010X2"), "004010/850");
+        assert_eq!(key(b"004010VICS"), "004010/850");
+        assert!(schemas.find_key("004010X1/850").is_some_and(|d| d.is_guide()));
+        let def = schemas.find(b"004010X1", b"850").unwrap();
+        let keys: Vec<&str> = def.root().children.iter().map(|c| def.nodes[*c].key.as_str()).collect();
+        assert_eq!(keys, ["BEG", "REF", "REF_2", "SHIPTO_loop", "BILLTO_loop", "LINE_loop", "CTT"]);
+        assert_eq!(def.nodes[def.root().children[4]].name, "Bill To");
+    }
+
+    #[test]
+    fn a_guide_line_that_cannot_be_read_names_its_line() {
+        use crate::schema::sample::GUIDE;
+        for (from, to, says) in [
+            ("loop SHIPTO \"Ship To\" O 1", "loop SHIPTO \"Ship To\" O 1 when N101=ST", "line 9: a loop takes its trigger"),
+            ("N103=92", "N102=92", "line 13: N102=92: only a code (ID) element"),
+            ("N103=92", "REF01=92", "line 13: REF01=92: names another segment than N1"),
+            ("N103=92", "N107=92", "line 13: N107=92: N1 has no element 07"),
+            ("\"Bill To Name\" M", "\"Bill To Name M", "line 13: a quoted name has no closing quote"),
+            ("when N101=BT", "when", "line 13: `when` needs a qualifier"),
+        ] {
+            let bad = GUIDE.replace(from, to);
+            assert_ne!(bad, GUIDE, "{from}");
+            let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010X1/850.toml", &bad)])
+                .unwrap_err();
+            assert!(e.contains("schemas/004010X1/850.toml: ") && e.contains(says), "{e}");
+        }
     }
 
     fn simple(data_type: DataType, min: u16, max: u16) -> Simple {
