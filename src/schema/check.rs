@@ -1414,7 +1414,8 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
             .collect()
     }
 
-    const GUIDED: &str = "BEG*00*1~REF*IA*V1~REF*DP*D1~N1*ST*X~N3*A~N1*BT*Y*92*1~PO1*1~PID*F~CTT*1~";
+    const GUIDED: &str =
+        "BEG*00*1~REF*IA*V1~REF*DP*D1~N1*ST*X~N3*A~N1*BT*Y*92*12~PO1*1~PID*F~CTT*1~";
 
     #[test]
     fn a_guide_places_segments_by_their_qualifiers_in_any_order_within_one_position() {
@@ -1437,14 +1438,15 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
             guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1~REF*VR*V2~")),
             ["REF@5:5 in -"]
         );
-        // The loops are told apart by their triggers' qualifiers, and named by guide ids.
+        // The loops are told apart by their triggers' qualifiers, and named by guide ids; a
+        // missing one is named by its trigger, where the walk noticed it (at PO1).
         assert_eq!(
             guide(&GUIDED.replace("N1*ST*X~N3*A~", "")),
             Vec::<String>::new()
         );
         assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*1~", "")),
-            ["PO1@7:3 in -"]
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "")),
+            ["N1@7:3 in -"]
         );
         assert_eq!(
             guide(&GUIDED.replace("N3*A~", "N3*A~N3*B~")),
@@ -1452,7 +1454,7 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
         );
         // A narrowed list at one position only: N103 is 92 in the bill-to loop.
         assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*1~", "N1*BT*Y*91*1~")),
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y*91*12~")),
             ["N1@7:7/3 in BILLTO"]
         );
         // The declared business unit (the LINE loop's PO101) is the context, only inside.
@@ -1496,7 +1498,7 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
             ("N103=92", "REF01=92", "line 13: REF01=92: names another segment than N1"),
             ("N103=92", "N107=92", "line 13: N107=92: N1 has no element 07"),
             ("\"Bill To Name\" M", "\"Bill To Name M", "line 13: a quoted name has no closing quote"),
-            ("when N101=BT", "when", "line 13: `when` needs a qualifier"),
+            ("when N101=BT N103=92", "when", "line 13: `when` needs a qualifier"),
         ] {
             let bad = GUIDE.replace(from, to);
             assert_ne!(bad, GUIDE, "{from}");
