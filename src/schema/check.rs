@@ -67,6 +67,22 @@ fn seen_bit(child: usize) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether every value `segment` holds where `node` narrows a list is on that list (an
+/// absent value is another check's business).
+fn fits_lists(node: &super::definition::Node, segment: &Segment<'_>) -> bool {
+    node.narrowed.iter().all(|q| {
+        let value = segment
+            .elements()
+            .nth(q.element.saturating_sub(1))
+            .map(|e| match q.component {
+                None => e.value,
+                Some(c) => e.components().nth(c.saturating_sub(1)).unwrap_or_default(),
+            })
+            .unwrap_or_default();
+        value.is_empty() || q.codes.contains(value)
+    })
+}
+
 /// Whether `segment` carries one of the qualifier's codes where the qualifier looks.
 fn qualifies(q: &super::definition::Qualifier, segment: &Segment<'_>) -> bool {
     let Some(element) = segment.elements().nth(q.element.saturating_sub(1)) else {
@@ -178,7 +194,7 @@ impl<'a> Walker<'_, 'a> {
         let at = frame.at.unwrap_or(0);
         let from = node.group_start.get(at).copied().unwrap_or(at).max(first);
         let tags = node.child_tags.get(from..)?;
-        tags.iter().enumerate().find_map(|(i, t)| {
+        let mut candidates = tags.iter().enumerate().filter_map(|(i, t)| {
             if *t != tag {
                 return None;
             }
@@ -186,9 +202,21 @@ impl<'a> Walker<'_, 'a> {
             let child = node.children.get(ci).and_then(|c| self.def.nodes.get(*c))?;
             match &child.qualifier {
                 Some(q) if !qualifies(q, segment) => None,
-                _ => Some(ci),
+                _ => Some((ci, child)),
             }
-        })
+        });
+        let (first_ci, first_child) = candidates.next()?;
+        // Without a qualifier (every standard table) the first is the place, as always.
+        if first_child.qualifier.is_none() || fits_lists(first_child, segment) {
+            return Some(first_ci);
+        }
+        // A qualifier that fits several positions: the first whose lists hold the segment's
+        // values, else the first (whose lists then report the value).
+        Some(
+            candidates
+                .find(|(_, child)| child.qualifier.is_some() && fits_lists(child, segment))
+                .map_or(first_ci, |(ci, _)| ci),
+        )
     }
 
     fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {

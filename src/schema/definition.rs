@@ -370,6 +370,10 @@ pub struct Node {
     /// The qualifier that tells this position from others of the same segment id (a guide's
     /// NM1 with NM101 `85` in 2010AA, `87` in 2010AB); a loop takes its trigger's.
     pub qualifier: Option<Qualifier>,
+    /// Every code list the position narrows (its qualifier first): when a segment's
+    /// qualifier fits more than one position of a run (the 2400's PWK01 `CT` fits both of
+    /// its PWKs), the walk takes the first whose lists all hold the segment's values.
+    pub narrowed: Vec<Qualifier>,
     /// Loops only: for each child index i, the first child of the run of adjacent children
     /// that share i's segment id and are told apart by qualifiers (i itself elsewhere). A
     /// guide splits one position of the standard's table into such runs (2300's DTPs), so
@@ -1113,6 +1117,7 @@ fn read_structure(
         tag_filter: 0,
         name: String::new(),
         qualifier: None,
+        narrowed: Vec::new(),
         group_start: Vec::new(),
     }];
     let mut segments: Vec<SegmentDef> = Vec::new();
@@ -1170,6 +1175,7 @@ fn read_structure(
             parse_max(line.max).ok_or_else(|| at("maximum must be a positive number or >1"))?;
         let index = nodes.len();
         let mut qualifier = None;
+        let mut narrowed = Vec::new();
         let segment = if is_loop {
             0
         } else if line.constraints.is_empty() {
@@ -1186,10 +1192,12 @@ fn read_structure(
             // definition, so the same segment elsewhere keeps the dictionary's lists.
             let mut def = lookup.segment_def(name)?;
             for (i, c) in line.constraints.iter().enumerate() {
-                let q = narrow(&mut def, c).map_err(|e| at(&e))?;
-                if i == 0 && line.when {
-                    qualifier = Some(q);
+                let is_qualifier = i == 0 && line.when;
+                let q = narrow(&mut def, c, is_qualifier).map_err(|e| at(&e))?;
+                if is_qualifier {
+                    qualifier = Some(q.clone());
                 }
+                narrowed.push(q);
             }
             segments.push(def);
             segments.len() - 1
@@ -1209,6 +1217,7 @@ fn read_structure(
             tag_filter: 0,
             name: line.name.unwrap_or_default().to_string(),
             qualifier,
+            narrowed,
             group_start: Vec::new(),
         });
         nodes[parent].children.push(index);
@@ -1307,8 +1316,10 @@ impl<'t> Line<'t> {
 }
 
 /// Narrows the code list of the element (or component) a constraint names in `def`, a
-/// position's own copy of its segment: `NM108=XX,XV`. The constraint, as a qualifier.
-fn narrow(def: &mut SegmentDef, constraint: &str) -> Result<Qualifier, String> {
+/// position's own copy of its segment: `NM108=XX,XV`. The constraint, as a qualifier. A
+/// position's qualifier is mandatory there (the guide requires it: it names the position),
+/// whatever the dictionary says of the element.
+fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qualifier, String> {
     let bad = |why: &str| format!("{constraint}: {why}");
     let (place, codes) = constraint
         .split_once('=')
@@ -1336,6 +1347,9 @@ fn narrow(def: &mut SegmentDef, constraint: &str) -> Result<Qualifier, String> {
         .elements
         .get_mut(element - 1)
         .ok_or_else(|| bad(&format!("{} has no element {element:02}", def.id)))?;
+    if qualifier {
+        edef.req = Req::M;
+    }
     let simple = match (&mut edef.kind, component) {
         (Kind::Simple(s), None) => s,
         (Kind::Composite { components, .. }, Some(c)) => match components.get_mut(c - 1) {
@@ -1359,10 +1373,23 @@ fn narrow(def: &mut SegmentDef, constraint: &str) -> Result<Qualifier, String> {
         simple.max,
         Some(Arc::new(codes.clone())),
     );
-    if component.is_none() {
-        if let Some(fast) = def.fast.get_mut(element - 1) {
+    if qualifier {
+        if let Some(ElementDef {
+            kind: Kind::Composite { components, .. },
+            ..
+        }) = def.elements.get_mut(element - 1)
+        {
+            if let Some(c) = component.and_then(|c| components.get_mut(c - 1)) {
+                c.req = Req::M;
+            }
+        }
+        def.last_mandatory = def.last_mandatory.max(element);
+    }
+    if let Some(fast) = def.fast.get_mut(element - 1) {
+        if component.is_none() {
             fast.plan = Shortcut::Full;
         }
+        fast.mandatory |= qualifier;
     }
     Ok(Qualifier {
         element,
@@ -1390,6 +1417,7 @@ fn link(nodes: &mut [Node], path: &str) -> Result<(), String> {
         nodes[i].segment = nodes[first].segment;
         nodes[i].tag = nodes[first].tag;
         nodes[i].qualifier = nodes[first].qualifier.clone();
+        nodes[i].narrowed = nodes[first].narrowed.clone();
     }
     if nodes[0].children.is_empty() {
         return Err(format!("schemas/{path}: the structure is empty"));
