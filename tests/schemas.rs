@@ -341,23 +341,44 @@ fn a_professional_claim_nests_by_the_guides_loop_ids() {
     let billing = &c["2000A_loop"][0];
     assert_eq!(billing["HL"]["hierarchical_level_code_03"], "20");
     // NM1*85 and NM1*87 are told apart by their qualifier: 2010AA and 2010AB.
-    assert_eq!(billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"], "85");
-    assert_eq!(billing["2010AB_loop"]["NM1"]["entity_identifier_code_01"], "87");
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    assert_eq!(
+        billing["2010AB_loop"]["NM1"]["entity_identifier_code_01"],
+        "87"
+    );
     let subscribers = billing["2000B_loop"].as_array().expect("2000B levels");
     assert_eq!(subscribers.len(), 2);
-    assert_eq!(subscribers[0]["2010BA_loop"]["NM1"]["entity_identifier_code_01"], "IL");
-    assert_eq!(subscribers[0]["2010BB_loop"][0]["NM1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(
+        subscribers[0]["2010BA_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        subscribers[0]["2010BB_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
     let claim = &subscribers[0]["2300_loop"][0];
-    assert_eq!(claim["CLM"]["claim_submitter_s_identifier_01"], "NWFC-24-00871");
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
     // The claim's REF*G1 stands at the guide's Prior Authorization position.
-    assert_eq!(claim["REF_5"]["reference_identification_qualifier_01"], "G1");
+    assert_eq!(
+        claim["REF_5"]["reference_identification_qualifier_01"],
+        "G1"
+    );
     let lines = claim["2400_loop"].as_array().expect("2400 lines");
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[1]["LX"]["assigned_number_01"], "2");
     // The second subscriber's claim is the patient's (2000C), under the subscriber.
     let patient = &subscribers[1]["2000C_loop"][0];
     assert_eq!(patient["HL"]["hierarchical_level_code_03"], "23");
-    assert_eq!(patient["2010CA_loop"]["NM1"]["entity_identifier_code_01"], "QC");
+    assert_eq!(
+        patient["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+        "QC"
+    );
     assert_eq!(
         patient["2300_loop"][0]["2400_loop"][0]["LX"]["assigned_number_01"],
         "1"
@@ -374,7 +395,10 @@ fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     );
     assert!(got.contains(&"IK3*NM1*8*2010AA*8".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*DTP*24*2300*2".to_string()), "{got:?}");
-    assert!(got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
     // The 997 keeps AK303 for bounded loops only.
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",

@@ -221,12 +221,10 @@ impl<'a> Walker<'_, 'a> {
 
     fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {
         let tag = super::definition::tag(segment.id);
-        let found = (0..self.frames.len())
-            .rev()
-            .find_map(|depth| {
-                self.find_in(&self.frames[depth], tag, segment)
-                    .map(|ci| (depth, ci))
-            });
+        let found = (0..self.frames.len()).rev().find_map(|depth| {
+            self.find_in(&self.frames[depth], tag, segment)
+                .map(|ci| (depth, ci))
+        });
         let Some((depth, ci)) = found else {
             self.unplaced(segment);
             return None;
@@ -380,7 +378,13 @@ impl<'a> Walker<'_, 'a> {
         };
         // A guide's positions of this id in the loops open here, when the segment's
         // qualifier fits none of them: the qualifier is what is wrong.
-        let open_places: Vec<usize> = self.def.places(id).iter().copied().filter(open_here).collect();
+        let open_places: Vec<usize> = self
+            .def
+            .places(id)
+            .iter()
+            .copied()
+            .filter(open_here)
+            .collect();
         let unqualified = (!open_places.is_empty() && !open_places.iter().any(fits))
             .then(|| {
                 open_places
@@ -419,12 +423,7 @@ impl<'a> Walker<'_, 'a> {
                     String::from_utf8_lossy(value)
                 ),
             )
-        } else if self
-            .def
-            .places(id)
-            .iter()
-            .any(|p| fits(p) && open_here(p))
-        {
+        } else if self.def.places(id).iter().any(|p| fits(p) && open_here(p)) {
             (
                 Rule::SegmentOutOfSequence,
                 format!("{name} is out of sequence: the definition places it earlier"),
@@ -1510,10 +1509,28 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
         assert_eq!(key(b"004010"), "004010/850");
         assert_eq!(key(b"004010X2"), "004010/850");
         assert_eq!(key(b"004010VICS"), "004010/850");
-        assert!(schemas.find_key("004010X1/850").is_some_and(|d| d.is_guide()));
+        assert!(schemas
+            .find_key("004010X1/850")
+            .is_some_and(|d| d.is_guide()));
         let def = schemas.find(b"004010X1", b"850").unwrap();
-        let keys: Vec<&str> = def.root().children.iter().map(|c| def.nodes[*c].key.as_str()).collect();
-        assert_eq!(keys, ["BEG", "REF", "REF_2", "SHIPTO_loop", "BILLTO_loop", "LINE_loop", "CTT"]);
+        let keys: Vec<&str> = def
+            .root()
+            .children
+            .iter()
+            .map(|c| def.nodes[*c].key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "BEG",
+                "REF",
+                "REF_2",
+                "SHIPTO_loop",
+                "BILLTO_loop",
+                "LINE_loop",
+                "CTT"
+            ]
+        );
         assert_eq!(def.nodes[def.root().children[4]].name, "Bill To");
     }
 
@@ -1521,18 +1538,45 @@ GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IE
     fn a_guide_line_that_cannot_be_read_names_its_line() {
         use crate::schema::sample::GUIDE;
         for (from, to, says) in [
-            ("loop SHIPTO \"Ship To\" O 1", "loop SHIPTO \"Ship To\" O 1 when N101=ST", "line 9: a loop takes its trigger"),
-            ("N103=92", "N102=92", "line 13: N102=92: only a code (ID) element"),
-            ("N103=92", "REF01=92", "line 13: REF01=92: names another segment than N1"),
-            ("N103=92", "N107=92", "line 13: N107=92: N1 has no element 07"),
-            ("\"Bill To Name\" M", "\"Bill To Name M", "line 13: a quoted name has no closing quote"),
-            ("when N101=BT N103=92", "when", "line 13: `when` needs a qualifier"),
+            (
+                "loop SHIPTO \"Ship To\" O 1",
+                "loop SHIPTO \"Ship To\" O 1 when N101=ST",
+                "line 9: a loop takes its trigger",
+            ),
+            (
+                "N103=92",
+                "N102=92",
+                "line 13: N102=92: only a code (ID) element",
+            ),
+            (
+                "N103=92",
+                "REF01=92",
+                "line 13: REF01=92: names another segment than N1",
+            ),
+            (
+                "N103=92",
+                "N107=92",
+                "line 13: N107=92: N1 has no element 07",
+            ),
+            (
+                "\"Bill To Name\" M",
+                "\"Bill To Name M",
+                "line 13: a quoted name has no closing quote",
+            ),
+            (
+                "when N101=BT N103=92",
+                "when",
+                "line 13: `when` needs a qualifier",
+            ),
         ] {
             let bad = GUIDE.replace(from, to);
             assert_ne!(bad, GUIDE, "{from}");
             let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010X1/850.toml", &bad)])
                 .unwrap_err();
-            assert!(e.contains("schemas/004010X1/850.toml: ") && e.contains(says), "{e}");
+            assert!(
+                e.contains("schemas/004010X1/850.toml: ") && e.contains(says),
+                "{e}"
+            );
         }
     }
 

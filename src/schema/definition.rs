@@ -1276,7 +1276,8 @@ struct Line<'t> {
 
 impl<'t> Line<'t> {
     fn read(words: &[Word<'t>]) -> Result<Line<'t>, String> {
-        const SHAPE: &str = "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..]` \
+        const SHAPE: &str =
+            "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..]` \
              or the same after `loop`";
         let mut it = words.iter().copied().peekable();
         let Some(Word::Plain(id)) = it.next() else {
@@ -1361,7 +1362,9 @@ fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qua
         },
         (Kind::Simple(_), Some(_)) => return Err(bad("a simple element has no components")),
         (Kind::Composite { .. }, None) => {
-            return Err(bad("a composite's codes are its components': write SEGnn-c"))
+            return Err(bad(
+                "a composite's codes are its components': write SEGnn-c",
+            ))
         }
     };
     if simple.data_type != DataType::Id {
