@@ -388,6 +388,27 @@ fn a_professional_claim_nests_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
+    let name = "835-005010X221A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X221A1/835")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    let claims = c["2000_loop"][0]["2100_loop"].as_array().expect("2100 claims");
+    assert_eq!(claims.len(), 2);
+    assert_eq!(claims[0]["CLP"]["claim_submitter_s_identifier_01"], "NWFC-24-00871");
+    // NM1*QC and NM1*82 stand at the guide's patient and service provider positions.
+    assert_eq!(claims[0]["NM1"]["entity_identifier_code_01"], "QC");
+    assert_eq!(claims[0]["NM1_4"]["entity_identifier_code_01"], "82");
+    assert_eq!(claims[0]["2110_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",

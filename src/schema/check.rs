@@ -376,23 +376,25 @@ impl<'a> Walker<'_, 'a> {
             let parent = nodes.get(*p).map_or(usize::MAX, |n| n.parent);
             self.frames.iter().any(|f| f.node == parent)
         };
-        // A guide's positions of this id in the loops open here, when the segment's
-        // qualifier fits none of them: the qualifier is what is wrong.
-        let open_places: Vec<usize> = self
-            .def
-            .places(id)
+        // The innermost open loop that has positions of this id: when they all have
+        // qualifiers and the segment's fits none of them, the qualifier is what is wrong.
+        let unqualified = self
+            .frames
             .iter()
-            .copied()
-            .filter(open_here)
-            .collect();
-        let unqualified = (!open_places.is_empty() && !open_places.iter().any(fits))
-            .then(|| {
-                open_places
+            .rev()
+            .map(|f| {
+                self.def
+                    .places(id)
                     .iter()
-                    .filter_map(|p| nodes.get(*p).and_then(|n| n.qualifier.as_ref()))
-                    .next()
+                    .filter(|p| nodes.get(**p).is_some_and(|n| n.parent == f.node))
+                    .collect::<Vec<_>>()
             })
-            .flatten();
+            .find(|here| !here.is_empty())
+            .filter(|here| !here.iter().any(|p| fits(p)))
+            .and_then(|here| {
+                here.iter()
+                    .find_map(|p| nodes.get(**p).and_then(|n| n.qualifier.as_ref()))
+            });
         let (rule, message) = if !self.def.knows(id) {
             (
                 Rule::SegmentUnrecognized,
