@@ -398,9 +398,14 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
     let c = content(&doc, 0);
     assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
     assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
-    let claims = c["2000_loop"][0]["2100_loop"].as_array().expect("2100 claims");
+    let claims = c["2000_loop"][0]["2100_loop"]
+        .as_array()
+        .expect("2100 claims");
     assert_eq!(claims.len(), 2);
-    assert_eq!(claims[0]["CLP"]["claim_submitter_s_identifier_01"], "NWFC-24-00871");
+    assert_eq!(
+        claims[0]["CLP"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
     // NM1*QC and NM1*82 stand at the guide's patient and service provider positions.
     assert_eq!(claims[0]["NM1"]["entity_identifier_code_01"], "QC");
     assert_eq!(claims[0]["NM1_4"]["entity_identifier_code_01"], "82");
