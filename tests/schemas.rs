@@ -328,6 +328,112 @@ fn a_ship_notice_nests_shipment_order_pack_item() {
 }
 
 #[test]
+fn a_professional_claim_nests_by_the_guides_loop_ids() {
+    // GS08 005010X222A1 selects the 837P guide: its HL levels nest as the guide draws them
+    // (2000A billing provider > 2000B subscriber > 2000C patient), each 2300 claim under
+    // its subscriber or patient, service lines (2400) under their claim.
+    let name = "837-005010X222A1.x12";
+    let (doc, bytes) = structured(name);
+    let set = &doc.interchanges[0].groups[0].sets[0];
+    assert_eq!(set.schema.as_deref(), Some("005010X222A1/837"));
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["NM1"]["entity_identifier_code_01"], "41");
+    let billing = &c["2000A_loop"][0];
+    assert_eq!(billing["HL"]["hierarchical_level_code_03"], "20");
+    // NM1*85 and NM1*87 are told apart by their qualifier: 2010AA and 2010AB.
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    assert_eq!(
+        billing["2010AB_loop"]["NM1"]["entity_identifier_code_01"],
+        "87"
+    );
+    let subscribers = billing["2000B_loop"].as_array().expect("2000B levels");
+    assert_eq!(subscribers.len(), 2);
+    assert_eq!(
+        subscribers[0]["2010BA_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        subscribers[0]["2010BB_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
+    let claim = &subscribers[0]["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
+    // The claim's REF*G1 stands at the guide's Prior Authorization position.
+    assert_eq!(
+        claim["REF_5"]["reference_identification_qualifier_01"],
+        "G1"
+    );
+    let lines = claim["2400_loop"].as_array().expect("2400 lines");
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["LX"]["assigned_number_01"], "2");
+    // The second subscriber's claim is the patient's (2000C), under the subscriber.
+    let patient = &subscribers[1]["2000C_loop"][0];
+    assert_eq!(patient["HL"]["hierarchical_level_code_03"], "23");
+    assert_eq!(
+        patient["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+        "QC"
+    );
+    assert_eq!(
+        patient["2300_loop"][0]["2400_loop"][0]["LX"]["assigned_number_01"],
+        "1"
+    );
+    assert!(subscribers[1].get("2300_loop").is_none());
+    assert_eq!(render(&doc), bytes, "{name}");
+}
+
+#[test]
+fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
+    let name = "835-005010X221A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X221A1/835")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    let claims = c["2000_loop"][0]["2100_loop"]
+        .as_array()
+        .expect("2100 claims");
+    assert_eq!(claims.len(), 2);
+    assert_eq!(
+        claims[0]["CLP"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
+    // NM1*QC and NM1*82 stand at the guide's patient and service provider positions.
+    assert_eq!(claims[0]["NM1"]["entity_identifier_code_01"], "QC");
+    assert_eq!(claims[0]["NM1_4"]["entity_identifier_code_01"], "82");
+    assert_eq!(claims[0]["2110_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+}
+
+#[test]
+fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*NM1*8*2010AA*8".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*DTP*24*2300*2".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
+    // The 997 keeps AK303 for bounded loops only.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837.x12",
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*NM1*8**8".to_string()), "{got:?}");
+}
+
+#[test]
 fn parse_gives_the_structured_form_and_raw_the_generic_one_and_render_takes_both() {
     let dir = tempfile::tempdir().unwrap();
     let file = fixture("850-004010-multi.x12");

@@ -470,8 +470,14 @@ fn segment_errors(findings: &[&Finding], kind: AckKind) -> Vec<SegmentError> {
         let segment = |code| SegmentError {
             id: f.segment_id.clone(),
             position,
-            // AK303 names bounded (LS/LE) loops only, by their LS01.
-            loop_id: detail.bounded_loop.clone(),
+            // AK303 names bounded (LS/LE) loops only, by their LS01; a 999 for a set read
+            // against an implementation guide names the guide's loop (2010AA) in IK303, as
+            // the 999's own guide (005010X231A1) asks.
+            loop_id: detail.bounded_loop.clone().or_else(|| {
+                (detail.guide && kind == AckKind::ImplementationAck)
+                    .then(|| detail.loop_id.clone())
+                    .flatten()
+            }),
             code,
             contexts: contexts.clone(),
             elements: Vec::new(),

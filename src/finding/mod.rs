@@ -170,6 +170,10 @@ pub struct SchemaDetail {
     /// Whether the element in error is optional (O) in its segment: the fact the severity
     /// policy (`ack::policy`) decides by. False for segment errors.
     pub element_optional: bool,
+    /// Whether the set was read against an implementation guide: its 999 names the loop
+    /// (`loop_id`, such as `2010AA`) in IK303.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub guide: bool,
 }
 
 impl Finding {

@@ -53,6 +53,49 @@ struct Frame {
     at: Option<usize>,
     /// Uses of that child: segment repetitions or loop iterations.
     uses: u32,
+    /// Children matched in this iteration (bit i for child i < 64): a guide's positions
+    /// that share a place in the standard's table may come in any order, so one passed
+    /// over may have been seen already.
+    seen: u64,
+}
+
+/// A child index's bit in [`Frame::seen`] (none past 64: such children count as unseen).
+fn seen_bit(child: usize) -> u64 {
+    u32::try_from(child)
+        .ok()
+        .and_then(|c| 1u64.checked_shl(c))
+        .unwrap_or(0)
+}
+
+/// Whether every value `segment` holds where `node` narrows a list is on that list (an
+/// absent value is another check's business).
+fn fits_lists(node: &super::definition::Node, segment: &Segment<'_>) -> bool {
+    node.narrowed.iter().all(|q| {
+        let value = segment
+            .elements()
+            .nth(q.element.saturating_sub(1))
+            .map(|e| match q.component {
+                None => e.value,
+                Some(c) => e.components().nth(c.saturating_sub(1)).unwrap_or_default(),
+            })
+            .unwrap_or_default();
+        value.is_empty() || q.codes.contains(value)
+    })
+}
+
+/// Whether `segment` carries one of the qualifier's codes where the qualifier looks.
+fn qualifies(q: &super::definition::Qualifier, segment: &Segment<'_>) -> bool {
+    let Some(element) = segment.elements().nth(q.element.saturating_sub(1)) else {
+        return false;
+    };
+    let value = match q.component {
+        None => element.value,
+        Some(c) => element
+            .components()
+            .nth(c.saturating_sub(1))
+            .unwrap_or_default(),
+    };
+    q.codes.contains(value)
 }
 
 /// Where the walk reports: the set's indexes and its ST's ordinal.
@@ -90,6 +133,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
             node: 0,
             at: None,
             uses: 0,
+            seen: 0,
         }],
         findings: Vec::new(),
         segment_errors: 0,
@@ -136,28 +180,51 @@ impl<'a> Walker<'_, 'a> {
             .map_or(&[][..], |s| s.id.as_bytes())
     }
 
-    /// The child of `frame`'s loop at or after its position that segment `tag` starts.
-    fn find_in(&self, frame: &Frame, tag: u32) -> Option<usize> {
+    /// The child of `frame`'s loop at or after its position that `segment` (of `tag`)
+    /// starts: the first of its id whose qualifier, if it has one, the segment carries.
+    fn find_in(&self, frame: &Frame, tag: u32, segment: &Segment<'_>) -> Option<usize> {
         let node = &self.def.nodes[frame.node];
         if node.tag_filter & super::definition::tag_bit(tag) == 0 {
             return None;
         }
         // A loop's trigger (child 0) seen again starts the loop's next iteration, which the
-        // enclosing frame handles; the root has no trigger.
+        // enclosing frame handles; the root has no trigger. Within a guide's run of
+        // qualified positions sharing one id, the search starts at the run's first.
         let first = if frame.node == 0 { 0 } else { 1 };
-        let from = frame.at.unwrap_or(0).max(first);
-        node.child_tags
-            .get(from..)?
-            .iter()
-            .position(|t| *t == tag)
-            .map(|i| i + from)
+        let at = frame.at.unwrap_or(0);
+        let from = node.group_start.get(at).copied().unwrap_or(at).max(first);
+        let tags = node.child_tags.get(from..)?;
+        let mut candidates = tags.iter().enumerate().filter_map(|(i, t)| {
+            if *t != tag {
+                return None;
+            }
+            let ci = i + from;
+            let child = node.children.get(ci).and_then(|c| self.def.nodes.get(*c))?;
+            match &child.qualifier {
+                Some(q) if !qualifies(q, segment) => None,
+                _ => Some((ci, child)),
+            }
+        });
+        let (first_ci, first_child) = candidates.next()?;
+        // Without a qualifier (every standard table) the first is the place, as always.
+        if first_child.qualifier.is_none() || fits_lists(first_child, segment) {
+            return Some(first_ci);
+        }
+        // A qualifier that fits several positions: the first whose lists hold the segment's
+        // values, else the first (whose lists then report the value).
+        Some(
+            candidates
+                .find(|(_, child)| child.qualifier.is_some() && fits_lists(child, segment))
+                .map_or(first_ci, |(ci, _)| ci),
+        )
     }
 
     fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {
         let tag = super::definition::tag(segment.id);
-        let found = (0..self.frames.len())
-            .rev()
-            .find_map(|depth| self.find_in(&self.frames[depth], tag).map(|ci| (depth, ci)));
+        let found = (0..self.frames.len()).rev().find_map(|depth| {
+            self.find_in(&self.frames[depth], tag, segment)
+                .map(|ci| (depth, ci))
+        });
         let Some((depth, ci)) = found else {
             self.unplaced(segment);
             return None;
@@ -176,8 +243,12 @@ impl<'a> Walker<'_, 'a> {
         if node.next_mandatory.get(from).is_some_and(|m| *m < ci) {
             self.missing_after(frame, Some(ci), here);
         }
+        // A position of a guide's run met again after another of the run: at least its
+        // second use (the exact count is not kept across the interleaving).
         let uses = if repeat {
             frame.uses.saturating_add(1)
+        } else if frame.seen & seen_bit(ci) != 0 {
+            2
         } else {
             1
         };
@@ -185,6 +256,7 @@ impl<'a> Walker<'_, 'a> {
             node: frame.node,
             at: Some(ci),
             uses,
+            seen: frame.seen | seen_bit(ci),
         };
         let node = &self.def.nodes[child];
         let over = uses > node.max;
@@ -194,6 +266,7 @@ impl<'a> Walker<'_, 'a> {
                 node: child,
                 at: Some(0),
                 uses: 1,
+                seen: 1,
             });
             (trigger, Some(child))
         } else {
@@ -257,8 +330,9 @@ impl<'a> Walker<'_, 'a> {
         let skipped = node.children.get(from..to).unwrap_or_default();
         let missing: Vec<usize> = skipped
             .iter()
-            .copied()
-            .filter(|c| nodes[*c].req == Req::M)
+            .enumerate()
+            .filter(|(i, c)| nodes[**c].req == Req::M && frame.seen & seen_bit(from + i) == 0)
+            .map(|(_, c)| *c)
             .collect();
         for child in missing {
             let id = String::from_utf8_lossy(self.trigger_id(child)).into_owned();
@@ -291,6 +365,36 @@ impl<'a> Walker<'_, 'a> {
     fn unplaced(&mut self, segment: &Segment<'_>) {
         let id = segment.id;
         let name = segment.id_str();
+        let nodes = &self.def.nodes;
+        let fits = |p: &usize| {
+            nodes
+                .get(*p)
+                .and_then(|n| n.qualifier.as_ref())
+                .is_none_or(|q| qualifies(q, segment))
+        };
+        let open_here = |p: &usize| {
+            let parent = nodes.get(*p).map_or(usize::MAX, |n| n.parent);
+            self.frames.iter().any(|f| f.node == parent)
+        };
+        // The innermost open loop that has positions of this id: when they all have
+        // qualifiers and the segment's fits none of them, the qualifier is what is wrong.
+        let unqualified = self
+            .frames
+            .iter()
+            .rev()
+            .map(|f| {
+                self.def
+                    .places(id)
+                    .iter()
+                    .filter(|p| nodes.get(**p).is_some_and(|n| n.parent == f.node))
+                    .collect::<Vec<_>>()
+            })
+            .find(|here| !here.is_empty())
+            .filter(|here| !here.iter().any(|p| fits(p)))
+            .and_then(|here| {
+                here.iter()
+                    .find_map(|p| nodes.get(**p).and_then(|n| n.qualifier.as_ref()))
+            });
         let (rule, message) = if !self.def.knows(id) {
             (
                 Rule::SegmentUnrecognized,
@@ -304,10 +408,24 @@ impl<'a> Walker<'_, 'a> {
                     self.def.id, self.def.version
                 ),
             )
-        } else if self.def.places(id).iter().any(|p| {
-            let parent = self.def.nodes[*p].parent;
-            self.frames.iter().any(|f| f.node == parent)
-        }) {
+        } else if let Some(q) = unqualified {
+            let value = segment
+                .elements()
+                .nth(q.element.saturating_sub(1))
+                .map(|e| match q.component {
+                    None => e.value,
+                    Some(c) => e.components().nth(c.saturating_sub(1)).unwrap_or_default(),
+                })
+                .unwrap_or_default();
+            (
+                Rule::SegmentUnexpected,
+                format!(
+                    "{name} is unexpected here: its {} {:?} is the qualifier of none of its positions in the open loops",
+                    q.shown,
+                    String::from_utf8_lossy(value)
+                ),
+            )
+        } else if self.def.places(id).iter().any(|p| fits(p) && open_here(p)) {
             (
                 Rule::SegmentOutOfSequence,
                 format!("{name} is out of sequence: the definition places it earlier"),
@@ -323,11 +441,22 @@ impl<'a> Walker<'_, 'a> {
 
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
     /// its value.
+    /// A guide that declares its business unit (`context = "2300"`: the claim) names that
+    /// loop's, and only inside it.
     fn context(&self) -> Option<(String, String)> {
         self.contexts.iter().find_map(|(_, node, segment)| {
+            if self.def.context.is_some_and(|c| c != *node) {
+                return None;
+            }
             let value = segment.element(1).filter(|v| !v.is_empty())?;
+            // A guide's loop id (2300) is no segment: the unit is its trigger's element.
+            let unit = if self.def.is_guide() {
+                String::from_utf8_lossy(self.trigger_id(*node)).into_owned()
+            } else {
+                self.def.nodes[*node].id.clone()
+            };
             Some((
-                format!("{}01", self.def.nodes[*node].id),
+                format!("{unit}01"),
                 String::from_utf8_lossy(value).into_owned(),
             ))
         })
@@ -382,6 +511,7 @@ impl<'a> Walker<'_, 'a> {
             bad_value: None,
             context: self.context(),
             element_optional: false,
+            guide: self.def.is_guide(),
         };
         let f = Finding::new(rule, position, segment_id, message)
             .in_set(self.at.group, self.at.set)
@@ -591,6 +721,7 @@ impl<'a> Walker<'_, 'a> {
                 bad_value: e.bad_value,
                 context: context.clone(),
                 element_optional: edef.is_some_and(|d| d.req == Req::O),
+                guide: self.def.is_guide(),
             };
             let f = Finding::new(rule, position, def.id.clone(), message)
                 .in_set(self.at.group, self.at.set)
@@ -1265,6 +1396,190 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
             check_with(&list, &GOOD.replace("PO1*2~", "PO1*2***4~")),
             Vec::<String>::new()
         );
+    }
+
+    /// The findings of a body walked against the sample guide (GS08 `004010X1`), as
+    /// [`check_with`] shows them, with each finding's loop.
+    fn guide(body: &str) -> Vec<String> {
+        use crate::schema::sample::GUIDE;
+        let schemas = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("004010X1/850.toml", GUIDE),
+        ])
+        .unwrap();
+        let count = body.matches('~').count() + 2;
+        let x = format!(
+            "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~\
+GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
+        );
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let def = schemas.find(b"004010X1", b"850").unwrap();
+        assert!(def.is_guide());
+        walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, true)
+            .findings
+            .iter()
+            .map(|f| {
+                let d = f.detail.as_ref().unwrap();
+                assert!(d.guide);
+                let mut s = format!(
+                    "{}@{}:{}",
+                    f.segment_id,
+                    f.position.set_segment.unwrap(),
+                    f.code.unwrap().value()
+                );
+                if let Some(e) = f.position.element {
+                    s.push_str(&format!("/{e}"));
+                }
+                s.push_str(&format!(" in {}", d.loop_id.as_deref().unwrap_or("-")));
+                if let Some((unit, value)) = &d.context {
+                    s.push_str(&format!(" ctx {unit}={value}"));
+                }
+                s
+            })
+            .collect()
+    }
+
+    const GUIDED: &str =
+        "BEG*00*1~REF*IA*V1~REF*DP*D1~N1*ST*X~N3*A~N1*BT*Y*92*12~PO1*1~PID*F~CTT*1~";
+
+    #[test]
+    fn a_guide_places_segments_by_their_qualifiers_in_any_order_within_one_position() {
+        // Vendor before department: the guide splits one position of the table, so either
+        // order is the standard's; the mandatory vendor REF is not reported missing.
+        assert_eq!(guide(GUIDED), Vec::<String>::new());
+        assert_eq!(
+            guide(&GUIDED.replace("REF*IA*V1~REF*DP*D1~", "REF*DP*D1~REF*VR*V1~")),
+            Vec::<String>::new()
+        );
+        // A qualifier no position takes: an unexpected segment (AK304 2).
+        assert_eq!(
+            guide(&GUIDED.replace("REF*DP*D1~", "REF*ZZ*D1~")),
+            ["REF@4:2 in -"]
+        );
+        // The mandatory one missing, reported where the walk noticed it.
+        assert_eq!(guide(&GUIDED.replace("REF*IA*V1~", "")), ["REF@4:3 in -"]);
+        // The vendor met again after the department: its second use, over its maximum.
+        assert_eq!(
+            guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1~REF*VR*V2~")),
+            ["REF@5:5 in -"]
+        );
+        // The loops are told apart by their triggers' qualifiers, and named by guide ids; a
+        // missing one is named by its trigger, where the walk noticed it (at PO1).
+        assert_eq!(
+            guide(&GUIDED.replace("N1*ST*X~N3*A~", "")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "")),
+            ["N1@7:3 in -"]
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("N3*A~", "N3*A~N3*B~")),
+            ["N3@7:5 in SHIPTO"]
+        );
+        // A narrowed list at one position only: N103 is 92 in the bill-to loop.
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y*91*12~")),
+            ["N1@7:7/3 in BILLTO"]
+        );
+        // The declared business unit (the LINE loop's PO101) is the context, only inside.
+        assert_eq!(
+            guide(&GUIDED.replace("PID*F~", "PID*FF~")),
+            ["PID@9:5/1 in LINE ctx PO101=1"]
+        );
+    }
+
+    #[test]
+    fn a_guide_is_read_for_its_gs08_and_the_release_for_any_other() {
+        use crate::schema::sample::GUIDE;
+        use crate::schema::Reading;
+        let schemas = Schemas::load(&[
+            ("004010/segments.toml", DICT),
+            ("004010/850.toml", SET),
+            ("004010X1/850.toml", GUIDE),
+        ])
+        .unwrap();
+        let key = |gs08: &[u8]| match schemas.reading(gs08, b"850") {
+            Reading::Own(d) | Reading::As(d) => d.name_key(),
+            Reading::EnvelopeOnly => String::new(),
+        };
+        assert_eq!(key(b"004010X1"), "004010X1/850");
+        assert_eq!(key(b"004010"), "004010/850");
+        assert_eq!(key(b"004010X2"), "004010/850");
+        assert_eq!(key(b"004010VICS"), "004010/850");
+        assert!(schemas
+            .find_key("004010X1/850")
+            .is_some_and(|d| d.is_guide()));
+        let def = schemas.find(b"004010X1", b"850").unwrap();
+        let keys: Vec<&str> = def
+            .root()
+            .children
+            .iter()
+            .map(|c| def.nodes[*c].key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "BEG",
+                "REF",
+                "REF_2",
+                "SHIPTO_loop",
+                "BILLTO_loop",
+                "LINE_loop",
+                "CTT"
+            ]
+        );
+        assert_eq!(def.nodes[def.root().children[4]].name, "Bill To");
+    }
+
+    #[test]
+    fn a_guide_line_that_cannot_be_read_names_its_line() {
+        use crate::schema::sample::GUIDE;
+        for (from, to, says) in [
+            (
+                "loop SHIPTO \"Ship To\" O 1",
+                "loop SHIPTO \"Ship To\" O 1 when N101=ST",
+                "line 9: a loop takes its trigger",
+            ),
+            (
+                "N103=92",
+                "N102=92",
+                "line 13: N102=92: only a code (ID) element",
+            ),
+            (
+                "N103=92",
+                "REF01=92",
+                "line 13: REF01=92: names another segment than N1",
+            ),
+            (
+                "N103=92",
+                "N107=92",
+                "line 13: N107=92: N1 has no element 07",
+            ),
+            (
+                "\"Bill To Name\" M",
+                "\"Bill To Name M",
+                "line 13: a quoted name has no closing quote",
+            ),
+            (
+                "when N101=BT N103=92",
+                "when",
+                "line 13: `when` needs a qualifier",
+            ),
+        ] {
+            let bad = GUIDE.replace(from, to);
+            assert_ne!(bad, GUIDE, "{from}");
+            let e = Schemas::load(&[("004010/segments.toml", DICT), ("004010X1/850.toml", &bad)])
+                .unwrap_err();
+            assert!(
+                e.contains("schemas/004010X1/850.toml: ") && e.contains(says),
+                "{e}"
+            );
+        }
     }
 
     fn simple(data_type: DataType, min: u16, max: u16) -> Simple {

@@ -364,6 +364,33 @@ pub struct Node {
     /// Loops only: a one-word filter of the tags a segment can match after the trigger
     /// (bit [`tag_bit`]), so a segment that is not in the loop is passed on at once.
     pub tag_filter: u64,
+    /// An implementation guide's name for the position (`Billing Provider Name`); empty in
+    /// the standard's tables, whose positions the segment or loop id names.
+    pub name: String,
+    /// The qualifier that tells this position from others of the same segment id (a guide's
+    /// NM1 with NM101 `85` in 2010AA, `87` in 2010AB); a loop takes its trigger's.
+    pub qualifier: Option<Qualifier>,
+    /// Every code list the position narrows (its qualifier first): when a segment's
+    /// qualifier fits more than one position of a run (the 2400's PWK01 `CT` fits both of
+    /// its PWKs), the walk takes the first whose lists all hold the segment's values.
+    pub narrowed: Vec<Qualifier>,
+    /// Loops only: for each child index i, the first child of the run of adjacent children
+    /// that share i's segment id and are told apart by qualifiers (i itself elsewhere). A
+    /// guide splits one position of the standard's table into such runs (2300's DTPs), so
+    /// their segments may come in any order among themselves, as the standard allows.
+    pub group_start: Vec<usize>,
+}
+
+/// A value test on one element (or component) of a segment: `NM101=85,87`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qualifier {
+    /// 1-based element position.
+    pub element: usize,
+    /// 1-based component position, for a qualifier inside a composite (`HI01-1`).
+    pub component: Option<usize>,
+    pub codes: Codes,
+    /// As written, for messages: `NM101`.
+    pub shown: String,
 }
 
 /// A tag's bit in a loop's [`Node::tag_filter`].
@@ -407,6 +434,9 @@ pub struct SetDef {
     /// The elements that name the business document a set carries (`[document]`); `None`
     /// for sets that carry none (the 997).
     pub document: Option<DocumentSpec>,
+    /// The loop whose trigger's first element names the business unit a 999 CTX carries
+    /// (`context = "2300"`: the claim, CLM01); `None`: the outermost open loop's.
+    pub context: Option<usize>,
 }
 
 /// One element of a set by its segment's first occurrence and its position: `BEG03`.
@@ -466,6 +496,12 @@ impl SetDef {
         self.known.contains(id)
     }
 
+    /// Whether the definition is an implementation guide's (its version is a full GS08
+    /// such as `005010X222A1`, not a six-digit release): its 999 names loops by the guide's ids.
+    pub fn is_guide(&self) -> bool {
+        self.version.len() > 6
+    }
+
     /// `version/id`, as the structured JSON names the definition.
     pub fn name_key(&self) -> String {
         format!("{}/{}", self.version, self.id)
@@ -481,6 +517,8 @@ struct RawFile {
     id: Option<String>,
     name: Option<String>,
     hierarchy: Option<String>,
+    /// A guide's business-unit loop for the 999's CTX (its loop id).
+    context: Option<String>,
     structure: Option<String>,
     #[serde(default)]
     segments: HashMap<String, RawSegment>,
@@ -632,6 +670,16 @@ impl Schemas {
         let (Some(version), Ok(id)) = (release_of(gs08), std::str::from_utf8(set_id)) else {
             return Reading::EnvelopeOnly;
         };
+        // An implementation guide's definition is keyed by the whole GS08
+        // (`005010X222A1/837`) and wins where one exists; other GS08s of the release
+        // (`005010X231A1`, `004010VICS`) read the release's own, as before guides existed.
+        if gs08.len() > 6 {
+            if let Ok(full) = std::str::from_utf8(gs08) {
+                if let Some(def) = self.compiled(&(full.to_string(), id.to_string())) {
+                    return Reading::Own(def);
+                }
+            }
+        }
         let key = (version.to_string(), id.to_string());
         if let Some(def) = self.compiled(&key) {
             return Reading::Own(def);
@@ -654,7 +702,13 @@ impl Schemas {
         let set = self.sets.get(key)?;
         Some(set.def.get_or_init(|| {
             let empty = Dictionary::default();
-            let base = self.dictionaries.get(&key.0).unwrap_or(&empty);
+            // A guide (`005010X222A1`) has no dictionary of its own: it uses its release's.
+            let release = key.0.get(..6).unwrap_or(&key.0);
+            let base = self
+                .dictionaries
+                .get(&key.0)
+                .or_else(|| self.dictionaries.get(release))
+                .unwrap_or(&empty);
             // The set's own declarations extend the dictionary for this set only.
             let mut local = Dictionary {
                 segments: HashMap::new(),
@@ -1061,6 +1115,10 @@ fn read_structure(
         next_mandatory: Vec::new(),
         child_tags: Vec::new(),
         tag_filter: 0,
+        name: String::new(),
+        qualifier: None,
+        narrowed: Vec::new(),
+        group_start: Vec::new(),
     }];
     let mut segments: Vec<SegmentDef> = Vec::new();
     let mut seg_index: HashMap<String, usize> = HashMap::new();
@@ -1074,7 +1132,7 @@ fn read_structure(
             continue;
         }
         let indent = text.len() - text.trim_start().len();
-        let words: Vec<&str> = text.split_whitespace().collect();
+        let words = line_words(text).map_err(|e| at(&e))?;
         if expect_deeper {
             let parent_indent = open.last().map_or(0, |o| o.0);
             if indent <= parent_indent {
@@ -1097,24 +1155,31 @@ fn read_structure(
         let parent = open.last().map_or(0, |o| o.1);
         let depth = nodes[parent].depth + 1;
         let (is_loop, rest) = match words.first() {
-            Some(&"loop") => (true, &words[1..]),
+            Some(Word::Plain("loop")) => (true, words.get(1..).unwrap_or_default()),
             _ => (false, &words[..]),
         };
-        let [name, req, max] = rest else {
-            return Err(at("expected `ID REQ MAX` or `loop ID REQ MAX`"));
-        };
-        let req = match *req {
+        let line = Line::read(rest).map_err(|e| at(&e))?;
+        if is_loop && !line.constraints.is_empty() {
+            return Err(at(
+                "a loop takes its trigger's qualifier: write `when` on the trigger segment",
+            ));
+        }
+        let name = line.id;
+        let req = match line.req {
             "M" => Req::M,
             "O" => Req::O,
             "X" => Req::X,
             _ => return Err(at("requirement must be M, O or X")),
         };
-        let max = parse_max(max).ok_or_else(|| at("maximum must be a positive number or >1"))?;
+        let max =
+            parse_max(line.max).ok_or_else(|| at("maximum must be a positive number or >1"))?;
         let index = nodes.len();
+        let mut qualifier = None;
+        let mut narrowed = Vec::new();
         let segment = if is_loop {
             0
-        } else {
-            match seg_index.get(*name) {
+        } else if line.constraints.is_empty() {
+            match seg_index.get(name) {
                 Some(i) => *i,
                 None => {
                     segments.push(lookup.segment_def(name)?);
@@ -1122,6 +1187,20 @@ fn read_structure(
                     segments.len() - 1
                 }
             }
+        } else {
+            // A guide's position narrows the segment's code lists: its own copy of the
+            // definition, so the same segment elsewhere keeps the dictionary's lists.
+            let mut def = lookup.segment_def(name)?;
+            for (i, c) in line.constraints.iter().enumerate() {
+                let is_qualifier = i == 0 && line.when;
+                let q = narrow(&mut def, c, is_qualifier).map_err(|e| at(&e))?;
+                if is_qualifier {
+                    qualifier = Some(q.clone());
+                }
+                narrowed.push(q);
+            }
+            segments.push(def);
+            segments.len() - 1
         };
         nodes.push(Node {
             id: name.to_string(),
@@ -1136,6 +1215,10 @@ fn read_structure(
             next_mandatory: Vec::new(),
             child_tags: Vec::new(),
             tag_filter: 0,
+            name: line.name.unwrap_or_default().to_string(),
+            qualifier,
+            narrowed,
+            group_start: Vec::new(),
         });
         nodes[parent].children.push(index);
         if is_loop {
@@ -1149,6 +1232,174 @@ fn read_structure(
         ));
     }
     Ok((nodes, segments))
+}
+
+/// A word of a structure line: plain, or a quoted name (which may hold spaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Word<'t> {
+    Plain(&'t str),
+    Quoted(&'t str),
+}
+
+/// The words of a structure line, a `"quoted name"` as one.
+fn line_words(text: &str) -> Result<Vec<Word<'_>>, String> {
+    let mut words = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('"') {
+            let end = after
+                .find('"')
+                .ok_or_else(|| "a quoted name has no closing quote".to_string())?;
+            words.push(Word::Quoted(after.get(..end).unwrap_or_default()));
+            rest = after.get(end + 1..).unwrap_or_default();
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            words.push(Word::Plain(rest.get(..end).unwrap_or_default()));
+            rest = rest.get(end..).unwrap_or_default();
+        }
+        rest = rest.trim_start();
+    }
+    Ok(words)
+}
+
+/// One structure line after `loop`: `ID ["Name"] REQ MAX [when SPEC] [SPEC ...]`.
+struct Line<'t> {
+    id: &'t str,
+    name: Option<&'t str>,
+    req: &'t str,
+    max: &'t str,
+    /// Whether the first constraint is the position's qualifier (`when`).
+    when: bool,
+    /// `NM101=85`, `HI01-1=ABK,BK`: the qualifier first when `when`, then narrowed lists.
+    constraints: Vec<&'t str>,
+}
+
+impl<'t> Line<'t> {
+    fn read(words: &[Word<'t>]) -> Result<Line<'t>, String> {
+        const SHAPE: &str =
+            "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..]` \
+             or the same after `loop`";
+        let mut it = words.iter().copied().peekable();
+        let Some(Word::Plain(id)) = it.next() else {
+            return Err(SHAPE.into());
+        };
+        let name = match it.peek().copied() {
+            Some(Word::Quoted(n)) => {
+                it.next();
+                Some(n)
+            }
+            _ => None,
+        };
+        let (Some(Word::Plain(req)), Some(Word::Plain(max))) = (it.next(), it.next()) else {
+            return Err(SHAPE.into());
+        };
+        let mut when = false;
+        let mut constraints = Vec::new();
+        for (i, w) in it.enumerate() {
+            match w {
+                Word::Plain("when") if i == 0 => when = true,
+                Word::Plain(c) if c.contains('=') => constraints.push(c),
+                _ => return Err(SHAPE.into()),
+            }
+        }
+        if when && constraints.is_empty() {
+            return Err("`when` needs a qualifier such as NM101=85".into());
+        }
+        Ok(Line {
+            id,
+            name,
+            req,
+            max,
+            when,
+            constraints,
+        })
+    }
+}
+
+/// Narrows the code list of the element (or component) a constraint names in `def`, a
+/// position's own copy of its segment: `NM108=XX,XV`. The constraint, as a qualifier. A
+/// position's qualifier is mandatory there (the guide requires it: it names the position),
+/// whatever the dictionary says of the element.
+fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qualifier, String> {
+    let bad = |why: &str| format!("{constraint}: {why}");
+    let (place, codes) = constraint
+        .split_once('=')
+        .ok_or_else(|| bad("expected SEGnn=CODE,.."))?;
+    let position = place
+        .strip_prefix(def.id.as_str())
+        .ok_or_else(|| bad(&format!("names another segment than {}", def.id)))?;
+    let (element, component) = match position.split_once('-') {
+        Some((e, c)) => (e, Some(c)),
+        None => (position, None),
+    };
+    let number = |s: &str| s.parse::<usize>().ok().filter(|n| *n > 0);
+    let element = number(element)
+        .filter(|_| element.len() == 2)
+        .ok_or_else(|| bad("the element position is two digits, 01 and up"))?;
+    let component = component
+        .map(|c| number(c).ok_or_else(|| bad("the component position is a number, 1 and up")))
+        .transpose()?;
+    let list: Vec<&str> = codes.split(',').filter(|c| !c.is_empty()).collect();
+    if list.is_empty() {
+        return Err(bad("no code listed"));
+    }
+    let codes = Codes::new(list.iter().map(|c| c.as_bytes()));
+    let edef = def
+        .elements
+        .get_mut(element - 1)
+        .ok_or_else(|| bad(&format!("{} has no element {element:02}", def.id)))?;
+    if qualifier {
+        edef.req = Req::M;
+    }
+    let simple = match (&mut edef.kind, component) {
+        (Kind::Simple(s), None) => s,
+        (Kind::Composite { components, .. }, Some(c)) => match components.get_mut(c - 1) {
+            Some(ElementDef {
+                kind: Kind::Simple(s),
+                ..
+            }) => s,
+            _ => return Err(bad(&format!("the composite has no component {c}"))),
+        },
+        (Kind::Simple(_), Some(_)) => return Err(bad("a simple element has no components")),
+        (Kind::Composite { .. }, None) => {
+            return Err(bad(
+                "a composite's codes are its components': write SEGnn-c",
+            ))
+        }
+    };
+    if simple.data_type != DataType::Id {
+        return Err(bad("only a code (ID) element's list can be narrowed"));
+    }
+    *simple = Simple::new(
+        simple.data_type,
+        simple.min,
+        simple.max,
+        Some(Arc::new(codes.clone())),
+    );
+    if qualifier {
+        if let Some(ElementDef {
+            kind: Kind::Composite { components, .. },
+            ..
+        }) = def.elements.get_mut(element - 1)
+        {
+            if let Some(c) = component.and_then(|c| components.get_mut(c - 1)) {
+                c.req = Req::M;
+            }
+        }
+        def.last_mandatory = def.last_mandatory.max(element);
+    }
+    if let Some(fast) = def.fast.get_mut(element - 1) {
+        if component.is_none() {
+            fast.plan = Shortcut::Full;
+        }
+        fast.mandatory |= qualifier;
+    }
+    Ok(Qualifier {
+        element,
+        component,
+        codes,
+        shown: place.to_string(),
+    })
 }
 
 /// What the walk needs precomputed on every node: loops take their trigger's segment, and
@@ -1168,6 +1419,8 @@ fn link(nodes: &mut [Node], path: &str) -> Result<(), String> {
         }
         nodes[i].segment = nodes[first].segment;
         nodes[i].tag = nodes[first].tag;
+        nodes[i].qualifier = nodes[first].qualifier.clone();
+        nodes[i].narrowed = nodes[first].narrowed.clone();
     }
     if nodes[0].children.is_empty() {
         return Err(format!("schemas/{path}: the structure is empty"));
@@ -1184,6 +1437,23 @@ fn link(nodes: &mut [Node], path: &str) -> Result<(), String> {
         }
         nodes[i].next_mandatory = next;
         nodes[i].child_tags = nodes[i].children.iter().map(|c| nodes[*c].tag).collect();
+        // Runs of adjacent positions with one segment id told apart by qualifiers (a
+        // loop's trigger never joins one: seen again, it starts the next iteration).
+        let mut group_start: Vec<usize> = Vec::with_capacity(nodes[i].children.len());
+        for (c, child) in nodes[i].children.iter().enumerate() {
+            let joins = c > usize::from(i != 0)
+                && nodes[i].children.get(c - 1).is_some_and(|prev| {
+                    nodes[*prev].tag == nodes[*child].tag
+                        && nodes[*prev].qualifier.is_some()
+                        && nodes[*child].qualifier.is_some()
+                });
+            let start = match group_start.last() {
+                Some(s) if joins => *s,
+                _ => c,
+            };
+            group_start.push(start);
+        }
+        nodes[i].group_start = group_start;
         // The root has no trigger; a loop's trigger seen again is the enclosing loop's business.
         let first = usize::from(i != 0);
         nodes[i].tag_filter = nodes[i]
@@ -1232,6 +1502,17 @@ fn compile(
                 })?,
         ),
     };
+    let context = match &raw.context {
+        None => None,
+        Some(c) => Some(
+            nodes
+                .iter()
+                .position(|n| n.is_loop() && n.id == *c)
+                .ok_or_else(|| {
+                    format!("schemas/{path}: context names loop {c}, which the structure lacks")
+                })?,
+        ),
+    };
     let mut by_id: HashMap<Box<[u8]>, Vec<usize>> = HashMap::new();
     for (i, n) in nodes.iter().enumerate().skip(1) {
         if !n.is_loop() {
@@ -1263,6 +1544,7 @@ fn compile(
         segments,
         hierarchy,
         document,
+        context,
         by_id,
         known: Arc::new(known),
     })

@@ -203,6 +203,28 @@ CTT M 1
 """
 "#;
 
+    /// An implementation guide of the 850 (selected by GS08 `004010X1`): positions told
+    /// apart by qualifiers, loops named by guide ids, a narrowed code list.
+    pub const GUIDE: &str = r#"
+version = "004010X1"
+id = "850"
+context = "LINE"
+structure = """
+BEG M 1
+REF "Department" O 1 when REF01=DP
+REF "Vendor" M 1 when REF01=IA,VR
+loop SHIPTO "Ship To" O 1
+  N1 M 1 when N101=ST
+  N3 O 1
+loop BILLTO "Bill To" M 1
+  N1 "Bill To Name" M 1 when N101=BT N103=92
+loop LINE "Line Item" M 3
+  PO1 M 1
+  PID O 1
+CTT M 1
+"""
+"#;
+
     pub const SHIP: &str = r#"
 version = "004010"
 id = "856"
