@@ -21,7 +21,8 @@ use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
 use crate::input::{self, Reader};
 use crate::registry::{
-    Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, StoredAck,
+    Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, Renewed,
+    StoredAck,
 };
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
@@ -914,10 +915,22 @@ fn prepare_all(
     registry.batch(|b| {
         let mut prepared = Vec::new();
         let mut outputs = Vec::new();
+        // The fences first, all at once (a fence touches only its own key).
+        let owned: Vec<&str> = plans
+            .iter()
+            .filter(|(_, plan)| matches!(plan, AfterClaim::Own(_)))
+            .map(|(i, _)| items[*i].key.as_str())
+            .collect();
+        let mut renewed = b
+            .renew_many(&owned, &r.options.owner, r.lease_ms)?
+            .into_iter();
         for (i, plan) in plans {
             let it = &items[*i];
             match plan {
-                AfterClaim::Own(first) => prepared.push(prepare(b, r, *i, it, first)?),
+                AfterClaim::Own(first) => {
+                    let renewed = renewed.next().flatten();
+                    prepared.push(prepare(b, r, *i, it, first, renewed)?)
+                }
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
                 // rows an absolute path of which only the name counts.
@@ -1074,6 +1087,8 @@ fn complete_all(
         .collect();
     let completed: Vec<(usize, bool)> = registry.batch(|b| {
         let mut completed = Vec::new();
+        let mut completions = Vec::new();
+        let mut ours = Vec::new();
         for (p, detail) in prepared.iter().zip(&details) {
             if p.lost {
                 completed.push((p.item, false));
@@ -1093,10 +1108,9 @@ fn complete_all(
                 })
                 .map(|(_, k)| k.clone())
                 .collect();
-            let done = b.complete(
-                &it.key,
-                &r.options.owner,
-                &Completion {
+            completions.push((
+                it.key.as_str(),
+                Completion {
                     disposition: response.disposition,
                     reason_code: it.report.reason_code.as_deref(),
                     reason: it.report.reason.as_deref(),
@@ -1106,13 +1120,32 @@ fn complete_all(
                         .outputs
                         .get(..it.report.outputs.len().min(RECORDED))
                         .unwrap_or_default(),
-                    released_groups: &released,
+                    released_groups: &[],
                     event: response.disposition.into(),
                     detail,
                 },
-            )?;
+            ));
+            ours.push((p, released));
+        }
+        // The completions' `released_groups` borrow `ours`, filled above.
+        for ((_, c), (_, released)) in completions.iter_mut().zip(&ours) {
+            c.released_groups = released;
+        }
+        let done = b.complete_many(&r.options.owner, &completions)?;
+        let keys: Vec<&str> = completions.iter().map(|(key, _)| *key).collect();
+        let mut recorded = b.recorded_documents(&keys)?.into_iter();
+        for ((p, _), done) in ours.iter().zip(done) {
+            let recorded = recorded.next().unwrap_or_default();
             if done {
-                super::documents::complete(b, r.config, &r.options.owner, &it.key, &p.documents)?;
+                let key = &items[p.item].key;
+                super::documents::complete(
+                    b,
+                    r.config,
+                    &r.options.owner,
+                    key,
+                    &recorded,
+                    &p.documents,
+                )?;
             }
             completed.push((p.item, done));
         }
@@ -1198,12 +1231,13 @@ fn prepare(
     i: usize,
     it: &Item<'_>,
     first_fingerprint: &str,
+    renewed: Option<Renewed>,
 ) -> Result<Prepared, ProcessError> {
     let (ic, partner) = (&it.ic, &it.partner);
-    // The fence, first: a fresh lease covers the writes and the completion; a claim another
-    // process took over while we were slow is no longer ours to write, nor to record
-    // anything for (groups, numbers, documents).
-    let Some(renewed) = b.renew(&it.key, &r.options.owner, r.lease_ms)? else {
+    // The fence came first (`renewed`): a fresh lease covers the writes and the completion;
+    // a claim another process took over while we were slow is no longer ours to write, nor
+    // to record anything for (groups, numbers, documents).
+    let Some(renewed) = renewed else {
         return Ok(Prepared {
             item: i,
             decision: decide_with(ic, r.config, r.schemas, Vec::new()),

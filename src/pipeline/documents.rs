@@ -431,10 +431,11 @@ pub(super) fn complete(
     config: &Config,
     owner: &str,
     key: &str,
+    recorded: &[i64],
     planned: &Planned,
 ) -> Result<(), ProcessError> {
     hand_over(b, config, owner, &planned.named)?;
-    let withdrawn = b.withdraw_documents(key, &planned.recorded)?;
+    let withdrawn = b.withdraw_documents(recorded, &planned.recorded)?;
     if withdrawn > 0 {
         tracing::warn!(
             documents = withdrawn,

@@ -383,6 +383,16 @@ impl Batch<'_> {
         complete(&self.tx, key, owner, c).map_err(|e| self.sql(e))
     }
 
+    /// [`Batch::complete`] for each key, their fences sent together (one round trip on
+    /// PostgreSQL), the rest of each completion written after them in order.
+    pub fn complete_many(
+        &self,
+        owner: &str,
+        completions: &[(&str, Completion<'_>)],
+    ) -> Result<Vec<bool>, RegistryError> {
+        complete_many(&self.tx, owner, completions).map_err(|e| self.sql(e))
+    }
+
     /// Records an interchange read from an old archive as completed before with
     /// `disposition` (`scan --backfill`): a resend of it is then a duplicate (with nothing to
     /// replay), and a corrected resend of a rejected one is taken as such. A key the registry
@@ -433,21 +443,40 @@ impl Batch<'_> {
         owner: &str,
         lease_ms: i64,
     ) -> Result<Option<Renewed>, RegistryError> {
-        self.tx
-            .query_row(
+        Ok(self.renew_many(&[key], owner, lease_ms)?.pop().flatten())
+    }
+
+    /// [`Batch::renew`] for each key, all sent together (one round trip on PostgreSQL).
+    pub fn renew_many(
+        &self,
+        keys: &[&str],
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Vec<Option<Renewed>>, RegistryError> {
+        use crate::registry::db::Params;
+        let until = now_ms() + lease_ms;
+        let runs: Vec<_> = keys
+            .iter()
+            .map(|key| params![key, owner, until].values())
+            .collect();
+        let rows = self
+            .tx
+            .query_each(
                 "UPDATE interchanges SET lease_expires = ?3 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
                  RETURNING reservation",
-                params![key, owner, now_ms() + lease_ms],
+                &runs,
                 |r| r.get::<Option<String>>(0),
             )
-            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(rows
+            .into_iter()
             .map(|row| {
-                row.map(|reservation| Renewed {
+                row.into_iter().next().map(|reservation| Renewed {
                     reserved: reservation
                         .and_then(|s| serde_json::from_str::<Reservation>(&s).ok()),
                 })
             })
-            .map_err(|e| self.sql(e))
+            .collect())
     }
 
     /// Marks our claim failed (an operational error or a stop cut the work short), so the
@@ -654,17 +683,22 @@ fn complete(
     owner: &str,
     c: &Completion<'_>,
 ) -> Result<bool, crate::registry::db::Error> {
+    let completions = [(key, c.clone())];
+    Ok(complete_many(tx, owner, &completions)?.first() == Some(&true))
+}
+
+fn complete_many(
+    tx: &crate::registry::db::Conn,
+    owner: &str,
+    completions: &[(&str, Completion<'_>)],
+) -> Result<Vec<bool>, crate::registry::db::Error> {
+    use crate::registry::db::Params;
     let now = now_ms();
-    // The fence and the row's partner and number in one statement (one round trip on
-    // PostgreSQL): no row when another owner took the claim over.
-    let fenced: Option<(String, String)> = tx
-        .prepare_cached(
-            "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
-             disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
-         WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
-         RETURNING partner, control_number",
-        )?
-        .query_row(
+    // The fence and the row's partner and number in one statement: no row when another
+    // owner took the claim over. A fence touches only its own key, so all are sent at once.
+    let runs: Vec<_> = completions
+        .iter()
+        .map(|(key, c)| {
             params![
                 key,
                 owner,
@@ -673,13 +707,41 @@ fn complete(
                 c.reason,
                 json(&c.outputs),
                 now
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let Some((partner, control)) = fenced else {
-        return Ok(false);
-    };
+            ]
+            .values()
+        })
+        .collect();
+    let fenced: Vec<Vec<(String, String)>> = tx.query_each(
+        "UPDATE interchanges SET state = 'completed', owner = NULL, lease_expires = NULL,
+             disposition = ?3, reason_code = ?4, reason = ?5, outputs = ?6, last_seen = ?7
+         WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
+         RETURNING partner, control_number",
+        &runs,
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    completions
+        .iter()
+        .zip(fenced)
+        .map(|((key, c), fenced)| match fenced.into_iter().next() {
+            Some((partner, control)) => {
+                completed(tx, key, &partner, &control, c, now)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        })
+        .collect()
+}
+
+/// What a completion records once its fence held: the acknowledgments, the group keys its
+/// rejected groups release, and the audit event (writes only, sent with what follows).
+fn completed(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+    partner: &str,
+    control: &str,
+    c: &Completion<'_>,
+    now: i64,
+) -> Result<(), crate::registry::db::Error> {
     tx.prepare_cached("DELETE FROM acks WHERE key = ?1")?
         .write([key])?;
     for (seq, a) in c.acks.iter().enumerate() {
@@ -698,12 +760,11 @@ fn complete(
         now,
         c.event,
         Some(key),
-        Some(&partner),
-        Some(&control),
+        Some(partner),
+        Some(control),
         Some(c.disposition),
         c.detail,
-    )?;
-    Ok(true)
+    )
 }
 
 /// Marks `key`'s in-flight claim failed if `owner` still holds it; whether it did.

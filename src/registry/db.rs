@@ -674,9 +674,7 @@ impl Pg {
 
     /// One exchange whose one asked statement's answer is the result.
     fn ask(&mut self, asked: Last<'_>) -> Result<Answer> {
-        self.exchange(vec![asked])?
-            .pop()
-            .ok_or_else(missing_answer)
+        self.exchange(vec![asked])?.pop().ok_or_else(missing_answer)
     }
 
     fn send(link: &Link, steps: Vec<Last<'_>>) -> Result<Vec<Answer>> {
@@ -854,6 +852,37 @@ impl Conn {
                         _ => 0,
                     })
                     .collect())
+            }
+        }
+    }
+
+    /// Runs the query `sql` once for each set of parameters, in order: every row of each
+    /// run, read by `f`. On PostgreSQL all are sent at once, one round trip for them all.
+    pub fn query_each<T>(
+        &self,
+        sql: &str,
+        runs: &[Vec<Value>],
+        mut f: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<Vec<Vec<T>>> {
+        match self {
+            Conn::Sqlite(_) => runs
+                .iter()
+                .map(|values| self.query_map(sql, values.clone(), &mut f)?.collect())
+                .collect(),
+            Conn::Postgres(p) => {
+                let answers = {
+                    let mut p = p.borrow_mut();
+                    let statement = p.statement(sql)?;
+                    let asked = runs
+                        .iter()
+                        .map(|values| Last::Query(&statement, values))
+                        .collect();
+                    p.exchange(asked)?
+                };
+                answers
+                    .into_iter()
+                    .map(|a| a.rows().iter().map(|r| f(&Row::Postgres(r))).collect())
+                    .collect()
             }
         }
     }

@@ -155,12 +155,32 @@ impl Batch<'_> {
     /// Withdraws the sightings an earlier attempt of `interchange_key` recorded that this
     /// attempt did not decide again (it judged the interchange otherwise: a rejection, a set
     /// no longer accepted): they were never delivered, and what they let go waits again.
+    /// `recorded` are the ones [`Batch::recorded_documents`] found.
     pub fn withdraw_documents(
         &self,
-        interchange_key: &str,
+        recorded: &[i64],
         kept: &[i64],
     ) -> Result<usize, RegistryError> {
-        withdraw(&self.tx, interchange_key, kept).map_err(|e| self.sql(e))
+        withdraw(&self.tx, recorded, kept).map_err(|e| self.sql(e))
+    }
+
+    /// The sightings recorded for each interchange, read together (one round trip on
+    /// PostgreSQL).
+    pub fn recorded_documents(
+        &self,
+        interchange_keys: &[&str],
+    ) -> Result<Vec<Vec<i64>>, RegistryError> {
+        let runs: Vec<_> = interchange_keys
+            .iter()
+            .map(|key| vec![crate::registry::db::Value::Text(key.to_string())])
+            .collect();
+        self.tx
+            .query_each(
+                "SELECT id FROM documents WHERE interchange_key = ?1",
+                &runs,
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))
     }
 
     /// Lets go of the held or parked sightings of `key` (an operator's `release`), or of the
@@ -674,23 +694,19 @@ fn settle(
 
 fn withdraw(
     tx: &crate::registry::db::Conn,
-    interchange_key: &str,
+    recorded: &[i64],
     kept: &[i64],
 ) -> Result<usize, crate::registry::db::Error> {
-    let recorded: Vec<i64> = tx
-        .prepare_cached("SELECT id FROM documents WHERE interchange_key = ?1")?
-        .query_map([interchange_key], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
     let mut n = 0;
-    for id in recorded.into_iter().filter(|id| !kept.contains(id)) {
+    for id in recorded.iter().filter(|id| !kept.contains(id)) {
         tx.prepare_cached(
             "UPDATE documents SET delivery = 'parked', by = interchange_key, sequence = NULL,
                  released_by = NULL
              WHERE released_by = ?1 AND delivery = 'pending'",
         )?
-        .execute([id])?;
+        .write([id])?;
         tx.prepare_cached("DELETE FROM documents WHERE id = ?1")?
-            .execute([id])?;
+            .write([id])?;
         n += 1;
     }
     Ok(n)
@@ -1094,7 +1110,12 @@ mod tests {
             let f = s("850", "F", Role::Original, None, "o", 5);
             let (_, let_go) = record(&mut r, &f);
             assert_eq!(let_go.len(), 1);
-            let n = r.batch(|b| b.withdraw_documents(&f.ic, &[])).unwrap();
+            let n = r
+                .batch(|b| {
+                    let recorded = b.recorded_documents(&[f.ic.as_str()])?;
+                    b.withdraw_documents(recorded.first().map_or(&[][..], Vec::as_slice), &[])
+                })
+                .unwrap();
             assert_eq!(n, 1);
             assert!(r.documents(&[], Some(&f.key)).unwrap().is_empty());
             let change = r.documents(&[], Some(&c.key)).unwrap();
