@@ -138,7 +138,7 @@ pub fn scan(
     } else {
         None
     };
-    let found = x12gate::scan::scan(paths, config, definitions()?, registry.as_mut()).map_err(
+    let found = x12gate::scan::scan(paths, config, definitions(Some(config))?, registry.as_mut()).map_err(
         |e| match e {
             x12gate::scan::ScanError::Walk { .. } => Failure::Usage(e.into()),
             x12gate::scan::ScanError::Registry(e) => registry_failure(e),

@@ -47,7 +47,7 @@ pub fn process(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     preflight(config)?;
-    let schemas = definitions()?;
+    let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
     stop_on_signals(&options.stop)?;
@@ -288,7 +288,7 @@ pub(super) fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Fail
 /// claims are leased.
 pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Result<u8, Failure> {
     preflight(&config)?;
-    let schemas = definitions()?;
+    let schemas = definitions(Some(&config))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
