@@ -120,6 +120,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     let code = match cli.command {
         Command::Parse { file, raw } => inspect::parse(&file, raw, config.as_ref(), &mut out)?,
         Command::Render { file } => inspect::render(&file, limits, &mut out)?,
+        Command::Definitions { action } => {
+            commands::definitions::run(action, config.as_ref(), &mut out)?
+        }
         Command::Validate {
             files,
             json,

@@ -1,6 +1,7 @@
 //! One function per command: it takes the parsed arguments and the configuration, calls the
 //! library, and prints; the decisions are the library's.
 
+pub mod definitions;
 pub mod deliveries;
 pub mod desk;
 pub mod documents;
