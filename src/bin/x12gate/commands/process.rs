@@ -352,9 +352,11 @@ pub fn serve(
         .or_else(|| SERVE_DEFAULT.parse().ok())
         .ok_or_else(|| Failure::Usage(anyhow::anyhow!("no address to listen on")))?;
     let tokens = x12gate::web::Tokens::from_env().map_err(|e| Failure::Usage(e.into()))?;
+    let schemas = definitions(Some(&config))?;
     let config = std::sync::Arc::new(config);
-    let site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
+    let mut site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
         .map_err(|e| Failure::Usage(e.into()))?;
+    site.schemas = Some(schemas);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
