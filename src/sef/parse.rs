@@ -900,7 +900,7 @@ mod tests {
         assert_eq!((n2.ordinal, n2.max), (5, Some(2)));
         let Item::Loop(po1) = &items[4] else { panic!() };
         assert_eq!((po1.id.as_deref(), po1.repeat), (None, None));
-        assert_eq!(sets_body("[ST,M][BEG,Q]").unwrap_err().0, 12);
+        assert_eq!(sets_body("[ST,M][BEG,Q]").unwrap_err().0, 11);
         assert!(sets_body("{:2[N1]").unwrap_err().1.contains("not closed"));
     }
 

@@ -897,7 +897,11 @@ mod tests {
                         } else {
                             Encoding::Latin1
                         };
-                        let whole = Text { encoding, form }.interchange(&ic).map(|mut json| {
+                        let whole = Text {
+                            encoding,
+                            form,
+                            schemas: None,
+                        }.interchange(&ic).map(|mut json| {
                             for (g, group) in json.groups.iter_mut().enumerate() {
                                 let mut s = 0;
                                 group.sets.retain(|_| {
