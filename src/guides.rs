@@ -140,13 +140,15 @@ pub fn for_config(config: &Config) -> Result<Option<Schemas>, GuideError> {
         let schemas = match loaded.get(dir) {
             Some(s) => s.clone(),
             None => {
-                let s = Arc::new(load(dir).map_err(|cause| GuideError::Partner {
-                    config: config.path.clone(),
-                    line: config
-                        .line_of_partner(&partner.name, "definitions")
-                        .unwrap_or(0),
-                    partner: partner.name.clone(),
-                    cause: Box::new(cause),
+                let s = Arc::new(load(dir).map_err(|cause| {
+                    GuideError::Partner {
+                        config: config.path.clone(),
+                        line: config
+                            .line_of_partner(&partner.name, "definitions")
+                            .unwrap_or(0),
+                        partner: partner.name.clone(),
+                        cause: Box::new(cause),
+                    }
                 })?);
                 loaded.insert(dir.clone(), s.clone());
                 s
@@ -157,7 +159,8 @@ pub fn for_config(config: &Config) -> Result<Option<Schemas>, GuideError> {
     if guides.is_empty() {
         return Ok(None);
     }
-    let root = Schemas::load_embedded(crate::schema::embedded_files()).map_err(GuideError::Invalid)?;
+    let root =
+        Schemas::load_embedded(crate::schema::embedded_files()).map_err(GuideError::Invalid)?;
     Ok(Some(root.with_guides(guides)))
 }
 
@@ -242,7 +245,15 @@ CTT M 1
             s.find(b"004010", b"810").unwrap().nodes.len(),
             builtin.find(b"004010", b"810").unwrap().nodes.len()
         );
-        assert!(builtin.find(b"004010", b"850").unwrap().root().children.len() > 3);
+        assert!(
+            builtin
+                .find(b"004010", b"850")
+                .unwrap()
+                .root()
+                .children
+                .len()
+                > 3
+        );
     }
 
     #[test]

@@ -44,7 +44,10 @@ fn import(dir: &Path) {
 /// The acknowledgments `process` wrote to the outbox, concatenated, without line ends.
 fn outbox(dir: &Path) -> String {
     let mut all = String::new();
-    for e in std::fs::read_dir(dir.join("data").join("outbox")).unwrap().flatten() {
+    for e in std::fs::read_dir(dir.join("data").join("outbox"))
+        .unwrap()
+        .flatten()
+    {
         all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
     }
     // Segments as one line, whatever line ending the partner gets.
@@ -73,7 +76,10 @@ fn a_sef_guide_rejects_what_the_built_in_850_accepts_with_its_ak3_and_ak4() {
     let base = tempfile::tempdir().unwrap();
     gateway(base.path(), None);
     let (code, report) = process(base.path(), &fixture("850-004010.x12"));
-    assert_eq!((code, &report["disposition"]), (Some(0), &"accepted".into()));
+    assert_eq!(
+        (code, &report["disposition"]),
+        (Some(0), &"accepted".into())
+    );
     assert!(outbox(base.path()).contains("AK5*A~"));
 
     // The partner's guide: BEG02 SA is not among its codes, and its PER is missing.
@@ -104,7 +110,11 @@ fn a_document_the_guide_accepts_is_translated_and_keyed_against_it() {
     let file = dir.path().join("good.x12");
     std::fs::write(&file, good).unwrap();
     let (code, report) = process(dir.path(), &file);
-    assert_eq!((code, &report["disposition"]), (Some(0), &"accepted".into()), "{report}");
+    assert_eq!(
+        (code, &report["disposition"]),
+        (Some(0), &"accepted".into()),
+        "{report}"
+    );
     // The document is keyed by the guide's definition (BEG03 from the built-in [document]),
     // and translated in the structured form with the guide's PER.
     let order = dir
@@ -197,10 +207,14 @@ fn definitions_list_shows_the_built_in_sets_and_the_loaded_guide() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.starts_with("built in:\n  004010: 180 204"), "{stdout}");
+    assert!(
+        stdout.starts_with("built in:\n  004010: 180 204"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("partner acme (ZZ:ACME): ")
-            && stdout.contains("guides/acme\n  004010: 850 (replaces the built-in; 004010/850.toml)"),
+            && stdout
+                .contains("guides/acme\n  004010: 850 (replaces the built-in; 004010/850.toml)"),
         "{stdout}"
     );
 }

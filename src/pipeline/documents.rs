@@ -146,8 +146,7 @@ pub(super) fn plan(
             if !accepted(gi, si) {
                 continue;
             }
-            let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default())
-            else {
+            let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
                 continue;
             };
             let Some(d) = document::identify(ic.isa.field(5), ic.isa.field(6), &set, def) else {

@@ -813,8 +813,7 @@ impl Schemas {
         let mut paths = Vec::new();
         let mut guide = Vec::new();
         for (path, text) in files {
-            let raw: RawFile =
-                toml::from_str(text).map_err(|e| format!("{dir}/{path}: {e}"))?;
+            let raw: RawFile = toml::from_str(text).map_err(|e| format!("{dir}/{path}: {e}"))?;
             if raw.id.is_none() {
                 return Err(format!(
                     "{dir}/{path}: a guide holds set files only (with `id`); declare the segments, composites and code lists a set needs in its own file"
@@ -886,7 +885,6 @@ impl Schemas {
         keys
     }
 }
-
 
 /// The line of a set file's TOML `text` its `structure` text starts on (the one after
 /// `structure = """`): structure errors are reported as lines of the file.

@@ -147,7 +147,12 @@ pub fn import(text: &str, builtin: &Schemas) -> Result<Converted, ImportError> {
 
 /// Whether a converted set file compiles over the built-in definitions.
 fn compiles(path: &str, toml: &str) -> Result<(), String> {
-    Schemas::layered(crate::schema::embedded_files(), "(imported)", &[(path, toml)]).map(|_| ())
+    Schemas::layered(
+        crate::schema::embedded_files(),
+        "(imported)",
+        &[(path, toml)],
+    )
+    .map(|_| ())
 }
 
 /// One set of a guide on its way to TOML.
@@ -218,7 +223,11 @@ impl SetConversion<'_> {
             || format!("Transaction Set {}", self.set_id),
             |d| d.name.clone(),
         );
-        let _ = writeln!(out, "name = {}", quoted(&format!("{name} ({})", self.sef.name)));
+        let _ = writeln!(
+            out,
+            "name = {}",
+            quoted(&format!("{name} ({})", self.sef.name))
+        );
         // The 856's hierarchy: the guide's loop that the built-in definition nests by HL.
         if let Some(h) = base.and_then(|d| d.hierarchy.and_then(|i| d.nodes.get(i))) {
             if loops.contains(&h.id) {
@@ -230,7 +239,10 @@ impl SetConversion<'_> {
         out.push_str(&segments);
         out.push_str(&composites);
         out.push_str(&self.codes(&elements));
-        if let Some(doc) = base.and_then(|d| d.document.as_ref()).filter(|_| with_document) {
+        if let Some(doc) = base
+            .and_then(|d| d.document.as_ref())
+            .filter(|_| with_document)
+        {
             out.push_str(&document(doc));
         }
         Ok(out)
@@ -413,11 +425,19 @@ impl SetConversion<'_> {
                         );
                         composites.insert(e.id.clone(), None);
                     }
-                    for (ci, c) in self.sef.composites.get(&e.id).map_or(&[][..], |c| c.elements.as_slice()).iter().enumerate() {
-                        places
-                            .entry(c.id.clone())
-                            .or_default()
-                            .push((id.clone(), i + 1, Some(ci + 1)));
+                    for (ci, c) in self
+                        .sef
+                        .composites
+                        .get(&e.id)
+                        .map_or(&[][..], |c| c.elements.as_slice())
+                        .iter()
+                        .enumerate()
+                    {
+                        places.entry(c.id.clone()).or_default().push((
+                            id.clone(),
+                            i + 1,
+                            Some(ci + 1),
+                        ));
                     }
                     elements.push(format!(
                         "  {{ composite = {}, req = \"{req}\"{} }},",
@@ -493,17 +513,19 @@ impl SetConversion<'_> {
         for m in masks {
             match m {
                 None => chosen.push(Vec::new()),
-                Some(n) => match n.checked_sub(1).and_then(|i| def.masks.get(i)) {
-                    Some(mask) => chosen.push(mask.iter().copied().map(Some).collect()),
-                    None => {
-                        self.warn(
+                Some(n) => {
+                    match n.checked_sub(1).and_then(|i| def.masks.get(i)) {
+                        Some(mask) => chosen.push(mask.iter().copied().map(Some).collect()),
+                        None => {
+                            self.warn(
                             def.line,
                             section,
                             format!("{id} is used with mask {n}, which it does not have: read unmasked"),
                         );
-                        chosen.push(Vec::new());
+                            chosen.push(Vec::new());
+                        }
                     }
-                },
+                }
             }
         }
         if chosen.len() == 1 {
@@ -562,9 +584,19 @@ impl SetConversion<'_> {
             return Err(self.unsupported(
                 line,
                 ".SEGS",
-                format!("{owner}{position:02} is element {} which .ELMS does not define", e.id),
+                format!(
+                    "{owner}{position:02} is element {} which .ELMS does not define",
+                    e.id
+                ),
             ));
         };
+        if let Some(problem) = &d.problem {
+            return Err(self.unsupported(
+                d.line,
+                ".ELMS",
+                format!("element {} (used in {owner}{position:02}): {problem}", e.id),
+            ));
+        }
         if !matches!(d.data_type.as_str(), "ID" | "AN" | "R" | "DT" | "TM" | "B")
             && !(d.data_type.starts_with('N')
                 && d.data_type.len() <= 2
@@ -573,7 +605,10 @@ impl SetConversion<'_> {
             return Err(self.unsupported(
                 d.line,
                 ".ELMS",
-                format!("element {} has type {:?} (ID, AN, Nn, R, DT, TM, B are read)", e.id, d.data_type),
+                format!(
+                    "element {} has type {:?} (ID, AN, Nn, R, DT, TM, B are read)",
+                    e.id, d.data_type
+                ),
             ));
         }
         let name = self
@@ -597,10 +632,7 @@ impl SetConversion<'_> {
         let mut out = Vec::new();
         for note in &def.syntax {
             let positions = note_positions(note);
-            let known = note
-                .chars()
-                .next()
-                .is_some_and(|k| "PRECL".contains(k));
+            let known = note.chars().next().is_some_and(|k| "PRECL".contains(k));
             if !known || positions.is_empty() || positions.iter().any(|p| *p > count) {
                 self.warn(
                     def.line,
@@ -746,4 +778,131 @@ fn document(d: &crate::schema::DocumentSpec) -> String {
     let _ = writeln!(out, "changes = [{}]", strings(&d.changes));
     let _ = writeln!(out, "copies = [{}]", strings(&d.copies));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Req;
+
+    const GUIDE: &str = "\
+.VER 1.6
+.INI
+T850,,004 010,X,X12-4010,Test guide
+.SETS
+850=^[ST,M][BEG,M][REF*1,,>1]{:200[.N1][N3,,2]}{N9:10[N9*2][REF*2,,3]}^{:100[PO1,M]}^{:1[CTT,M]}[SE,M]
+.SEGS
+BEG=[353,M][92,M][324,M][373,M]
+REF=[128,M][127,X][352,X]+R0203,..##,.!#
+N9=[128,M][127,X]+R0203
+N3=[166,M]
+PO1=[350][330,X][355]+C0302
+CTT=[354,M]
+.ELMS
+92=ID,2,2
+127=AN,1,30
+128=ID,2,3
+166=AN,1,55
+324=AN,1,22
+330=R,1,15
+350=AN,1,20
+352=AN,1,80
+353=ID,2,2
+354=N0,1,6
+355=ID,2,2
+373=DT,8,8
+.CODES
+128=DP,PO,VN%[DP]+850/3///1[PO]+850/7///1
+353=00,05:07%[00]+850/2///1
+";
+
+    fn converted() -> Converted {
+        import(GUIDE, crate::schema::builtin().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_guide_becomes_one_set_file_that_narrows_the_standard() {
+        let c = converted();
+        assert_eq!((c.name.as_str(), c.release.as_str()), ("T850", "004010"));
+        let (path, toml) = &c.files[0];
+        assert_eq!(path, "004010/850.toml");
+        // The N1 loop's trigger is not used: the loop is gone, and the N3 in it is said to be.
+        assert!(!toml.contains("N1") && !toml.contains("N3"), "{toml}");
+        assert!(
+            c.warnings.iter().any(|w| w.contains("loop N1 is dropped")),
+            "{:?}",
+            c.warnings
+        );
+        let s =
+            crate::guides::load_files(std::path::Path::new("g"), &[(path.clone(), toml.clone())])
+                .unwrap();
+        let def = s.find(b"004010", b"850").unwrap();
+        // BEG01 narrowed everywhere it stands: 00 only; a named loop keeps its name.
+        let beg = def.segment_of(def.places(b"BEG")[0]).unwrap();
+        let Kind::Simple(s353) = &beg.elements[0].kind else {
+            panic!()
+        };
+        assert!(s353.codes.as_ref().unwrap().contains(b"00"));
+        assert!(!s353.codes.as_ref().unwrap().contains(b"05"));
+        assert!(def.nodes.iter().any(|n| n.is_loop() && n.id == "N9"));
+        // REF's two masks: REF02 must be used under one and not used under the other, so
+        // the least strict reading keeps it as the standard has it, and says so.
+        let r = def.segment_of(def.places(b"REF")[0]).unwrap();
+        assert_eq!(r.elements[1].req, Req::X);
+        assert!(c
+            .warnings
+            .iter()
+            .any(|w| w.contains("REF is used with 2 different masks")));
+        // Element 128 is narrowed differently in REF and N9: the whole list, with a warning.
+        assert!(toml.contains("128 = [\"DP\", \"PO\", \"VN\"]"), "{toml}");
+        assert!(c
+            .warnings
+            .iter()
+            .any(|w| w.contains("element 128 is narrowed differently")));
+        // The built-in 850's document key carries over.
+        assert!(def.document.is_some());
+    }
+
+    #[test]
+    fn unused_trailing_elements_leave_the_segment_and_must_use_ones_become_mandatory() {
+        let one_mask = GUIDE.replace("[REF*2,,3]", "[REF*1,,3]");
+        let c = import(&one_mask, crate::schema::builtin().unwrap()).unwrap();
+        let toml = &c.files[0].1;
+        let s = crate::guides::load_files(
+            std::path::Path::new("g"),
+            &[(c.files[0].0.clone(), toml.clone())],
+        )
+        .unwrap();
+        let def = s.find(b"004010", b"850").unwrap();
+        let r = def.segment_of(def.places(b"REF")[0]).unwrap();
+        // Mask 1 `..##`: REF03 is not used and last, but R0203 names it, so it stays.
+        assert_eq!(r.elements.len(), 3, "{toml}");
+        let must = GUIDE
+            .replace("[REF*2,,3]", "[REF*2,,3]")
+            .replace("[REF*1,,>1]", "[REF*2,,>1]");
+        let c = import(&must, crate::schema::builtin().unwrap()).unwrap();
+        assert!(
+            c.files[0]
+                .1
+                .contains("{ ref = 127, name = \"Reference Identification\", req = \"M\""),
+            "{}",
+            c.files[0].1
+        );
+    }
+
+    #[test]
+    fn what_the_guide_says_that_cannot_be_held_is_an_error_naming_the_line() {
+        let missing = GUIDE.replace("373=DT,8,8\n", "");
+        let e = import(&missing, crate::schema::builtin().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), "unsupported");
+        assert!(
+            e.to_string().starts_with(
+                "line 7 (.SEGS): set 850: BEG04 is element 373 which .ELMS does not define"
+            ),
+            "{e}"
+        );
+        let bad_type = GUIDE.replace("373=DT,8,8", "373=XX,8,8");
+        let e = import(&bad_type, crate::schema::builtin().unwrap()).unwrap_err();
+        assert!(e.to_string().starts_with("line 25 (.ELMS)"), "{e}");
+    }
 }

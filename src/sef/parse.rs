@@ -94,6 +94,9 @@ pub struct ElementDef {
     pub data_type: String,
     pub min: u16,
     pub max: u16,
+    /// Why the record cannot be read (lengths out of order): an error only when a used
+    /// segment holds the element, since guides carry the whole dictionary of the standard.
+    pub problem: Option<String>,
 }
 
 /// Where a narrowed code list applies: set, segment ordinal, element position, component.
@@ -143,7 +146,10 @@ pub struct Sef {
 const UNSUPPORTED: &[(&str, &str)] = &[
     (".VALREFS", "value lists bound to elements are not applied"),
     (".VALLISTS", "value lists are not applied"),
-    (".SEMREFS", "semantic rules (program exits, usage conditions) are not applied"),
+    (
+        ".SEMREFS",
+        "semantic rules (program exits, usage conditions) are not applied",
+    ),
     (".OBJVARS", "object variables are not applied"),
 ];
 
@@ -219,9 +225,8 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             }
             ".SEGS" | ".COMS" => {
                 let (id, body) = record(l).map_err(&err)?;
-                let (mut s, warnings) = structure(body).map_err(|(col, m)| {
-                    err(format!("{id}, column {}: {m}", col + id.len() + 2))
-                })?;
+                let (mut s, warnings) = structure(body)
+                    .map_err(|(col, m)| err(format!("{id}, column {}: {m}", col + id.len() + 2)))?;
                 s.line = line;
                 for w in warnings {
                     sef.warnings
@@ -239,10 +244,8 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             ".ELMS" => {
                 let (id, body) = record(l).map_err(&err)?;
                 let e = element(body).map_err(|m| err(format!("element {id}: {m}")))?;
-                sef.elements.insert(
-                    id.to_string(),
-                    ElementDef { line, ..e },
-                );
+                sef.elements
+                    .insert(id.to_string(), ElementDef { line, ..e });
             }
             ".CODES" => {
                 let (id, body) = record(l).map_err(&err)?;
@@ -257,7 +260,7 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             }
             "file" => {
                 return Err(err(
-                    "expected a section (.VER or .INI) before any record".into(),
+                    "expected a section (.VER or .INI) before any record".into()
                 ))
             }
             other => {
@@ -302,7 +305,10 @@ fn section_header(l: &str) -> Option<(String, String)> {
     if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_uppercase()) {
         return None;
     }
-    Some((format!(".{name}"), rest.get(end..).unwrap_or("").to_string()))
+    Some((
+        format!(".{name}"),
+        rest.get(end..).unwrap_or("").to_string(),
+    ))
 }
 
 /// `ID=body`.
@@ -408,9 +414,7 @@ impl<'a> Cursor<'a> {
     }
     fn number(&mut self) -> Result<usize, Fault> {
         let digits = self.take(|b| b.is_ascii_digit());
-        digits
-            .parse()
-            .map_err(|_| self.fault("expected a number"))
+        digits.parse().map_err(|_| self.fault("expected a number"))
     }
     /// `+10`, `-5`: position numbers, which order the standard's tables and narrow nothing.
     fn skip_position(&mut self) -> Result<(), Fault> {
@@ -506,18 +510,17 @@ fn seg_ref(c: &mut Cursor<'_>, ordinal: &mut usize) -> Result<SegRef, Fault> {
     if c.eat(b'@') {
         *ordinal = c.number()?;
     }
-    let mask = if c.eat(b'*') {
-        Some(c.number()?)
-    } else {
-        None
-    };
+    let mask = if c.eat(b'*') { Some(c.number()?) } else { None };
     let mut req = 'O';
     let mut most = Some(1);
     if c.eat(b',') {
         if let Some(r) = c.peek().filter(u8::is_ascii_alphabetic) {
             c.bump();
             req = requirement(r).ok_or_else(|| {
-                (c.at - 1, format!("requirement '{}' is not M, O, C or X", r as char))
+                (
+                    c.at - 1,
+                    format!("requirement '{}' is not M, O, C or X", r as char),
+                )
             })?;
         }
         if c.eat(b',') {
@@ -638,7 +641,10 @@ fn elem_ref(c: &mut Cursor<'_>) -> Result<ElemRef, Fault> {
         if let Some(r) = c.peek().filter(u8::is_ascii_alphabetic) {
             c.bump();
             req = requirement(r).ok_or_else(|| {
-                (c.at - 1, format!("requirement '{}' is not M, O, C or X", r as char))
+                (
+                    c.at - 1,
+                    format!("requirement '{}' is not M, O, C or X", r as char),
+                )
             })?;
         }
         if c.eat(b',') {
@@ -676,7 +682,9 @@ fn mask_entries(text: &str) -> (Vec<MaskEntry>, String) {
             }
             continue;
         }
-        let attr = if b"#.!$-&".contains(&b) { b as char } else {
+        let attr = if b"#.!$-&".contains(&b) {
+            b as char
+        } else {
             unknown.push(b as char);
             '.'
         };
@@ -700,14 +708,14 @@ fn element(body: &str) -> Result<ElementDef, String> {
             .map_err(|_| format!("length {:?} is not a number", shown(s)))
     };
     let (min, max) = (len(min)?, len(max)?);
-    if min > max || max == 0 {
-        return Err(format!("lengths {min} to {max}: expected MIN <= MAX, MAX > 0"));
-    }
+    let problem = (min > max || max == 0)
+        .then(|| format!("lengths {min} to {max}: expected MIN <= MAX, MAX > 0"));
     Ok(ElementDef {
         line: 0,
         data_type: t.trim().to_string(),
         min,
         max,
+        problem,
     })
 }
 
@@ -938,7 +946,10 @@ mod tests {
         let e = parse(".VER 1.6\n.INI\nX,,004 010,X,X12-4010,T\n.SETS\n850=[ST,M][BEG,M\n")
             .unwrap_err();
         assert_eq!((e.line, e.section.as_str()), (5, ".SETS"));
-        assert!(e.to_string().starts_with("line 5 (.SETS): set 850, column"), "{e}");
+        assert!(
+            e.to_string().starts_with("line 5 (.SETS): set 850, column"),
+            "{e}"
+        );
         let e = parse(".INI\nX,,004 010,UN,D96A,T\n").unwrap_err();
         assert!(e.message.contains("agency \"UN\""), "{e}");
         let e = parse("850=[ST]\n").unwrap_err();

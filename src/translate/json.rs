@@ -901,7 +901,9 @@ mod tests {
                             encoding,
                             form,
                             schemas: None,
-                        }.interchange(&ic).map(|mut json| {
+                        }
+                        .interchange(&ic)
+                        .map(|mut json| {
                             for (g, group) in json.groups.iter_mut().enumerate() {
                                 let mut s = 0;
                                 group.sets.retain(|_| {

@@ -946,10 +946,9 @@ async fn interchange(
     page(site, headers, move |site, frame| {
         let config = &site.config;
         let r = reader(config)?;
-        let schemas = site.schemas.map_or_else(
-            || crate::schema::builtin().map_err(str::to_string),
-            Ok,
-        )?;
+        let schemas = site
+            .schemas
+            .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)?;
         let refused = |e: crate::desk::DeskError| match e {
             crate::desk::DeskError::Unknown(_) | crate::desk::DeskError::Ambiguous { .. } => {
                 Refused(StatusCode::NOT_FOUND, e.to_string())
@@ -1269,7 +1268,8 @@ async fn action(
         return refuse(StatusCode::NOT_FOUND, "no such action");
     }
     let s = site.clone();
-    let done = tokio::task::spawn_blocking(move || act(&s.config, s.schemas, &what, &f.key, &name)).await;
+    let done =
+        tokio::task::spawn_blocking(move || act(&s.config, s.schemas, &what, &f.key, &name)).await;
     match done {
         Ok(Ok((text, back))) => {
             let (back_interchange, back_list) = match back {

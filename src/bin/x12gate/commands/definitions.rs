@@ -48,8 +48,8 @@ fn import(
         Ok(t) => t,
         Err(e) => e.into_bytes().iter().map(|b| char::from(*b)).collect(),
     };
-    let builtin = x12gate::schema::builtin()
-        .map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?;
+    let builtin =
+        x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?;
     let converted = x12gate::sef::import(&text, builtin)
         .map_err(|e| Failure::Usage(anyhow::anyhow!("{}: {e}", file.display())))?;
     let dir = into.unwrap_or_else(|| Path::new("guides").join(name));
@@ -84,8 +84,8 @@ fn import(
 
 /// `list`: the built-in sets by release, then each partner's guide.
 fn list(config: Option<&Config>, out: &mut impl Write) -> Result<u8, Failure> {
-    let builtin = x12gate::schema::builtin()
-        .map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?;
+    let builtin =
+        x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?;
     let mut by_release: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (release, id) in builtin.set_keys() {
         by_release.entry(release).or_default().push(id);

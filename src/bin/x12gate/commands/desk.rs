@@ -15,7 +15,8 @@ use crate::exit::{self, desk_failure, Failure};
 pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
     let registry = open_registry(config)?;
     let key = x12gate::desk::resolve(&registry, key).map_err(desk_failure)?;
-    let s = x12gate::desk::show(config, definitions(Some(config))?, &registry, &key).map_err(desk_failure)?;
+    let s = x12gate::desk::show(config, definitions(Some(config))?, &registry, &key)
+        .map_err(desk_failure)?;
     if json {
         show_json(&s, out)?;
         return Ok(exit::OK);

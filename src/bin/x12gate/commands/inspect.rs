@@ -22,7 +22,11 @@ pub fn parse(
     let limits = config.map_or_else(Limits::default, |c| c.limits);
     let form = if raw { Form::Raw } else { Form::Structured };
     // Each interchange is read against its sender's guide when the configuration names one.
-    let schemas = if raw { None } else { Some(definitions(config)?) };
+    let schemas = if raw {
+        None
+    } else {
+        Some(definitions(config)?)
+    };
     // Standard input cannot be read twice: it is held whole. A file is read in pieces, and
     // a file that cannot be opened says so now.
     let stdin = if file == Path::new("-") {
