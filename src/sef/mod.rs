@@ -597,11 +597,11 @@ impl SetConversion<'_> {
                 format!("element {} (used in {owner}{position:02}): {problem}", e.id),
             ));
         }
-        if !matches!(d.data_type.as_str(), "ID" | "AN" | "R" | "DT" | "TM" | "B")
-            && !(d.data_type.starts_with('N')
-                && d.data_type.len() <= 2
-                && d.data_type.bytes().skip(1).all(|b| b.is_ascii_digit()))
-        {
+        let numeric = d.data_type.starts_with('N')
+            && d.data_type.len() <= 2
+            && d.data_type.bytes().skip(1).all(|b| b.is_ascii_digit());
+        let known = matches!(d.data_type.as_str(), "ID" | "AN" | "R" | "DT" | "TM" | "B");
+        if !(known || numeric) {
             return Err(self.unsupported(
                 d.line,
                 ".ELMS",
@@ -877,9 +877,8 @@ CTT=[354,M]
         let r = def.segment_of(def.places(b"REF")[0]).unwrap();
         // Mask 1 `..##`: REF03 is not used and last, but R0203 names it, so it stays.
         assert_eq!(r.elements.len(), 3, "{toml}");
-        let must = GUIDE
-            .replace("[REF*2,,3]", "[REF*2,,3]")
-            .replace("[REF*1,,>1]", "[REF*2,,>1]");
+        // Every REF under mask 2 `.!#`: REF02 must be used.
+        let must = GUIDE.replace("[REF*1,,>1]", "[REF*2,,>1]");
         let c = import(&must, crate::schema::builtin().unwrap()).unwrap();
         assert!(
             c.files[0]
