@@ -1139,6 +1139,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.gateway.inbox, PathBuf::from("/etc/x12/data/inbox"));
         assert_eq!(c.limits, Limits::default());
+        // A partner's guide folder too.
+        let c = Config::from_str(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n[[partner]]\nname = \"a\"\nid_qualifier = \"ZZ\"\nid = \"A\"\ndefinitions = \"guides/a\"\n",
+            Path::new("/etc/x12/partners.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.partners[0].definitions,
+            Some(PathBuf::from("/etc/x12/guides/a"))
+        );
+        assert_eq!(c.line_of_partner("a", "definitions"), Some(8));
     }
 
     #[test]

@@ -180,8 +180,16 @@ fn definitions_check_of_a_broken_folder_names_the_file_and_line() {
         stderr.contains(&format!("guides/acme/004010/850.toml: line {line}: ")),
         "{stderr}"
     );
-    // A gateway whose partner names the folder refuses to start, naming both places.
+    // A gateway whose partner names the folder refuses to start, naming both places;
+    // `check` says so too.
     gateway(dir.path(), Some("guides/acme"));
+    let out = x12gate(dir.path()).arg("check").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("partners.toml: line 9: partner \"acme\", key `definitions`: "),
+        "{stdout}"
+    );
     let out = x12gate(dir.path())
         .args(["process"])
         .arg(fixture("850-004010.x12"))
