@@ -448,14 +448,26 @@ fn max(c: &mut Cursor<'_>) -> Result<Max, Fault> {
 fn sets_body(body: &str) -> Result<Vec<Item>, Fault> {
     let mut c = Cursor::new(body);
     let mut ordinal = 0;
-    let items = items(&mut c, &mut ordinal, false)?;
+    let items = items(&mut c, &mut ordinal, 0)?;
     if let Some(b) = c.peek() {
         return Err(c.fault(format!("unexpected '{}'", b as char)));
     }
     Ok(items)
 }
 
-fn items(c: &mut Cursor<'_>, ordinal: &mut usize, in_loop: bool) -> Result<Vec<Item>, Fault> {
+/// How deep loops may nest (the standard's deepest are a few levels): a bound, so a file
+/// cannot exhaust the stack.
+const MAX_DEPTH: usize = 32;
+
+/// Element positions a segment may have after its groups are expanded (X12's largest have
+/// a few dozen): a bound, so nested repeat counts cannot exhaust memory.
+const MAX_ELEMENTS: usize = 999;
+
+fn items(c: &mut Cursor<'_>, ordinal: &mut usize, depth: usize) -> Result<Vec<Item>, Fault> {
+    let in_loop = depth > 0;
+    if depth > MAX_DEPTH {
+        return Err(c.fault(format!("loops nest more than {MAX_DEPTH} deep")));
+    }
     let mut out = Vec::new();
     loop {
         match c.peek() {
@@ -480,7 +492,7 @@ fn items(c: &mut Cursor<'_>, ordinal: &mut usize, in_loop: bool) -> Result<Vec<I
                 let id = c.take(|b| b.is_ascii_alphanumeric());
                 c.expect(b':')?;
                 let repeat = max(c)?;
-                let inner = items(c, ordinal, true)?;
+                let inner = items(c, ordinal, depth + 1)?;
                 c.expect(b'}')?;
                 if inner.is_empty() {
                     return Err(c.fault("a loop holds no segment"));
@@ -548,7 +560,7 @@ fn requirement(b: u8) -> Option<char> {
 fn structure(body: &str) -> Result<(Structure, Vec<String>), Fault> {
     let mut c = Cursor::new(body);
     let mut warnings = Vec::new();
-    let elements = elem_refs(&mut c, false)?;
+    let elements = elem_refs(&mut c, 0)?;
     let mut syntax = Vec::new();
     if c.eat(b'+') {
         let notes = c.take(|b| b != b',');
@@ -590,7 +602,11 @@ fn structure(body: &str) -> Result<(Structure, Vec<String>), Fault> {
 }
 
 /// Element references up to the syntax notes, masks or a group's end.
-fn elem_refs(c: &mut Cursor<'_>, in_group: bool) -> Result<Vec<ElemRef>, Fault> {
+fn elem_refs(c: &mut Cursor<'_>, depth: usize) -> Result<Vec<ElemRef>, Fault> {
+    let in_group = depth > 0;
+    if depth > MAX_DEPTH {
+        return Err(c.fault(format!("groups nest more than {MAX_DEPTH} deep")));
+    }
     let mut out = Vec::new();
     loop {
         match c.peek() {
@@ -605,8 +621,13 @@ fn elem_refs(c: &mut Cursor<'_>, in_group: bool) -> Result<Vec<ElemRef>, Fault> 
                 if times == 0 || times > 99 {
                     return Err(c.fault("a repeated group repeats 1 to 99 times"));
                 }
-                let group = elem_refs(c, true)?;
+                let group = elem_refs(c, depth + 1)?;
                 c.expect(b'}')?;
+                if out.len() + group.len().saturating_mul(times) > MAX_ELEMENTS {
+                    return Err(c.fault(format!(
+                        "more than {MAX_ELEMENTS} element positions once groups are repeated"
+                    )));
+                }
                 for _ in 0..times {
                     out.extend(group.iter().cloned());
                 }
@@ -910,6 +931,14 @@ mod tests {
         assert_eq!((po1.id.as_deref(), po1.repeat), (None, None));
         assert_eq!(sets_body("[ST,M][BEG,Q]").unwrap_err().0, 11);
         assert!(sets_body("{:2[N1]").unwrap_err().1.contains("not closed"));
+        // Bounded: no nesting or repetition in a file exhausts the stack or memory.
+        let deep = format!("{}[N1]{}", "{:2".repeat(100), "}".repeat(100));
+        assert!(sets_body(&deep).unwrap_err().1.contains("nest more than"));
+        let wide = format!("{}[1]{}", "{99".repeat(10), "}".repeat(10));
+        assert!(structure(&wide)
+            .unwrap_err()
+            .1
+            .contains("element positions"));
     }
 
     #[test]
@@ -939,6 +968,19 @@ mod tests {
         assert!(range("B", "A").is_err());
         let (l, w) = code_list("A,B%[A|9{|}]+850/2///1").unwrap();
         assert!(l.subsets.is_empty() && w.len() == 1);
+    }
+
+    #[test]
+    fn no_single_byte_deletion_of_the_example_makes_the_reader_panic() {
+        let text = include_str!("../../examples/acme-850.sef");
+        for at in 0..text.len() {
+            if !text.is_char_boundary(at) || !text.is_char_boundary(at + 1) {
+                continue;
+            }
+            let cut = format!("{}{}", &text[..at], &text[at + 1..]);
+            // Either way is fine; a panic is not.
+            let _ = parse(&cut);
+        }
     }
 
     #[test]
