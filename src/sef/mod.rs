@@ -363,54 +363,10 @@ impl SetConversion<'_> {
             };
             let entries = self.merged_mask(id, def, masks, ".SEGS");
             let mut elements = Vec::new();
-            // Trailing positions no mask lets be used are left out, so a value there is an
-            // element too many; positions a syntax note names stay.
-            let noted = def
-                .syntax
-                .iter()
-                .flat_map(|n| note_positions(n))
-                .max()
-                .unwrap_or(0);
-            let mut last = def.elements.len();
-            while last > noted.max(1)
-                && entries
-                    .get(last - 1)
-                    .is_some_and(|e| e.map(|m| m.attr) == Some('#'))
-            {
-                last -= 1;
-            }
+            let last = kept(def, &entries);
             for (i, e) in def.elements.iter().enumerate().take(last) {
                 let entry = entries.get(i).copied().flatten();
-                let req = match entry.map(|m| m.attr) {
-                    Some('!') => 'M',
-                    Some('#') => {
-                        self.warn(
-                            def.line,
-                            ".SEGS",
-                            format!(
-                                "{id}{:02} is marked not used (#) but a later element is used: it is accepted when sent",
-                                i + 1
-                            ),
-                        );
-                        'O'
-                    }
-                    _ => e.req,
-                };
-                if let Some(a @ ('$' | '-' | '&')) = entry.map(|m| m.attr).or(e.attr) {
-                    self.warn(
-                        def.line,
-                        ".SEGS",
-                        format!(
-                            "{id}{:02} is marked '{a}' ({}): advice for people, not checked",
-                            i + 1,
-                            attr_words(a)
-                        ),
-                    );
-                }
-                let req = match req {
-                    'C' => 'X',
-                    r => r,
-                };
+                let req = self.requirement(id, i, attr_at(&entries, i, e), e, def.line, ".SEGS");
                 if self.sef.composites.contains_key(&e.id) {
                     let mask = entry.and_then(|m| m.composite_mask);
                     let previous = composites.insert(e.id.clone(), mask);
@@ -473,14 +429,9 @@ impl SetConversion<'_> {
             let masks: BTreeSet<Option<usize>> = [*mask].into_iter().collect();
             let entries = self.merged_mask(cid, def, &masks, ".COMS");
             let mut components = Vec::new();
-            for (i, e) in def.elements.iter().enumerate() {
-                let req = match entries.get(i).copied().flatten().map(|m| m.attr) {
-                    Some('!') => 'M',
-                    _ => match e.req {
-                        'C' => 'X',
-                        r => r,
-                    },
-                };
+            let last = kept(def, &entries);
+            for (i, e) in def.elements.iter().enumerate().take(last) {
+                let req = self.requirement(cid, i, attr_at(&entries, i, e), e, def.line, ".COMS");
                 components.push(self.simple(cid, i + 1, e, req, def.line)?);
             }
             let name = self
@@ -491,12 +442,60 @@ impl SetConversion<'_> {
                 .unwrap_or_else(|| format!("Composite {cid}"));
             let _ = writeln!(com_out, "\n[composites.{cid}]\nname = {}", quoted(&name));
             let _ = writeln!(com_out, "components = [\n{}\n]", components.join("\n"));
-            let syntax = self.syntax(cid, def, def.elements.len());
+            let syntax = self.syntax(cid, def, last);
             if !syntax.is_empty() {
                 let _ = writeln!(com_out, "syntax = [{}]", syntax.join(", "));
             }
         }
         Ok((seg_out, com_out, places))
+    }
+
+    /// The requirement of position `i` of `owner` under the attribute that rules it, with a
+    /// warning for what is not checked.
+    fn requirement(
+        &mut self,
+        owner: &str,
+        i: usize,
+        attr: Option<char>,
+        e: &ElemRef,
+        line: usize,
+        section: &str,
+    ) -> char {
+        let req = match attr {
+            Some('!') => 'M',
+            Some('#') => {
+                self.warn(
+                    line,
+                    section,
+                    format!(
+                        "{owner}{:02} is marked not used (#) but a later position is used: it is accepted when sent",
+                        i + 1
+                    ),
+                );
+                'O'
+            }
+            Some(a) => {
+                if a != '.' {
+                    self.warn(
+                        line,
+                        section,
+                        format!(
+                            "{owner}{:02} is marked '{a}' ({}): advice for people, not checked",
+                            i + 1,
+                            attr_words(a)
+                        ),
+                    );
+                }
+                e.req
+            }
+            None => e.req,
+        };
+        // SEF's C (conditional) is X12's relational requirement: a syntax note decides.
+        if req == 'C' {
+            'X'
+        } else {
+            req
+        }
     }
 
     /// The mask entries of segment `id` under every mask its references name: one mask as
@@ -710,6 +709,36 @@ impl SetConversion<'_> {
             format!("\n[codes]\n{out}")
         }
     }
+}
+
+/// The attribute that rules position `i`: the mask's, unless it says "as the standard"
+/// (`.`); then the reference's own, where `.` means not used as it does in `.SETS`.
+fn attr_at(entries: &[Option<MaskEntry>], i: usize, e: &ElemRef) -> Option<char> {
+    match entries.get(i).copied().flatten().map(|m| m.attr) {
+        Some(a) if a != '.' => Some(a),
+        _ => e.attr.map(|a| if a == '.' { '#' } else { a }),
+    }
+}
+
+/// How many positions of `def` stay: trailing ones marked not used leave, so a value there
+/// is an element too many; positions a syntax note names stay (the note needs them).
+fn kept(def: &Structure, entries: &[Option<MaskEntry>]) -> usize {
+    let noted = def
+        .syntax
+        .iter()
+        .flat_map(|n| note_positions(n))
+        .max()
+        .unwrap_or(0);
+    let mut last = def.elements.len();
+    while last > noted.max(1)
+        && def
+            .elements
+            .get(last - 1)
+            .is_some_and(|e| attr_at(entries, last - 1, e) == Some('#'))
+    {
+        last -= 1;
+    }
+    last
 }
 
 /// Element id -> (segment or composite id, position, component) where it stands.
