@@ -401,6 +401,16 @@ impl SetConversion<'_> {
                         repeat_text(e.repeat)
                     ));
                 } else {
+                    if let Some(n) = entry.and_then(|m| m.composite_mask) {
+                        self.warn(
+                            def.line,
+                            ".SEGS",
+                            format!(
+                                "{id}{:02}: a mask gives it composite mask {n}, but it is a simple element: not read",
+                                i + 1
+                            ),
+                        );
+                    }
                     places
                         .entry(e.id.clone())
                         .or_default()

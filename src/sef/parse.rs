@@ -244,6 +244,11 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             ".ELMS" => {
                 let (id, body) = record(l).map_err(&err)?;
                 let e = element(body).map_err(|m| err(format!("element {id}: {m}")))?;
+                if body.split(',').count() > 3 {
+                    sef.warnings.push(format!(
+                        "line {line} (.ELMS): element {id}: fields after TYPE,MIN,MAX are not read"
+                    ));
+                }
                 sef.elements
                     .insert(id.to_string(), ElementDef { line, ..e });
             }
