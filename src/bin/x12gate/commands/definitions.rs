@@ -69,6 +69,19 @@ fn import(
     for w in &converted.warnings {
         say!("WARN", "x12gate: {}: {w}", file.display());
     }
+    // A set file an earlier import wrote for a set this guide no longer defines still loads
+    // with the folder: said, not deleted (it may be the operator's own).
+    if let Ok(files) = x12gate::guides::read_folder(&dir) {
+        for (path, _) in files {
+            if !converted.files.iter().any(|(written, _)| *written == path) {
+                say!(
+                    "WARN",
+                    "x12gate: {}: this import did not write it, and it loads with the folder",
+                    dir.join(&path).display()
+                );
+            }
+        }
+    }
     writeln!(
         out,
         "guide {} ({}, release {}): {} set(s), {} warning(s); use it with definitions = {:?} in a [[partner]] of partners.toml",
