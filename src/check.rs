@@ -69,11 +69,16 @@ fn envelope(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
     findings
 }
 
-/// The sets against their definitions.
+/// The sets against their definitions: the sender's own guide when `partners.toml` gives
+/// it one (chosen here, by ISA05/ISA06, so every command that checks an interchange reads it
+/// as `process` does).
 fn content(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
     checks
         .schemas
-        .map(|schemas| crate::schema::findings(ic, schemas))
+        .map(|schemas| {
+            let schemas = schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
+            crate::schema::findings(ic, schemas)
+        })
         .unwrap_or_default()
 }
 

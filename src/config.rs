@@ -505,6 +505,8 @@ struct RawPartner {
     destination: Option<String>,
     #[serde(default)]
     destinations: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    definitions: Option<PathBuf>,
 }
 
 /// What to do with a business document seen before with the same content, in a new
@@ -607,6 +609,9 @@ pub struct Partner {
     pub destination: Option<String>,
     /// ...or, for these sets (ST01), another one.
     pub destinations: std::collections::BTreeMap<String, String>,
+    /// A folder of the partner's own set definitions (its implementation guide), layered
+    /// over the built-in ones for its interchanges; absolute. Read by `crate::guides`.
+    pub definitions: Option<PathBuf>,
 }
 
 impl Partner {
@@ -634,6 +639,7 @@ impl Partner {
             order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
             destination: None,
             destinations: std::collections::BTreeMap::new(),
+            definitions: None,
         }
     }
 
@@ -813,6 +819,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         order_wait_hours: raw.order_wait_hours,
         destination: raw.destination,
         destinations: raw.destinations,
+        definitions: raw.definitions,
     })
 }
 
@@ -982,7 +989,8 @@ impl Config {
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
             let line = line_of(text, spanned.span().start);
-            let p = partner(spanned.into_inner(), line).map_err(invalid)?;
+            let mut p = partner(spanned.into_inner(), line).map_err(invalid)?;
+            p.definitions = p.definitions.take().map(abs);
             for (key, name) in p
                 .destination
                 .iter()
@@ -1131,6 +1139,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.gateway.inbox, PathBuf::from("/etc/x12/data/inbox"));
         assert_eq!(c.limits, Limits::default());
+        // A partner's guide folder too.
+        let c = Config::from_str(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n[[partner]]\nname = \"a\"\nid_qualifier = \"ZZ\"\nid = \"A\"\ndefinitions = \"guides/a\"\n",
+            Path::new("/etc/x12/partners.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.partners[0].definitions,
+            Some(PathBuf::from("/etc/x12/guides/a"))
+        );
+        assert_eq!(c.line_of_partner("a", "definitions"), Some(8));
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub struct Written<'a> {
     /// Whether the interchange's bytes are UTF-8 (else latin1, as translations say).
     pub utf8: bool,
     pub form: crate::translate::Form,
+    /// The definitions the set is translated against (the sender's); `None`: built-in.
+    pub schemas: Option<&'a crate::schema::Schemas>,
 }
 
 /// The part of a document's file its set fixes: what names it, its interchange's
@@ -215,7 +217,7 @@ pub fn write_rest(
     serde_json::to_writer(&mut *out, &envelope)?;
     out.write_all(b",\"set\":")?;
     let version = group.gs.element(8).unwrap_or_default();
-    crate::translate::write_set(set, version, utf8, how.form, out)
+    crate::translate::write_set_with(set, version, utf8, how.form, how.schemas, out)
 }
 
 /// The first occurrence of each segment a spec names, read once.

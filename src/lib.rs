@@ -13,6 +13,9 @@
 //!   TA1s' elements, and X12's table of which functional group (GS01) each transaction set
 //!   (ST01) belongs to.
 //! - [`schema`]: transaction-set definitions and the segment/element rules (AK3/AK4).
+//! - [`guides`]: partners' own definitions (`partners.toml` `definitions`), folders read at
+//!   start-up and layered over the built-in ones; [`sef`]: SEF implementation guides read
+//!   into that format (`definitions import`).
 //! - [`check`]: the one place an interchange's findings are put together (routing,
 //!   envelope, definitions, the registry's); `validate`, `ack` and `process` all use it.
 //! - [`ack`]: what to answer (severity policy and decisions) and the TA1/997/999 writers,
@@ -72,6 +75,7 @@ pub mod disposition;
 pub mod document;
 pub mod finding;
 pub mod fingerprint;
+pub mod guides;
 pub mod inbound;
 pub mod input;
 pub mod intake;
@@ -83,6 +87,7 @@ pub mod registry;
 pub mod retention;
 pub mod scan;
 pub mod schema;
+pub mod sef;
 pub mod setup;
 pub mod text;
 pub mod time;

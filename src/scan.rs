@@ -253,6 +253,7 @@ fn read_file(
                     .map_or_else(|_| shown.to_string(), |p| p.display().to_string()),
                 disposition: decision.response.disposition,
             });
+            let schemas = schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
             for (gi, group) in ic.groups.iter().enumerate() {
                 let version = group.gs.element(8).unwrap_or_default();
                 for (si, set) in group.sets.iter().enumerate() {

@@ -839,7 +839,12 @@ impl Watcher {
                 addr,
                 config.clone(),
                 w.live.clone(),
-                web_site(&config, addr, options)?,
+                web_site(&config, addr, options)?.map(|mut site| {
+                    if let Some(s) = Arc::get_mut(&mut site) {
+                        s.schemas = Some(schemas);
+                    }
+                    site
+                }),
             )
             .await
             .map_err(|cause| WatchError::Metrics { addr, cause })?;

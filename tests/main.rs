@@ -6,6 +6,7 @@ mod delivery;
 mod documents;
 mod fixtures;
 mod fuzz_corpus;
+mod guides;
 mod intake;
 mod pg_server;
 mod postgres;

@@ -1006,8 +1006,13 @@ fn write_all(
                             let keep = |g: usize, s: usize| {
                                 keep.get(g).and_then(|k| k.get(s)).copied().unwrap_or(false)
                             };
-                            crate::translate::write_interchange_document(
-                                &it.ic, it.utf8, *form, &keep, out,
+                            crate::translate::write_interchange_document_with(
+                                &it.ic,
+                                it.utf8,
+                                *form,
+                                Some(r.schemas),
+                                &keep,
+                                out,
                             )
                             .map_err(|e| match e {
                                 crate::translate::ParseError::Io(e) => e,

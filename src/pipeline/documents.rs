@@ -138,16 +138,15 @@ pub(super) fn plan(
     let partner = it.partner.key();
     let out = &r.config.gateway.out;
     let correlation = it.report.correlation_id.clone().unwrap_or_default();
+    // The sender's guide, when it has one, names its documents as it read them.
+    let schemas = r.schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
     for (gi, group) in ic.groups.iter().enumerate() {
         let version = group.gs.element(8).unwrap_or_default();
         for (si, set) in group.sets.iter().enumerate() {
             if !accepted(gi, si) {
                 continue;
             }
-            let Some(def) = r
-                .schemas
-                .find(version, set.st.element(1).unwrap_or_default())
-            else {
+            let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
                 continue;
             };
             let Some(d) = document::identify(ic.isa.field(5), ic.isa.field(6), &set, def) else {
@@ -183,6 +182,7 @@ pub(super) fn plan(
                         correlation_id: &correlation,
                         utf8: it.utf8,
                         form: it.partner.translation,
+                        schemas: Some(schemas),
                     },
                     out,
                 )
@@ -282,6 +282,7 @@ pub(super) fn write_document(
     let gone = || std::io::Error::other("a document's set is not where it was decided");
     let g = ic.groups.get(group).ok_or_else(gone)?;
     let s = g.sets.get(set).ok_or_else(gone)?;
+    let schemas = schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
     let def = schemas
         .find(
             g.gs.element(8).unwrap_or_default(),
@@ -299,6 +300,7 @@ pub(super) fn write_document(
             correlation_id: it.report.correlation_id.as_deref().unwrap_or_default(),
             utf8: it.utf8,
             form: it.partner.translation,
+            schemas: Some(schemas),
         },
         out,
     )?;

@@ -601,6 +601,9 @@ pub struct Schemas {
     /// (release without a definition of the set, set id) -> the release it is read as
     /// (`schemas/releases.toml`).
     read_as: HashMap<(String, String), String>,
+    /// Partners' own guides layered over these definitions, by the sender's `QUAL:ID`
+    /// (`partners.toml` `definitions`): [`Schemas::for_sender`] picks one.
+    guides: HashMap<String, Arc<Schemas>>,
 }
 
 /// A set's file, and its definition once compiled.
@@ -838,7 +841,102 @@ impl Schemas {
             dictionaries,
             codes,
             read_as,
+            guides: HashMap::new(),
         })
+    }
+}
+
+/// What a guide's file paths are given as to [`Schemas::compile`], whose messages say
+/// `schemas/<path>`: the prefix is replaced by the guide's folder in [`Schemas::layered`]
+/// (so the compiler's many messages stay as they are).
+const GUIDE: &str = "\u{1}guide/";
+
+// Partner guides: run-time folders of set files layered over the embedded definitions.
+impl Schemas {
+    /// The embedded definitions (as [`Schemas::load_embedded`] reads them) with the set files
+    /// of a guide folder `dir` (`(path in the folder, TOML text)`) in place of the embedded
+    /// sets of the same release and id, every one of the guide's sets compiled. A guide holds
+    /// set files only: its segments, composites and code lists are declared in each set's
+    /// file, which the compiler reads as extending the release's dictionary for that set.
+    pub fn layered(
+        embedded: &[(&str, &str, usize)],
+        dir: &str,
+        files: &[(&str, &str)],
+    ) -> Result<Schemas, String> {
+        let shown = |e: String| e.replace(&format!("schemas/{GUIDE}"), &format!("{dir}/"));
+        let mut paths = Vec::new();
+        let mut guide = Vec::new();
+        for (path, text) in files {
+            let raw: RawFile = toml::from_str(text).map_err(|e| format!("{dir}/{path}: {e}"))?;
+            if raw.id.is_none() {
+                return Err(format!(
+                    "{dir}/{path}: a guide holds set files only (with `id`); declare the segments, composites and code lists a set needs in its own file"
+                ));
+            }
+            paths.push(format!("{GUIDE}{path}"));
+            guide.push((structure_line(text), raw));
+        }
+        let defined: HashSet<(String, String)> = guide
+            .iter()
+            .filter_map(|(_, raw)| Some((raw.version.clone(), raw.id.clone()?)))
+            .collect();
+        let mut parsed = Vec::new();
+        let mut releases = RawReleases::new();
+        for (path, json, first_line) in embedded {
+            let bad = |e: serde_json::Error| format!("schemas/{path}: {e}");
+            if *path == RELEASES {
+                releases = serde_json::from_str(json).map_err(bad)?;
+                continue;
+            }
+            let raw: RawFile = serde_json::from_str(json).map_err(bad)?;
+            let replaced = raw
+                .id
+                .as_ref()
+                .is_some_and(|id| defined.contains(&(raw.version.clone(), id.clone())));
+            if !replaced {
+                parsed.push((*path, *first_line, raw));
+            }
+        }
+        // A set the guide defines in a release the table reads as another is the guide's own.
+        for (release, entries) in &mut releases {
+            entries.retain(|id, _| !defined.contains(&(release.clone(), id.clone())));
+        }
+        for (path, (first_line, raw)) in paths.iter().zip(guide) {
+            parsed.push((path.as_str(), first_line, raw));
+        }
+        let schemas = Schemas::compile(parsed, releases).map_err(shown)?;
+        let mut keys: Vec<&(String, String)> = defined.iter().collect();
+        keys.sort();
+        for key in keys {
+            if let Some(Err(e)) = schemas.compile_set(key) {
+                return Err(shown(e.clone()));
+            }
+        }
+        Ok(schemas)
+    }
+
+    /// These definitions with partners' guides, by the sender's `QUAL:ID`.
+    pub fn with_guides(mut self, guides: HashMap<String, Arc<Schemas>>) -> Schemas {
+        self.guides = guides;
+        self
+    }
+
+    /// The definitions an interchange from ISA05 `qualifier` and ISA06 `id` (trimmed) is read
+    /// against: its partner's guide, or these.
+    pub fn for_sender(&self, qualifier: &str, id: &str) -> &Schemas {
+        if self.guides.is_empty() {
+            return self;
+        }
+        self.guides
+            .get(&format!("{qualifier}:{id}"))
+            .map_or(self, Arc::as_ref)
+    }
+
+    /// Every (release, set id) with a definition, sorted.
+    pub fn set_keys(&self) -> Vec<(String, String)> {
+        let mut keys: Vec<(String, String)> = self.sets.keys().cloned().collect();
+        keys.sort();
+        keys
     }
 }
 

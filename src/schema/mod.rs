@@ -19,14 +19,21 @@ use crate::x12::Interchange;
 /// (a broken file fails the build) and embedded them as JSON; each set is compiled again here
 /// when a file first holds it.
 pub fn builtin() -> Result<&'static Schemas, &'static str> {
-    mod embedded {
-        include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
-    }
     static SCHEMAS: std::sync::OnceLock<Result<Schemas, String>> = std::sync::OnceLock::new();
     SCHEMAS
         .get_or_init(|| Schemas::load_embedded(embedded::FILES))
         .as_ref()
         .map_err(String::as_str)
+}
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/schemas.rs"));
+}
+
+/// The files [`builtin`] is read from, as `build.rs` embedded them, for layering a partner's
+/// guide over them ([`Schemas::layered`]).
+pub fn embedded_files() -> &'static [(&'static str, &'static str, usize)] {
+    embedded::FILES
 }
 
 /// Every schema finding of an interchange: each set that has a definition (of its release, or

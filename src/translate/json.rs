@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::x12::{Element, Interchange, Interchanges, Limits, ReadError, Segment, TransactionSet};
 
 use super::structured;
+use crate::schema::Schemas;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -126,9 +127,12 @@ pub enum RenderError {
     Io(#[from] io::Error),
 }
 
-struct Text {
+#[derive(Clone, Copy)]
+struct Text<'s> {
     encoding: Encoding,
     form: Form,
+    /// The definitions sets are read against; `None`: the built-in ones.
+    schemas: Option<&'s Schemas>,
 }
 
 /// A set as [`write_interchange_document`] writes it: the [`JsonSet`] it serialises as, with
@@ -157,7 +161,17 @@ impl SetOut<'_> {
     }
 }
 
-impl Text {
+impl<'s> Text<'s> {
+    /// This text reading `ic` against its sender's guide, when the definitions carry one.
+    fn for_interchange(self, ic: &Interchange<'_>) -> Text<'s> {
+        Text {
+            schemas: self
+                .schemas
+                .map(|s| s.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6))),
+            ..self
+        }
+    }
+
     fn decode(&self, bytes: &[u8]) -> String {
         self.text(bytes).into_owned()
     }
@@ -202,9 +216,16 @@ impl Text {
     }
 
     /// A set in the structured form when it has a definition that holds it, else generic.
-    fn set<'a>(&self, version: &[u8], set: &TransactionSet<'a>) -> SetOut<'a> {
+    fn set<'a>(&self, version: &[u8], set: &TransactionSet<'a>) -> SetOut<'a>
+    where
+        's: 'a,
+    {
         let id = set.st.element(1).unwrap_or_default();
-        let structured = match (self.form, crate::schema::builtin()) {
+        let schemas: Result<&Schemas, &str> = match self.schemas {
+            Some(s) => Ok(s),
+            None => crate::schema::builtin(),
+        };
+        let structured = match (self.form, schemas) {
             (Form::Structured, Ok(schemas)) => schemas.find(version, id).and_then(|def| {
                 let decode: &structured::Decode<'_> = &|b| self.text(b);
                 structured::content(def, set, decode).map(|c| (def.name_key(), c))
@@ -306,12 +327,30 @@ pub fn write_interchange_document(
     keep: &dyn Fn(usize, usize) -> bool,
     out: &mut dyn Write,
 ) -> Result<(), ParseError> {
+    write_interchange_document_with(ic, input_is_utf8, form, None, keep, out)
+}
+
+/// [`write_interchange_document`] against `schemas` (the sender's guide when they carry
+/// one; `None`: the built-in definitions).
+pub fn write_interchange_document_with(
+    ic: &Interchange<'_>,
+    input_is_utf8: bool,
+    form: Form,
+    schemas: Option<&Schemas>,
+    keep: &dyn Fn(usize, usize) -> bool,
+    out: &mut dyn Write,
+) -> Result<(), ParseError> {
     let encoding = if input_is_utf8 {
         Encoding::Utf8
     } else {
         Encoding::Latin1
     };
-    let text = Text { encoding, form };
+    let text = Text {
+        encoding,
+        form,
+        schemas,
+    }
+    .for_interchange(ic);
     if let Some(s) = ic.stray.first() {
         return Err(ParseError::Stray {
             offset: s.offset,
@@ -390,12 +429,28 @@ pub fn write_set(
     form: Form,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    write_set_with(set, version, input_is_utf8, form, None, out)
+}
+
+/// [`write_set`] against `schemas` (already the sender's; `None`: the built-in definitions).
+pub fn write_set_with(
+    set: &TransactionSet<'_>,
+    version: &[u8],
+    input_is_utf8: bool,
+    form: Form,
+    schemas: Option<&Schemas>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let encoding = if input_is_utf8 {
         Encoding::Utf8
     } else {
         Encoding::Latin1
     };
-    let text = Text { encoding, form };
+    let text = Text {
+        encoding,
+        form,
+        schemas,
+    };
     let mut buf = Vec::new();
     serde_json::to_writer(&mut buf, &text.set(version, set)).map_err(io::Error::from)?;
     out.write_all(&buf)
@@ -411,6 +466,7 @@ pub fn text_of(bytes: &[u8], input_is_utf8: bool) -> String {
     Text {
         encoding,
         form: Form::Raw,
+        schemas: None,
     }
     .decode(bytes)
 }
@@ -448,13 +504,24 @@ pub fn write_document(
 /// document says once whether its text is UTF-8, so the caller knows that of the whole file
 /// before it starts (a file that reads as a document is interchanges and whitespace, so it
 /// is UTF-8 when each interchange's bytes are).
-pub struct DocumentWriter {
-    text: Text,
+pub struct DocumentWriter<'s> {
+    text: Text<'s>,
     written: usize,
 }
 
-impl DocumentWriter {
+impl<'s> DocumentWriter<'s> {
     pub fn start(utf8: bool, form: Form, out: &mut impl Write) -> Result<Self, ParseError> {
+        Self::start_with(utf8, form, None, out)
+    }
+
+    /// [`DocumentWriter::start`] reading sets against `schemas` (each interchange against
+    /// its sender's guide when they carry one; `None`: the built-in definitions).
+    pub fn start_with(
+        utf8: bool,
+        form: Form,
+        schemas: Option<&'s Schemas>,
+        out: &mut impl Write,
+    ) -> Result<Self, ParseError> {
         let encoding = if utf8 {
             Encoding::Utf8
         } else {
@@ -466,7 +533,11 @@ impl DocumentWriter {
             serde_json::to_string(&encoding).map_err(io::Error::from)?
         )?;
         Ok(DocumentWriter {
-            text: Text { encoding, form },
+            text: Text {
+                encoding,
+                form,
+                schemas,
+            },
             written: 0,
         })
     }
@@ -476,7 +547,7 @@ impl DocumentWriter {
         ic: &Interchange<'_>,
         out: &mut impl Write,
     ) -> Result<(), ParseError> {
-        let ic = self.text.interchange(ic)?;
+        let ic = self.text.for_interchange(ic).interchange(ic)?;
         if self.written > 0 {
             out.write_all(b",")?;
         }
@@ -826,7 +897,13 @@ mod tests {
                         } else {
                             Encoding::Latin1
                         };
-                        let whole = Text { encoding, form }.interchange(&ic).map(|mut json| {
+                        let whole = Text {
+                            encoding,
+                            form,
+                            schemas: None,
+                        }
+                        .interchange(&ic)
+                        .map(|mut json| {
                             for (g, group) in json.groups.iter_mut().enumerate() {
                                 let mut s = 0;
                                 group.sets.retain(|_| {

@@ -20,6 +20,6 @@ mod structured;
 
 pub use json::{
     interchange_document, parse_document, parse_document_as, render_document, text_of,
-    write_document, write_interchange_document, write_set, Document, DocumentWriter, Form,
-    JsonElement, ParseError, RenderError,
+    write_document, write_interchange_document, write_interchange_document_with, write_set,
+    write_set_with, Document, DocumentWriter, Form, JsonElement, ParseError, RenderError,
 };

@@ -40,6 +40,9 @@ pub struct Site {
     pub config: Arc<Config>,
     pub tokens: Tokens,
     pub actions: bool,
+    /// The definitions in force (partners' guides layered over the built-in ones); `None`:
+    /// the built-in ones.
+    pub schemas: Option<&'static crate::schema::Schemas>,
 }
 
 impl Site {
@@ -61,6 +64,7 @@ impl Site {
             config,
             tokens,
             actions,
+            schemas: None,
         })
     }
 }

@@ -946,7 +946,9 @@ async fn interchange(
     page(site, headers, move |site, frame| {
         let config = &site.config;
         let r = reader(config)?;
-        let schemas = crate::schema::builtin().map_err(str::to_string)?;
+        let schemas = site
+            .schemas
+            .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)?;
         let refused = |e: crate::desk::DeskError| match e {
             crate::desk::DeskError::Unknown(_) | crate::desk::DeskError::Ambiguous { .. } => {
                 Refused(StatusCode::NOT_FOUND, e.to_string())
@@ -1266,7 +1268,8 @@ async fn action(
         return refuse(StatusCode::NOT_FOUND, "no such action");
     }
     let s = site.clone();
-    let done = tokio::task::spawn_blocking(move || act(&s.config, &what, &f.key, &name)).await;
+    let done =
+        tokio::task::spawn_blocking(move || act(&s.config, s.schemas, &what, &f.key, &name)).await;
     match done {
         Ok(Ok((text, back))) => {
             let (back_interchange, back_list) = match back {
@@ -1298,7 +1301,13 @@ enum Back {
 
 /// One action through the same library calls as the CLI's, recorded in the audit trail
 /// with the operator's name, whatever its outcome. Returns what happened and where to look.
-fn act(config: &Config, what: &str, key: &str, by: &str) -> Result<(String, Back), String> {
+fn act(
+    config: &Config,
+    schemas: Option<&crate::schema::Schemas>,
+    what: &str,
+    key: &str,
+    by: &str,
+) -> Result<(String, Back), String> {
     let mut registry = Registry::open(
         &config.gateway.database,
         crate::setup::identity(&config.gateway),
@@ -1311,8 +1320,8 @@ fn act(config: &Config, what: &str, key: &str, by: &str) -> Result<(String, Back
     let resolved = resolution.as_ref().and_then(|r| r.as_ref().ok()).cloned();
     let key = resolved.clone().unwrap_or(given);
     let outcome: Result<(String, Back), String> = match what {
-        "reprocess" => crate::schema::builtin()
-            .map_err(str::to_string)
+        "reprocess" => schemas
+            .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)
             .and_then(|schemas| {
                 if let Some(Err(e)) = &resolution {
                     return Err(e.to_string());

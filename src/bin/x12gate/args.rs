@@ -39,6 +39,12 @@ pub enum Command {
         #[arg(long)]
         raw: bool,
     },
+    /// Partners' implementation guides: `import` an SEF file, `list` what is loaded, `check`
+    /// a folder
+    Definitions {
+        #[command(subcommand)]
+        action: DefinitionsAction,
+    },
     /// The JSON of `parse` (either form) back to X12 on stdout
     Render {
         /// The JSON document (`-`: standard input)
@@ -273,6 +279,30 @@ pub enum Command {
         /// `validation = "envelope"`)
         #[arg(long)]
         envelope: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DefinitionsAction {
+    /// Read an SEF 1.x implementation guide into a folder of set definitions (for a
+    /// partner's `definitions`); what it cannot apply is listed as warnings
+    Import {
+        /// The SEF file
+        file: PathBuf,
+        /// The guide's name: its folder is guides/NAME
+        #[arg(long = "as", value_name = "NAME")]
+        name: String,
+        /// The folder to write instead of guides/NAME (relative to the current folder)
+        #[arg(long, value_name = "DIR")]
+        into: Option<PathBuf>,
+    },
+    /// The definitions built in, and what each partner's `definitions` folder loads, by
+    /// release and set
+    List,
+    /// Check that a folder of definitions loads; each fault names its file and line
+    Check {
+        /// The folder (e.g. guides/NAME)
+        dir: PathBuf,
     },
 }
 

@@ -118,13 +118,16 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let code = match cli.command {
-        Command::Parse { file, raw } => inspect::parse(&file, raw, limits, &mut out)?,
+        Command::Parse { file, raw } => inspect::parse(&file, raw, config.as_ref(), &mut out)?,
         Command::Render { file } => inspect::render(&file, limits, &mut out)?,
+        Command::Definitions { action } => {
+            commands::definitions::run(action, config.as_ref(), &mut out)?
+        }
         Command::Validate {
             files,
             json,
             envelope,
-        } => inspect::validate(&files, json, envelope, limits, &mut out)?,
+        } => inspect::validate(&files, json, envelope, config.as_ref(), &mut out)?,
         Command::Ack { file } => inspect::ack(&file, &required(config)?, &mut out)?,
         Command::Process {
             files,

@@ -15,7 +15,8 @@ use crate::exit::{self, desk_failure, Failure};
 pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
     let registry = open_registry(config)?;
     let key = x12gate::desk::resolve(&registry, key).map_err(desk_failure)?;
-    let s = x12gate::desk::show(config, definitions()?, &registry, &key).map_err(desk_failure)?;
+    let s = x12gate::desk::show(config, definitions(Some(config))?, &registry, &key)
+        .map_err(desk_failure)?;
     if json {
         show_json(&s, out)?;
         return Ok(exit::OK);
@@ -211,7 +212,7 @@ pub fn reprocess(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     preflight(config)?;
-    let schemas = definitions()?;
+    let schemas = definitions(Some(config))?;
     let mut registry = open_registry(config)?;
     let options = x12gate::pipeline::ProcessOptions::new(false);
     let mut code = exit::OK;

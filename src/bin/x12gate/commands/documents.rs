@@ -138,12 +138,11 @@ pub fn scan(
     } else {
         None
     };
-    let found = x12gate::scan::scan(paths, config, definitions()?, registry.as_mut()).map_err(
-        |e| match e {
-            x12gate::scan::ScanError::Walk { .. } => Failure::Usage(e.into()),
-            x12gate::scan::ScanError::Registry(e) => registry_failure(e),
-        },
-    )?;
+    let found = x12gate::scan::scan(paths, config, definitions(Some(config))?, registry.as_mut())
+        .map_err(|e| match e {
+        x12gate::scan::ScanError::Walk { .. } => Failure::Usage(e.into()),
+        x12gate::scan::ScanError::Registry(e) => registry_failure(e),
+    })?;
     if let Some(registry) = registry.as_mut() {
         let detail = serde_json::json!({
             "paths": paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),

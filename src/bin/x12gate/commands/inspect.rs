@@ -12,9 +12,21 @@ use super::{definitions, open, read};
 use crate::exit::{self, Failure};
 
 /// `parse`: the JSON of `file` on stdout, whole or not at all.
-pub fn parse(file: &Path, raw: bool, limits: Limits, out: &mut impl Write) -> Result<u8, Failure> {
+pub fn parse(
+    file: &Path,
+    raw: bool,
+    config: Option<&Config>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
     use x12gate::translate::{DocumentWriter, Form, ParseError};
+    let limits = config.map_or_else(Limits::default, |c| c.limits);
     let form = if raw { Form::Raw } else { Form::Structured };
+    // Each interchange is read against its sender's guide when the configuration names one.
+    let schemas = if raw {
+        None
+    } else {
+        Some(definitions(config)?)
+    };
     // Standard input cannot be read twice: it is held whole. A file is read in pieces, and
     // a file that cannot be opened says so now.
     let stdin = if file == Path::new("-") {
@@ -27,7 +39,7 @@ pub fn parse(file: &Path, raw: bool, limits: Limits, out: &mut impl Write) -> Re
     // on stdout; it also learns whether the file is UTF-8, which the document says first.
     let mut utf8 = true;
     let sink = &mut std::io::sink();
-    let written = DocumentWriter::start(false, form, sink)
+    let written = DocumentWriter::start_with(false, form, schemas, sink)
         .and_then(|mut dry| {
             each_interchange(file, stdin.as_deref(), limits, &mut |ic| {
                 utf8 &= std::str::from_utf8(ic.bytes()).is_ok();
@@ -35,7 +47,7 @@ pub fn parse(file: &Path, raw: bool, limits: Limits, out: &mut impl Write) -> Re
             })
         })
         .and_then(|()| {
-            let mut doc = DocumentWriter::start(utf8, form, out)?;
+            let mut doc = DocumentWriter::start_with(utf8, form, schemas, out)?;
             each_interchange(file, stdin.as_deref(), limits, &mut |ic| {
                 doc.interchange(ic, out)
             })?;
@@ -101,11 +113,16 @@ pub fn validate(
     files: &[PathBuf],
     json: bool,
     envelope: bool,
-    limits: Limits,
+    config: Option<&Config>,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
+    let limits = config.map_or_else(Limits::default, |c| c.limits);
     let checks = x12gate::check::Checks {
-        schemas: if envelope { None } else { Some(definitions()?) },
+        schemas: if envelope {
+            None
+        } else {
+            Some(definitions(config)?)
+        },
         routing: None,
         strict_layout: false,
     };
@@ -221,7 +238,7 @@ fn ack_one(
         }
     };
     let x12gate::pipeline::Preview { decision, outbound } =
-        x12gate::pipeline::preview(&ic, config, definitions()?, registry, now)
+        x12gate::pipeline::preview(&ic, config, definitions(Some(config))?, registry, now)
             .map_err(|e| Failure::Operational(e.into()))?;
     for o in &outbound {
         out.write_all(&o.bytes)?;

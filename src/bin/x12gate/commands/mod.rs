@@ -1,6 +1,7 @@
 //! One function per command: it takes the parsed arguments and the configuration, calls the
 //! library, and prints; the decisions are the library's.
 
+pub mod definitions;
 pub mod deliveries;
 pub mod desk;
 pub mod documents;
@@ -46,10 +47,21 @@ fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure
     .map_err(registry_failure)
 }
 
-/// The built-in transaction-set definitions, loaded once; a failure to load them stops the
-/// command rather than letting it check less than it says.
-fn definitions() -> Result<&'static x12gate::schema::Schemas, Failure> {
-    x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))
+/// The transaction-set definitions in force: the built-in ones, with the guides the
+/// configuration's partners name (`definitions`) layered over them; a failure to load them
+/// stops the command rather than letting it check less than it says (a guide that does not
+/// load is a configuration error, exit 2, naming its file and line).
+fn definitions(config: Option<&Config>) -> Result<&'static x12gate::schema::Schemas, Failure> {
+    let builtin =
+        x12gate::schema::builtin().map_err(|e| Failure::Operational(anyhow::anyhow!("{e}")))?;
+    match config.map(x12gate::guides::for_config).transpose() {
+        Ok(Some(Some(layered))) => {
+            // Loaded once per process and read until it exits, as the built-in ones are.
+            Ok(Box::leak(Box::new(layered)))
+        }
+        Ok(_) => Ok(builtin),
+        Err(e) => Err(Failure::Usage(e.into())),
+    }
 }
 
 /// The checks that come before any work; every problem on its own line, exit 2.

@@ -47,7 +47,7 @@ pub fn process(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     preflight(config)?;
-    let schemas = definitions()?;
+    let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let options = x12gate::pipeline::ProcessOptions::new(no_wait);
     stop_on_signals(&options.stop)?;
@@ -288,7 +288,7 @@ pub(super) fn stop_on_signals(stop: &x12gate::pipeline::Stop) -> Result<(), Fail
 /// claims are leased.
 pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Result<u8, Failure> {
     preflight(&config)?;
-    let schemas = definitions()?;
+    let schemas = definitions(Some(&config))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -352,9 +352,11 @@ pub fn serve(
         .or_else(|| SERVE_DEFAULT.parse().ok())
         .ok_or_else(|| Failure::Usage(anyhow::anyhow!("no address to listen on")))?;
     let tokens = x12gate::web::Tokens::from_env().map_err(|e| Failure::Usage(e.into()))?;
+    let schemas = definitions(Some(&config))?;
     let config = std::sync::Arc::new(config);
-    let site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
+    let mut site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
         .map_err(|e| Failure::Usage(e.into()))?;
+    site.schemas = Some(schemas);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -48,6 +48,12 @@ pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     for p in &problems {
         writeln!(out, "{}: {p}", config.path.display())?;
     }
+    // Partners' guides load as `process` and `watch` load them at start-up.
+    let guide = x12gate::guides::for_config(config).err();
+    if let Some(e) = &guide {
+        writeln!(out, "{e}")?;
+        return Ok(exit::USAGE);
+    }
     if problems.is_empty() {
         writeln!(out, "{}: no problems", config.path.display())?;
         Ok(exit::OK)
