@@ -915,21 +915,61 @@ fn prepare_all(
     registry.batch(|b| {
         let mut prepared = Vec::new();
         let mut outputs = Vec::new();
-        // The fences first, all at once (a fence touches only its own key).
-        let owned: Vec<&str> = plans
+        // The fences first, all at once (a fence touches only its own key); then the group
+        // keys of the interchanges still ours, all at once too, in order (a key two of them
+        // carry is the second one's duplicate, as one after the other).
+        let owned: Vec<&Item<'_>> = plans
             .iter()
             .filter(|(_, plan)| matches!(plan, AfterClaim::Own(_)))
-            .map(|(i, _)| items[*i].key.as_str())
+            .filter_map(|(i, _)| items.get(*i))
             .collect();
-        let mut renewed = b
-            .renew_many(&owned, &r.options.owner, r.lease_ms)?
-            .into_iter();
+        let keys: Vec<&str> = owned.iter().map(|it| it.key.as_str()).collect();
+        let renewed = b.renew_many(&keys, &r.options.owner, r.lease_ms)?;
+        let groups: Vec<Vec<GroupKey>> = owned.iter().map(|it| group_keys(&it.ic)).collect();
+        let partners: Vec<String> = owned.iter().map(|it| it.partner.key()).collect();
+        let checked: Vec<bool> = owned
+            .iter()
+            .zip(&renewed)
+            .zip(&groups)
+            .map(|((it, renewed), groups)| {
+                renewed.is_some() && it.partner.check_group_duplicates && !groups.is_empty()
+            })
+            .collect();
+        let claims: Vec<(&str, &str, &[GroupKey], u32)> = owned
+            .iter()
+            .zip(&keys)
+            .zip(&partners)
+            .zip(&groups)
+            .zip(&checked)
+            .filter(|(_, checked)| **checked)
+            .map(|((((it, key), partner), groups), _)| {
+                (
+                    *key,
+                    partner.as_str(),
+                    groups.as_slice(),
+                    it.partner.duplicate_window_days,
+                )
+            })
+            .collect();
+        let mut seen = b.claim_groups_many(&claims)?.into_iter();
+        let mut ready = renewed.into_iter().zip(groups).zip(checked);
         for (i, plan) in plans {
             let it = &items[*i];
             match plan {
                 AfterClaim::Own(first) => {
-                    let renewed = renewed.next().flatten();
-                    prepared.push(prepare(b, r, *i, it, first, renewed)?)
+                    let ((renewed, groups), checked) =
+                        ready.next().unwrap_or(((None, Vec::new()), false));
+                    let seen_before = if checked {
+                        seen.next().unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    let fenced = renewed.map(|renewed| Fenced {
+                        renewed,
+                        group_keys: groups,
+                        seen_before,
+                    });
+                    prepared.push(prepare(b, r, *i, it, first, fenced)?)
                 }
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
@@ -1229,6 +1269,27 @@ fn next_numbers(
     })
 }
 
+/// An owned interchange whose fence held, with its groups registered.
+struct Fenced {
+    renewed: Renewed,
+    group_keys: Vec<GroupKey>,
+    /// For each group, whether another interchange used its key before.
+    seen_before: Vec<bool>,
+}
+
+/// The keys of an interchange's groups (GS01, GS02, GS03, GS06).
+fn group_keys(ic: &Interchange<'_>) -> Vec<GroupKey> {
+    ic.groups
+        .iter()
+        .map(|g| GroupKey {
+            functional_id: g.gs.text(1).to_string(),
+            app_sender: g.gs.text(2).to_string(),
+            app_receiver: g.gs.text(3).to_string(),
+            control_number: g.gs.text(6).to_string(),
+        })
+        .collect()
+}
+
 /// Step (3) for one owned interchange, inside the batch's transaction.
 fn prepare(
     b: &Batch<'_>,
@@ -1236,13 +1297,18 @@ fn prepare(
     i: usize,
     it: &Item<'_>,
     first_fingerprint: &str,
-    renewed: Option<Renewed>,
+    fenced: Option<Fenced>,
 ) -> Result<Prepared, ProcessError> {
-    let (ic, partner) = (&it.ic, &it.partner);
+    let ic = &it.ic;
     // The fence came first (`renewed`): a fresh lease covers the writes and the completion;
     // a claim another process took over while we were slow is no longer ours to write, nor
     // to record anything for (groups, numbers, documents).
-    let Some(renewed) = renewed else {
+    let Some(Fenced {
+        renewed,
+        group_keys,
+        seen_before,
+    }) = fenced
+    else {
         return Ok(Prepared {
             item: i,
             decision: decide_with(ic, r.config, r.schemas, Vec::new()),
@@ -1252,32 +1318,14 @@ fn prepare(
             lost: true,
         });
     };
-    // Groups seen in earlier interchanges of this sender are findings of this one.
-    let group_keys: Vec<GroupKey> = ic
-        .groups
+    // Groups seen in earlier interchanges of this sender (`seen_before`, registered by
+    // `prepare_all`) are findings of this one.
+    let extra = seen_before
         .iter()
-        .map(|g| GroupKey {
-            functional_id: g.gs.text(1).to_string(),
-            app_sender: g.gs.text(2).to_string(),
-            app_receiver: g.gs.text(3).to_string(),
-            control_number: g.gs.text(6).to_string(),
-        })
+        .enumerate()
+        .filter(|(_, seen)| **seen)
+        .filter_map(|(gi, _)| validate::group_seen_before(ic, gi))
         .collect();
-    let mut extra = Vec::new();
-    if partner.check_group_duplicates && !group_keys.is_empty() {
-        let dups = b.claim_groups(
-            &it.key,
-            &partner.key(),
-            &group_keys,
-            partner.duplicate_window_days,
-        )?;
-        extra.extend(
-            dups.iter()
-                .enumerate()
-                .filter(|(_, d)| **d)
-                .filter_map(|(gi, _)| validate::group_seen_before(ic, gi)),
-        );
-    }
     let decision = decide_with(ic, r.config, r.schemas, extra);
 
     // Reserved with the claim, so a takeover of this claim writes the very same bytes.

@@ -370,7 +370,19 @@ impl Batch<'_> {
         groups: &[GroupKey],
         window_days: u32,
     ) -> Result<Vec<bool>, RegistryError> {
-        claim_groups(&self.tx, key, partner, groups, window_days).map_err(|e| self.sql(e))
+        Ok(self
+            .claim_groups_many(&[(key, partner, groups, window_days)])?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// [`Batch::claim_groups`] for several interchanges, in order, all sent together (one
+    /// round trip on PostgreSQL).
+    pub fn claim_groups_many(
+        &self,
+        claims: &GroupClaims<'_>,
+    ) -> Result<Vec<Vec<bool>>, RegistryError> {
+        claim_groups(&self.tx, claims).map_err(|e| self.sql(e))
     }
 
     /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
@@ -646,35 +658,62 @@ fn reserve(
     Ok(reservation)
 }
 
+/// The groups of interchanges to register: each interchange's key, partner, groups and
+/// window in days.
+pub type GroupClaims<'a> = [(&'a str, &'a str, &'a [GroupKey], u32)];
+
 fn claim_groups(
     tx: &crate::registry::db::Conn,
-    key: &str,
-    partner: &str,
-    groups: &[GroupKey],
-    window_days: u32,
-) -> Result<Vec<bool>, crate::registry::db::Error> {
+    claims: &GroupClaims<'_>,
+) -> Result<Vec<Vec<bool>>, crate::registry::db::Error> {
+    use crate::registry::db::Params;
     let now = now_ms();
-    let oldest = now - i64::from(window_days) * 86_400_000;
-    groups
+    let runs: Vec<_> = claims
         .iter()
-        .map(|g| {
-            // Take the key when it is free, ours already, or older than the window. A row
-            // from before migration 4 knows only GS02 and GS06: within the window it still
-            // holds its number, whatever the GS01 and GS03 (never a miss on upgrade).
-            let taken = tx.prepare_cached("INSERT INTO groups (partner, functional_id, app_sender, app_receiver, control_number, interchange_key, seen)
-                 SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
-                     CAST(?5 AS TEXT), CAST(?6 AS TEXT), CAST(?7 AS BIGINT)
-                 WHERE NOT EXISTS (SELECT 1 FROM groups WHERE partner = ?1 AND functional_id = ''
-                     AND app_receiver = '' AND app_sender = ?3 AND control_number = ?5
-                     AND interchange_key <> ?6 AND seen >= ?8)
-                 ON CONFLICT (partner, functional_id, app_sender, app_receiver, control_number) DO UPDATE
-                 SET interchange_key = excluded.interchange_key, seen = excluded.seen
-                 WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?8")?.execute(
-                params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key, now, oldest],
-            )?;
-            Ok(taken == 0)
+        .flat_map(|(key, partner, groups, window_days)| {
+            let oldest = now - i64::from(*window_days) * 86_400_000;
+            groups.iter().map(move |g| {
+                params![
+                    partner,
+                    g.functional_id,
+                    g.app_sender,
+                    g.app_receiver,
+                    g.control_number,
+                    key,
+                    now,
+                    oldest
+                ]
+                .values()
+            })
         })
-        .collect()
+        .collect();
+    // Take the key when it is free, ours already, or older than the window. A row from
+    // before migration 4 knows only GS02 and GS06: within the window it still holds its
+    // number, whatever the GS01 and GS03 (never a miss on upgrade). Each statement is the
+    // same whatever the ones before it found, so all are sent at once, in order: a key
+    // twice among them is found taken the second time, as one after the other.
+    let taken = tx.execute_many(
+        "INSERT INTO groups (partner, functional_id, app_sender, app_receiver, control_number, interchange_key, seen)
+         SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?3 AS TEXT), CAST(?4 AS TEXT),
+             CAST(?5 AS TEXT), CAST(?6 AS TEXT), CAST(?7 AS BIGINT)
+         WHERE NOT EXISTS (SELECT 1 FROM groups WHERE partner = ?1 AND functional_id = ''
+             AND app_receiver = '' AND app_sender = ?3 AND control_number = ?5
+             AND interchange_key <> ?6 AND seen >= ?8)
+         ON CONFLICT (partner, functional_id, app_sender, app_receiver, control_number) DO UPDATE
+         SET interchange_key = excluded.interchange_key, seen = excluded.seen
+         WHERE groups.interchange_key = excluded.interchange_key OR groups.seen < ?8",
+        &runs,
+    )?;
+    let mut taken = taken.into_iter();
+    Ok(claims
+        .iter()
+        .map(|(_, _, groups, _)| {
+            groups
+                .iter()
+                .map(|_| taken.next().is_some_and(|n| n == 0))
+                .collect()
+        })
+        .collect())
 }
 
 fn complete(

@@ -488,17 +488,20 @@ fn insert(
     by: &str,
     now: i64,
 ) -> Result<(i64, Option<i64>), crate::registry::db::Error> {
-    let sequence = match delivery {
-        Delivery::Pending | Delivery::Delivered => Some(next_sequence(tx)?),
-        _ => None,
-    };
+    // A sighting to deliver takes the next place in the order of deliveries: the counter
+    // moved by a write sent with the INSERT, which reads it (one round trip on PostgreSQL).
+    let placed = matches!(delivery, Delivery::Pending | Delivery::Delivered);
+    if placed {
+        tx.prepare_cached(NEXT_SEQUENCE)?.write([])?;
+    }
     tx.prepare_cached(
         "INSERT INTO documents (key, subject, partner, set_id, role, version, fingerprint,
              interchange_key, position, st02, disposition, duplicate_of, delivery, by, sequence,
              seen, delivered_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-             CASE WHEN ?13 = 'delivered' THEN CAST(?16 AS BIGINT) END)
-         RETURNING id",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+             CASE WHEN ?15 = 1 THEN (SELECT value FROM document_sequence WHERE one = 1) END,
+             ?16, CASE WHEN ?13 = 'delivered' THEN CAST(?16 AS BIGINT) END)
+         RETURNING id, sequence",
     )?
     .query_row(
         params![
@@ -516,22 +519,21 @@ fn insert(
             duplicate_of,
             delivery,
             by,
-            sequence,
+            placed,
             now
         ],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )
-    .map(|id| (id, sequence))
 }
 
 /// The next place in the order of deliveries: a counter of its own, so that numbers are
 /// never handed out again when old documents are pruned.
+const NEXT_SEQUENCE: &str = "INSERT INTO document_sequence (one, value) VALUES (1, 1)
+     ON CONFLICT (one) DO UPDATE SET value = document_sequence.value + 1";
+
 fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry::db::Error> {
-    tx.prepare_cached(
-        "INSERT INTO document_sequence (one, value) VALUES (1, 1)
-         ON CONFLICT (one) DO UPDATE SET value = document_sequence.value + 1 RETURNING value",
-    )?
-    .query_row([], |r| r.get(0))
+    tx.prepare_cached(&format!("{NEXT_SEQUENCE} RETURNING value"))?
+        .query_row([], |r| r.get(0))
 }
 
 /// A parked sighting: its id, role and version.
