@@ -56,54 +56,78 @@ pub(super) fn take_in(
     isa13: usize,
     gs06: usize,
 ) -> Result<(Vec<u32>, Vec<u32>), crate::registry::db::Error> {
+    take_many(conn, &[(partner, isa13, gs06)])?
+        .pop()
+        .ok_or(crate::registry::db::Error::NoRows)
+}
+
+/// [`take_in`] for each (partner, ISA13s, GS06s), in order, all sent together (one round
+/// trip on PostgreSQL): the numbers one after the other would have given.
+pub(super) fn take_many(
+    conn: &crate::registry::db::Conn,
+    wants: &[(&str, usize, usize)],
+) -> Result<Vec<(Vec<u32>, Vec<u32>)>, crate::registry::db::Error> {
+    use crate::registry::db::Params;
     const ONE: &str = "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4)
          ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
              WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
              ELSE counters.value + excluded.value END
          RETURNING kind, value";
-    const BOTH: &str =
-        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4), (?1, ?5, ?6)
+    const BOTH: &str = "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4), (?1, ?5, ?6)
          ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
              WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
              ELSE counters.value + excluded.value END
          RETURNING kind, value";
     let (interchange, group) = (Counter::Interchange.name(), Counter::Group.name());
-    let (mut a, mut b) = (Vec::with_capacity(isa13), Vec::with_capacity(gs06));
-    let (mut want_a, mut want_b) = (isa13, gs06);
-    while want_a > 0 || want_b > 0 {
-        let (na, nb) = (want_a.min(BLOCK), want_b.min(BLOCK));
-        let rows: Vec<(String, i64)> = match (na, nb) {
-            (_, 0) => conn.query_map(
-                ONE,
-                params![partner, MAX_CONTROL_NUMBER, interchange, na],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?,
-            (0, _) => {
-                conn.query_map(ONE, params![partner, MAX_CONTROL_NUMBER, group, nb], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-            }
-            _ => conn.query_map(
-                BOTH,
-                params![partner, MAX_CONTROL_NUMBER, interchange, na, group, nb],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?,
+    // Each statement, and for which want it takes how many of each.
+    let mut statements = Vec::new();
+    for (w, &(partner, isa13, gs06)) in wants.iter().enumerate() {
+        let (mut want_a, mut want_b) = (isa13, gs06);
+        while want_a > 0 || want_b > 0 {
+            let (na, nb) = (want_a.min(BLOCK), want_b.min(BLOCK));
+            let (sql, values) = match (na, nb) {
+                (_, 0) => (ONE, params![partner, MAX_CONTROL_NUMBER, interchange, na].values()),
+                (0, _) => (ONE, params![partner, MAX_CONTROL_NUMBER, group, nb].values()),
+                _ => (
+                    BOTH,
+                    params![partner, MAX_CONTROL_NUMBER, interchange, na, group, nb].values(),
+                ),
+            };
+            statements.push((sql, values, w, na, nb));
+            want_a -= na;
+            want_b -= nb;
         }
-        .collect::<Result<_, _>>()?;
+    }
+    let runs: Vec<(&str, &[crate::registry::db::Value])> = statements
+        .iter()
+        .map(|(sql, values, ..)| (*sql, values.as_slice()))
+        .collect();
+    let rows: Vec<Vec<(String, i64)>> =
+        conn.query_batch(&runs, |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut out: Vec<(Vec<u32>, Vec<u32>)> = wants
+        .iter()
+        .map(|(_, a, b)| (Vec::with_capacity(*a), Vec::with_capacity(*b)))
+        .collect();
+    for ((.., w, na, nb), rows) in statements.iter().zip(rows) {
+        let Some((a, b)) = out.get_mut(*w) else {
+            continue;
+        };
         for (kind, last) in rows {
             if kind == interchange {
-                a.extend(block_ending(last, na));
+                a.extend(block_ending(last, *na));
             } else if kind == group {
-                b.extend(block_ending(last, nb));
+                b.extend(block_ending(last, *nb));
             }
         }
-        want_a -= na;
-        want_b -= nb;
     }
-    if a.len() != isa13 || b.len() != gs06 {
+    let complete = out
+        .iter()
+        .zip(wants)
+        .all(|((a, b), (_, isa13, gs06))| a.len() == *isa13 && b.len() == *gs06);
+    if !complete {
         return Err(crate::registry::db::Error::NoRows);
     }
-    Ok((a, b))
+    Ok(out)
 }
 
 /// The `n` numbers a counter handed out when it moved to `last`, oldest first.

@@ -862,20 +862,35 @@ impl Conn {
         &self,
         sql: &str,
         runs: &[Vec<Value>],
+        f: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<Vec<Vec<T>>> {
+        let runs: Vec<(&str, &[Value])> = runs.iter().map(|v| (sql, v.as_slice())).collect();
+        self.query_batch(&runs, f)
+    }
+
+    /// Runs each query with its parameters, in order: every row of each, read by `f`. On
+    /// PostgreSQL all are sent at once, one round trip for them all.
+    pub fn query_batch<T>(
+        &self,
+        runs: &[(&str, &[Value])],
         mut f: impl FnMut(&Row<'_>) -> Result<T>,
     ) -> Result<Vec<Vec<T>>> {
         match self {
             Conn::Sqlite(_) => runs
                 .iter()
-                .map(|values| self.query_map(sql, values.clone(), &mut f)?.collect())
+                .map(|(sql, values)| self.query_map(sql, values.to_vec(), &mut f)?.collect())
                 .collect(),
             Conn::Postgres(p) => {
                 let answers = {
                     let mut p = p.borrow_mut();
-                    let statement = p.statement(sql)?;
-                    let asked = runs
+                    let statements = runs
                         .iter()
-                        .map(|values| Last::Query(&statement, values))
+                        .map(|(sql, _)| p.statement(sql))
+                        .collect::<Result<Vec<_>>>()?;
+                    let asked = statements
+                        .iter()
+                        .zip(runs)
+                        .map(|(statement, (_, values))| Last::Query(statement, values))
                         .collect();
                     p.exchange(asked)?
                 };
