@@ -22,7 +22,7 @@ use crate::config::{Config, Partner};
 use crate::input::{self, Reader};
 use crate::registry::{
     Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, Renewed,
-    StoredAck,
+    Reservation, StoredAck,
 };
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
@@ -953,6 +953,9 @@ fn prepare_all(
             .collect();
         let mut seen = b.claim_groups_many(&claims)?.into_iter();
         let mut ready = renewed.into_iter().zip(groups).zip(checked);
+        // Each interchange decided; then the control numbers all of them need, taken
+        // together in their order (as one after the other would take them).
+        let mut stages = Vec::new();
         for (i, plan) in plans {
             let it = &items[*i];
             match plan {
@@ -964,33 +967,89 @@ fn prepare_all(
                     } else {
                         Vec::new()
                     };
-                    let fenced = renewed.map(|renewed| Fenced {
-                        renewed,
-                        group_keys: groups,
-                        seen_before,
+                    stages.push(match renewed {
+                        Some(renewed) => Stage::Own(
+                            first,
+                            Box::new(decide_owned(r, it, renewed, groups, &seen_before)),
+                        ),
+                        None => Stage::Lost,
                     });
-                    prepared.push(prepare(b, r, *i, it, first, fenced)?)
                 }
+                AfterClaim::Refuse(decision) => stages.push(Stage::Refuse(decision)),
                 // Into the outbox of the configuration in force, whatever folder the first
                 // answer went to (a restored or moved gateway): rows store the name, older
                 // rows an absolute path of which only the name counts.
-                AfterClaim::Replay(acks) => outputs.extend(acks.iter().map(|a| {
-                    Output {
-                        item: *i,
-                        dir: r.config.gateway.outbox.clone(),
-                        name: Path::new(&a.path)
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                        content: Content::Bytes(a.bytes.clone()),
-                        ack: Some(a.kind.clone()),
+                AfterClaim::Replay(acks) => {
+                    stages.push(Stage::Done);
+                    outputs.extend(acks.iter().map(|a| {
+                        Output {
+                            item: *i,
+                            dir: r.config.gateway.outbox.clone(),
+                            name: Path::new(&a.path)
+                                .file_name()
+                                .map(|n| n.to_string_lossy().into_owned())
+                                .unwrap_or_default(),
+                            content: Content::Bytes(a.bytes.clone()),
+                            ack: Some(a.kind.clone()),
+                        }
+                    }))
+                }
+                AfterClaim::Busy(_) | AfterClaim::Event(_) => stages.push(Stage::Done),
+            }
+        }
+        let partners: Vec<String> = stages
+            .iter()
+            .map(|stage| match stage {
+                Stage::Own(_, owned) => owned.decision.partner.key(),
+                Stage::Refuse(decision) => decision.partner.key(),
+                Stage::Lost | Stage::Done => String::new(),
+            })
+            .collect();
+        let wants: Vec<(&str, usize, usize)> = stages
+            .iter()
+            .zip(&partners)
+            .map(|(stage, partner)| {
+                let needed = match stage {
+                    Stage::Own(_, owned) if owned.reserved.is_none() => {
+                        numbers_needed(&owned.decision)
                     }
-                })),
-                AfterClaim::Refuse(decision) => {
+                    Stage::Refuse(decision) => numbers_needed(decision),
+                    _ => ack::NumbersNeeded { isa13: 0, gs06: 0 },
+                };
+                (partner.as_str(), needed.isa13, needed.gs06)
+            })
+            .collect();
+        let mut taken = b.take_control_numbers(&wants)?.into_iter();
+        for ((i, _), stage) in plans.iter().zip(stages) {
+            let it = &items[*i];
+            let (isa13, gs06) = taken.next().unwrap_or_default();
+            match stage {
+                Stage::Own(first, mut owned) => {
+                    if owned.reserved.is_none() {
+                        // Reserved with the claim, so a takeover of this claim writes the
+                        // very same bytes.
+                        let reservation = Reservation {
+                            at_ms: crate::registry::now_ms(),
+                            isa13,
+                            gs06,
+                        };
+                        b.keep_reservation(&it.key, &reservation)?;
+                        owned.reserved = Some(reservation);
+                    }
+                    prepared.push(prepare(b, r, *i, it, first, *owned)?);
+                }
+                Stage::Lost => prepared.push(Prepared {
+                    item: *i,
+                    decision: decide_with(&it.ic, r.config, r.schemas, Vec::new()),
+                    files: Vec::new(),
+                    group_keys: Vec::new(),
+                    documents: Planned::default(),
+                    lost: true,
+                }),
+                Stage::Refuse(decision) => {
                     let now = chrono::Local::now().naive_local();
                     // Not reserved: nothing is claimed, and a resend is refused afresh.
-                    let numbers =
-                        next_numbers(b, &decision.partner.key(), numbers_needed(decision))?;
+                    let numbers = ack::Numbers { isa13, gs06 };
                     for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
                         let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
                         outputs.push(Output {
@@ -1006,7 +1065,7 @@ fn prepare_all(
                         });
                     }
                 }
-                AfterClaim::Busy(_) | AfterClaim::Event(_) => {}
+                Stage::Done => {}
             }
         }
         Ok::<_, ProcessError>((prepared, outputs))
@@ -1252,29 +1311,49 @@ fn recorded_detail(report: &mut Report) -> String {
     detail
 }
 
-/// Control numbers taken from the counters inside the batch, reserved to no claim.
-fn next_numbers(
-    b: &Batch<'_>,
-    partner: &str,
-    needed: ack::NumbersNeeded,
-) -> Result<ack::Numbers, crate::registry::RegistryError> {
-    let take = |counter, n: usize| {
-        (0..n)
-            .map(|_| b.next_control_number_in_batch(partner, counter))
-            .collect::<Result<Vec<u32>, _>>()
-    };
-    Ok(ack::Numbers {
-        isa13: take(crate::registry::Counter::Interchange, needed.isa13)?,
-        gs06: take(crate::registry::Counter::Group, needed.gs06)?,
-    })
+/// An owned interchange whose fence held, decided.
+struct Owned {
+    decision: Decision,
+    group_keys: Vec<GroupKey>,
+    /// The control numbers for its acknowledgments: an earlier attempt's when there are
+    /// enough, else (once taken) this attempt's.
+    reserved: Option<Reservation>,
 }
 
-/// An owned interchange whose fence held, with its groups registered.
-struct Fenced {
+/// Where each plan of a round stands between deciding and preparing.
+enum Stage<'p> {
+    Own(&'p str, Box<Owned>),
+    /// Our lease was lost: another process took the claim over; nothing is recorded.
+    Lost,
+    Refuse(&'p Decision),
+    Done,
+}
+
+/// Decides an interchange whose fence held: the groups seen in earlier interchanges of this
+/// sender (`seen_before`, registered by `prepare_all`) are findings of this one.
+fn decide_owned(
+    r: &Round<'_>,
+    it: &Item<'_>,
     renewed: Renewed,
     group_keys: Vec<GroupKey>,
-    /// For each group, whether another interchange used its key before.
-    seen_before: Vec<bool>,
+    seen_before: &[bool],
+) -> Owned {
+    let extra = seen_before
+        .iter()
+        .enumerate()
+        .filter(|(_, seen)| **seen)
+        .filter_map(|(gi, _)| validate::group_seen_before(&it.ic, gi))
+        .collect();
+    let decision = decide_with(&it.ic, r.config, r.schemas, extra);
+    let needed = numbers_needed(&decision);
+    let reserved = renewed
+        .reserved
+        .filter(|r| r.isa13.len() >= needed.isa13 && r.gs06.len() >= needed.gs06);
+    Owned {
+        decision,
+        group_keys,
+        reserved,
+    }
 }
 
 /// The keys of an interchange's groups (GS01, GS02, GS03, GS06).
@@ -1297,47 +1376,20 @@ fn prepare(
     i: usize,
     it: &Item<'_>,
     first_fingerprint: &str,
-    fenced: Option<Fenced>,
+    owned: Owned,
 ) -> Result<Prepared, ProcessError> {
     let ic = &it.ic;
-    // The fence came first (`renewed`): a fresh lease covers the writes and the completion;
-    // a claim another process took over while we were slow is no longer ours to write, nor
-    // to record anything for (groups, numbers, documents).
-    let Some(Fenced {
-        renewed,
+    let Owned {
+        decision,
         group_keys,
-        seen_before,
-    }) = fenced
-    else {
-        return Ok(Prepared {
-            item: i,
-            decision: decide_with(ic, r.config, r.schemas, Vec::new()),
-            files: Vec::new(),
-            group_keys: Vec::new(),
-            documents: Planned::default(),
-            lost: true,
-        });
-    };
-    // Groups seen in earlier interchanges of this sender (`seen_before`, registered by
-    // `prepare_all`) are findings of this one.
-    let extra = seen_before
-        .iter()
-        .enumerate()
-        .filter(|(_, seen)| **seen)
-        .filter_map(|(gi, _)| validate::group_seen_before(ic, gi))
-        .collect();
-    let decision = decide_with(ic, r.config, r.schemas, extra);
-
-    // Reserved with the claim, so a takeover of this claim writes the very same bytes.
-    let needed = numbers_needed(&decision);
+        reserved,
+    } = owned;
+    let reservation = reserved.unwrap_or(Reservation {
+        at_ms: crate::registry::now_ms(),
+        isa13: Vec::new(),
+        gs06: Vec::new(),
+    });
     let now = chrono::Local::now().naive_local();
-    let reservation = b.reserve_control_numbers(
-        &it.key,
-        &decision.partner.key(),
-        renewed.reserved,
-        needed.isa13,
-        needed.gs06,
-    )?;
     let at = chrono::DateTime::from_timestamp_millis(reservation.at_ms)
         .map(|t| t.with_timezone(&chrono::Local).naive_local())
         .unwrap_or(now);

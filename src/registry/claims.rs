@@ -361,6 +361,25 @@ impl Batch<'_> {
         reserve(&self.tx, key, partner, reserved, isa13, gs06).map_err(|e| self.sql(e))
     }
 
+    /// The next control numbers for each (partner, ISA13s, GS06s), in order, taken together
+    /// (one round trip on PostgreSQL): what taking them one after the other gives.
+    pub fn take_control_numbers(
+        &self,
+        wants: &[(&str, usize, usize)],
+    ) -> Result<Vec<super::counters::Numbers>, RegistryError> {
+        super::counters::take_many(&self.tx, wants).map_err(|e| self.sql(e))
+    }
+
+    /// Keeps the numbers taken for `key`'s acknowledgments with its claim, so a takeover
+    /// writes the very same bytes.
+    pub fn keep_reservation(
+        &self,
+        key: &str,
+        reservation: &Reservation,
+    ) -> Result<(), RegistryError> {
+        keep_reservation(&self.tx, key, reservation).map_err(|e| self.sql(e))
+    }
+
     /// Registers the group keys (GS02, GS06) of `key`'s groups for `partner`; returns, per
     /// group, whether another interchange seen within `window_days` already used it.
     pub fn claim_groups(
@@ -653,9 +672,17 @@ fn reserve(
         isa13,
         gs06,
     };
-    tx.prepare_cached("UPDATE interchanges SET reservation = ?2 WHERE key = ?1")?
-        .write(params![key, json(&reservation)])?;
+    keep_reservation(tx, key, &reservation)?;
     Ok(reservation)
+}
+
+fn keep_reservation(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+    reservation: &Reservation,
+) -> Result<(), crate::registry::db::Error> {
+    tx.prepare_cached("UPDATE interchanges SET reservation = ?2 WHERE key = ?1")?
+        .write(params![key, json(reservation)])
 }
 
 /// The groups of interchanges to register: each interchange's key, partner, groups and

@@ -44,6 +44,9 @@ pub(super) fn next_in(
         .ok_or(crate::registry::db::Error::NoRows)
 }
 
+/// The numbers taken for one acknowledgment: ISA13s, then GS06s.
+pub type Numbers = (Vec<u32>, Vec<u32>);
+
 /// Numbers taken by one statement at most: far below the wrap, so one block wraps once.
 const BLOCK: usize = 1000;
 
@@ -66,14 +69,15 @@ pub(super) fn take_in(
 pub(super) fn take_many(
     conn: &crate::registry::db::Conn,
     wants: &[(&str, usize, usize)],
-) -> Result<Vec<(Vec<u32>, Vec<u32>)>, crate::registry::db::Error> {
+) -> Result<Vec<Numbers>, crate::registry::db::Error> {
     use crate::registry::db::Params;
     const ONE: &str = "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4)
          ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
              WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
              ELSE counters.value + excluded.value END
          RETURNING kind, value";
-    const BOTH: &str = "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4), (?1, ?5, ?6)
+    const BOTH: &str =
+        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?3, ?4), (?1, ?5, ?6)
          ON CONFLICT (partner, kind) DO UPDATE SET value = CASE
              WHEN counters.value + excluded.value > ?2 THEN counters.value + excluded.value - ?2
              ELSE counters.value + excluded.value END
@@ -86,8 +90,14 @@ pub(super) fn take_many(
         while want_a > 0 || want_b > 0 {
             let (na, nb) = (want_a.min(BLOCK), want_b.min(BLOCK));
             let (sql, values) = match (na, nb) {
-                (_, 0) => (ONE, params![partner, MAX_CONTROL_NUMBER, interchange, na].values()),
-                (0, _) => (ONE, params![partner, MAX_CONTROL_NUMBER, group, nb].values()),
+                (_, 0) => (
+                    ONE,
+                    params![partner, MAX_CONTROL_NUMBER, interchange, na].values(),
+                ),
+                (0, _) => (
+                    ONE,
+                    params![partner, MAX_CONTROL_NUMBER, group, nb].values(),
+                ),
                 _ => (
                     BOTH,
                     params![partner, MAX_CONTROL_NUMBER, interchange, na, group, nb].values(),
@@ -102,9 +112,8 @@ pub(super) fn take_many(
         .iter()
         .map(|(sql, values, ..)| (*sql, values.as_slice()))
         .collect();
-    let rows: Vec<Vec<(String, i64)>> =
-        conn.query_batch(&runs, |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let mut out: Vec<(Vec<u32>, Vec<u32>)> = wants
+    let rows: Vec<Vec<(String, i64)>> = conn.query_batch(&runs, |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut out: Vec<Numbers> = wants
         .iter()
         .map(|(_, a, b)| (Vec::with_capacity(*a), Vec::with_capacity(*b)))
         .collect();

@@ -460,3 +460,32 @@ crate::registry::tests::on_both! {
         assert_eq!(r.next_control_number("ZZ:A", Counter::Group).unwrap(), 3);
     }
 }
+
+crate::registry::tests::on_both! {
+    /// The numbers of several acknowledgments taken together are those taken one after the
+    /// other, whatever each needs and whoever it is for.
+    fn numbers_taken_together_are_those_taken_one_after_the_other() {
+        use crate::registry::counters;
+        let wants = [
+            ("ZZ:A", 1, 1),
+            ("ZZ:B", 1, 0),
+            ("ZZ:A", 0, 0),
+            ("ZZ:A", 0, 2),
+            ("ZZ:B", 1_200, 3),
+            ("ZZ:A", 1, 1),
+        ];
+        let mut one_by_one = Registry::in_memory(US);
+        let tx = one_by_one.conn.transaction().unwrap();
+        let expected: Vec<_> = wants
+            .iter()
+            .map(|(partner, a, b)| counters::take_in(&tx, partner, *a, *b).unwrap())
+            .collect();
+        tx.commit().unwrap();
+        let mut together = Registry::in_memory(US);
+        let tx = together.conn.transaction().unwrap();
+        let got = counters::take_many(&tx, &wants).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(got.get(5), Some(&(vec![2], vec![4])));
+    }
+}
