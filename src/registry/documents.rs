@@ -344,24 +344,38 @@ fn record(
     s: &Sighting<'_>,
     now: i64,
 ) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
-    // Two questions in one statement (one round trip on PostgreSQL): this content's
-    // sighting at this place, if any (row 0), and the key's first sighting, with this
-    // content if there is one (row 1). Another content at this place (`reprocess --file`
+    // Three questions in one statement (one round trip on PostgreSQL): this content's
+    // sighting at this place, if any (rows 0), the key's first sighting, with this content
+    // if there is one (row 1), and for an original, the delivered copies and the parked
+    // sightings of its subject (rows 2). Another content at this place (`reprocess --file`
     // of other bytes) is a sighting of its own: the earlier one stays recorded, delivered
     // or not.
-    let rows: Vec<(i64, AtPlace, String)> = tx
+    let rows: Vec<AskedRow> = tx
         .prepare_cached(
             "SELECT 0, id, disposition, delivery, sequence, original_missing, duplicate_of,
-                 fingerprint
+                 fingerprint, role, version
              FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3
              UNION ALL
              SELECT * FROM (SELECT 1, id, disposition, delivery, sequence, original_missing,
-                     duplicate_of, fingerprint
+                     duplicate_of, fingerprint, role, version
                  FROM documents WHERE key = ?4
-                 ORDER BY CASE WHEN fingerprint = ?3 THEN 0 ELSE 1 END, id LIMIT 1) AS first",
+                 ORDER BY CASE WHEN fingerprint = ?3 THEN 0 ELSE 1 END, id LIMIT 1) AS first
+             UNION ALL
+             SELECT 2, id, disposition, delivery, sequence, original_missing, duplicate_of,
+                 fingerprint, role, version
+             FROM documents WHERE subject = ?5 AND ?6 = 1
+                 AND (delivery = 'parked'
+                     OR (role = 'copy' AND delivery IN ('pending', 'delivered')))",
         )?
         .query_map(
-            params![s.interchange_key, s.position, s.fingerprint, s.key],
+            params![
+                s.interchange_key,
+                s.position,
+                s.fingerprint,
+                s.key,
+                s.subject,
+                s.role == Role::Original
+            ],
             |r| {
                 Ok((
                     r.get(0)?,
@@ -374,6 +388,8 @@ fn record(
                         r.get(6)?,
                     ),
                     r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
                 ))
             },
         )?
@@ -381,11 +397,11 @@ fn record(
     let earlier = rows
         .iter()
         .find(|(row, ..)| *row == 0)
-        .map(|(_, at, _)| *at);
+        .map(|(_, at, ..)| *at);
     let first = rows
         .iter()
         .find(|(row, ..)| *row == 1)
-        .map(|(_, (id, _, delivery, ..), fingerprint)| (*id, *delivery, fingerprint.as_str()));
+        .map(|(_, (id, _, delivery, ..), fingerprint, ..)| (*id, *delivery, fingerprint.as_str()));
     if let Some((id, disposition, delivery, sequence, original_missing, of)) = earlier {
         let decided = Decided {
             id,
@@ -431,7 +447,7 @@ fn record(
         match s.role {
             // An operator delivered a copy of this document before its original came.
             Role::Original => {
-                let (copy, waiting) = copy_and_parked(tx, s.subject)?;
+                let (copy, waiting) = copy_and_parked(&rows);
                 parked = waiting;
                 match copy {
                     Some(of) => (DocumentDisposition::Duplicate, Delivery::None, Some(of)),
@@ -539,35 +555,28 @@ fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry:
 /// A parked sighting: its id, role and version.
 type Parked = (i64, String, Option<String>);
 
-/// For an original of `subject`: the first copy of it delivered (or being delivered), and
-/// the sightings parked for it, oldest first (one statement: one round trip on PostgreSQL).
-fn copy_and_parked(
-    tx: &crate::registry::db::Conn,
-    subject: &str,
-) -> Result<(Option<i64>, Vec<Parked>), crate::registry::db::Error> {
-    let rows: Vec<(i64, String, Option<String>, Delivery)> = tx
-        .prepare_cached(
-            "SELECT id, role, version, delivery FROM documents WHERE subject = ?1
-             AND (delivery = 'parked' OR (role = 'copy' AND delivery IN ('pending', 'delivered')))
-             ORDER BY id",
-        )?
-        .query_map([subject], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    let copy = rows
+/// A row of [`record`]'s one statement: which question it answers, the sighting, its
+/// content, role and version.
+type AskedRow = (i64, AtPlace, String, String, Option<String>);
+
+/// For an original, from [`record`]'s rows 2: the first copy of its subject delivered (or
+/// being delivered), and the sightings parked for it, oldest first.
+fn copy_and_parked(rows: &[AskedRow]) -> (Option<i64>, Vec<Parked>) {
+    let mut subject: Vec<&AskedRow> = rows.iter().filter(|(row, ..)| *row == 2).collect();
+    subject.sort_by_key(|(_, (id, ..), ..)| *id);
+    let copy = subject
         .iter()
-        .find(|(_, role, _, delivery)| {
+        .find(|(_, (_, _, delivery, ..), _, role, _)| {
             role == Role::Copy.as_str()
                 && matches!(delivery, Delivery::Pending | Delivery::Delivered)
         })
-        .map(|(id, ..)| *id);
-    let parked = rows
+        .map(|(_, (id, ..), ..)| *id);
+    let parked = subject
         .into_iter()
-        .filter(|(.., delivery)| *delivery == Delivery::Parked)
-        .map(|(id, role, version, _)| (id, role, version))
+        .filter(|(_, (_, _, delivery, ..), ..)| *delivery == Delivery::Parked)
+        .map(|(_, (id, ..), _, role, version)| (*id, role.clone(), version.clone()))
         .collect();
-    Ok((copy, parked))
+    (copy, parked)
 }
 
 /// Orders changes oldest first: numeric sequence numbers by value, then the others, each
