@@ -6,6 +6,13 @@
 //! `RETURNING`, `CASE`, `substr`); PostgreSQL gets `$N` for `?N`. The few statements that
 //! cannot be shared ask [`Conn::is_postgres`].
 //!
+//! On PostgreSQL the client is `tokio-postgres`, driven by a small runtime of the
+//! connection's own, so that requests can be pipelined: a write whose outcome nobody reads
+//! ([`Conn::write`]) waits to be sent with the next statement whose answer is awaited, and
+//! statements asked of many rows of a batch ([`Conn::execute_many`], [`Conn::query_each`],
+//! [`Conn::query_batch`]) are sent together; the server runs them in order, so each sees
+//! what the ones before it did, as when they are sent one at a time (SQLite runs them so).
+//!
 //! A write transaction behaves the same on both. SQLite's `BEGIN IMMEDIATE` takes the one
 //! write lock before anything is read; on PostgreSQL the transaction first takes one
 //! transaction-scoped advisory lock ([`WRITER_LOCK`]), so writers run one after another and
