@@ -414,6 +414,67 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
+    // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
+    let name = "270-005010X279A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X279A1/270")
+    );
+    let c = content(&doc, 0);
+    let source = &c["2000A_loop"][0];
+    assert_eq!(source["2100A_loop"]["NM1"]["entity_identifier_code_01"], "PR");
+    let subscribers = source["2000B_loop"][0]["2000C_loop"]
+        .as_array()
+        .expect("2000C levels");
+    assert_eq!(subscribers.len(), 2);
+    assert_eq!(
+        subscribers[0]["2100C_loop"]["2110C_loop"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    let dependent = &subscribers[1]["2000D_loop"][0];
+    assert_eq!(dependent["HL"]["hierarchical_level_code_03"], "23");
+    assert_eq!(
+        dependent["2100D_loop"]["NM1"]["entity_identifier_code_01"],
+        "03"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+
+    let name = "271-005010X279A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X279A1/271")
+    );
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    let benefits = subscriber["2100C_loop"]["2110C_loop"]
+        .as_array()
+        .expect("2110C benefits");
+    assert_eq!(benefits.len(), 5);
+    // LS/LE wrap the benefit's related entity (2120C) inside 2110C.
+    assert_eq!(
+        benefits[4]["2120C_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+}
+
+#[test]
+fn a_999_for_an_eligibility_guide_names_its_loops() {
+    let config = config_with(Validation::Schema, AckKind::ImplementationAck);
+    let got = set_response("fixtures/broken/segment-unexpected-270.x12", &config);
+    assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*EQ*18*2110C*8".to_string()), "{got:?}");
+    let got = set_response("fixtures/broken/segment-unexpected-271.x12", &config);
+    assert!(got.contains(&"IK3*DMG*15*2100C*8".to_string()), "{got:?}");
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
