@@ -475,6 +475,53 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
 }
 
 #[test]
+fn a_claim_status_request_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 005010X212: source (2000A) > receiver (2000B) > provider (2000C) > subscriber
+    // (2000D) > dependent (2000E), each claim (2200D/2200E) under its subscriber or dependent.
+    for (name, schema, line) in [
+        ("276-005010X212.x12", "005010X212/276", "2210D_loop"),
+        ("277-005010X212.x12", "005010X212/277", "2220D_loop"),
+    ] {
+        let (doc, bytes) = structured(name);
+        assert_eq!(
+            doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+            Some(schema)
+        );
+        let c = content(&doc, 0);
+        let provider = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+        assert_eq!(
+            provider["2100C_loop"][0]["NM1"]["entity_identifier_code_01"],
+            "1P"
+        );
+        let subscribers = provider["2000D_loop"].as_array().expect("2000D levels");
+        assert_eq!(subscribers.len(), 2, "{name}");
+        let claim = &subscribers[0]["2200D_loop"][0];
+        assert_eq!(
+            claim[line][0]["REF"]["reference_identification_02"],
+            "LN-0001"
+        );
+        let dependent = &subscribers[1]["2000E_loop"][0];
+        assert_eq!(
+            dependent["2100E_loop"]["NM1"]["entity_identifier_code_01"],
+            "QC"
+        );
+        assert!(dependent["2200E_loop"].is_array(), "{name}");
+        assert_eq!(render(&doc), bytes, "{name}");
+    }
+}
+
+#[test]
+fn a_999_for_a_claim_status_guide_names_its_loops() {
+    let config = config_with(Validation::Schema, AckKind::ImplementationAck);
+    let got = set_response("fixtures/broken/segment-unexpected-276.x12", &config);
+    assert!(got.contains(&"IK3*REF*15*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*AMT*16*2200D*8".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
+    let got = set_response("fixtures/broken/segment-unexpected-277.x12", &config);
+    assert!(got.contains(&"IK3*NM1*11*2100D*8".to_string()), "{got:?}");
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
