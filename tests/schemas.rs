@@ -522,6 +522,42 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
 }
 
 #[test]
+fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_loop_ids() {
+    let name = "834-005010X220A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X220A1/834")
+    );
+    let c = content(&doc, 0);
+    // N1*P5 and N1*IN are told apart by their qualifier: 1000A and 1000B.
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "P5");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "IN");
+    let members = c["2000_loop"].as_array().expect("2000 members");
+    assert_eq!(members.len(), 3);
+    assert_eq!(
+        members[0]["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        members[0]["2300_loop"][0]["2310_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    // LS ... LE: 2700 > 2710 (LX) > 2750 (N1).
+    assert_eq!(
+        members[2]["2700_loop"]["2710_loop"][0]["2750_loop"]["N1"]["entity_identifier_code_01"],
+        "75"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-834.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*11*2000*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*DMG*27*2100A*8".to_string()), "{got:?}");
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
