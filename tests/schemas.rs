@@ -558,6 +558,50 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
 }
 
 #[test]
+fn an_institutional_claim_nests_by_the_guides_loop_ids() {
+    let name = "837-005010X223A2.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X223A2/837")
+    );
+    let c = content(&doc, 0);
+    let billing = &c["2000A_loop"][0];
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    let subscriber = &billing["2000B_loop"][0];
+    let claim = &subscriber["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "SMH-24-031801"
+    );
+    assert_eq!(
+        claim["2310A_loop"]["NM1"]["entity_identifier_code_01"],
+        "71"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    // The patient's claim (2000C) under the subscriber, after the subscriber's own.
+    let patient = &subscriber["2000C_loop"][0];
+    assert_eq!(
+        patient["2300_loop"][0]["2400_loop"][0]["SV2"]["product_service_id_01"],
+        "0320"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837i.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*CLM*19*2300*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:SMH-24-031801".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
