@@ -346,7 +346,7 @@ fn nine_in_ten_sets_outside_healthcare_are_read_against_a_definition() {
 /// transactions under a GS08 naming an implementation guide, `..X..`) read against a
 /// definition, the guide's or the release's. The goal is nine in ten; the floor is what the
 /// built-in guides reach (the test prints the figure and the sets still unread).
-const HEALTHCARE_FLOOR: f64 = 0.58;
+const HEALTHCARE_FLOOR: f64 = 0.60;
 
 #[test]
 fn healthcare_sets_read_against_a_definition() {

@@ -472,6 +472,10 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
     assert!(got.contains(&"IK3*EQ*18*2110C*8".to_string()), "{got:?}");
     let got = set_response("fixtures/broken/segment-unexpected-271.x12", &config);
     assert!(got.contains(&"IK3*DMG*15*2100C*8".to_string()), "{got:?}");
+    // The guide before the addenda (GS08 005010X279) has its own definitions.
+    let got = set_response("fixtures/broken/segment-unexpected-270-x279.x12", &config);
+    assert!(got.contains(&"AK2*270*0001*005010X279".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
 }
 
 #[test]
