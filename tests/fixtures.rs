@@ -7,7 +7,7 @@
 //!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862, 944, 943, 947, 180, 816, 875,
 //!   880, 861, 865, 870, 869, 866, 812, 322, 867, 417, 811, 310 and 315 in 004010 and
 //!   005010, 753, 754 and 999 in 005010, the 837P, 837I, 835, 270/271, 276/277 and 834 guides (005010X222A1,
-//!   X223A2, X221A1, X279A1 and X279, X212, X220A1), a
+//!   X223A2, X221A1, X279A1 and X279, X212, X214, X220A1), a
 //!   271 with repetitions and composites) and the reading
 //!   oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
@@ -248,6 +248,7 @@ const VALID: &[&str] = &[
     "837-005010X223A2.x12",
     "270-005010X279.x12",
     "271-005010X279.x12",
+    "277-005010X214.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -523,6 +523,21 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
     assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
     let got = set_response("fixtures/broken/segment-unexpected-277.x12", &config);
     assert!(got.contains(&"IK3*NM1*11*2100D*8".to_string()), "{got:?}");
+    // The claim acknowledgment (277CA, GS08 005010X214): 2000D is the patient (HL03 PT).
+    let (doc, bytes) = structured("277-005010X214.x12");
+    let c = content(&doc, 0);
+    // One receiver level per source in this guide (2000B's maximum is 1): an object.
+    let provider = &c["2000A_loop"][0]["2000B_loop"]["2000C_loop"][0];
+    let patients = provider["2000D_loop"].as_array().expect("2000D patients");
+    assert_eq!(patients.len(), 2);
+    assert_eq!(
+        patients[1]["2200D_loop"][0]["2220D_loop"][0]["REF"]["reference_identification_02"],
+        "LN-0003"
+    );
+    assert_eq!(render(&doc), bytes);
+    let got = set_response("fixtures/broken/segment-unexpected-277ca.x12", &config);
+    assert!(got.contains(&"IK3*REF*29*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
 }
 
 #[test]
@@ -792,9 +807,16 @@ fn an_envelope_error_rejects_the_set_whatever_the_validation() {
 
 #[test]
 fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
-    // The 271 has no definition: generic JSON, an AK5 A with no AK3.
-    let file = "fixtures/repetitions-composites-005010.x12";
-    let (doc, _) = structured("repetitions-composites-005010.x12");
+    // The 271 of a GS08 naming no guide x12gate defines (the 005010X279A1 one is defined)
+    // has no definition: generic JSON, an AK5 A with no AK3. Absolute paths: `join` keeps
+    // them as they are.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("271-no-definition.x12");
+    let bytes = std::fs::read(fixture("repetitions-composites-005010.x12")).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    std::fs::write(&copy, text.replace("005010X279A1", "005010X999A9")).unwrap();
+    let file = copy.to_str().unwrap();
+    let (doc, _) = structured(file);
     let set = &doc.interchanges[0].groups[0].sets[0];
     assert!(set.schema.is_none() && set.segments.as_ref().is_some_and(|s| !s.is_empty()));
     let got = set_response(
