@@ -425,7 +425,10 @@ fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     );
     let c = content(&doc, 0);
     let source = &c["2000A_loop"][0];
-    assert_eq!(source["2100A_loop"]["NM1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(
+        source["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
     let subscribers = source["2000B_loop"][0]["2000C_loop"]
         .as_array()
         .expect("2000C levels");
@@ -474,7 +477,10 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
     assert!(got.contains(&"IK3*DMG*15*2100C*8".to_string()), "{got:?}");
     // The guide before the addenda (GS08 005010X279) has its own definitions.
     let got = set_response("fixtures/broken/segment-unexpected-270-x279.x12", &config);
-    assert!(got.contains(&"AK2*270*0001*005010X279".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"AK2*270*0001*005010X279".to_string()),
+        "{got:?}"
+    );
     assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
 }
 
