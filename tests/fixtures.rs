@@ -6,10 +6,9 @@
 //! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
 //!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862, 944, 943, 947, 180, 816, 875,
 //!   880, 861, 865, 870, 869, 866, 812, 322, 867, 417, 811, 310 and 315 in 004010 and
-//!   005010, 753, 754 and 999 in 005010, the 837P, 837I, 835, 270/271, 276/277 and 834 guides (005010X222A1,
-//!   X223A2, X221A1, X279A1 and X279, X212, X214, X220A1), a
-//!   271 with repetitions and composites) and the reading
-//!   oddities of SPEC section 2.
+//!   005010, 753, 754 and 999 in 005010, the healthcare guides (837P 005010X222A1, 837I
+//!   X223A2, 835 X221A1, 270/271 X279A1 and X279, 276/277 X212, 277CA X214, 834 X220A1), a
+//!   271 with repetitions and composites) and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`; every defined set has a segment error and an
 //!   element error among them (issue 17), in two fixtures or, for some sets written earlier
