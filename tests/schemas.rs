@@ -482,6 +482,15 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
         "{got:?}"
     );
     assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X092A1): its loops as well, in a 997's AK3.
+    let config = config_with(Validation::Schema, AckKind::FunctionalAck);
+    let got = set_response("fixtures/broken/segment-unexpected-271-x092.x12", &config);
+    assert!(got.contains(&"AK3*DMG*15**8".to_string()), "{got:?}");
+    let (doc, bytes) = structured("271-004010X092A1.x12");
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    assert!(subscriber["2100C_loop"]["2110C_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
 }
 
 #[test]
