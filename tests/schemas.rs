@@ -538,6 +538,12 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
     assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
     let got = set_response("fixtures/broken/segment-unexpected-277.x12", &config);
     assert!(got.contains(&"IK3*NM1*11*2100D*8".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X093A1), in a 997's AK3.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-276-x093.x12",
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*REF*14**2".to_string()), "{got:?}");
     // The claim acknowledgment (277CA, GS08 005010X214): 2000D is the patient (HL03 PT).
     let (doc, bytes) = structured("277-005010X214.x12");
     let c = content(&doc, 0);
