@@ -658,7 +658,10 @@ fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
         "fixtures/broken/segment-unexpected-837-x222.x12",
         &config_with(Validation::Schema, AckKind::ImplementationAck),
     );
-    assert!(got.contains(&"AK2*837*0001*005010X222".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"AK2*837*0001*005010X222".to_string()),
+        "{got:?}"
+    );
     assert!(got.contains(&"IK3*DTP*24*2300*2".to_string()), "{got:?}");
     // The 997 keeps AK303 for bounded loops only.
     let got = set_response(
