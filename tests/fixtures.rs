@@ -6,9 +6,10 @@
 //! - `fixtures/*.x12`: valid interchanges, real-shaped (850, 810, 856, 855, 997, 204, 214, 990,
 //!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862, 944, 943, 947, 180, 816, 875,
 //!   880, 861, 865, 870, 869, 866, 812, 322, 867, 417, 811, 310 and 315 in 004010 and
-//!   005010, 753, 754 and 999 in 005010, the 837P and 835 guides (005010X222A1, X221A1), a
-//!   271 with repetitions and composites) and the reading
-//!   oddities of SPEC section 2.
+//!   005010, 753, 754 and 999 in 005010, the healthcare guides (837P 005010X222A1 and X222, 837I
+//!   X223A2, 835 X221A1, 270/271 X279A1 and X279, 276/277 X212, 277CA X214, 834 X220A1;
+//!   270/271 004010X092A1, 276 004010X093A1), a 271 with repetitions and composites) and
+//!   the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`; every defined set has a segment error and an
 //!   element error among them (issue 17), in two fixtures or, for some sets written earlier
@@ -239,6 +240,19 @@ const VALID: &[&str] = &[
     "860-005010.x12",
     "837-005010X222A1.x12",
     "835-005010X221A1.x12",
+    "270-005010X279A1.x12",
+    "271-005010X279A1.x12",
+    "276-005010X212.x12",
+    "277-005010X212.x12",
+    "834-005010X220A1.x12",
+    "837-005010X223A2.x12",
+    "270-005010X279.x12",
+    "271-005010X279.x12",
+    "277-005010X214.x12",
+    "837-005010X222.x12",
+    "270-004010X092A1.x12",
+    "271-004010X092A1.x12",
+    "276-004010X093A1.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -414,6 +414,234 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
+    // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
+    let name = "270-005010X279A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X279A1/270")
+    );
+    let c = content(&doc, 0);
+    let source = &c["2000A_loop"][0];
+    assert_eq!(
+        source["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
+    let subscribers = source["2000B_loop"][0]["2000C_loop"]
+        .as_array()
+        .expect("2000C levels");
+    assert_eq!(subscribers.len(), 2);
+    assert_eq!(
+        subscribers[0]["2100C_loop"]["2110C_loop"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    let dependent = &subscribers[1]["2000D_loop"][0];
+    assert_eq!(dependent["HL"]["hierarchical_level_code_03"], "23");
+    assert_eq!(
+        dependent["2100D_loop"]["NM1"]["entity_identifier_code_01"],
+        "03"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+
+    let name = "271-005010X279A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X279A1/271")
+    );
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    let benefits = subscriber["2100C_loop"]["2110C_loop"]
+        .as_array()
+        .expect("2110C benefits");
+    assert_eq!(benefits.len(), 5);
+    // LS/LE wrap the benefit's related entity (2120C) inside 2110C.
+    assert_eq!(
+        benefits[4]["2120C_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+}
+
+#[test]
+fn a_999_for_an_eligibility_guide_names_its_loops() {
+    let config = config_with(Validation::Schema, AckKind::ImplementationAck);
+    let got = set_response("fixtures/broken/segment-unexpected-270.x12", &config);
+    assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*EQ*18*2110C*8".to_string()), "{got:?}");
+    let got = set_response("fixtures/broken/segment-unexpected-271.x12", &config);
+    assert!(got.contains(&"IK3*DMG*15*2100C*8".to_string()), "{got:?}");
+    // The guide before the addenda (GS08 005010X279) has its own definitions.
+    let got = set_response("fixtures/broken/segment-unexpected-270-x279.x12", &config);
+    assert!(
+        got.contains(&"AK2*270*0001*005010X279".to_string()),
+        "{got:?}"
+    );
+    assert!(got.contains(&"IK3*AMT*19*2110C*2".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X092A1): its loops as well, in a 997's AK3.
+    let config = config_with(Validation::Schema, AckKind::FunctionalAck);
+    let got = set_response("fixtures/broken/segment-unexpected-271-x092.x12", &config);
+    assert!(got.contains(&"AK3*DMG*15**8".to_string()), "{got:?}");
+    let (doc, bytes) = structured("271-004010X092A1.x12");
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    assert!(subscriber["2100C_loop"]["2110C_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+}
+
+#[test]
+fn a_claim_status_request_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 005010X212: source (2000A) > receiver (2000B) > provider (2000C) > subscriber
+    // (2000D) > dependent (2000E), each claim (2200D/2200E) under its subscriber or dependent.
+    for (name, schema, line) in [
+        ("276-005010X212.x12", "005010X212/276", "2210D_loop"),
+        ("277-005010X212.x12", "005010X212/277", "2220D_loop"),
+    ] {
+        let (doc, bytes) = structured(name);
+        assert_eq!(
+            doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+            Some(schema)
+        );
+        let c = content(&doc, 0);
+        let provider = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+        assert_eq!(
+            provider["2100C_loop"][0]["NM1"]["entity_identifier_code_01"],
+            "1P"
+        );
+        let subscribers = provider["2000D_loop"].as_array().expect("2000D levels");
+        assert_eq!(subscribers.len(), 2, "{name}");
+        let claim = &subscribers[0]["2200D_loop"][0];
+        assert_eq!(
+            claim[line][0]["REF"]["reference_identification_02"],
+            "LN-0001"
+        );
+        let dependent = &subscribers[1]["2000E_loop"][0];
+        assert_eq!(
+            dependent["2100E_loop"]["NM1"]["entity_identifier_code_01"],
+            "QC"
+        );
+        assert!(dependent["2200E_loop"].is_array(), "{name}");
+        assert_eq!(render(&doc), bytes, "{name}");
+    }
+}
+
+#[test]
+fn a_999_for_a_claim_status_guide_names_its_loops() {
+    let config = config_with(Validation::Schema, AckKind::ImplementationAck);
+    let got = set_response("fixtures/broken/segment-unexpected-276.x12", &config);
+    assert!(got.contains(&"IK3*REF*15*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*AMT*16*2200D*8".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
+    let got = set_response("fixtures/broken/segment-unexpected-277.x12", &config);
+    assert!(got.contains(&"IK3*NM1*11*2100D*8".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X093A1), in a 997's AK3.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-276-x093.x12",
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*REF*14**2".to_string()), "{got:?}");
+    // The claim acknowledgment (277CA, GS08 005010X214): 2000D is the patient (HL03 PT).
+    let (doc, bytes) = structured("277-005010X214.x12");
+    let c = content(&doc, 0);
+    // One receiver level per source in this guide (2000B's maximum is 1): an object.
+    let provider = &c["2000A_loop"][0]["2000B_loop"]["2000C_loop"][0];
+    let patients = provider["2000D_loop"].as_array().expect("2000D patients");
+    assert_eq!(patients.len(), 2);
+    assert_eq!(
+        patients[1]["2200D_loop"][0]["2220D_loop"][0]["REF"]["reference_identification_02"],
+        "LN-0003"
+    );
+    assert_eq!(render(&doc), bytes);
+    let got = set_response("fixtures/broken/segment-unexpected-277ca.x12", &config);
+    assert!(got.contains(&"IK3*REF*29*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
+}
+
+#[test]
+fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_loop_ids() {
+    let name = "834-005010X220A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X220A1/834")
+    );
+    let c = content(&doc, 0);
+    // N1*P5 and N1*IN are told apart by their qualifier: 1000A and 1000B.
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "P5");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "IN");
+    let members = c["2000_loop"].as_array().expect("2000 members");
+    assert_eq!(members.len(), 3);
+    assert_eq!(
+        members[0]["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        members[0]["2300_loop"][0]["2310_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    // LS ... LE: 2700 > 2710 (LX) > 2750 (N1).
+    assert_eq!(
+        members[2]["2700_loop"]["2710_loop"][0]["2750_loop"]["N1"]["entity_identifier_code_01"],
+        "75"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-834.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*11*2000*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*DMG*27*2100A*8".to_string()), "{got:?}");
+}
+
+#[test]
+fn an_institutional_claim_nests_by_the_guides_loop_ids() {
+    let name = "837-005010X223A2.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X223A2/837")
+    );
+    let c = content(&doc, 0);
+    let billing = &c["2000A_loop"][0];
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    let subscriber = &billing["2000B_loop"][0];
+    let claim = &subscriber["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "SMH-24-031801"
+    );
+    assert_eq!(
+        claim["2310A_loop"]["NM1"]["entity_identifier_code_01"],
+        "71"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    // The patient's claim (2000C) under the subscriber, after the subscriber's own.
+    let patient = &subscriber["2000C_loop"][0];
+    assert_eq!(
+        patient["2300_loop"][0]["2400_loop"][0]["SV2"]["product_service_id_01"],
+        "0320"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837i.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*CLM*19*2300*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:SMH-24-031801".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
@@ -425,6 +653,16 @@ fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
         got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()),
         "{got:?}"
     );
+    // The guide before the addenda (GS08 005010X222) is read with the addenda's tables.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837-x222.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(
+        got.contains(&"AK2*837*0001*005010X222".to_string()),
+        "{got:?}"
+    );
+    assert!(got.contains(&"IK3*DTP*24*2300*2".to_string()), "{got:?}");
     // The 997 keeps AK303 for bounded loops only.
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
@@ -600,9 +838,16 @@ fn an_envelope_error_rejects_the_set_whatever_the_validation() {
 
 #[test]
 fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
-    // The 271 has no definition: generic JSON, an AK5 A with no AK3.
-    let file = "fixtures/repetitions-composites-005010.x12";
-    let (doc, _) = structured("repetitions-composites-005010.x12");
+    // The 271 of a GS08 naming no guide x12gate defines (the 005010X279A1 one is defined)
+    // has no definition: generic JSON, an AK5 A with no AK3. Absolute paths: `join` keeps
+    // them as they are.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("271-no-definition.x12");
+    let bytes = std::fs::read(fixture("repetitions-composites-005010.x12")).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    std::fs::write(&copy, text.replace("005010X279A1", "005010X999A9")).unwrap();
+    let file = copy.to_str().unwrap();
+    let (doc, _) = structured(file);
     let set = &doc.interchanges[0].groups[0].sets[0];
     assert!(set.schema.is_none() && set.segments.as_ref().is_some_and(|s| !s.is_empty()));
     let got = set_response(
