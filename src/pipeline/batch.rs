@@ -1191,54 +1191,56 @@ fn complete_all(
         .collect();
     let completed: Vec<(usize, bool)> = registry.batch(|b| {
         let mut completed = Vec::new();
-        let mut completions = Vec::new();
+        // The claims still ours, each with the group keys its groups not wholly accepted
+        // release.
         let mut ours = Vec::new();
         for (p, detail) in prepared.iter().zip(&details) {
             if p.lost {
                 completed.push((p.item, false));
                 continue;
             }
-            let it = &items[p.item];
-            let response = &p.decision.response;
+            let accepted = &p.decision.response.accepted_sets;
             let released: Vec<GroupKey> = p
                 .group_keys
                 .iter()
                 .enumerate()
                 .filter(|(gi, _)| {
-                    !response
-                        .accepted_sets
+                    !accepted
                         .get(*gi)
                         .is_some_and(|s| !s.is_empty() && s.iter().all(|a| *a))
                 })
                 .map(|(_, k)| k.clone())
                 .collect();
-            completions.push((
-                it.key.as_str(),
-                Completion {
-                    disposition: response.disposition,
-                    reason_code: it.report.reason_code.as_deref(),
-                    reason: it.report.reason.as_deref(),
-                    acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
-                    outputs: it
-                        .report
-                        .outputs
-                        .get(..it.report.outputs.len().min(RECORDED))
-                        .unwrap_or_default(),
-                    released_groups: &[],
-                    event: response.disposition.into(),
-                    detail,
-                },
-            ));
-            ours.push((p, released));
+            ours.push((p, detail, released));
         }
-        // The completions' `released_groups` borrow `ours`, filled above.
-        for ((_, c), (_, released)) in completions.iter_mut().zip(&ours) {
-            c.released_groups = released;
-        }
+        let completions: Vec<(&str, Completion<'_>)> = ours
+            .iter()
+            .map(|(p, detail, released)| {
+                let it = &items[p.item];
+                let response = &p.decision.response;
+                (
+                    it.key.as_str(),
+                    Completion {
+                        disposition: response.disposition,
+                        reason_code: it.report.reason_code.as_deref(),
+                        reason: it.report.reason.as_deref(),
+                        acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
+                        outputs: it
+                            .report
+                            .outputs
+                            .get(..it.report.outputs.len().min(RECORDED))
+                            .unwrap_or_default(),
+                        released_groups: released,
+                        event: response.disposition.into(),
+                        detail,
+                    },
+                )
+            })
+            .collect();
         let done = b.complete_many(&r.options.owner, &completions)?;
         let keys: Vec<&str> = completions.iter().map(|(key, _)| *key).collect();
         let mut recorded = b.recorded_documents(&keys)?.into_iter();
-        for ((p, _), done) in ours.iter().zip(done) {
+        for ((p, ..), done) in ours.iter().zip(done) {
             let recorded = recorded.next().unwrap_or_default();
             if done {
                 let key = &items[p.item].key;

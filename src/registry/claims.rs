@@ -103,7 +103,7 @@ pub struct Reservation {
     pub gs06: Vec<u32>,
 }
 
-/// A claim still ours, its lease renewed ([`Batch::renew`]).
+/// A claim still ours, its lease renewed ([`Batch::renew_many`]).
 #[derive(Debug)]
 pub struct Renewed {
     /// The control numbers an earlier attempt reserved, if any.
@@ -348,19 +348,6 @@ impl Batch<'_> {
         claim_many(&self.tx, reqs, now_ms()).map_err(|e| self.sql(e))
     }
 
-    /// The control numbers for `key`'s acknowledgments: the ones an earlier attempt
-    /// reserved ([`Batch::renew`] read them) when there are enough, else fresh ones taken now.
-    pub fn reserve_control_numbers(
-        &self,
-        key: &str,
-        partner: &str,
-        reserved: Option<Reservation>,
-        isa13: usize,
-        gs06: usize,
-    ) -> Result<Reservation, RegistryError> {
-        reserve(&self.tx, key, partner, reserved, isa13, gs06).map_err(|e| self.sql(e))
-    }
-
     /// The next control numbers for each (partner, ISA13s, GS06s), in order, taken together
     /// (one round trip on PostgreSQL): what taking them one after the other gives.
     pub fn take_control_numbers(
@@ -465,19 +452,9 @@ impl Batch<'_> {
         Ok(inserted == 1)
     }
 
-    /// Extends our lease on `key` by `lease_ms` from now: `None` when we no longer own it,
-    /// else what an earlier attempt reserved for its acknowledgments (one statement, the
-    /// fence and the read).
-    pub fn renew(
-        &self,
-        key: &str,
-        owner: &str,
-        lease_ms: i64,
-    ) -> Result<Option<Renewed>, RegistryError> {
-        Ok(self.renew_many(&[key], owner, lease_ms)?.pop().flatten())
-    }
-
-    /// [`Batch::renew`] for each key, all sent together (one round trip on PostgreSQL).
+    /// Extends our lease on each key by `lease_ms` from now, all sent together (one round
+    /// trip on PostgreSQL): `None` for a key we no longer own, else what an earlier attempt
+    /// reserved for its acknowledgments (one statement each, the fence and the read).
     pub fn renew_many(
         &self,
         keys: &[&str],
@@ -651,29 +628,6 @@ fn after_insert(
         })?,
         (ClaimState::Failed, _) => take_over(Previous::Failed)?,
     })
-}
-
-fn reserve(
-    tx: &crate::registry::db::Conn,
-    key: &str,
-    partner: &str,
-    reserved: Option<Reservation>,
-    isa13: usize,
-    gs06: usize,
-) -> Result<Reservation, crate::registry::db::Error> {
-    if let Some(r) = reserved {
-        if r.isa13.len() >= isa13 && r.gs06.len() >= gs06 {
-            return Ok(r);
-        }
-    }
-    let (isa13, gs06) = super::counters::take_in(tx, partner, isa13, gs06)?;
-    let reservation = Reservation {
-        at_ms: now_ms(),
-        isa13,
-        gs06,
-    };
-    keep_reservation(tx, key, &reservation)?;
-    Ok(reservation)
 }
 
 fn keep_reservation(

@@ -158,7 +158,13 @@ fn arrange(r: &mut Registry, before: Before) {
             first_fingerprint: A.into()
         }
     );
-    reserve(&r.conn, KEY, "ZZ:ACME", None, 1, 1).unwrap();
+    let (isa13, gs06) = crate::registry::counters::take_in(&r.conn, "ZZ:ACME", 1, 1).unwrap();
+    let reservation = Reservation {
+        at_ms: T0,
+        isa13,
+        gs06,
+    };
+    keep_reservation(&r.conn, KEY, &reservation).unwrap();
     match before {
         Before::InFlight => {}
         Before::Failed => assert!(fail(&r.conn, KEY, FIRST, "disk full").unwrap()),
