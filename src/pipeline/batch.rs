@@ -1025,18 +1025,21 @@ fn prepare_all(
             let (isa13, gs06) = taken.next().unwrap_or_default();
             match stage {
                 Stage::Own(first, mut owned) => {
-                    if owned.reserved.is_none() {
-                        // Reserved with the claim, so a takeover of this claim writes the
-                        // very same bytes.
-                        let reservation = Reservation {
-                            at_ms: crate::registry::now_ms(),
-                            isa13,
-                            gs06,
-                        };
-                        b.keep_reservation(&it.key, &reservation)?;
-                        owned.reserved = Some(reservation);
-                    }
-                    prepared.push(prepare(b, r, *i, it, first, *owned)?);
+                    let reservation = match owned.reserved.take() {
+                        Some(earlier) => earlier,
+                        None => {
+                            // Reserved with the claim, so a takeover of this claim writes
+                            // the very same bytes.
+                            let reservation = Reservation {
+                                at_ms: crate::registry::now_ms(),
+                                isa13,
+                                gs06,
+                            };
+                            b.keep_reservation(&it.key, &reservation)?;
+                            reservation
+                        }
+                    };
+                    prepared.push(prepare(b, r, *i, it, first, *owned, reservation)?);
                 }
                 Stage::Lost => prepared.push(Prepared {
                     item: *i,
@@ -1317,8 +1320,8 @@ fn recorded_detail(report: &mut Report) -> String {
 struct Owned {
     decision: Decision,
     group_keys: Vec<GroupKey>,
-    /// The control numbers for its acknowledgments: an earlier attempt's when there are
-    /// enough, else (once taken) this attempt's.
+    /// The control numbers an earlier attempt reserved for its acknowledgments, when there
+    /// are enough; else this attempt takes them.
     reserved: Option<Reservation>,
 }
 
@@ -1379,18 +1382,14 @@ fn prepare(
     it: &Item<'_>,
     first_fingerprint: &str,
     owned: Owned,
+    reservation: Reservation,
 ) -> Result<Prepared, ProcessError> {
     let ic = &it.ic;
     let Owned {
         decision,
         group_keys,
-        reserved,
+        ..
     } = owned;
-    let reservation = reserved.unwrap_or(Reservation {
-        at_ms: crate::registry::now_ms(),
-        isa13: Vec::new(),
-        gs06: Vec::new(),
-    });
     let now = chrono::Local::now().naive_local();
     let at = chrono::DateTime::from_timestamp_millis(reservation.at_ms)
         .map(|t| t.with_timezone(&chrono::Local).naive_local())

@@ -531,8 +531,8 @@ impl Link {
     }
 }
 
-/// The last statement of an exchange, the one whose answer is waited for.
-enum Last<'s> {
+/// One statement of an exchange.
+enum Request<'s> {
     Execute(&'s postgres::Statement, &'s [Value]),
     Query(&'s postgres::Statement, &'s [Value]),
     /// Statements without parameters, in the simple protocol.
@@ -655,13 +655,13 @@ impl Pg {
     /// Sends the pending writes and then `asked`, all at once (pipelined, in this order),
     /// and waits for every answer: the answers to `asked`; the first error in that order is
     /// the exchange's.
-    fn exchange(&mut self, asked: Vec<Last<'_>>) -> Result<Vec<Answer>> {
+    fn exchange(&mut self, asked: Vec<Request<'_>>) -> Result<Vec<Answer>> {
         let pending = std::mem::take(&mut self.pending);
         let in_transaction = self.in_transaction;
         let link = self.ready()?;
         let steps = pending
             .iter()
-            .map(|(s, v)| Last::Execute(s, v))
+            .map(|(s, v)| Request::Execute(s, v))
             .chain(asked)
             .collect();
         let out = Self::send(link, steps);
@@ -680,11 +680,11 @@ impl Pg {
     }
 
     /// One exchange whose one asked statement's answer is the result.
-    fn ask(&mut self, asked: Last<'_>) -> Result<Answer> {
+    fn ask(&mut self, asked: Request<'_>) -> Result<Answer> {
         self.exchange(vec![asked])?.pop().ok_or_else(missing_answer)
     }
 
-    fn send(link: &Link, steps: Vec<Last<'_>>) -> Result<Vec<Answer>> {
+    fn send(link: &Link, steps: Vec<Request<'_>>) -> Result<Vec<Answer>> {
         use futures_util::future::{maybe_done, MaybeDone};
         use std::future::Future;
         use std::pin::Pin;
@@ -696,8 +696,8 @@ impl Pg {
         let params: Vec<_> = steps
             .iter()
             .map(|step| match step {
-                Last::Execute(_, v) | Last::Query(_, v) => sql_params(v),
-                Last::Simple(_) => Vec::new(),
+                Request::Execute(_, v) | Request::Query(_, v) => sql_params(v),
+                Request::Simple(_) => Vec::new(),
             })
             .collect();
         let mut futures: Vec<Step<'_>> =
@@ -706,13 +706,13 @@ impl Pg {
                 .zip(&params)
                 .map(|(step, p)| -> Step<'_> {
                     Box::pin(maybe_done(match step {
-                        Last::Execute(s, _) => {
+                        Request::Execute(s, _) => {
                             Box::pin(async move { client.execute(s, p).await.map(Answer::Count) })
                         }
-                        Last::Query(s, _) => {
+                        Request::Query(s, _) => {
                             Box::pin(async move { client.query(s, p).await.map(Answer::Rows) })
                         }
-                        Last::Simple(sql) => Box::pin(async move {
+                        Request::Simple(sql) => Box::pin(async move {
                             client.batch_execute(sql).await.map(|()| Answer::Done)
                         }),
                     }))
@@ -749,9 +749,9 @@ impl Pg {
     fn run(&mut self, sql: &str, values: &[Value], query: bool) -> Result<Answer> {
         let statement = self.statement(sql)?;
         self.ask(if query {
-            Last::Query(&statement, values)
+            Request::Query(&statement, values)
         } else {
-            Last::Execute(&statement, values)
+            Request::Execute(&statement, values)
         })
     }
 }
@@ -795,7 +795,7 @@ impl Conn {
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(p) => p.borrow_mut().ask(Last::Simple(sql)).map(drop),
+            Conn::Postgres(p) => p.borrow_mut().ask(Request::Simple(sql)).map(drop),
         }
     }
 
@@ -850,7 +850,7 @@ impl Conn {
                 let statement = p.statement(sql)?;
                 let asked = runs
                     .iter()
-                    .map(|values| Last::Execute(&statement, values))
+                    .map(|values| Request::Execute(&statement, values))
                     .collect();
                 Ok(p.exchange(asked)?
                     .into_iter()
@@ -897,7 +897,7 @@ impl Conn {
                     let asked = statements
                         .iter()
                         .zip(runs)
-                        .map(|(statement, (_, values))| Last::Query(statement, values))
+                        .map(|(statement, (_, values))| Request::Query(statement, values))
                         .collect();
                     p.exchange(asked)?
                 };
@@ -995,9 +995,9 @@ impl Conn {
                 p.aborted = false;
                 p.pending.clear();
                 let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})");
-                if let Err(e) = p.ask(Last::Simple(&begin)) {
+                if let Err(e) = p.ask(Request::Simple(&begin)) {
                     p.in_transaction = false;
-                    let _ = p.ask(Last::Simple("ROLLBACK"));
+                    let _ = p.ask(Request::Simple("ROLLBACK"));
                     return Err(e);
                 }
             }
@@ -1022,14 +1022,14 @@ impl Conn {
         // and the error is the commit's.
         let out = if p.aborted || !commit {
             p.pending.clear();
-            let rolled_back = p.ask(Last::Simple("ROLLBACK")).map(drop);
+            let rolled_back = p.ask(Request::Simple("ROLLBACK")).map(drop);
             if p.aborted {
                 rolled_back.and(Err(Error::Aborted))
             } else {
                 rolled_back
             }
         } else {
-            p.ask(Last::Simple("COMMIT")).map(drop)
+            p.ask(Request::Simple("COMMIT")).map(drop)
         };
         p.pending.clear();
         p.in_transaction = false;
