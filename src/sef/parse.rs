@@ -528,6 +528,23 @@ fn seg_ref(c: &mut Cursor<'_>, ordinal: &mut usize) -> Result<SegRef, Fault> {
         *ordinal = c.number()?;
     }
     let mask = if c.eat(b'*') { Some(c.number()?) } else { None };
+    let (req, most) = requirement_and_most(c)?;
+    if c.peek() == Some(b',') {
+        return Err(c.fault("more than three fields in a segment reference"));
+    }
+    Ok(SegRef {
+        attr,
+        id,
+        ordinal: *ordinal,
+        mask,
+        req,
+        max: most,
+    })
+}
+
+/// The `,REQ,MAX` after a segment or element reference: its requirement (O when absent)
+/// and its most uses (1 when absent).
+fn requirement_and_most(c: &mut Cursor<'_>) -> Result<(char, Max), Fault> {
     let mut req = 'O';
     let mut most = Some(1);
     if c.eat(b',') {
@@ -544,17 +561,7 @@ fn seg_ref(c: &mut Cursor<'_>, ordinal: &mut usize) -> Result<SegRef, Fault> {
             most = max(c)?;
         }
     }
-    if c.peek() == Some(b',') {
-        return Err(c.fault("more than three fields in a segment reference"));
-    }
-    Ok(SegRef {
-        attr,
-        id,
-        ordinal: *ordinal,
-        mask,
-        req,
-        max: most,
-    })
+    Ok((req, most))
 }
 
 fn requirement(b: u8) -> Option<char> {
@@ -661,22 +668,7 @@ fn elem_ref(c: &mut Cursor<'_>) -> Result<ElemRef, Fault> {
             "a mask number on an element reference is not supported (use the segment's masks)",
         ));
     }
-    let mut req = 'O';
-    let mut repeat = Some(1);
-    if c.eat(b',') {
-        if let Some(r) = c.peek().filter(u8::is_ascii_alphabetic) {
-            c.bump();
-            req = requirement(r).ok_or_else(|| {
-                (
-                    c.at - 1,
-                    format!("requirement '{}' is not M, O, C or X", r as char),
-                )
-            })?;
-        }
-        if c.eat(b',') {
-            repeat = max(c)?;
-        }
-    }
+    let (req, repeat) = requirement_and_most(c)?;
     if c.peek() == Some(b',') {
         return Err(c.fault(
             "more than three fields in an element reference (length overrides are not supported)",
