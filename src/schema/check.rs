@@ -1229,18 +1229,26 @@ mod tests {
     use crate::schema::sample::{DICT, SET};
 
     fn walked(dict: &str, body: &str) -> Walk {
-        let schemas =
-            Schemas::load(&[("004010/segments.toml", dict), ("004010/850.toml", SET)]).unwrap();
+        walked_in(
+            &[("004010/segments.toml", dict), ("004010/850.toml", SET)],
+            "004010",
+            body,
+        )
+    }
+
+    /// `body` in an 850 under GS08 `gs08`, walked against the definition `files` give it.
+    fn walked_in(files: &[(&str, &str)], gs08: &str, body: &str) -> Walk {
+        let schemas = Schemas::load(files).unwrap();
         let count = body.matches('~').count() + 2;
         let x = format!(
             "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~\
-GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
+GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
         );
         let ic = Interchanges::new(x.as_bytes(), Limits::default())
             .next()
             .unwrap()
             .unwrap();
-        let def = schemas.find(b"004010", b"850").unwrap();
+        let def = schemas.find(gs08.as_bytes(), b"850").unwrap();
         walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, true)
     }
 
@@ -1402,24 +1410,17 @@ GS*PO*A*B*20240101*1200*1*X*004010~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
     /// [`check_with`] shows them, with each finding's loop.
     fn guide(body: &str) -> Vec<String> {
         use crate::schema::sample::GUIDE;
-        let schemas = Schemas::load(&[
+        let files = [
             ("004010/segments.toml", DICT),
             ("004010/850.toml", SET),
             ("004010X1/850.toml", GUIDE),
-        ])
-        .unwrap();
-        let count = body.matches('~').count() + 2;
-        let x = format!(
-            "ISA*00*          *00*          *ZZ*A              *ZZ*B              *240101*1200*U*00401*000000001*0*P*:~\
-GS*PO*A*B*20240101*1200*1*X*004010X1~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~"
-        );
-        let ic = Interchanges::new(x.as_bytes(), Limits::default())
-            .next()
+        ];
+        assert!(Schemas::load(&files)
             .unwrap()
-            .unwrap();
-        let def = schemas.find(b"004010X1", b"850").unwrap();
-        assert!(def.is_guide());
-        walk(def, &ic.groups[0].sets.get(0).unwrap(), 0, 0, true)
+            .find(b"004010X1", b"850")
+            .unwrap()
+            .is_guide());
+        walked_in(&files, "004010X1", body)
             .findings
             .iter()
             .map(|f| {
