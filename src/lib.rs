@@ -69,6 +69,7 @@
 pub mod ack;
 pub mod check;
 pub mod config;
+pub mod cores;
 pub mod delivery;
 pub mod desk;
 pub mod disposition;

@@ -41,40 +41,74 @@ pub fn embedded_files() -> &'static [(&'static str, &'static str, usize)] {
 /// at envelope level, and the interchange says so once, as a warning on the first group that
 /// has such a set.
 pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let mut unread: Vec<(String, String)> = Vec::new();
-    let mut more = false;
-    let mut first_unread = None;
-    for (gi, group) in ic.groups.iter().enumerate() {
-        let version = group.gs.element(8).unwrap_or_default();
-        for (si, set) in group.sets.iter().enumerate() {
-            let id = set.st.element(1).unwrap_or_default();
-            match schemas.reading(version, id) {
-                Reading::Own(def) | Reading::As(def) => {
-                    out.extend(check::walk(def, &set, gi, si, false).findings);
-                }
-                // A GS08 that names no release, or an ST01 that names no set, is an envelope
-                // error of its own.
-                Reading::EnvelopeOnly
-                    if names_a_release(version) && crate::validate::names_a_set(id) =>
-                {
-                    let at = (
-                        crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
-                        crate::validate::shown_bounded(id),
-                    );
-                    if !unread.contains(&at) {
-                        if unread.len() < UNREAD_SHOWN {
-                            unread.push(at);
-                        } else {
-                            more = true;
-                        }
+    let threads = if ic.span.len() >= PARALLEL_FROM {
+        crate::cores::available()
+    } else {
+        1
+    };
+    findings_on(ic, schemas, threads)
+}
+
+/// An interchange from this size has its sets walked on every core: a partner's batch of
+/// thousands of sets in one interchange is otherwise read by one core.
+pub const PARALLEL_FROM: usize = 1 << 20;
+
+/// [`findings`] with the sets walked on `threads` threads, each a contiguous run of them; the
+/// findings are the same, in the same order, as on one.
+pub fn findings_on(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> Vec<Finding> {
+    // Where each group's sets begin in the interchange's run of sets.
+    let mut starts = Vec::with_capacity(ic.groups.len());
+    let mut total = 0;
+    for group in &ic.groups {
+        starts.push(total);
+        total += group.sets.len();
+    }
+    let parts = crate::cores::in_ranges(total, threads, |run| {
+        let mut part = Part::default();
+        for (gi, (group, start)) in ic.groups.iter().zip(&starts).enumerate() {
+            let first = run.start.saturating_sub(*start);
+            let last = run.end.saturating_sub(*start).min(group.sets.len());
+            if first >= last {
+                continue;
+            }
+            let version = group.gs.element(8).unwrap_or_default();
+            for si in first..last {
+                let Some(set) = group.sets.get(si) else { break };
+                let id = set.st.element(1).unwrap_or_default();
+                match schemas.reading(version, id) {
+                    Reading::Own(def) | Reading::As(def) => {
+                        part.found
+                            .extend(check::walk(def, &set, gi, si, false).findings);
                     }
-                    first_unread.get_or_insert(gi);
+                    // A GS08 that names no release, or an ST01 that names no set, is an
+                    // envelope error of its own.
+                    Reading::EnvelopeOnly
+                        if names_a_release(version) && crate::validate::names_a_set(id) =>
+                    {
+                        part.unread(gi, version, id);
+                    }
+                    Reading::EnvelopeOnly => {}
                 }
-                Reading::EnvelopeOnly => {}
             }
         }
+        vec![part]
+    });
+    let mut out = Vec::new();
+    let mut all = Part::default();
+    for part in parts {
+        out.extend(part.found);
+        all.more |= part.more;
+        all.first = all.first.or(part.first);
+        for at in part.unread {
+            all.note(at);
+        }
     }
+    let Part {
+        unread,
+        more,
+        first: first_unread,
+        ..
+    } = all;
     if let Some(gi) = first_unread {
         if let Some(group) = ic.groups.get(gi) {
             out.push(unread_warning(gi, &group.gs, &unread, more, schemas));
@@ -91,6 +125,38 @@ pub fn names_a_release(gs08: &[u8]) -> bool {
 
 /// How many distinct (release, set) pairs the warning names; an interchange may hold any.
 const UNREAD_SHOWN: usize = 8;
+
+/// What one run of an interchange's sets found: the walks' findings, and the sets read at
+/// envelope level only (the first few distinct (release, set) pairs, whether there were
+/// more, and the first group that has one).
+#[derive(Default)]
+struct Part {
+    found: Vec<Finding>,
+    unread: Vec<(String, String)>,
+    more: bool,
+    first: Option<usize>,
+}
+
+impl Part {
+    fn unread(&mut self, gi: usize, version: &[u8], id: &[u8]) {
+        self.first.get_or_insert(gi);
+        let at = (
+            crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
+            crate::validate::shown_bounded(id),
+        );
+        self.note(at);
+    }
+
+    fn note(&mut self, at: (String, String)) {
+        if !self.unread.contains(&at) {
+            if self.unread.len() < UNREAD_SHOWN {
+                self.unread.push(at);
+            } else {
+                self.more = true;
+            }
+        }
+    }
+}
 
 fn unread_warning(
     gi: usize,
@@ -281,7 +347,16 @@ mod tests {
             .next()
             .unwrap()
             .unwrap();
-        findings(&ic, &schemas)
+        // However the sets are shared among threads, the findings are those of one.
+        let one = findings_on(&ic, &schemas, 1);
+        for threads in [2, 3, 7] {
+            assert_eq!(
+                findings_on(&ic, &schemas, threads),
+                one,
+                "{threads} threads"
+            );
+        }
+        one
     }
 
     const PO: &str = "BEG*00*PO1~PO1*1*1*EA*1~CTT*1~";
@@ -340,5 +415,14 @@ mod tests {
         assert!(!note.contains("...") && note.matches("(no definition").count() == 8);
         let note = &findings_of(&[("004010", &many[..9])])[0].message;
         assert!(note.contains(", ... ") && note.matches("(no definition").count() == 8);
+        // Spread over groups and threads, with walked sets and their errors in between.
+        let bad: Vec<(&str, &str)> = many[..12]
+            .iter()
+            .flat_map(|s| [*s, ("850", BAD_PO)])
+            .collect();
+        let found = findings_of(&[("004010", &bad[..5]), ("004010", &bad[5..])]);
+        assert_eq!(found.len(), 13, "{found:?}");
+        assert_eq!(found.last().map(|f| f.group), Some(Some(0)));
+        assert!(found.last().is_some_and(|f| f.message.contains(", ... ")));
     }
 }
