@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crate::ack::{self, Disposition};
 use crate::config::{Config, Partner};
+use crate::finding::Finding;
 use crate::input::{self, Reader};
 use crate::registry::{
     Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, Renewed,
@@ -30,8 +31,9 @@ use crate::{fingerprint, outputs, validate};
 
 use super::documents::Planned;
 use super::{
-    acknowledgments, correlation_id, decide_with, interchange_key, json, numbers_needed,
-    outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report, Source, Turn,
+    acknowledgments, correlation_id, decide_found, decide_with, interchange_key, json,
+    numbers_needed, outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report,
+    Source, Turn,
 };
 
 /// Files read per batch, and the bytes they may hold together.
@@ -395,6 +397,7 @@ impl<'a, 'c> Window<'a, 'c> {
         registry: &mut Registry,
         turn: &mut Option<Turn>,
     ) -> Result<(), ProcessError> {
+        fingerprint_all(&mut self.items);
         self.stopped |= settle(
             &mut self.items,
             self.stopped,
@@ -483,17 +486,14 @@ fn settle(
     Ok(false)
 }
 
+/// An interchange read, before its fingerprint is taken (see [`fingerprint_all`]).
 fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
-    let input = ic.input();
-    // Per interchange: its translation is a document of its own.
-    let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
     let partner = config
         .partner(qualifier, id)
         .cloned()
         .unwrap_or_else(|| Partner::unknown(qualifier, id));
     let key = interchange_key(&ic, partner.interchange_scope);
-    let fingerprint = fingerprint::fingerprint(input, &ic, &partner.fingerprint_ignore);
     let report = Report {
         file: name.to_string(),
         correlation_id: Some(correlation_id(&ic)),
@@ -513,12 +513,31 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         key: Some(key.clone()),
     };
     Item {
-        utf8,
+        utf8: false,
         ic,
         partner,
         key,
-        fingerprint,
+        fingerprint: String::new(),
         report,
+    }
+}
+
+/// Each item's fingerprint, and whether it is UTF-8 (per interchange: its translation is a
+/// document of its own), taken on every core.
+fn fingerprint_all(items: &mut [Item<'_>]) {
+    let taken = crate::cores::in_ranges(items.len(), crate::cores::available(), |run| {
+        run.filter_map(|i| items.get(i))
+            .map(|it| {
+                let ic = &it.ic;
+                let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
+                let fp = fingerprint::fingerprint(ic.input(), ic, &it.partner.fingerprint_ignore);
+                (utf8, fp)
+            })
+            .collect()
+    });
+    for (it, (utf8, fp)) in items.iter_mut().zip(taken) {
+        it.utf8 = utf8;
+        it.fingerprint = fp;
     }
 }
 
@@ -952,7 +971,15 @@ fn prepare_all(
             })
             .collect();
         let mut seen = b.claim_groups_many(&claims)?.into_iter();
-        let mut ready = renewed.into_iter().zip(groups).zip(checked);
+        // What needs only the interchange is checked on every core, for all of them at once.
+        let found = crate::cores::in_ranges(owned.len(), crate::cores::available(), |run| {
+            run.map(|k| match (owned.get(k), renewed.get(k)) {
+                (Some(it), Some(Some(_))) => super::findings(&it.ic, r.config, r.schemas),
+                _ => Vec::new(),
+            })
+            .collect()
+        });
+        let mut ready = renewed.into_iter().zip(groups).zip(checked).zip(found);
         // Each interchange decided; then the control numbers all of them need, taken
         // together in their order (as one after the other would take them).
         let mut stages = Vec::new();
@@ -960,8 +987,9 @@ fn prepare_all(
             let it = &items[*i];
             match plan {
                 AfterClaim::Own(first) => {
-                    let ((renewed, groups), checked) =
-                        ready.next().unwrap_or(((None, Vec::new()), false));
+                    let (((renewed, groups), checked), found) = ready
+                        .next()
+                        .unwrap_or((((None, Vec::new()), false), Vec::new()));
                     let seen_before = if checked {
                         seen.next().unwrap_or_default()
                     } else {
@@ -970,7 +998,7 @@ fn prepare_all(
                     stages.push(match renewed {
                         Some(renewed) => Stage::Own(
                             first,
-                            Box::new(decide_owned(r, it, renewed, groups, &seen_before)),
+                            Box::new(decide_owned(r, it, renewed, found, groups, &seen_before)),
                         ),
                         None => Stage::Lost,
                     });
@@ -1336,10 +1364,12 @@ enum Stage<'p> {
 
 /// Decides an interchange whose fence held: the groups seen in earlier interchanges of this
 /// sender (`seen_before`, registered by `prepare_all`) are findings of this one.
+/// The decision on an owned interchange whose own findings are `found`.
 fn decide_owned(
     r: &Round<'_>,
     it: &Item<'_>,
     renewed: Renewed,
+    found: Vec<Finding>,
     group_keys: Vec<GroupKey>,
     seen_before: &[bool],
 ) -> Owned {
@@ -1349,7 +1379,7 @@ fn decide_owned(
         .filter(|(_, seen)| **seen)
         .filter_map(|(gi, _)| validate::group_seen_before(&it.ic, gi))
         .collect();
-    let decision = decide_with(&it.ic, r.config, r.schemas, extra);
+    let decision = decide_found(&it.ic, r.config, found, extra);
     let needed = numbers_needed(&decision);
     let reserved = renewed
         .reserved

@@ -50,10 +50,23 @@ pub fn decide_with(
     schemas: &Schemas,
     extra: Vec<Finding>,
 ) -> Decision {
+    decide_found(ic, config, findings(ic, config, schemas), extra)
+}
+
+/// The sender's partner settings, and whether it is a configured partner.
+fn partner_of(ic: &Interchange<'_>, config: &Config) -> (Partner, bool) {
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
-    let configured = config.partner(qualifier, id).cloned();
-    let known = configured.is_some();
-    let partner = configured.unwrap_or_else(|| Partner::unknown(qualifier, id));
+    match config.partner(qualifier, id) {
+        Some(p) => (p.clone(), true),
+        None => (Partner::unknown(qualifier, id), false),
+    }
+}
+
+/// An interchange's own findings (routing, envelope rules, and with the partner's `validation
+/// = "schema"` its sets against `schemas`): all of a decision's but the registry's. The work
+/// of a decision that needs nothing but the interchange, so it can run on any thread.
+pub fn findings(ic: &Interchange<'_>, config: &Config, schemas: &Schemas) -> Vec<Finding> {
+    let (partner, known) = partner_of(ic, config);
     let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
     let checks = Checks {
         schemas: (partner.validation == Validation::Schema).then_some(schemas),
@@ -64,7 +77,21 @@ pub fn decide_with(
         }),
         strict_layout: partner.layout == Layout::Strict,
     };
-    let findings = check::interchange(ic, &checks, extra);
+    check::interchange(ic, &checks, [])
+}
+
+/// The decision on an interchange whose own [`findings`] are `found`, with `extra` (the
+/// registry's) after them.
+pub fn decide_found(
+    ic: &Interchange<'_>,
+    config: &Config,
+    mut found: Vec<Finding>,
+    extra: Vec<Finding>,
+) -> Decision {
+    let (partner, known) = partner_of(ic, config);
+    let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
+    found.extend(extra);
+    let findings = found;
     let mut response = ack::respond(ic, &findings, &partner);
     if !(known || accept_unknown) {
         // Nobody we know to answer: the rejection is recorded with its reason, not sent.
