@@ -31,7 +31,8 @@
 #      $X12PP names it: `x12pp FILE > /dev/null`; skipped with a line saying so when absent;
 #    - `x12gate validate --envelope FILE`, `x12gate validate FILE`;
 #    - `x12gate process FILE` against a fresh registry and fresh folders each run (`x12gate
-#      init` first, not timed; the folders are removed after the run).
+#      init` first, not timed; every run's folders are removed at the end of the script, not
+#      between runs, see `write_config`).
 #    `validate` exits 3 when it has findings and `process` when anything was not accepted: both
 #    count as a measurement, with a warning (these files should be clean); any other non-zero
 #    exit fails the benchmark.
@@ -42,7 +43,8 @@
 # command): the figures are CPU and memory, not disk. `process` also writes its translations
 # and acknowledgments (several times the input's size) under $BENCH_DIR/data, so it measures a
 # disk's writes too; the file system type of $BENCH_DIR is printed. $BENCH_DIR is kept at the
-# end (remove it yourself; the 1 GB file and its outputs need about 6 GB while `process` runs).
+# end (remove it yourself). The outputs of every `process` run are kept until the script ends:
+# about 5 GB a run of the 1 GB file.
 set -euo pipefail
 # A decimal point in $EPOCHREALTIME, sort -g and awk, whatever the caller's locale.
 export LC_ALL=C
@@ -87,21 +89,30 @@ if [ -n "$x12pp" ] && [ ! -x "$x12pp" ]; then
   die "X12PP=$x12pp is not an executable"
 fi
 
-cat >"$dir/partners.toml" <<EOF
+# Writes $dir/$1 with every folder under $dir/$2.
+write_config() {
+  cat >"$dir/$1" <<EOF
 # Written by benches/large.sh; every path is relative to this file.
 [gateway]
 id_qualifier = "ZZ"
 id = "$gateway_id"
 unknown_partners = "accept"
-inbox = "data/inbox"
-outbox = "data/outbox"
-out = "data/out"
-archive = "data/archive"
-rejected = "data/rejected"
-database = "data/x12gate.db"
-work = "data/work"
+inbox = "$2/inbox"
+outbox = "$2/outbox"
+out = "$2/out"
+archive = "$2/archive"
+rejected = "$2/rejected"
+database = "$2/x12gate.db"
+work = "$2/work"
 EOF
+}
+write_config partners.toml data
 config=$dir/partners.toml
+# Each `process` run writes into folders of its own, all removed only at the end: on ext4, a
+# file created within minutes of many deletions in its block group waits while the allocator
+# skips every recently freed inode (perf: `recently_deleted`), which made `process` look up
+# to 3 times slower when each run followed the removal of the last one's outputs.
+process_runs=0
 
 echo "bench folder: $dir ($(stat -f -c %T "$dir")), $runs run(s) each, $(nproc) cores" >&2
 
@@ -140,14 +151,18 @@ measure() {
   local bytes times=() peak=0 i rc start end wall rss
   bytes=$(stat -c %s "$dir/$file")
   for ((i = 1; i <= runs; i++)); do
+    local run=("$@")
     if [ "$label" = process ]; then
-      rm -rf "$dir/data"
-      "$x12gate" --config "$config" init >/dev/null 2>"$dir/init.err" ||
+      process_runs=$((process_runs + 1))
+      rm -rf "$dir/data-$process_runs"
+      write_config "partners-$process_runs.toml" "data-$process_runs"
+      run=("$x12gate" --config "$dir/partners-$process_runs.toml" process "$dir/$file")
+      "$x12gate" --config "$dir/partners-$process_runs.toml" init >/dev/null 2>"$dir/init.err" ||
         die "x12gate init failed: $(cat "$dir/init.err")"
     fi
     set +e
     start=$EPOCHREALTIME
-    /usr/bin/time -f '%e %M' -o "$dir/time.txt" "$@" >"${stdout_to:-$dir/last.out}" 2>"$dir/last.err"
+    /usr/bin/time -f '%e %M' -o "$dir/time.txt" "${run[@]}" >"${stdout_to:-$dir/last.out}" 2>"$dir/last.err"
     rc=$?
     end=$EPOCHREALTIME
     set -e
@@ -168,9 +183,6 @@ measure() {
     if ((rss > peak)); then peak=$rss; fi
     echo "  $file $label run $i: ${wall} s, $((rss / 1024)) MiB" >&2
   done
-  if [ "$label" = process ]; then
-    rm -rf "$dir/data"
-  fi
   rows+=("$(printf '%s\n' "${times[@]}" | sort -g | awk -v f="$file" -v b="$bytes" -v l="$label" -v p="$peak" '
     { t[NR] = $1 }
     END {
@@ -205,5 +217,8 @@ if [ "${#warnings[@]}" -gt 0 ]; then
   echo
   printf 'warning: %s\n' "${warnings[@]}"
 fi
+for ((i = 1; i <= process_runs; i++)); do
+  rm -rf "$dir/data-$i" "$dir/partners-$i.toml"
+done
 echo
 echo "files and config kept in $dir"

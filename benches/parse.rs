@@ -1,6 +1,6 @@
 //! Throughput of the syntax layer on 20 MB of generated, realistic X12 (see `testdata::generate`).
 //!
-//! Seven cases on the same bytes, in the same run, so their ratios mean something on any machine:
+//! Eight cases on the same bytes, in the same run, so their ratios mean something on any machine:
 //! - `memchr_floor`: count the segment terminators with `memchr`. Every parser has to find
 //!   them, so this is the floor no tokeniser can go under. (memchr counts with wide vector
 //!   compares and never stops at a match, so this runs near memory bandwidth.)
@@ -9,6 +9,9 @@
 //! - `tokenise`: cut the whole file into segments (`x12::Segments`), id included.
 //! - `envelope_tree`: read every interchange into its envelope tree (`x12::Interchanges`),
 //!   which cuts every segment once.
+//! - `fingerprints`: the envelope tree, plus each interchange's content fingerprint and each
+//!   set's (what `process` hashes to tell a resend from a conflict, for interchanges and for
+//!   documents).
 //! - `tokenise_and_validate`: envelope validation (`check::file` without definitions),
 //!   what a partner with `validation = "envelope"` gets: plain parsing.
 //! - `schema_validate_one_thread`: the same plus every set walked against its definition
@@ -66,6 +69,22 @@ fn parse(c: &mut Criterion) {
                 .flatten()
                 .map(|ic| ic.groups.len())
                 .sum::<usize>()
+        })
+    });
+
+    // What `process` hashes: each interchange's fingerprint and each set's (its document's).
+    group.bench_function("fingerprints", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for ic in Interchanges::new(black_box(&input), Limits::default()).flatten() {
+                n += x12gate::fingerprint::fingerprint(&input, &ic, &[]).len();
+                for group in &ic.groups {
+                    for set in &group.sets {
+                        n += x12gate::fingerprint::set_fingerprint(&set).len();
+                    }
+                }
+            }
+            n
         })
     });
 
