@@ -404,8 +404,14 @@ fn hand_over(
     }
     let written: Vec<i64> = named.iter().map(|n| n.id).collect();
     b.documents_delivered(&written)?;
+    if named.is_empty() {
+        return Ok(());
+    }
+    // Looked up by key once, not once per document and partner.
+    let partners: std::collections::HashMap<String, &crate::config::Partner> =
+        config.partners.iter().map(|p| (p.key(), p)).collect();
     for n in named {
-        let Some(partner) = config.partners.iter().find(|p| p.key() == n.partner) else {
+        let Some(partner) = partners.get(&n.partner) else {
             continue;
         };
         let Some(destination) = config.destination_for(partner, &n.set) else {
