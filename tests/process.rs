@@ -1696,7 +1696,7 @@ fn outputs_of(dir: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
-    use x12gate::pipeline::{process_files, ProcessOptions, Source};
+    use x12gate::pipeline::{process_files_into, ProcessOptions, Settled, Source};
     // Every valid fixture, a resend, a conflicting copy, garbage and a broken ISA between.
     let mut file = Vec::new();
     for (i, name) in [
@@ -1738,18 +1738,31 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
             ..ProcessOptions::new(true)
         };
         let schemas = x12gate::schema::builtin().unwrap();
-        let outcomes = process_files(
+        // Handed over as they are settled: a piece's reports at a time.
+        let mut handed = Vec::new();
+        process_files_into(
             &[Source::from(path.as_path())],
             &config,
             schemas,
             &mut registry,
             &options,
             None,
+            &mut |settled| match settled {
+                Settled::Reports { file, reports } => handed.push((file, reports)),
+                Settled::Failed { error, .. } => panic!("{error}"),
+            },
         )
         .unwrap();
-        let reports: Vec<String> = outcomes
+        assert!(handed.iter().all(|(file, _)| *file == 0));
+        let nonempty = handed.iter().filter(|(_, r)| !r.is_empty()).count();
+        if window < file.len() {
+            assert!(nonempty > 2, "window {window}: {nonempty} hand-overs");
+        } else {
+            assert_eq!(nonempty, 1);
+        }
+        let reports: Vec<String> = handed
             .into_iter()
-            .flat_map(|o| o.result.unwrap())
+            .flat_map(|(_, reports)| reports)
             .map(|r| serde_json::to_string(&r).unwrap())
             .map(|r| r.replace(&gate.dir.path().display().to_string(), "<gate>"))
             .collect();

@@ -105,9 +105,65 @@ pub fn process_files(
     schemas: &Schemas,
     registry: &mut Registry,
     options: &ProcessOptions,
-    mut turn: Option<Turn>,
+    turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
-    let mut outcomes = Vec::with_capacity(sources.len());
+    let mut outcomes: Vec<(usize, FileOutcome)> = Vec::with_capacity(sources.len());
+    process_files_into(
+        sources,
+        config,
+        schemas,
+        registry,
+        options,
+        turn,
+        &mut |settled| {
+            let (file, result) = match settled {
+                Settled::Reports { file, reports } => (file, Ok(reports)),
+                Settled::Failed { file, error } => (file, Err(error)),
+            };
+            match outcomes.last_mut() {
+                // A large file's later pieces, or the failure that ended it.
+                Some((last, outcome)) if *last == file => match (&mut outcome.result, result) {
+                    (Ok(had), Ok(more)) => had.extend(more),
+                    (had, result) => *had = result,
+                },
+                _ => outcomes.push((
+                    file,
+                    FileOutcome {
+                        path: sources
+                            .get(file)
+                            .map(|s| s.read.clone())
+                            .unwrap_or_default(),
+                        result,
+                    },
+                )),
+            }
+        },
+    )?;
+    Ok(outcomes.into_iter().map(|(_, o)| o).collect())
+}
+
+/// What [`process_files_into`] hands over as soon as it is settled, in file order.
+pub enum Settled {
+    /// Reports of the file `sources[file]`: all of them, or for a file read in pieces those
+    /// of one piece (its next piece's follow).
+    Reports { file: usize, reports: Vec<Report> },
+    /// The file could not be processed (after any reports of its earlier pieces).
+    Failed { file: usize, error: ProcessError },
+}
+
+/// [`process_files`], each file's reports handed to `settled` as soon as they are settled
+/// (a large file's a piece at a time) instead of gathered: a caller that prints them holds a
+/// piece's reports, not a file's, however many interchanges and documents the file carries.
+/// Every file begun gets at least one hand-over.
+pub fn process_files_into(
+    sources: &[Source],
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+    mut turn: Option<Turn>,
+    settled: &mut dyn FnMut(Settled),
+) -> Result<(), ProcessError> {
     let mut start = 0;
     let mut large: Option<(usize, Box<Reader>)> = None;
     while (start < sources.len() || large.is_some()) && !options.stop.abandoned() {
@@ -115,13 +171,13 @@ pub fn process_files(
             let Some(source) = sources.get(file) else {
                 break;
             };
-            let result = in_pieces(
-                source, *reader, config, schemas, registry, options, &mut turn,
+            let mut piece = |reports| settled(Settled::Reports { file, reports });
+            let failure = in_pieces(
+                source, *reader, config, schemas, registry, options, &mut turn, &mut piece,
             )?;
-            outcomes.push(FileOutcome {
-                path: source.read.clone(),
-                result,
-            });
+            if let Err(error) = failure {
+                settled(Settled::Failed { file, error });
+            }
             continue;
         }
         // A batch: up to BATCH_FILES files and BATCH_BYTES bytes (always at least one file),
@@ -151,9 +207,10 @@ pub fn process_files(
             }
         }
         let batch = &sources[start..start + inputs.len()];
+        let first = start;
         start += inputs.len() + usize::from(large.is_some());
         if !inputs.is_empty() {
-            outcomes.extend(run_batch(
+            let outcomes = run_batch(
                 batch,
                 inputs,
                 config,
@@ -161,14 +218,23 @@ pub fn process_files(
                 registry,
                 options,
                 turn.take(),
-            )?);
+            )?;
+            for (n, outcome) in outcomes.into_iter().enumerate() {
+                let file = first + n;
+                settled(match outcome.result {
+                    Ok(reports) => Settled::Reports { file, reports },
+                    Err(error) => Settled::Failed { file, error },
+                });
+            }
         }
     }
-    Ok(outcomes)
+    Ok(())
 }
 
 /// One file larger than a window, a piece at a time: each piece's interchanges are settled
-/// before the next piece is read.
+/// before the next piece is read, and their reports handed to `settled` (at least once).
+/// The inner `Err` is why the rest of the file could not be read.
+#[allow(clippy::too_many_arguments)]
 fn in_pieces(
     source: &Source,
     mut reader: Reader,
@@ -177,7 +243,8 @@ fn in_pieces(
     registry: &mut Registry,
     options: &ProcessOptions,
     turn: &mut Option<Turn>,
-) -> Result<Result<Vec<Report>, ProcessError>, ProcessError> {
+    settled: &mut dyn FnMut(Vec<Report>),
+) -> Result<Result<(), ProcessError>, ProcessError> {
     let mut reports = Vec::new();
     // A stop that came while waiting in one piece holds for the pieces after it.
     let mut stopped = false;
@@ -199,7 +266,10 @@ fn in_pieces(
                 )?);
                 break;
             }
-            Err(e) => return Ok(Err(ProcessError::Input(e))),
+            Err(e) => {
+                settled(reports);
+                return Ok(Err(ProcessError::Input(e)));
+            }
         };
         let mut read = piece.interchanges();
         let mut slots = Vec::new();
@@ -210,9 +280,11 @@ fn in_pieces(
         stopped = stop;
         let resume = read.resume();
         reports.extend(in_order(slots, &mut done));
+        settled(std::mem::take(&mut reports));
         reader.advance(resume);
     }
-    Ok(Ok(reports))
+    settled(reports);
+    Ok(Ok(()))
 }
 
 /// The report of the part of a file that a stop left unread.

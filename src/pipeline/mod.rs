@@ -493,7 +493,9 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 mod batch;
 mod documents;
 
-pub use batch::{process_file, process_files, FileOutcome, BATCH_BYTES, BATCH_FILES};
+pub use batch::{
+    process_file, process_files, process_files_into, FileOutcome, Settled, BATCH_BYTES, BATCH_FILES,
+};
 pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
 };

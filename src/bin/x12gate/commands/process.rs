@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use indicatif::ProgressBar;
 use x12gate::config::Config;
-use x12gate::pipeline::{ProcessError, Report, Source};
+use x12gate::pipeline::{ProcessError, Report, Settled, Source};
 
 use super::{definitions, preflight};
 use crate::exit::{self, registry_failure, Failure};
@@ -59,27 +59,47 @@ pub fn process(
             break;
         }
         let sources: Vec<Source> = chunk.iter().map(|p| Source::from(p.as_path())).collect();
+        // Each file's reports are printed as they are settled (a large file's a piece at a
+        // time), so a file of any size costs the memory of a piece's reports.
+        let mut printed: Result<(), Failure> = Ok(());
+        let mut last = None;
+        let mut print = |settled: Settled| {
+            let file = match &settled {
+                Settled::Reports { file, .. } | Settled::Failed { file, .. } => *file,
+            };
+            if last != Some(file) {
+                last = Some(file);
+                tally.done += 1;
+            }
+            if printed.is_err() {
+                return;
+            }
+            printed = match settled {
+                Settled::Reports { reports, .. } => {
+                    report(&reports, json, progress.as_ref(), &mut tally, out)
+                }
+                Settled::Failed { error, .. } => match chunk.get(file) {
+                    Some(path) => unreadable(path, &error, json, &mut tally, out),
+                    None => Ok(()),
+                },
+            };
+        };
         // An unusable database, or outputs that cannot be written, stop the run with nothing
         // of the failing batch marked done.
-        let outcomes = match x12gate::pipeline::process_files(
+        match x12gate::pipeline::process_files_into(
             &sources,
             config,
             schemas,
             &mut registry,
             &options,
             None,
+            &mut print,
         ) {
-            Ok(outcomes) => outcomes,
+            Ok(()) => {}
             Err(ProcessError::Interrupted) => break,
             Err(e) => return Err(Failure::Operational(e.into())),
-        };
-        tally.done += outcomes.len();
-        for outcome in outcomes {
-            match outcome.result {
-                Ok(reports) => report(&reports, json, progress.as_ref(), &mut tally, out)?,
-                Err(e) => unreadable(&outcome.path, &e, json, &mut tally, out)?,
-            }
         }
+        printed?;
         if let Some(bar) = &progress {
             bar.inc(chunk.len() as u64);
         }
