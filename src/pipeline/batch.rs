@@ -1683,11 +1683,20 @@ mod tests {
         let source = Source::from(path.as_path());
         let run = |registry: &mut Registry| {
             let reader = Reader::open(&path, config.limits, options.window).unwrap();
+            let mut reports = Vec::new();
             in_pieces(
-                &source, reader, &config, schemas, registry, &options, &mut None,
+                &source,
+                reader,
+                &config,
+                schemas,
+                registry,
+                &options,
+                &mut None,
+                &mut |piece| reports.extend(piece),
             )
             .unwrap()
-            .unwrap()
+            .unwrap();
+            reports
         };
         // Read whole, all 20 are accepted.
         let all = run(&mut registry);
