@@ -241,13 +241,16 @@ fn process_batch_timed(
                 .to_string(),
         })
         .collect();
-    let result = pipeline::process_files(
+    // The watcher needs each interchange's outcome, not each document's: a large file's
+    // reports keep the first documents, as the history does.
+    let result = pipeline::process_files_keeping(
         &sources,
         config,
         schemas,
         &mut registry,
         &options,
         Some(turn),
+        pipeline::RECORDED,
     );
     let mut results = match result {
         Ok(results) => results.into_iter(),

@@ -107,6 +107,29 @@ pub fn process_files(
     options: &ProcessOptions,
     turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
+    process_files_keeping(
+        sources,
+        config,
+        schemas,
+        registry,
+        options,
+        turn,
+        usize::MAX,
+    )
+}
+
+/// [`process_files`], each report keeping at most `kept` of its documents and outputs
+/// ([`Report::keep_first`]) as soon as it is settled: what a caller that needs every
+/// interchange's outcome but not every document's (the watcher) holds of a large file.
+pub fn process_files_keeping(
+    sources: &[Source],
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    options: &ProcessOptions,
+    turn: Option<Turn>,
+    kept: usize,
+) -> Result<Vec<FileOutcome>, ProcessError> {
     let mut outcomes: Vec<(usize, FileOutcome)> = Vec::with_capacity(sources.len());
     process_files_into(
         sources,
@@ -117,7 +140,12 @@ pub fn process_files(
         turn,
         &mut |settled| {
             let (file, result) = match settled {
-                Settled::Reports { file, reports } => (file, Ok(reports)),
+                Settled::Reports { file, mut reports } => {
+                    for report in &mut reports {
+                        report.keep_first(kept);
+                    }
+                    (file, Ok(reports))
+                }
                 Settled::Failed { file, error } => (file, Err(error)),
             };
             match outcomes.last_mut() {
@@ -1397,7 +1425,7 @@ fn complete_all(
 /// The documents and outputs an audit event (and the claim's row) lists: the first ones of
 /// an interchange that carries many (the registry's documents table has them all), so one
 /// record stays small.
-const RECORDED: usize = 100;
+pub const RECORDED: usize = 100;
 
 /// The report as the completion's audit event records it.
 fn recorded_detail(report: &mut Report) -> String {
@@ -1655,8 +1683,8 @@ mod tests {
             })
             .collect();
         report.outputs = (0..150).map(|i| format!("out/{i}.json")).collect();
-        let detail: serde_json::Value =
-            serde_json::from_str(&recorded_detail(&mut report)).unwrap();
+        let recorded = recorded_detail(&mut report);
+        let detail: serde_json::Value = serde_json::from_str(&recorded).unwrap();
         assert_eq!(detail["documents"].as_array().unwrap().len(), RECORDED);
         assert_eq!(detail["outputs"].as_array().unwrap().len(), RECORDED);
         assert_eq!(detail["documents_total"], 150);
@@ -1664,6 +1692,10 @@ mod tests {
         assert_eq!((report.documents.len(), report.outputs.len()), (150, 150));
         assert_eq!(report.documents[149].st02, "0149");
         assert_eq!(report.documents_total, None);
+        // What the watcher keeps of it is what the history records.
+        let mut kept = report.clone();
+        kept.keep_first(RECORDED);
+        assert_eq!(json(&kept), recorded);
         report.documents.truncate(3);
         report.outputs.truncate(3);
         let small: serde_json::Value = serde_json::from_str(&recorded_detail(&mut report)).unwrap();

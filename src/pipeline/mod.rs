@@ -197,14 +197,26 @@ pub struct Report {
     /// The business documents among its accepted sets, and what became of each.
     #[serde(default)]
     pub documents: Vec<DocumentReport>,
-    /// In the history's record of an interchange with many documents or outputs: how many
-    /// documents it carried (`documents` and `outputs` list the first 100 there; `process
-    /// --json` lists them all).
+    /// In the history's record of an interchange with many documents or outputs, and in
+    /// the watcher's: how many documents it carried (`documents` and `outputs` list the first
+    /// 100 there; `process --json` lists them all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents_total: Option<usize>,
     /// The registry key (not printed: `history --json` gives it from the event).
     #[serde(skip)]
     pub key: Option<String>,
+}
+
+impl Report {
+    /// Keeps the first `n` documents and outputs; with more documents than that, says how
+    /// many there were in `documents_total` (the registry has them all).
+    pub fn keep_first(&mut self, n: usize) {
+        if self.documents.len() > n {
+            self.documents_total = Some(self.documents.len());
+            self.documents.truncate(n);
+        }
+        self.outputs.truncate(n);
+    }
 }
 
 /// An operational failure: nothing about the interchange was decided or marked done.
@@ -494,7 +506,8 @@ mod batch;
 mod documents;
 
 pub use batch::{
-    process_file, process_files, process_files_into, FileOutcome, Settled, BATCH_BYTES, BATCH_FILES,
+    process_file, process_files, process_files_into, process_files_keeping, FileOutcome, Settled,
+    BATCH_BYTES, BATCH_FILES, RECORDED,
 };
 pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
