@@ -414,6 +414,39 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn a_4010_remittance_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
+    let name = "835-004010X091A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X091A1/835")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    let claims = c["2000_loop"][0]["2100_loop"]
+        .as_array()
+        .expect("2100 claims");
+    assert_eq!(claims.len(), 2);
+    assert_eq!(claims[0]["NM1_4"]["entity_identifier_code_01"], "82");
+    assert_eq!(claims[0]["2110_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+    // The remittance's key is its reassociation trace (TRN02), in both releases' guides.
+    for key in ["004010X091A1/835", "005010X221A1/835"] {
+        assert!(keyed(key), "{key} has no key");
+    }
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-835-x091.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*18*2100*2".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLP01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
@@ -639,6 +672,84 @@ fn an_institutional_claim_nests_by_the_guides_loop_ids() {
         got.contains(&"CTX*CLM01:SMH-24-031801".to_string()),
         "{got:?}"
     );
+}
+
+#[test]
+fn the_4010_claims_nest_by_the_guides_loop_ids() {
+    // GS08 004010X098A1, the 4010 professional claim: 2000A > 2000B > 2000C, the patient's
+    // claim (2300) with its rendering provider (2310B) and service lines (2400).
+    let name = "837-004010X098A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X098A1/837")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["NM1"]["entity_identifier_code_01"], "41");
+    let billing = &c["2000A_loop"][0];
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    let subscriber = &billing["2000B_loop"][0];
+    assert_eq!(
+        subscriber["2010BB_loop"]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
+    let patient = &subscriber["2000C_loop"][0];
+    assert_eq!(
+        patient["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+        "QC"
+    );
+    let claim = &patient["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+    // GS08 004010X096A1, the 4010 institutional claim: the subscriber's claim, then the
+    // patient's level under the subscriber.
+    let name = "837-004010X096A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X096A1/837")
+    );
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0];
+    let claim = &subscriber["2300_loop"][0];
+    assert_eq!(
+        claim["2310A_loop"]["NM1"]["entity_identifier_code_01"],
+        "71"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        subscriber["2000C_loop"][0]["2300_loop"][0]["CLM"]["claim_submitter_s_identifier_01"],
+        "SMH-24-031802"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    // Their 999s name the claim loop and the claim (here under the patient's level, 2000C);
+    // a 997's AK303 names bounded (LS/LE) loops only.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837-x098.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*29*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*CLM*27*2300*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837i-x096.x12",
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*DTP*22**2".to_string()), "{got:?}");
 }
 
 #[test]
