@@ -447,6 +447,46 @@ fn a_4010_remittance_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
 }
 
 #[test]
+fn a_services_review_request_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 004010X094A1: UMO (2000A) > requester (2000B) > subscriber (2000C) > service
+    // provider (2000E) > service (2000F); the request (BHT02 13) and the response (11) in
+    // one definition, the response's review outcome (HCR) and certification date in 2000F.
+    let name = "278-004010X094A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X094A1/278")
+    );
+    let service = |set: usize| {
+        let c = content(&doc, set);
+        // One UMO, requester and subscriber per set (the guide's maximum 1).
+        let umo = &c["2000A_loop"];
+        assert_eq!(umo["2010A_loop"]["NM1"]["entity_identifier_code_01"], "X3");
+        let subscriber = &umo["2000B_loop"]["2000C_loop"];
+        assert_eq!(
+            subscriber["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+            "IL"
+        );
+        let provider = &subscriber["2000E_loop"][0];
+        assert_eq!(
+            provider["2010E_loop"][0]["NM1"]["entity_identifier_code_01"],
+            "SJ"
+        );
+        provider["2000F_loop"][0].clone()
+    };
+    assert_eq!(service(0)["UM"]["request_category_code_01"], "SC");
+    assert_eq!(service(1)["HCR"]["action_code_01"], "A1");
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-278-x094.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*23*2000F*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*UM*21*2000F*8".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:3".to_string()), "{got:?}");
+}
+
+#[test]
 fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
