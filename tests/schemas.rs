@@ -564,6 +564,20 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
     let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
     assert!(subscriber["2100C_loop"]["2110C_loop"].is_array());
     assert_eq!(render(&doc), bytes);
+    // The 4010 guide before its addenda (GS08 004010X092) is read with the addenda's tables.
+    let (doc, bytes) = structured("270-004010X092.x12");
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X092/270")
+    );
+    let c = content(&doc, 0);
+    assert!(c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+    let got = set_response(
+        "fixtures/broken/segment-out-of-sequence-270-x092-pre.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*17*2100C*7".to_string()), "{got:?}");
 }
 
 #[test]
