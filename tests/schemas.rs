@@ -807,6 +807,50 @@ fn the_4010_claims_nest_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn a_dental_claim_nests_by_the_guides_loop_ids() {
+    // GS08 005010X224A2: the subscriber's own claim (2300 under 2000B), the patient's under
+    // 2000C, each service line (2400) with its SV3 and teeth (TOO).
+    let name = "837-005010X224A2.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X224A2/837")
+    );
+    let c = content(&doc, 0);
+    let subscribers = c["2000A_loop"][0]["2000B_loop"]
+        .as_array()
+        .expect("2000B levels");
+    let claim = &subscribers[0]["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "LSD-24-032501"
+    );
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    let lines = claim["2400_loop"].as_array().expect("2400 lines");
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["TOO"][0]["code_list_qualifier_code_01"], "JP");
+    let patient = &subscribers[1]["2000C_loop"][0];
+    assert_eq!(
+        patient["2300_loop"][0]["CLM"]["claim_submitter_s_identifier_01"],
+        "LSD-24-032502"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837d.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*TOO*31*2400*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:LSD-24-032501".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
     let got = set_response(
         "fixtures/broken/segment-unexpected-837.x12",
