@@ -487,6 +487,43 @@ fn a_services_review_request_and_response_nest_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn an_inbound_999_is_read_against_its_guide_by_the_guides_loop_ids() {
+    // GS08 005010X231A1: transaction set responses (2000), their errors (2100) and element
+    // notes (2110).
+    let name = "999-005010.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X231A1/999")
+    );
+    let c = content(&doc, 0);
+    let responses = c["2000_loop"].as_array().expect("2000 responses");
+    assert_eq!(responses.len(), 2);
+    let error = &responses[0]["2100_loop"][0];
+    assert_eq!(error["IK3"]["segment_id_code_01"], "PO1");
+    assert!(error["2110_loop"][0]["IK4"].is_object(), "{error}");
+    assert_eq!(render(&doc), bytes, "{name}");
+    // A CTX outside its error loop is reported in the guide's 2000 loop; AK905 `7` is in the
+    // standard's list but not the guide's.
+    let bytes = std::fs::read(fixture("broken/segment-unexpected-999-x231.x12")).unwrap();
+    let findings = x12gate::check::file(
+        &bytes,
+        Limits::default(),
+        &x12gate::check::Checks::definitions(schema::builtin().unwrap()),
+    );
+    let loops: Vec<Option<String>> = findings
+        .iter()
+        .map(|f| f.detail.as_ref().and_then(|d| d.loop_id.clone()))
+        .collect();
+    assert_eq!(
+        loops.first(),
+        Some(&Some("2000".to_string())),
+        "{findings:?}"
+    );
+    assert_eq!(findings.len(), 2, "{findings:?}");
+}
+
+#[test]
 fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
