@@ -524,6 +524,36 @@ fn an_inbound_999_is_read_against_its_guide_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
+    // GS08 005010X218: premium receiver (1000A) and payer (1000B), then the individual
+    // remittances (2000B, ENT02 2J), each with its name (2100B) and premium detail (2300B).
+    let name = "820-005010X218.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X218/820")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    let people = c["2000B_loop"].as_array().expect("2000B remittances");
+    assert_eq!(people.len(), 2);
+    assert_eq!(
+        people[1]["2100B_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("005010X218/820"), "005010X218/820 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-820-x218.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*RMR*13*2300B*8".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
+}
+
+#[test]
 fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
