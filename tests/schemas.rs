@@ -698,6 +698,23 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
         &config_with(Validation::Schema, AckKind::FunctionalAck),
     );
     assert!(got.contains(&"AK3*REF*14**2".to_string()), "{got:?}");
+    // The 4010 response (GS08 004010X093A1): each claim (2200D, by its TRN) with its service
+    // lines (2220D) under the subscriber, in a 999 the subscriber's HL01.
+    let (doc, bytes) = structured("277-004010X093A1.x12");
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X093A1/277")
+    );
+    let c = content(&doc, 0);
+    let provider = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    let subscribers = provider["2000D_loop"].as_array().expect("2000D levels");
+    let claim = &subscribers[0]["2200D_loop"][0];
+    assert_eq!(claim["2220D_loop"].as_array().map(Vec::len), Some(1));
+    assert!(subscribers[1]["2000E_loop"][0]["2200E_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+    let got = set_response("fixtures/broken/segment-unexpected-277-x093.x12", &config);
+    assert!(got.contains(&"IK3*REF*16*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
     // The claim acknowledgment (277CA, GS08 005010X214): 2000D is the patient (HL03 PT).
     let (doc, bytes) = structured("277-005010X214.x12");
     let c = content(&doc, 0);
