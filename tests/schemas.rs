@@ -932,6 +932,30 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
         got.contains(&"CTX*CLM01:LSD-24-032501".to_string()),
         "{got:?}"
     );
+    // The 4010 dental guide (GS08 004010X097A1): the same claim and line loops.
+    let name = "837-004010X097A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X097A1/837")
+    );
+    let c = content(&doc, 0);
+    let claim = &c["2000A_loop"][0]["2000B_loop"][0]["2300_loop"][0];
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837d-x097.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:LSD-24-032511".to_string()),
+        "{got:?}"
+    );
 }
 
 #[test]
