@@ -766,6 +766,33 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
     );
     assert!(got.contains(&"IK3*REF*11*2000*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*DMG*27*2100A*8".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X095A1): members (2000) with their names (2100A) and
+    // coverages (2300 > 2310), keyed by BGN02 as the 5010 guide.
+    let name = "834-004010X095A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X095A1/834")
+    );
+    let c = content(&doc, 0);
+    let members = c["2000_loop"].as_array().expect("2000 members");
+    assert_eq!(members.len(), 2);
+    assert_eq!(
+        members[0]["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        members[0]["2300_loop"][0]["2310_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("004010X095A1/834"), "004010X095A1/834 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-834-x095.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*10*2000*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*HD*17*2300*8".to_string()), "{got:?}");
 }
 
 #[test]
