@@ -10,8 +10,8 @@
 //!   X223A2, 837D X224A2, 835 X221A1, 270/271 X279A1 and X279, 276/277 X212, 277CA X214,
 //!   834 X220A1, 820 X218; 270/271 004010X092A1, 270 004010X092, 276/277 004010X093A1, 837P
 //!   004010X098A1, 837I 004010X096A1, 837D 004010X097A1, 835 004010X091A1, 278
-//!   004010X094A1, 834 004010X095A1), a 271 with repetitions and composites) and the
-//!   reading oddities of SPEC section 2.
+//!   004010X094A1, 834 004010X095A1, 820 004010X061A1), a 271 with repetitions and
+//!   composites) and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`; every defined set has a segment error and an
 //!   element error among them (issue 17), in two fixtures or, for some sets written earlier
@@ -265,6 +265,7 @@ const VALID: &[&str] = &[
     "277-004010X093A1.x12",
     "837-004010X097A1.x12",
     "834-004010X095A1.x12",
+    "820-004010X061A1.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

@@ -551,6 +551,27 @@ fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     );
     assert!(got.contains(&"IK3*RMR*13*2300B*8".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X061A1): the same loops, the same key.
+    let name = "820-004010X061A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X061A1/820")
+    );
+    let c = content(&doc, 0);
+    let people = c["2000B_loop"].as_array().expect("2000B remittances");
+    assert_eq!(
+        people[0]["2100B_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "EY"
+    );
+    assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("004010X061A1/820"), "004010X061A1/820 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-820-x061.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
 }
 
 #[test]
