@@ -7,9 +7,11 @@
 //!   210, 940, 945, 820, 824, 846, 864, 830, 832, 852, 862, 944, 943, 947, 180, 816, 875,
 //!   880, 861, 865, 870, 869, 866, 812, 322, 867, 417, 811, 310 and 315 in 004010 and
 //!   005010, 753, 754 and 999 in 005010, the healthcare guides (837P 005010X222A1 and X222, 837I
-//!   X223A2, 835 X221A1, 270/271 X279A1 and X279, 276/277 X212, 277CA X214, 834 X220A1;
-//!   270/271 004010X092A1, 276 004010X093A1), a 271 with repetitions and composites) and
-//!   the reading oddities of SPEC section 2.
+//!   X223A2, 837D X224A2, 835 X221A1, 270/271 X279A1 and X279, 276/277 X212, 277CA X214,
+//!   834 X220A1, 820 X218; 270/271 004010X092A1, 270 004010X092, 276/277 004010X093A1, 837P
+//!   004010X098A1, 837I 004010X096A1, 837D 004010X097A1, 835 004010X091A1, 278
+//!   004010X094A1, 834 004010X095A1, 820 004010X061A1), a 271 with repetitions and
+//!   composites) and the reading oddities of SPEC section 2.
 //! - `fixtures/broken/<rule>[-<variant>].x12`: one fault each, beside its golden
 //!   `fixtures/broken/<rule>[-<variant>].findings`; every defined set has a segment error and an
 //!   element error among them (issue 17), in two fixtures or, for some sets written earlier
@@ -253,6 +255,17 @@ const VALID: &[&str] = &[
     "270-004010X092A1.x12",
     "271-004010X092A1.x12",
     "276-004010X093A1.x12",
+    "837-004010X098A1.x12",
+    "837-004010X096A1.x12",
+    "835-004010X091A1.x12",
+    "278-004010X094A1.x12",
+    "270-004010X092.x12",
+    "837-005010X224A2.x12",
+    "820-005010X218.x12",
+    "277-004010X093A1.x12",
+    "837-004010X097A1.x12",
+    "834-004010X095A1.x12",
+    "820-004010X061A1.x12",
 ];
 
 /// Valid fixtures whose bytes are not what the renderer writes (a BOM and leading blank lines,

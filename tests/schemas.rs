@@ -414,6 +414,167 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
 }
 
 #[test]
+fn a_4010_remittance_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
+    let name = "835-004010X091A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X091A1/835")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    let claims = c["2000_loop"][0]["2100_loop"]
+        .as_array()
+        .expect("2100 claims");
+    assert_eq!(claims.len(), 2);
+    assert_eq!(claims[0]["NM1_4"]["entity_identifier_code_01"], "82");
+    assert_eq!(claims[0]["2110_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+    // The remittance's key is its reassociation trace (TRN02), in both releases' guides.
+    for key in ["004010X091A1/835", "005010X221A1/835"] {
+        assert!(keyed(key), "{key} has no key");
+    }
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-835-x091.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*18*2100*2".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLP01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_services_review_request_and_response_nest_by_the_guides_loop_ids() {
+    // GS08 004010X094A1: UMO (2000A) > requester (2000B) > subscriber (2000C) > service
+    // provider (2000E) > service (2000F); the request (BHT02 13) and the response (11) in
+    // one definition, the response's review outcome (HCR) and certification date in 2000F.
+    let name = "278-004010X094A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X094A1/278")
+    );
+    let service = |set: usize| {
+        let c = content(&doc, set);
+        // One UMO, requester and subscriber per set (the guide's maximum 1).
+        let umo = &c["2000A_loop"];
+        assert_eq!(umo["2010A_loop"]["NM1"]["entity_identifier_code_01"], "X3");
+        let subscriber = &umo["2000B_loop"]["2000C_loop"];
+        assert_eq!(
+            subscriber["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+            "IL"
+        );
+        let provider = &subscriber["2000E_loop"][0];
+        assert_eq!(
+            provider["2010E_loop"][0]["NM1"]["entity_identifier_code_01"],
+            "SJ"
+        );
+        provider["2000F_loop"][0].clone()
+    };
+    assert_eq!(service(0)["UM"]["request_category_code_01"], "SC");
+    assert_eq!(service(1)["HCR"]["action_code_01"], "A1");
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-278-x094.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*23*2000F*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*UM*21*2000F*8".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:3".to_string()), "{got:?}");
+}
+
+#[test]
+fn an_inbound_999_is_read_against_its_guide_by_the_guides_loop_ids() {
+    // GS08 005010X231A1: transaction set responses (2000), their errors (2100) and element
+    // notes (2110).
+    let name = "999-005010.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X231A1/999")
+    );
+    let c = content(&doc, 0);
+    let responses = c["2000_loop"].as_array().expect("2000 responses");
+    assert_eq!(responses.len(), 2);
+    let error = &responses[0]["2100_loop"][0];
+    assert_eq!(error["IK3"]["segment_id_code_01"], "PO1");
+    assert!(error["2110_loop"][0]["IK4"].is_object(), "{error}");
+    assert_eq!(render(&doc), bytes, "{name}");
+    // A CTX outside its error loop is reported in the guide's 2000 loop; AK905 `7` is in the
+    // standard's list but not the guide's.
+    let bytes = std::fs::read(fixture("broken/segment-unexpected-999-x231.x12")).unwrap();
+    let findings = x12gate::check::file(
+        &bytes,
+        Limits::default(),
+        &x12gate::check::Checks::definitions(schema::builtin().unwrap()),
+    );
+    let loops: Vec<Option<String>> = findings
+        .iter()
+        .map(|f| f.detail.as_ref().and_then(|d| d.loop_id.clone()))
+        .collect();
+    assert_eq!(
+        loops.first(),
+        Some(&Some("2000".to_string())),
+        "{findings:?}"
+    );
+    assert_eq!(findings.len(), 2, "{findings:?}");
+}
+
+#[test]
+fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
+    // GS08 005010X218: premium receiver (1000A) and payer (1000B), then the individual
+    // remittances (2000B, ENT02 2J), each with its name (2100B) and premium detail (2300B).
+    let name = "820-005010X218.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X218/820")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PE");
+    assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PR");
+    let people = c["2000B_loop"].as_array().expect("2000B remittances");
+    assert_eq!(people.len(), 2);
+    assert_eq!(
+        people[1]["2100B_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("005010X218/820"), "005010X218/820 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-820-x218.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*RMR*13*2300B*8".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X061A1): the same loops, the same key.
+    let name = "820-004010X061A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X061A1/820")
+    );
+    let c = content(&doc, 0);
+    let people = c["2000B_loop"].as_array().expect("2000B remittances");
+    assert_eq!(
+        people[0]["2100B_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "EY"
+    );
+    assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("004010X061A1/820"), "004010X061A1/820 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-820-x061.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
+}
+
+#[test]
 fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
@@ -491,6 +652,20 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
     let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
     assert!(subscriber["2100C_loop"]["2110C_loop"].is_array());
     assert_eq!(render(&doc), bytes);
+    // The 4010 guide before its addenda (GS08 004010X092) is read with the addenda's tables.
+    let (doc, bytes) = structured("270-004010X092.x12");
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X092/270")
+    );
+    let c = content(&doc, 0);
+    assert!(c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+    let got = set_response(
+        "fixtures/broken/segment-out-of-sequence-270-x092-pre.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*17*2100C*7".to_string()), "{got:?}");
 }
 
 #[test]
@@ -544,6 +719,23 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
         &config_with(Validation::Schema, AckKind::FunctionalAck),
     );
     assert!(got.contains(&"AK3*REF*14**2".to_string()), "{got:?}");
+    // The 4010 response (GS08 004010X093A1): each claim (2200D, by its TRN) with its service
+    // lines (2220D) under the subscriber, in a 999 the subscriber's HL01.
+    let (doc, bytes) = structured("277-004010X093A1.x12");
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X093A1/277")
+    );
+    let c = content(&doc, 0);
+    let provider = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
+    let subscribers = provider["2000D_loop"].as_array().expect("2000D levels");
+    let claim = &subscribers[0]["2200D_loop"][0];
+    assert_eq!(claim["2220D_loop"].as_array().map(Vec::len), Some(1));
+    assert!(subscribers[1]["2000E_loop"][0]["2200E_loop"].is_array());
+    assert_eq!(render(&doc), bytes);
+    let got = set_response("fixtures/broken/segment-unexpected-277-x093.x12", &config);
+    assert!(got.contains(&"IK3*REF*16*2200D*2".to_string()), "{got:?}");
+    assert!(got.contains(&"CTX*HL01:4".to_string()), "{got:?}");
     // The claim acknowledgment (277CA, GS08 005010X214): 2000D is the patient (HL03 PT).
     let (doc, bytes) = structured("277-005010X214.x12");
     let c = content(&doc, 0);
@@ -595,6 +787,33 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
     );
     assert!(got.contains(&"IK3*REF*11*2000*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*DMG*27*2100A*8".to_string()), "{got:?}");
+    // The 4010 guide (GS08 004010X095A1): members (2000) with their names (2100A) and
+    // coverages (2300 > 2310), keyed by BGN02 as the 5010 guide.
+    let name = "834-004010X095A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X095A1/834")
+    );
+    let c = content(&doc, 0);
+    let members = c["2000_loop"].as_array().expect("2000 members");
+    assert_eq!(members.len(), 2);
+    assert_eq!(
+        members[0]["2100A_loop"]["NM1"]["entity_identifier_code_01"],
+        "IL"
+    );
+    assert_eq!(
+        members[0]["2300_loop"][0]["2310_loop"][0]["NM1"]["entity_identifier_code_01"],
+        "P3"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    assert!(keyed("004010X095A1/834"), "004010X095A1/834 has no key");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-834-x095.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*REF*10*2000*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*HD*17*2300*8".to_string()), "{got:?}");
 }
 
 #[test]
@@ -637,6 +856,152 @@ fn an_institutional_claim_nests_by_the_guides_loop_ids() {
     assert!(got.contains(&"IK3*CLM*19*2300*8".to_string()), "{got:?}");
     assert!(
         got.contains(&"CTX*CLM01:SMH-24-031801".to_string()),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn the_4010_claims_nest_by_the_guides_loop_ids() {
+    // GS08 004010X098A1, the 4010 professional claim: 2000A > 2000B > 2000C, the patient's
+    // claim (2300) with its rendering provider (2310B) and service lines (2400).
+    let name = "837-004010X098A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X098A1/837")
+    );
+    let c = content(&doc, 0);
+    assert_eq!(c["1000A_loop"]["NM1"]["entity_identifier_code_01"], "41");
+    let billing = &c["2000A_loop"][0];
+    assert_eq!(
+        billing["2010AA_loop"]["NM1"]["entity_identifier_code_01"],
+        "85"
+    );
+    let subscriber = &billing["2000B_loop"][0];
+    assert_eq!(
+        subscriber["2010BB_loop"]["NM1"]["entity_identifier_code_01"],
+        "PR"
+    );
+    let patient = &subscriber["2000C_loop"][0];
+    assert_eq!(
+        patient["2010CA_loop"]["NM1"]["entity_identifier_code_01"],
+        "QC"
+    );
+    let claim = &patient["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "NWFC-24-00871"
+    );
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(2));
+    assert_eq!(render(&doc), bytes, "{name}");
+    // GS08 004010X096A1, the 4010 institutional claim: the subscriber's claim, then the
+    // patient's level under the subscriber.
+    let name = "837-004010X096A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X096A1/837")
+    );
+    let c = content(&doc, 0);
+    let subscriber = &c["2000A_loop"][0]["2000B_loop"][0];
+    let claim = &subscriber["2300_loop"][0];
+    assert_eq!(
+        claim["2310A_loop"]["NM1"]["entity_identifier_code_01"],
+        "71"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        subscriber["2000C_loop"][0]["2300_loop"][0]["CLM"]["claim_submitter_s_identifier_01"],
+        "SMH-24-031802"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    // Their 999s name the claim loop and the claim (here under the patient's level, 2000C);
+    // a 997's AK303 names bounded (LS/LE) loops only.
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837-x098.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*29*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*CLM*27*2300*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:NWFC-24-00871".to_string()),
+        "{got:?}"
+    );
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837i-x096.x12",
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*DTP*22**2".to_string()), "{got:?}");
+}
+
+#[test]
+fn a_dental_claim_nests_by_the_guides_loop_ids() {
+    // GS08 005010X224A2: the subscriber's own claim (2300 under 2000B), the patient's under
+    // 2000C, each service line (2400) with its SV3 and teeth (TOO).
+    let name = "837-005010X224A2.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("005010X224A2/837")
+    );
+    let c = content(&doc, 0);
+    let subscribers = c["2000A_loop"][0]["2000B_loop"]
+        .as_array()
+        .expect("2000B levels");
+    let claim = &subscribers[0]["2300_loop"][0];
+    assert_eq!(
+        claim["CLM"]["claim_submitter_s_identifier_01"],
+        "LSD-24-032501"
+    );
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    let lines = claim["2400_loop"].as_array().expect("2400 lines");
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["TOO"][0]["code_list_qualifier_code_01"], "JP");
+    let patient = &subscribers[1]["2000C_loop"][0];
+    assert_eq!(
+        patient["2300_loop"][0]["CLM"]["claim_submitter_s_identifier_01"],
+        "LSD-24-032502"
+    );
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837d.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(got.contains(&"IK3*TOO*31*2400*8".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:LSD-24-032501".to_string()),
+        "{got:?}"
+    );
+    // The 4010 dental guide (GS08 004010X097A1): the same claim and line loops.
+    let name = "837-004010X097A1.x12";
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some("004010X097A1/837")
+    );
+    let c = content(&doc, 0);
+    let claim = &c["2000A_loop"][0]["2000B_loop"][0]["2300_loop"][0];
+    assert_eq!(
+        claim["2310B_loop"]["NM1"]["entity_identifier_code_01"],
+        "82"
+    );
+    assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
+    assert_eq!(render(&doc), bytes, "{name}");
+    let got = set_response(
+        "fixtures/broken/segment-unexpected-837d-x097.x12",
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    );
+    assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
+    assert!(
+        got.contains(&"CTX*CLM01:LSD-24-032511".to_string()),
         "{got:?}"
     );
 }

@@ -442,10 +442,15 @@ impl<'a> Walker<'_, 'a> {
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
     /// its value.
     /// A guide that declares its business unit (`context = "2300"`: the claim) names that
-    /// loop's, and only inside it.
+    /// loop's, and only inside it: inside any loop of that id (the 837's 2300 stands under
+    /// the subscriber and under the patient).
     fn context(&self) -> Option<(String, String)> {
         self.contexts.iter().find_map(|(_, node, segment)| {
-            if self.def.context.is_some_and(|c| c != *node) {
+            if self
+                .def
+                .context
+                .is_some_and(|c| self.def.nodes[c].id != self.def.nodes[*node].id)
+            {
                 return None;
             }
             let value = segment.element(1).filter(|v| !v.is_empty())?;
