@@ -761,10 +761,27 @@ enum AfterClaim {
 /// acknowledgment, of which kind).
 pub(super) struct Output {
     pub item: usize,
-    pub dir: PathBuf,
+    pub dir: Folder,
     pub name: String,
     pub content: Content,
     pub ack: Option<String>,
+}
+
+/// The folder of the gateway an output goes to (named, not held as a path: an interchange
+/// of a million documents has a million outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Folder {
+    Out,
+    Outbox,
+}
+
+impl Folder {
+    pub fn path(self, gateway: &crate::config::Gateway) -> &Path {
+        match self {
+            Folder::Out => &gateway.out,
+            Folder::Outbox => &gateway.outbox,
+        }
+    }
 }
 
 /// What an output holds: bytes made already (acknowledgments), or a translation written
@@ -860,6 +877,13 @@ fn run_round(
         return Err(interrupted(registry, &owned, items, options));
     }
     let replays = writes.len();
+    writes.reserve_exact(
+        prepared
+            .iter()
+            .filter(|p| !p.lost)
+            .map(|p| p.files.len())
+            .sum(),
+    );
     writes.extend(
         prepared
             .iter_mut()
@@ -1112,7 +1136,7 @@ fn prepare_all(
                     outputs.extend(acks.iter().map(|a| {
                         Output {
                             item: *i,
-                            dir: r.config.gateway.outbox.clone(),
+                            dir: Folder::Outbox,
                             name: Path::new(&a.path)
                                 .file_name()
                                 .map(|n| n.to_string_lossy().into_owned())
@@ -1185,7 +1209,7 @@ fn prepare_all(
                         let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
                         outputs.push(Output {
                             item: *i,
-                            dir: r.config.gateway.outbox.clone(),
+                            dir: Folder::Outbox,
                             name: format!(
                                 "{}.conflict-{fp}.{}.x12",
                                 outputs::safe_name(&it.key),
@@ -1256,7 +1280,13 @@ fn write_all(
         let files: Vec<(&Path, &str, &outputs::Content<'_>)> = writes
             .iter()
             .zip(&writers)
-            .map(|(w, write)| (w.dir.as_path(), w.name.as_str(), write.as_ref()))
+            .map(|(w, write)| {
+                (
+                    w.dir.path(&r.config.gateway),
+                    w.name.as_str(),
+                    write.as_ref(),
+                )
+            })
             .collect();
         outputs::write_many(&files, &r.options.owner)
     };
@@ -1531,8 +1561,8 @@ fn prepare(
     let outbound = acknowledgments(ic, &decision, r.config, &numbers, at)?;
 
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
-    let g = &r.config.gateway;
-    let mut files = Vec::new();
+    // The interchange's translation and acknowledgments, then its documents' files.
+    let mut files = Vec::with_capacity(4);
     let response = &decision.response;
     let accepted = |gi: usize, si: usize| {
         response
@@ -1562,7 +1592,7 @@ fn prepare(
         // decided here.
         files.push(Output {
             item: i,
-            dir: g.out.clone(),
+            dir: Folder::Out,
             name: format!("{stem}.json"),
             content: Content::Translation {
                 form: decision.partner.translation,
@@ -1579,12 +1609,13 @@ fn prepare(
     for o in outbound {
         files.push(Output {
             item: i,
-            dir: g.outbox.clone(),
+            dir: Folder::Outbox,
             name: outbound_name(&stem, &o),
             ack: Some(o.kind.extension().to_string()),
             content: Content::Bytes(o.bytes),
         });
     }
+    files.reserve_exact(documents.outputs.len());
     files.extend(std::mem::take(&mut documents.outputs));
     Ok(Prepared {
         item: i,

@@ -4,6 +4,7 @@
 //! interchange's round (an operator's release, a wait for an original that ran out).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +15,7 @@ use crate::registry::{
     Batch, Decided, Delivery, EventKind, Queue, Registry, Release, Released, Sighting,
 };
 
-use super::batch::{Content, Item, Output, Round};
+use super::batch::{Content, Folder, Item, Output, Round};
 use super::ProcessError;
 
 /// One document of an interchange, as `process --json` and the history report it.
@@ -76,9 +77,10 @@ pub(super) struct Named {
     pub name: String,
     pub key: String,
     pub set: String,
-    pub partner: String,
-    pub interchange: String,
-    pub correlation: String,
+    /// Shared by every document of an interchange.
+    pub partner: Arc<str>,
+    pub interchange: Arc<str>,
+    pub correlation: Arc<str>,
     /// What its destination dedupes it by.
     pub idempotency: String,
 }
@@ -138,6 +140,11 @@ pub(super) fn plan(
     let partner = it.partner.key();
     let out = &r.config.gateway.out;
     let correlation = it.report.correlation_id.clone().unwrap_or_default();
+    let (shared_partner, shared_interchange, shared_correlation): (Arc<str>, Arc<str>, Arc<str>) = (
+        partner.as_str().into(),
+        it.key.as_str().into(),
+        correlation.as_str().into(),
+    );
     // The sender's guide, when it has one, names its documents as it read them.
     let schemas = r.schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
     for (gi, group) in ic.groups.iter().enumerate() {
@@ -211,14 +218,14 @@ pub(super) fn plan(
                     name: name.clone(),
                     key: d.key.clone(),
                     set: d.set_id.clone(),
-                    partner: partner.clone(),
-                    interchange: it.key.clone(),
-                    correlation: correlation.clone(),
+                    partner: shared_partner.clone(),
+                    interchange: shared_interchange.clone(),
+                    correlation: shared_correlation.clone(),
                     idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
                 });
                 planned.outputs.push(Output {
                     item,
-                    dir: out.clone(),
+                    dir: Folder::Out,
                     name,
                     content: Content::Document {
                         group: gi,
@@ -249,14 +256,14 @@ pub(super) fn plan(
                     name: name.clone(),
                     key: rel.key.clone(),
                     set: rel.set_id.clone(),
-                    partner: partner.clone(),
-                    interchange: rel.interchange_key.clone(),
-                    correlation: correlation_of(&rel.interchange_key),
+                    partner: shared_partner.clone(),
+                    interchange: rel.interchange_key.as_str().into(),
+                    correlation: correlation_of(&rel.interchange_key).into(),
                     idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
                 });
                 planned.outputs.push(Output {
                     item,
-                    dir: out.clone(),
+                    dir: Folder::Out,
                     name,
                     content: Content::Bytes(released_file(&rel)),
                     ack: None,
@@ -266,6 +273,11 @@ pub(super) fn plan(
             }
         }
     }
+    // A large interchange's lists are held until its completion: without their growth's
+    // spare room.
+    planned.outputs.shrink_to_fit();
+    planned.named.shrink_to_fit();
+    planned.reports.shrink_to_fit();
     Ok(planned)
 }
 
@@ -411,7 +423,7 @@ fn hand_over(
     let partners: std::collections::HashMap<String, &crate::config::Partner> =
         config.partners.iter().map(|p| (p.key(), p)).collect();
     for n in named {
-        let Some(partner) = partners.get(&n.partner) else {
+        let Some(partner) = partners.get(&*n.partner) else {
             continue;
         };
         let Some(destination) = config.destination_for(partner, &n.set) else {
@@ -552,9 +564,9 @@ pub fn release(
             name: name.clone(),
             key: rel.key.clone(),
             set: rel.set_id.clone(),
-            partner: rel.partner.clone(),
-            interchange: rel.interchange_key.clone(),
-            correlation: correlation_of(&rel.interchange_key),
+            partner: rel.partner.as_str().into(),
+            interchange: rel.interchange_key.as_str().into(),
+            correlation: correlation_of(&rel.interchange_key).into(),
             idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
         })
         .collect();
