@@ -113,6 +113,12 @@ config=$dir/partners.toml
 # skips every recently freed inode (perf: `recently_deleted`), which made `process` look up
 # to 3 times slower when each run followed the removal of the last one's outputs.
 process_runs=0
+cleanup() {
+  for ((i = 1; i <= process_runs; i++)); do
+    rm -rf "$dir/data-$i" "$dir/partners-$i.toml"
+  done
+}
+trap cleanup EXIT
 
 echo "bench folder: $dir ($(stat -f -c %T "$dir")), $runs run(s) each, $(nproc) cores" >&2
 
@@ -156,7 +162,15 @@ measure() {
       process_runs=$((process_runs + 1))
       rm -rf "$dir/data-$process_runs"
       write_config "partners-$process_runs.toml" "data-$process_runs"
-      run=("$x12gate" --config "$dir/partners-$process_runs.toml" process "$dir/$file")
+      # The command as given, with this run's configuration for the shared one.
+      run=()
+      for arg in "$@"; do
+        if [ "$arg" = "$config" ]; then
+          run+=("$dir/partners-$process_runs.toml")
+        else
+          run+=("$arg")
+        fi
+      done
       "$x12gate" --config "$dir/partners-$process_runs.toml" init >/dev/null 2>"$dir/init.err" ||
         die "x12gate init failed: $(cat "$dir/init.err")"
     fi
@@ -217,8 +231,5 @@ if [ "${#warnings[@]}" -gt 0 ]; then
   echo
   printf 'warning: %s\n' "${warnings[@]}"
 fi
-for ((i = 1; i <= process_runs; i++)); do
-  rm -rf "$dir/data-$i" "$dir/partners-$i.toml"
-done
 echo
-echo "files and config kept in $dir"
+echo "files and config kept in $dir (each run's process folders are removed on exit)"

@@ -85,10 +85,11 @@ fn content(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
 /// Every finding of a whole file in memory, one interchange at a time; on every core for a
 /// large file.
 pub fn file(input: &[u8], limits: Limits, checks: &Checks<'_>) -> Vec<Finding> {
-    file_on(input, limits, checks, workers())
+    file_on(input, limits, checks, crate::cores::available())
 }
 
-/// [`file`] on at most `threads` threads (1: all on this one).
+/// [`file`] on at most `threads` threads (1: its interchanges on this one; an interchange of
+/// [`crate::schema::PARALLEL_FROM`] or more still has its sets walked on every core).
 pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize) -> Vec<Finding> {
     let threads = if input.len() >= PARALLEL_FROM {
         threads
@@ -105,7 +106,7 @@ pub fn pieces(
     checks: &Checks<'_>,
     each: &mut dyn FnMut(Vec<Finding>),
 ) -> Result<(), InputError> {
-    let threads = workers();
+    let threads = crate::cores::available();
     while let Some(piece) = reader.next_piece()? {
         let (findings, resume) = if piece.bytes.len() < PARALLEL_FROM {
             let mut read = piece.interchanges();
@@ -148,10 +149,6 @@ fn in_halves(piece: &Piece<'_>, checks: &Checks<'_>, threads: usize) -> (Vec<Fin
         }
         _ => whole(),
     }
-}
-
-fn workers() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// The findings of what `read` gives, on `threads` threads when there are definitions.

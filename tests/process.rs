@@ -1748,13 +1748,21 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
             &options,
             None,
             &mut |settled| match settled {
-                Settled::Reports { file, reports } => handed.push((file, reports)),
+                Settled::Reports {
+                    file,
+                    reports,
+                    last,
+                } => handed.push((file, reports, last)),
                 Settled::Failed { error, .. } => panic!("{error}"),
             },
         )
         .unwrap();
-        assert!(handed.iter().all(|(file, _)| *file == 0));
-        let nonempty = handed.iter().filter(|(_, r)| !r.is_empty()).count();
+        assert!(handed.iter().all(|(file, ..)| *file == 0));
+        // Only the file's final hand-over says it is done.
+        let lasts: Vec<bool> = handed.iter().map(|(.., last)| *last).collect();
+        assert_eq!(lasts.iter().filter(|l| **l).count(), 1, "{lasts:?}");
+        assert_eq!(lasts.last(), Some(&true));
+        let nonempty = handed.iter().filter(|(_, r, _)| !r.is_empty()).count();
         if window < file.len() {
             assert!(nonempty > 2, "window {window}: {nonempty} hand-overs");
         } else {
@@ -1762,7 +1770,7 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
         }
         let reports: Vec<String> = handed
             .into_iter()
-            .flat_map(|(_, reports)| reports)
+            .flat_map(|(_, reports, _)| reports)
             .map(|r| serde_json::to_string(&r).unwrap())
             .map(|r| r.replace(&gate.dir.path().display().to_string(), "<gate>"))
             .collect();

@@ -140,7 +140,9 @@ pub fn process_files_keeping(
         turn,
         &mut |settled| {
             let (file, result) = match settled {
-                Settled::Reports { file, mut reports } => {
+                Settled::Reports {
+                    file, mut reports, ..
+                } => {
                     for report in &mut reports {
                         report.keep_first(kept);
                     }
@@ -173,8 +175,12 @@ pub fn process_files_keeping(
 /// What [`process_files_into`] hands over as soon as it is settled, in file order.
 pub enum Settled {
     /// Reports of the file `sources[file]`: all of them, or for a file read in pieces those
-    /// of one piece (its next piece's follow).
-    Reports { file: usize, reports: Vec<Report> },
+    /// of one piece (its next piece's follow); `last` once the file is done.
+    Reports {
+        file: usize,
+        reports: Vec<Report>,
+        last: bool,
+    },
     /// The file could not be processed (after any reports of its earlier pieces).
     Failed { file: usize, error: ProcessError },
 }
@@ -199,7 +205,13 @@ pub fn process_files_into(
             let Some(source) = sources.get(file) else {
                 break;
             };
-            let mut piece = |reports| settled(Settled::Reports { file, reports });
+            let mut piece = |reports, last| {
+                settled(Settled::Reports {
+                    file,
+                    reports,
+                    last,
+                })
+            };
             let failure = in_pieces(
                 source, *reader, config, schemas, registry, options, &mut turn, &mut piece,
             )?;
@@ -250,7 +262,11 @@ pub fn process_files_into(
             for (n, outcome) in outcomes.into_iter().enumerate() {
                 let file = first + n;
                 settled(match outcome.result {
-                    Ok(reports) => Settled::Reports { file, reports },
+                    Ok(reports) => Settled::Reports {
+                        file,
+                        reports,
+                        last: true,
+                    },
                     Err(error) => Settled::Failed { file, error },
                 });
             }
@@ -260,8 +276,9 @@ pub fn process_files_into(
 }
 
 /// One file larger than a window, a piece at a time: each piece's interchanges are settled
-/// before the next piece is read, and their reports handed to `settled` (at least once).
-/// The inner `Err` is why the rest of the file could not be read.
+/// before the next piece is read, and their reports handed to `settled` with whether they
+/// are the file's last (at least once). The inner `Err` is why the rest of the file could not
+/// be read.
 #[allow(clippy::too_many_arguments)]
 fn in_pieces(
     source: &Source,
@@ -271,7 +288,7 @@ fn in_pieces(
     registry: &mut Registry,
     options: &ProcessOptions,
     turn: &mut Option<Turn>,
-    settled: &mut dyn FnMut(Vec<Report>),
+    settled: &mut dyn FnMut(Vec<Report>, bool),
 ) -> Result<Result<(), ProcessError>, ProcessError> {
     let mut reports = Vec::new();
     // A stop that came while waiting in one piece holds for the pieces after it.
@@ -295,7 +312,7 @@ fn in_pieces(
                 break;
             }
             Err(e) => {
-                settled(reports);
+                settled(reports, false);
                 return Ok(Err(ProcessError::Input(e)));
             }
         };
@@ -308,10 +325,10 @@ fn in_pieces(
         stopped = stop;
         let resume = read.resume();
         reports.extend(in_order(slots, &mut done));
-        settled(std::mem::take(&mut reports));
+        settled(std::mem::take(&mut reports), false);
         reader.advance(resume);
     }
-    settled(reports);
+    settled(reports, true);
     Ok(Ok(()))
 }
 
@@ -497,7 +514,9 @@ impl<'a, 'c> Window<'a, 'c> {
         registry: &mut Registry,
         turn: &mut Option<Turn>,
     ) -> Result<(), ProcessError> {
-        fingerprint_all(&mut self.items);
+        if !self.stopped {
+            fingerprint_all(&mut self.items);
+        }
         self.stopped |= settle(
             &mut self.items,
             self.stopped,
@@ -1492,9 +1511,9 @@ enum Stage<'p> {
     Done,
 }
 
-/// Decides an interchange whose fence held: the groups seen in earlier interchanges of this
-/// sender (`seen_before`, registered by `prepare_all`) are findings of this one.
-/// The decision on an owned interchange whose own findings are `found`.
+/// Decides an interchange whose fence held, from its own findings (`found`): the groups seen
+/// in earlier interchanges of this sender (`seen_before`, registered by `prepare_all`) are
+/// findings of this one too.
 fn decide_owned(
     r: &Round<'_>,
     it: &Item<'_>,
@@ -1727,6 +1746,16 @@ mod tests {
         let mut kept = report.clone();
         kept.keep_first(RECORDED);
         assert_eq!(json(&kept), recorded);
+        // Few documents but many outputs: recorded and kept alike.
+        report.documents.truncate(99);
+        report
+            .outputs
+            .extend((150..160).map(|i| format!("out/{i}.json")));
+        let recorded = recorded_detail(&mut report);
+        let mut kept = report.clone();
+        kept.keep_first(RECORDED);
+        assert_eq!(json(&kept), recorded);
+        assert_eq!(kept.documents_total, Some(99));
         report.documents.truncate(3);
         report.outputs.truncate(3);
         let small: serde_json::Value = serde_json::from_str(&recorded_detail(&mut report)).unwrap();
@@ -1755,7 +1784,7 @@ mod tests {
                 registry,
                 &options,
                 &mut None,
-                &mut |piece| reports.extend(piece),
+                &mut |piece, _| reports.extend(piece),
             )
             .unwrap()
             .unwrap();

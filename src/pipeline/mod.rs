@@ -208,14 +208,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Keeps the first `n` documents and outputs; with more documents than that, says how
-    /// many there were in `documents_total` (the registry has them all).
+    /// Keeps the first `n` documents and outputs; when either list was longer, says how many
+    /// documents there were in `documents_total` (the registry has them all).
     pub fn keep_first(&mut self, n: usize) {
-        if self.documents.len() > n {
+        if self.documents.len() > n || self.outputs.len() > n {
             self.documents_total = Some(self.documents.len());
             self.documents.truncate(n);
+            self.outputs.truncate(n);
         }
-        self.outputs.truncate(n);
     }
 }
 

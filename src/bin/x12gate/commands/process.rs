@@ -64,10 +64,13 @@ pub fn process(
         let mut printed: Result<(), Failure> = Ok(());
         let mut last = None;
         let mut print = |settled: Settled| {
-            let file = match &settled {
-                Settled::Reports { file, .. } | Settled::Failed { file, .. } => *file,
+            // A file counts as done once its last reports (or its failure) are in: a stop
+            // in the middle of a large file leaves it among those not processed.
+            let (file, done) = match &settled {
+                Settled::Reports { file, last, .. } => (*file, *last),
+                Settled::Failed { file, .. } => (*file, true),
             };
-            if last != Some(file) {
+            if done && last != Some(file) {
                 last = Some(file);
                 tally.done += 1;
             }
@@ -95,11 +98,13 @@ pub fn process(
             None,
             &mut print,
         ) {
-            Ok(()) => {}
-            Err(ProcessError::Interrupted) => break,
+            Ok(()) => printed?,
+            Err(ProcessError::Interrupted) => {
+                printed?;
+                break;
+            }
             Err(e) => return Err(Failure::Operational(e.into())),
         }
-        printed?;
         if let Some(bar) = &progress {
             bar.inc(chunk.len() as u64);
         }
