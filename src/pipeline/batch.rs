@@ -875,7 +875,16 @@ fn run_round(
     if options.stop.abandoned() && !owned.is_empty() {
         return Err(interrupted(registry, &owned, items, options));
     }
-    let (mut prepared, mut writes) = match prepare_all(&r, &plans, items, registry) {
+    // What needs only the interchange is checked on every core, before the transaction
+    // that decides (so its lock is not held meanwhile).
+    let owned_items: Vec<&Item<'_>> = owned.iter().filter_map(|i| items.get(*i)).collect();
+    let found = crate::cores::in_ranges(owned_items.len(), crate::cores::available(), |run| {
+        run.filter_map(|k| owned_items.get(k))
+            .map(|it| super::findings(&it.ic, r.config, r.schemas))
+            .collect()
+    });
+    drop(owned_items);
+    let (mut prepared, mut writes) = match prepare_all(&r, &plans, items, found, registry) {
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
@@ -1065,13 +1074,14 @@ fn after_claim(
     }
 }
 
-/// Step (3), in one transaction: the owned interchanges decided, their control numbers
-/// reserved and their leases renewed; the stored answers of duplicates, and the TA1s of
-/// conflicts numbered.
+/// Step (3), in one transaction: the owned interchanges decided (from `found`, their own
+/// findings, in plan order), their control numbers reserved and their leases renewed; the
+/// stored answers of duplicates, and the TA1s of conflicts numbered.
 fn prepare_all(
     r: &Round<'_>,
     plans: &[(usize, AfterClaim)],
     items: &[Item<'_>],
+    found: Vec<Vec<Finding>>,
     registry: &mut Registry,
 ) -> Result<(Vec<Prepared>, Vec<Output>), ProcessError> {
     registry.batch(|b| {
@@ -1114,14 +1124,6 @@ fn prepare_all(
             })
             .collect();
         let mut seen = b.claim_groups_many(&claims)?.into_iter();
-        // What needs only the interchange is checked on every core, for all of them at once.
-        let found = crate::cores::in_ranges(owned.len(), crate::cores::available(), |run| {
-            run.map(|k| match (owned.get(k), renewed.get(k)) {
-                (Some(it), Some(Some(_))) => super::findings(&it.ic, r.config, r.schemas),
-                _ => Vec::new(),
-            })
-            .collect()
-        });
         let mut ready = renewed.into_iter().zip(groups).zip(checked).zip(found);
         // Each interchange decided; then the control numbers all of them need, taken
         // together in their order (as one after the other would take them).
