@@ -238,6 +238,26 @@ fn structured(name: &str) -> (Document, Vec<u8>) {
     (doc, bytes)
 }
 
+/// [`structured`], with its first set read against the definition `schema` (a guide's
+/// `GS08/ST01`).
+fn read_as(name: &str, schema: &str) -> (Document, Vec<u8>) {
+    let (doc, bytes) = structured(name);
+    assert_eq!(
+        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
+        Some(schema),
+        "{name}"
+    );
+    (doc, bytes)
+}
+
+/// The set-level segments of the 999 a partner on a guide gets for `file`.
+fn implementation_ack(file: &str) -> Vec<String> {
+    set_response(
+        file,
+        &config_with(Validation::Schema, AckKind::ImplementationAck),
+    )
+}
+
 fn content(doc: &Document, set: usize) -> &Value {
     let s = &doc.interchanges[0].groups[0].sets[set];
     s.content
@@ -390,11 +410,7 @@ fn a_professional_claim_nests_by_the_guides_loop_ids() {
 #[test]
 fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
     let name = "835-005010X221A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X221A1/835")
-    );
+    let (doc, bytes) = read_as(name, "005010X221A1/835");
     let c = content(&doc, 0);
     assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
     assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
@@ -416,11 +432,7 @@ fn a_remittance_nests_header_claim_and_service_by_the_guides_loop_ids() {
 #[test]
 fn a_4010_remittance_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     let name = "835-004010X091A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X091A1/835")
-    );
+    let (doc, bytes) = read_as(name, "004010X091A1/835");
     let c = content(&doc, 0);
     assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PR");
     assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PE");
@@ -435,10 +447,7 @@ fn a_4010_remittance_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     for key in ["004010X091A1/835", "005010X221A1/835"] {
         assert!(keyed(key), "{key} has no key");
     }
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-835-x091.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-835-x091.x12");
     assert!(got.contains(&"IK3*REF*18*2100*2".to_string()), "{got:?}");
     assert!(
         got.contains(&"CTX*CLP01:NWFC-24-00871".to_string()),
@@ -452,11 +461,7 @@ fn a_services_review_request_and_response_nest_by_the_guides_loop_ids() {
     // provider (2000E) > service (2000F); the request (BHT02 13) and the response (11) in
     // one definition, the response's review outcome (HCR) and certification date in 2000F.
     let name = "278-004010X094A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X094A1/278")
-    );
+    let (doc, bytes) = read_as(name, "004010X094A1/278");
     let service = |set: usize| {
         let c = content(&doc, set);
         // One UMO, requester and subscriber per set (the guide's maximum 1).
@@ -477,10 +482,7 @@ fn a_services_review_request_and_response_nest_by_the_guides_loop_ids() {
     assert_eq!(service(0)["UM"]["request_category_code_01"], "SC");
     assert_eq!(service(1)["HCR"]["action_code_01"], "A1");
     assert_eq!(render(&doc), bytes, "{name}");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-278-x094.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-278-x094.x12");
     assert!(got.contains(&"IK3*DTP*23*2000F*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*UM*21*2000F*8".to_string()), "{got:?}");
     assert!(got.contains(&"CTX*HL01:3".to_string()), "{got:?}");
@@ -491,11 +493,7 @@ fn an_inbound_999_is_read_against_its_guide_by_the_guides_loop_ids() {
     // GS08 005010X231A1: transaction set responses (2000), their errors (2100) and element
     // notes (2110).
     let name = "999-005010.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X231A1/999")
-    );
+    let (doc, bytes) = read_as(name, "005010X231A1/999");
     let c = content(&doc, 0);
     let responses = c["2000_loop"].as_array().expect("2000 responses");
     assert_eq!(responses.len(), 2);
@@ -528,11 +526,7 @@ fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     // GS08 005010X218: premium receiver (1000A) and payer (1000B), then the individual
     // remittances (2000B, ENT02 2J), each with its name (2100B) and premium detail (2300B).
     let name = "820-005010X218.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X218/820")
-    );
+    let (doc, bytes) = read_as(name, "005010X218/820");
     let c = content(&doc, 0);
     assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "PE");
     assert_eq!(c["1000B_loop"]["N1"]["entity_identifier_code_01"], "PR");
@@ -545,19 +539,12 @@ fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
     assert_eq!(render(&doc), bytes, "{name}");
     assert!(keyed("005010X218/820"), "005010X218/820 has no key");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-820-x218.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-820-x218.x12");
     assert!(got.contains(&"IK3*RMR*13*2300B*8".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
     // The 4010 guide (GS08 004010X061A1): the same loops, the same key.
     let name = "820-004010X061A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X061A1/820")
-    );
+    let (doc, bytes) = read_as(name, "004010X061A1/820");
     let c = content(&doc, 0);
     let people = c["2000B_loop"].as_array().expect("2000B remittances");
     assert_eq!(
@@ -567,10 +554,7 @@ fn a_premium_payment_nests_by_the_guides_loop_ids_and_is_keyed_by_its_trace() {
     assert!(people[1]["2300B_loop"][0]["2320B_loop"].is_array());
     assert_eq!(render(&doc), bytes, "{name}");
     assert!(keyed("004010X061A1/820"), "004010X061A1/820 has no key");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-820-x061.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-820-x061.x12");
     assert!(got.contains(&"IK3*N1*17*2100B*2".to_string()), "{got:?}");
 }
 
@@ -579,11 +563,7 @@ fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     // GS08 005010X279A1: information source (2000A) > receiver (2000B) > subscriber (2000C)
     // > dependent (2000D), the benefits (2110C) inside the subscriber's name loop (2100C).
     let name = "270-005010X279A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X279A1/270")
-    );
+    let (doc, bytes) = read_as(name, "005010X279A1/270");
     let c = content(&doc, 0);
     let source = &c["2000A_loop"][0];
     assert_eq!(
@@ -609,11 +589,7 @@ fn an_eligibility_inquiry_and_response_nest_by_the_guides_loop_ids() {
     assert_eq!(render(&doc), bytes, "{name}");
 
     let name = "271-005010X279A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X279A1/271")
-    );
+    let (doc, bytes) = read_as(name, "005010X279A1/271");
     let c = content(&doc, 0);
     let subscriber = &c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"][0];
     let benefits = subscriber["2100C_loop"]["2110C_loop"]
@@ -661,10 +637,7 @@ fn a_999_for_an_eligibility_guide_names_its_loops() {
     let c = content(&doc, 0);
     assert!(c["2000A_loop"][0]["2000B_loop"][0]["2000C_loop"].is_array());
     assert_eq!(render(&doc), bytes);
-    let got = set_response(
-        "fixtures/broken/segment-out-of-sequence-270-x092-pre.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-out-of-sequence-270-x092-pre.x12");
     assert!(got.contains(&"IK3*REF*17*2100C*7".to_string()), "{got:?}");
 }
 
@@ -756,11 +729,7 @@ fn a_999_for_a_claim_status_guide_names_its_loops() {
 #[test]
 fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_loop_ids() {
     let name = "834-005010X220A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X220A1/834")
-    );
+    let (doc, bytes) = read_as(name, "005010X220A1/834");
     let c = content(&doc, 0);
     // N1*P5 and N1*IN are told apart by their qualifier: 1000A and 1000B.
     assert_eq!(c["1000A_loop"]["N1"]["entity_identifier_code_01"], "P5");
@@ -781,20 +750,13 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
         "75"
     );
     assert_eq!(render(&doc), bytes, "{name}");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-834.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-834.x12");
     assert!(got.contains(&"IK3*REF*11*2000*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*DMG*27*2100A*8".to_string()), "{got:?}");
     // The 4010 guide (GS08 004010X095A1): members (2000) with their names (2100A) and
     // coverages (2300 > 2310), keyed by BGN02 as the 5010 guide.
     let name = "834-004010X095A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X095A1/834")
-    );
+    let (doc, bytes) = read_as(name, "004010X095A1/834");
     let c = content(&doc, 0);
     let members = c["2000_loop"].as_array().expect("2000 members");
     assert_eq!(members.len(), 2);
@@ -808,10 +770,7 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
     );
     assert_eq!(render(&doc), bytes, "{name}");
     assert!(keyed("004010X095A1/834"), "004010X095A1/834 has no key");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-834-x095.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-834-x095.x12");
     assert!(got.contains(&"IK3*REF*10*2000*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*HD*17*2300*8".to_string()), "{got:?}");
 }
@@ -819,11 +778,7 @@ fn an_enrolment_nests_members_coverages_and_reporting_categories_by_the_guides_l
 #[test]
 fn an_institutional_claim_nests_by_the_guides_loop_ids() {
     let name = "837-005010X223A2.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X223A2/837")
-    );
+    let (doc, bytes) = read_as(name, "005010X223A2/837");
     let c = content(&doc, 0);
     let billing = &c["2000A_loop"][0];
     assert_eq!(
@@ -848,10 +803,7 @@ fn an_institutional_claim_nests_by_the_guides_loop_ids() {
         "0320"
     );
     assert_eq!(render(&doc), bytes, "{name}");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837i.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837i.x12");
     assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*CLM*19*2300*8".to_string()), "{got:?}");
     assert!(
@@ -865,11 +817,7 @@ fn the_4010_claims_nest_by_the_guides_loop_ids() {
     // GS08 004010X098A1, the 4010 professional claim: 2000A > 2000B > 2000C, the patient's
     // claim (2300) with its rendering provider (2310B) and service lines (2400).
     let name = "837-004010X098A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X098A1/837")
-    );
+    let (doc, bytes) = read_as(name, "004010X098A1/837");
     let c = content(&doc, 0);
     assert_eq!(c["1000A_loop"]["NM1"]["entity_identifier_code_01"], "41");
     let billing = &c["2000A_loop"][0];
@@ -901,11 +849,7 @@ fn the_4010_claims_nest_by_the_guides_loop_ids() {
     // GS08 004010X096A1, the 4010 institutional claim: the subscriber's claim, then the
     // patient's level under the subscriber.
     let name = "837-004010X096A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X096A1/837")
-    );
+    let (doc, bytes) = read_as(name, "004010X096A1/837");
     let c = content(&doc, 0);
     let subscriber = &c["2000A_loop"][0]["2000B_loop"][0];
     let claim = &subscriber["2300_loop"][0];
@@ -921,10 +865,7 @@ fn the_4010_claims_nest_by_the_guides_loop_ids() {
     assert_eq!(render(&doc), bytes, "{name}");
     // Their 999s name the claim loop and the claim (here under the patient's level, 2000C);
     // a 997's AK303 names bounded (LS/LE) loops only.
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837-x098.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837-x098.x12");
     assert!(got.contains(&"IK3*DTP*29*2300*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*CLM*27*2300*8".to_string()), "{got:?}");
     assert!(
@@ -943,11 +884,7 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
     // GS08 005010X224A2: the subscriber's own claim (2300 under 2000B), the patient's under
     // 2000C, each service line (2400) with its SV3 and teeth (TOO).
     let name = "837-005010X224A2.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("005010X224A2/837")
-    );
+    let (doc, bytes) = read_as(name, "005010X224A2/837");
     let c = content(&doc, 0);
     let subscribers = c["2000A_loop"][0]["2000B_loop"]
         .as_array()
@@ -970,10 +907,7 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
         "LSD-24-032502"
     );
     assert_eq!(render(&doc), bytes, "{name}");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837d.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837d.x12");
     assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*TOO*31*2400*8".to_string()), "{got:?}");
     assert!(
@@ -982,11 +916,7 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
     );
     // The 4010 dental guide (GS08 004010X097A1): the same claim and line loops.
     let name = "837-004010X097A1.x12";
-    let (doc, bytes) = structured(name);
-    assert_eq!(
-        doc.interchanges[0].groups[0].sets[0].schema.as_deref(),
-        Some("004010X097A1/837")
-    );
+    let (doc, bytes) = read_as(name, "004010X097A1/837");
     let c = content(&doc, 0);
     let claim = &c["2000A_loop"][0]["2000B_loop"][0]["2300_loop"][0];
     assert_eq!(
@@ -995,10 +925,7 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
     );
     assert_eq!(claim["2400_loop"].as_array().map(Vec::len), Some(3));
     assert_eq!(render(&doc), bytes, "{name}");
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837d-x097.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837d-x097.x12");
     assert!(got.contains(&"IK3*DTP*21*2300*2".to_string()), "{got:?}");
     assert!(
         got.contains(&"CTX*CLM01:LSD-24-032511".to_string()),
@@ -1008,10 +935,7 @@ fn a_dental_claim_nests_by_the_guides_loop_ids() {
 
 #[test]
 fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837.x12");
     assert!(got.contains(&"IK3*NM1*8*2010AA*8".to_string()), "{got:?}");
     assert!(got.contains(&"IK3*DTP*24*2300*2".to_string()), "{got:?}");
     assert!(
@@ -1019,10 +943,7 @@ fn a_999_for_a_guide_names_the_guides_loop_in_ik303_and_the_claim_in_ctx() {
         "{got:?}"
     );
     // The guide before the addenda (GS08 005010X222) is read with the addenda's tables.
-    let got = set_response(
-        "fixtures/broken/segment-unexpected-837-x222.x12",
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack("fixtures/broken/segment-unexpected-837-x222.x12");
     assert!(
         got.contains(&"AK2*837*0001*005010X222".to_string()),
         "{got:?}"
@@ -1153,10 +1074,7 @@ fn envelope_partners_get_no_segment_errors_and_schema_partners_do() {
 fn a_999_carries_ik3_ctx_and_ik4() {
     // N104 too short, in the ship-to N1 loop: the CTX names that party.
     let file = "fixtures/broken/element-too-short.x12";
-    let got = set_response(
-        file,
-        &config_with(Validation::Schema, AckKind::ImplementationAck),
-    );
+    let got = implementation_ack(file);
     assert_eq!(
         got,
         [
