@@ -42,8 +42,14 @@ pub fn fingerprint(input: &[u8], ic: &Interchange<'_>, ignore: &[String]) -> Str
 /// them, another does not), so a re-enveloped resend of a document has the fingerprint of
 /// its first sending.
 pub fn set_fingerprint(set: &crate::x12::TransactionSet<'_>) -> String {
+    content_fingerprint(set.body.segments())
+}
+
+/// Hex blake3 of these segments in the canonical form of [`set_fingerprint`] (a document
+/// that is a part of a set: its own segments and those of the loops around it).
+pub fn content_fingerprint<'a>(segments: impl Iterator<Item = Segment<'a>>) -> String {
     let mut h = Canonical::default();
-    for segment in set.body.segments() {
+    for segment in segments {
         let used = segment
             .elements()
             .enumerate()

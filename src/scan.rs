@@ -264,24 +264,21 @@ fn read_file(
                     else {
                         continue;
                     };
-                    let Some(identified) =
-                        document::identify(ic.isa.field(5), ic.isa.field(6), &set, def)
-                    else {
-                        continue;
-                    };
                     let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
-                    docs.push(Read {
-                        seen: Seen {
-                            file: shown.to_string(),
-                            offset: set.st.offset,
-                            interchange: key.clone(),
-                            st02,
-                            fingerprint: identified.fingerprint.clone(),
-                            position: format!("{gi}.{si}"),
-                        },
-                        identified,
-                        partner: partner.key(),
-                    });
+                    for identified in document::identify_all(&ic, &set, def) {
+                        docs.push(Read {
+                            seen: Seen {
+                                file: shown.to_string(),
+                                offset: set.st.offset,
+                                interchange: key.clone(),
+                                st02: st02.clone(),
+                                fingerprint: identified.fingerprint.clone(),
+                                position: identified.position(gi, si),
+                            },
+                            identified,
+                            partner: partner.key(),
+                        });
+                    }
                 }
             }
         }

@@ -186,6 +186,60 @@ fn an_860(n: u32, body: String) -> String {
     interchange(n, "PC", "860", &[body], 1, '*', '~')
 }
 
+/// Claims of one subscriber: (CLM01, amount, CLM05-3).
+type Claims<'a> = &'a [(&'a str, u32, u32)];
+
+/// An 837P (005010X222A1) from ACME, interchange and group `n`, batch `batch` (BHT03): one
+/// subscriber level (2000B) per entry, with its claims `(CLM01, amount, CLM05-3)`.
+fn an_837(n: u32, batch: &str, subscribers: &[(&str, Claims<'_>)]) -> String {
+    let mut body = format!(
+        "BHT*0019*00*{batch}*20240305*1130*CH~NM1*41*2*ACME CLINIC*****46*ACME01~PER*IC*BILLING OFFICE*TE*5555550142~NM1*40*2*EXAMPLE HEALTH PLAN*****46*841234567~HL*1**20*1~PRV*BI*PXC*207Q00000X~NM1*85*2*ACME CLINIC*****XX*1234567893~N3*1200 MAPLE AVENUE~N4*SPRINGFIELD*IL*627040000~REF*EI*371234567~"
+    );
+    for (i, (subscriber, claims)) in subscribers.iter().enumerate() {
+        body.push_str(&format!(
+            "HL*{}*1*22*0~SBR*P*18*GRP-55120******CI~NM1*IL*1*DOE*{subscriber}****MI*{subscriber}~NM1*PR*2*EXAMPLE HEALTH PLAN*****PI*841234567~",
+            i + 2
+        ));
+        for (claim, amount, frequency) in *claims {
+            body.push_str(&format!(
+                "CLM*{claim}*{amount}***11:B:{frequency}*Y*A*Y*Y~HI*ABK:J029~LX*1~SV1*HC:99212*{amount}*UN*1***1~DTP*472*D8*20240229~"
+            ));
+        }
+    }
+    let segments = body.matches('~').count() + 2;
+    format!(
+        "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240305*1130*^*00501*{n:09}*0*P*:~\nGS*HC*ACME*X12GATE*20240305*1130*{n}*X*005010X222A1~\nST*837*0001*005010X222A1~\n{}SE*{segments}*0001~\nGE*1*{n}~\nIEA*1*{n:09}~\n",
+        body.replace('~', "~\n")
+    )
+}
+
+/// The claims (CLM01) a delivered 837 document holds, by subscriber (NM109 of 2010BA).
+fn claims_in(doc: &Value) -> Vec<(String, Vec<String>)> {
+    let content = &doc["set"]["content"];
+    let mut found = Vec::new();
+    for provider in content["2000A_loop"].as_array().expect("2000A_loop") {
+        for subscriber in provider["2000B_loop"].as_array().expect("2000B_loop") {
+            let id = subscriber["2010BA_loop"]["NM1"]["identification_code_09"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let claims = subscriber["2300_loop"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    c["CLM"]["claim_submitter_s_identifier_01"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect();
+            found.push((id, claims));
+        }
+    }
+    found
+}
+
 fn only_document(report: &Value) -> &Value {
     let docs = report["documents"].as_array().expect("a documents array");
     assert_eq!(docs.len(), 1, "{report}");
@@ -437,10 +491,11 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
     ] {
         let gate = Gate::new("");
         // One file: a change of PO-X waiting, another PO, then PO-X's original, which lets
-        // the change go.
+        // the change go; and two claims of one 837 set.
         let text = an_860(401, change("PO-X", 1))
             + &an_850(402, po("PO-Y", "00", 1))
-            + &an_850(403, po("PO-X", "00", 2));
+            + &an_850(403, po("PO-X", "00", 2))
+            + &an_837(404, "B-1", &[("S1", &[("C-1", 100, 1), ("C-2", 200, 1)])]);
         let file = gate.write("mixed.x12", &text);
         let (status, ..) = gate.run(
             &["process", "--json", &file.display().to_string()],
@@ -490,7 +545,7 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             .collect();
         assert_eq!(
             keys.len(),
-            3,
+            5,
             "{point}: each document delivered once: {:?}",
             delivered.keys()
         );
@@ -506,6 +561,8 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             "{point}"
         );
         seq("ZZ:ACME:850:PO-Y:00:");
+        seq("ZZ:ACME:837:C-1:1:");
+        seq("ZZ:ACME:837:C-2:1:");
         let open = gate.documents(&[]);
         assert!(open.is_empty(), "{point}: left open {open:?}");
         let rows = gate.documents(&["--all"]);
@@ -731,4 +788,104 @@ fn a_release_cut_short_is_finished_by_the_next_once() {
     );
     let (status, ..) = gate.run(&["documents", "release", "ZZ:ACME:850:PO-1:00:"], None);
     assert_eq!(status.code(), Some(2), "nothing left to release");
+}
+
+#[test]
+fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate() {
+    let gate = Gate::new("");
+    let first = gate.write(
+        "a.x12",
+        &an_837(
+            101,
+            "BATCH-1",
+            &[
+                ("S1", &[("C-1", 100, 1), ("C-2", 200, 1)]),
+                ("S2", &[("C-3", 300, 1)]),
+            ],
+        ),
+    );
+    let r = gate.process(&[&first], 0);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    let docs = r[0]["documents"].as_array().unwrap();
+    let keys: Vec<&str> = docs.iter().map(|d| d["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        [
+            "ZZ:ACME:837:C-1:1:",
+            "ZZ:ACME:837:C-2:1:",
+            "ZZ:ACME:837:C-3:1:"
+        ]
+    );
+    assert!(docs.iter().all(|d| d["disposition"] == "new"), "{docs:?}");
+    // Every set carried documents: no translation of the interchange besides them.
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 3, "{:?}", delivered.keys());
+    let file = &delivered["ZZ_ACME_837_C-2_1_.json"];
+    assert_eq!(file["identity"]["id"], "C-2");
+    assert_eq!(file["identity"]["event"], "1");
+    // The claim with its subscriber and billing provider, without its sibling claim or the
+    // other subscriber; the batch's heading travels with it.
+    assert_eq!(
+        claims_in(file),
+        [("S1".to_string(), vec!["C-2".to_string()])]
+    );
+    assert_eq!(
+        file["set"]["content"]["BHT"]["reference_identification_03"],
+        "BATCH-1"
+    );
+    assert_eq!(
+        file["set"]["content"]["2000A_loop"][0]["2010AA_loop"]["NM1"]["identification_code_09"],
+        "1234567893"
+    );
+    assert_eq!(
+        claims_in(&delivered["ZZ_ACME_837_C-3_1_.json"]),
+        [("S2".to_string(), vec!["C-3".to_string()])]
+    );
+
+    // A clearinghouse batches C-3 again with a new claim and a replacement of C-1: new
+    // interchange, new batch id, new neighbours.
+    let again = gate.write(
+        "b.x12",
+        &an_837(
+            202,
+            "BATCH-2",
+            &[
+                ("S3", &[("C-4", 400, 1)]),
+                ("S2", &[("C-3", 300, 1)]),
+                ("S1", &[("C-1", 100, 7)]),
+            ],
+        ),
+    );
+    let r = gate.process(&[&again], 0);
+    let by_key: BTreeMap<&str, &Value> = r[0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["key"].as_str().unwrap(), d))
+        .collect();
+    assert_eq!(by_key.len(), 3, "{}", r[0]);
+    assert_eq!(by_key["ZZ:ACME:837:C-4:1:"]["disposition"], "new");
+    assert_eq!(by_key["ZZ:ACME:837:C-3:1:"]["disposition"], "duplicate");
+    assert_eq!(
+        by_key["ZZ:ACME:837:C-3:1:"]["duplicate_of"],
+        "ZZ:ACME:000000101"
+    );
+    assert_eq!(by_key["ZZ:ACME:837:C-1:7:"]["disposition"], "new");
+    assert_eq!(gate.delivered().len(), 5, "{:?}", gate.delivered().keys());
+
+    // The same claim number with another amount is not the claim booked: held.
+    let changed = gate.write(
+        "c.x12",
+        &an_837(303, "BATCH-3", &[("S1", &[("C-2", 250, 1)])]),
+    );
+    let r = gate.process(&[&changed], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
+    // So is the same claim under another subscriber.
+    let moved = gate.write(
+        "d.x12",
+        &an_837(304, "BATCH-4", &[("S9", &[("C-4", 400, 1)])]),
+    );
+    let r = gate.process(&[&moved], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
+    assert_eq!(gate.delivered().len(), 5);
 }

@@ -818,6 +818,8 @@ pub(super) enum Content {
     Document {
         group: usize,
         set: usize,
+        /// For a set cut by loop: the part.
+        part: Option<crate::document::Part>,
         decided: crate::registry::Decided,
     },
 }
@@ -1266,12 +1268,17 @@ fn write_all(
                     Content::Document {
                         group,
                         set,
+                        part,
                         decided,
                     } => {
                         let it = &items[w.item];
                         Box::new(move |out| {
                             super::documents::write_document(
-                                r.schemas, it, *group, *set, decided, out,
+                                r.schemas,
+                                it,
+                                (*group, *set, part.as_ref()),
+                                decided,
+                                out,
                             )
                         })
                     }

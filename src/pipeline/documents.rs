@@ -156,120 +156,124 @@ pub(super) fn plan(
             let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
                 continue;
             };
-            let Some(d) = document::identify(ic.isa.field(5), ic.isa.field(6), &set, def) else {
+            let found = document::identify_all(ic, &set, def);
+            if found.is_empty() {
                 continue;
-            };
+            }
             if let Some(k) = planned.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
                 *k = true;
             }
-            let position = format!("{gi}.{si}");
             let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
-            let (decided, released) = b.record_document(&Sighting {
-                key: &d.key,
-                subject: &d.subject,
-                partner: &partner,
-                set_id: &d.set_id,
-                role: d.role,
-                version: d.version.as_deref(),
-                fingerprint: &d.fingerprint,
-                interchange_key: &it.key,
-                position: &position,
-                st02: &st02,
-                deliver_duplicates: it.partner.duplicate_documents
-                    == crate::config::DuplicateDocuments::Deliver,
-            })?;
-            planned.recorded.push(decided.id);
-            let rest = |out: &mut dyn std::io::Write| {
-                document::write_rest(
-                    ic,
-                    group,
-                    &set,
-                    &d,
-                    &document::Written {
-                        correlation_id: &correlation,
-                        utf8: it.utf8,
-                        form: it.partner.translation,
-                        schemas: Some(schemas),
-                    },
-                    out,
-                )
-            };
-            if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
-                let mut body = Vec::new();
-                rest(&mut body).map_err(|cause| ProcessError::Io {
-                    path: it.report.file.clone(),
-                    cause,
+            for d in found {
+                let position = d.position(gi, si);
+                let (decided, released) = b.record_document(&Sighting {
+                    key: &d.key,
+                    subject: &d.subject,
+                    partner: &partner,
+                    set_id: &d.set_id,
+                    role: d.role,
+                    version: d.version.as_deref(),
+                    fingerprint: &d.fingerprint,
+                    interchange_key: &it.key,
+                    position: &position,
+                    st02: &st02,
+                    deliver_duplicates: it.partner.duplicate_documents
+                        == crate::config::DuplicateDocuments::Deliver,
                 })?;
-                b.keep_document_body(decided.id, &body)?;
-            }
-            log_decision(&d, &decided);
-            let mut output = None;
-            // A waiting or held document is written by whoever lets it go (from its stored
-            // rest), never by its own interchange: a takeover writes it once.
-            let own = matches!(
-                decided.disposition,
-                DocumentDisposition::New | DocumentDisposition::Duplicate
-            );
-            if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
-                let name = file_name(&d.key, decided.first, decided.id);
-                output = Some(shown(out, &name));
-                planned.named.push(Named {
-                    id: decided.id,
-                    name: name.clone(),
-                    key: d.key.clone(),
+                planned.recorded.push(decided.id);
+                let rest = |out: &mut dyn std::io::Write| {
+                    document::write_rest(
+                        ic,
+                        group,
+                        &set,
+                        &d,
+                        &document::Written {
+                            correlation_id: &correlation,
+                            utf8: it.utf8,
+                            form: it.partner.translation,
+                            schemas: Some(schemas),
+                        },
+                        out,
+                    )
+                };
+                if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
+                    let mut body = Vec::new();
+                    rest(&mut body).map_err(|cause| ProcessError::Io {
+                        path: it.report.file.clone(),
+                        cause,
+                    })?;
+                    b.keep_document_body(decided.id, &body)?;
+                }
+                log_decision(&d, &decided);
+                let mut output = None;
+                // A waiting or held document is written by whoever lets it go (from its stored
+                // rest), never by its own interchange: a takeover writes it once.
+                let own = matches!(
+                    decided.disposition,
+                    DocumentDisposition::New | DocumentDisposition::Duplicate
+                );
+                if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
+                    let name = file_name(&d.key, decided.first, decided.id);
+                    output = Some(shown(out, &name));
+                    planned.named.push(Named {
+                        id: decided.id,
+                        name: name.clone(),
+                        key: d.key.clone(),
+                        set: d.set_id.clone(),
+                        partner: shared_partner.clone(),
+                        interchange: shared_interchange.clone(),
+                        correlation: shared_correlation.clone(),
+                        idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
+                    });
+                    planned.outputs.push(Output {
+                        item,
+                        dir: Folder::Out,
+                        name,
+                        content: Content::Document {
+                            group: gi,
+                            set: si,
+                            part: d.part.clone(),
+                            decided: decided.clone(),
+                        },
+                        ack: None,
+                    });
+                }
+                // What the first delivery of this document produced, for the sender of a repeat.
+                let result_ref = match decided.disposition {
+                    DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
+                    _ => None,
+                };
+                planned.reports.push(DocumentReport {
                     set: d.set_id.clone(),
-                    partner: shared_partner.clone(),
-                    interchange: shared_interchange.clone(),
-                    correlation: shared_correlation.clone(),
-                    idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
+                    st02: st02.clone(),
+                    key: d.key.clone(),
+                    disposition: decided.disposition,
+                    duplicate_of: decided.duplicate_of.clone(),
+                    output,
+                    result_ref,
                 });
-                planned.outputs.push(Output {
-                    item,
-                    dir: Folder::Out,
-                    name,
-                    content: Content::Document {
-                        group: gi,
-                        set: si,
-                        decided: decided.clone(),
-                    },
-                    ack: None,
-                });
-            }
-            // What the first delivery of this document produced, for the sender of a repeat.
-            let result_ref = match decided.disposition {
-                DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
-                _ => None,
-            };
-            planned.reports.push(DocumentReport {
-                set: d.set_id.clone(),
-                st02,
-                key: d.key.clone(),
-                disposition: decided.disposition,
-                duplicate_of: decided.duplicate_of.clone(),
-                output,
-                result_ref,
-            });
-            for rel in released {
-                let name = file_name(&rel.key, rel.first, rel.id);
-                planned.named.push(Named {
-                    id: rel.id,
-                    name: name.clone(),
-                    key: rel.key.clone(),
-                    set: rel.set_id.clone(),
-                    partner: shared_partner.clone(),
-                    interchange: rel.interchange_key.as_str().into(),
-                    correlation: correlation_of(&rel.interchange_key).into(),
-                    idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
-                });
-                planned.outputs.push(Output {
-                    item,
-                    dir: Folder::Out,
-                    name,
-                    content: Content::Bytes(released_file(&rel)),
-                    ack: None,
-                });
-                tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
-                planned.released.push(rel);
+                for rel in released {
+                    let name = file_name(&rel.key, rel.first, rel.id);
+                    planned.named.push(Named {
+                        id: rel.id,
+                        name: name.clone(),
+                        key: rel.key.clone(),
+                        set: rel.set_id.clone(),
+                        partner: shared_partner.clone(),
+                        interchange: rel.interchange_key.as_str().into(),
+                        correlation: correlation_of(&rel.interchange_key).into(),
+                        idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
+                    });
+                    planned.outputs.push(Output {
+                        item,
+                        dir: Folder::Out,
+                        name,
+                        content: Content::Bytes(released_file(&rel)),
+                        ack: None,
+                    });
+                    tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
+                    planned.released.push(rel);
+                }
             }
         }
     }
@@ -281,12 +285,12 @@ pub(super) fn plan(
     Ok(planned)
 }
 
-/// Writes the file of the document in set `set` of group `group` of `it`, as `decided`.
+/// Writes the file of the document in set `set` of group `group` of `it` (or in `part` of
+/// it), as `decided`.
 pub(super) fn write_document(
     schemas: &crate::schema::Schemas,
     it: &Item<'_>,
-    group: usize,
-    set: usize,
+    (group, set, part): (usize, usize, Option<&document::Part>),
     decided: &Decided,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<()> {
@@ -301,7 +305,11 @@ pub(super) fn write_document(
             s.st.element(1).unwrap_or_default(),
         )
         .ok_or_else(gone)?;
-    let d = document::identify(ic.isa.field(5), ic.isa.field(6), &s, def).ok_or_else(gone)?;
+    let d = match part {
+        Some(p) => document::identify_part(ic, def, p.clone()),
+        None => document::identify(ic.isa.field(5), ic.isa.field(6), &s, def),
+    }
+    .ok_or_else(gone)?;
     out.write_all(&document::head(&d.key, &delivery_of(decided, &it.key)))?;
     document::write_rest(
         ic,

@@ -439,17 +439,24 @@ pub struct SetDef {
     pub context: Option<usize>,
 }
 
-/// One element of a set by its segment's first occurrence and its position: `BEG03`.
+/// One element of a set by its segment's first occurrence and its position: `BEG03`, or a
+/// component of it: `CLM05-3`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
     pub segment: String,
     /// 1-based.
     pub position: usize,
+    /// 1-based; `None`: the whole element.
+    pub component: Option<usize>,
 }
 
 impl std::fmt::Display for Field {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{:02}", self.segment, self.position)
+        write!(f, "{}{:02}", self.segment, self.position)?;
+        match self.component {
+            Some(c) => write!(f, "-{c}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -472,6 +479,33 @@ pub struct DocumentSpec {
     pub changes: Vec<String>,
     /// Purpose codes of a copy of a document sent before (07 duplicate).
     pub copies: Vec<String>,
+    /// One document per iteration of this loop instead of one per set (an 837's claims).
+    pub per: Option<PerLoop>,
+}
+
+/// Loops each of whose iterations is a document of its own (`per = "2300"`, or several ids:
+/// a 276's subscriber and dependent claims, 2200D and 2200E): the fields are read from the
+/// iteration, and the document is the iteration with the loops around it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerLoop {
+    /// The loop ids, as the definition names them.
+    pub ids: Vec<String>,
+    /// By node: whether the node is such a loop or a loop that may hold one.
+    pub holds: Vec<bool>,
+}
+
+impl PerLoop {
+    /// Whether `node` is one of the loops each iteration of which is a document.
+    pub fn is(&self, nodes: &[Node], node: usize) -> bool {
+        nodes
+            .get(node)
+            .is_some_and(|n| n.is_loop() && self.ids.contains(&n.id))
+    }
+
+    /// Whether `node` is or may hold such a loop.
+    pub fn holds(&self, node: usize) -> bool {
+        self.holds.get(node).copied().unwrap_or(false)
+    }
 }
 
 impl SetDef {
@@ -543,6 +577,15 @@ struct RawDocument {
     changes: Vec<String>,
     #[serde(default)]
     copies: Vec<String>,
+    per: Option<OneOrMany>,
+}
+
+/// A string, or a list of them.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -1659,7 +1702,19 @@ fn document_spec(
 ) -> Result<DocumentSpec, String> {
     let field = |text: &str| -> Result<Field, String> {
         let bad = || {
-            format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03)")
+            format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03), or a component of it (CLM05-3)")
+        };
+        let (text, component) = match text.split_once('-') {
+            Some((element, c)) => (
+                element,
+                Some(
+                    c.parse::<usize>()
+                        .ok()
+                        .filter(|c| (1..=99).contains(c))
+                        .ok_or_else(bad)?,
+                ),
+            ),
+            None => (text, None),
         };
         let cut = text.len().checked_sub(2).ok_or_else(bad)?;
         let (segment, position) = (
@@ -1679,6 +1734,7 @@ fn document_spec(
         Ok(Field {
             segment: segment.to_string(),
             position,
+            component,
         })
     };
     if raw.id.is_empty() {
@@ -1696,6 +1752,52 @@ fn document_spec(
         of: raw.of.clone().unwrap_or_else(|| id.to_string()),
         changes: raw.changes.clone(),
         copies: raw.copies.clone(),
+        per: raw
+            .per
+            .as_ref()
+            .map(|per| match per {
+                OneOrMany::One(id) => per_loop(path, std::slice::from_ref(id), nodes),
+                OneOrMany::Many(ids) => per_loop(path, ids, nodes),
+            })
+            .transpose()?,
+    })
+}
+
+/// `per = "2300"` compiled: which nodes are or may hold the loops.
+fn per_loop(path: &str, ids: &[String], nodes: &[Node]) -> Result<PerLoop, String> {
+    if ids.is_empty() {
+        return Err(format!("schemas/{path}: [document] per names no loop"));
+    }
+    let mut holds = vec![false; nodes.len()];
+    for id in ids {
+        let mut any = false;
+        for (i, n) in nodes.iter().enumerate().skip(1) {
+            if !(n.is_loop() && n.id == *id) {
+                continue;
+            }
+            any = true;
+            // Up to the root, which is its own parent.
+            let mut at = i;
+            while let Some(slot) = holds.get_mut(at) {
+                if *slot {
+                    break;
+                }
+                *slot = true;
+                match nodes.get(at) {
+                    Some(n) if n.parent != at => at = n.parent,
+                    _ => break,
+                }
+            }
+        }
+        if !any {
+            return Err(format!(
+                "schemas/{path}: [document] per names loop {id}, which the structure lacks"
+            ));
+        }
+    }
+    Ok(PerLoop {
+        ids: ids.to_vec(),
+        holds,
     })
 }
 

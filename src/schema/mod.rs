@@ -8,7 +8,7 @@ pub mod check;
 pub mod definition;
 
 pub use definition::{
-    Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, Reading, Req, Schemas,
+    Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, PerLoop, Reading, Req, Schemas,
     SegmentDef, SetDef, Simple, Syntax, SyntaxKind,
 };
 

@@ -816,6 +816,9 @@ fn document(d: &crate::schema::DocumentSpec) -> String {
     let _ = writeln!(out, "of = {}", quoted(&d.of));
     let _ = writeln!(out, "changes = [{}]", strings(&d.changes));
     let _ = writeln!(out, "copies = [{}]", strings(&d.copies));
+    if let Some(per) = &d.per {
+        let _ = writeln!(out, "per = [{}]", strings(&per.ids));
+    }
     out
 }
 

@@ -117,6 +117,36 @@ pub struct TransactionSet<'a> {
 pub const MAX_BAD_IDS: usize = 100;
 
 impl<'a> TransactionSet<'a> {
+    /// A set read from bytes that hold exactly its segments, ST first and SE last (a part of
+    /// a set put together: a claim with the loops around it); `None` without an ST.
+    pub fn from_segments(bytes: &'a [u8], delimiters: Delimiters) -> Option<TransactionSet<'a>> {
+        let mut segments = Segments::new(bytes, 0, bytes.len(), 1, delimiters);
+        let st = segments.next().filter(|s| s.is(b"ST"))?;
+        let start = segments.skip_line_endings();
+        let (mut end, mut count, mut se) = (start, 0u32, None);
+        while let Some(s) = segments.next() {
+            if s.is(b"SE") {
+                se = Some(s);
+                break;
+            }
+            count = count.saturating_add(1);
+            end = segments.offset();
+        }
+        Some(TransactionSet {
+            st,
+            body: Body {
+                input: bytes,
+                range: (start, end),
+                first_ordinal: 2,
+                count,
+                delimiters,
+                base: 0,
+            },
+            se,
+            bad_ids: Vec::new(),
+        })
+    }
+
     /// Segments counted the way SE01 counts them: ST and SE included (SE even when missing,
     /// since SE01 counts itself).
     pub fn counted_segments(&self) -> u32 {

@@ -6,6 +6,10 @@
 //! (`[document]`), and a set is known by its document key, `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`,
 //! and the fingerprint of its own content (the segments between ST and SE).
 
+mod parts;
+
+pub use parts::{Part, Role as PartRole};
+
 use crate::schema::{DocumentSpec, Field, SetDef};
 use crate::x12::{Group, Interchange, Segment, TransactionSet};
 
@@ -55,12 +59,76 @@ pub struct Identified {
     pub version: Option<String>,
     pub kind: Option<String>,
     pub role: Role,
-    /// Hex blake3 of the canonical content between ST and SE.
+    /// Hex blake3 of the canonical content between ST and SE (of a part: its own segments
+    /// and its levels', the set's heading left out).
     pub fingerprint: String,
+    /// For a set cut by loop (`per`): which of its documents this is, and where its segments
+    /// are.
+    pub part: Option<Part>,
 }
 
-/// The document of `set` by `def`'s `[document]`, for the sender `qualifier:id` (ISA05,
-/// ISA06); `None` when the definition declares none or the set lacks its number.
+impl Identified {
+    /// Where the document is in its interchange, as the registry finds it again on a
+    /// takeover: `group.set`, and for a part of a set `group.set.part`.
+    pub fn position(&self, group: usize, set: usize) -> String {
+        match &self.part {
+            Some(p) => format!("{group}.{set}.{}", p.index),
+            None => format!("{group}.{set}"),
+        }
+    }
+}
+
+/// Every document `set` carries by `def`, the sender's `ic`: the set's one, or one per
+/// iteration of the loop its `[document]` names (`per`). Empty when it carries none, and
+/// when a set cut by loop cannot be cut whole or a part lacks its number: such a set then
+/// travels whole in its interchange's translation, as a set without a document does.
+pub fn identify_all(
+    ic: &Interchange<'_>,
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+) -> Vec<Identified> {
+    let (qualifier, id) = (ic.isa.field(5), ic.isa.field(6));
+    let Some(per) = def.document.as_ref().and_then(|d| d.per.as_ref()) else {
+        return identify(qualifier, id, set, def).into_iter().collect();
+    };
+    let all = parts::parts(set, def, per).and_then(|parts| {
+        parts
+            .into_iter()
+            .map(|p| identify_part(ic, def, p))
+            .collect::<Option<Vec<_>>>()
+    });
+    if all.is_none() {
+        tracing::warn!(
+            set = %crate::text::printable(&String::from_utf8_lossy(set.st.element(2).unwrap_or_default())),
+            per = %per.ids.join(","),
+            "a set is not cut into its documents (a segment no part takes, or a part without its number): delivered whole, without a document key"
+        );
+    }
+    all.unwrap_or_default()
+}
+
+/// The document of one part of a set cut by loop, named by its own segments.
+pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<Identified> {
+    let spec = def.document.as_ref()?;
+    let heading = Heading::of(parts::segments(ic, &part, &[PartRole::Own]), spec);
+    let fingerprint = crate::fingerprint::content_fingerprint(parts::segments(
+        ic,
+        &part,
+        &[PartRole::Context, PartRole::Own],
+    ));
+    named(
+        ic.isa.field(5),
+        ic.isa.field(6),
+        def,
+        spec,
+        &heading,
+        fingerprint,
+        Some(part),
+    )
+}
+
+/// The document of `set` by `def`, for the sender `qualifier:id` (ISA05, ISA06); `None`
+/// when the definition declares none or the set lacks its number.
 pub fn identify(
     qualifier: &[u8],
     id: &[u8],
@@ -68,7 +136,20 @@ pub fn identify(
     def: &SetDef,
 ) -> Option<Identified> {
     let spec = def.document.as_ref()?;
-    let heading = Heading::of(set, spec);
+    let heading = Heading::of(set.body.segments(), spec);
+    let fingerprint = crate::fingerprint::set_fingerprint(set);
+    named(qualifier, id, def, spec, &heading, fingerprint, None)
+}
+
+fn named(
+    qualifier: &[u8],
+    id: &[u8],
+    def: &SetDef,
+    spec: &DocumentSpec,
+    heading: &Heading<'_>,
+    fingerprint: String,
+    cut: Option<Part>,
+) -> Option<Identified> {
     // The document's own number must be there; a release number beside it may not be.
     if spec.id.first().is_none_or(|f| heading.value(f).is_empty()) {
         return None;
@@ -109,7 +190,8 @@ pub fn identify(
         version,
         kind: optional(&spec.kind),
         role,
-        fingerprint: crate::fingerprint::set_fingerprint(set),
+        fingerprint,
+        part: cut,
     })
 }
 
@@ -217,7 +299,15 @@ pub fn write_rest(
     serde_json::to_writer(&mut *out, &envelope)?;
     out.write_all(b",\"set\":")?;
     let version = group.gs.element(8).unwrap_or_default();
-    crate::translate::write_set_with(set, version, utf8, how.form, how.schemas, out)
+    match &d.part {
+        None => crate::translate::write_set_with(set, version, utf8, how.form, how.schemas, out),
+        Some(part) => {
+            let bytes = parts::as_set_bytes(ic, set, part);
+            let own = TransactionSet::from_segments(&bytes, ic.delimiters())
+                .ok_or_else(|| std::io::Error::other("a document's part is not a set"))?;
+            crate::translate::write_set_with(&own, version, utf8, how.form, how.schemas, out)
+        }
+    }
 }
 
 /// The first occurrence of each segment a spec names, read once.
@@ -226,7 +316,7 @@ struct Heading<'a> {
 }
 
 impl<'a> Heading<'a> {
-    fn of(set: &TransactionSet<'a>, spec: &DocumentSpec) -> Heading<'a> {
+    fn of(all: impl Iterator<Item = Segment<'a>>, spec: &DocumentSpec) -> Heading<'a> {
         // Each segment once (the 850's fields are all BEG's), so that the walk stops at the
         // last one it needs instead of reading the whole set.
         let mut wanted: Vec<&str> = spec
@@ -240,7 +330,7 @@ impl<'a> Heading<'a> {
         wanted.sort_unstable();
         wanted.dedup();
         let mut segments: Vec<Segment<'a>> = Vec::new();
-        for s in set.body.segments() {
+        for s in all {
             if segments.len() == wanted.len() {
                 break;
             }
@@ -256,7 +346,11 @@ impl<'a> Heading<'a> {
         self.segments
             .iter()
             .find(|s| s.is(f.segment.as_bytes()))
-            .and_then(|s| s.element(f.position))
+            .and_then(|s| s.elements().nth(f.position.checked_sub(1)?))
+            .and_then(|e| match f.component {
+                None => Some(e.value),
+                Some(c) => e.repetitions().next()?.components().nth(c.checked_sub(1)?),
+            })
             .map(|v| part(v).into_owned())
             .unwrap_or_default()
     }

@@ -1,0 +1,331 @@
+//! Documents that are parts of a set: one per iteration of a loop the definition names
+//! (`per = "2300"`: each claim of an 837 is a document, not the batch that carries it).
+//!
+//! A part is its iteration and the loops around it: the iterations that enclose it (an 837
+//! claim's patient, subscriber and billing provider levels) with their own segments and
+//! the loops under them that cannot hold such an iteration (the names, 2010AA, 2010BA),
+//! and the set's heading (BHT, 1000A, 1000B). Its siblings and their levels are left out.
+//! The heading travels with the document but is not its content: a clearinghouse that
+//! batches a claim again gives it a new BHT, and that resend must still be a duplicate.
+
+use crate::schema::check::walk;
+use crate::schema::{PerLoop, SetDef};
+use crate::x12::{Delimiters, Interchange, Segment, Segments, TransactionSet};
+
+/// What a run of a part's segments is to the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The set's heading: delivered, not fingerprinted.
+    Heading,
+    /// The enclosing levels: delivered and fingerprinted.
+    Context,
+    /// The iteration itself: its fields name the document.
+    Own,
+}
+
+/// Consecutive segments of the set, by their place in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// File offset of the first segment.
+    pub start: usize,
+    /// File offset just past the last segment's bytes (its terminator excluded).
+    pub end: usize,
+    pub segments: u32,
+    pub role: Role,
+}
+
+/// One document of a set cut by loop: a few numbers, so that a large interchange's parts
+/// cost little until their files are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Its place among the set's parts, from 0.
+    pub index: usize,
+    /// In file order.
+    pub runs: Box<[Run]>,
+}
+
+/// An iteration met while walking: its loop node, the iteration it is in, the part it
+/// belongs to and, outside parts, the iteration its segments go with.
+struct Iteration {
+    parent: usize,
+    part: Option<usize>,
+    anchor: usize,
+}
+
+/// The parts of `set`, one per iteration of `per`'s loop, in file order. `None` when the
+/// set cannot be cut without losing a segment: one the definition has no place for, or one
+/// that no part takes (a level that holds no iteration, a loop after the last).
+pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Vec<Part>> {
+    let walked = walk(def, set, 0, 0, true);
+    // Iteration 0 is the set itself.
+    let mut iterations = vec![Iteration {
+        parent: 0,
+        part: None,
+        anchor: 0,
+    }];
+    let mut stack = vec![0usize];
+    let mut tops: Vec<usize> = Vec::new();
+    // By segment: (file offset, end, iteration).
+    let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(walked.places.len());
+    for (segment, place) in set.body.segments().zip(&walked.places) {
+        let place = (*place)?;
+        stack.truncate(place.kept.max(1));
+        if let Some(node) = place.opened {
+            let parent = *stack.last()?;
+            let up = iterations.get(parent)?;
+            let (part, anchor) = match up.part {
+                Some(p) => (Some(p), parent),
+                None if per.is(&def.nodes, node) => {
+                    tops.push(iterations.len());
+                    (Some(tops.len() - 1), iterations.len())
+                }
+                None if per.holds(node) => (None, iterations.len()),
+                None => (None, up.anchor),
+            };
+            iterations.push(Iteration {
+                parent,
+                part,
+                anchor,
+            });
+            stack.push(iterations.len() - 1);
+        }
+        let at = *stack.last()?;
+        segments.push((segment.offset, segment.offset + segment.raw.len(), at));
+    }
+    if tops.is_empty() || segments.len() != walked.places.len() {
+        return None;
+    }
+    // The segments that go with each iteration outside parts, and each part's own.
+    let mut anchored: Vec<Vec<usize>> = vec![Vec::new(); iterations.len()];
+    let mut own: Vec<Vec<usize>> = vec![Vec::new(); tops.len()];
+    for (i, (_, _, at)) in segments.iter().enumerate() {
+        let it = iterations.get(*at)?;
+        match it.part {
+            Some(p) => own.get_mut(p)?.push(i),
+            None => anchored.get_mut(it.anchor)?.push(i),
+        }
+    }
+    let mut taken = vec![false; iterations.len()];
+    let mut parts = Vec::with_capacity(tops.len());
+    for (index, (top, own)) in tops.iter().zip(own).enumerate() {
+        let mut picked: Vec<(usize, Role)> = own.into_iter().map(|i| (i, Role::Own)).collect();
+        let mut up = iterations.get(*top)?.parent;
+        loop {
+            if let Some(t) = taken.get_mut(up) {
+                *t = true;
+            }
+            let role = if up == 0 {
+                Role::Heading
+            } else {
+                Role::Context
+            };
+            picked.extend(anchored.get(up)?.iter().map(|i| (*i, role)));
+            if up == 0 {
+                break;
+            }
+            up = iterations.get(up)?.parent;
+        }
+        picked.sort_unstable_by_key(|(i, _)| *i);
+        parts.push(Part {
+            index,
+            runs: runs(&picked, &segments).into_boxed_slice(),
+        });
+    }
+    // A level's segments that no part took would be delivered by none.
+    let lost = anchored
+        .iter()
+        .zip(&taken)
+        .any(|(segments, taken)| !segments.is_empty() && !taken);
+    (!lost).then_some(parts)
+}
+
+/// Consecutive segments of one role joined into runs.
+fn runs(picked: &[(usize, Role)], segments: &[(usize, usize, usize)]) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut last: Option<usize> = None;
+    for (i, role) in picked {
+        let Some((start, end, _)) = segments.get(*i) else {
+            continue;
+        };
+        match runs.last_mut() {
+            Some(run) if last.is_some_and(|l| l + 1 == *i) && run.role == *role => {
+                run.end = *end;
+                run.segments = run.segments.saturating_add(1);
+            }
+            _ => runs.push(Run {
+                start: *start,
+                end: *end,
+                segments: 1,
+                role: *role,
+            }),
+        }
+        last = Some(*i);
+    }
+    runs
+}
+
+/// The segments of a part's runs of these roles, cut from the interchange's input.
+pub fn segments<'a>(
+    ic: &Interchange<'a>,
+    part: &Part,
+    roles: &'a [Role],
+) -> impl Iterator<Item = Segment<'a>> + 'a {
+    let input = ic.input();
+    let (base, delimiters) = (ic.base, ic.delimiters());
+    let runs: Vec<Run> = part
+        .runs
+        .iter()
+        .filter(|r| roles.contains(&r.role))
+        .copied()
+        .collect();
+    runs.into_iter().flat_map(move |r| {
+        let (from, to) = (r.start.saturating_sub(base), r.end.saturating_sub(base));
+        // The run's last segment ends at `to`; its terminator follows.
+        Segments::new(input, from, to.saturating_add(1), 0, delimiters)
+            .in_file_at(base)
+            .take(r.segments as usize)
+    })
+}
+
+/// The part as a set of its own: the set's ST, the part's segments and an SE counting them,
+/// in the interchange's delimiters.
+pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part) -> Vec<u8> {
+    let d: Delimiters = ic.delimiters();
+    let size: usize = part.runs.iter().map(|r| r.end - r.start + 1).sum();
+    let mut out = Vec::with_capacity(size + set.st.raw.len() + 32);
+    out.extend_from_slice(set.st.raw);
+    out.push(d.segment);
+    const ALL: &[Role] = &[Role::Heading, Role::Context, Role::Own];
+    let mut count: u32 = 2;
+    for s in segments(ic, part, ALL) {
+        out.extend_from_slice(s.raw);
+        out.push(d.segment);
+        count = count.saturating_add(1);
+    }
+    out.extend_from_slice(b"SE");
+    out.push(d.element);
+    out.extend_from_slice(count.to_string().as_bytes());
+    out.push(d.element);
+    out.extend_from_slice(set.st.element(2).unwrap_or_default());
+    out.push(d.segment);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x12::{Interchanges, Limits};
+
+    /// Each part's segments, as `ID*E1*E2` texts (the first two elements), by role.
+    fn cut(text: &str) -> Option<Vec<Vec<(Role, String)>>> {
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let group = &ic.groups[0];
+        let set = group.sets.get(0).unwrap();
+        let def = schemas
+            .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
+            .unwrap();
+        let per = def.document.as_ref().unwrap().per.as_ref().unwrap();
+        let parts = parts(&set, def, per)?;
+        Some(
+            parts
+                .iter()
+                .map(|p| {
+                    [Role::Heading, Role::Context, Role::Own]
+                        .iter()
+                        .flat_map(|role| {
+                            let only: &[Role] = match role {
+                                Role::Heading => &[Role::Heading],
+                                Role::Context => &[Role::Context],
+                                Role::Own => &[Role::Own],
+                            };
+                            segments(&ic, p, only)
+                                .map(|s| {
+                                    let e = |n| {
+                                        String::from_utf8_lossy(s.element(n).unwrap_or_default())
+                                            .into_owned()
+                                    };
+                                    (*role, format!("{}*{}*{}", s.id_str(), e(1), e(2)))
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    fn of(part: &[(Role, String)], role: Role) -> Vec<&str> {
+        part.iter()
+            .filter(|(r, _)| *r == role)
+            .map(|(_, s)| s.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_is_cut_with_its_levels_and_without_its_neighbours() {
+        let parts = cut(include_str!("../../fixtures/837-005010X222A1.x12")).unwrap();
+        assert_eq!(parts.len(), 2);
+        for part in &parts {
+            assert_eq!(
+                of(part, Role::Heading),
+                [
+                    "BHT*0019*00",
+                    "NM1*41*2",
+                    "PER*IC*BILLING OFFICE",
+                    "NM1*40*2"
+                ]
+            );
+        }
+        // The first claim is the subscriber's (HL 2), the second its dependent's (HL 4,
+        // under subscriber HL 3): neither holds the other's levels.
+        let hl = |part: &[(Role, String)]| -> Vec<String> {
+            of(part, Role::Context)
+                .into_iter()
+                .filter(|s| s.starts_with("HL*"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(hl(&parts[0]), ["HL*1*", "HL*2*1"]);
+        assert_eq!(hl(&parts[1]), ["HL*1*", "HL*3*1", "HL*4*3"]);
+        assert!(of(&parts[0], Role::Context).contains(&"NM1*85*2"));
+        assert!(of(&parts[1], Role::Context).contains(&"PAT*19*"));
+        let own = of(&parts[1], Role::Own);
+        assert_eq!(own.first(), Some(&"CLM*NWFC-24-00872*95"));
+        assert!(!own.iter().any(|s| s.starts_with("CLM*NWFC-24-00871")));
+        assert_eq!(own.len(), 5);
+    }
+
+    #[test]
+    fn claims_asked_about_at_both_levels_are_cut_each_with_its_subscriber() {
+        let parts = cut(include_str!("../../fixtures/276-005010X212.x12")).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(of(&parts[0], Role::Own)[0], "TRN*1*NWFC-CS-0001");
+        let dependent = of(&parts[1], Role::Context);
+        // The dependent's claim (2200E) goes with its subscriber's name (2100D) and its own
+        // level, not with the other subscriber's claim.
+        assert!(dependent.contains(&"NM1*IL*1"), "{dependent:?}");
+        assert!(dependent.contains(&"NM1*QC*1"), "{dependent:?}");
+        assert!(!dependent.contains(&"HL*4*3"), "{dependent:?}");
+        assert_eq!(of(&parts[1], Role::Own)[0], "TRN*1*NWFC-CS-0002");
+    }
+
+    #[test]
+    fn a_level_no_part_takes_leaves_the_set_whole() {
+        let text = include_str!("../../fixtures/837-005010X222A1.x12");
+        // A patient level (2000C) without a claim: its segments would reach no document.
+        let at = text.find("HL*4*3*23*0").unwrap();
+        let claim = text[at..].find("CLM*").unwrap() + at;
+        let end = text.find("SE*52*0001").unwrap();
+        let without = format!(
+            "{}{}",
+            &text[..claim],
+            text[end..].replacen("SE*52", "SE*47", 1)
+        );
+        assert!(cut(&without).is_none());
+        assert!(cut(text).is_some());
+    }
+}
