@@ -186,14 +186,18 @@ fn an_860(n: u32, body: String) -> String {
     interchange(n, "PC", "860", &[body], 1, '*', '~')
 }
 
+/// The billing provider of the claims in these tests.
+const NPI: &str = "1234567893";
+
 /// Claims of one subscriber: (CLM01, amount, CLM05-3).
 type Claims<'a> = &'a [(&'a str, u32, u32)];
 
-/// An 837P (005010X222A1) from ACME, interchange and group `n`, batch `batch` (BHT03): one
-/// subscriber level (2000B) per entry, with its claims `(CLM01, amount, CLM05-3)`.
-fn an_837(n: u32, batch: &str, subscribers: &[(&str, Claims<'_>)]) -> String {
+/// An 837P (005010X222A1) from ACME, interchange and group `n`, batch `batch` (BHT03), for
+/// the billing provider `npi`: one subscriber level (2000B) per entry, with its claims
+/// `(CLM01, amount, CLM05-3)`.
+fn an_837(n: u32, batch: &str, npi: &str, subscribers: &[(&str, Claims<'_>)]) -> String {
     let mut body = format!(
-        "BHT*0019*00*{batch}*20240305*1130*CH~NM1*41*2*ACME CLINIC*****46*ACME01~PER*IC*BILLING OFFICE*TE*5555550142~NM1*40*2*EXAMPLE HEALTH PLAN*****46*841234567~HL*1**20*1~PRV*BI*PXC*207Q00000X~NM1*85*2*ACME CLINIC*****XX*1234567893~N3*1200 MAPLE AVENUE~N4*SPRINGFIELD*IL*627040000~REF*EI*371234567~"
+        "BHT*0019*00*{batch}*20240305*1130*CH~NM1*41*2*ACME CLINIC*****46*ACME01~PER*IC*BILLING OFFICE*TE*5555550142~NM1*40*2*EXAMPLE HEALTH PLAN*****46*841234567~HL*1**20*1~PRV*BI*PXC*207Q00000X~NM1*85*2*ACME CLINIC*****XX*{npi}~N3*1200 MAPLE AVENUE~N4*SPRINGFIELD*IL*627040000~REF*EI*371234567~"
     );
     for (i, (subscriber, claims)) in subscribers.iter().enumerate() {
         body.push_str(&format!(
@@ -495,7 +499,12 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
         let text = an_860(401, change("PO-X", 1))
             + &an_850(402, po("PO-Y", "00", 1))
             + &an_850(403, po("PO-X", "00", 2))
-            + &an_837(404, "B-1", &[("S1", &[("C-1", 100, 1), ("C-2", 200, 1)])]);
+            + &an_837(
+                404,
+                "B-1",
+                NPI,
+                &[("S1", &[("C-1", 100, 1), ("C-2", 200, 1)])],
+            );
         let file = gate.write("mixed.x12", &text);
         let (status, ..) = gate.run(
             &["process", "--json", &file.display().to_string()],
@@ -561,8 +570,8 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             "{point}"
         );
         seq("ZZ:ACME:850:PO-Y:00:");
-        seq("ZZ:ACME:837:C-1:1:");
-        seq("ZZ:ACME:837:C-2:1:");
+        seq("ZZ:ACME:837:C-1+1234567893:1:");
+        seq("ZZ:ACME:837:C-2+1234567893:1:");
         let open = gate.documents(&[]);
         assert!(open.is_empty(), "{point}: left open {open:?}");
         let rows = gate.documents(&["--all"]);
@@ -798,6 +807,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         &an_837(
             101,
             "BATCH-1",
+            NPI,
             &[
                 ("S1", &[("C-1", 100, 1), ("C-2", 200, 1)]),
                 ("S2", &[("C-3", 300, 1)]),
@@ -811,17 +821,23 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
     assert_eq!(
         keys,
         [
-            "ZZ:ACME:837:C-1:1:",
-            "ZZ:ACME:837:C-2:1:",
-            "ZZ:ACME:837:C-3:1:"
+            "ZZ:ACME:837:C-1+1234567893:1:",
+            "ZZ:ACME:837:C-2+1234567893:1:",
+            "ZZ:ACME:837:C-3+1234567893:1:"
         ]
     );
     assert!(docs.iter().all(|d| d["disposition"] == "new"), "{docs:?}");
     // Every set carried documents: no translation of the interchange besides them.
     let delivered = gate.delivered();
     assert_eq!(delivered.len(), 3, "{:?}", delivered.keys());
-    let file = &delivered["ZZ_ACME_837_C-2_1_.json"];
-    assert_eq!(file["identity"]["id"], "C-2");
+    let by_document = |key: &str| {
+        delivered
+            .values()
+            .find(|d| d["document_key"] == key)
+            .unwrap_or_else(|| panic!("{key} not delivered: {:?}", delivered.keys()))
+    };
+    let file = by_document("ZZ:ACME:837:C-2+1234567893:1:");
+    assert_eq!(file["identity"]["id"], "C-2+1234567893");
     assert_eq!(file["identity"]["event"], "1");
     // The claim with its subscriber and billing provider, without its sibling claim or the
     // other subscriber; the batch's heading travels with it.
@@ -838,7 +854,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         "1234567893"
     );
     assert_eq!(
-        claims_in(&delivered["ZZ_ACME_837_C-3_1_.json"]),
+        claims_in(by_document("ZZ:ACME:837:C-3+1234567893:1:")),
         [("S2".to_string(), vec!["C-3".to_string()])]
     );
 
@@ -849,6 +865,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         &an_837(
             202,
             "BATCH-2",
+            NPI,
             &[
                 ("S3", &[("C-4", 400, 1)]),
                 ("S2", &[("C-3", 300, 1)]),
@@ -864,28 +881,47 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         .map(|d| (d["key"].as_str().unwrap(), d))
         .collect();
     assert_eq!(by_key.len(), 3, "{}", r[0]);
-    assert_eq!(by_key["ZZ:ACME:837:C-4:1:"]["disposition"], "new");
-    assert_eq!(by_key["ZZ:ACME:837:C-3:1:"]["disposition"], "duplicate");
     assert_eq!(
-        by_key["ZZ:ACME:837:C-3:1:"]["duplicate_of"],
+        by_key["ZZ:ACME:837:C-4+1234567893:1:"]["disposition"],
+        "new"
+    );
+    assert_eq!(
+        by_key["ZZ:ACME:837:C-3+1234567893:1:"]["disposition"],
+        "duplicate"
+    );
+    assert_eq!(
+        by_key["ZZ:ACME:837:C-3+1234567893:1:"]["duplicate_of"],
         "ZZ:ACME:000000101"
     );
-    assert_eq!(by_key["ZZ:ACME:837:C-1:7:"]["disposition"], "new");
+    assert_eq!(
+        by_key["ZZ:ACME:837:C-1+1234567893:7:"]["disposition"],
+        "new"
+    );
     assert_eq!(gate.delivered().len(), 5, "{:?}", gate.delivered().keys());
 
     // The same claim number with another amount is not the claim booked: held.
     let changed = gate.write(
         "c.x12",
-        &an_837(303, "BATCH-3", &[("S1", &[("C-2", 250, 1)])]),
+        &an_837(303, "BATCH-3", NPI, &[("S1", &[("C-2", 250, 1)])]),
     );
     let r = gate.process(&[&changed], 0);
     assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
     // So is the same claim under another subscriber.
     let moved = gate.write(
         "d.x12",
-        &an_837(304, "BATCH-4", &[("S9", &[("C-4", 400, 1)])]),
+        &an_837(304, "BATCH-4", NPI, &[("S9", &[("C-4", 400, 1)])]),
     );
     let r = gate.process(&[&moved], 0);
     assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
     assert_eq!(gate.delivered().len(), 5);
+    // Another provider's claim that happens to have the number C-2 is its own claim.
+    let other = gate.write(
+        "e.x12",
+        &an_837(305, "BATCH-5", "1999999984", &[("S1", &[("C-2", 200, 1)])]),
+    );
+    let r = gate.process(&[&other], 0);
+    let doc = only_document(&r[0]);
+    assert_eq!(doc["disposition"], "new", "{}", r[0]);
+    assert_eq!(doc["key"], "ZZ:ACME:837:C-2+1999999984:1:");
+    assert_eq!(gate.delivered().len(), 6);
 }

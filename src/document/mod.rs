@@ -94,7 +94,7 @@ pub fn identify_all(
     let all = parts::parts(set, def, per).and_then(|parts| {
         parts
             .into_iter()
-            .map(|p| identify_part(ic, def, p))
+            .map(|p| identify_part(ic, set, def, p))
             .collect::<Option<Vec<_>>>()
     });
     if all.is_none() {
@@ -107,10 +107,51 @@ pub fn identify_all(
     all.unwrap_or_default()
 }
 
-/// The document of one part of a set cut by loop, named by its own segments.
-pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<Identified> {
+/// The document of one part of `set` (cut by loop), named by its own segments and those of
+/// the loops its fields name.
+pub fn identify_part(
+    ic: &Interchange<'_>,
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+    part: Part,
+) -> Option<Identified> {
     let spec = def.document.as_ref()?;
-    let heading = Heading::of(parts::segments(ic, &part, &[PartRole::Own]), spec);
+    let per = spec.per.as_ref()?;
+    // The part as a set of its own, walked to know the loop of each segment: a claim's few
+    // dozen segments, not its set's.
+    let bytes = parts::as_set_bytes(ic, set, &part);
+    let own_set = TransactionSet::from_segments(&bytes, ic.delimiters())?;
+    let walked = crate::schema::check::walk(def, &own_set, 0, 0, true);
+    let loop_of = |node: usize| {
+        def.nodes
+            .get(node)
+            .and_then(|n| def.nodes.get(n.parent))
+            .filter(|l| l.is_loop())
+    };
+    let inside = |node: usize| {
+        let mut at = node;
+        for _ in 0..def.nodes.len() {
+            match def.nodes.get(at) {
+                Some(n) if per.is(&def.nodes, at) => return n.is_loop(),
+                Some(n) if n.parent != at => at = n.parent,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let candidates = own_set
+        .body
+        .segments()
+        .zip(&walked.places)
+        .filter_map(|(segment, place)| {
+            let place = (*place)?;
+            Some(Candidate {
+                segment,
+                own: inside(place.node),
+                in_loop: loop_of(place.node).map(|l| l.id.as_str()),
+            })
+        });
+    let heading = Heading::of(candidates, spec);
     let fingerprint = crate::fingerprint::content_fingerprint(parts::segments(
         ic,
         &part,
@@ -136,7 +177,14 @@ pub fn identify(
     def: &SetDef,
 ) -> Option<Identified> {
     let spec = def.document.as_ref()?;
-    let heading = Heading::of(set.body.segments(), spec);
+    let heading = Heading::of(
+        set.body.segments().map(|segment| Candidate {
+            segment,
+            own: true,
+            in_loop: None,
+        }),
+        spec,
+    );
     let fingerprint = crate::fingerprint::set_fingerprint(set);
     named(qualifier, id, def, spec, &heading, fingerprint, None)
 }
@@ -310,43 +358,65 @@ pub fn write_rest(
     }
 }
 
-/// The first occurrence of each segment a spec names, read once.
+/// A segment a document's fields may be read from: whether it is the document's own (the
+/// set's, or the iteration's of a part), and the loop it stands in (for `2010AA/NM109`).
+struct Candidate<'a, 'd> {
+    segment: Segment<'a>,
+    own: bool,
+    in_loop: Option<&'d str>,
+}
+
+/// The first segment of each kind a spec's fields name, read once.
 struct Heading<'a> {
-    segments: Vec<Segment<'a>>,
+    /// By field place ([`Heading::place`]): the segment found.
+    found: Vec<((&'a str, Option<&'a str>), Segment<'a>)>,
 }
 
 impl<'a> Heading<'a> {
-    fn of(all: impl Iterator<Item = Segment<'a>>, spec: &DocumentSpec) -> Heading<'a> {
+    /// Where a field is read: its segment id, and its loop when it names one.
+    fn place(f: &Field) -> (&str, Option<&str>) {
+        (f.segment.as_str(), f.in_loop.as_deref())
+    }
+
+    fn of<'d>(all: impl Iterator<Item = Candidate<'a, 'd>>, spec: &'a DocumentSpec) -> Heading<'a> {
         // Each segment once (the 850's fields are all BEG's), so that the walk stops at the
         // last one it needs instead of reading the whole set.
-        let mut wanted: Vec<&str> = spec
+        let mut wanted: Vec<(&'a str, Option<&'a str>)> = spec
             .id
             .iter()
             .chain(&spec.event)
             .chain(&spec.version)
             .chain(&spec.kind)
-            .map(|f| f.segment.as_str())
+            .map(Heading::place)
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let mut segments: Vec<Segment<'a>> = Vec::new();
-        for s in all {
-            if segments.len() == wanted.len() {
+        let mut found: Vec<((&'a str, Option<&'a str>), Segment<'a>)> = Vec::new();
+        for c in all {
+            if found.len() == wanted.len() {
                 break;
             }
-            if wanted.iter().any(|w| s.is(w.as_bytes())) && !segments.iter().any(|k| k.id == s.id) {
-                segments.push(s);
+            for w in &wanted {
+                let fits = c.segment.is(w.0.as_bytes())
+                    && match w.1 {
+                        None => c.own,
+                        Some(l) => c.in_loop == Some(l),
+                    };
+                if fits && !found.iter().any(|(k, _)| k == w) {
+                    found.push((*w, c.segment));
+                }
             }
         }
-        Heading { segments }
+        Heading { found }
     }
 
     /// A field's value as a key part (escaped, bounded); empty when absent.
     fn value(&self, f: &Field) -> String {
-        self.segments
+        let place = Heading::place(f);
+        self.found
             .iter()
-            .find(|s| s.is(f.segment.as_bytes()))
-            .and_then(|s| s.elements().nth(f.position.checked_sub(1)?))
+            .find(|(k, _)| *k == place)
+            .and_then(|(_, s)| s.elements().nth(f.position.checked_sub(1)?))
             .and_then(|e| match f.component {
                 None => Some(e.value),
                 Some(c) => e.repetitions().next()?.components().nth(c.checked_sub(1)?),

@@ -440,7 +440,8 @@ pub struct SetDef {
 }
 
 /// One element of a set by its segment's first occurrence and its position: `BEG03`, or a
-/// component of it: `CLM05-3`.
+/// component of it: `CLM05-3`; in a set cut by loop, the segment may be one of a named loop
+/// around the part: `2010AA/NM109` (the claim's billing provider).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
     pub segment: String,
@@ -448,10 +449,15 @@ pub struct Field {
     pub position: usize,
     /// 1-based; `None`: the whole element.
     pub component: Option<usize>,
+    /// The loop whose segment it is; `None`: the document's own first such segment.
+    pub in_loop: Option<String>,
 }
 
 impl std::fmt::Display for Field {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(l) = &self.in_loop {
+            write!(f, "{l}/")?;
+        }
         write!(f, "{}{:02}", self.segment, self.position)?;
         match self.component {
             Some(c) => write!(f, "-{c}"),
@@ -1702,7 +1708,17 @@ fn document_spec(
 ) -> Result<DocumentSpec, String> {
     let field = |text: &str| -> Result<Field, String> {
         let bad = || {
-            format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03), or a component of it (CLM05-3)")
+            format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03), or a component of it (CLM05-3), after the loop that holds it in a set cut by loop (2010AA/NM109)")
+        };
+        let (in_loop, text) = match text.split_once('/') {
+            Some((l, rest)) => {
+                // Only a part has loops around it to read from.
+                if raw.per.is_none() {
+                    return Err(bad());
+                }
+                (Some(l), rest)
+            }
+            None => (None, text),
         };
         let (text, component) = match text.split_once('-') {
             Some((element, c)) => (
@@ -1731,10 +1747,24 @@ fn document_spec(
         if position == 0 || position > elements {
             return Err(bad());
         }
+        // The loop must hold the segment itself (not only in a loop under it).
+        let held = |l: &str| {
+            nodes.iter().enumerate().skip(1).any(|(i, n)| {
+                n.is_loop()
+                    && n.id == l
+                    && nodes
+                        .iter()
+                        .any(|c| !c.is_loop() && c.parent == i && c.id == segment)
+            })
+        };
+        if in_loop.is_some_and(|l| !held(l)) {
+            return Err(bad());
+        }
         Ok(Field {
             segment: segment.to_string(),
             position,
             component,
+            in_loop: in_loop.map(str::to_string),
         })
     };
     if raw.id.is_empty() {
@@ -1889,6 +1919,45 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
         ])
         .unwrap_err();
         assert!(e.contains("segment QQQ is used but"), "{e}");
+    }
+
+    #[test]
+    fn a_document_per_loop_names_fields_its_loops_hold() {
+        let load = |document: &str| {
+            let set = format!("{SET}\n[document]\n{document}\n");
+            Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", &set)])
+                .map(|s| s.find(b"004010", b"850").unwrap().document.clone().unwrap())
+        };
+        let d =
+            load("id = [\"BEG02\", \"N1/N102\"]\nevent = [\"N1/N103-1\"]\nper = \"N1\"").unwrap();
+        let per = d.per.unwrap();
+        assert_eq!(per.ids, ["N1"]);
+        assert_eq!(d.id[1].to_string(), "N1/N102");
+        assert_eq!(d.event[0].to_string(), "N1/N103-1");
+        assert_eq!(d.event[0].component, Some(1));
+        // The root holds the loop; BEG does not.
+        assert!(per.holds(0));
+        assert!(!per.holds(1));
+        for (bad, why) in [
+            ("id = [\"N1/N102\"]", "a loop's field without per"),
+            (
+                "id = [\"N1/BEG02\"]\nper = \"N1\"",
+                "a segment the loop does not hold",
+            ),
+            ("id = [\"XX/N102\"]\nper = \"N1\"", "no such loop"),
+            ("id = [\"BEG02-0\"]", "component 0"),
+            (
+                "id = [\"BEG02\"]\nper = \"ZZ1\"",
+                "per names a segment, not a loop",
+            ),
+            ("id = [\"BEG02\"]\nper = []", "per names nothing"),
+        ] {
+            let e = load(bad).unwrap_err();
+            assert!(
+                e.contains("schemas/004010/850.toml: [document]"),
+                "{why}: {e}"
+            );
+        }
     }
 
     #[test]
