@@ -42,22 +42,27 @@ pub fn fingerprint(input: &[u8], ic: &Interchange<'_>, ignore: &[String]) -> Str
 /// them, another does not), so a re-enveloped resend of a document has the fingerprint of
 /// its first sending.
 pub fn set_fingerprint(set: &crate::x12::TransactionSet<'_>) -> String {
-    content_fingerprint(set.body.segments())
+    content_fingerprint(set.body.segments(), &|_, _| false)
 }
 
 /// Hex blake3 of these segments in the canonical form of [`set_fingerprint`] (a document
-/// that is a part of a set: its own segments and those of the loops around it).
-pub fn content_fingerprint<'a>(segments: impl Iterator<Item = Segment<'a>>) -> String {
+/// that is a part of a set: its own segments and those of the loops around it), the
+/// elements `ignored` (segment id, position) left empty.
+pub fn content_fingerprint<'a>(
+    segments: impl Iterator<Item = Segment<'a>>,
+    ignored: &dyn Fn(&[u8], usize) -> bool,
+) -> String {
     let mut h = Canonical::default();
     for segment in segments {
+        let id = segment.id;
         let used = segment
             .elements()
             .enumerate()
-            .filter(|(_, e)| !e.value.is_empty())
+            .filter(|(i, e)| !e.value.is_empty() && !ignored(id, i + 1))
             .map(|(i, _)| i + 1)
             .last()
             .unwrap_or(0);
-        hash_segment(&mut h, &segment, &|_| false, used);
+        hash_segment(&mut h, &segment, &|n| ignored(id, n), used);
     }
     h.finish()
 }

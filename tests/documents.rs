@@ -859,7 +859,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
     );
 
     // A clearinghouse batches C-3 again with a new claim and a replacement of C-1: new
-    // interchange, new batch id, new neighbours.
+    // interchange, new batch id, new neighbours, its subscriber level numbered 2, not 3.
     let again = gate.write(
         "b.x12",
         &an_837(
@@ -867,8 +867,8 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
             "BATCH-2",
             NPI,
             &[
-                ("S3", &[("C-4", 400, 1)]),
                 ("S2", &[("C-3", 300, 1)]),
+                ("S3", &[("C-4", 400, 1)]),
                 ("S1", &[("C-1", 100, 7)]),
             ],
         ),
@@ -924,4 +924,40 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
     assert_eq!(doc["disposition"], "new", "{}", r[0]);
     assert_eq!(doc["key"], "ZZ:ACME:837:C-2+1999999984:1:");
     assert_eq!(gate.delivered().len(), 6);
+}
+
+#[test]
+fn a_claim_number_used_twice_in_one_batch_is_decided_as_a_resend_would_be() {
+    let gate = Gate::new("");
+    // As in a real sample: one claim number under several subscribers of one set, twice
+    // with the very same content.
+    let file = gate.write(
+        "a.x12",
+        &an_837(
+            101,
+            "BATCH-1",
+            NPI,
+            &[
+                ("S1", &[("C-9", 100, 1)]),
+                ("S2", &[("C-9", 174, 1)]),
+                ("S1", &[("C-9", 100, 1)]),
+            ],
+        ),
+    );
+    let r = gate.process(&[&file], 0);
+    let dispositions: Vec<&str> = r[0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["disposition"].as_str().unwrap())
+        .collect();
+    assert_eq!(dispositions, ["new", "conflict", "duplicate"], "{}", r[0]);
+    assert_eq!(gate.delivered().len(), 1);
+    let held = gate.documents(&[]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["disposition"], "conflict");
+    // Processed again (a takeover, or the same file resent): nothing new.
+    let again = gate.process(&[&file], 0);
+    assert_eq!(again[0]["disposition"], "duplicate", "{}", again[0]);
+    assert_eq!(gate.delivered().len(), 1);
 }

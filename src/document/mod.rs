@@ -152,11 +152,12 @@ pub fn identify_part(
             })
         });
     let heading = Heading::of(candidates, spec);
-    let fingerprint = crate::fingerprint::content_fingerprint(parts::segments(
-        ic,
-        &part,
-        &[PartRole::Context, PartRole::Own],
-    ));
+    // HL01, HL02 and HL04 number the levels of one batch and say whether more follow in
+    // it: a claim batched again under other levels is the same claim.
+    let fingerprint = crate::fingerprint::content_fingerprint(
+        parts::segments(ic, &part, &[PartRole::Context, PartRole::Own]),
+        &|id, n| id == b"HL" && matches!(n, 1 | 2 | 4),
+    );
     named(
         ic.isa.field(5),
         ic.isa.field(6),
