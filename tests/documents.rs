@@ -961,3 +961,40 @@ fn a_claim_number_used_twice_in_one_batch_is_decided_as_a_resend_would_be() {
     assert_eq!(again[0]["disposition"], "duplicate", "{}", again[0]);
     assert_eq!(gate.delivered().len(), 1);
 }
+
+#[test]
+fn a_batch_that_cannot_be_cut_whole_travels_whole_without_keys() {
+    let gate = Gate::new("");
+    // A subscriber level without a claim: no claim's document could carry it.
+    let file = gate.write(
+        "a.x12",
+        &an_837(
+            101,
+            "BATCH-1",
+            NPI,
+            &[("S1", &[("C-1", 100, 1)]), ("S0", &[])],
+        ),
+    );
+    let (status, stdout, stderr) =
+        gate.run(&["process", "--json", &file.display().to_string()], None);
+    assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
+    let r = lines(&stdout);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    assert!(
+        r[0]["documents"].as_array().is_none_or(|d| d.is_empty()),
+        "{}",
+        r[0]
+    );
+    assert!(
+        stderr.contains("a set is not cut into its documents"),
+        "{stderr}"
+    );
+    // The set is in the interchange's translation, whole: nothing lost.
+    let delivered = gate.delivered();
+    assert_eq!(delivered.len(), 1, "{:?}", delivered.keys());
+    let translation = delivered.values().next().unwrap().to_string();
+    assert!(
+        translation.contains("C-1") && translation.contains("S0"),
+        "{translation}"
+    );
+}
