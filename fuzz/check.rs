@@ -54,6 +54,7 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
         check_finding(input, f);
     }
     in_pieces_as_whole(input, limits, &findings);
+    documents_hold_their_sets(input, limits);
     let file_level = findings.iter().filter(|f| f.level == Level::File).count();
     assert_eq!(
         file_level,
@@ -77,6 +78,64 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
         findings,
         document,
         rendered,
+    }
+}
+
+/// Every set a definition reads names its documents without panicking; a set cut by loop
+/// (an 837's claims) is cut so that each part's segments are the set's, each part has an
+/// iteration of its own, and no segment is in two parts' own iterations.
+fn documents_hold_their_sets(input: &[u8], limits: Limits) {
+    let schemas = x12gate::schema::builtin().unwrap();
+    for ic in Interchanges::new(input, limits).flatten() {
+        for group in &ic.groups {
+            let gs08 = group.gs.element(8).unwrap_or_default();
+            for set in group.sets.iter() {
+                let Some(def) = schemas.find(gs08, set.st.element(1).unwrap_or_default()) else {
+                    continue;
+                };
+                let documents = x12gate::document::identify_all(&ic, &set, def);
+                let parts: Vec<_> = documents.iter().filter_map(|d| d.part.as_ref()).collect();
+                if parts.is_empty() {
+                    continue;
+                }
+                let body: Vec<usize> = set.body.segments().map(|s| s.offset).collect();
+                let mut held = std::collections::BTreeSet::new();
+                let mut owned = std::collections::BTreeSet::new();
+                for part in &parts {
+                    for (segment, role) in x12gate::document::part_segments(&ic, part) {
+                        assert!(
+                            body.contains(&segment.offset),
+                            "a part holds a segment at {} outside its set\ninput: {}",
+                            segment.offset,
+                            show(input)
+                        );
+                        held.insert(segment.offset);
+                        if role == x12gate::document::PartRole::Own {
+                            assert!(
+                                owned.insert(segment.offset),
+                                "a segment at {} is in two parts' own iterations\ninput: {}",
+                                segment.offset,
+                                show(input)
+                            );
+                        }
+                    }
+                }
+                // Every part has an iteration of its own, and the parts begin in file order.
+                assert!(
+                    parts.iter().all(|p| p
+                        .runs
+                        .iter()
+                        .any(|r| r.role == x12gate::document::PartRole::Own)),
+                    "a part without its own iteration\ninput: {}",
+                    show(input)
+                );
+                assert!(
+                    held.len() <= body.len(),
+                    "the parts of a set hold more than it\ninput: {}",
+                    show(input)
+                );
+            }
+        }
     }
 }
 

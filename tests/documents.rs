@@ -570,8 +570,8 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             "{point}"
         );
         seq("ZZ:ACME:850:PO-Y:00:");
-        seq("ZZ:ACME:837:C-1+1234567893:1:");
-        seq("ZZ:ACME:837:C-2+1234567893:1:");
+        seq("ZZ:ACME:837:C-1+1234567893+841234567:1:");
+        seq("ZZ:ACME:837:C-2+1234567893+841234567:1:");
         let open = gate.documents(&[]);
         assert!(open.is_empty(), "{point}: left open {open:?}");
         let rows = gate.documents(&["--all"]);
@@ -821,9 +821,9 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
     assert_eq!(
         keys,
         [
-            "ZZ:ACME:837:C-1+1234567893:1:",
-            "ZZ:ACME:837:C-2+1234567893:1:",
-            "ZZ:ACME:837:C-3+1234567893:1:"
+            "ZZ:ACME:837:C-1+1234567893+841234567:1:",
+            "ZZ:ACME:837:C-2+1234567893+841234567:1:",
+            "ZZ:ACME:837:C-3+1234567893+841234567:1:"
         ]
     );
     assert!(docs.iter().all(|d| d["disposition"] == "new"), "{docs:?}");
@@ -836,8 +836,8 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
             .find(|d| d["document_key"] == key)
             .unwrap_or_else(|| panic!("{key} not delivered: {:?}", delivered.keys()))
     };
-    let file = by_document("ZZ:ACME:837:C-2+1234567893:1:");
-    assert_eq!(file["identity"]["id"], "C-2+1234567893");
+    let file = by_document("ZZ:ACME:837:C-2+1234567893+841234567:1:");
+    assert_eq!(file["identity"]["id"], "C-2+1234567893+841234567");
     assert_eq!(file["identity"]["event"], "1");
     // The claim with its subscriber and billing provider, without its sibling claim or the
     // other subscriber; the batch's heading travels with it.
@@ -854,7 +854,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         "1234567893"
     );
     assert_eq!(
-        claims_in(by_document("ZZ:ACME:837:C-3+1234567893:1:")),
+        claims_in(by_document("ZZ:ACME:837:C-3+1234567893+841234567:1:")),
         [("S2".to_string(), vec!["C-3".to_string()])]
     );
 
@@ -882,19 +882,19 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
         .collect();
     assert_eq!(by_key.len(), 3, "{}", r[0]);
     assert_eq!(
-        by_key["ZZ:ACME:837:C-4+1234567893:1:"]["disposition"],
+        by_key["ZZ:ACME:837:C-4+1234567893+841234567:1:"]["disposition"],
         "new"
     );
     assert_eq!(
-        by_key["ZZ:ACME:837:C-3+1234567893:1:"]["disposition"],
+        by_key["ZZ:ACME:837:C-3+1234567893+841234567:1:"]["disposition"],
         "duplicate"
     );
     assert_eq!(
-        by_key["ZZ:ACME:837:C-3+1234567893:1:"]["duplicate_of"],
+        by_key["ZZ:ACME:837:C-3+1234567893+841234567:1:"]["duplicate_of"],
         "ZZ:ACME:000000101"
     );
     assert_eq!(
-        by_key["ZZ:ACME:837:C-1+1234567893:7:"]["disposition"],
+        by_key["ZZ:ACME:837:C-1+1234567893+841234567:7:"]["disposition"],
         "new"
     );
     assert_eq!(gate.delivered().len(), 5, "{:?}", gate.delivered().keys());
@@ -922,7 +922,7 @@ fn each_claim_of_an_837_is_a_document_and_a_claim_batched_again_is_a_duplicate()
     let r = gate.process(&[&other], 0);
     let doc = only_document(&r[0]);
     assert_eq!(doc["disposition"], "new", "{}", r[0]);
-    assert_eq!(doc["key"], "ZZ:ACME:837:C-2+1999999984:1:");
+    assert_eq!(doc["key"], "ZZ:ACME:837:C-2+1999999984+841234567:1:");
     assert_eq!(gate.delivered().len(), 6);
 }
 
@@ -963,38 +963,71 @@ fn a_claim_number_used_twice_in_one_batch_is_decided_as_a_resend_would_be() {
 }
 
 #[test]
-fn a_batch_that_cannot_be_cut_whole_travels_whole_without_keys() {
+fn a_level_without_a_claim_is_left_out_and_the_batch_s_claims_are_still_decided_each() {
     let gate = Gate::new("");
-    // A subscriber level without a claim: no claim's document could carry it.
-    let file = gate.write(
+    let first = gate.write(
         "a.x12",
+        &an_837(101, "BATCH-1", NPI, &[("S1", &[("C-1", 100, 1)])]),
+    );
+    gate.process(&[&first], 0);
+    // The same claim again, beside a subscriber level without a claim (2300 and 2000C are
+    // both optional under 2000B): still a duplicate, not booked twice in a set left whole.
+    let again = gate.write(
+        "b.x12",
         &an_837(
-            101,
-            "BATCH-1",
+            102,
+            "BATCH-2",
             NPI,
-            &[("S1", &[("C-1", 100, 1)]), ("S0", &[])],
+            &[
+                ("S1", &[("C-1", 100, 1)]),
+                ("S0", &[]),
+                ("S2", &[("C-2", 50, 1)]),
+            ],
         ),
     );
     let (status, stdout, stderr) =
-        gate.run(&["process", "--json", &file.display().to_string()], None);
+        gate.run(&["process", "--json", &again.display().to_string()], None);
     assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
     let r = lines(&stdout);
-    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
-    assert!(
-        r[0]["documents"].as_array().is_none_or(|d| d.is_empty()),
+    let dispositions: Vec<(&str, &str)> = r[0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["key"].as_str().unwrap(),
+                d["disposition"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        dispositions,
+        [
+            ("ZZ:ACME:837:C-1+1234567893+841234567:1:", "duplicate"),
+            ("ZZ:ACME:837:C-2+1234567893+841234567:1:", "new")
+        ],
         "{}",
         r[0]
     );
-    assert!(
-        stderr.contains("a set is not cut into its documents"),
-        "{stderr}"
-    );
-    // The set is in the interchange's translation, whole: nothing lost.
+    assert!(stderr.contains("levels that hold no document"), "{stderr}");
+    // Two claims delivered in all, each once; no translation of the set beside them.
     let delivered = gate.delivered();
-    assert_eq!(delivered.len(), 1, "{:?}", delivered.keys());
-    let translation = delivered.values().next().unwrap().to_string();
-    assert!(
-        translation.contains("C-1") && translation.contains("S0"),
-        "{translation}"
+    assert_eq!(delivered.len(), 2, "{:?}", delivered.keys());
+    assert!(delivered.values().all(|d| d["document_key"].is_string()));
+}
+
+#[test]
+fn an_encounter_is_not_the_claim_it_repeats() {
+    let gate = Gate::new("");
+    let claim = an_837(101, "BATCH-1", NPI, &[("S1", &[("C-1", 100, 1)])]);
+    let first = gate.write("a.x12", &claim);
+    // The same claim as an encounter report (BHT06 RP), not a chargeable claim (CH).
+    let encounter = gate.write(
+        "b.x12",
+        &an_837(102, "BATCH-2", NPI, &[("S1", &[("C-1", 100, 1)])])
+            .replace("*1130*CH~", "*1130*RP~"),
     );
+    gate.process(&[&first], 0);
+    let r = gate.process(&[&encounter], 0);
+    assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
 }

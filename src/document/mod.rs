@@ -78,10 +78,36 @@ impl Identified {
     }
 }
 
+/// A part's segments with what each is to it (heading, levels, own), in file order.
+pub fn part_segments<'a>(
+    ic: &Interchange<'a>,
+    part: &'a Part,
+) -> impl Iterator<Item = (Segment<'a>, PartRole)> + 'a {
+    const ROLES: [PartRole; 3] = [PartRole::Heading, PartRole::Context, PartRole::Own];
+    let ic = ic.clone();
+    part.runs.iter().flat_map(move |run| {
+        let only: &'static [PartRole] = match run.role {
+            PartRole::Heading => &ROLES[..1],
+            PartRole::Context => &ROLES[1..2],
+            PartRole::Own => &ROLES[2..],
+        };
+        let one = Part {
+            index: part.index,
+            runs: Box::new([*run]),
+        };
+        parts::segments(&ic, &one, only)
+            .map(move |s| (s, run.role))
+            .collect::<Vec<_>>()
+    })
+}
+
 /// Every document `set` carries by `def`, the sender's `ic`: the set's one, or one per
 /// iteration of the loop its `[document]` names (`per`). Empty when it carries none, and
-/// when a set cut by loop cannot be cut whole or a part lacks its number: such a set then
-/// travels whole in its interchange's translation, as a set without a document does.
+/// when a set cut by loop cannot be cut (a segment without a place, parts that would repeat
+/// too much of it) or a part lacks its number (a 270 inquiry without a trace): such a set
+/// then travels whole in its interchange's translation, as a set without a document does.
+/// A level that holds no part (an 837 subscriber level without a claim) is in no document:
+/// said in the log.
 pub fn identify_all(
     ic: &Interchange<'_>,
     set: &TransactionSet<'_>,
@@ -91,18 +117,26 @@ pub fn identify_all(
     let Some(per) = def.document.as_ref().and_then(|d| d.per.as_ref()) else {
         return identify(qualifier, id, set, def).into_iter().collect();
     };
-    let all = parts::parts(set, def, per).and_then(|parts| {
-        parts
-            .into_iter()
-            .map(|p| identify_part(ic, set, def, p))
-            .collect::<Option<Vec<_>>>()
-    });
+    let st02 = || {
+        crate::text::printable(&String::from_utf8_lossy(
+            set.st.element(2).unwrap_or_default(),
+        ))
+        .to_string()
+    };
+    let Some(cut) = parts::parts(set, def, per) else {
+        tracing::warn!(set = %st02(), at = set.st.offset, per = %per.ids.join(","), "a set is not cut into its documents (a segment without a place, or parts that would repeat too much of it): delivered whole, without a document key");
+        return Vec::new();
+    };
+    if let Some(first) = cut.left_out.first() {
+        tracing::warn!(set = %st02(), segments = cut.left_out.len(), at = first, per = %per.ids.join(","), "levels that hold no document (no claim under them) are left out of the set's documents");
+    }
+    let all = cut
+        .parts
+        .into_iter()
+        .map(|p| identify_part(ic, set, def, p))
+        .collect::<Option<Vec<_>>>();
     if all.is_none() {
-        tracing::warn!(
-            set = %crate::text::printable(&String::from_utf8_lossy(set.st.element(2).unwrap_or_default())),
-            per = %per.ids.join(","),
-            "a set is not cut into its documents (a segment no part takes, or a part without its number): delivered whole, without a document key"
-        );
+        tracing::warn!(set = %st02(), at = set.st.offset, per = %per.ids.join(","), "a part of a set lacks its number: the set is delivered whole, without a document key");
     }
     all.unwrap_or_default()
 }
@@ -152,11 +186,13 @@ pub fn identify_part(
             })
         });
     let heading = Heading::of(candidates, spec);
-    // HL01, HL02 and HL04 number the levels of one batch and say whether more follow in
-    // it: a claim batched again under other levels is the same claim.
     let fingerprint = crate::fingerprint::content_fingerprint(
-        parts::segments(ic, &part, &[PartRole::Context, PartRole::Own]),
-        &|id, n| id == b"HL" && matches!(n, 1 | 2 | 4),
+        parts::segments(
+            ic,
+            &part,
+            &[PartRole::Heading, PartRole::Context, PartRole::Own],
+        ),
+        &batch_only,
     );
     named(
         ic.isa.field(5),
@@ -167,6 +203,19 @@ pub fn identify_part(
         fingerprint,
         Some(part),
     )
+}
+
+/// The elements that belong to a batch, not to the documents cut from it: BHT03 to BHT05
+/// (the batch's reference, date and time), HL01, HL02 and HL04 (the numbers of its levels
+/// and whether more follow). A claim batched again among other claims is the same claim;
+/// an encounter (BHT06 `RP`) is not a chargeable claim (`CH`), nor a cancellation (270
+/// BHT02 `01`) its request.
+fn batch_only(id: &[u8], n: usize) -> bool {
+    match id {
+        b"BHT" => matches!(n, 3..=5),
+        b"HL" => matches!(n, 1 | 2 | 4),
+        _ => false,
+    }
 }
 
 /// The document of `set` by `def`, for the sender `qualifier:id` (ISA05, ISA06); `None`

@@ -4,9 +4,9 @@
 //! A part is its iteration and the loops around it: the iterations that enclose it (an 837
 //! claim's patient, subscriber and billing provider levels) with their own segments and
 //! the loops under them that cannot hold such an iteration (the names, 2010AA, 2010BA),
-//! and the set's heading (BHT, 1000A, 1000B). Its siblings and their levels are left out.
-//! The heading travels with the document but is not its content: a clearinghouse that
-//! batches a claim again gives it a new BHT, and that resend must still be a duplicate.
+//! and what stands in the set itself (its heading: BHT, 1000A, 1000B; and any segment after
+//! the loops). Its siblings and their levels are left out, and so is a level that holds no
+//! iteration at all (a subscriber level without a claim), which no document carries.
 
 use crate::schema::check::walk;
 use crate::schema::{PerLoop, SetDef};
@@ -15,7 +15,8 @@ use crate::x12::{Delimiters, Interchange, Segment, Segments, TransactionSet};
 /// What a run of a part's segments is to the document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// The set's heading: delivered, not fingerprinted.
+    /// What stands in the set itself (its heading): delivered, and fingerprinted but for
+    /// what numbers the batch (BHT03 to BHT05).
     Heading,
     /// The enclosing levels: delivered and fingerprinted.
     Context,
@@ -52,10 +53,20 @@ struct Iteration {
     anchor: usize,
 }
 
+/// A set cut by loop: its parts, and the segments no part takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub parts: Vec<Part>,
+    /// File offsets of the segments of levels that hold no part (an 837 subscriber level
+    /// without a claim): no document carries them.
+    pub left_out: Vec<usize>,
+}
+
 /// The parts of `set`, one per iteration of `per`'s loop, in file order. `None` when the
-/// set cannot be cut without losing a segment: one the definition has no place for, or one
-/// that no part takes (a level that holds no iteration, a loop after the last).
-pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Vec<Part>> {
+/// set holds no such iteration, has a segment the definition has no place for, or would
+/// repeat too much of itself in its parts (a 276 whose many payer names every claim would
+/// carry): cutting it would lose a segment or cost time and space quadratic in the set.
+pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cut> {
     let walked = walk(def, set, 0, 0, true);
     // Iteration 0 is the set itself.
     let mut iterations = vec![Iteration {
@@ -105,6 +116,10 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Ve
             None => anchored.get_mut(it.anchor)?.push(i),
         }
     }
+    // Each part repeats its levels: bounded, so that no set costs more than a few times
+    // itself (an 837's claims repeat two or three times their own size).
+    let budget = segments.len().saturating_mul(8).max(100_000);
+    let mut total = 0usize;
     let mut taken = vec![false; iterations.len()];
     let mut parts = Vec::with_capacity(tops.len());
     for (index, (top, own)) in tops.iter().zip(own).enumerate() {
@@ -125,18 +140,23 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Ve
             }
             up = iterations.get(up)?.parent;
         }
+        total = total.saturating_add(picked.len());
+        if total > budget {
+            return None;
+        }
         picked.sort_unstable_by_key(|(i, _)| *i);
         parts.push(Part {
             index,
             runs: runs(&picked, &segments).into_boxed_slice(),
         });
     }
-    // A level's segments that no part took would be delivered by none.
-    let lost = anchored
+    let left_out = anchored
         .iter()
         .zip(&taken)
-        .any(|(segments, taken)| !segments.is_empty() && !taken);
-    (!lost).then_some(parts)
+        .filter(|(_, taken)| !**taken)
+        .flat_map(|(held, _)| held.iter().filter_map(|i| segments.get(*i).map(|s| s.0)))
+        .collect();
+    Some(Cut { parts, left_out })
 }
 
 /// Consecutive segments of one role joined into runs.
@@ -229,7 +249,7 @@ mod tests {
             .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
             .unwrap();
         let per = def.document.as_ref().unwrap().per.as_ref().unwrap();
-        let parts = parts(&set, def, per)?;
+        let parts = parts(&set, def, per)?.parts;
         Some(
             parts
                 .iter()
@@ -314,18 +334,68 @@ mod tests {
     }
 
     #[test]
-    fn a_level_no_part_takes_leaves_the_set_whole() {
+    fn a_level_no_part_takes_is_left_out_and_the_rest_is_cut() {
         let text = include_str!("../../fixtures/837-005010X222A1.x12");
-        // A patient level (2000C) without a claim: its segments would reach no document.
-        let at = text.find("HL*4*3*23*0").unwrap();
-        let claim = text[at..].find("CLM*").unwrap() + at;
-        let end = text.find("SE*52*0001").unwrap();
-        let without = format!(
-            "{}{}",
-            &text[..claim],
-            text[end..].replacen("SE*52", "SE*47", 1)
-        );
-        assert!(cut(&without).is_none());
-        assert!(cut(text).is_some());
+        // A subscriber level without a claim (2300 and 2000C are both optional there).
+        let at = text.find("HL*3*1*22*1").unwrap();
+        let empty = "HL*9*1*22*0~\nSBR*P*18*GRP-1******CI~\nNM1*IL*1*DOE*JO****MI*X1~\nNM1*PR*2*EXAMPLE HEALTH PLAN*****PI*841234567~\n";
+        let with = format!("{}{empty}{}", &text[..at], &text[at..]).replacen("SE*52", "SE*56", 1);
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(with.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let set = ic.groups[0].sets.get(0).unwrap();
+        let def = schemas.find(b"005010X222A1", b"837").unwrap();
+        let cut = parts(
+            &set,
+            def,
+            def.document.as_ref().unwrap().per.as_ref().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(cut.parts.len(), 2);
+        assert_eq!(cut.left_out.len(), 4);
+        assert_eq!(cut.left_out[0], at);
+    }
+
+    #[test]
+    fn a_set_whose_parts_would_repeat_it_too_often_is_not_cut() {
+        // A 276 whose claims each carry every payer name of its information source level.
+        let names = 400;
+        let mut body = String::from("BHT*0010*13*B1*20240318*0915~HL*1**20*1~");
+        for i in 0..names {
+            body.push_str(&format!("NM1*PR*2*PAYER {i}*****PI*{i}~"));
+        }
+        body.push_str("HL*2*1*21*1~NM1*41*2*CLINIC*****46*C1~HL*3*2*19*1~NM1*1P*2*CLINIC*****XX*1234567893~HL*4*3*22*0~NM1*IL*1*DOE*JO****MI*X1~");
+        for i in 0..names {
+            body.push_str(&format!("TRN*1*T{i}~AMT*T3*10~DTP*472*D8*20240228~"));
+        }
+        let count = body.matches('~').count() + 2;
+        let text = format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240318*0915*^*00501*000000001*0*P*:~GS*HR*ACME*X12GATE*20240318*0915*1*X*005010X212~ST*276*0001*005010X212~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~");
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let set = ic.groups[0].sets.get(0).unwrap();
+        let def = schemas.find(b"005010X212", b"276").unwrap();
+        let per = def.document.as_ref().unwrap().per.as_ref().unwrap();
+        assert!(parts(&set, def, per).is_none());
+        // With one name the same set is cut, a claim each.
+        let small = text
+            .split('~')
+            .filter(|s| !s.starts_with("NM1*PR*2*PAYER ") || s.ends_with("PI*0"))
+            .collect::<Vec<_>>()
+            .join("~")
+            .replace(
+                &format!("SE*{count}*"),
+                &format!("SE*{}*", count - names + 1),
+            );
+        let ic = Interchanges::new(small.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let set = ic.groups[0].sets.get(0).unwrap();
+        assert_eq!(parts(&set, def, per).unwrap().parts.len(), names);
     }
 }

@@ -1747,11 +1747,68 @@ fn document_spec(
         if position == 0 || position > elements {
             return Err(bad());
         }
-        // The loop must hold the segment itself (not only in a loop under it).
+        // The loop must hold the segment itself (not only in a loop under it), and be read
+        // by every part: in it, or around each (a level around some parts only would leave
+        // the others without their number).
+        let per = raw.per.as_ref().map(|p| match p {
+            OneOrMany::One(id) => std::slice::from_ref(id),
+            OneOrMany::Many(ids) => ids.as_slice(),
+        });
+        let per_ids = per.unwrap_or_default();
+        let is_per = |i: usize| {
+            nodes
+                .get(i)
+                .is_some_and(|n| n.is_loop() && per_ids.contains(&n.id))
+        };
+        // Whether node `i`'s subtree holds a part's loop, or a part's loop holds it.
+        let holds = |i: usize| -> bool {
+            let mut stack = vec![i];
+            while let Some(at) = stack.pop() {
+                if is_per(at) {
+                    return true;
+                }
+                if let Some(n) = nodes.get(at) {
+                    stack.extend(n.children.iter().copied());
+                }
+            }
+            false
+        };
+        let within = |i: usize| {
+            let mut at = i;
+            for _ in 0..nodes.len() {
+                if is_per(at) {
+                    return true;
+                }
+                match nodes.get(at) {
+                    Some(n) if n.parent != at => at = n.parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        // Whether node `i` encloses node `j`.
+        let encloses = |i: usize, j: usize| {
+            let mut at = j;
+            for _ in 0..nodes.len() {
+                if at == i {
+                    return true;
+                }
+                match nodes.get(at) {
+                    Some(n) if n.parent != at => at = n.parent,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let pers: Vec<usize> = (0..nodes.len()).filter(|i| is_per(*i)).collect();
+        // A loop that holds no part is read where it stands around the parts (2010AA under
+        // 2000A, 1000A in the heading); one that holds parts must hold all of them (2000C
+        // holds only the patients' claims, not the subscribers' own).
         let held = |l: &str| {
             nodes.iter().enumerate().skip(1).any(|(i, n)| {
                 n.is_loop()
                     && n.id == l
+                    && (within(i) || !holds(i) || pers.iter().all(|p| encloses(i, *p)))
                     && nodes
                         .iter()
                         .any(|c| !c.is_loop() && c.parent == i && c.id == segment)
@@ -1924,7 +1981,11 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
     #[test]
     fn a_document_per_loop_names_fields_its_loops_hold() {
         let load = |document: &str| {
-            let set = format!("{SET}\n[document]\n{document}\n");
+            // L1 twice: under L3, and under L4 beside it, which is around the second only.
+            let set = format!("{SET}\n[document]\n{document}\n").replace(
+                "  ZZ1 O >1\n",
+                "  ZZ1 O >1\nloop L3 O 9\n  ZZ1 M 1\n  loop L1 O 9\n    N1 M 1\n  loop L4 O 9\n    BEG M 1\n    ZZ1 O 1\n    loop L1 O 9\n      N1 M 1\n",
+            );
             Schemas::load(&[("004010/segments.toml", DICT), ("004010/850.toml", &set)])
                 .map(|s| s.find(b"004010", b"850").unwrap().document.clone().unwrap())
         };
@@ -1951,6 +2012,10 @@ elements = [{ ref = 9999, name = "Local Thing", req = "O", type = "N2", min = 1,
                 "per names a segment, not a loop",
             ),
             ("id = [\"BEG02\"]\nper = []", "per names nothing"),
+            (
+                "id = [\"L4/ZZ101\"]\nper = \"L1\"",
+                "a level around some of the parts only",
+            ),
         ] {
             let e = load(bad).unwrap_err();
             assert!(
