@@ -596,6 +596,62 @@ mod tests {
         assert_eq!(d.version.as_deref(), Some("3"));
     }
 
+    /// The keys of every document of a fixture's first set.
+    fn keys_of(text: &str) -> Vec<String> {
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let group = &ic.groups[0];
+        let set = group.sets.get(0).unwrap();
+        let def = schemas
+            .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
+            .unwrap();
+        identify_all(&ic, &set, def)
+            .into_iter()
+            .map(|d| d.key)
+            .collect()
+    }
+
+    #[test]
+    fn healthcare_documents_are_named_by_their_own_numbers_and_the_parties_around_them() {
+        // 270: a subscriber's inquiry with its dependent's, by the subscriber's trace.
+        assert_eq!(
+            keys_of(include_str!("../../fixtures/270-005010X279A1.x12")),
+            [
+                "30:841234567:270:93175-0001+9841234567::",
+                "30:841234567:270:93175-0002+9841234567::"
+            ]
+        );
+        // 276: each claim asked about, with the service provider.
+        assert_eq!(
+            keys_of(include_str!("../../fixtures/276-005010X212.x12")),
+            [
+                "30:841234567:276:NWFC-CS-0001+1234567893::",
+                "30:841234567:276:NWFC-CS-0002+1234567893::"
+            ]
+        );
+        // The 4010 claims: the institutional's payer is 2010BC, the others' 2010BB.
+        for (text, payer) in [
+            (include_str!("../../fixtures/837-004010X096A1.x12"), "87726"),
+            (include_str!("../../fixtures/837-004010X097A1.x12"), ""),
+            (include_str!("../../fixtures/837-004010X098A1.x12"), ""),
+        ] {
+            let keys = keys_of(text);
+            assert!(!keys.is_empty());
+            for key in keys {
+                let id = key.split(':').nth(3).unwrap();
+                let parts: Vec<&str> = id.split('+').collect();
+                assert_eq!(parts.len(), 3, "{key}");
+                assert!(parts.iter().all(|p| !p.is_empty()), "{key}");
+                if !payer.is_empty() {
+                    assert_eq!(parts[2], payer, "{key}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn keys_cannot_run_into_each_other() {
         assert_eq!(part(b"A:B"), "A%3AB");
