@@ -399,3 +399,104 @@ mod tests {
         assert_eq!(parts(&set, def, per).unwrap().parts.len(), names);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use crate::x12::{Interchanges, Limits};
+
+    /// A subscriber: its own claims' amounts, and its dependents' (each a patient level).
+    type Subscriber = (Vec<u32>, Vec<Vec<u32>>);
+
+    /// An 837P of these subscribers in this order, numbering the levels as it goes; a
+    /// claim's number says whose it is (subscriber, dependent, place).
+    fn batch(batch: &str, subscribers: &[(usize, Subscriber)]) -> String {
+        let mut body = format!("BHT*0019*00*{batch}*20240305*1130*CH~NM1*41*2*CLINIC*****46*C1~NM1*40*2*PLAN*****46*841234567~HL*1**20*1~NM1*85*2*CLINIC*****XX*1234567893~N3*1 MAIN~N4*SPRINGFIELD*IL*62704~REF*EI*371234567~");
+        let mut hl = 1;
+        for (s, (own, dependents)) in subscribers {
+            hl += 1;
+            let parent = hl;
+            let child = u8::from(!dependents.is_empty());
+            body.push_str(&format!("HL*{hl}*1*22*{child}~SBR*P*18*G1******CI~NM1*IL*1*DOE*S{s}****MI*M{s}~NM1*PR*2*PLAN*****PI*841234567~"));
+            for (c, amount) in own.iter().enumerate() {
+                body.push_str(&format!("CLM*S{s}C{c}*{amount}***11:B:1*Y*A*Y*Y~HI*ABK:J029~LX*1~SV1*HC:99212*{amount}*UN*1***1~"));
+            }
+            for (d, claims) in dependents.iter().enumerate() {
+                hl += 1;
+                body.push_str(&format!("HL*{hl}*{parent}*23*0~PAT*19~NM1*QC*1*DOE*D{s}{d}~N3*2 ELM~N4*SPRINGFIELD*IL*62704~DMG*D8*20150101*M~"));
+                for (c, amount) in claims.iter().enumerate() {
+                    body.push_str(&format!("CLM*S{s}D{d}C{c}*{amount}***11:B:1*Y*A*Y*Y~HI*ABK:J029~LX*1~SV1*HC:99212*{amount}*UN*1***1~"));
+                }
+            }
+        }
+        let count = body.matches('~').count() + 2;
+        format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240305*1130*^*00501*000000001*0*P*:~GS*HC*ACME*X12GATE*20240305*1130*1*X*005010X222A1~ST*837*0001*005010X222A1~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~")
+    }
+
+    /// Each document's key and fingerprint, and how many CLM segments its own part holds.
+    fn documents(text: &str) -> (BTreeMap<String, String>, Vec<usize>) {
+        let schemas = crate::schema::builtin().unwrap();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let set = ic.groups[0].sets.get(0).unwrap();
+        let def = schemas.find(b"005010X222A1", b"837").unwrap();
+        let found = super::super::identify_all(&ic, &set, def);
+        let clms = found
+            .iter()
+            .map(|d| {
+                let part = d.part.as_ref().unwrap();
+                super::segments(&ic, part, &[super::Role::Own])
+                    .filter(|s| s.is(b"CLM"))
+                    .count()
+            })
+            .collect();
+        let keys = found.into_iter().map(|d| (d.key, d.fingerprint)).collect();
+        (keys, clms)
+    }
+
+    fn subscriber() -> impl Strategy<Value = Subscriber> {
+        (
+            proptest::collection::vec(1u32..999, 0..3),
+            proptest::collection::vec(proptest::collection::vec(1u32..999, 1..3), 0..3),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Every claim is a document of its own, and a clearinghouse that batches the same
+        /// claims again in another order (other level numbers, another batch id) sends the
+        /// same documents: same keys, same content.
+        #[test]
+        fn claims_batched_again_in_any_order_are_the_same_documents(
+            subscribers in proptest::collection::vec(subscriber(), 1..6),
+            seed in any::<u64>(),
+        ) {
+            let numbered: Vec<(usize, Subscriber)> = subscribers.into_iter().enumerate().collect();
+            // A subscriber without any claim is left out of the documents; it must not
+            // make the others change.
+            let claims: usize = numbered
+                .iter()
+                .map(|(_, (own, deps))| own.len() + deps.iter().map(Vec::len).sum::<usize>())
+                .sum();
+            let (first, clms) = documents(&batch("B1", &numbered));
+            prop_assert_eq!(first.len(), claims);
+            prop_assert!(clms.iter().all(|n| *n == 1), "{:?}", clms);
+            let mut shuffled = numbered.clone();
+            let mut x = seed | 1;
+            for i in (1..shuffled.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+            let (again, _) = documents(&batch("B2", &shuffled));
+            prop_assert_eq!(first, again);
+        }
+    }
+}
