@@ -94,6 +94,7 @@ pub fn part_segments<'a>(
         let one = Part {
             index: part.index,
             runs: Box::new([*run]),
+            named_by: Box::new([]),
         };
         parts::segments(&ic, &one, only)
             .map(move |s| (s, run.role))
@@ -133,7 +134,7 @@ pub fn identify_all(
     let all = cut
         .parts
         .into_iter()
-        .map(|p| identify_part(ic, set, def, p))
+        .map(|p| identify_part(ic, def, p))
         .collect::<Option<Vec<_>>>();
     if all.is_none() {
         tracing::warn!(set = %st02(), at = set.st.offset, per = %per.ids.join(","), "a part of a set lacks its number: the set is delivered whole, without a document key");
@@ -142,50 +143,24 @@ pub fn identify_all(
 }
 
 /// The document of one part of `set` (cut by loop), named by its own segments and those of
-/// the loops its fields name.
-pub fn identify_part(
-    ic: &Interchange<'_>,
-    set: &TransactionSet<'_>,
-    def: &SetDef,
-    part: Part,
-) -> Option<Identified> {
+/// the loops its fields name (found when it was cut: [`Part::named_by`]).
+pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<Identified> {
     let spec = def.document.as_ref()?;
-    let per = spec.per.as_ref()?;
-    // The part as a set of its own, walked to know the loop of each segment: a claim's few
-    // dozen segments, not its set's.
-    let bytes = parts::as_set_bytes(ic, set, &part);
-    let own_set = TransactionSet::from_segments(&bytes, ic.delimiters())?;
-    let walked = crate::schema::check::walk(def, &own_set, 0, 0, true);
-    let loop_of = |node: usize| {
-        def.nodes
-            .get(node)
-            .and_then(|n| def.nodes.get(n.parent))
-            .filter(|l| l.is_loop())
-    };
-    let inside = |node: usize| {
-        let mut at = node;
-        for _ in 0..def.nodes.len() {
-            match def.nodes.get(at) {
-                Some(n) if per.is(&def.nodes, at) => return n.is_loop(),
-                Some(n) if n.parent != at => at = n.parent,
-                _ => return false,
-            }
-        }
-        false
-    };
-    let candidates = own_set
-        .body
-        .segments()
-        .zip(&walked.places)
-        .filter_map(|(segment, place)| {
-            let place = (*place)?;
-            Some(Candidate {
-                segment,
-                own: inside(place.node),
-                in_loop: loop_of(place.node).map(|l| l.id.as_str()),
-            })
-        });
-    let heading = Heading::of(candidates, spec);
+    // The segments its fields are read from, found when the set was cut.
+    let (input, base, delimiters) = (ic.input(), ic.base, ic.delimiters());
+    let found = spec
+        .places()
+        .into_iter()
+        .zip(part.named_by.iter())
+        .filter_map(|(place, at)| {
+            let from = at.checked_sub(base)?;
+            let segment = crate::x12::Segments::new(input, from, input.len(), 0, delimiters)
+                .in_file_at(base)
+                .next()?;
+            Some((place, segment))
+        })
+        .collect();
+    let heading = Heading { found };
     let fingerprint = crate::fingerprint::content_fingerprint(
         parts::segments(
             ic,
@@ -227,14 +202,7 @@ pub fn identify(
     def: &SetDef,
 ) -> Option<Identified> {
     let spec = def.document.as_ref()?;
-    let heading = Heading::of(
-        set.body.segments().map(|segment| Candidate {
-            segment,
-            own: true,
-            in_loop: None,
-        }),
-        spec,
-    );
+    let heading = Heading::of(set.body.segments(), spec);
     let fingerprint = crate::fingerprint::set_fingerprint(set);
     named(qualifier, id, def, spec, &heading, fingerprint, None)
 }
@@ -408,17 +376,9 @@ pub fn write_rest(
     }
 }
 
-/// A segment a document's fields may be read from: whether it is the document's own (the
-/// set's, or the iteration's of a part), and the loop it stands in (for `2010AA/NM109`).
-struct Candidate<'a, 'd> {
-    segment: Segment<'a>,
-    own: bool,
-    in_loop: Option<&'d str>,
-}
-
 /// The first segment of each kind a spec's fields name, read once.
 struct Heading<'a> {
-    /// By field place ([`Heading::place`]): the segment found.
+    /// By field place (segment id, loop): the segment found.
     found: Vec<((&'a str, Option<&'a str>), Segment<'a>)>,
 }
 
@@ -428,32 +388,18 @@ impl<'a> Heading<'a> {
         (f.segment.as_str(), f.in_loop.as_deref())
     }
 
-    fn of<'d>(all: impl Iterator<Item = Candidate<'a, 'd>>, spec: &'a DocumentSpec) -> Heading<'a> {
-        // Each segment once (the 850's fields are all BEG's), so that the walk stops at the
-        // last one it needs instead of reading the whole set.
-        let mut wanted: Vec<(&'a str, Option<&'a str>)> = spec
-            .id
-            .iter()
-            .chain(&spec.event)
-            .chain(&spec.version)
-            .chain(&spec.kind)
-            .map(Heading::place)
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
+    /// From a set's own segments: the first of each id a field names (so that the walk
+    /// stops at the last one it needs instead of reading the whole set).
+    fn of(all: impl Iterator<Item = Segment<'a>>, spec: &'a DocumentSpec) -> Heading<'a> {
+        let wanted = spec.places();
         let mut found: Vec<((&'a str, Option<&'a str>), Segment<'a>)> = Vec::new();
-        for c in all {
+        for segment in all {
             if found.len() == wanted.len() {
                 break;
             }
             for w in &wanted {
-                let fits = c.segment.is(w.0.as_bytes())
-                    && match w.1 {
-                        None => c.own,
-                        Some(l) => c.in_loop == Some(l),
-                    };
-                if fits && !found.iter().any(|(k, _)| k == w) {
-                    found.push((*w, c.segment));
+                if segment.is(w.0.as_bytes()) && !found.iter().any(|(k, _)| k == w) {
+                    found.push((*w, segment));
                 }
             }
         }

@@ -43,6 +43,10 @@ pub struct Part {
     pub index: usize,
     /// In file order.
     pub runs: Box<[Run]>,
+    /// File offsets of the segments its document's fields are read from, one per place of
+    /// [`crate::schema::DocumentSpec::places`] (`usize::MAX`: none in the part): found as
+    /// the set is cut, where each segment's loop is known.
+    pub named_by: Box<[usize]>,
 }
 
 /// An iteration met while walking: its loop node, the iteration it is in, the part it
@@ -76,8 +80,8 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
     }];
     let mut stack = vec![0usize];
     let mut tops: Vec<usize> = Vec::new();
-    // By segment: (file offset, end, iteration).
-    let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(walked.places.len());
+    // By segment: (file offset, end, iteration, node).
+    let mut segments: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(walked.places.len());
     for (segment, place) in set.body.segments().zip(&walked.places) {
         let place = (*place)?;
         stack.truncate(place.kept.max(1));
@@ -101,7 +105,12 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
             stack.push(iterations.len() - 1);
         }
         let at = *stack.last()?;
-        segments.push((segment.offset, segment.offset + segment.raw.len(), at));
+        segments.push((
+            segment.offset,
+            segment.offset + segment.raw.len(),
+            at,
+            place.node,
+        ));
     }
     if tops.is_empty() || segments.len() != walked.places.len() {
         return None;
@@ -109,7 +118,7 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
     // The segments that go with each iteration outside parts, and each part's own.
     let mut anchored: Vec<Vec<usize>> = vec![Vec::new(); iterations.len()];
     let mut own: Vec<Vec<usize>> = vec![Vec::new(); tops.len()];
-    for (i, (_, _, at)) in segments.iter().enumerate() {
+    for (i, (_, _, at, _)) in segments.iter().enumerate() {
         let it = iterations.get(*at)?;
         match it.part {
             Some(p) => own.get_mut(p)?.push(i),
@@ -119,6 +128,11 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
     // Each part repeats its levels: bounded, so that no set costs more than a few times
     // itself (an 837's claims repeat two or three times their own size).
     let budget = segments.len().saturating_mul(8).max(100_000);
+    let places = def
+        .document
+        .as_ref()
+        .map(|d| d.places())
+        .unwrap_or_default();
     let mut total = 0usize;
     let mut taken = vec![false; iterations.len()];
     let mut parts = Vec::with_capacity(tops.len());
@@ -148,6 +162,7 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
         parts.push(Part {
             index,
             runs: runs(&picked, &segments).into_boxed_slice(),
+            named_by: named_by(&places, &picked, &segments, def),
         });
     }
     let left_out = anchored
@@ -159,12 +174,44 @@ pub fn parts(set: &TransactionSet<'_>, def: &SetDef, per: &PerLoop) -> Option<Cu
     Some(Cut { parts, left_out })
 }
 
+/// For each place a field is read from, the first of the part's segments there: of its own
+/// iteration for a place without a loop, else standing directly in that loop.
+fn named_by(
+    places: &[(&str, Option<&str>)],
+    picked: &[(usize, Role)],
+    segments: &[(usize, usize, usize, usize)],
+    def: &SetDef,
+) -> Box<[usize]> {
+    places
+        .iter()
+        .map(|(id, in_loop)| {
+            picked
+                .iter()
+                .filter_map(|(i, role)| Some((segments.get(*i)?, role)))
+                .find(|((_, _, _, node), role)| {
+                    let Some(n) = def.nodes.get(*node) else {
+                        return false;
+                    };
+                    n.id == *id
+                        && match in_loop {
+                            None => **role == Role::Own,
+                            Some(l) => def
+                                .nodes
+                                .get(n.parent)
+                                .is_some_and(|p| p.is_loop() && p.id == *l),
+                        }
+                })
+                .map_or(usize::MAX, |((offset, ..), _)| *offset)
+        })
+        .collect()
+}
+
 /// Consecutive segments of one role joined into runs.
-fn runs(picked: &[(usize, Role)], segments: &[(usize, usize, usize)]) -> Vec<Run> {
+fn runs(picked: &[(usize, Role)], segments: &[(usize, usize, usize, usize)]) -> Vec<Run> {
     let mut runs: Vec<Run> = Vec::new();
     let mut last: Option<usize> = None;
     for (i, role) in picked {
-        let Some((start, end, _)) = segments.get(*i) else {
+        let Some((start, end, ..)) = segments.get(*i) else {
             continue;
         };
         match runs.last_mut() {

@@ -306,7 +306,7 @@ pub(super) fn write_document(
         )
         .ok_or_else(gone)?;
     let d = match part {
-        Some(p) => document::identify_part(ic, &s, def, p.clone()),
+        Some(p) => document::identify_part(ic, def, p.clone()),
         None => document::identify(ic.isa.field(5), ic.isa.field(6), &s, def),
     }
     .ok_or_else(gone)?;

@@ -489,6 +489,24 @@ pub struct DocumentSpec {
     pub per: Option<PerLoop>,
 }
 
+impl DocumentSpec {
+    /// Where its fields are read, each once, in a fixed order: a segment id, and the loop
+    /// it stands in when a field names one (`2010AA/NM109`).
+    pub fn places(&self) -> Vec<(&str, Option<&str>)> {
+        let mut places: Vec<(&str, Option<&str>)> = self
+            .id
+            .iter()
+            .chain(&self.event)
+            .chain(&self.version)
+            .chain(&self.kind)
+            .map(|f| (f.segment.as_str(), f.in_loop.as_deref()))
+            .collect();
+        places.sort_unstable();
+        places.dedup();
+        places
+    }
+}
+
 /// Loops each of whose iterations is a document of its own (`per = "2300"`, or several ids:
 /// a 276's subscriber and dependent claims, 2200D and 2200E): the fields are read from the
 /// iteration, and the document is the iteration with the loops around it.
