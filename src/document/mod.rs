@@ -486,10 +486,29 @@ pub fn version_order(a: &str, b: &str) -> Option<std::cmp::Ordering> {
     Some(a.len().cmp(&b.len()).then_with(|| a.cmp(&b)))
 }
 
+/// Runs `f` on the first set of `text` (a whole interchange), with its interchange and the
+/// built-in definition its GS08 and ST01 select.
+#[cfg(test)]
+pub(crate) fn with_first_set<R>(
+    text: &str,
+    f: impl FnOnce(&Interchange<'_>, &TransactionSet<'_>, &SetDef) -> R,
+) -> R {
+    let schemas = crate::schema::builtin().unwrap();
+    let ic = crate::x12::Interchanges::new(text.as_bytes(), crate::x12::Limits::default())
+        .next()
+        .unwrap()
+        .unwrap();
+    let group = &ic.groups[0];
+    let set = group.sets.get(0).unwrap();
+    let def = schemas
+        .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
+        .unwrap();
+    f(&ic, &set, def)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x12::{Interchanges, Limits};
 
     fn wrap(body: &str) -> String {
         format!(
@@ -497,45 +516,36 @@ mod tests {
         )
     }
 
-    fn identified(text: &str, set: &str) -> Option<Identified> {
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let s = ic.groups[0].sets.get(0).unwrap();
-        identify(
-            ic.isa.field(5),
-            ic.isa.field(6),
-            &s,
-            schemas.find(b"004010", set.as_bytes()).unwrap(),
-        )
+    fn identified(text: &str) -> Option<Identified> {
+        with_first_set(text, |ic, set, def| {
+            identify(ic.isa.field(5), ic.isa.field(6), set, def)
+        })
     }
 
     #[test]
     fn an_850_is_known_by_its_po_number_and_purpose() {
-        let d = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        let d = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~")).unwrap();
         assert_eq!(d.key, "ZZ:ACME:850:PO-1:00:");
         assert_eq!(d.subject, "ZZ:ACME:850:PO-1");
         assert_eq!(d.role, Role::Original);
         assert_eq!(d.kind.as_deref(), Some("SA"));
         // A release against a blanket order is its own document.
-        let r = identified(&wrap("BEG*00*RL*PO-1*7*20240101~PO1*1*10*EA~"), "850").unwrap();
+        let r = identified(&wrap("BEG*00*RL*PO-1*7*20240101~PO1*1*10*EA~")).unwrap();
         assert_eq!(r.key, "ZZ:ACME:850:PO-1+7:00:");
-        let c = identified(&wrap("BEG*07*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        let c = identified(&wrap("BEG*07*SA*PO-1**20240101~PO1*1*10*EA~")).unwrap();
         assert_eq!(c.role, Role::Copy);
-        let x = identified(&wrap("BEG*05*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        let x = identified(&wrap("BEG*05*SA*PO-1**20240101~PO1*1*10*EA~")).unwrap();
         assert_eq!(x.role, Role::Change);
-        assert!(identified(&wrap("BEG*00*SA***20240101~PO1*1*10*EA~"), "850").is_none());
+        assert!(identified(&wrap("BEG*00*SA***20240101~PO1*1*10*EA~")).is_none());
         // A release number without the PO number names no document (it would read as the
         // PO number 7).
-        assert!(identified(&wrap("BEG*00*SA**7*20240101~PO1*1*10*EA~"), "850").is_none());
+        assert!(identified(&wrap("BEG*00*SA**7*20240101~PO1*1*10*EA~")).is_none());
     }
 
     #[test]
     fn an_860_changes_the_850s_document_by_its_sequence() {
         let text = wrap("BCH*04*SA*PO-1**3*20240101~POC*1*CA*5~").replace("ST*850", "ST*860");
-        let d = identified(&text, "860").unwrap();
+        let d = identified(&text).unwrap();
         assert_eq!(d.key, "ZZ:ACME:860:PO-1:04:3");
         assert_eq!(d.subject, "ZZ:ACME:850:PO-1");
         assert_eq!(d.role, Role::Change);
@@ -544,20 +554,12 @@ mod tests {
 
     /// The keys of every document of a fixture's first set.
     fn keys_of(text: &str) -> Vec<String> {
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let group = &ic.groups[0];
-        let set = group.sets.get(0).unwrap();
-        let def = schemas
-            .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
-            .unwrap();
-        identify_all(&ic, &set, def)
-            .into_iter()
-            .map(|d| d.key)
-            .collect()
+        with_first_set(text, |ic, set, def| {
+            identify_all(ic, set, def)
+                .into_iter()
+                .map(|d| d.key)
+                .collect()
+        })
     }
 
     #[test]
@@ -613,20 +615,20 @@ mod tests {
 
     #[test]
     fn content_not_envelope_makes_the_fingerprint() {
-        let a = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~"), "850").unwrap();
+        let a = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~")).unwrap();
         let renumbered = wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~")
             .replace("ST*850*0001", "ST*850*0099")
             .replace("SE*4*0001", "SE*4*0099")
             .replace("*1*X*", "*77*X*")
             .replace('*', "|")
             .replace('~', "\n");
-        let b = identified(&renumbered, "850").unwrap();
+        let b = identified(&renumbered).unwrap();
         assert_eq!(a.fingerprint, b.fingerprint);
         assert_eq!(a.key, b.key);
-        let more = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*11*EA~"), "850").unwrap();
+        let more = identified(&wrap("BEG*00*SA*PO-1**20240101~PO1*1*11*EA~")).unwrap();
         assert_ne!(a.fingerprint, more.fingerprint);
         // A trailing empty element is the same content.
-        let trailing = identified(&wrap("BEG*00*SA*PO-1**20240101*~PO1*1*10*EA~"), "850").unwrap();
+        let trailing = identified(&wrap("BEG*00*SA*PO-1**20240101*~PO1*1*10*EA~")).unwrap();
         assert_eq!(a.fingerprint, trailing.fingerprint);
     }
 

@@ -281,48 +281,37 @@ pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x12::{Interchanges, Limits};
+    use crate::document::{part_segments, with_first_set};
 
-    /// Each part's segments, as `ID*E1*E2` texts (the first two elements), by role.
+    /// Each part's segments, as `ID*E1*E2` texts (the first two elements), with their role.
     fn cut(text: &str) -> Option<Vec<Vec<(Role, String)>>> {
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let group = &ic.groups[0];
-        let set = group.sets.get(0).unwrap();
-        let def = schemas
-            .find(group.gs.element(8).unwrap(), set.st.element(1).unwrap())
-            .unwrap();
-        let per = def.document.as_ref().unwrap().per.as_ref().unwrap();
-        let parts = parts(&set, def, per)?.parts;
-        Some(
-            parts
-                .iter()
-                .map(|p| {
-                    [Role::Heading, Role::Context, Role::Own]
-                        .iter()
-                        .flat_map(|role| {
-                            let only: &[Role] = match role {
-                                Role::Heading => &[Role::Heading],
-                                Role::Context => &[Role::Context],
-                                Role::Own => &[Role::Own],
-                            };
-                            segments(&ic, p, only)
-                                .map(|s| {
-                                    let e = |n| {
-                                        String::from_utf8_lossy(s.element(n).unwrap_or_default())
-                                            .into_owned()
-                                    };
-                                    (*role, format!("{}*{}*{}", s.id_str(), e(1), e(2)))
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
+        with_first_set(text, |ic, set, def| {
+            let per = def.document.as_ref()?.per.as_ref()?;
+            let cut = parts(set, def, per)?;
+            Some(
+                cut.parts
+                    .iter()
+                    .map(|p| {
+                        part_segments(ic, p)
+                            .map(|(s, role)| {
+                                let e = |n| {
+                                    String::from_utf8_lossy(s.element(n).unwrap_or_default())
+                                        .into_owned()
+                                };
+                                (role, format!("{}*{}*{}", s.id_str(), e(1), e(2)))
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            )
+        })
+    }
+
+    /// The cut of `text`'s first set: its parts and what is left out.
+    fn cut_of(text: &str) -> Option<Cut> {
+        with_first_set(text, |_, set, def| {
+            parts(set, def, def.document.as_ref()?.per.as_ref()?)
+        })
     }
 
     fn of(part: &[(Role, String)], role: Role) -> Vec<&str> {
@@ -387,19 +376,7 @@ mod tests {
         let at = text.find("HL*3*1*22*1").unwrap();
         let empty = "HL*9*1*22*0~\nSBR*P*18*GRP-1******CI~\nNM1*IL*1*DOE*JO****MI*X1~\nNM1*PR*2*EXAMPLE HEALTH PLAN*****PI*841234567~\n";
         let with = format!("{}{empty}{}", &text[..at], &text[at..]).replacen("SE*52", "SE*56", 1);
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(with.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let set = ic.groups[0].sets.get(0).unwrap();
-        let def = schemas.find(b"005010X222A1", b"837").unwrap();
-        let cut = parts(
-            &set,
-            def,
-            def.document.as_ref().unwrap().per.as_ref().unwrap(),
-        )
-        .unwrap();
+        let cut = cut_of(&with).unwrap();
         assert_eq!(cut.parts.len(), 2);
         assert_eq!(cut.left_out.len(), 4);
         assert_eq!(cut.left_out[0], at);
@@ -419,15 +396,7 @@ mod tests {
         }
         let count = body.matches('~').count() + 2;
         let text = format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240318*0915*^*00501*000000001*0*P*:~GS*HR*ACME*X12GATE*20240318*0915*1*X*005010X212~ST*276*0001*005010X212~{body}SE*{count}*0001~GE*1*1~IEA*1*000000001~");
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let set = ic.groups[0].sets.get(0).unwrap();
-        let def = schemas.find(b"005010X212", b"276").unwrap();
-        let per = def.document.as_ref().unwrap().per.as_ref().unwrap();
-        assert!(parts(&set, def, per).is_none());
+        assert!(cut_of(&text).is_none());
         // With one name the same set is cut, a claim each.
         let small = text
             .split('~')
@@ -438,12 +407,7 @@ mod tests {
                 &format!("SE*{count}*"),
                 &format!("SE*{}*", count - names + 1),
             );
-        let ic = Interchanges::new(small.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let set = ic.groups[0].sets.get(0).unwrap();
-        assert_eq!(parts(&set, def, per).unwrap().parts.len(), names);
+        assert_eq!(cut_of(&small).unwrap().parts.len(), names);
     }
 }
 
@@ -452,8 +416,6 @@ mod props {
     use std::collections::BTreeMap;
 
     use proptest::prelude::*;
-
-    use crate::x12::{Interchanges, Limits};
 
     /// A subscriber: its own claims' amounts, and its dependents' (each a patient level).
     type Subscriber = (Vec<u32>, Vec<Vec<u32>>);
@@ -485,25 +447,20 @@ mod props {
 
     /// Each document's key and fingerprint, and how many CLM segments its own part holds.
     fn documents(text: &str) -> (BTreeMap<String, String>, Vec<usize>) {
-        let schemas = crate::schema::builtin().unwrap();
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
-        let set = ic.groups[0].sets.get(0).unwrap();
-        let def = schemas.find(b"005010X222A1", b"837").unwrap();
-        let found = super::super::identify_all(&ic, &set, def);
-        let clms = found
-            .iter()
-            .map(|d| {
-                let part = d.part.as_ref().unwrap();
-                super::segments(&ic, part, &[super::Role::Own])
-                    .filter(|s| s.is(b"CLM"))
-                    .count()
-            })
-            .collect();
-        let keys = found.into_iter().map(|d| (d.key, d.fingerprint)).collect();
-        (keys, clms)
+        crate::document::with_first_set(text, |ic, set, def| {
+            let found = crate::document::identify_all(ic, set, def);
+            let clms = found
+                .iter()
+                .filter_map(|d| d.part.as_ref())
+                .map(|part| {
+                    super::segments(ic, part, &[super::Role::Own])
+                        .filter(|s| s.is(b"CLM"))
+                        .count()
+                })
+                .collect();
+            let keys = found.into_iter().map(|d| (d.key, d.fingerprint)).collect();
+            (keys, clms)
+        })
     }
 
     fn subscriber() -> impl Strategy<Value = Subscriber> {
