@@ -110,6 +110,7 @@ const RULES: &[&str] = &[
     "element-invalid-date",
     "element-invalid-time",
     "element-exclusion-violated",
+    "element-not-used",
 ];
 
 /// Rules no fixture here can produce, and where they are tested instead.

@@ -453,7 +453,13 @@ fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
         } else {
             w.value(el.bad_value.as_deref().unwrap_or(""))
         };
-        w.segment(id, &[&position, &reference, el.code.value(), &bad]);
+        // The 999's 621 list has codes the 997's 723 lacks (I10 "Not Used" element present).
+        let code = if id == "AK4" {
+            el.code.in_functional_ack()
+        } else {
+            el.code
+        };
+        w.segment(id, &[&position, &reference, code.value(), &bad]);
     }
 }
 

@@ -106,6 +106,9 @@ crate::words::words! {
         InvalidDate = "8",
         InvalidTime = "9",
         ExclusionViolated = "10",
+        /// 621 only (the 999's IK403): "Not Used" data element present. A 997 sends
+        /// [`Ak403::in_functional_ack`]'s code in its place.
+        NotUsed = "I10",
     }
 }
 
@@ -297,6 +300,13 @@ impl Rule {
             ElementInvalidDate => Code::Ak403(Ak403::InvalidDate),
             ElementInvalidTime => Code::Ak403(Ak403::InvalidTime),
             ElementExclusionViolated => Code::Ak403(Ak403::ExclusionViolated),
+            // 621's I10 exists in the 999 alone, and there is no 999 before 005010: a group
+            // of an earlier release is answered by a 997, whose code stands here (see
+            // `Ak403::in_functional_ack`).
+            ElementNotUsed => match release {
+                Some(r) if r < 5010 => Code::Ak403(Ak403::ExclusionViolated),
+                _ => Code::Ak403(Ak403::NotUsed),
+            },
         };
         Some(code)
     }
@@ -380,7 +390,8 @@ impl Rule {
             | ElementInvalidCode
             | ElementInvalidDate
             | ElementInvalidTime
-            | ElementExclusionViolated => Level::Set,
+            | ElementExclusionViolated
+            | ElementNotUsed => Level::Set,
         }
     }
 }
@@ -399,6 +410,19 @@ impl Ak403 {
             Ak403::InvalidDate => Rule::ElementInvalidDate,
             Ak403::InvalidTime => Rule::ElementInvalidTime,
             Ak403::ExclusionViolated => Rule::ElementExclusionViolated,
+            Ak403::NotUsed => Rule::ElementNotUsed,
+        }
+    }
+
+    /// The code a 997 (AK403, list 723) sends for this one. 723 has no "not used" code: an
+    /// element the guide excludes is reported as 10, "Exclusion Condition Violated", the
+    /// list's code for an element that is present where it must not be (an E note's second
+    /// element is just that); 3 "Too Many Data Elements" would say the segment is longer
+    /// than its definition, and 7 would blame the value, not its presence.
+    pub fn in_functional_ack(self) -> Ak403 {
+        match self {
+            Ak403::NotUsed => Ak403::ExclusionViolated,
+            other => other,
         }
     }
 
@@ -415,6 +439,7 @@ impl Ak403 {
             Ak403::InvalidDate => "invalid date",
             Ak403::InvalidTime => "invalid time",
             Ak403::ExclusionViolated => "exclusion condition violated",
+            Ak403::NotUsed => "\"Not Used\" data element present",
         }
     }
 }

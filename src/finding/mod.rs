@@ -111,6 +111,9 @@ crate::words::words! {
         ElementInvalidDate = "element-invalid-date",
         ElementInvalidTime = "element-invalid-time",
         ElementExclusionViolated = "element-exclusion-violated",
+        /// An element or component an implementation guide marks "Not Used" at this position
+        /// is present (999 IK403 I10; 997 AK403 10).
+        ElementNotUsed = "element-not-used",
     }
 }
 

@@ -813,6 +813,20 @@ fn element(
         }
         return;
     }
+    if edef.req == Req::N {
+        // The guide's "Not Used" element, sent: one finding for the whole element, however
+        // many repetitions or components it carries.
+        errors.push(
+            position,
+            None,
+            None,
+            edef.reference_number(),
+            Ak403::NotUsed,
+            "the implementation guide does not use this element here",
+            value,
+        );
+        return;
+    }
     if class.acc & SEPARATOR == 0 {
         // The common case: one value, no components, no repetitions.
         match &edef.kind {
@@ -1014,6 +1028,18 @@ fn composite<'a>(
         }
         if i < 64 {
             present |= 1 << i;
+        }
+        if cdef.req == Req::N {
+            errors.push(
+                position,
+                Some(i + 1),
+                repetition,
+                cdef.reference_number(),
+                Ak403::NotUsed,
+                "the implementation guide does not use this component here",
+                value,
+            );
+            continue;
         }
         if let Kind::Simple(simple) = &cdef.kind {
             if let Some((code, why)) = check_value(simple, value) {

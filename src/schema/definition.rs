@@ -13,12 +13,14 @@ use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 
-/// Requirement designator: M, O, or X (relational; its syntax note says when).
+/// Requirement designator: M, O, or X (relational; its syntax note says when); and N, an
+/// implementation guide's "Not Used": a value there is a finding (999 IK403 `I10`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum Req {
     M,
     O,
     X,
+    N,
 }
 
 /// X12 data element types.
@@ -279,6 +281,24 @@ pub(crate) struct FastElement {
     pub min: u16,
     pub max: u16,
     pub mandatory: bool,
+}
+
+impl FastElement {
+    /// An element's shortcut: a not-used element takes the full check whatever its value,
+    /// which reports it.
+    fn of(e: &ElementDef) -> FastElement {
+        let (plan, min, max) = match &e.kind {
+            Kind::Simple(s) if e.req != Req::N => (s.plan, s.min, s.max),
+            Kind::Simple(s) => (Shortcut::Full, s.min, s.max),
+            Kind::Composite { .. } => (Shortcut::Full, 0, 0),
+        };
+        FastElement {
+            plan,
+            min,
+            max,
+            mandatory: e.req == Req::M,
+        }
+    }
 }
 
 /// A segment's relational conditions as bit masks, grouped by kind.
@@ -1195,11 +1215,17 @@ impl Lookup<'_> {
             .clone()
             .or(default_name)
             .ok_or_else(|| at("needs `name`".into()))?;
+        // A composite a guide declares with no components is one it does not use at all:
+        // a value there is "not used" (I10), not a component too many.
+        let req = match &kind {
+            Kind::Composite { components, .. } if components.is_empty() => Req::N,
+            _ => raw.req,
+        };
         Ok(ElementDef {
             key: format!("{}_{position:02}", snake(&name)),
             reference,
             name,
-            req: raw.req,
+            req,
             repeat: raw.repeat.unwrap_or(1).max(1),
             kind,
         })
@@ -1223,21 +1249,7 @@ impl Lookup<'_> {
             .iter()
             .rposition(|e| e.req == Req::M)
             .map_or(0, |i| i + 1);
-        let fast = elements
-            .iter()
-            .map(|e| {
-                let (plan, min, max) = match &e.kind {
-                    Kind::Simple(s) => (s.plan, s.min, s.max),
-                    Kind::Composite { .. } => (Shortcut::Full, 0, 0),
-                };
-                FastElement {
-                    plan,
-                    min,
-                    max,
-                    mandatory: e.req == Req::M,
-                }
-            })
-            .collect();
+        let fast = elements.iter().map(FastElement::of).collect();
         Ok(SegmentDef {
             id: id.to_string(),
             name: raw.name.clone(),
@@ -1329,6 +1341,11 @@ fn read_structure(
                 "a loop takes its trigger's qualifier: write `when` on the trigger segment",
             ));
         }
+        if is_loop && !line.usages.is_empty() {
+            return Err(at(
+                "element usages (+SEGnn, -SEGnn) belong on the trigger segment, not the loop",
+            ));
+        }
         let name = line.id;
         let req = match line.req {
             "M" => Req::M,
@@ -1343,7 +1360,7 @@ fn read_structure(
         let mut narrowed = Vec::new();
         let segment = if is_loop {
             0
-        } else if line.constraints.is_empty() {
+        } else if line.constraints.is_empty() && line.usages.is_empty() {
             match seg_index.get(name) {
                 Some(i) => *i,
                 None => {
@@ -1363,6 +1380,15 @@ fn read_structure(
                     qualifier = Some(q.clone());
                 }
                 narrowed.push(q);
+            }
+            // ... and its element usages: required or not used at this position only.
+            let mut named = HashSet::new();
+            for u in &line.usages {
+                for place in usage(&mut def, u).map_err(|e| at(&e))? {
+                    if !named.insert(place) {
+                        return Err(at(&format!("{u}: an element is given a usage twice")));
+                    }
+                }
             }
             segments.push(def);
             segments.len() - 1
@@ -1437,12 +1463,14 @@ struct Line<'t> {
     when: bool,
     /// `NM101=85`, `HI01-1=ABK,BK`: the qualifier first when `when`, then narrowed lists.
     constraints: Vec<&'t str>,
+    /// `+NM109` (required here), `-NM104` (not used here), `+CLM05-3`: element usages.
+    usages: Vec<&'t str>,
 }
 
 impl<'t> Line<'t> {
     fn read(words: &[Word<'t>]) -> Result<Line<'t>, String> {
         const SHAPE: &str =
-            "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..]` \
+            "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..] [+SEGnn] [-SEGnn]` \
              or the same after `loop`";
         let mut it = words.iter().copied().peekable();
         let Some(Word::Plain(id)) = it.next() else {
@@ -1460,10 +1488,17 @@ impl<'t> Line<'t> {
         };
         let mut when = false;
         let mut constraints = Vec::new();
+        let mut usages = Vec::new();
         for (i, w) in it.enumerate() {
             match w {
                 Word::Plain("when") if i == 0 => when = true,
+                Word::Plain(c) if when && i == 1 && !c.contains('=') => {
+                    return Err(format!(
+                        "`when` needs a qualifier such as NM101=85 next, not {c:?}"
+                    ))
+                }
                 Word::Plain(c) if c.contains('=') => constraints.push(c),
+                Word::Plain(u) if u.starts_with(['+', '-']) => usages.push(u),
                 _ => return Err(SHAPE.into()),
             }
         }
@@ -1477,6 +1512,7 @@ impl<'t> Line<'t> {
             max,
             when,
             constraints,
+            usages,
         })
     }
 }
@@ -1565,6 +1601,94 @@ fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qua
         codes,
         shown: place.to_string(),
     })
+}
+
+/// Applies one element usage of a guide's position to `def`, the position's own copy of its
+/// segment: `+NM109` makes the element mandatory here (the guide's "R"), `-NM104` marks it
+/// not used (the guide's "N"; a value there is a finding), `+CLM05-3` and `-SV101-7` do the
+/// same for a component (required or not used whenever its composite is sent), and
+/// `-CLM13..19` for a run of elements (guides leave whole tails unused). The places it
+/// names (`(element, component)`), so that a place given two usages is an error.
+fn usage(def: &mut SegmentDef, token: &str) -> Result<Vec<(usize, Option<usize>)>, String> {
+    let bad = |why: &str| format!("{token}: {why}");
+    let (required, place) = match token.split_at_checked(1) {
+        Some(("+", rest)) => (true, rest),
+        Some(("-", rest)) => (false, rest),
+        _ => return Err(bad("expected +SEGnn (required here) or -SEGnn (not used here)")),
+    };
+    let position = place
+        .strip_prefix(def.id.as_str())
+        .ok_or_else(|| bad(&format!("names another segment than {}", def.id)))?;
+    let number = |s: &str| s.parse::<usize>().ok().filter(|n| *n > 0);
+    let two_digits = |s: &str| {
+        number(s)
+            .filter(|_| s.len() == 2)
+            .ok_or_else(|| bad("an element position is two digits, 01 and up"))
+    };
+    let places: Vec<(usize, Option<usize>)> = if let Some((from, to)) = position.split_once("..")
+    {
+        let (from, to) = (two_digits(from)?, two_digits(to)?);
+        if to <= from {
+            return Err(bad("a run of elements goes up: SEGnn..mm with mm after nn"));
+        }
+        (from..=to).map(|e| (e, None)).collect()
+    } else {
+        let (element, component) = match position.split_once('-') {
+            Some((e, c)) => (e, Some(c)),
+            None => (position, None),
+        };
+        let component = component
+            .map(|c| number(c).ok_or_else(|| bad("the component position is a number, 1 and up")))
+            .transpose()?;
+        vec![(two_digits(element)?, component)]
+    };
+    let id = def.id.clone();
+    for (element, component) in &places {
+        let (element, component) = (*element, *component);
+        let edef = def
+            .elements
+            .get_mut(element - 1)
+            .ok_or_else(|| bad(&format!("{id} has no element {element:02}")))?;
+        let target = match (&mut edef.kind, component) {
+            (_, None) => edef,
+            (Kind::Composite { components, .. }, Some(c)) => components
+                .get_mut(c - 1)
+                .ok_or_else(|| bad(&format!("the composite has no component {c}")))?,
+            (Kind::Simple(_), Some(_)) => return Err(bad("a simple element has no components")),
+        };
+        let shown = match component {
+            Some(c) => format!("{id}{element:02}-{c}"),
+            None => format!("{id}{element:02}"),
+        };
+        target.req = match (required, target.req) {
+            (false, Req::M) => {
+                return Err(bad(&format!(
+                    "{shown} is mandatory in its segment's definition (or the qualifier): a guide cannot mark it not used"
+                )))
+            }
+            (true, Req::N) => {
+                return Err(bad(&format!(
+                    "{shown} is not used in its segment's definition: it cannot be required here"
+                )))
+            }
+            (true, _) => Req::M,
+            (false, _) => Req::N,
+        };
+        // A component's usage is checked by the composite's full check, which a composite
+        // always takes; an element's shortcut follows its new requirement.
+        if let (Some(e), Some(fast)) = (
+            def.elements.get(element - 1),
+            def.fast.get_mut(element - 1),
+        ) {
+            *fast = FastElement::of(e);
+        }
+    }
+    def.last_mandatory = def
+        .elements
+        .iter()
+        .rposition(|e| e.req == Req::M)
+        .map_or(0, |i| i + 1);
+    Ok(places)
 }
 
 /// What the walk needs precomputed on every node: loops take their trigger's segment, and
