@@ -517,6 +517,21 @@ mod tests {
     }
 
     #[test]
+    fn a_not_used_element_is_i10_in_a_999_and_10_in_a_997() {
+        let code = |r: Release| Rule::ElementNotUsed.code(r).map(Code::value);
+        assert_eq!(code(None), Some("I10"));
+        assert_eq!(code(Some(5010)), Some("I10"));
+        assert_eq!(code(Some(4010)), Some("10"));
+        // A 997 of a 005010 group: the 723 list has no I10.
+        assert_eq!(
+            Ak403::NotUsed.in_functional_ack(),
+            Ak403::ExclusionViolated
+        );
+        assert_eq!(Ak403::TooMany.in_functional_ack(), Ak403::TooMany);
+        assert_eq!(Ak403::NotUsed.rule(), Rule::ElementNotUsed);
+    }
+
+    #[test]
     fn codes_serialize_as_list_and_value() {
         let json = serde_json::to_string(&Code::Ta105(Ta105::DuplicateControlNumber)).unwrap();
         assert_eq!(json, r#"{"list":"TA105","value":"025"}"#);

@@ -1440,11 +1440,15 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
     /// The findings of a body walked against the sample guide (GS08 `004010X1`), as
     /// [`check_with`] shows them, with each finding's loop.
     fn guide(body: &str) -> Vec<String> {
-        use crate::schema::sample::GUIDE;
+        guide_with(crate::schema::sample::GUIDE, body)
+    }
+
+    /// [`guide`] with another guide file.
+    fn guide_with(guide: &str, body: &str) -> Vec<String> {
         let files = [
             ("004010/segments.toml", DICT),
             ("004010/850.toml", SET),
-            ("004010X1/850.toml", GUIDE),
+            ("004010X1/850.toml", guide),
         ];
         assert!(Schemas::load(&files)
             .unwrap()
@@ -1465,6 +1469,9 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
                 );
                 if let Some(e) = f.position.element {
                     s.push_str(&format!("/{e}"));
+                }
+                if let Some(c) = f.position.component {
+                    s.push_str(&format!("-{c}"));
                 }
                 s.push_str(&format!(" in {}", d.loop_id.as_deref().unwrap_or("-")));
                 if let Some((unit, value)) = &d.context {
@@ -1524,6 +1531,82 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
             ["PID@9:5/1 in LINE ctx PO101=1"]
         );
     }
+
+    #[test]
+    fn a_guide_position_requires_or_excludes_its_elements() {
+        use crate::finding::Rule;
+        // Not used at the vendor's position: I10, the 999's code (a 004010 group, which no
+        // 999 answers, gets 10 from `in_release`, below)...
+        assert_eq!(
+            guide(&GUIDED.replace("REF*IA*V1~", "REF*IA*V1*NOTE~")),
+            ["REF@3:I10/3 in -"]
+        );
+        // ... the same segment at the department's position keeps the dictionary's usage.
+        assert_eq!(
+            guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1*NOTE~")),
+            Vec::<String>::new()
+        );
+        // Required at the bill-to's position: missing is a missing mandatory element (1),
+        // whether the segment stops before it or leaves it empty.
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y~")),
+            ["N1@7:1/4 in BILLTO"]
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y**~")),
+            ["N1@7:1/4 in BILLTO"]
+        );
+        // ... and the ship-to's N1 (the same segment, another position) does not need it.
+        assert_eq!(
+            guide(&GUIDED.replace("N1*ST*X~", "N1*ST*X*92~")),
+            ["N1@5:2/4 in SHIPTO"]
+        );
+        // A component not used: the finding names the element and the component; a
+        // repetition or a value however well-formed is still one finding.
+        assert_eq!(
+            guide(&GUIDED.replace("PO1*1~", "PO1*1**EA:2~")),
+            ["PO1@8:I10/3-2 in LINE ctx PO101=1"]
+        );
+        assert_eq!(
+            guide(&GUIDED.replace("PO1*1~", "PO1*1**EA~")),
+            Vec::<String>::new()
+        );
+        // A whole composite not used, and a run of elements.
+        let composite = GUIDE_USAGES.replace("-PO103-2", "-PO103");
+        assert_eq!(
+            guide_with(&composite, &GUIDED.replace("PO1*1~", "PO1*1**EA~")),
+            ["PO1@8:I10/3 in LINE ctx PO101=1"]
+        );
+        let run = GUIDE_USAGES.replace("-PO103-2", "-PO102..04");
+        assert_eq!(
+            guide_with(&run, &GUIDED.replace("PO1*1~", "PO1*1*2**3~")),
+            ["PO1@8:I10/2 in LINE ctx PO101=1", "PO1@8:I10/4 in LINE ctx PO101=1"]
+        );
+        // The rule, and its code: the 999's from 005010 on, 10 before.
+        let w = walked_in(
+            &[
+                ("004010/segments.toml", DICT),
+                ("004010/850.toml", SET),
+                ("004010X1/850.toml", GUIDE_USAGES),
+            ],
+            "004010X1",
+            &GUIDED.replace("REF*IA*V1~", "REF*IA*V1*NOTE~"),
+        );
+        let f = w.findings.first().unwrap();
+        assert_eq!(f.rule, Rule::ElementNotUsed);
+        assert_eq!(f.code.map(|c| c.value()), Some("I10"));
+        assert_eq!(
+            f.clone().in_release(Some(4010)).code.map(|c| c.value()),
+            Some("10")
+        );
+        assert_eq!(
+            f.clone().in_release(Some(5010)).code.map(|c| c.value()),
+            Some("I10")
+        );
+        assert!(f.message.contains("REF03"), "{}", f.message);
+    }
+
+    const GUIDE_USAGES: &str = crate::schema::sample::GUIDE;
 
     #[test]
     fn a_guide_is_read_for_its_gs08_and_the_release_for_any_other() {
@@ -1601,6 +1684,53 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
                 "when N101=BT N103=92",
                 "when",
                 "line 13: `when` needs a qualifier",
+            ),
+            (
+                "when N101=BT N103=92 +N104",
+                "when +N104 N101=BT",
+                "line 13: `when` needs a qualifier such as NM101=85 next, not \"+N104\"",
+            ),
+            (
+                "+N104",
+                "+N1004",
+                "line 13: +N1004: an element position is two digits",
+            ),
+            (
+                "+N104",
+                "+N105",
+                "line 13: +N105: N1 has no element 05",
+            ),
+            ("+N104", "+REF04", "line 13: +REF04: names another segment than N1"),
+            ("+N104", "*N104", "line 13: expected `ID"),
+            (
+                "+N104",
+                "-N101",
+                "line 13: -N101: N101 is mandatory in its segment's definition (or the qualifier)",
+            ),
+            (
+                "+N104",
+                "+N104 +N104",
+                "line 13: +N104: an element is given a usage twice",
+            ),
+            (
+                "+N104",
+                "+N103-1",
+                "line 13: +N103-1: a simple element has no components",
+            ),
+            (
+                "-PO103-2",
+                "-PO103-3",
+                "line 15: -PO103-3: the composite has no component 3",
+            ),
+            (
+                "-PO103-2",
+                "-PO104..02",
+                "line 15: -PO104..02: a run of elements goes up",
+            ),
+            (
+                "loop LINE \"Line Item\" M 3",
+                "loop LINE \"Line Item\" M 3 -PO104",
+                "line 14: element usages (+SEGnn, -SEGnn) belong on the trigger segment",
             ),
         ] {
             let bad = GUIDE.replace(from, to);

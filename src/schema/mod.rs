@@ -277,7 +277,8 @@ CTT M 1
 "#;
 
     /// An implementation guide of the 850 (selected by GS08 `004010X1`): positions told
-    /// apart by qualifiers, loops named by guide ids, a narrowed code list.
+    /// apart by qualifiers, loops named by guide ids, a narrowed code list, element usages
+    /// (the vendor's REF03 not used, the bill-to's N104 required, PO103-2 not used).
     pub const GUIDE: &str = r#"
 version = "004010X1"
 id = "850"
@@ -285,14 +286,14 @@ context = "LINE"
 structure = """
 BEG M 1
 REF "Department" O 1 when REF01=DP
-REF "Vendor" M 1 when REF01=IA,VR
+REF "Vendor" M 1 when REF01=IA,VR -REF03
 loop SHIPTO "Ship To" O 1
   N1 M 1 when N101=ST
   N3 O 1
 loop BILLTO "Bill To" M 1
-  N1 "Bill To Name" M 1 when N101=BT N103=92
+  N1 "Bill To Name" M 1 when N101=BT N103=92 +N104
 loop LINE "Line Item" M 3
-  PO1 M 1
+  PO1 M 1 -PO103-2
   PID O 1
 CTT M 1
 """

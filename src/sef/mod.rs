@@ -6,7 +6,7 @@
 //! `schemas/<version>/<set>.toml`, self-contained (its segments, composites and code lists are
 //! declared in the file, as the guide states them), so the guide narrows the standard as the
 //! partner wrote it: segments marked not used leave the structure, segments marked must-use
-//! become mandatory, masks make elements mandatory or drop unused trailing ones, the guide's
+//! become mandatory, masks make elements mandatory or not used (`req = "N"`), the guide's
 //! element lengths and maximum uses apply, and narrowed code lists replace the standard's.
 //! Names (which make the structured JSON's keys) come from the built-in definitions, so a
 //! partner's translation reads like everyone else's.
@@ -363,8 +363,8 @@ impl SetConversion<'_> {
             };
             let entries = self.merged_mask(id, def, masks, ".SEGS");
             let mut elements = Vec::new();
-            let last = kept(def, &entries);
-            for (i, e) in def.elements.iter().enumerate().take(last) {
+            let last = def.elements.len();
+            for (i, e) in def.elements.iter().enumerate() {
                 let entry = entries.get(i).copied().flatten();
                 let req = self.requirement(id, i, attr_at(&entries, i, e), e, def.line, ".SEGS");
                 if self.sef.composites.contains_key(&e.id) {
@@ -439,8 +439,8 @@ impl SetConversion<'_> {
             let masks: BTreeSet<Option<usize>> = [*mask].into_iter().collect();
             let entries = self.merged_mask(cid, def, &masks, ".COMS");
             let mut components = Vec::new();
-            let last = kept(def, &entries);
-            for (i, e) in def.elements.iter().enumerate().take(last) {
+            let last = def.elements.len();
+            for (i, e) in def.elements.iter().enumerate() {
                 let req = self.requirement(cid, i, attr_at(&entries, i, e), e, def.line, ".COMS");
                 components.push(self.simple(cid, i + 1, e, req, def.line)?);
             }
@@ -473,17 +473,9 @@ impl SetConversion<'_> {
     ) -> char {
         let req = match attr {
             Some('!') => 'M',
-            Some('#') => {
-                self.warn(
-                    line,
-                    section,
-                    format!(
-                        "{owner}{:02} is marked not used (#) but a later position is used: it is accepted when sent",
-                        i + 1
-                    ),
-                );
-                'O'
-            }
+            // Not used: the element stays in its place (the positions after it keep theirs),
+            // and a value there is `element-not-used` (999 IK403 I10, 997 AK403 10).
+            Some('#') => 'N',
             Some(a) => {
                 if a != '.' {
                     self.warn(
@@ -730,27 +722,6 @@ fn attr_at(entries: &[Option<MaskEntry>], i: usize, e: &ElemRef) -> Option<char>
     }
 }
 
-/// How many positions of `def` stay: trailing ones marked not used leave, so a value there
-/// is an element too many; positions a syntax note names stay (the note needs them).
-fn kept(def: &Structure, entries: &[Option<MaskEntry>]) -> usize {
-    let noted = def
-        .syntax
-        .iter()
-        .flat_map(|n| note_positions(n))
-        .max()
-        .unwrap_or(0);
-    let mut last = def.elements.len();
-    while last > noted.max(1)
-        && def
-            .elements
-            .get(last - 1)
-            .is_some_and(|e| attr_at(entries, last - 1, e) == Some('#'))
-    {
-        last -= 1;
-    }
-    last
-}
-
 /// Element id -> (segment or composite id, position, component) where it stands.
 type ElementPlaces = BTreeMap<String, Vec<(String, usize, Option<usize>)>>;
 
@@ -906,7 +877,7 @@ CTT=[354,M]
     }
 
     #[test]
-    fn unused_trailing_elements_leave_the_segment_and_must_use_ones_become_mandatory() {
+    fn unused_elements_are_not_used_in_place_and_must_use_ones_become_mandatory() {
         let one_mask = GUIDE.replace("[REF*2,,3]", "[REF*1,,3]");
         let c = import(&one_mask, crate::schema::builtin().unwrap()).unwrap();
         let toml = &c.files[0].1;
@@ -917,8 +888,15 @@ CTT=[354,M]
         .unwrap();
         let def = s.find(b"004010", b"850").unwrap();
         let r = def.segment_of(def.places(b"REF")[0]).unwrap();
-        // Mask 1 `..##`: REF03 is not used and last, but R0203 names it, so it stays.
+        // Mask 1 `..##`: REF03 is not used: it stays in its place, marked so (a value there
+        // is `element-not-used`), whatever the positions after it.
         assert_eq!(r.elements.len(), 3, "{toml}");
+        assert_eq!(r.elements[2].req, Req::N, "{toml}");
+        assert!(
+            !c.warnings.iter().any(|w| w.contains("marked not used (#)")),
+            "{:?}",
+            c.warnings
+        );
         // Every REF under mask 2 `.!#`: REF02 must be used.
         let must = GUIDE.replace("[REF*1,,>1]", "[REF*2,,>1]");
         let c = import(&must, crate::schema::builtin().unwrap()).unwrap();
