@@ -1315,3 +1315,26 @@ fn a_997_of_004010_may_carry_the_syntax_error_codes_20_to_22() {
         ["element-invalid-code", "element-invalid-code"]
     );
 }
+
+#[test]
+fn an_element_a_guide_does_not_use_is_i10_in_a_999_and_10_in_a_997() {
+    // The 837P's CLM03 is not used in the 2300 claim (005010X222A1): the 999 has its own
+    // code, I10; the 997's list (723) has none, so 10, "exclusion condition violated".
+    let file = "fixtures/broken/element-not-used-837.x12";
+    let got = implementation_ack(file);
+    assert!(got.contains(&"IK4*3*1032*I10*MB".to_string()), "{got:?}");
+    let got = set_response(
+        file,
+        &config_with(Validation::Schema, AckKind::FunctionalAck),
+    );
+    assert!(got.contains(&"AK3*CLM*23**8".to_string()), "{got:?}");
+    assert!(got.contains(&"AK4*3*1032*10*MB".to_string()), "{got:?}");
+    assert!(got.contains(&"AK5*R*5".to_string()), "{got:?}");
+    // A component: IK401 names the element and the component (C030).
+    let got = implementation_ack("fixtures/broken/element-not-used-837-component.x12");
+    assert!(got.contains(&"IK4*11:3*1362*I10*OA".to_string()), "{got:?}");
+    // An element the guide requires at this position (2010BB NM109), missing: 1.
+    let got = implementation_ack("fixtures/broken/element-missing-837-guide.x12");
+    assert!(got.contains(&"IK3*NM1*22*2010BB*8".to_string()), "{got:?}");
+    assert!(got.contains(&"IK4*9*67*1".to_string()), "{got:?}");
+}

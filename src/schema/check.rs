@@ -728,8 +728,11 @@ impl<'a> Walker<'_, 'a> {
                 element_optional: edef.is_some_and(|d| d.req == Req::O),
                 guide: self.def.is_guide(),
             };
+            // The code of the release read (a guide's GS08): "not used" has a code of its
+            // own from 005010 on only.
             let f = Finding::new(rule, position, def.id.clone(), message)
                 .in_set(self.at.group, self.at.set)
+                .in_release(crate::finding::release(self.def.version.as_bytes()))
                 .with_detail(detail);
             self.findings.push(f);
         }
@@ -1535,11 +1538,11 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
     #[test]
     fn a_guide_position_requires_or_excludes_its_elements() {
         use crate::finding::Rule;
-        // Not used at the vendor's position: I10, the 999's code (a 004010 group, which no
-        // 999 answers, gets 10 from `in_release`, below)...
+        // Not used at the vendor's position: 10 in a 004010 guide (I10, the 999's code, exists
+        // from 005010 on, below)...
         assert_eq!(
             guide(&GUIDED.replace("REF*IA*V1~", "REF*IA*V1*NOTE~")),
-            ["REF@3:I10/3 in -"]
+            ["REF@3:10/3 in -"]
         );
         // ... the same segment at the department's position keeps the dictionary's usage.
         assert_eq!(
@@ -1565,7 +1568,7 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         // repetition or a value however well-formed is still one finding.
         assert_eq!(
             guide(&GUIDED.replace("PO1*1~", "PO1*1**EA:2~")),
-            ["PO1@8:I10/3-2 in LINE ctx PO101=1"]
+            ["PO1@8:10/3-2 in LINE ctx PO101=1"]
         );
         assert_eq!(
             guide(&GUIDED.replace("PO1*1~", "PO1*1**EA~")),
@@ -1575,12 +1578,12 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         let composite = GUIDE_USAGES.replace("-PO103-2", "-PO103");
         assert_eq!(
             guide_with(&composite, &GUIDED.replace("PO1*1~", "PO1*1**EA~")),
-            ["PO1@8:I10/3 in LINE ctx PO101=1"]
+            ["PO1@8:10/3 in LINE ctx PO101=1"]
         );
         let run = GUIDE_USAGES.replace("-PO103-2", "-PO102..04");
         assert_eq!(
             guide_with(&run, &GUIDED.replace("PO1*1~", "PO1*1*2**3~")),
-            ["PO1@8:I10/2 in LINE ctx PO101=1", "PO1@8:I10/4 in LINE ctx PO101=1"]
+            ["PO1@8:10/2 in LINE ctx PO101=1", "PO1@8:10/4 in LINE ctx PO101=1"]
         );
         // The rule, and its code: the 999's from 005010 on, 10 before.
         let w = walked_in(
@@ -1594,11 +1597,7 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         );
         let f = w.findings.first().unwrap();
         assert_eq!(f.rule, Rule::ElementNotUsed);
-        assert_eq!(f.code.map(|c| c.value()), Some("I10"));
-        assert_eq!(
-            f.clone().in_release(Some(4010)).code.map(|c| c.value()),
-            Some("10")
-        );
+        assert_eq!(f.code.map(|c| c.value()), Some("10"));
         assert_eq!(
             f.clone().in_release(Some(5010)).code.map(|c| c.value()),
             Some("I10")

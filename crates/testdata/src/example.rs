@@ -75,6 +75,17 @@ impl Generator<'_> {
             return;
         }
         let trigger = self.def.nodes[node].children[0];
+        if self.def.nodes[trigger].id == "HL" {
+            // A guide's HL levels nest as loops of their own (2000A > 2000B): each level
+            // numbered, its HL02 naming the enclosing level, as `levels` does.
+            let id = self.next_hl;
+            self.next_hl += 1;
+            self.segment(trigger);
+            self.hl.push(id);
+            self.children(node);
+            self.hl.pop();
+            return;
+        }
         self.segment(trigger);
         self.children(node);
     }
@@ -152,7 +163,9 @@ impl Generator<'_> {
                 if parts.is_empty() {
                     // A composite needs something in it to be present at all.
                     if let Some(Kind::Simple(s)) = components.first().map(|c| &c.kind) {
-                        parts.push(simple(&mut self.rng, s));
+                        if components.first().is_some_and(|c| c.req != Req::N) {
+                            parts.push(simple(&mut self.rng, s));
+                        }
                     }
                 }
                 parts
@@ -162,15 +175,19 @@ impl Generator<'_> {
 }
 
 /// Which positions to fill (bit n-1 for position n): the mandatory ones, some optional ones,
-/// and whatever the relational conditions then require (tried until they hold).
+/// and whatever the relational conditions then require (tried until they hold); never one a
+/// guide marks not used.
 fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: usize) -> u64 {
     let count = count.min(64);
-    let mandatory: u64 = elements
-        .iter()
-        .take(count)
-        .enumerate()
-        .filter(|(_, e)| e.req == Req::M)
-        .fold(0, |m, (i, _)| m | 1 << i);
+    let with = |req: Req| -> u64 {
+        elements
+            .iter()
+            .take(count)
+            .enumerate()
+            .filter(|(_, e)| e.req == req)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    };
+    let (mandatory, not_used) = (with(Req::M), with(Req::N));
     for attempt in 0..64 {
         let mut p = mandatory;
         for i in 0..count {
@@ -178,6 +195,7 @@ fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: us
                 p |= 1 << i;
             }
         }
+        p &= !not_used;
         // Repair toward the conditions, then check them all.
         for s in syntax {
             let bits: Vec<u64> = s.positions.iter().map(|q| 1u64 << (q - 1)).collect();
@@ -206,7 +224,7 @@ fn presence(rng: &mut Rng, elements: &[ElementDef], syntax: &[Syntax], count: us
                 _ => {}
             }
         }
-        if !syntax.iter().any(|s| s.violated(p)) {
+        if p & not_used == 0 && !syntax.iter().any(|s| s.violated(p)) {
             return p;
         }
     }
