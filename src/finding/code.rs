@@ -523,10 +523,7 @@ mod tests {
         assert_eq!(code(Some(5010)), Some("I10"));
         assert_eq!(code(Some(4010)), Some("10"));
         // A 997 of a 005010 group: the 723 list has no I10.
-        assert_eq!(
-            Ak403::NotUsed.in_functional_ack(),
-            Ak403::ExclusionViolated
-        );
+        assert_eq!(Ak403::NotUsed.in_functional_ack(), Ak403::ExclusionViolated);
         assert_eq!(Ak403::TooMany.in_functional_ack(), Ak403::TooMany);
         assert_eq!(Ak403::NotUsed.rule(), Rule::ElementNotUsed);
     }

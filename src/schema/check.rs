@@ -1583,7 +1583,10 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         let run = GUIDE_USAGES.replace("-PO103-2", "-PO102..04");
         assert_eq!(
             guide_with(&run, &GUIDED.replace("PO1*1~", "PO1*1*2**3~")),
-            ["PO1@8:10/2 in LINE ctx PO101=1", "PO1@8:10/4 in LINE ctx PO101=1"]
+            [
+                "PO1@8:10/2 in LINE ctx PO101=1",
+                "PO1@8:10/4 in LINE ctx PO101=1"
+            ]
         );
         // The rule, and its code: the 999's from 005010 on, 10 before.
         let w = walked_in(
@@ -1694,12 +1697,12 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
                 "+N1004",
                 "line 13: +N1004: an element position is two digits",
             ),
+            ("+N104", "+N105", "line 13: +N105: N1 has no element 05"),
             (
                 "+N104",
-                "+N105",
-                "line 13: +N105: N1 has no element 05",
+                "+REF04",
+                "line 13: +REF04: names another segment than N1",
             ),
-            ("+N104", "+REF04", "line 13: +REF04: names another segment than N1"),
             ("+N104", "*N104", "line 13: expected `ID"),
             (
                 "+N104",

@@ -1614,7 +1614,11 @@ fn usage(def: &mut SegmentDef, token: &str) -> Result<Vec<(usize, Option<usize>)
     let (required, place) = match token.split_at_checked(1) {
         Some(("+", rest)) => (true, rest),
         Some(("-", rest)) => (false, rest),
-        _ => return Err(bad("expected +SEGnn (required here) or -SEGnn (not used here)")),
+        _ => {
+            return Err(bad(
+                "expected +SEGnn (required here) or -SEGnn (not used here)",
+            ))
+        }
     };
     let position = place
         .strip_prefix(def.id.as_str())
@@ -1625,8 +1629,7 @@ fn usage(def: &mut SegmentDef, token: &str) -> Result<Vec<(usize, Option<usize>)
             .filter(|_| s.len() == 2)
             .ok_or_else(|| bad("an element position is two digits, 01 and up"))
     };
-    let places: Vec<(usize, Option<usize>)> = if let Some((from, to)) = position.split_once("..")
-    {
+    let places: Vec<(usize, Option<usize>)> = if let Some((from, to)) = position.split_once("..") {
         let (from, to) = (two_digits(from)?, two_digits(to)?);
         if to <= from {
             return Err(bad("a run of elements goes up: SEGnn..mm with mm after nn"));
@@ -1676,10 +1679,9 @@ fn usage(def: &mut SegmentDef, token: &str) -> Result<Vec<(usize, Option<usize>)
         };
         // A component's usage is checked by the composite's full check, which a composite
         // always takes; an element's shortcut follows its new requirement.
-        if let (Some(e), Some(fast)) = (
-            def.elements.get(element - 1),
-            def.fast.get_mut(element - 1),
-        ) {
+        if let (Some(e), Some(fast)) =
+            (def.elements.get(element - 1), def.fast.get_mut(element - 1))
+        {
             *fast = FastElement::of(e);
         }
     }
