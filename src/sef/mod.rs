@@ -12,8 +12,10 @@
 //! partner's translation reads like everyone else's.
 //!
 //! Our format holds one definition per segment id and one code list per element per set; where
-//! a guide says more (two masks of one segment, a code list narrowed in one place only), the
-//! less strict reading is kept and a warning says so. Nothing is dropped without a warning.
+//! a guide says more (two masks of one composite, a code list narrowed in one place only), the
+//! less strict reading is kept and a warning says so. A segment used with two masks is defined
+//! by the less strict, and each structure line adds its own mask's element usages (`+SEGnn`,
+//! `-SEGnn`). Nothing is dropped without a warning.
 
 pub mod parse;
 
@@ -105,6 +107,8 @@ pub fn import(text: &str, builtin: &Schemas) -> Result<Converted, ImportError> {
             warnings: Vec::new(),
             used: BTreeMap::new(),
             places: BTreeMap::new(),
+            lines: Vec::new(),
+            written: BTreeMap::new(),
         };
         let path = format!("{}/{id}.toml", sef.release);
         let toml = conv.convert(set, builtin, true)?;
@@ -165,6 +169,11 @@ struct SetConversion<'a> {
     used: BTreeMap<String, BTreeSet<Option<usize>>>,
     /// Segment ordinal -> segment id, for code-list locations (used segments only).
     places: BTreeMap<usize, String>,
+    /// Each structure line's segment id and mask, by the marker its line ends with until
+    /// its element usages are known.
+    lines: Vec<(String, Option<usize>)>,
+    /// Each used segment's requirement per element as its `[segments.X]` states it.
+    written: BTreeMap<String, Vec<char>>,
 }
 
 impl SetConversion<'_> {
@@ -191,6 +200,8 @@ impl SetConversion<'_> {
     ) -> Result<String, ImportError> {
         self.used.clear();
         self.places.clear();
+        self.lines.clear();
+        self.written.clear();
         let release = &self.sef.release;
         let base = builtin.find(release.as_bytes(), self.set_id.as_bytes());
         // ST and SE are the envelope's: our structures start after ST and end before SE.
@@ -234,8 +245,9 @@ impl SetConversion<'_> {
                 let _ = writeln!(out, "hierarchy = {}", quoted(&h.id));
             }
         }
-        let _ = writeln!(out, "structure = \"\"\"\n{structure}\"\"\"");
         let (segments, composites, elements) = self.segments()?;
+        let structure = self.usages(structure);
+        let _ = writeln!(out, "structure = \"\"\"\n{structure}\"\"\"");
         out.push_str(&segments);
         out.push_str(&composites);
         out.push_str(&self.codes(&elements));
@@ -263,7 +275,8 @@ impl SetConversion<'_> {
                 Item::Segment(s) => {
                     if let Some(req) = self.segment_req(s, line) {
                         self.use_segment(s);
-                        let _ = writeln!(out, "{indent}{} {req} {}", s.id, max_text(s.max));
+                        let marker = self.marker(s);
+                        let _ = writeln!(out, "{indent}{} {req} {}{marker}", s.id, max_text(s.max));
                     }
                 }
                 Item::Loop(l) => self.a_loop(l, depth, line, out, loops)?,
@@ -312,7 +325,13 @@ impl SetConversion<'_> {
         loops.push(id);
         // The trigger's own use inside each iteration: once.
         self.use_segment(trigger);
-        let _ = writeln!(out, "{indent}  {} M {}", trigger.id, max_text(trigger.max));
+        let marker = self.marker(trigger);
+        let _ = writeln!(
+            out,
+            "{indent}  {} M {}{marker}",
+            trigger.id,
+            max_text(trigger.max)
+        );
         let rest: Vec<&Item> = l.items.iter().skip(1).collect();
         self.items(&rest, depth + 1, line, out, loops)
     }
@@ -341,6 +360,48 @@ impl SetConversion<'_> {
         }
     }
 
+    /// A placeholder at the end of a segment's structure line, replaced by the element
+    /// usages of its own mask ([`SetConversion::usages`]).
+    fn marker(&mut self, s: &SegRef) -> String {
+        self.lines.push((s.id.clone(), s.mask));
+        format!("\u{1}{}\u{1}", self.lines.len() - 1)
+    }
+
+    /// `structure` with each line's marker replaced by the element usages its reference's
+    /// mask states beyond the segment's definition: a segment used with several masks is
+    /// defined by the least strict of them, and each position adds its own mask's must-use
+    /// (`+SEGnn`) and not-used (`-SEGnn`) elements, so every reference is checked as its
+    /// mask says.
+    fn usages(&mut self, structure: String) -> String {
+        let mut out = structure;
+        for (n, (id, mask)) in self.lines.clone().into_iter().enumerate() {
+            let mut tokens = String::new();
+            let several = self.used.get(&id).is_some_and(|m| m.len() > 1);
+            if let (true, Some(def)) = (several, self.sef.segments.get(&id)) {
+                let own: Vec<Option<MaskEntry>> = mask
+                    .and_then(|m| m.checked_sub(1))
+                    .and_then(|i| def.masks.get(i))
+                    .map(|m| m.iter().copied().map(Some).collect())
+                    .unwrap_or_default();
+                let written = self.written.get(&id).cloned().unwrap_or_default();
+                for (i, e) in def.elements.iter().enumerate() {
+                    let req = written.get(i).copied().unwrap_or('O');
+                    match attr_at(&own, i, e) {
+                        Some('!') if !matches!(req, 'M' | 'N') => {
+                            let _ = write!(tokens, " +{id}{:02}", i + 1);
+                        }
+                        Some('#') if !matches!(req, 'M' | 'N') => {
+                            let _ = write!(tokens, " -{id}{:02}", i + 1);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            out = out.replacen(&format!("\u{1}{n}\u{1}"), &tokens, 1);
+        }
+        out
+    }
+
     fn use_segment(&mut self, s: &SegRef) {
         self.used.entry(s.id.clone()).or_default().insert(s.mask);
         self.places.insert(s.ordinal, s.id.clone());
@@ -364,9 +425,11 @@ impl SetConversion<'_> {
             let entries = self.merged_mask(id, def, masks, ".SEGS");
             let mut elements = Vec::new();
             let last = def.elements.len();
+            let mut reqs = Vec::with_capacity(last);
             for (i, e) in def.elements.iter().enumerate() {
                 let entry = entries.get(i).copied().flatten();
                 let req = self.requirement(id, i, attr_at(&entries, i, e), e, def.line, ".SEGS");
+                reqs.push(req);
                 if self.sef.composites.contains_key(&e.id) {
                     let mask = entry.and_then(|m| m.composite_mask);
                     let previous = composites.insert(e.id.clone(), mask);
@@ -418,6 +481,7 @@ impl SetConversion<'_> {
                     elements.push(self.simple(id, i + 1, e, req, def.line)?);
                 }
             }
+            self.written.insert(id.clone(), reqs);
             let name = self
                 .names
                 .segments
@@ -536,7 +600,7 @@ impl SetConversion<'_> {
             def.line,
             section,
             format!(
-                "{id} is used with {} different masks; ours holds one definition per segment, so each element takes the least strict of them",
+                "{id} is used with {} different masks: its definition takes the least strict of them, and each position adds its own mask's must-use and not-used elements (+SEGnn, -SEGnn)",
                 chosen.len()
             ),
         );
@@ -858,10 +922,15 @@ CTT=[354,M]
         assert!(s353.codes.as_ref().unwrap().contains(b"00"));
         assert!(!s353.codes.as_ref().unwrap().contains(b"05"));
         assert!(def.nodes.iter().any(|n| n.is_loop() && n.id == "N9"));
-        // REF's two masks: REF02 must be used under one and not used under the other, so
-        // the least strict reading keeps it as the standard has it, and says so.
-        let r = def.segment_of(def.places(b"REF")[0]).unwrap();
-        assert_eq!(r.elements[1].req, Req::X);
+        // REF's two masks: REF02 must be used under one and not under the other, so the
+        // definition keeps it as the standard has it, and the N9 loop's REF (mask 2) adds
+        // its own must-use: each position is checked as its mask says.
+        let places = def.places(b"REF");
+        let r = def.segment_of(places[0]).unwrap();
+        assert_eq!(r.elements[1].req, Req::X, "{toml}");
+        let in_n9 = def.segment_of(places[1]).unwrap();
+        assert_eq!(in_n9.elements[1].req, Req::M, "{toml}");
+        assert!(toml.contains("  REF O 3 +REF02\n"), "{toml}");
         assert!(c
             .warnings
             .iter()
