@@ -258,7 +258,11 @@ pub fn segments<'a>(
 /// in the interchange's delimiters.
 pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part) -> Vec<u8> {
     let d: Delimiters = ic.delimiters();
-    let size: usize = part.runs.iter().map(|r| r.end - r.start + 1).sum();
+    let size: usize = part
+        .runs
+        .iter()
+        .map(|r| r.end.saturating_sub(r.start) + 1)
+        .sum();
     let mut out = Vec::with_capacity(size + set.st.raw.len() + 32);
     out.extend_from_slice(set.st.raw);
     out.push(d.segment);
