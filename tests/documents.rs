@@ -495,7 +495,7 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
     ] {
         let gate = Gate::new("");
         // One file: a change of PO-X waiting, another PO, then PO-X's original, which lets
-        // the change go; and two claims of one 837 set.
+        // the change go; and an 837 set of two claims, the first sent twice in it.
         let text = an_860(401, change("PO-X", 1))
             + &an_850(402, po("PO-Y", "00", 1))
             + &an_850(403, po("PO-X", "00", 2))
@@ -503,7 +503,10 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
                 404,
                 "B-1",
                 NPI,
-                &[("S1", &[("C-1", 100, 1), ("C-2", 200, 1)])],
+                &[
+                    ("S1", &[("C-1", 100, 1), ("C-2", 200, 1)]),
+                    ("S1", &[("C-1", 100, 1)]),
+                ],
             );
         let file = gate.write("mixed.x12", &text);
         let (status, ..) = gate.run(
@@ -521,9 +524,12 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             .unwrap();
         assert_eq!(orphans, 0, "{point}: a document without its interchange");
         for (name, doc) in gate.delivered() {
+            // The sighting the file delivers: the first of its key in its interchange (a
+            // claim sent twice in one batch has a second, a duplicate, delivering nothing).
             let known: i64 = db
                 .query_row(
-                    "SELECT count(*) FROM documents WHERE key = ?1 AND interchange_key = ?2",
+                    "SELECT count(*) FROM documents WHERE key = ?1 AND interchange_key = ?2
+                     AND disposition <> 'duplicate'",
                     [
                         doc["document_key"].as_str().unwrap(),
                         doc["delivery"]["interchange"].as_str().unwrap(),
@@ -575,8 +581,20 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
         let open = gate.documents(&[]);
         assert!(open.is_empty(), "{point}: left open {open:?}");
         let rows = gate.documents(&["--all"]);
+        // Every first sighting delivered with its file; C-1 sent twice in its batch is
+        // recorded twice, its second sighting a duplicate of the first, not delivered.
+        let duplicates: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["disposition"] == "duplicate")
+            .collect();
+        assert_eq!(duplicates.len(), 1, "{point}: {rows:?}");
+        assert_eq!(
+            duplicates[0]["key"], "ZZ:ACME:837:C-1+1234567893+841234567:1:",
+            "{point}"
+        );
         assert!(
             rows.iter()
+                .filter(|r| r["disposition"] != "duplicate")
                 .all(|r| r["delivery"] == "delivered" && r["output"].is_string()),
             "{point}: {rows:?}"
         );
