@@ -18,7 +18,8 @@ pub enum Role {
     /// What stands in the set itself (its heading): delivered, and fingerprinted but for
     /// what numbers the batch (BHT03 to BHT05).
     Heading,
-    /// The enclosing levels: delivered and fingerprinted.
+    /// The enclosing levels: delivered, and fingerprinted but for their numbers (HL01,
+    /// HL02, HL04).
     Context,
     /// The iteration itself: its fields name the document.
     Own,
@@ -49,8 +50,8 @@ pub struct Part {
     pub named_by: Box<[usize]>,
 }
 
-/// An iteration met while walking: its loop node, the iteration it is in, the part it
-/// belongs to and, outside parts, the iteration its segments go with.
+/// An iteration met while walking: the iteration it is in, the part it belongs to and,
+/// outside parts, the iteration its segments go with.
 struct Iteration {
     parent: usize,
     part: Option<usize>,
