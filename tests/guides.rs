@@ -94,6 +94,15 @@ fn a_sef_guide_rejects_what_the_built_in_850_accepts_with_its_ak3_and_ak4() {
     );
 }
 
+/// The 850 fixture made to ACME's guide: a new order (BEG02 `NE`) with a buyer (PER).
+fn acme_850() -> String {
+    std::fs::read_to_string(fixture("850-004010.x12"))
+        .unwrap()
+        .replace("BEG*00*SA*", "BEG*00*NE*")
+        .replace("REF*DP*038~", "REF*DP*038~PER*BD*JANE ROE~")
+        .replace("SE*13*0001", "SE*14*0001")
+}
+
 #[test]
 fn an_element_the_guide_marks_not_used_before_a_used_one_rejects_the_set() {
     // ACME's PID mask `.###!`: PID02-04 not used, PID05 must be used. Before, only trailing
@@ -101,11 +110,7 @@ fn an_element_the_guide_marks_not_used_before_a_used_one_rejects_the_set() {
     let dir = tempfile::tempdir().unwrap();
     import(dir.path());
     gateway(dir.path(), Some("guides/acme"));
-    let text = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
-    let good = text
-        .replace("BEG*00*SA*", "BEG*00*NE*")
-        .replace("REF*DP*038~", "REF*DP*038~PER*BD*JANE ROE~")
-        .replace("SE*13*0001", "SE*14*0001");
+    let good = acme_850();
     let bad = good.replacen("PID*F****WIDGET, BLUE", "PID*F*08***WIDGET, BLUE", 1);
     assert_ne!(bad, good);
     let file = dir.path().join("bad.x12");
@@ -124,10 +129,7 @@ fn a_document_the_guide_accepts_is_translated_and_keyed_against_it() {
     import(dir.path());
     gateway(dir.path(), Some("guides/acme"));
     let text = std::fs::read_to_string(fixture("850-004010.x12")).unwrap();
-    let good = text
-        .replace("BEG*00*SA*", "BEG*00*NE*")
-        .replace("REF*DP*038~", "REF*DP*038~PER*BD*JANE ROE~")
-        .replace("SE*13*0001", "SE*14*0001");
+    let good = acme_850();
     assert_ne!(good, text);
     let file = dir.path().join("good.x12");
     std::fs::write(&file, good).unwrap();

@@ -8,7 +8,7 @@
 
 mod parts;
 
-pub use parts::{Part, Role as PartRole};
+pub use parts::{segments as part_segments, Part, Role as PartRole};
 
 use crate::schema::{DocumentSpec, Field, SetDef};
 use crate::x12::{Group, Interchange, Segment, TransactionSet};
@@ -78,30 +78,6 @@ impl Identified {
     }
 }
 
-/// A part's segments with what each is to it (heading, levels, own), in file order.
-pub fn part_segments<'a>(
-    ic: &Interchange<'a>,
-    part: &'a Part,
-) -> impl Iterator<Item = (Segment<'a>, PartRole)> + 'a {
-    const ROLES: [PartRole; 3] = [PartRole::Heading, PartRole::Context, PartRole::Own];
-    let ic = ic.clone();
-    part.runs.iter().flat_map(move |run| {
-        let only: &'static [PartRole] = match run.role {
-            PartRole::Heading => &ROLES[..1],
-            PartRole::Context => &ROLES[1..2],
-            PartRole::Own => &ROLES[2..],
-        };
-        let one = Part {
-            index: part.index,
-            runs: Box::new([*run]),
-            named_by: Box::new([]),
-        };
-        parts::segments(&ic, &one, only)
-            .map(move |s| (s, run.role))
-            .collect::<Vec<_>>()
-    })
-}
-
 /// Every document `set` carries by `def`, the sender's `ic`: the set's one, or one per
 /// iteration of the loop its `[document]` names (`per`). Empty when it carries none, and
 /// when a set cut by loop cannot be cut (a segment without a place, parts that would repeat
@@ -152,6 +128,7 @@ pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<I
         .places()
         .into_iter()
         .zip(part.named_by.iter())
+        .filter(|(_, at)| **at != usize::MAX)
         .filter_map(|(place, at)| {
             let from = at.checked_sub(base)?;
             let segment = crate::x12::Segments::new(input, from, input.len(), 0, delimiters)
@@ -162,11 +139,7 @@ pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<I
         .collect();
     let heading = Heading { found };
     let fingerprint = crate::fingerprint::content_fingerprint(
-        parts::segments(
-            ic,
-            &part,
-            &[PartRole::Heading, PartRole::Context, PartRole::Own],
-        ),
+        parts::segments(ic, &part).map(|(s, _)| s),
         &batch_only,
     );
     named(

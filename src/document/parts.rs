@@ -232,26 +232,21 @@ fn runs(picked: &[(usize, Role)], segments: &[(usize, usize, usize, usize)]) -> 
     runs
 }
 
-/// The segments of a part's runs of these roles, cut from the interchange's input.
+/// A part's segments with what each is to it (heading, levels, own), in file order, cut
+/// from the interchange's input.
 pub fn segments<'a>(
     ic: &Interchange<'a>,
-    part: &Part,
-    roles: &'a [Role],
-) -> impl Iterator<Item = Segment<'a>> + 'a {
+    part: &'a Part,
+) -> impl Iterator<Item = (Segment<'a>, Role)> + 'a {
     let input = ic.input();
     let (base, delimiters) = (ic.base, ic.delimiters());
-    let runs: Vec<Run> = part
-        .runs
-        .iter()
-        .filter(|r| roles.contains(&r.role))
-        .copied()
-        .collect();
-    runs.into_iter().flat_map(move |r| {
+    part.runs.iter().flat_map(move |r| {
         let (from, to) = (r.start.saturating_sub(base), r.end.saturating_sub(base));
         // The run's last segment ends at `to`; its terminator follows.
         Segments::new(input, from, to.saturating_add(1), 0, delimiters)
             .in_file_at(base)
             .take(r.segments as usize)
+            .map(move |s| (s, r.role))
     })
 }
 
@@ -267,9 +262,8 @@ pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part)
     let mut out = Vec::with_capacity(size + set.st.raw.len() + 32);
     out.extend_from_slice(set.st.raw);
     out.push(d.segment);
-    const ALL: &[Role] = &[Role::Heading, Role::Context, Role::Own];
     let mut count: u32 = 2;
-    for s in segments(ic, part, ALL) {
+    for (s, _) in segments(ic, part) {
         out.extend_from_slice(s.raw);
         out.push(d.segment);
         count = count.saturating_add(1);
@@ -286,7 +280,7 @@ pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::{part_segments, with_first_set};
+    use crate::document::with_first_set;
 
     /// Each part's segments, as `ID*E1*E2` texts (the first two elements), with their role.
     fn cut(text: &str) -> Option<Vec<Vec<(Role, String)>>> {
@@ -297,7 +291,7 @@ mod tests {
                 cut.parts
                     .iter()
                     .map(|p| {
-                        part_segments(ic, p)
+                        segments(ic, p)
                             .map(|(s, role)| {
                                 let e = |n| {
                                     String::from_utf8_lossy(s.element(n).unwrap_or_default())
@@ -458,8 +452,8 @@ mod props {
                 .iter()
                 .filter_map(|d| d.part.as_ref())
                 .map(|part| {
-                    super::segments(ic, part, &[super::Role::Own])
-                        .filter(|s| s.is(b"CLM"))
+                    super::segments(ic, part)
+                        .filter(|(s, role)| *role == super::Role::Own && s.is(b"CLM"))
                         .count()
                 })
                 .collect();

@@ -550,6 +550,18 @@ impl PerLoop {
     pub fn holds(&self, node: usize) -> bool {
         self.holds.get(node).copied().unwrap_or(false)
     }
+
+    /// Whether every part reads the loop `node`: it stands in a part, or holds none (then
+    /// it is read where it stands around the parts, as 2010AA under 2000A, 1000A in the
+    /// heading), or it encloses them all (a level around some parts only, as 2000C around
+    /// the patients' claims, would leave the others without what it holds).
+    fn read_by_every_part(&self, nodes: &[Node], node: usize) -> bool {
+        enclosing(nodes, node).any(|a| self.is(nodes, a))
+            || !self.holds(node)
+            || (0..nodes.len())
+                .filter(|p| self.is(nodes, *p))
+                .all(|p| enclosing(nodes, p).any(|a| a == node))
+    }
 }
 
 impl SetDef {
@@ -1529,17 +1541,7 @@ fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qua
     let position = place
         .strip_prefix(def.id.as_str())
         .ok_or_else(|| bad(&format!("names another segment than {}", def.id)))?;
-    let (element, component) = match position.split_once('-') {
-        Some((e, c)) => (e, Some(c)),
-        None => (position, None),
-    };
-    let number = |s: &str| s.parse::<usize>().ok().filter(|n| *n > 0);
-    let element = number(element)
-        .filter(|_| element.len() == 2)
-        .ok_or_else(|| bad("the element position is two digits, 01 and up"))?;
-    let component = component
-        .map(|c| number(c).ok_or_else(|| bad("the component position is a number, 1 and up")))
-        .transpose()?;
+    let (element, component) = element_position(position).map_err(bad)?;
     let list: Vec<&str> = codes.split(',').filter(|c| !c.is_empty()).collect();
     if list.is_empty() {
         return Err(bad("no code listed"));
@@ -1603,6 +1605,32 @@ fn narrow(def: &mut SegmentDef, constraint: &str, qualifier: bool) -> Result<Qua
     })
 }
 
+/// What follows a segment id in a constraint or a usage: the element (two digits, 01 and
+/// up) and, after `-`, the component (`09`, `01-1`).
+fn element_position(position: &str) -> Result<(usize, Option<usize>), &'static str> {
+    let (element, component) = match position.split_once('-') {
+        Some((e, c)) => (e, Some(c)),
+        None => (position, None),
+    };
+    let component = component
+        .map(|c| {
+            c.parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or("the component position is a number, 1 and up")
+        })
+        .transpose()?;
+    Ok((two_digits(element)?, component))
+}
+
+/// An element position: two digits, 01 and up.
+fn two_digits(s: &str) -> Result<usize, &'static str> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0 && s.len() == 2)
+        .ok_or("an element position is two digits, 01 and up")
+}
+
 /// Applies one element usage of a guide's position to `def`, the position's own copy of its
 /// segment: `+NM109` makes the element mandatory here (the guide's "R"), `-NM104` marks it
 /// not used (the guide's "N"; a value there is a finding), `+CLM05-3` and `-SV101-7` do the
@@ -1623,27 +1651,14 @@ fn usage(def: &mut SegmentDef, token: &str) -> Result<Vec<(usize, Option<usize>)
     let position = place
         .strip_prefix(def.id.as_str())
         .ok_or_else(|| bad(&format!("names another segment than {}", def.id)))?;
-    let number = |s: &str| s.parse::<usize>().ok().filter(|n| *n > 0);
-    let two_digits = |s: &str| {
-        number(s)
-            .filter(|_| s.len() == 2)
-            .ok_or_else(|| bad("an element position is two digits, 01 and up"))
-    };
     let places: Vec<(usize, Option<usize>)> = if let Some((from, to)) = position.split_once("..") {
-        let (from, to) = (two_digits(from)?, two_digits(to)?);
+        let (from, to) = (two_digits(from).map_err(bad)?, two_digits(to).map_err(bad)?);
         if to <= from {
             return Err(bad("a run of elements goes up: SEGnn..mm with mm after nn"));
         }
         (from..=to).map(|e| (e, None)).collect()
     } else {
-        let (element, component) = match position.split_once('-') {
-            Some((e, c)) => (e, Some(c)),
-            None => (position, None),
-        };
-        let component = component
-            .map(|c| number(c).ok_or_else(|| bad("the component position is a number, 1 and up")))
-            .transpose()?;
-        vec![(two_digits(element)?, component)]
+        vec![element_position(position).map_err(bad)?]
     };
     let id = def.id.clone();
     for (element, component) in &places {
@@ -1850,109 +1865,48 @@ fn document_spec(
     nodes: &[Node],
     segments: &[SegmentDef],
 ) -> Result<DocumentSpec, String> {
+    let per = raw
+        .per
+        .as_ref()
+        .map(|per| match per {
+            OneOrMany::One(id) => per_loop(path, std::slice::from_ref(id), nodes),
+            OneOrMany::Many(ids) => per_loop(path, ids, nodes),
+        })
+        .transpose()?;
     let field = |text: &str| -> Result<Field, String> {
         let bad = || {
             format!("schemas/{path}: [document] names {text:?}, expected a segment id and a two-digit position the structure holds (BEG03), or a component of it (CLM05-3), after the loop that holds it in a set cut by loop (2010AA/NM109)")
         };
         let (in_loop, text) = match text.split_once('/') {
-            Some((l, rest)) => {
-                // Only a part has loops around it to read from.
-                if raw.per.is_none() {
-                    return Err(bad());
-                }
-                (Some(l), rest)
-            }
+            // Only a part has loops around it to read from.
+            Some((l, rest)) if per.is_some() => (Some(l), rest),
+            Some(_) => return Err(bad()),
             None => (None, text),
         };
-        let (text, component) = match text.split_once('-') {
-            Some((element, c)) => (
-                element,
-                Some(
-                    c.parse::<usize>()
-                        .ok()
-                        .filter(|c| (1..=99).contains(c))
-                        .ok_or_else(bad)?,
-                ),
-            ),
-            None => (text, None),
-        };
-        let cut = text.len().checked_sub(2).ok_or_else(bad)?;
-        let (segment, position) = (
-            text.get(..cut).ok_or_else(bad)?,
-            text.get(cut..).ok_or_else(bad)?,
-        );
-        let position: usize = position.parse().map_err(|_| bad())?;
+        let cut = text
+            .find('-')
+            .unwrap_or(text.len())
+            .checked_sub(2)
+            .ok_or_else(bad)?;
+        let segment = text.get(..cut).ok_or_else(bad)?;
+        let (position, component) =
+            element_position(text.get(cut..).ok_or_else(bad)?).map_err(|_| bad())?;
         let node = by_id
             .get(segment.as_bytes())
             .and_then(|places| places.first())
             .and_then(|n| nodes.get(*n))
             .ok_or_else(bad)?;
         let elements = segments.get(node.segment).map_or(0, |s| s.elements.len());
-        if position == 0 || position > elements {
+        if position > elements {
             return Err(bad());
         }
         // The loop must hold the segment itself (not only in a loop under it), and be read
-        // by every part: in it, or around each (a level around some parts only would leave
-        // the others without their number).
-        let per = raw.per.as_ref().map(|p| match p {
-            OneOrMany::One(id) => std::slice::from_ref(id),
-            OneOrMany::Many(ids) => ids.as_slice(),
-        });
-        let per_ids = per.unwrap_or_default();
-        let is_per = |i: usize| {
-            nodes
-                .get(i)
-                .is_some_and(|n| n.is_loop() && per_ids.contains(&n.id))
-        };
-        // Whether node `i`'s subtree holds a part's loop, or a part's loop holds it.
-        let holds = |i: usize| -> bool {
-            let mut stack = vec![i];
-            while let Some(at) = stack.pop() {
-                if is_per(at) {
-                    return true;
-                }
-                if let Some(n) = nodes.get(at) {
-                    stack.extend(n.children.iter().copied());
-                }
-            }
-            false
-        };
-        let within = |i: usize| {
-            let mut at = i;
-            for _ in 0..nodes.len() {
-                if is_per(at) {
-                    return true;
-                }
-                match nodes.get(at) {
-                    Some(n) if n.parent != at => at = n.parent,
-                    _ => return false,
-                }
-            }
-            false
-        };
-        // Whether node `i` encloses node `j`.
-        let encloses = |i: usize, j: usize| {
-            let mut at = j;
-            for _ in 0..nodes.len() {
-                if at == i {
-                    return true;
-                }
-                match nodes.get(at) {
-                    Some(n) if n.parent != at => at = n.parent,
-                    _ => return false,
-                }
-            }
-            false
-        };
-        let pers: Vec<usize> = (0..nodes.len()).filter(|i| is_per(*i)).collect();
-        // A loop that holds no part is read where it stands around the parts (2010AA under
-        // 2000A, 1000A in the heading); one that holds parts must hold all of them (2000C
-        // holds only the patients' claims, not the subscribers' own).
+        // by every part.
         let held = |l: &str| {
             nodes.iter().enumerate().skip(1).any(|(i, n)| {
                 n.is_loop()
                     && n.id == l
-                    && (within(i) || !holds(i) || pers.iter().all(|p| encloses(i, *p)))
+                    && per.as_ref().is_some_and(|p| p.read_by_every_part(nodes, i))
                     && nodes
                         .iter()
                         .any(|c| !c.is_loop() && c.parent == i && c.id == segment)
@@ -1983,15 +1937,19 @@ fn document_spec(
         of: raw.of.clone().unwrap_or_else(|| id.to_string()),
         changes: raw.changes.clone(),
         copies: raw.copies.clone(),
-        per: raw
-            .per
-            .as_ref()
-            .map(|per| match per {
-                OneOrMany::One(id) => per_loop(path, std::slice::from_ref(id), nodes),
-                OneOrMany::Many(ids) => per_loop(path, ids, nodes),
-            })
-            .transpose()?,
+        per,
     })
+}
+
+/// `node` and the nodes that enclose it, up to the root (its own parent).
+fn enclosing(nodes: &[Node], node: usize) -> impl Iterator<Item = usize> + '_ {
+    let mut next = Some(node);
+    std::iter::from_fn(move || {
+        let at = next?;
+        next = nodes.get(at).filter(|n| n.parent != at).map(|n| n.parent);
+        Some(at)
+    })
+    .take(nodes.len().saturating_add(1))
 }
 
 /// `per = "2300"` compiled: which nodes are or may hold the loops.
@@ -2007,16 +1965,11 @@ fn per_loop(path: &str, ids: &[String], nodes: &[Node]) -> Result<PerLoop, Strin
                 continue;
             }
             any = true;
-            // Up to the root, which is its own parent.
-            let mut at = i;
-            while let Some(slot) = holds.get_mut(at) {
-                if *slot {
-                    break;
-                }
-                *slot = true;
-                match nodes.get(at) {
-                    Some(n) if n.parent != at => at = n.parent,
-                    _ => break,
+            for at in enclosing(nodes, i) {
+                match holds.get_mut(at) {
+                    // Marked already, and so is every node above.
+                    Some(true) | None => break,
+                    Some(slot) => *slot = true,
                 }
             }
         }
