@@ -67,6 +67,8 @@ struct RawGateway {
     retry_max_seconds: u64,
     #[serde(default)]
     metrics: Option<String>,
+    #[serde(default = "defaults::documents_per_run")]
+    documents_per_run: usize,
 }
 
 mod defaults {
@@ -104,6 +106,9 @@ mod defaults {
     }
     pub fn poll_ms() -> u64 {
         1000
+    }
+    pub fn documents_per_run() -> usize {
+        crate::pipeline::RUN_DOCUMENTS
     }
     pub fn summary_seconds() -> u64 {
         60
@@ -852,6 +857,10 @@ pub struct Gateway {
     pub retry_max_seconds: u64,
     /// Where `watch` serves `/metrics` and `/healthz` (off when `None`).
     pub metrics: Option<std::net::SocketAddr>,
+    /// How many business documents of an interchange are decided in one transaction and
+    /// written in one round of fsyncs: what `process` holds of a large interchange's
+    /// documents at a time.
+    pub documents_per_run: usize,
 }
 
 /// `database` as written: a PostgreSQL URL, or an SQLite file resolved like the folders.
@@ -1039,6 +1048,7 @@ impl Config {
                 settle_ms: g.settle_ms,
                 poll_ms: g.poll_ms.max(10),
                 summary_seconds: g.summary_seconds,
+                documents_per_run: g.documents_per_run.max(1),
                 retry_max_seconds: g.retry_max_seconds.max(1),
                 metrics,
             },

@@ -18,6 +18,12 @@ struct Gate {
 
 impl Gate {
     fn new(extra: &str) -> Gate {
+        Gate::with_gateway("", extra)
+    }
+
+    /// A gateway with `gateway` among its `[gateway]` settings, and `extra` after the
+    /// partner's.
+    fn with_gateway(gateway: &str, extra: &str) -> Gate {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("partners.toml"),
@@ -32,6 +38,7 @@ archive = "data/archive"
 rejected = "data/rejected"
 database = "data/x12gate.db"
 lease_seconds = 300
+{gateway}
 
 [[partner]]
 name = "Acme Retail"
@@ -1048,4 +1055,222 @@ fn an_encounter_is_not_the_claim_it_repeats() {
     gate.process(&[&first], 0);
     let r = gate.process(&[&encounter], 0);
     assert_eq!(only_document(&r[0])["disposition"], "conflict", "{}", r[0]);
+}
+
+/// `[gateway]` settings that decide an interchange's documents two at a time.
+const IN_RUNS_OF_TWO: &str = "documents_per_run = 2";
+
+/// A partner setting and a folder destination (in `dir`) that queue every document.
+fn queued_to(dir: &Path) -> String {
+    format!(
+        "destination = \"share\"\n\n[[destination]]\nname = \"share\"\nkind = \"folder\"\npath = \"{}\"\n",
+        dir.display()
+    )
+}
+
+/// Seven POs in one interchange: PO-2 twice with the same content (the second a
+/// duplicate), PO-3 twice with another quantity (the second a conflict, held). Decided two
+/// at a time: [PO-1, PO-2], [PO-3, PO-2], [PO-4, PO-5], [PO-3].
+fn seven_pos(n: u32) -> String {
+    let bodies = [
+        po("PO-1", "00", 1),
+        po("PO-2", "00", 2),
+        po("PO-3", "00", 3),
+        po("PO-2", "00", 2),
+        po("PO-4", "00", 4),
+        po("PO-5", "00", 5),
+        po("PO-3", "00", 33),
+    ];
+    interchange(n, "PO", "850", &bodies, 1, '*', '~')
+}
+
+/// What became of the seven POs once processed to the end, however many attempts it took.
+fn assert_seven_pos_settled(gate: &Gate, what: &str) {
+    let delivered = gate.delivered();
+    let mut keys: Vec<&str> = delivered
+        .values()
+        .map(|d| d["document_key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        (1..=5)
+            .map(|i| format!("ZZ:ACME:850:PO-{i}:00:"))
+            .collect::<Vec<_>>(),
+        "{what}: each PO delivered once"
+    );
+    let rows = gate.documents(&["--all"]);
+    let dispositions: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap(),
+                r["disposition"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 7, "{what}: {dispositions:?}");
+    assert_eq!(
+        dispositions
+            .iter()
+            .filter(|(k, d)| *k == "ZZ:ACME:850:PO-2:00:" && *d == "duplicate")
+            .count(),
+        1,
+        "{what}: {dispositions:?}"
+    );
+    assert_eq!(
+        dispositions
+            .iter()
+            .filter(|(k, d)| *k == "ZZ:ACME:850:PO-3:00:" && *d == "conflict")
+            .count(),
+        1,
+        "{what}: {dispositions:?}"
+    );
+    // Each delivered document queued for its destination once.
+    let (status, stdout, stderr) = gate.run(&["deliveries", "--json"], None);
+    assert!(status.success(), "{stderr}");
+    let mut queued: Vec<String> = lines(&stdout)
+        .iter()
+        .map(|d| d["key"].as_str().unwrap().to_string())
+        .collect();
+    queued.sort();
+    assert_eq!(queued, keys, "{what}: queued once each");
+    // One acknowledgment, of all seven sets.
+    let acks = acks_in(gate);
+    assert_eq!(acks.len(), 1, "{what}: {acks:?}");
+    assert!(acks[0].contains("AK9*A*7*7*7"), "{what}: {}", acks[0]);
+}
+
+/// The acknowledgments in the outbox.
+fn acks_in(gate: &Gate) -> Vec<String> {
+    fs::read_dir(gate.root().join("data/outbox"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "x12"))
+        .map(|p| fs::read_to_string(p).unwrap())
+        .collect()
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing_when_killed_after_any_run(
+) {
+    // The first run is written with the interchange's step (4), each later one after a
+    // transaction of its own; the acknowledgment only with the last.
+    for (point, action, acknowledged) in [
+        ("outputs.after", "return", false),
+        ("run.after", "return", false),
+        ("run.after", "1*off->return", false),
+        ("run.after", "2*off->return", true),
+        ("complete.before", "return", true),
+    ] {
+        let what = format!("{point}={action}");
+        let share = tempfile::tempdir().unwrap();
+        let gate = Gate::with_gateway(IN_RUNS_OF_TWO, &queued_to(share.path()));
+        let file = gate.write("seven.x12", &seven_pos(601));
+        let (status, stdout, stderr) = gate.run(
+            &["process", "--no-deliver", &file.display().to_string()],
+            Some(&what),
+        );
+        assert!(!status.success(), "{what}: the failpoint aborts: {stdout}{stderr}");
+        let acks = acks_in(&gate).len();
+        assert_eq!(acks > 0, acknowledged, "{what}: acknowledged before every run was");
+        // Every file written is a recorded sighting's, every queued delivery a file's.
+        let rows = gate.documents(&["--all"]);
+        for (name, doc) in gate.delivered() {
+            let key = doc["document_key"].as_str().unwrap();
+            assert!(
+                rows.iter()
+                    .any(|r| r["key"] == key && r["disposition"] != "duplicate"),
+                "{what}: {name} is an output without its document"
+            );
+        }
+        let (_, queued, _) = gate.run(&["deliveries", "--json"], None);
+        for d in lines(&queued) {
+            let key = d["key"].as_str().unwrap();
+            assert!(
+                gate.delivered()
+                    .values()
+                    .any(|doc| doc["document_key"] == key),
+                "{what}: {key} queued without its file"
+            );
+        }
+        let (status, stdout, stderr) = gate.run(
+            &[
+                "process",
+                "--json",
+                "--no-deliver",
+                "--no-wait",
+                &file.display().to_string(),
+            ],
+            None,
+        );
+        assert!(status.code().is_some(), "{what}: {stderr}");
+        let reports = lines(&stdout);
+        assert_eq!(reports.len(), 1, "{what}: {stdout}{stderr}");
+        assert_eq!(reports[0]["disposition"], "accepted", "{what}: {stdout}{stderr}");
+        assert_eq!(
+            reports[0]["documents"].as_array().unwrap().len(),
+            7,
+            "{what}: {stdout}"
+        );
+        assert_seven_pos_settled(&gate, &what);
+    }
+}
+
+#[test]
+fn an_interchange_decided_in_runs_is_decided_as_in_one_and_its_resend_replays_it() {
+    let share = tempfile::tempdir().unwrap();
+    let gate = Gate::with_gateway(IN_RUNS_OF_TWO, &queued_to(share.path()));
+    let file = gate.write("seven.x12", &seven_pos(602));
+    let first = gate.process(&[&file], 0);
+    assert_eq!(first[0]["disposition"], "accepted", "{first:?}");
+    let dispositions: Vec<&str> = first[0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["disposition"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        dispositions,
+        ["new", "new", "new", "duplicate", "new", "new", "conflict"]
+    );
+    assert_seven_pos_settled(&gate, "in runs");
+    let again = gate.process(&[&file], 0);
+    assert_eq!(again[0]["disposition"], "duplicate", "{again:?}");
+    assert_eq!(again[0]["documents"].as_array().unwrap().len(), 7);
+    assert_seven_pos_settled(&gate, "resent");
+}
+
+#[test]
+fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
+    let gate = Gate::with_gateway("documents_per_run = 150", "");
+    // 1,003 POs, the tenth sent again as the eleventh's place.
+    let bodies: Vec<String> = (1..=1003)
+        .map(|i| {
+            let n = if i == 11 { 10 } else { i };
+            po(&format!("PO-{n}"), "00", 5)
+        })
+        .collect();
+    let file = gate.write("many.x12", &interchange(603, "PO", "850", &bodies, 1, '*', '~'));
+    let reports = gate.process(&[&file], 0);
+    let r = &reports[0];
+    assert_eq!(r["documents"].as_array().unwrap().len(), 1000, "listed");
+    assert_eq!(r["documents_total"], 1003);
+    assert_eq!(r["documents_new"], 1002);
+    assert_eq!(r["outputs"].as_array().unwrap().len(), 1000);
+    assert_eq!(r["documents"][10]["disposition"], "duplicate");
+    assert_eq!(gate.delivered().len(), 1002, "every new PO has its file");
+    assert_eq!(gate.documents(&["--all"]).len(), 1003);
+    // The text report counts what it does not list.
+    let (status, stdout, stderr) = gate.run(&["process", &file.display().to_string()], None);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stdout.contains("duplicate; documents: ZZ:ACME:850:PO-1:00: duplicate of ZZ:ACME:000000603"),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with(", 1000 more"), "{stdout}");
+    let again = gate.process(&[&file], 0);
+    assert_eq!(again[0]["documents"].as_array().unwrap().len(), 1000);
+    assert_eq!(again[0]["documents_total"], 1003);
 }

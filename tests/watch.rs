@@ -1779,6 +1779,7 @@ fn concurrent_moves_never_overwrite_each_other() {
         replayed: None,
         documents: Vec::new(),
         documents_total: None,
+        documents_new: None,
         key: None,
     };
     for round in 0..100 {

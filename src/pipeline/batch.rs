@@ -29,7 +29,7 @@ use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
 
-use super::documents::Planned;
+use super::documents::{Planned, Progress};
 use super::{
     acknowledgments, correlation_id, decide_found, decide_with, interchange_key, json,
     numbers_needed, outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report,
@@ -57,13 +57,21 @@ pub(super) struct Item<'a> {
     pub report: Report,
 }
 
-/// An owned interchange once decided, with its outputs built in memory.
+/// An owned interchange once decided, with the outputs of its first run of documents (all
+/// of them, for most) built in memory.
 struct Prepared {
     item: usize,
     decision: Decision,
     files: Vec<Output>,
     group_keys: Vec<GroupKey>,
+    /// The run of documents being written, handed over in the next run's transaction or the
+    /// completion's.
     documents: Planned,
+    progress: Progress,
+    /// The acknowledgments, written with the last run of documents (so that none is sent
+    /// before every document of the interchange is recorded), and the outputs' names' stem.
+    acks: Vec<Output>,
+    stem: String,
     lost: bool,
 }
 
@@ -358,6 +366,7 @@ fn file_report(file: &str, disposition: Disposition, reason: String) -> Report {
         took_over: None,
         documents: Vec::new(),
         documents_total: None,
+        documents_new: None,
         replayed: None,
         key: None,
     }
@@ -628,6 +637,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         took_over: None,
         documents: Vec::new(),
         documents_total: None,
+        documents_new: None,
         replayed: None,
         key: Some(key.clone()),
     };
@@ -834,6 +844,8 @@ pub(super) struct Round<'c> {
     pub schemas: &'c Schemas,
     options: &'c ProcessOptions,
     lease_ms: i64,
+    /// Documents decided in one transaction and written in one round of fsyncs, at most.
+    pub run_documents: usize,
 }
 
 /// One round over items with distinct keys; returns the items whose keys are busy elsewhere
@@ -855,6 +867,7 @@ fn run_round(
         options,
         lease_ms: i64::try_from(config.gateway.lease_seconds.saturating_mul(1000))
             .unwrap_or(i64::MAX),
+        run_documents: config.gateway.documents_per_run,
     };
     let plans = claim_all(&r, round, items, registry)?;
     let busy: Vec<(usize, Holder)> = plans
@@ -893,9 +906,9 @@ fn run_round(
     for (i, plan) in &plans {
         if matches!(plan, AfterClaim::Replay(_)) {
             // The sender of a resend learns what the first execution produced.
-            match super::documents::replayed(registry, &items[*i].key) {
-                Ok(reports) => items[*i].report.documents = reports,
-                Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
+            let it = &mut items[*i];
+            if let Err(e) = super::documents::replayed(registry, &it.key, &mut it.report) {
+                return Err(fail_all(registry, &owned, items, options, e));
             }
         }
     }
@@ -920,12 +933,15 @@ fn run_round(
             .filter(|p| !p.lost)
             .flat_map(|p| std::mem::take(&mut p.files)),
     );
-    let stored = match write_all(&r, writes, replays, items) {
+    let mut stored = match write_all(&r, writes, replays, items) {
         Ok(stored) => stored,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
     if !owned.is_empty() {
         fail::fail_point!("outputs.after", |_| std::process::abort());
+    }
+    if let Err(e) = more_runs(&r, &mut prepared, items, registry, &mut stored) {
+        return Err(fail_all(registry, &owned, items, options, e));
     }
     complete_all(
         &r,
@@ -1222,6 +1238,9 @@ fn prepare_all(
                     files: Vec::new(),
                     group_keys: Vec::new(),
                     documents: Planned::default(),
+                    progress: Progress::new(&it.ic, false),
+                    acks: Vec::new(),
+                    stem: String::new(),
                     lost: true,
                 }),
                 Stage::Refuse(decision) => {
@@ -1342,7 +1361,9 @@ fn write_all(
                     });
                 }
             }
-            None => report.outputs.push(path),
+            // The documents' reports say where each went; the first ones are listed here.
+            None if report.outputs.len() < super::documents::REPORTED => report.outputs.push(path),
+            None => {}
         }
     }
     Ok(stored)
@@ -1369,7 +1390,7 @@ fn complete_all(
             .and_then(|r| r.code)
             .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
-        it.report.documents = std::mem::take(&mut p.documents.reports);
+        p.progress.into_report(&mut it.report);
     }
     if any_owned {
         fail::fail_point!("complete.before", |_| std::process::abort());
@@ -1440,6 +1461,7 @@ fn complete_all(
                     key,
                     &recorded,
                     &p.documents,
+                    &p.progress,
                 )?;
             }
             completed.push((p.item, done));
@@ -1490,15 +1512,16 @@ fn recorded_detail(report: &mut Report) -> String {
     if report.documents.len() <= RECORDED && report.outputs.len() <= RECORDED {
         return json(report);
     }
+    let counted = (report.documents_total, report.documents_new);
+    report.count_documents();
     let documents = report
         .documents
         .split_off(report.documents.len().min(RECORDED));
     let outputs = report.outputs.split_off(report.outputs.len().min(RECORDED));
-    report.documents_total = Some(report.documents.len() + documents.len());
     let detail = json(report);
     report.documents.extend(documents);
     report.outputs.extend(outputs);
-    report.documents_total = None;
+    (report.documents_total, report.documents_new) = counted;
     detail
 }
 
@@ -1589,70 +1612,138 @@ fn prepare(
     let outbound = acknowledgments(ic, &decision, r.config, &numbers, at)?;
 
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
-    // The interchange's translation and acknowledgments, then its documents' files.
-    let mut files = Vec::with_capacity(4);
-    let response = &decision.response;
-    let accepted = |gi: usize, si: usize| {
-        response
-            .accepted_sets
-            .get(gi)
-            .and_then(|s| s.get(si))
-            .copied()
-            .unwrap_or(false)
-    };
-    let mut documents = if response.disposition == Disposition::Rejected {
-        Planned::default()
-    } else {
-        super::documents::plan(b, r, i, it, &accepted)?
-    };
-    // Sets that carry a business document are delivered in its own file.
-    let keep = |gi: usize, si: usize| {
-        accepted(gi, si)
-            && !documents
-                .keyed
-                .get(gi)
-                .and_then(|g| g.get(si))
-                .copied()
-                .unwrap_or(false)
-    };
-    if response.disposition != Disposition::Rejected && documents.interchange_file(&accepted) {
-        // Written straight into its file at step (4); only whether its sets are kept is
-        // decided here.
-        files.push(Output {
-            item: i,
-            dir: Folder::Out,
-            name: format!("{stem}.json"),
-            content: Content::Translation {
-                form: decision.partner.translation,
-                keep: ic
-                    .groups
-                    .iter()
-                    .enumerate()
-                    .map(|(gi, group)| (0..group.sets.len()).map(|si| keep(gi, si)).collect())
-                    .collect(),
-            },
-            ack: None,
-        });
-    }
-    for o in outbound {
-        files.push(Output {
+    let rejected = decision.response.disposition == Disposition::Rejected;
+    let mut progress = Progress::new(ic, !rejected);
+    let documents = super::documents::plan(b, r, i, it, &accepted_by(&decision), &mut progress)?;
+    let acks = outbound
+        .into_iter()
+        .map(|o| Output {
             item: i,
             dir: Folder::Outbox,
             name: outbound_name(&stem, &o),
             ack: Some(o.kind.extension().to_string()),
             content: Content::Bytes(o.bytes),
-        });
-    }
-    files.reserve_exact(documents.outputs.len());
-    files.extend(std::mem::take(&mut documents.outputs));
-    Ok(Prepared {
+        })
+        .collect();
+    let mut p = Prepared {
         item: i,
         decision,
-        files,
+        files: Vec::new(),
         group_keys,
         documents,
+        progress,
+        acks,
+        stem,
         lost: false,
-    })
+    };
+    p.files = run_files(&mut p, ic);
+    Ok(p)
+}
+
+/// Whether set `si` of group `gi` is accepted, by `decision`.
+fn accepted_by(decision: &Decision) -> impl Fn(usize, usize) -> bool + '_ {
+    |gi: usize, si: usize| {
+        decision
+            .response
+            .accepted_sets
+            .get(gi)
+            .and_then(|s| s.get(si))
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
+/// The files of the run of documents just planned; with the last run, the interchange's
+/// translation (its accepted sets that carry no document, known once every run is planned)
+/// and its acknowledgments first.
+fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
+    let mut files = Vec::new();
+    if p.progress.next.is_none() {
+        let accepted = accepted_by(&p.decision);
+        let keyed = &p.progress.keyed;
+        // Sets that carry a business document are delivered in its own file.
+        let keep = |gi: usize, si: usize| {
+            accepted(gi, si)
+                && !keyed
+                    .get(gi)
+                    .and_then(|g| g.get(si))
+                    .copied()
+                    .unwrap_or(false)
+        };
+        if p.decision.response.disposition != Disposition::Rejected
+            && p.progress.interchange_file(&accepted)
+        {
+            // Written straight into its file with the others; only whether its sets are
+            // kept is decided here.
+            files.push(Output {
+                item: p.item,
+                dir: Folder::Out,
+                name: format!("{}.json", p.stem),
+                content: Content::Translation {
+                    form: p.decision.partner.translation,
+                    keep: ic
+                        .groups
+                        .iter()
+                        .enumerate()
+                        .map(|(gi, group)| (0..group.sets.len()).map(|si| keep(gi, si)).collect())
+                        .collect(),
+                },
+                ack: None,
+            });
+        }
+        files.append(&mut p.acks);
+    }
+    files.reserve_exact(p.documents.outputs.len());
+    files.append(&mut p.documents.outputs);
+    files
+}
+
+/// Steps (3) and (4) again for each owned interchange with documents left to plan, a run at
+/// a time: in one transaction the lease is renewed (the fence), the run before is handed over
+/// and the next run's documents are decided; then its files are written. An interchange
+/// whose lease was lost stops there (its takeover decides the rest again, finding what was
+/// recorded). The acknowledgments written go into `stored`.
+fn more_runs(
+    r: &Round<'_>,
+    prepared: &mut [Prepared],
+    items: &mut [Item<'_>],
+    registry: &mut Registry,
+    stored: &mut std::collections::HashMap<usize, Vec<StoredAck>>,
+) -> Result<(), ProcessError> {
+    for p in prepared.iter_mut().filter(|p| !p.lost) {
+        while p.progress.next.is_some() {
+            if r.options.stop.abandoned() {
+                return Err(ProcessError::Interrupted);
+            }
+            let it = &items[p.item];
+            let run = registry.batch(|b| {
+                let renewed = b.renew_many(&[it.key.as_str()], &r.options.owner, r.lease_ms)?;
+                if !matches!(renewed.first(), Some(Some(_))) {
+                    return Ok::<_, ProcessError>(None);
+                }
+                super::documents::hand_over_run(
+                    b,
+                    r.config,
+                    &r.options.owner,
+                    &it.key,
+                    &p.documents,
+                )?;
+                let accepted = accepted_by(&p.decision);
+                super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress).map(Some)
+            })?;
+            let Some(run) = run else {
+                p.lost = true;
+                break;
+            };
+            p.documents = run;
+            let files = run_files(p, &it.ic);
+            for (item, acks) in write_all(r, files, 0, items)? {
+                stored.entry(item).or_default().extend(acks);
+            }
+            fail::fail_point!("run.after", |_| std::process::abort());
+        }
+    }
+    Ok(())
 }
 
 /// A stop that abandons work, between two steps: the batch's claims are marked failed.

@@ -35,24 +35,73 @@ pub struct DocumentReport {
     pub result_ref: Option<String>,
 }
 
-/// The documents of one interchange, decided.
+/// One run of an interchange's documents, decided: the files that deliver them and what
+/// they hand over. A large interchange is decided, written and handed over a run at a
+/// time, so that what it holds of its documents is one run's.
 #[derive(Default)]
 pub(super) struct Planned {
-    /// `[group][set]`: the set carries a document, delivered in its own file and so left
-    /// out of the interchange's translation.
-    pub keyed: Vec<Vec<bool>>,
     pub outputs: Vec<Output>,
-    pub reports: Vec<DocumentReport>,
     /// The files that deliver documents, recorded (and queued for their destinations) with
-    /// the completion.
+    /// the next run's transaction, or the completion's for the last run.
     pub named: Vec<Named>,
     /// Parked documents of this partner that this interchange's original let go.
     pub released: Vec<Released>,
-    /// Every sighting this attempt decided (an earlier attempt's others are withdrawn).
-    pub recorded: Vec<i64>,
 }
 
-impl Planned {
+/// The documents of one interchange across its runs: what is held of each until the
+/// interchange completes is a few bytes (a flag per set, a sighting's id), and a report for
+/// the first [`REPORTED`].
+pub(super) struct Progress {
+    /// `[group][set]`: the set carries a document, delivered in its own file and so left
+    /// out of the interchange's translation.
+    pub keyed: Vec<Vec<bool>>,
+    /// Where the next run starts (group, set); none once every set was planned.
+    pub next: Option<(usize, usize)>,
+    /// Every sighting this attempt decided (an earlier attempt's others are withdrawn).
+    pub recorded: Vec<i64>,
+    /// The reports of the first [`REPORTED`] documents.
+    pub reports: Vec<DocumentReport>,
+    /// How many documents there were, and how many of them new.
+    pub total: usize,
+    pub new: usize,
+}
+
+/// The documents (and outputs) of one interchange that its report lists; `documents_total`
+/// and `documents_new` count them all, and the registry has every one.
+pub const REPORTED: usize = 1_000;
+
+/// Documents decided in one transaction and written in one round of fsyncs, at most (a set
+/// is never split: one that carries more is a run of its own).
+pub const RUN_DOCUMENTS: usize = 2_000;
+
+impl Progress {
+    /// Nothing planned yet; `planned`: whether there is anything to plan (the interchange
+    /// was not rejected).
+    pub fn new(ic: &crate::x12::Interchange<'_>, planned: bool) -> Self {
+        Progress {
+            keyed: ic
+                .groups
+                .iter()
+                .map(|g| vec![false; g.sets.len()])
+                .collect(),
+            next: planned.then_some((0, 0)),
+            recorded: Vec::new(),
+            reports: Vec::new(),
+            total: 0,
+            new: 0,
+        }
+    }
+
+    fn report(&mut self, report: DocumentReport) {
+        self.total += 1;
+        if report.disposition == DocumentDisposition::New {
+            self.new += 1;
+        }
+        if self.reports.len() < REPORTED {
+            self.reports.push(report);
+        }
+    }
+
     /// Whether the interchange's own translation file is written: it holds the accepted
     /// sets that carry no document (and stays as before for an interchange without any).
     pub fn interchange_file(&self, accepted: &dyn Fn(usize, usize) -> bool) -> bool {
@@ -66,6 +115,15 @@ impl Planned {
             }
         }
         !any_keyed
+    }
+
+    /// Moves the reports into `report`, saying how many there were when it lists fewer.
+    pub fn into_report(&mut self, report: &mut crate::pipeline::Report) {
+        report.documents = std::mem::take(&mut self.reports);
+        if self.total > report.documents.len() {
+            report.documents_total = Some(self.total);
+            report.documents_new = Some(self.new);
+        }
     }
 }
 
@@ -119,24 +177,23 @@ fn file_name(key: &str, first: bool, sighting: i64) -> String {
     }
 }
 
-/// Records and decides every document among the accepted sets of `it` (inside the
-/// prepare transaction) and plans the files that deliver them.
+/// Records and decides the documents of the next run of accepted sets of `it` (inside the
+/// prepare transaction, or a run's own) and plans the files that deliver them; `progress`
+/// says where the run starts and learns where the next one does.
 pub(super) fn plan(
     b: &Batch<'_>,
     r: &Round<'_>,
     item: usize,
     it: &Item<'_>,
     accepted: &dyn Fn(usize, usize) -> bool,
+    progress: &mut Progress,
 ) -> Result<Planned, ProcessError> {
     let ic = &it.ic;
-    let mut planned = Planned {
-        keyed: ic
-            .groups
-            .iter()
-            .map(|g| vec![false; g.sets.len()])
-            .collect(),
-        ..Planned::default()
+    let mut planned = Planned::default();
+    let Some((first_group, first_set)) = progress.next.take() else {
+        return Ok(planned);
     };
+    let mut in_run = 0usize;
     let partner = it.partner.key();
     let out = &r.config.gateway.out;
     let correlation = it.report.correlation_id.clone().unwrap_or_default();
@@ -147,12 +204,20 @@ pub(super) fn plan(
     );
     // The sender's guide, when it has one, names its documents as it read them.
     let schemas = r.schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
-    for (gi, group) in ic.groups.iter().enumerate() {
+    for (gi, group) in ic.groups.iter().enumerate().skip(first_group) {
         let version = group.gs.element(8).unwrap_or_default();
-        for (si, set) in group.sets.iter().enumerate() {
+        let from = if gi == first_group { first_set } else { 0 };
+        for si in from..group.sets.len() {
+            if in_run >= r.run_documents {
+                progress.next = Some((gi, si));
+                return Ok(shrunk(planned));
+            }
             if !accepted(gi, si) {
                 continue;
             }
+            let Some(set) = group.sets.get(si) else {
+                continue;
+            };
             let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
                 continue;
             };
@@ -160,9 +225,10 @@ pub(super) fn plan(
             if found.is_empty() {
                 continue;
             }
-            if let Some(k) = planned.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
+            if let Some(k) = progress.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
                 *k = true;
             }
+            in_run += found.len();
             let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
             for d in found {
                 let position = d.position(gi, si);
@@ -180,7 +246,7 @@ pub(super) fn plan(
                     deliver_duplicates: it.partner.duplicate_documents
                         == crate::config::DuplicateDocuments::Deliver,
                 })?;
-                planned.recorded.push(decided.id);
+                progress.recorded.push(decided.id);
                 let rest = |out: &mut dyn std::io::Write| {
                     document::write_rest(
                         ic,
@@ -243,7 +309,7 @@ pub(super) fn plan(
                     DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
                     _ => None,
                 };
-                planned.reports.push(DocumentReport {
+                progress.report(DocumentReport {
                     set: d.set_id.clone(),
                     st02: st02.clone(),
                     key: d.key.clone(),
@@ -277,12 +343,14 @@ pub(super) fn plan(
             }
         }
     }
-    // A large interchange's lists are held until its completion: without their growth's
-    // spare room.
+    Ok(shrunk(planned))
+}
+
+/// A run's lists are held until its files are written: without their growth's spare room.
+fn shrunk(mut planned: Planned) -> Planned {
     planned.outputs.shrink_to_fit();
     planned.named.shrink_to_fit();
-    planned.reports.shrink_to_fit();
-    Ok(planned)
+    planned
 }
 
 /// Writes the file of the document in set `set` of group `group` of `it` (or in `part` of
@@ -386,13 +454,21 @@ fn log_decision(d: &Identified, decided: &Decided) {
 }
 
 /// The documents an interchange carried the first time, as the report of its exact resend
-/// lists them: duplicates of the original's, with the business system's reference for each.
+/// lists them (the first [`REPORTED`]; it says how many there were): duplicates of the
+/// original's, with the business system's reference for each.
 pub(super) fn replayed(
     registry: &Registry,
     interchange: &str,
-) -> Result<Vec<DocumentReport>, ProcessError> {
-    let mut reports = Vec::new();
-    for row in registry.documents_of(interchange)? {
+    report: &mut crate::pipeline::Report,
+) -> Result<(), ProcessError> {
+    let (rows, total) = registry.first_documents_of(interchange, REPORTED)?;
+    if total > rows.len() {
+        report.documents_total = Some(total);
+        report.documents_new = Some(0);
+    }
+    let reports = &mut report.documents;
+    reports.clear();
+    for row in rows {
         let result_ref = match row.result_ref {
             Some(r) => Some(r),
             None => registry.result_ref(&row.key)?,
@@ -407,7 +483,7 @@ pub(super) fn replayed(
             result_ref,
         });
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// Records that these documents' files are in `out/` and queues each for its destination
@@ -452,26 +528,41 @@ fn hand_over(
     Ok(())
 }
 
-/// Records, in the completion transaction, where each of an interchange's documents went
-/// and hands them to their destinations, with a note for the waiting ones it let go.
+/// Records, in the transaction after a run's files were written (the next run's, or the
+/// completion's), where each of its documents went and hands them to their destinations,
+/// with a note for the waiting ones it let go. Done again by a takeover, it changes nothing.
+pub(super) fn hand_over_run(
+    b: &Batch<'_>,
+    config: &Config,
+    owner: &str,
+    key: &str,
+    planned: &Planned,
+) -> Result<(), ProcessError> {
+    hand_over(b, config, owner, &planned.named)?;
+    if !planned.released.is_empty() {
+        note(b, EventKind::DocumentsReleased, &planned.released, key)?;
+    }
+    Ok(())
+}
+
+/// In the completion transaction: the last run handed over, and the sightings an earlier
+/// attempt recorded that this one did not (`recorded`: the earlier attempts') withdrawn.
 pub(super) fn complete(
     b: &Batch<'_>,
     config: &Config,
     owner: &str,
     key: &str,
     recorded: &[i64],
-    planned: &Planned,
+    last: &Planned,
+    progress: &Progress,
 ) -> Result<(), ProcessError> {
-    hand_over(b, config, owner, &planned.named)?;
-    let withdrawn = b.withdraw_documents(recorded, &planned.recorded)?;
+    hand_over_run(b, config, owner, key, last)?;
+    let withdrawn = b.withdraw_documents(recorded, &progress.recorded)?;
     if withdrawn > 0 {
         tracing::warn!(
             documents = withdrawn,
             "an earlier attempt's documents withdrawn: this attempt judged the interchange otherwise"
         );
-    }
-    if !planned.released.is_empty() {
-        note(b, EventKind::DocumentsReleased, &planned.released, key)?;
     }
     Ok(())
 }

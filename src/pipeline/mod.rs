@@ -197,11 +197,14 @@ pub struct Report {
     /// The business documents among its accepted sets, and what became of each.
     #[serde(default)]
     pub documents: Vec<DocumentReport>,
-    /// In the history's record of an interchange with many documents or outputs, and in
-    /// the watcher's: how many documents it carried (`documents` and `outputs` list the first
-    /// 100 there; `process --json` lists them all).
+    /// How many documents it carried, when `documents` lists fewer: `process` lists the
+    /// first 1,000 documents and outputs of an interchange, the history's record and the
+    /// watcher the first 100 (`documents --interchange KEY` lists them all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents_total: Option<usize>,
+    /// How many of them were new, when `documents` lists fewer than it carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents_new: Option<usize>,
     /// The registry key (not printed: `history --json` gives it from the event).
     #[serde(skip)]
     pub key: Option<String>,
@@ -212,9 +215,23 @@ impl Report {
     /// documents there were in `documents_total` (the registry has them all).
     pub fn keep_first(&mut self, n: usize) {
         if self.documents.len() > n || self.outputs.len() > n {
-            self.documents_total = Some(self.documents.len());
+            self.count_documents();
             self.documents.truncate(n);
             self.outputs.truncate(n);
+        }
+    }
+
+    /// Says in `documents_total` and `documents_new` how many documents it carried (unless
+    /// it says so already: its list was cut before).
+    pub fn count_documents(&mut self) {
+        if self.documents_total.is_none() {
+            self.documents_total = Some(self.documents.len());
+            self.documents_new = Some(
+                self.documents
+                    .iter()
+                    .filter(|d| d.disposition == crate::document::DocumentDisposition::New)
+                    .count(),
+            );
         }
     }
 }
@@ -511,6 +528,7 @@ pub use batch::{
 };
 pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
+    REPORTED, RUN_DOCUMENTS,
 };
 
 #[cfg(test)]

@@ -233,7 +233,7 @@ fn report(
                 r.correlation_id.as_deref().unwrap_or("-"),
                 r.disposition.as_str(),
                 reason.unwrap_or_default(),
-                documents(&r.documents)
+                documents(r)
             );
             let line = x12gate::text::printable(&line);
             // The report is stdout's, whatever stderr's progress bar is doing.
@@ -248,22 +248,27 @@ fn report(
 
 /// An interchange's documents in a few words: how many are new, and each other one (at
 /// most three named) with what became of it.
-fn documents(docs: &[x12gate::pipeline::DocumentReport]) -> String {
+fn documents(report: &Report) -> String {
     use x12gate::document::DocumentDisposition;
     const NAMED: usize = 3;
+    let docs = &report.documents;
     if docs.is_empty() {
         return String::new();
     }
-    let new = docs
-        .iter()
-        .filter(|d| d.disposition == DocumentDisposition::New)
-        .count();
+    // A report that lists the first documents of many counts them all.
+    let total = report.documents_total.unwrap_or(docs.len());
+    let new = report.documents_new.unwrap_or_else(|| {
+        docs.iter()
+            .filter(|d| d.disposition == DocumentDisposition::New)
+            .count()
+    });
     let others: Vec<&x12gate::pipeline::DocumentReport> = docs
         .iter()
         .filter(|d| d.disposition != DocumentDisposition::New)
         .collect();
+    let other_total = total.saturating_sub(new);
     let mut parts = Vec::new();
-    if new > 0 || others.is_empty() {
+    if new > 0 || other_total == 0 {
         parts.push(format!("{new} new"));
     }
     parts.extend(others.iter().take(NAMED).map(|d| {
@@ -284,8 +289,9 @@ fn documents(docs: &[x12gate::pipeline::DocumentReport]) -> String {
             .unwrap_or_default();
         format!("{} {}{of}{reference}", d.key, d.disposition)
     }));
-    if others.len() > NAMED {
-        parts.push(format!("{} more", others.len() - NAMED));
+    let named = others.len().min(NAMED);
+    if other_total > named {
+        parts.push(format!("{} more", other_total - named));
     }
     format!("; documents: {}", parts.join(", "))
 }
