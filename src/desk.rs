@@ -220,12 +220,22 @@ fn layers_of(
             })
             .collect(),
     });
+    // By document, once: an interchange of many documents has as many deliveries.
+    let mut by_document: std::collections::HashMap<
+        (&str, &str),
+        Vec<&crate::registry::DeliveryRow>,
+    > = std::collections::HashMap::new();
+    for r in deliveries {
+        by_document
+            .entry((r.key.as_str(), r.interchange.as_str()))
+            .or_default()
+            .push(r);
+    }
     let mut delivered = Vec::new();
     for d in documents {
-        let sent: Vec<&crate::registry::DeliveryRow> = deliveries
-            .iter()
-            .filter(|r| r.key == d.key && r.interchange == d.interchange)
-            .collect();
+        let sent = by_document
+            .get(&(d.key.as_str(), d.interchange.as_str()))
+            .map_or(&[][..], Vec::as_slice);
         let known = || d.result_ref.clone().or_else(|| refs.get(&d.key).cloned());
         if sent.is_empty() {
             let handed = matches!(
@@ -241,7 +251,7 @@ fn layers_of(
                 result_ref: known(),
             });
         }
-        for r in sent {
+        for r in sent.iter() {
             delivered.push(DeliveredLayer {
                 document: d.key.clone(),
                 destination: Some(r.destination.clone()),

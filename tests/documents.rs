@@ -24,6 +24,11 @@ impl Gate {
     /// A gateway with `gateway` among its `[gateway]` settings, and `extra` after the
     /// partner's.
     fn with_gateway(gateway: &str, extra: &str) -> Gate {
+        Gate::on("data/x12gate.db", gateway, extra)
+    }
+
+    /// [`Gate::with_gateway`] with its registry in `database` (a file, or a PostgreSQL URL).
+    fn on(database: &str, gateway: &str, extra: &str) -> Gate {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("partners.toml"),
@@ -36,7 +41,7 @@ outbox = "data/outbox"
 out = "data/out"
 archive = "data/archive"
 rejected = "data/rejected"
-database = "data/x12gate.db"
+database = "{database}"
 lease_seconds = 300
 {gateway}
 
@@ -1157,24 +1162,39 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
 ) {
     // The first run is written with the interchange's step (4), each later one after a
     // transaction of its own; the acknowledgment only with the last.
-    for (point, action, acknowledged) in [
+    let cases = [
         ("outputs.after", "return", false),
         ("run.after", "return", false),
         ("run.after", "1*off->return", false),
         ("run.after", "2*off->return", true),
         ("complete.before", "return", true),
-    ] {
-        let what = format!("{point}={action}");
+    ];
+    // On SQLite, and on PostgreSQL (a schema of its own each) when there is one.
+    let backends = [Some("data/x12gate.db".to_string()), None]
+        .into_iter()
+        .flat_map(|db| cases.iter().map(move |c| (db.clone(), *c)));
+    for (database, (point, action, acknowledged)) in backends {
+        let Some(database) = database.or_else(crate::pg_server::schema) else {
+            continue;
+        };
+        let what = format!("{point}={action} on {}", &database[..8]);
         let share = tempfile::tempdir().unwrap();
-        let gate = Gate::with_gateway(IN_RUNS_OF_TWO, &queued_to(share.path()));
+        let gate = Gate::on(&database, IN_RUNS_OF_TWO, &queued_to(share.path()));
         let file = gate.write("seven.x12", &seven_pos(601));
         let (status, stdout, stderr) = gate.run(
             &["process", "--no-deliver", &file.display().to_string()],
-            Some(&what),
+            Some(&format!("{point}={action}")),
         );
-        assert!(!status.success(), "{what}: the failpoint aborts: {stdout}{stderr}");
+        assert!(
+            !status.success(),
+            "{what}: the failpoint aborts: {stdout}{stderr}"
+        );
         let acks = acks_in(&gate).len();
-        assert_eq!(acks > 0, acknowledged, "{what}: acknowledged before every run was");
+        assert_eq!(
+            acks > 0,
+            acknowledged,
+            "{what}: acknowledged before every run was"
+        );
         // Every file written is a recorded sighting's, every queued delivery a file's.
         let rows = gate.documents(&["--all"]);
         for (name, doc) in gate.delivered() {
@@ -1208,7 +1228,10 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
         assert!(status.code().is_some(), "{what}: {stderr}");
         let reports = lines(&stdout);
         assert_eq!(reports.len(), 1, "{what}: {stdout}{stderr}");
-        assert_eq!(reports[0]["disposition"], "accepted", "{what}: {stdout}{stderr}");
+        assert_eq!(
+            reports[0]["disposition"], "accepted",
+            "{what}: {stdout}{stderr}"
+        );
         assert_eq!(
             reports[0]["documents"].as_array().unwrap().len(),
             7,
@@ -1252,7 +1275,10 @@ fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
             po(&format!("PO-{n}"), "00", 5)
         })
         .collect();
-    let file = gate.write("many.x12", &interchange(603, "PO", "850", &bodies, 1, '*', '~'));
+    let file = gate.write(
+        "many.x12",
+        &interchange(603, "PO", "850", &bodies, 1, '*', '~'),
+    );
     let reports = gate.process(&[&file], 0);
     let r = &reports[0];
     assert_eq!(r["documents"].as_array().unwrap().len(), 1000, "listed");
@@ -1262,11 +1288,20 @@ fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
     assert_eq!(r["documents"][10]["disposition"], "duplicate");
     assert_eq!(gate.delivered().len(), 1002, "every new PO has its file");
     assert_eq!(gate.documents(&["--all"]).len(), 1003);
+    // The registry lists them all, in the interchange's order.
+    let listed = gate.documents(&["--interchange", "ZZ:ACME:000000603"]);
+    assert_eq!(listed.len(), 1003);
+    assert_eq!(listed[1002]["key"], "ZZ:ACME:850:PO-1003:00:");
+    assert_eq!(listed[10]["disposition"], "duplicate");
+    assert!(gate
+        .documents(&["--interchange", "ZZ:ACME:000000604"])
+        .is_empty());
     // The text report counts what it does not list.
     let (status, stdout, stderr) = gate.run(&["process", &file.display().to_string()], None);
     assert!(status.success(), "{stderr}");
     assert!(
-        stdout.contains("duplicate; documents: ZZ:ACME:850:PO-1:00: duplicate of ZZ:ACME:000000603"),
+        stdout
+            .contains("duplicate; documents: ZZ:ACME:850:PO-1:00: duplicate of ZZ:ACME:000000603"),
         "{stdout}"
     );
     assert!(stdout.trim_end().ends_with(", 1000 more"), "{stdout}");

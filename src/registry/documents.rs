@@ -342,9 +342,7 @@ impl Registry {
         let rows = stmt
             .query_map([interchange_key], row)
             .map_err(|e| self.sql(e))?;
-        let rows: Vec<DocumentRow> = rows
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.sql(e))?;
+        let rows: Vec<DocumentRow> = rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))?;
         let total: i64 = self
             .conn
             .query_row(

@@ -229,6 +229,11 @@ pub enum Command {
         /// Only the sightings of this document key
         #[arg(long)]
         key: Option<String>,
+        /// Only the sightings of this interchange (its registry key, as `history` and the
+        /// report's duplicate_of give it), in its order: all of them, where `process`
+        /// lists an interchange's first 1,000
+        #[arg(long, value_name = "KEY")]
+        interchange: Option<String>,
         /// One JSON object per document per line
         #[arg(long)]
         json: bool,

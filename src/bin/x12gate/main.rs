@@ -224,6 +224,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             waiting,
             all,
             key,
+            interchange,
             json,
         } => documents::documents(
             &required(config)?,
@@ -233,6 +234,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 waiting,
                 all,
                 key,
+                interchange,
                 json,
             },
             &mut out,

@@ -16,6 +16,7 @@ pub struct Listing {
     pub waiting: bool,
     pub all: bool,
     pub key: Option<String>,
+    pub interchange: Option<String>,
     pub json: bool,
 }
 
@@ -64,6 +65,18 @@ pub fn documents(
             Ok(exit::OK)
         }
         None => {
+            if let Some(interchange) = &listing.interchange {
+                let rows = registry
+                    .documents_of(interchange)
+                    .map_err(registry_failure)?;
+                for r in rows
+                    .iter()
+                    .filter(|r| listing.key.as_ref().is_none_or(|k| *k == r.key))
+                {
+                    print_row(r, listing.json, out)?;
+                }
+                return Ok(exit::OK);
+            }
             let deliveries: Vec<Delivery> = if listing.all || listing.key.is_some() {
                 Vec::new()
             } else {
