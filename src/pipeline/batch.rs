@@ -1390,7 +1390,7 @@ fn complete_all(
             .and_then(|r| r.code)
             .map(|c| c.to_string());
         it.report.reason = response.reason.as_ref().map(|r| bounded_reason(&r.text));
-        p.progress.into_report(&mut it.report);
+        p.progress.move_into(&mut it.report);
     }
     if any_owned {
         fail::fail_point!("complete.before", |_| std::process::abort());

@@ -118,7 +118,7 @@ impl Progress {
     }
 
     /// Moves the reports into `report`, saying how many there were when it lists fewer.
-    pub fn into_report(&mut self, report: &mut crate::pipeline::Report) {
+    pub fn move_into(&mut self, report: &mut crate::pipeline::Report) {
         report.documents = std::mem::take(&mut self.reports);
         if self.total > report.documents.len() {
             report.documents_total = Some(self.total);
