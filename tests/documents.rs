@@ -30,6 +30,11 @@ impl Gate {
     /// [`Gate::with_gateway`] with its registry in `database` (a file, or a PostgreSQL URL).
     fn on(database: &str, gateway: &str, extra: &str) -> Gate {
         let dir = tempfile::tempdir().unwrap();
+        let gateway = if gateway.contains("lease_seconds") {
+            gateway.to_string()
+        } else {
+            format!("lease_seconds = 300\n{gateway}")
+        };
         fs::write(
             dir.path().join("partners.toml"),
             format!(
@@ -42,7 +47,6 @@ out = "data/out"
 archive = "data/archive"
 rejected = "data/rejected"
 database = "{database}"
-lease_seconds = 300
 {gateway}
 
 [[partner]]
@@ -1308,4 +1312,56 @@ fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
     let again = gate.process(&[&file], 0);
     assert_eq!(again[0]["documents"].as_array().unwrap().len(), 1000);
     assert_eq!(again[0]["documents_total"], 1003);
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_process_whose_lease_ran_out_between_runs_stops_and_the_takeover_finishes_once() {
+    let share = tempfile::tempdir().unwrap();
+    let gate = Gate::on(
+        "data/x12gate.db",
+        &format!("{IN_RUNS_OF_TWO}\nlease_seconds = 1"),
+        &queued_to(share.path()),
+    );
+    let file = gate.write("seven.x12", &seven_pos(604));
+    let arg = file.display().to_string();
+    // A sleeps after each run it writes after the first, past its lease: its second run
+    // ([PO-3, PO-2 again]) makes three files.
+    let started = std::time::Instant::now();
+    let slow = gate
+        .command(
+            &["process", "--json", "--no-deliver", &arg],
+            Some("run.after=sleep(4000)"),
+        )
+        .spawn()
+        .unwrap();
+    while gate.delivered().len() < 3 {
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the first runs were never written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // B waits for A's lease to run out (A lives), takes the interchange over, finishes it.
+    let (status, stdout, stderr) = gate.run(&["process", "--json", "--no-deliver", &arg], None);
+    assert!(status.success(), "{stdout}{stderr}");
+    let b = lines(&stdout);
+    assert_eq!(b[0]["disposition"], "accepted", "{stdout}");
+    assert!(b[0]["took_over"].is_string(), "{stdout}");
+    let a = slow.wait_with_output().unwrap();
+    // A stopped at its next run (one sleep), not after writing the two runs left (three).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "A went on after its lease was lost: {:?}",
+        started.elapsed()
+    );
+    let a_out = String::from_utf8_lossy(&a.stdout);
+    let a_report = lines(&a_out);
+    assert_eq!(
+        a_report[0]["disposition"],
+        "in_progress",
+        "A lost its claim at its next run: {a_out}{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    assert_seven_pos_settled(&gate, "taken over between runs");
 }

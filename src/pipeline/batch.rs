@@ -1699,7 +1699,8 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
 }
 
 /// Steps (3) and (4) again for each owned interchange with documents left to plan, a run at
-/// a time: in one transaction the lease is renewed (the fence), the run before is handed over
+/// a time: in one transaction the leases are renewed (the fence; every claim of the round
+/// not completed yet, since they all wait for the last run), the run before is handed over
 /// and the next run's documents are decided; then its files are written. An interchange
 /// whose lease was lost stops there (its takeover decides the rest again, finding what was
 /// recorded). The acknowledgments written go into `stored`.
@@ -1710,16 +1711,38 @@ fn more_runs(
     registry: &mut Registry,
     stored: &mut std::collections::HashMap<usize, Vec<StoredAck>>,
 ) -> Result<(), ProcessError> {
-    for p in prepared.iter_mut().filter(|p| !p.lost) {
-        while p.progress.next.is_some() {
+    for at in 0..prepared.len() {
+        while prepared
+            .get(at)
+            .is_some_and(|p| !p.lost && p.progress.next.is_some())
+        {
             if r.options.stop.abandoned() {
                 return Err(ProcessError::Interrupted);
             }
+            // (position in `prepared`, item) of every claim still ours.
+            let held: Vec<(usize, usize)> = prepared
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.lost)
+                .map(|(k, p)| (k, p.item))
+                .collect();
+            let Some(p) = prepared.get_mut(at) else {
+                break;
+            };
             let it = &items[p.item];
-            let run = registry.batch(|b| {
-                let renewed = b.renew_many(&[it.key.as_str()], &r.options.owner, r.lease_ms)?;
-                if !matches!(renewed.first(), Some(Some(_))) {
-                    return Ok::<_, ProcessError>(None);
+            let (renewed, run) = registry.batch(|b| {
+                let keys: Vec<&str> = held.iter().map(|(_, i)| items[*i].key.as_str()).collect();
+                let renewed: Vec<bool> = b
+                    .renew_many(&keys, &r.options.owner, r.lease_ms)?
+                    .into_iter()
+                    .map(|r| r.is_some())
+                    .collect();
+                let ours = held
+                    .iter()
+                    .zip(&renewed)
+                    .any(|((k, _), renewed)| *k == at && *renewed);
+                if !ours {
+                    return Ok::<_, ProcessError>((renewed, None));
                 }
                 super::documents::hand_over_run(
                     b,
@@ -1729,18 +1752,22 @@ fn more_runs(
                     &p.documents,
                 )?;
                 let accepted = accepted_by(&p.decision);
-                super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress).map(Some)
+                let run = super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress)?;
+                Ok((renewed, Some(run)))
             })?;
-            let Some(run) = run else {
-                p.lost = true;
-                break;
-            };
-            p.documents = run;
-            let files = run_files(p, &it.ic);
-            for (item, acks) in write_all(r, files, 0, items)? {
-                stored.entry(item).or_default().extend(acks);
+            if let Some(run) = run {
+                p.documents = run;
+                let files = run_files(p, &it.ic);
+                for (item, acks) in write_all(r, files, 0, items)? {
+                    stored.entry(item).or_default().extend(acks);
+                }
+                fail::fail_point!("run.after", |_| std::process::abort());
             }
-            fail::fail_point!("run.after", |_| std::process::abort());
+            for ((k, _), renewed) in held.iter().zip(renewed) {
+                if let Some(other) = prepared.get_mut(*k) {
+                    other.lost |= !renewed;
+                }
+            }
         }
     }
     Ok(())
