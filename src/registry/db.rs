@@ -883,9 +883,20 @@ impl Conn {
         mut f: impl FnMut(&Row<'_>) -> Result<T>,
     ) -> Result<Vec<Vec<T>>> {
         match self {
-            Conn::Sqlite(_) => runs
+            // Each run's rows collected as they are read (not as a list of results first,
+            // several times their size: an interchange's sightings are a million ids).
+            Conn::Sqlite(c) => runs
                 .iter()
-                .map(|(sql, values)| self.query_map(sql, values.to_vec(), &mut f)?.collect())
+                .map(|(sql, values)| {
+                    let mut stmt = c.prepare_cached(sql)?;
+                    let mut rows =
+                        stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                    let mut out = Vec::new();
+                    while let Some(r) = rows.next()? {
+                        out.push(f(&Row::Sqlite(r))?);
+                    }
+                    Ok(out)
+                })
                 .collect(),
             Conn::Postgres(p) => {
                 let answers = {

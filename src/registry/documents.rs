@@ -278,27 +278,42 @@ pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Resu
 
 impl Registry {
     /// Sightings, oldest first: all, or those whose delivery is one of `deliveries`, or
-    /// those of one key.
+    /// those of one key. Selected by the database (by its indexes on the key and on the
+    /// open deliveries), not read whole and filtered: a registry holds every sighting ever.
     pub fn documents(
         &self,
         deliveries: &[Delivery],
         key: Option<&str>,
     ) -> Result<Vec<DocumentRow>, RegistryError> {
+        let mut conditions = Vec::new();
+        if key.is_some() {
+            conditions.push("key = ?1".to_string());
+        }
+        if !deliveries.is_empty() {
+            // Words of our own vocabulary, never input.
+            let words: Vec<String> = deliveries
+                .iter()
+                .map(|d| format!("'{}'", d.as_str()))
+                .collect();
+            conditions.push(format!("delivery IN ({})", words.join(", ")));
+        }
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
         let mut stmt = self
             .conn
-            .prepare(&format!("SELECT {COLUMNS} FROM documents ORDER BY id"))
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM documents{filter} ORDER BY id"
+            ))
             .map_err(|e| self.sql(e))?;
-        let rows = stmt.query_map([], row).map_err(|e| self.sql(e))?;
-        let mut out = Vec::new();
-        for r in rows {
-            let r = r.map_err(|e| self.sql(e))?;
-            if (deliveries.is_empty() || deliveries.contains(&r.delivery))
-                && key.is_none_or(|k| k == r.key)
-            {
-                out.push(r);
-            }
+        let rows = match key {
+            Some(k) => stmt.query_map([k], row),
+            None => stmt.query_map([], row),
         }
-        Ok(out)
+        .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
     /// The file names (in `out/`) of every recorded document delivered.
