@@ -1365,3 +1365,37 @@ fn a_process_whose_lease_ran_out_between_runs_stops_and_the_takeover_finishes_on
     );
     assert_seven_pos_settled(&gate, "taken over between runs");
 }
+
+/// An interchange key pruned past its window and sent again is a first attempt: the
+/// documents its earlier holder left for an operator (a held conflict) are not its to
+/// withdraw.
+#[test]
+fn a_control_number_reused_after_its_window_leaves_the_held_documents_of_its_first_use() {
+    let gate = Gate::new("duplicate_window_days = 1");
+    let first = gate.write("a.x12", &an_850(701, po("PO-1", "00", 1)));
+    let other = gate.write("b.x12", &an_850(702, po("PO-1", "00", 2)));
+    gate.process(&[&first, &other], 0);
+    let held = gate.documents(&["--held"]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["interchange"], "ZZ:ACME:000000702");
+    let registry = x12gate::registry::Registry::open(
+        &x12gate::registry::Database::from(&gate.root().join("data/x12gate.db")),
+        x12gate::registry::Identity {
+            qualifier: "ZZ",
+            id: "X12GATE",
+        },
+    )
+    .unwrap();
+    registry.age_for_tests("ZZ:ACME:000000702", 5).unwrap();
+    drop(registry);
+    let (status, _, stderr) = gate.run(&["prune"], None);
+    assert!(status.success(), "{stderr}");
+    // ISA13 702 again, months later, with another PO.
+    let reused = gate.write("c.x12", &an_850(702, po("PO-9", "00", 9)));
+    let reports = gate.process(&[&reused], 0);
+    assert_eq!(reports[0]["disposition"], "accepted", "{reports:?}");
+    assert_eq!(reports[0]["documents"][0]["disposition"], "new");
+    let held = gate.documents(&["--held"]);
+    assert_eq!(held.len(), 1, "the held conflict was withdrawn: {held:?}");
+    assert_eq!(held[0]["key"], "ZZ:ACME:850:PO-1:00:");
+}

@@ -1448,10 +1448,26 @@ fn complete_all(
             })
             .collect();
         let done = b.complete_many(&r.options.owner, &completions)?;
-        let keys: Vec<&str> = completions.iter().map(|(key, _)| *key).collect();
+        // Only a later attempt can find sightings an earlier one recorded and this one did
+        // not; a first attempt's (a key never seen, or pruned) are all its own, and reading
+        // them back would cost a million ids for a large interchange.
+        let again: Vec<bool> = ours
+            .iter()
+            .map(|(p, ..)| items[p.item].report.attempt.is_some_and(|a| a > 1))
+            .collect();
+        let keys: Vec<&str> = completions
+            .iter()
+            .zip(&again)
+            .filter(|(_, again)| **again)
+            .map(|((key, _), _)| *key)
+            .collect();
         let mut recorded = b.recorded_documents(&keys)?.into_iter();
-        for ((p, ..), done) in ours.iter().zip(done) {
-            let recorded = recorded.next().unwrap_or_default();
+        for (((p, ..), done), again) in ours.iter().zip(done).zip(again) {
+            let recorded = if again {
+                recorded.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             if done {
                 let key = &items[p.item].key;
                 super::documents::complete(
