@@ -1390,12 +1390,97 @@ fn a_control_number_reused_after_its_window_leaves_the_held_documents_of_its_fir
     drop(registry);
     let (status, _, stderr) = gate.run(&["prune"], None);
     assert!(status.success(), "{stderr}");
-    // ISA13 702 again, months later, with another PO.
+    // ISA13 702 again, months later, with another PO; where failpoints are built in, its
+    // first attempt dies after writing, so that the one that completes is a takeover.
     let reused = gate.write("c.x12", &an_850(702, po("PO-9", "00", 9)));
+    if cfg!(feature = "failpoints") {
+        let (status, ..) = gate.run(
+            &["process", &reused.display().to_string()],
+            Some("outputs.after=return"),
+        );
+        assert!(!status.success());
+    }
     let reports = gate.process(&[&reused], 0);
     assert_eq!(reports[0]["disposition"], "accepted", "{reports:?}");
     assert_eq!(reports[0]["documents"][0]["disposition"], "new");
+    let attempt = if cfg!(feature = "failpoints") { 2 } else { 1 };
+    assert_eq!(reports[0]["attempt"], attempt, "{reports:?}");
     let held = gate.documents(&["--held"]);
     assert_eq!(held.len(), 1, "the held conflict was withdrawn: {held:?}");
     assert_eq!(held[0]["key"], "ZZ:ACME:850:PO-1:00:");
+}
+
+/// A takeover that judges an interchange otherwise (here its sender is no longer a partner,
+/// so it is rejected) withdraws what the crashed attempt recorded, but not the documents an
+/// earlier run already delivered: forgetting them would book a resend twice.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_takeover_that_rejects_an_interchange_keeps_the_documents_its_earlier_runs_delivered() {
+    let gate = Gate::with_gateway(IN_RUNS_OF_TWO, "");
+    let file = gate.write("seven.x12", &seven_pos(605));
+    // Killed after its third run is written: the first two are handed over.
+    let (status, ..) = gate.run(
+        &["process", &file.display().to_string()],
+        Some("run.after=1*off->return"),
+    );
+    assert!(!status.success());
+    let config = gate.root().join("partners.toml");
+    let with_acme = fs::read_to_string(&config).unwrap();
+    let (without, _) = with_acme.split_once("[[partner]]").unwrap();
+    fs::write(&config, without).unwrap();
+    let reports = gate.process(&[&file], 3);
+    assert_eq!(reports[0]["disposition"], "rejected", "{reports:?}");
+    let rows = gate.documents(&["--all"]);
+    let kept: Vec<&str> = rows.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        kept,
+        [
+            "ZZ:ACME:850:PO-1:00:",
+            "ZZ:ACME:850:PO-2:00:",
+            "ZZ:ACME:850:PO-3:00:"
+        ],
+        "what the first two runs delivered stays (PO-2's repeat, never delivered, and the \
+         third run go): {rows:?}"
+    );
+    // With ACME back, PO-1 resent in a new interchange is the duplicate it is.
+    fs::write(&config, &with_acme).unwrap();
+    let again = gate.write("again.x12", &an_850(606, po("PO-1", "00", 1)));
+    let reports = gate.process(&[&again], 0);
+    assert_eq!(
+        reports[0]["documents"][0]["disposition"], "duplicate",
+        "{reports:?}"
+    );
+}
+
+/// Documents are decided in file order across the interchanges of one batch, however many
+/// runs the first one takes: the later interchange's reuse of a PO number is the conflict.
+#[test]
+fn an_interchange_decided_in_runs_is_decided_before_the_interchanges_after_it() {
+    let gate = Gate::with_gateway(IN_RUNS_OF_TWO, "");
+    let five: Vec<String> = (1..=5).map(|i| po(&format!("PO-{i}"), "00", i)).collect();
+    let text =
+        interchange(611, "PO", "850", &five, 1, '*', '~') + &an_850(612, po("PO-5", "00", 55));
+    let file = gate.write("two.x12", &text);
+    let reports = gate.process(&[&file], 0);
+    let dispositions = |r: &Value| -> Vec<String> {
+        r["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {}",
+                    d["key"].as_str().unwrap(),
+                    d["disposition"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        dispositions(&reports[0]),
+        (1..=5)
+            .map(|i| format!("ZZ:ACME:850:PO-{i}:00: new"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(dispositions(&reports[1]), ["ZZ:ACME:850:PO-5:00: conflict"]);
 }

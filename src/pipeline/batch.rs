@@ -1211,6 +1211,9 @@ fn prepare_all(
             })
             .collect();
         let mut taken = b.take_control_numbers(&wants)?.into_iter();
+        // Documents are decided in file order: once an interchange has runs left, those of
+        // the interchanges after it wait for them (`more_runs` decides them all in order).
+        let mut waiting = false;
         for ((i, _), stage) in plans.iter().zip(stages) {
             let it = &items[*i];
             let (isa13, gs06) = taken.next().unwrap_or_default();
@@ -1230,7 +1233,13 @@ fn prepare_all(
                             reservation
                         }
                     };
-                    prepared.push(prepare(b, r, *i, it, first, *owned, reservation)?);
+                    let mut p = prepare(r, *i, it, first, *owned, reservation)?;
+                    if !waiting {
+                        next_run(b, r, &mut p, it)?;
+                    }
+                    p.files = run_files(&mut p, &it.ic);
+                    waiting |= p.progress.next.is_some();
+                    prepared.push(p);
                 }
                 Stage::Lost => prepared.push(Prepared {
                     item: *i,
@@ -1601,9 +1610,9 @@ fn group_keys(ic: &Interchange<'_>) -> Vec<GroupKey> {
         .collect()
 }
 
-/// Step (3) for one owned interchange, inside the batch's transaction.
+/// Step (3) for one owned interchange, inside the batch's transaction: its acknowledgments
+/// made; its documents are decided by [`next_run`].
 fn prepare(
-    b: &Batch<'_>,
     r: &Round<'_>,
     i: usize,
     it: &Item<'_>,
@@ -1629,8 +1638,7 @@ fn prepare(
 
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
     let rejected = decision.response.disposition == Disposition::Rejected;
-    let mut progress = Progress::new(ic, !rejected);
-    let documents = super::documents::plan(b, r, i, it, &accepted_by(&decision), &mut progress)?;
+    let progress = Progress::new(ic, !rejected);
     let acks = outbound
         .into_iter()
         .map(|o| Output {
@@ -1641,19 +1649,29 @@ fn prepare(
             content: Content::Bytes(o.bytes),
         })
         .collect();
-    let mut p = Prepared {
+    Ok(Prepared {
         item: i,
         decision,
         files: Vec::new(),
         group_keys,
-        documents,
+        documents: Planned::default(),
         progress,
         acks,
         stem,
         lost: false,
-    };
-    p.files = run_files(&mut p, ic);
-    Ok(p)
+    })
+}
+
+/// Records and decides the next run of `p`'s documents (inside a transaction).
+fn next_run(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    p: &mut Prepared,
+    it: &Item<'_>,
+) -> Result<(), ProcessError> {
+    let accepted = accepted_by(&p.decision);
+    p.documents = super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress)?;
+    Ok(())
 }
 
 /// Whether set `si` of group `gi` is accepted, by `decision`.
@@ -1758,7 +1776,7 @@ fn more_runs(
                     .zip(&renewed)
                     .any(|((k, _), renewed)| *k == at && *renewed);
                 if !ours {
-                    return Ok::<_, ProcessError>((renewed, None));
+                    return Ok::<_, ProcessError>((renewed, false));
                 }
                 super::documents::hand_over_run(
                     b,
@@ -1767,12 +1785,10 @@ fn more_runs(
                     &it.key,
                     &p.documents,
                 )?;
-                let accepted = accepted_by(&p.decision);
-                let run = super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress)?;
-                Ok((renewed, Some(run)))
+                next_run(b, r, p, it)?;
+                Ok((renewed, true))
             })?;
-            if let Some(run) = run {
-                p.documents = run;
+            if run {
                 let files = run_files(p, &it.ic);
                 for (item, acks) in write_all(r, files, 0, items)? {
                     stored.entry(item).or_default().extend(acks);

@@ -552,16 +552,22 @@ pub(super) fn complete(
     config: &Config,
     owner: &str,
     key: &str,
-    recorded: &[i64],
+    recorded: &[(i64, crate::registry::Delivery)],
     last: &Planned,
     progress: &Progress,
 ) -> Result<(), ProcessError> {
     hand_over_run(b, config, owner, key, last)?;
-    let withdrawn = b.withdraw_documents(recorded, &progress.recorded)?;
+    let (withdrawn, delivered) = b.withdraw_documents(recorded, &progress.recorded)?;
     if withdrawn > 0 {
         tracing::warn!(
             documents = withdrawn,
             "an earlier attempt's documents withdrawn: this attempt judged the interchange otherwise"
+        );
+    }
+    if delivered > 0 {
+        tracing::error!(
+            documents = delivered,
+            "an earlier attempt delivered documents that this attempt did not decide again (it judged the interchange otherwise): they stay recorded as delivered; check them with x12gate documents --interchange"
         );
     }
     Ok(())

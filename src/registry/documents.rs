@@ -154,31 +154,36 @@ impl Batch<'_> {
 
     /// Withdraws the sightings an earlier attempt of `interchange_key` recorded that this
     /// attempt did not decide again (it judged the interchange otherwise: a rejection, a set
-    /// no longer accepted): they were never delivered, and what they let go waits again.
-    /// `recorded` are the ones [`Batch::recorded_documents`] found.
+    /// no longer accepted), and what they let go waits again. One an earlier attempt
+    /// delivered already (a large interchange's earlier run) stays: it was handed over, and
+    /// forgetting it would let a resend be booked again. `recorded` are the ones
+    /// [`Batch::recorded_documents`] found; returns how many were withdrawn and how many
+    /// stayed delivered.
     pub fn withdraw_documents(
         &self,
-        recorded: &[i64],
+        recorded: &[(i64, Delivery)],
         kept: &[i64],
-    ) -> Result<usize, RegistryError> {
+    ) -> Result<(usize, usize), RegistryError> {
         withdraw(&self.tx, recorded, kept).map_err(|e| self.sql(e))
     }
 
-    /// The sightings recorded for each interchange, read together (one round trip on
-    /// PostgreSQL).
+    /// The sightings recorded for each interchange since its claim was first taken (a key
+    /// reused after it was pruned leaves its earlier holder's to it), with their delivery,
+    /// read together (one round trip on PostgreSQL).
     pub fn recorded_documents(
         &self,
         interchange_keys: &[&str],
-    ) -> Result<Vec<Vec<i64>>, RegistryError> {
+    ) -> Result<Vec<Vec<(i64, Delivery)>>, RegistryError> {
         let runs: Vec<_> = interchange_keys
             .iter()
             .map(|key| vec![crate::registry::db::Value::Text(key.to_string())])
             .collect();
         self.tx
             .query_each(
-                "SELECT id FROM documents WHERE interchange_key = ?1",
+                "SELECT id, delivery FROM documents WHERE interchange_key = ?1
+                 AND seen >= (SELECT first_seen FROM interchanges WHERE key = ?1)",
                 &runs,
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(|e| self.sql(e))
     }
@@ -747,13 +752,20 @@ fn settle(
 
 fn withdraw(
     tx: &crate::registry::db::Conn,
-    recorded: &[i64],
+    recorded: &[(i64, Delivery)],
     kept: &[i64],
-) -> Result<usize, crate::registry::db::Error> {
+) -> Result<(usize, usize), crate::registry::db::Error> {
+    if recorded.is_empty() {
+        return Ok((0, 0));
+    }
     // A set, not a list: an interchange of a million documents completes in linear time.
     let kept: std::collections::HashSet<i64> = kept.iter().copied().collect();
-    let mut n = 0;
-    for id in recorded.iter().filter(|id| !kept.contains(id)) {
+    let (mut n, mut delivered) = (0, 0);
+    for (id, delivery) in recorded.iter().filter(|(id, _)| !kept.contains(id)) {
+        if *delivery == Delivery::Delivered {
+            delivered += 1;
+            continue;
+        }
         tx.prepare_cached(
             "UPDATE documents SET delivery = 'parked', by = interchange_key, sequence = NULL,
                  released_by = NULL
@@ -764,7 +776,7 @@ fn withdraw(
             .write([id])?;
         n += 1;
     }
-    Ok(n)
+    Ok((n, delivered))
 }
 
 /// The sightings that the original `original` let go and that are not delivered yet.
