@@ -181,7 +181,7 @@ impl Batch<'_> {
         self.tx
             .query_each(
                 "SELECT id, delivery FROM documents WHERE interchange_key = ?1
-                 AND seen >= (SELECT first_seen FROM interchanges WHERE key = ?1)",
+                 AND seen >= COALESCE((SELECT first_seen FROM interchanges WHERE key = ?1), 0)",
                 &runs,
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -1183,7 +1183,7 @@ mod tests {
                     b.withdraw_documents(recorded.first().map_or(&[][..], Vec::as_slice), &[])
                 })
                 .unwrap();
-            assert_eq!(n, 1);
+            assert_eq!(n, (1, 0));
             assert!(r.documents(&[], Some(&f.key)).unwrap().is_empty());
             let change = r.documents(&[], Some(&c.key)).unwrap();
             assert_eq!(change[0].delivery, Delivery::Parked);
