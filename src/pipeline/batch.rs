@@ -1354,6 +1354,7 @@ fn write_all(
         std::collections::HashMap::new();
     for (n, (w, path)) in writes.into_iter().zip(written).enumerate() {
         let path = path.display().to_string();
+        let translation = matches!(w.content, Content::Translation { .. });
         let report = &mut items[w.item].report;
         match w.ack {
             Some(kind) => {
@@ -1370,7 +1371,10 @@ fn write_all(
                     });
                 }
             }
-            // The documents' reports say where each went; the first ones are listed here.
+            // The interchange's translation first (with a large interchange's last run, after
+            // thousands of documents), then the first documents' files: each document's
+            // report says where it went.
+            None if translation => report.outputs.insert(0, path),
             None if report.outputs.len() < super::documents::REPORTED => report.outputs.push(path),
             None => {}
         }
@@ -1407,6 +1411,14 @@ fn complete_all(
     let details: Vec<String> = prepared
         .iter()
         .map(|p| recorded_detail(&mut items[p.item].report))
+        .collect();
+    // The other decisions' events, as small (a replay lists its original's documents).
+    let noted: Vec<Option<String>> = plans
+        .iter()
+        .map(|(i, plan)| match plan {
+            AfterClaim::Busy(_) | AfterClaim::Own(_) => None,
+            _ => Some(recorded_detail(&mut items[*i].report)),
+        })
         .collect();
     let completed: Vec<(usize, bool)> = registry.batch(|b| {
         let mut completed = Vec::new();
@@ -1491,12 +1503,15 @@ fn complete_all(
             }
             completed.push((p.item, done));
         }
-        for (i, plan) in plans {
+        for ((i, plan), detail) in plans.iter().zip(&noted) {
             let event = match plan {
                 AfterClaim::Replay(_) => EventKind::Duplicate,
                 AfterClaim::Refuse(_) => EventKind::Conflict,
                 AfterClaim::Event(event) => *event,
                 AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
+            };
+            let Some(detail) = detail else {
+                continue;
             };
             let it = &items[*i];
             b.record_event(
@@ -1505,7 +1520,7 @@ fn complete_all(
                 Some(&it.partner.key()),
                 it.report.control_number.as_deref(),
                 it.report.disposition,
-                &json(&it.report),
+                detail,
             )?;
         }
         Ok::<_, ProcessError>(completed)
@@ -1848,6 +1863,8 @@ fn lost_claim(report: &mut Report) {
     report.acks.clear();
     report.outputs.clear();
     report.documents.clear();
+    report.documents_total = None;
+    report.documents_new = None;
 }
 
 #[cfg(test)]

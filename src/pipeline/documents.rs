@@ -70,8 +70,9 @@ pub(super) struct Progress {
 /// and `documents_new` count them all, and the registry has every one.
 pub const REPORTED: usize = 1_000;
 
-/// Documents decided in one transaction and written in one round of fsyncs, at most (a set
-/// is never split: one that carries more is a run of its own).
+/// Documents decided in one transaction and written in one round of fsyncs: a run ends at
+/// the first set boundary once it holds this many (a set is never split between runs, so
+/// one of many claims makes its run that much longer).
 pub const RUN_DOCUMENTS: usize = 2_000;
 
 impl Progress {
@@ -92,14 +93,21 @@ impl Progress {
         }
     }
 
-    fn report(&mut self, report: DocumentReport) {
+    /// Counts a document; `report` makes its report while the list has room (past it, what
+    /// a report needs is not looked up).
+    fn report(
+        &mut self,
+        disposition: DocumentDisposition,
+        report: impl FnOnce() -> Result<DocumentReport, ProcessError>,
+    ) -> Result<(), ProcessError> {
         self.total += 1;
-        if report.disposition == DocumentDisposition::New {
+        if disposition == DocumentDisposition::New {
             self.new += 1;
         }
         if self.reports.len() < REPORTED {
-            self.reports.push(report);
+            self.reports.push(report()?);
         }
+        Ok(())
     }
 
     /// Whether the interchange's own translation file is written: it holds the accepted
@@ -304,20 +312,23 @@ pub(super) fn plan(
                         ack: None,
                     });
                 }
-                // What the first delivery of this document produced, for the sender of a repeat.
-                let result_ref = match decided.disposition {
-                    DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
-                    _ => None,
-                };
-                progress.report(DocumentReport {
-                    set: d.set_id.clone(),
-                    st02: st02.clone(),
-                    key: d.key.clone(),
-                    disposition: decided.disposition,
-                    duplicate_of: decided.duplicate_of.clone(),
-                    output,
-                    result_ref,
-                });
+                progress.report(decided.disposition, || {
+                    // What the first delivery of this document produced, for the sender of a
+                    // repeat.
+                    let result_ref = match decided.disposition {
+                        DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
+                        _ => None,
+                    };
+                    Ok(DocumentReport {
+                        set: d.set_id.clone(),
+                        st02: st02.clone(),
+                        key: d.key.clone(),
+                        disposition: decided.disposition,
+                        duplicate_of: decided.duplicate_of.clone(),
+                        output,
+                        result_ref,
+                    })
+                })?;
                 for rel in released {
                     let name = file_name(&rel.key, rel.first, rel.id);
                     planned.named.push(Named {

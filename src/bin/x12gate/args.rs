@@ -232,7 +232,7 @@ pub enum Command {
         /// Only the sightings of this interchange (its registry key, as `history` and the
         /// report's duplicate_of give it), in its order: all of them, where `process`
         /// lists an interchange's first 1,000
-        #[arg(long, value_name = "KEY")]
+        #[arg(long, value_name = "KEY", conflicts_with_all = ["held", "waiting", "all"])]
         interchange: Option<String>,
         /// One JSON object per document per line
         #[arg(long)]
