@@ -77,8 +77,12 @@ pub struct Shown {
     pub file_now: Option<PathBuf>,
     /// The findings of that file's interchange as the configuration in force judges it.
     pub findings: Vec<String>,
-    /// Its business documents: each sighting's decision and delivery.
+    /// Its business documents: each sighting's decision and delivery (the first
+    /// [`SHOWN_DOCUMENTS`]).
     pub documents: Vec<crate::registry::DocumentRow>,
+    /// How many more it carried (`documents --interchange` lists them all).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub documents_more: usize,
     /// Their deliveries to destinations (none for documents whose file in `out/` is the
     /// delivery).
     pub deliveries: Vec<crate::registry::DeliveryRow>,
@@ -95,7 +99,41 @@ pub struct Layers {
     /// When the interchange was first claimed.
     pub received: Option<String>,
     pub acknowledged: Option<Acknowledged>,
+    /// Of its first [`SHOWN_DOCUMENTS`] documents.
     pub delivered: Vec<DeliveredLayer>,
+    /// How many documents it carried past those.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub documents_more: usize,
+}
+
+/// The documents of one interchange that `show`, the web page and `history` look at: an
+/// interchange of a million keeps a page (and each history line) small.
+pub const SHOWN_DOCUMENTS: usize = crate::pipeline::REPORTED;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The first [`SHOWN_DOCUMENTS`] documents of interchange `key`, how many more it has, and
+/// their deliveries.
+fn first_documents(
+    registry: &Registry,
+    key: &str,
+) -> Result<
+    (
+        Vec<crate::registry::DocumentRow>,
+        usize,
+        Vec<crate::registry::DeliveryRow>,
+    ),
+    RegistryError,
+> {
+    let (documents, total) = registry.first_documents_of(key, SHOWN_DOCUMENTS)?;
+    let deliveries = match documents.last() {
+        Some(last) => registry.deliveries_of_first(key, last.id)?,
+        None => Vec::new(),
+    };
+    let more = total.saturating_sub(documents.len());
+    Ok((documents, more, deliveries))
 }
 
 /// When the interchange was decided and answered, and with what.
@@ -167,17 +205,12 @@ pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers,
     };
     // One indexed lookup, not the key's whole history: `history` asks this for every line.
     let answered = registry.answered_at(key)?;
-    let documents = registry.documents_of(key)?;
-    let deliveries = registry.deliveries_of(key)?;
+    let (documents, more, deliveries) = first_documents(registry, key)?;
     let refs = result_refs(registry, &documents)?;
-    Ok(layers_of(
-        config,
-        &record,
-        answered,
-        &documents,
-        &deliveries,
-        &refs,
-    ))
+    Ok(Layers {
+        documents_more: more,
+        ..layers_of(config, &record, answered, &documents, &deliveries, &refs)
+    })
 }
 
 /// The business system's reference for each document key of `documents` (a duplicate's is
@@ -266,6 +299,7 @@ fn layers_of(
         received: Some(crate::time::rfc3339(record.first_seen_ms)),
         acknowledged,
         delivered,
+        documents_more: 0,
     }
 }
 
@@ -403,11 +437,13 @@ pub fn show(
         .as_deref()
         .filter(|_| record.state == ClaimState::InFlight)
         .map(crate::owner::describe);
-    let documents = registry.documents_of(key)?;
-    let deliveries = registry.deliveries_of(key)?;
+    let (documents, documents_more, deliveries) = first_documents(registry, key)?;
     let refs = result_refs(registry, &documents)?;
     let answered = events.iter().find(|e| e.event.is_answer()).map(|e| e.at_ms);
-    let layers = layers_of(config, &record, answered, &documents, &deliveries, &refs);
+    let layers = Layers {
+        documents_more,
+        ..layers_of(config, &record, answered, &documents, &deliveries, &refs)
+    };
     Ok(Shown {
         record,
         holder,
@@ -416,6 +452,7 @@ pub fn show(
         file_now,
         findings,
         documents,
+        documents_more,
         deliveries,
         layers,
         events,

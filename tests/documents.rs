@@ -1300,6 +1300,21 @@ fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
     assert!(gate
         .documents(&["--interchange", "ZZ:ACME:000000604"])
         .is_empty());
+    // `show` and `history` look at the first 1,000 and say how many more there are.
+    let (status, stdout, stderr) = gate.run(&["show", "--json", "ZZ:ACME:000000603"], None);
+    assert!(status.success(), "{stderr}");
+    let shown: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(shown["documents"].as_array().unwrap().len(), 1000);
+    assert_eq!(shown["documents_more"], 3);
+    assert_eq!(shown["layers"]["documents_more"], 3);
+    assert_eq!(shown["layers"]["delivered"].as_array().unwrap().len(), 1000);
+    let (_, text, _) = gate.run(&["show", "ZZ:ACME:000000603"], None);
+    assert!(
+        text.contains("and 3 more documents (x12gate documents --interchange ZZ:ACME:000000603)"),
+        "{text}"
+    );
+    let (_, history, _) = gate.run(&["history"], None);
+    assert!(history.contains("of its first 1000 documents"), "{history}");
     // The text report counts what it does not list.
     let (status, stdout, stderr) = gate.run(&["process", &file.display().to_string()], None);
     assert!(status.success(), "{stderr}");

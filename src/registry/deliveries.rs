@@ -668,6 +668,26 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
+    /// The deliveries of one interchange's documents up to the sighting `last_document`
+    /// (in the interchange's order: those of its first documents).
+    pub fn deliveries_of_first(
+        &self,
+        interchange_key: &str,
+        last_document: i64,
+    ) -> Result<Vec<DeliveryRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {ROW} FROM deliveries WHERE interchange_key = ?1 AND document_id <= ?2
+                 ORDER BY id"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![interchange_key, last_document], row)
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
     /// The deliveries of one interchange's documents.
     pub fn deliveries_of(&self, interchange_key: &str) -> Result<Vec<DeliveryRow>, RegistryError> {
         let mut stmt = self

@@ -930,6 +930,7 @@ struct InterchangePage {
     conflict_acks: Vec<AckView>,
     outputs: Vec<String>,
     documents: Vec<DocumentView>,
+    documents_more: usize,
     deliveries: Vec<DeliveryView>,
     received: String,
     acknowledged: String,
@@ -1035,6 +1036,7 @@ async fn interchange(
                 .iter()
                 .map(|d| document_view(config, d))
                 .collect(),
+            documents_more: s.documents_more,
             deliveries: s
                 .deliveries
                 .iter()

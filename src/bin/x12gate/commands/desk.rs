@@ -26,6 +26,12 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
     for o in &s.record.outputs {
         writeln!(out, "  output: {o}")?;
     }
+    // Deliveries by document key, once (an interchange of many documents has as many).
+    let mut sent: std::collections::HashMap<&str, Vec<&x12gate::registry::DeliveryRow>> =
+        std::collections::HashMap::new();
+    for r in &s.deliveries {
+        sent.entry(r.key.as_str()).or_default().push(r);
+    }
     for d in &s.documents {
         writeln!(
             out,
@@ -39,7 +45,7 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
                 .map(|i| format!(" (first in {})", x12gate::text::printable(i)))
                 .unwrap_or_default()
         )?;
-        for r in s.deliveries.iter().filter(|r| r.key == d.key) {
+        for r in sent.get(d.key.as_str()).into_iter().flatten() {
             writeln!(
                 out,
                 "    to {}: {} after {} attempt(s){}{}",
@@ -57,14 +63,27 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
             )?;
         }
     }
+    if s.documents_more > 0 {
+        writeln!(
+            out,
+            "  and {} more documents (x12gate documents --interchange {})",
+            s.documents_more,
+            x12gate::text::printable(&s.record.key)
+        )?;
+    }
     let l = &s.layers;
     let acknowledged = l
         .acknowledged
         .as_ref()
         .map_or("-".to_string(), ToString::to_string);
+    let of_first = if l.documents_more > 0 {
+        format!(" (of the first {})", s.documents.len())
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "  layers: received {}; acknowledged {acknowledged}; delivered {}/{}",
+        "  layers: received {}; acknowledged {acknowledged}; delivered {}/{}{of_first}",
         l.received.as_deref().unwrap_or("-"),
         l.delivered
             .iter()

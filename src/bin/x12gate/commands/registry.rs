@@ -290,6 +290,12 @@ fn delivered_of(layers: &x12gate::desk::Layers) -> String {
     let done = handed.iter().filter(|d| d.state == "delivered").count();
     let mut text = if handed.is_empty() {
         String::new()
+    } else if layers.documents_more > 0 {
+        format!(
+            " delivered {done}/{} of its first {} documents,",
+            handed.len(),
+            x12gate::desk::SHOWN_DOCUMENTS
+        )
     } else {
         format!(" delivered {done}/{},", handed.len())
     };
