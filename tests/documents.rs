@@ -1499,3 +1499,54 @@ fn an_interchange_decided_in_runs_is_decided_before_the_interchanges_after_it() 
     );
     assert_eq!(dispositions(&reports[1]), ["ZZ:ACME:850:PO-5:00: conflict"]);
 }
+
+/// Runs span the interchanges of a batch, in file order, and a kill after any of them
+/// leaves nothing lost or doubled: three interchanges, [PO-1..PO-5], [PO-5 again with another
+/// quantity], [PO-6, PO-7], decided two at a time.
+#[cfg(feature = "failpoints")]
+#[test]
+fn runs_that_span_interchanges_survive_a_kill_after_each() {
+    let five: Vec<String> = (1..=5).map(|i| po(&format!("PO-{i}"), "00", i)).collect();
+    let two: Vec<String> = (6..=7).map(|i| po(&format!("PO-{i}"), "00", i)).collect();
+    let text = interchange(621, "PO", "850", &five, 1, '*', '~')
+        + &an_850(622, po("PO-5", "00", 55))
+        + &interchange(623, "PO", "850", &two, 1, '*', '~');
+    for action in ["return", "1*off->return", "2*off->return"] {
+        let gate = Gate::with_gateway(IN_RUNS_OF_TWO, "");
+        let file = gate.write("three.x12", &text);
+        let (status, ..) = gate.run(
+            &["process", &file.display().to_string()],
+            Some(&format!("run.after={action}")),
+        );
+        assert!(!status.success(), "{action}");
+        let (status, stdout, stderr) = gate.run(
+            &[
+                "process",
+                "--json",
+                "--no-wait",
+                &file.display().to_string(),
+            ],
+            None,
+        );
+        assert!(status.success(), "{action}: {stdout}{stderr}");
+        let mut keys: Vec<String> = gate
+            .delivered()
+            .values()
+            .map(|d| d["document_key"].as_str().unwrap().to_string())
+            .collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            (1..=7)
+                .map(|i| format!("ZZ:ACME:850:PO-{i}:00:"))
+                .collect::<Vec<_>>(),
+            "{action}: each PO delivered once"
+        );
+        let held = gate.documents(&["--held"]);
+        assert_eq!(held.len(), 1, "{action}: {held:?}");
+        assert_eq!(held[0]["interchange"], "ZZ:ACME:000000622", "{action}");
+        assert_eq!(gate.documents(&["--all"]).len(), 8, "{action}");
+        let acks = acks_in(&gate);
+        assert_eq!(acks.len(), 3, "{action}: one acknowledgment each");
+    }
+}

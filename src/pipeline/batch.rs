@@ -1211,9 +1211,10 @@ fn prepare_all(
             })
             .collect();
         let mut taken = b.take_control_numbers(&wants)?.into_iter();
-        // Documents are decided in file order: once an interchange has runs left, those of
-        // the interchanges after it wait for them (`more_runs` decides them all in order).
-        let mut waiting = false;
+        // Documents are decided in file order, a run's worth in this transaction (across the
+        // batch's interchanges): once the run is full, the rest wait for `more_runs`, which
+        // decides them in order, a run at a time.
+        let mut budget = r.run_documents;
         for ((i, _), stage) in plans.iter().zip(stages) {
             let it = &items[*i];
             let (isa13, gs06) = taken.next().unwrap_or_default();
@@ -1234,11 +1235,10 @@ fn prepare_all(
                         }
                     };
                     let mut p = prepare(r, *i, it, first, *owned, reservation)?;
-                    if !waiting {
-                        next_run(b, r, &mut p, it)?;
+                    if budget > 0 {
+                        budget = next_run(b, r, &mut p, it, budget)?;
+                        p.files = run_files(&mut p, &it.ic);
                     }
-                    p.files = run_files(&mut p, &it.ic);
-                    waiting |= p.progress.next.is_some();
                     prepared.push(p);
                 }
                 Stage::Lost => prepared.push(Prepared {
@@ -1677,16 +1677,23 @@ fn prepare(
     })
 }
 
-/// Records and decides the next run of `p`'s documents (inside a transaction).
+/// Records and decides the next of `p`'s documents, about `budget` of them (inside a
+/// transaction); returns the budget left for the interchanges after it: none when `p` has
+/// documents left.
 fn next_run(
     b: &Batch<'_>,
     r: &Round<'_>,
     p: &mut Prepared,
     it: &Item<'_>,
-) -> Result<(), ProcessError> {
+    budget: usize,
+) -> Result<usize, ProcessError> {
     let accepted = accepted_by(&p.decision);
-    p.documents = super::documents::plan(b, r, p.item, it, &accepted, &mut p.progress)?;
-    Ok(())
+    p.documents = super::documents::plan(b, r, (p.item, it), &accepted, &mut p.progress, budget)?;
+    Ok(if p.progress.next.is_some() {
+        0
+    } else {
+        budget.saturating_sub(p.documents.decided)
+    })
 }
 
 /// Whether set `si` of group `gi` is accepted, by `decision`.
@@ -1747,12 +1754,13 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
     files
 }
 
-/// Steps (3) and (4) again for each owned interchange with documents left to plan, a run at
-/// a time: in one transaction the leases are renewed (the fence; every claim of the round
-/// not completed yet, since they all wait for the last run), the run before is handed over
-/// and the next run's documents are decided; then its files are written. An interchange
-/// whose lease was lost stops there (its takeover decides the rest again, finding what was
-/// recorded). The acknowledgments written go into `stored`.
+/// Steps (3) and (4) again while owned interchanges have documents left to decide, a run at
+/// a time, in file order (a run may span interchanges): in one transaction the leases of
+/// every claim of the round still ours are renewed (the fence; they all wait for the last
+/// run), the runs written before are handed over, and the next run's documents are
+/// decided; then its files are written. An interchange whose lease was lost stops there (its
+/// takeover decides the rest again, finding what was recorded). The acknowledgments written
+/// go into `stored`.
 fn more_runs(
     r: &Round<'_>,
     prepared: &mut [Prepared],
@@ -1760,62 +1768,50 @@ fn more_runs(
     registry: &mut Registry,
     stored: &mut std::collections::HashMap<usize, Vec<StoredAck>>,
 ) -> Result<(), ProcessError> {
-    for at in 0..prepared.len() {
-        while prepared
-            .get(at)
-            .is_some_and(|p| !p.lost && p.progress.next.is_some())
-        {
-            if r.options.stop.abandoned() {
-                return Err(ProcessError::Interrupted);
-            }
-            // (position in `prepared`, item) of every claim still ours.
-            let held: Vec<(usize, usize)> = prepared
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| !p.lost)
-                .map(|(k, p)| (k, p.item))
-                .collect();
-            let Some(p) = prepared.get_mut(at) else {
-                break;
-            };
-            let it = &items[p.item];
-            let (renewed, run) = registry.batch(|b| {
-                let keys: Vec<&str> = held.iter().map(|(_, i)| items[*i].key.as_str()).collect();
-                let renewed: Vec<bool> = b
-                    .renew_many(&keys, &r.options.owner, r.lease_ms)?
-                    .into_iter()
-                    .map(|r| r.is_some())
-                    .collect();
-                let ours = held
-                    .iter()
-                    .zip(&renewed)
-                    .any(|((k, _), renewed)| *k == at && *renewed);
-                if !ours {
-                    return Ok::<_, ProcessError>((renewed, false));
-                }
-                super::documents::hand_over_run(
-                    b,
-                    r.config,
-                    &r.options.owner,
-                    &it.key,
-                    &p.documents,
-                )?;
-                next_run(b, r, p, it)?;
-                Ok((renewed, true))
-            })?;
-            if run {
-                let files = run_files(p, &it.ic);
-                for (item, acks) in write_all(r, files, 0, items)? {
-                    stored.entry(item).or_default().extend(acks);
-                }
-                fail::fail_point!("run.after", |_| std::process::abort());
-            }
-            for ((k, _), renewed) in held.iter().zip(renewed) {
-                if let Some(other) = prepared.get_mut(*k) {
-                    other.lost |= !renewed;
-                }
-            }
+    while prepared
+        .iter()
+        .any(|p| !p.lost && p.progress.next.is_some())
+    {
+        if r.options.stop.abandoned() {
+            return Err(ProcessError::Interrupted);
         }
+        let renewed = registry.batch(|b| {
+            let held: Vec<&str> = prepared
+                .iter()
+                .filter(|p| !p.lost)
+                .map(|p| items[p.item].key.as_str())
+                .collect();
+            let mut renewed = b
+                .renew_many(&held, &r.options.owner, r.lease_ms)?
+                .into_iter()
+                .map(|r| r.is_some());
+            let mut budget = r.run_documents;
+            for p in prepared.iter_mut().filter(|p| !p.lost) {
+                if !renewed.next().unwrap_or(false) {
+                    p.lost = true;
+                    continue;
+                }
+                let it = &items[p.item];
+                // Handed over once: what the completion hands over is what is left.
+                let written = std::mem::take(&mut p.documents);
+                super::documents::hand_over_run(b, r.config, &r.options.owner, &it.key, &written)?;
+                if budget > 0 && p.progress.next.is_some() {
+                    budget = next_run(b, r, p, it, budget)?;
+                    p.files = run_files(p, &it.ic);
+                }
+            }
+            Ok::<_, ProcessError>(())
+        });
+        renewed?;
+        let files: Vec<Output> = prepared
+            .iter_mut()
+            .filter(|p| !p.lost)
+            .flat_map(|p| std::mem::take(&mut p.files))
+            .collect();
+        for (item, acks) in write_all(r, files, 0, items)? {
+            stored.entry(item).or_default().extend(acks);
+        }
+        fail::fail_point!("run.after", |_| std::process::abort());
     }
     Ok(())
 }

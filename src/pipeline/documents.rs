@@ -46,6 +46,8 @@ pub(super) struct Planned {
     pub named: Vec<Named>,
     /// Parked documents of this partner that this interchange's original let go.
     pub released: Vec<Released>,
+    /// How many documents the run decided.
+    pub decided: usize,
 }
 
 /// The documents of one interchange across its runs: what is held of each until the
@@ -186,15 +188,16 @@ fn file_name(key: &str, first: bool, sighting: i64) -> String {
 }
 
 /// Records and decides the documents of the next run of accepted sets of `it` (inside the
-/// prepare transaction, or a run's own) and plans the files that deliver them; `progress`
-/// says where the run starts and learns where the next one does.
+/// prepare transaction, or a run's own), about `budget` of them (a set is never cut), and
+/// plans the files that deliver them; `progress` says where the run starts and learns where
+/// the next one does.
 pub(super) fn plan(
     b: &Batch<'_>,
     r: &Round<'_>,
-    item: usize,
-    it: &Item<'_>,
+    (item, it): (usize, &Item<'_>),
     accepted: &dyn Fn(usize, usize) -> bool,
     progress: &mut Progress,
+    budget: usize,
 ) -> Result<Planned, ProcessError> {
     let ic = &it.ic;
     let mut planned = Planned::default();
@@ -216,8 +219,9 @@ pub(super) fn plan(
         let version = group.gs.element(8).unwrap_or_default();
         let from = if gi == first_group { first_set } else { 0 };
         for si in from..group.sets.len() {
-            if in_run >= r.run_documents {
+            if in_run >= budget {
                 progress.next = Some((gi, si));
+                planned.decided = in_run;
                 return Ok(shrunk(planned));
             }
             if !accepted(gi, si) {
@@ -354,6 +358,7 @@ pub(super) fn plan(
             }
         }
     }
+    planned.decided = in_run;
     Ok(shrunk(planned))
 }
 
