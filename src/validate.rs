@@ -193,24 +193,22 @@ fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
     p
 }
 
-fn shown(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).escape_debug().collect()
+/// A value as a message quotes it: escaped, and at most its first 35 bytes (an element may
+/// be 64 KiB, a segment without separators a whole set's "id"), with `...` when there was
+/// more.
+pub(crate) fn shown(bytes: &[u8]) -> String {
+    const SHOWN: usize = 35;
+    let escaped = |b: &[u8]| -> String { String::from_utf8_lossy(b).escape_debug().collect() };
+    match bytes.get(..SHOWN) {
+        Some(head) if bytes.len() > SHOWN => format!("{}...", escaped(head)),
+        _ => escaped(bytes),
+    }
 }
 
-/// [`shown`] of at most the first 35 bytes of a value of any length (an element may be
-/// 64 KiB), with `...` when there was more.
 /// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
 /// every release.
 pub fn names_a_set(st01: &[u8]) -> bool {
     st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
-}
-
-pub(crate) fn shown_bounded(bytes: &[u8]) -> String {
-    const SHOWN: usize = 35;
-    match bytes.get(..SHOWN) {
-        Some(head) if bytes.len() > SHOWN => format!("{}...", shown(head)),
-        _ => shown(bytes),
-    }
 }
 
 fn all_digits(s: &[u8]) -> bool {
@@ -599,7 +597,7 @@ impl Validator<'_> {
         if functional_ids.is_some_and(|list| !list.contains(gs01)) {
             let message = format!(
                 "GS01 \"{}\" is not a functional identifier code of release {} (element 479)",
-                shown_bounded(gs01),
+                shown(gs01),
                 shown(gs08.get(..6).unwrap_or_default())
             );
             self.group_finding(gi, gs, Rule::GsFunctionalIdUnknown, gs, 1, message);
@@ -660,7 +658,7 @@ impl Validator<'_> {
                 Rule::GsAgencyInvalid,
                 gs,
                 7,
-                format!("GS07 \"{}\" is not a responsible agency code (X for X12, T for TDCC; element 455) (noted; not sent back: AK905 9 exists only after 005010)", shown_bounded(gs07)),
+                format!("GS07 \"{}\" is not a responsible agency code (X for X12, T for TDCC; element 455) (noted; not sent back: AK905 9 exists only after 005010)", shown(gs07)),
             );
         }
         if gs08.is_empty() {
@@ -682,7 +680,7 @@ impl Validator<'_> {
                 8,
                 format!(
                     "GS08 \"{}\" is {} bytes, longer than a version can be (12)",
-                    shown_bounded(gs08),
+                    shown(gs08),
                     gs08.len()
                 ),
             );
@@ -791,7 +789,7 @@ impl Validator<'_> {
                     "ST01 \"{}\" is a set of functional group {}, not of this group's GS01 \"{}\"",
                     shown(st01),
                     groups.join(" or "),
-                    shown_bounded(gs01)
+                    shown(gs01)
                 ),
             );
         }

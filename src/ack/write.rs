@@ -289,6 +289,8 @@ fn fa_groups<'r>(
     partner: &Partner,
 ) -> Vec<(FaGroupKey, Vec<&'r GroupResponse>)> {
     let mut batches: Vec<(FaGroupKey, Vec<&GroupResponse>)> = Vec::new();
+    // Where each key's batch is: an interchange may hold a million groups, each its own key.
+    let mut at: std::collections::HashMap<FaGroupKey, usize> = std::collections::HashMap::new();
     for g in &response.groups {
         let version = match group_ack_kind(response) {
             OutboundKind::ImplementationAck => IMPLEMENTATION_ACK_GUIDE.to_string(),
@@ -299,9 +301,12 @@ fn fa_groups<'r>(
             g.application_sender.clone(),
             version,
         );
-        match batches.iter_mut().find(|(k, _)| *k == key) {
+        match at.get(&key).and_then(|i| batches.get_mut(*i)) {
             Some((_, v)) => v.push(g),
-            None => batches.push((key, vec![g])),
+            None => {
+                at.insert(key.clone(), batches.len());
+                batches.push((key, vec![g]));
+            }
         }
     }
     batches

@@ -1616,12 +1616,7 @@ fn decide_owned(
 fn group_keys(ic: &Interchange<'_>) -> Vec<GroupKey> {
     ic.groups
         .iter()
-        .map(|g| GroupKey {
-            functional_id: g.gs.text(1).to_string(),
-            app_sender: g.gs.text(2).to_string(),
-            app_receiver: g.gs.text(3).to_string(),
-            control_number: g.gs.text(6).to_string(),
-        })
+        .map(|g| GroupKey::of(g.gs.text(1), g.gs.text(2), g.gs.text(3), g.gs.text(6)))
         .collect()
 }
 

@@ -120,6 +120,29 @@ pub struct GroupKey {
     pub control_number: String,
 }
 
+impl GroupKey {
+    /// The key of a group whose GS01, GS02, GS03 and GS06 are these. A value longer than
+    /// any of them may be (15 characters) is kept as its digest: the key is a primary key of
+    /// the registry (PostgreSQL refuses an index entry of more than 2,704 bytes, and a group
+    /// refused there would fail its file on every retry), and such a group is rejected anyway.
+    pub fn of(functional_id: &str, app_sender: &str, app_receiver: &str, control: &str) -> Self {
+        fn bounded(value: &str) -> String {
+            const LONGEST: usize = 35;
+            if value.len() <= LONGEST {
+                value.to_string()
+            } else {
+                format!("blake3:{}", blake3::hash(value.as_bytes()).to_hex())
+            }
+        }
+        GroupKey {
+            functional_id: bounded(functional_id),
+            app_sender: bounded(app_sender),
+            app_receiver: bounded(app_receiver),
+            control_number: bounded(control),
+        }
+    }
+}
+
 /// What a completion records.
 #[derive(Debug, Clone)]
 pub struct Completion<'a> {

@@ -356,6 +356,21 @@ on_both! {
     }
 }
 
+on_both! {
+    // A group whose GS02 is 64 KiB (a partner's broken file) is registered by its digest:
+    // PostgreSQL refuses an index entry that long, which would fail the file on every retry.
+    fn a_group_key_of_any_length_is_registered_and_found_again() {
+        let mut r = Registry::in_memory(US);
+        let long = "S".repeat(65_536);
+        let key = GroupKey::of("PO", &long, "X12GATE", "7");
+        assert!(key.app_sender.len() < 100, "{}", key.app_sender.len());
+        assert_eq!(GroupKey::of("PO", "ACME", "US", "7"), group("PO", "7"));
+        assert_ne!(key, GroupKey::of("PO", &"S".repeat(65_535), "X12GATE", "7"));
+        assert_eq!(seen(&mut r, "ZZ:ACME:000000001", std::slice::from_ref(&key)), [false]);
+        assert_eq!(seen(&mut r, "ZZ:ACME:000000002", &[key]), [true]);
+    }
+}
+
 crate::registry::tests::on_both! {
     /// An error ignored inside a transaction is never a silent loss: SQLite keeps the
     /// statements that worked and commits them; PostgreSQL, which discards a transaction once

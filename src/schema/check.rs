@@ -119,6 +119,14 @@ struct Walker<'d, 'a> {
     table: [u8; 256],
 }
 
+/// What a finding keeps of a context's value (CTX01-2 holds at most 35 characters): every
+/// finding of a set carries it, so a long value would be copied thousands of times.
+const CONTEXT_BYTES: usize = 35;
+
+fn context_value(value: &[u8]) -> String {
+    String::from_utf8_lossy(value.get(..CONTEXT_BYTES).unwrap_or(value)).into_owned()
+}
+
 /// Walks `set` (group `group`, set `set` of its interchange) against `def`. With `places`
 /// false the placements are not kept (validation only).
 pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, places: bool) -> Walk {
@@ -440,7 +448,7 @@ impl<'a> Walker<'_, 'a> {
     }
 
     /// The outermost open loop's business unit (the line item, the HL level): `PO101` and
-    /// its value.
+    /// its value (its first [`CONTEXT_BYTES`]).
     /// A guide that declares its business unit (`context = "2300"`: the claim) names that
     /// loop's, and only inside it: inside any loop of that id (the 837's 2300 stands under
     /// the subscriber and under the patient).
@@ -460,10 +468,7 @@ impl<'a> Walker<'_, 'a> {
             } else {
                 self.def.nodes[*node].id.clone()
             };
-            Some((
-                format!("{unit}01"),
-                String::from_utf8_lossy(value).into_owned(),
-            ))
+            Some((format!("{unit}01"), context_value(value)))
         })
     }
 
@@ -475,7 +480,7 @@ impl<'a> Walker<'_, 'a> {
             .rev()
             .find(|(_, node, _)| self.def.nodes[*node].tag == ls)
             .and_then(|(_, _, segment)| segment.element(1))
-            .map(|value| String::from_utf8_lossy(value).into_owned())
+            .map(context_value)
     }
 
     fn loop_id(&self) -> Option<String> {
@@ -1423,6 +1428,14 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         assert_eq!(context(&in_line), [Some(("PO101".into(), "1".into()))]);
         // CTT is missing at SE, at the root: no line is to blame.
         assert_eq!(context(&GOOD.replace("CTT*2~", "")), [None]);
+        // A long line number is kept to what CTX01-2 can hold, whatever each finding copies.
+        let long = "9".repeat(100_000);
+        let in_long_line = in_line.replace("PO1*1*2", &format!("PO1*{long}*2"));
+        let found = context(&in_long_line);
+        assert!(!found.is_empty());
+        for (_, value) in found.into_iter().flatten() {
+            assert_eq!(value, "9".repeat(35));
+        }
     }
 
     #[test]

@@ -141,8 +141,8 @@ impl Part {
     fn unread(&mut self, gi: usize, version: &[u8], id: &[u8]) {
         self.first.get_or_insert(gi);
         let at = (
-            crate::validate::shown_bounded(version.get(..6).unwrap_or_default()),
-            crate::validate::shown_bounded(id),
+            crate::validate::shown(version.get(..6).unwrap_or_default()),
+            crate::validate::shown(id),
         );
         self.note(at);
     }

@@ -23,7 +23,7 @@
 //! the first one that holds data (an empty trailing element is not data, as in
 //! `schema::check`).
 
-use super::{all_digits, at, isa_date, isa_time, shown_bounded};
+use super::{all_digits, at, isa_date, isa_time, shown};
 use crate::finding::{Finding, Rule, Ta105};
 use crate::x12::{Interchange, Segment};
 
@@ -197,11 +197,11 @@ fn check(
             };
             Some(format!(
                 "\"{}\" is {} bytes, must be {must}",
-                shown_bounded(value),
+                shown(value),
                 value.len()
             ))
         } else if !valid(def.kind, value) {
-            Some(format!("\"{}\" is not a valid value", shown_bounded(value)))
+            Some(format!("\"{}\" is not a valid value", shown(value)))
         } else {
             None
         };
@@ -219,7 +219,7 @@ fn check(
         let n = i + 1;
         let message = format!(
             "{id}{n:02} \"{}\": {id} has {} element(s) in X12.5, not more",
-            shown_bounded(e.value),
+            shown(e.value),
             elements.len()
         );
         findings.push(Finding::new(
