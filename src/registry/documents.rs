@@ -386,34 +386,44 @@ type AtPlace = (
     Option<i64>,
 );
 
+/// What [`record`] asks of the sightings before deciding one (see there).
+const ASKED: &str = "SELECT 0, id, disposition, delivery, sequence, original_missing, duplicate_of,
+                 fingerprint, role, version
+             FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3
+             UNION ALL
+             SELECT * FROM (SELECT 1, id, disposition, delivery, sequence, original_missing,
+                     duplicate_of, fingerprint, role, version
+                 FROM documents WHERE key = ?4 AND fingerprint = ?3
+                 ORDER BY id LIMIT 1) AS same
+             UNION ALL
+             SELECT * FROM (SELECT 3, id, disposition, delivery, sequence, original_missing,
+                     duplicate_of, fingerprint, role, version
+                 FROM documents WHERE key = ?4
+                 ORDER BY id LIMIT 1) AS first
+             UNION ALL
+             SELECT 2, id, disposition, delivery, sequence, original_missing, duplicate_of,
+                 fingerprint, role, version
+             FROM documents WHERE subject = ?5 AND ?6 = 1 AND delivery = 'parked'
+             UNION ALL
+             SELECT 2, id, disposition, delivery, sequence, original_missing, duplicate_of,
+                 fingerprint, role, version
+             FROM documents WHERE subject = ?5 AND ?6 = 1 AND role = 'copy'
+                 AND delivery IN ('pending', 'delivered')";
+
 fn record(
     tx: &crate::registry::db::Conn,
     s: &Sighting<'_>,
     now: i64,
 ) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
     // Three questions in one statement (one round trip on PostgreSQL): this content's
-    // sighting at this place, if any (rows 0), the key's first sighting, with this content
-    // if there is one (row 1), and for an original, the delivered copies and the parked
-    // sightings of its subject (rows 2). Another content at this place (`reprocess --file`
+    // sighting at this place, if any (rows 0), the key's first sighting with this content
+    // (row 1) and its first of all (row 3), and for an original, the delivered copies and
+    // the parked sightings of its subject (rows 2). Each part is answered by an index
+    // (migration 8), whatever number of sightings the key or the subject has. Another content at this place (`reprocess --file`
     // of other bytes) is a sighting of its own: the earlier one stays recorded, delivered
     // or not.
     let rows: Vec<AskedRow> = tx
-        .prepare_cached(
-            "SELECT 0, id, disposition, delivery, sequence, original_missing, duplicate_of,
-                 fingerprint, role, version
-             FROM documents WHERE interchange_key = ?1 AND position = ?2 AND fingerprint = ?3
-             UNION ALL
-             SELECT * FROM (SELECT 1, id, disposition, delivery, sequence, original_missing,
-                     duplicate_of, fingerprint, role, version
-                 FROM documents WHERE key = ?4
-                 ORDER BY CASE WHEN fingerprint = ?3 THEN 0 ELSE 1 END, id LIMIT 1) AS first
-             UNION ALL
-             SELECT 2, id, disposition, delivery, sequence, original_missing, duplicate_of,
-                 fingerprint, role, version
-             FROM documents WHERE subject = ?5 AND ?6 = 1
-                 AND (delivery = 'parked'
-                     OR (role = 'copy' AND delivery IN ('pending', 'delivered')))",
-        )?
+        .prepare_cached(ASKED)?
         .query_map(
             params![
                 s.interchange_key,
@@ -445,9 +455,11 @@ fn record(
         .iter()
         .find(|(row, ..)| *row == 0)
         .map(|(_, at, ..)| *at);
+    // The key's first sighting with this content if there is one (row 1), else its first.
     let first = rows
         .iter()
         .find(|(row, ..)| *row == 1)
+        .or_else(|| rows.iter().find(|(row, ..)| *row == 3))
         .map(|(_, (id, _, delivery, ..), fingerprint, ..)| (*id, *delivery, fingerprint.as_str()));
     if let Some((id, disposition, delivery, sequence, original_missing, of)) = earlier {
         let decided = Decided {
@@ -977,6 +989,39 @@ mod tests {
             qualifier: "ZZ",
             id: "US",
         })
+    }
+
+    /// Deciding a sighting reads the sightings of its key and subject by index, never all
+    /// of them (a file of 100,000 copies of one PO read each copy's 100,000 predecessors).
+    #[test]
+    fn what_a_decision_asks_is_answered_by_indexes_alone() {
+        let mut r = registry();
+        for n in 0..50 {
+            record(&mut r, &s("850", "P", Role::Original, None, "o", n));
+        }
+        let plan: Vec<String> = r
+            .conn
+            .query_map(
+                &format!("EXPLAIN QUERY PLAN {ASKED}"),
+                params![
+                    "ZZ:ACME:000000001",
+                    "0.0",
+                    "o",
+                    "ZZ:ACME:850:P:original:",
+                    "ZZ:ACME:850:P",
+                    true
+                ],
+                |row| row.get(3),
+            )
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let reads: Vec<&String> = plan.iter().filter(|l| l.contains("documents")).collect();
+        assert_eq!(reads.len(), 5, "{plan:#?}");
+        for line in &reads {
+            assert!(line.starts_with("SEARCH documents USING"), "{plan:#?}");
+        }
+        assert!(!plan.iter().any(|l| l.contains("TEMP B-TREE")), "{plan:#?}");
     }
 
     crate::registry::tests::on_both! {

@@ -162,7 +162,8 @@ pub(super) enum ConnectError {
 
 /// The schema, version by version; never edit a shipped entry. Version 1 is SQLite's
 /// schema as of its version 7; a later SQLite migration gets its counterpart here.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS INTEGER
     LANGUAGE sql IMMUTABLE STRICT AS 'SELECT strpos(haystack, needle)';
 -- The file names in an event's `acks` list; none when the detail is not such JSON.
@@ -318,7 +319,16 @@ CREATE TABLE circuits (
     probe_expires BIGINT,
     changed       BIGINT NOT NULL
 );
-"#];
+"#,
+    r#"
+DROP INDEX documents_key;
+DROP INDEX documents_subject;
+CREATE INDEX documents_key_first ON documents (key, fingerprint, id);
+CREATE INDEX documents_key_id ON documents (key, id);
+CREATE INDEX documents_subject_first ON documents (subject, role, id);
+CREATE INDEX documents_subject_delivery ON documents (subject, delivery);
+"#,
+];
 
 pub(super) fn known() -> i64 {
     MIGRATIONS.len() as i64
