@@ -604,7 +604,7 @@ fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
 }
 
 /// A 1 MB segment id, a 1 MB element, a 1 MB stray segment: no acknowledgment, report,
-/// reason, history event or registry row grows past a few KB.
+/// reason, history event, registry row or `validate` line grows past a few KB.
 #[test]
 fn huge_values_from_input_never_grow_what_we_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -640,6 +640,16 @@ fn huge_values_from_input_never_grow_what_we_write() {
             out.stderr.len() < 8 << 10,
             "{name}: {} bytes of stderr",
             out.stderr.len()
+        );
+        // `validate`'s findings quote at most a few bytes of a value.
+        let out = x12gate(d)
+            .args(["validate", &format!("{name}.x12")])
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.len() + out.stderr.len() < 8 << 10,
+            "{name}: validate wrote {} bytes",
+            out.stdout.len() + out.stderr.len()
         );
     }
     for entry in std::fs::read_dir(d.join("data/outbox")).unwrap().flatten() {

@@ -135,6 +135,8 @@ pub struct Finding {
     /// `None` only for file-level problems no interchange can report.
     pub code: Option<Code>,
     pub position: Position,
+    /// The segment's id as read, its first 35 bytes at most (a segment without separators
+    /// is all "id").
     pub segment_id: String,
     /// Index of the group in its interchange (0-based), for group and set findings.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,6 +181,16 @@ pub struct SchemaDetail {
     pub guide: bool,
 }
 
+/// A segment id as a finding keeps it: at most 35 bytes, with `...` when there was more.
+fn bounded_id(mut id: String) -> String {
+    const KEPT: usize = 35;
+    if id.len() > KEPT {
+        id.truncate(crate::text::bounded(&id, KEPT).len());
+        id.push_str("...");
+    }
+    id
+}
+
 impl Finding {
     /// A warning: reported, never a rejection nor sent back.
     pub fn is_warning(&self) -> bool {
@@ -199,7 +211,7 @@ impl Finding {
             level: rule.level(),
             code: rule.code(None),
             position,
-            segment_id: segment_id.into(),
+            segment_id: bounded_id(segment_id.into()),
             group: None,
             set: None,
             message,

@@ -428,9 +428,9 @@ impl<'a> Walker<'_, 'a> {
             (
                 Rule::SegmentUnexpected,
                 format!(
-                    "{name} is unexpected here: its {} {:?} is the qualifier of none of its positions in the open loops",
+                    "{name} is unexpected here: its {} \"{}\" is the qualifier of none of its positions in the open loops",
                     q.shown,
-                    String::from_utf8_lossy(value)
+                    crate::validate::shown(value)
                 ),
             )
         } else if self.def.places(id).iter().any(|p| fits(p) && open_here(p)) {
