@@ -1093,21 +1093,23 @@ fn seven_pos(n: u32) -> String {
     interchange(n, "PO", "850", &bodies, 1, '*', '~')
 }
 
-/// What became of the seven POs once processed to the end, however many attempts it took.
-fn assert_seven_pos_settled(gate: &Gate, what: &str) {
-    let delivered = gate.delivered();
-    let mut keys: Vec<&str> = delivered
+/// Asserts that the files in `out/` deliver PO-1 to PO-`n` once each; returns their keys.
+fn assert_each_po_delivered_once(gate: &Gate, n: u32, what: &str) -> Vec<String> {
+    let mut keys: Vec<String> = gate
+        .delivered()
         .values()
-        .map(|d| d["document_key"].as_str().unwrap())
+        .map(|d| d["document_key"].as_str().unwrap().to_string())
         .collect();
     keys.sort();
-    assert_eq!(
-        keys,
-        (1..=5)
-            .map(|i| format!("ZZ:ACME:850:PO-{i}:00:"))
-            .collect::<Vec<_>>(),
-        "{what}: each PO delivered once"
-    );
+    let mut want: Vec<String> = (1..=n).map(|i| format!("ZZ:ACME:850:PO-{i}:00:")).collect();
+    want.sort();
+    assert_eq!(keys, want, "{what}: each PO delivered once");
+    keys
+}
+
+/// What became of the seven POs once processed to the end, however many attempts it took.
+fn assert_seven_pos_settled(gate: &Gate, what: &str) {
+    let keys = assert_each_po_delivered_once(gate, 5, what);
     let rows = gate.documents(&["--all"]);
     let dispositions: Vec<(&str, &str)> = rows
         .iter()
@@ -1529,19 +1531,7 @@ fn runs_that_span_interchanges_survive_a_kill_after_each() {
             None,
         );
         assert!(status.success(), "{action}: {stdout}{stderr}");
-        let mut keys: Vec<String> = gate
-            .delivered()
-            .values()
-            .map(|d| d["document_key"].as_str().unwrap().to_string())
-            .collect();
-        keys.sort();
-        assert_eq!(
-            keys,
-            (1..=7)
-                .map(|i| format!("ZZ:ACME:850:PO-{i}:00:"))
-                .collect::<Vec<_>>(),
-            "{action}: each PO delivered once"
-        );
+        assert_each_po_delivered_once(&gate, 7, action);
         let held = gate.documents(&["--held"]);
         assert_eq!(held.len(), 1, "{action}: {held:?}");
         assert_eq!(held[0]["interchange"], "ZZ:ACME:000000622", "{action}");
