@@ -824,7 +824,7 @@ impl Conn {
         match self {
             Conn::Sqlite(c) => Ok(c
                 .prepare_cached(sql)?
-                .execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?),
+                .execute(rusqlite::params_from_iter(values.iter()))?),
             Conn::Postgres(p) => match p.borrow_mut().run(sql, &values, false)? {
                 Answer::Count(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
                 _ => Ok(0),
@@ -839,10 +839,7 @@ impl Conn {
             Conn::Sqlite(c) => {
                 let mut stmt = c.prepare_cached(sql)?;
                 runs.iter()
-                    .map(|values| {
-                        Ok(stmt
-                            .execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?)
-                    })
+                    .map(|values| Ok(stmt.execute(rusqlite::params_from_iter(values.iter()))?))
                     .collect()
             }
             Conn::Postgres(p) => {
@@ -889,8 +886,7 @@ impl Conn {
                 .iter()
                 .map(|(sql, values)| {
                     let mut stmt = c.prepare_cached(sql)?;
-                    let mut rows =
-                        stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                    let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
                     let mut out = Vec::new();
                     while let Some(r) = rows.next()? {
                         out.push(f(&Row::Sqlite(r))?);
@@ -931,8 +927,7 @@ impl Conn {
         match self {
             Conn::Sqlite(c) => {
                 let mut stmt = c.prepare_cached(sql)?;
-                let mut rows =
-                    stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
                 match rows.next()? {
                     Some(r) => f(&Row::Sqlite(r)),
                     None => Err(Error::NoRows),
@@ -960,8 +955,7 @@ impl Conn {
         match self {
             Conn::Sqlite(c) => {
                 let mut stmt = c.prepare_cached(sql)?;
-                let mut rows =
-                    stmt.query(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
                 loop {
                     match rows.next() {
                         Ok(Some(r)) => out.push(f(&Row::Sqlite(r))),
@@ -1048,14 +1042,18 @@ impl Conn {
     }
 }
 
-fn sqlite_value(v: &Value) -> rusqlite::types::Value {
-    use rusqlite::types::Value as V;
-    match v {
-        Value::Null => V::Null,
-        Value::Int(n) => V::Integer(*n),
-        Value::Real(f) => V::Real(*f),
-        Value::Text(s) => V::Text(s.clone()),
-        Value::Blob(b) => V::Blob(b.clone()),
+/// A parameter as SQLite reads it, borrowed: a statement's values are not copied again (an
+/// interchange's acknowledgment of a million sets is one parameter).
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::ValueRef;
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(n) => ValueRef::Integer(*n),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
     }
 }
 
