@@ -1540,3 +1540,28 @@ fn runs_that_span_interchanges_survive_a_kill_after_each() {
         assert_eq!(acks.len(), 3, "{action}: one acknowledgment each");
     }
 }
+
+/// An interchange that waits for an earlier one's runs is answered all the same, even one
+/// that is rejected (it has no documents to decide, only its acknowledgment to write).
+#[test]
+fn an_interchange_after_one_decided_in_runs_gets_its_answer_whatever_it_is() {
+    let gate = Gate::with_gateway(IN_RUNS_OF_TWO, "");
+    let five: Vec<String> = (1..=5).map(|i| po(&format!("PO-{i}"), "00", i)).collect();
+    let broken =
+        an_850(632, po("PO-9", "00", 9)).replace("*ZZ*X12GATE        *", "*ZZ*SOMEONE        *");
+    let text = interchange(631, "PO", "850", &five, 1, '*', '~')
+        + &broken
+        + &an_850(633, po("PO-8", "00", 8));
+    let file = gate.write("three.x12", &text);
+    let reports = gate.process(&[&file], 3);
+    let dispositions: Vec<&str> = reports
+        .iter()
+        .map(|r| r["disposition"].as_str().unwrap())
+        .collect();
+    assert_eq!(dispositions, ["accepted", "rejected", "accepted"]);
+    for r in &reports {
+        assert_eq!(r["acks"].as_array().unwrap().len(), 1, "{r}");
+    }
+    assert_eq!(acks_in(&gate).len(), 3, "one answer each");
+    assert!(acks_in(&gate).iter().any(|a| a.contains("TA1*000000632*")));
+}

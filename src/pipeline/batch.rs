@@ -1237,8 +1237,10 @@ fn prepare_all(
                     let mut p = prepare(r, *i, it, first, *owned, reservation)?;
                     if budget > 0 {
                         budget = next_run(b, r, &mut p, it, budget)?;
-                        p.files = run_files(&mut p, &it.ic);
                     }
+                    // An interchange with nothing to decide (a rejected one) is answered now,
+                    // whether it waits or not.
+                    p.files = run_files(&mut p, &it.ic);
                     prepared.push(p);
                 }
                 Stage::Lost => prepared.push(Prepared {
