@@ -207,10 +207,14 @@ pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers,
     let answered = registry.answered_at(key)?;
     let (documents, more, deliveries) = first_documents(registry, key)?;
     let refs = result_refs(registry, &documents)?;
-    Ok(Layers {
-        documents_more: more,
-        ..layers_of(config, &record, answered, &documents, &deliveries, &refs)
-    })
+    Ok(layers_of(
+        config,
+        &record,
+        answered,
+        (&documents, more),
+        &deliveries,
+        &refs,
+    ))
 }
 
 /// The business system's reference for each document key of `documents` (a duplicate's is
@@ -234,7 +238,7 @@ fn layers_of(
     config: &Config,
     record: &Record,
     answered_ms: Option<i64>,
-    documents: &[crate::registry::DocumentRow],
+    (documents, documents_more): (&[crate::registry::DocumentRow], usize),
     deliveries: &[crate::registry::DeliveryRow],
     refs: &std::collections::HashMap<String, String>,
 ) -> Layers {
@@ -299,7 +303,7 @@ fn layers_of(
         received: Some(crate::time::rfc3339(record.first_seen_ms)),
         acknowledged,
         delivered,
-        documents_more: 0,
+        documents_more,
     }
 }
 
@@ -440,10 +444,14 @@ pub fn show(
     let (documents, documents_more, deliveries) = first_documents(registry, key)?;
     let refs = result_refs(registry, &documents)?;
     let answered = events.iter().find(|e| e.event.is_answer()).map(|e| e.at_ms);
-    let layers = Layers {
-        documents_more,
-        ..layers_of(config, &record, answered, &documents, &deliveries, &refs)
-    };
+    let layers = layers_of(
+        config,
+        &record,
+        answered,
+        (&documents, documents_more),
+        &deliveries,
+        &refs,
+    );
     Ok(Shown {
         record,
         holder,

@@ -2022,17 +2022,7 @@ fn prune_keeps_what_a_destination_has_yet_to_take() {
     let file = gate.write("a.x12", &an_850(551, &["PO-551"]));
     gate.process(&[], &[file]);
     let db = gate.root().join("data/x12gate.db");
-    let age = || {
-        let r = x12gate::registry::Registry::open(
-            &x12gate::registry::Database::from(&db),
-            x12gate::registry::Identity {
-                qualifier: "ZZ",
-                id: "X12GATE",
-            },
-        )
-        .unwrap();
-        r.age_for_tests(&correlation(551), 5).unwrap();
-    };
+    let age = || crate::util::age(&db, &[(&correlation(551), 5)]);
     age();
     gate.ok(&["prune"]);
     assert_eq!(

@@ -108,6 +108,16 @@ id = "ACME"
         )
     }
 
+    /// `process --json --no-wait` of `file` again (with `extra` options), as a rerun after a
+    /// kill takes its claims over: (status, stdout, stderr).
+    fn take_over(&self, file: &Path, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
+        let file = file.display().to_string();
+        let mut args = vec!["process", "--json", "--no-wait"];
+        args.extend_from_slice(extra);
+        args.push(&file);
+        self.run(&args, None)
+    }
+
     /// `process --json FILES`: the reports, asserting the exit code.
     fn process(&self, files: &[&Path], code: i32) -> Vec<Value> {
         let mut args = vec!["process".to_string(), "--json".to_string()];
@@ -559,15 +569,7 @@ fn a_crash_between_claim_and_completion_records_no_document_without_its_intercha
             );
         }
         drop(db);
-        let (status, stdout, stderr) = gate.run(
-            &[
-                "process",
-                "--json",
-                "--no-wait",
-                &file.display().to_string(),
-            ],
-            None,
-        );
+        let (status, stdout, stderr) = gate.take_over(&file, &[]);
         assert!(status.success(), "{point}: {stdout}{stderr}");
         let delivered = gate.delivered();
         let keys: Vec<&str> = delivered
@@ -760,15 +762,7 @@ fn a_takeover_that_rejects_what_a_crashed_attempt_accepted_withdraws_its_documen
     let config = gate.root().join("partners.toml");
     let text = fs::read_to_string(&config).unwrap();
     fs::write(&config, text.replace("validation = \"envelope\"", "")).unwrap();
-    let (status, stdout, stderr) = gate.run(
-        &[
-            "process",
-            "--json",
-            "--no-wait",
-            &file.display().to_string(),
-        ],
-        None,
-    );
+    let (status, stdout, stderr) = gate.take_over(&file, &[]);
     assert_eq!(status.code(), Some(3), "{stdout}{stderr}");
     assert_eq!(lines(&stdout)[0]["disposition"], "rejected");
     assert!(
@@ -1221,16 +1215,7 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
                 "{what}: {key} queued without its file"
             );
         }
-        let (status, stdout, stderr) = gate.run(
-            &[
-                "process",
-                "--json",
-                "--no-deliver",
-                "--no-wait",
-                &file.display().to_string(),
-            ],
-            None,
-        );
+        let (status, stdout, stderr) = gate.take_over(&file, &["--no-deliver"]);
         assert!(status.code().is_some(), "{what}: {stderr}");
         let reports = lines(&stdout);
         assert_eq!(reports.len(), 1, "{what}: {stdout}{stderr}");
@@ -1395,16 +1380,10 @@ fn a_control_number_reused_after_its_window_leaves_the_held_documents_of_its_fir
     let held = gate.documents(&["--held"]);
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(held[0]["interchange"], "ZZ:ACME:000000702");
-    let registry = x12gate::registry::Registry::open(
-        &x12gate::registry::Database::from(&gate.root().join("data/x12gate.db")),
-        x12gate::registry::Identity {
-            qualifier: "ZZ",
-            id: "X12GATE",
-        },
-    )
-    .unwrap();
-    registry.age_for_tests("ZZ:ACME:000000702", 5).unwrap();
-    drop(registry);
+    crate::util::age(
+        &gate.root().join("data/x12gate.db"),
+        &[("ZZ:ACME:000000702", 5)],
+    );
     let (status, _, stderr) = gate.run(&["prune"], None);
     assert!(status.success(), "{stderr}");
     // ISA13 702 again, months later, with another PO; where failpoints are built in, its
@@ -1521,15 +1500,7 @@ fn runs_that_span_interchanges_survive_a_kill_after_each() {
             Some(&format!("run.after={action}")),
         );
         assert!(!status.success(), "{action}");
-        let (status, stdout, stderr) = gate.run(
-            &[
-                "process",
-                "--json",
-                "--no-wait",
-                &file.display().to_string(),
-            ],
-            None,
-        );
+        let (status, stdout, stderr) = gate.take_over(&file, &[]);
         assert!(status.success(), "{action}: {stdout}{stderr}");
         assert_each_po_delivered_once(&gate, 7, action);
         let held = gate.documents(&["--held"]);

@@ -835,19 +835,14 @@ fn prune_removes_exactly_the_keys_older_than_their_partners_window() {
     let first = gate.process(&refs);
     assert_eq!(first.code(), Some(0), "{first}");
     assert_eq!(count(&first.reports(), "accepted"), 4, "{first}");
-    {
-        let registry = x12gate::registry::Registry::open(
-            &x12gate::registry::Database::from(&gate.database()),
-            x12gate::registry::Identity {
-                qualifier: "ZZ",
-                id: "X12GATE",
-            },
-        )
-        .unwrap();
-        registry.age_for_tests("ZZ:ACME:000000201", 31).unwrap(); // beyond 30 days
-        registry.age_for_tests("ZZ:ACME:000000202", 29).unwrap(); // within
-        registry.age_for_tests("ZZ:GLOBEX:000000201", 40).unwrap(); // within 45
-    }
+    crate::util::age(
+        &gate.database(),
+        &[
+            ("ZZ:ACME:000000201", 31),   // beyond 30 days
+            ("ZZ:ACME:000000202", 29),   // within
+            ("ZZ:GLOBEX:000000201", 40), // within 45
+        ],
+    );
     let prune = run({
         let mut c = gate.command(&gate.config);
         c.arg("prune");

@@ -77,3 +77,19 @@ pub fn documents_by_interchange(
 pub fn order_file(sender: &str, po: &str) -> String {
     format!("ZZ_{sender}_850_{po}_00_.json")
 }
+
+/// Moves the clock of each of `keys` (interchange keys of gateway ZZ:X12GATE, with their
+/// days) back in the SQLite registry `db`, as if they had been seen that long ago.
+pub fn age(db: &std::path::Path, keys: &[(&str, i64)]) {
+    let registry = x12gate::registry::Registry::open(
+        &x12gate::registry::Database::from(db),
+        x12gate::registry::Identity {
+            qualifier: "ZZ",
+            id: "X12GATE",
+        },
+    )
+    .unwrap();
+    for (key, days) in keys {
+        registry.age_for_tests(key, *days).unwrap();
+    }
+}

@@ -1772,7 +1772,7 @@ fn more_runs(
         if r.options.stop.abandoned() {
             return Err(ProcessError::Interrupted);
         }
-        let renewed = registry.batch(|b| {
+        registry.batch(|b| {
             let held: Vec<&str> = prepared
                 .iter()
                 .filter(|p| !p.lost)
@@ -1798,8 +1798,7 @@ fn more_runs(
                 }
             }
             Ok::<_, ProcessError>(())
-        });
-        renewed?;
+        })?;
         let files: Vec<Output> = prepared
             .iter_mut()
             .filter(|p| !p.lost)

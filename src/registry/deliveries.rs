@@ -688,20 +688,6 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// The deliveries of one interchange's documents.
-    pub fn deliveries_of(&self, interchange_key: &str) -> Result<Vec<DeliveryRow>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {ROW} FROM deliveries WHERE interchange_key = ?1 ORDER BY id"
-            ))
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([interchange_key], row)
-            .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
-    }
-
     /// How many deliveries each destination has in each state.
     pub fn delivery_counts(&self) -> Result<Vec<(String, DeliveryState, u64)>, RegistryError> {
         let mut stmt = self

@@ -335,10 +335,18 @@ impl Registry {
 
     /// The sightings of one interchange, in its order.
     pub fn documents_of(&self, interchange_key: &str) -> Result<Vec<DocumentRow>, RegistryError> {
+        self.documents_limited(interchange_key, "")
+    }
+
+    fn documents_limited(
+        &self,
+        interchange_key: &str,
+        limit: &str,
+    ) -> Result<Vec<DocumentRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare(&format!(
-                "SELECT {COLUMNS} FROM documents WHERE interchange_key = ?1 ORDER BY id"
+                "SELECT {COLUMNS} FROM documents WHERE interchange_key = ?1 ORDER BY id{limit}"
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -353,16 +361,7 @@ impl Registry {
         interchange_key: &str,
         limit: usize,
     ) -> Result<(Vec<DocumentRow>, usize), RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {COLUMNS} FROM documents WHERE interchange_key = ?1 ORDER BY id LIMIT {limit}"
-            ))
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([interchange_key], row)
-            .map_err(|e| self.sql(e))?;
-        let rows: Vec<DocumentRow> = rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))?;
+        let rows = self.documents_limited(interchange_key, &format!(" LIMIT {limit}"))?;
         let total: i64 = self
             .conn
             .query_row(
