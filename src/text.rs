@@ -35,6 +35,18 @@ pub fn bounded(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// How much of a value from input a message or a finding quotes: longer values are broken
+/// anyway (no X12 id or code is this long), and an element may be 64 KiB.
+pub const QUOTED: usize = 35;
+
+/// `s` as a message quotes it: its first [`QUOTED`] bytes, with `...` when there was more.
+pub fn quoted(s: &str) -> Cow<'_, str> {
+    if s.len() <= QUOTED {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(format!("{}...", bounded(s, QUOTED)))
+}
+
 /// `s` cut to about `max` bytes for a reason or a log line, saying how much was left out.
 pub fn shortened(s: &str, max: usize) -> Cow<'_, str> {
     if s.len() <= max {

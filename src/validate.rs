@@ -193,14 +193,14 @@ fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
     p
 }
 
-/// A value as a message quotes it: escaped, and at most its first 35 bytes (an element may
-/// be 64 KiB, a segment without separators a whole set's "id"), with `...` when there was
-/// more.
+/// A value as a message quotes it: escaped, and at most its first [`crate::text::QUOTED`]
+/// bytes (an element may be 64 KiB, a segment without separators a whole set's "id"), with
+/// `...` when there was more.
 pub(crate) fn shown(bytes: &[u8]) -> String {
-    const SHOWN: usize = 35;
+    use crate::text::QUOTED;
     let escaped = |b: &[u8]| -> String { String::from_utf8_lossy(b).escape_debug().collect() };
-    match bytes.get(..SHOWN) {
-        Some(head) if bytes.len() > SHOWN => format!("{}...", escaped(head)),
+    match bytes.get(..QUOTED) {
+        Some(head) if bytes.len() > QUOTED => format!("{}...", escaped(head)),
         _ => escaped(bytes),
     }
 }
@@ -516,7 +516,7 @@ impl Validator<'_> {
                 0,
                 format!(
                     "{} segment outside any envelope (not between GS and GE, or ST and SE)",
-                    segment.id_str()
+                    segment.id_shown()
                 ),
             );
         }

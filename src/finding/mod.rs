@@ -181,16 +181,6 @@ pub struct SchemaDetail {
     pub guide: bool,
 }
 
-/// A segment id as a finding keeps it: at most 35 bytes, with `...` when there was more.
-fn bounded_id(mut id: String) -> String {
-    const KEPT: usize = 35;
-    if id.len() > KEPT {
-        id.truncate(crate::text::bounded(&id, KEPT).len());
-        id.push_str("...");
-    }
-    id
-}
-
 impl Finding {
     /// A warning: reported, never a rejection nor sent back.
     pub fn is_warning(&self) -> bool {
@@ -211,7 +201,7 @@ impl Finding {
             level: rule.level(),
             code: rule.code(None),
             position,
-            segment_id: bounded_id(segment_id.into()),
+            segment_id: crate::text::quoted(&segment_id.into()).into_owned(),
             group: None,
             set: None,
             message,

@@ -288,7 +288,7 @@ impl<'a> Walker<'_, 'a> {
             };
             let message = format!(
                 "{} {what} occurs {uses} times, more than the {} the definition allows",
-                segment.id_str(),
+                segment.id_shown(),
                 node.max
             );
             self.segment_finding(rule, segment, message);
@@ -372,7 +372,7 @@ impl<'a> Walker<'_, 'a> {
     /// A segment that fits nowhere from the current position: why (AK304 1, 6, 7 or 2).
     fn unplaced(&mut self, segment: &Segment<'_>) {
         let id = segment.id;
-        let name = segment.id_str();
+        let name = segment.id_shown();
         let nodes = &self.def.nodes;
         let fits = |p: &usize| {
             nodes

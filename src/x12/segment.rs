@@ -58,16 +58,14 @@ pub struct Segment<'a> {
 
 impl<'a> Segment<'a> {
     /// The id as text; ids are short ASCII, anything else shows lossily.
-    /// The id as text for a message: its first 35 bytes at most, with `...` when there was
-    /// more (a segment without separators is all id).
     pub fn id_str(&self) -> String {
-        const SHOWN: usize = 35;
-        match self.id.get(..SHOWN) {
-            Some(head) if self.id.len() > SHOWN => {
-                format!("{}...", String::from_utf8_lossy(head))
-            }
-            _ => String::from_utf8_lossy(self.id).into_owned(),
-        }
+        String::from_utf8_lossy(self.id).into_owned()
+    }
+
+    /// The id as a message or a finding quotes it ([`crate::text::quoted`]): a segment
+    /// without separators is all id.
+    pub fn id_shown(&self) -> String {
+        crate::text::quoted(&String::from_utf8_lossy(self.id)).into_owned()
     }
 
     pub fn is(&self, id: &[u8]) -> bool {
