@@ -4,11 +4,11 @@
 //! `validate`, `ack` and `process` all take their findings from here, so a rule added once
 //! is in every path.
 
-use crate::finding::{Code, Finding, Rule, Ta105};
+use crate::finding::{Code, Finding, Ta105};
 use crate::input::{InputError, Piece, Reader};
-use crate::schema::Schemas;
-use crate::validate::{self, Routing};
-use crate::x12::{Interchange, Interchanges, Limits, Resume};
+use crate::schema::{Schemas, Unread};
+use crate::validate::{self, Carried, Routing};
+use crate::x12::{Interchange, Interchanges, Limits, Part, Resume};
 
 /// What an interchange is checked against.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,46 +40,163 @@ pub fn interchange(
     checks: &Checks<'_>,
     extra: impl IntoIterator<Item = Finding>,
 ) -> Vec<Finding> {
-    let mut findings = envelope(ic, checks);
-    findings.extend(content(ic, checks));
+    let mut findings = Found::checked(ic, checks, &mut Carried::default()).finish();
     findings.extend(extra);
     findings
 }
 
-/// The cheap part: routing and envelopes.
-fn envelope(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
-    let mut findings = checks
-        .routing
-        .map(|us| validate::routing(ic, &us))
-        .unwrap_or_default();
-    // GS01 is checked against the release's 479 list only with the definitions: a partner
-    // with `validation = "envelope"` has its groups read without the dictionaries.
-    let rules = validate::interchange_with(ic, checks.schemas);
-    findings.extend(rules.into_iter().map(|f| {
-        let tolerated = matches!(
-            f.rule,
-            Rule::BlankBeforeSegment | Rule::FinalTerminatorMissing
-        );
-        if tolerated && checks.strict_layout {
-            f.coded(Code::Ta105(Ta105::InvalidContent))
-        } else {
-            f
-        }
-    }));
-    findings
+/// What one interchange, or one part of it, was found to break, by where each finding
+/// stands in the interchange's report (see [`Found::finish`]): the parts of an interchange
+/// read in parts are appended one to the other, and read as it would whole.
+struct Found<'c> {
+    part: Part,
+    routing: Vec<Finding>,
+    envelope: validate::Envelope,
+    content: Vec<Finding>,
+    unread: Unread,
+    /// The definitions its sender's sets are read by.
+    schemas: Option<&'c Schemas>,
 }
 
-/// The sets against their definitions: the sender's own guide when `partners.toml` gives
-/// it one (chosen here, by ISA05/ISA06, so every command that checks an interchange reads it
-/// as `process` does).
-fn content(ic: &Interchange<'_>, checks: &Checks<'_>) -> Vec<Finding> {
-    checks
-        .schemas
-        .map(|schemas| {
-            let schemas = schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
-            crate::schema::findings(ic, schemas)
-        })
-        .unwrap_or_default()
+impl<'c> Found<'c> {
+    /// Every finding of `ic`, given what earlier parts of its interchange left in `carried`.
+    fn checked(ic: &Interchange<'_>, checks: &Checks<'c>, carried: &mut Carried) -> Found<'c> {
+        let mut found = Found::of(ic, checks, carried);
+        found.walk(ic);
+        found.renumber();
+        found
+    }
+
+    /// The cheap part of [`Found::checked`]: routing and envelopes; [`Found::walk`] and
+    /// [`Found::renumber`] are left to the caller (another thread).
+    fn of(ic: &Interchange<'_>, checks: &Checks<'c>, carried: &mut Carried) -> Found<'c> {
+        if ic.part.first {
+            *carried = Carried::default();
+        }
+        let routing = match checks.routing {
+            Some(us) if ic.part.first => validate::routing(ic, &us),
+            _ => Vec::new(),
+        };
+        // GS01 is checked against the release's 479 list only with the definitions: a
+        // partner with `validation = "envelope"` has its groups read without the dictionaries.
+        let mut envelope = validate::part(ic, checks.schemas, carried);
+        if checks.strict_layout {
+            for f in &mut envelope.layout {
+                *f = f.clone().coded(Code::Ta105(Ta105::InvalidContent));
+            }
+        }
+        // The sender's own guide when `partners.toml` gives it one (chosen here, by
+        // ISA05/ISA06, so every command that checks an interchange reads it as `process` does).
+        let schemas = checks
+            .schemas
+            .map(|s| s.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6)));
+        Found {
+            part: ic.part,
+            routing,
+            envelope,
+            content: Vec::new(),
+            unread: Unread::default(),
+            schemas,
+        }
+    }
+
+    /// Walks `ic`'s sets against their definitions (the costly part, done where `of` was
+    /// not: on another thread); indexes are the part's own until [`Found::renumber`].
+    fn walk(&mut self, ic: &Interchange<'_>) {
+        if let Some(schemas) = self.schemas {
+            let threads = if ic.span.len() >= crate::schema::PARALLEL_FROM {
+                crate::cores::available()
+            } else {
+                1
+            };
+            (self.content, self.unread) = crate::schema::walk(ic, schemas, threads);
+        }
+    }
+
+    /// Group and set indexes as the interchange counts them, not the part.
+    fn renumber(&mut self) {
+        let part = self.part;
+        if part == Part::WHOLE {
+            return;
+        }
+        let renumber = |f: &mut Finding| {
+            if let Some(g) = f.group {
+                f.set = f.set.map(|s| part.set(g, s));
+                f.group = Some(part.group(g));
+            }
+        };
+        for section in self.envelope.sections_mut() {
+            section.iter_mut().for_each(renumber);
+        }
+        self.content.iter_mut().for_each(renumber);
+        if let Some(f) = self.unread.at_mut() {
+            renumber(f);
+        }
+    }
+
+    /// Adds a later part's findings.
+    fn append(&mut self, mut later: Found<'c>) {
+        self.routing.append(&mut later.routing);
+        self.envelope.append(later.envelope);
+        self.content.append(&mut later.content);
+        self.unread.absorb(later.unread);
+        self.part.last = later.part.last;
+    }
+
+    /// In the order the interchange's answer reads them (it matters: the TA1 answers with
+    /// the first that rejects): routing, the envelope rules, the sets' definitions.
+    fn finish(self) -> Vec<Finding> {
+        let mut findings = self.routing;
+        findings.extend(self.envelope.into_findings());
+        findings.extend(self.content);
+        if let Some(schemas) = self.schemas {
+            findings.extend(self.unread.warning(schemas));
+        }
+        findings
+    }
+}
+
+/// What reading gave: an interchange (or part) and what it was found to break, or what
+/// could not be read as one.
+enum Item<'c> {
+    Found(Found<'c>),
+    Unread(Finding),
+}
+
+/// Puts the findings of what is read together, interchange by interchange: those of an
+/// interchange read in parts are kept until its last part.
+#[derive(Default)]
+struct Gather<'c> {
+    carried: Carried,
+    pending: Option<Found<'c>>,
+}
+
+impl<'c> Gather<'c> {
+    /// The findings `item` completes, if any.
+    fn take(&mut self, item: Item<'c>, into: &mut Vec<Finding>) {
+        match item {
+            Item::Found(found) => {
+                let found = match self.pending.take() {
+                    Some(mut earlier) if !found.part.first => {
+                        earlier.append(found);
+                        earlier
+                    }
+                    _ => found,
+                };
+                if found.part.last {
+                    into.extend(found.finish());
+                } else {
+                    self.pending = Some(found);
+                }
+            }
+            // What could not be read ends whatever was being read (an interchange found too
+            // long partway is reported as one too long read whole is: by that alone).
+            Item::Unread(finding) => {
+                self.pending = None;
+                into.push(finding);
+            }
+        }
+    }
 }
 
 /// Every finding of a whole file in memory, one interchange at a time; on every core for a
@@ -96,24 +213,35 @@ pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize
     } else {
         1
     };
-    interchanges(&mut Interchanges::new(input, limits), checks, threads)
+    let mut gather = Gather::default();
+    let items = interchanges(&mut Interchanges::new(input, limits), checks, threads, &mut gather.carried);
+    let mut findings = Vec::new();
+    for item in items {
+        gather.take(item, &mut findings);
+    }
+    findings
 }
 
-/// Every finding of a file read in pieces ([`Reader`]), handed to `each` a piece at a time,
-/// in file order: memory is a piece, however large the file.
+/// Every finding of a file read in pieces ([`Reader`], best [`Reader::in_parts`]), handed to
+/// `each` a piece at a time, in file order: memory is a piece, however large the file.
 pub fn pieces(
     reader: &mut Reader,
     checks: &Checks<'_>,
     each: &mut dyn FnMut(Vec<Finding>),
 ) -> Result<(), InputError> {
     let threads = crate::cores::available();
+    let mut gather = Gather::default();
     while let Some(piece) = reader.next_piece()? {
-        let (findings, resume) = if piece.bytes.len() < PARALLEL_FROM {
+        let (items, resume) = if piece.bytes.len() < PARALLEL_FROM {
             let mut read = piece.interchanges();
-            (interchanges(&mut read, checks, 1), read.resume())
+            (interchanges(&mut read, checks, 1, &mut gather.carried), read.resume())
         } else {
-            in_halves(&piece, checks, threads)
+            in_halves(&piece, checks, threads, &mut gather.carried)
         };
+        let mut findings = Vec::new();
+        for item in items {
+            gather.take(item, &mut findings);
+        }
         each(findings);
         reader.advance(resume);
     }
@@ -122,48 +250,58 @@ pub fn pieces(
 
 /// A large piece read as two halves on two threads (reading the envelopes is what one
 /// thread cannot keep up with), when a cut near its middle is confirmed by the first half;
-/// else whole. The findings and the resume are those of reading it whole.
-fn in_halves(piece: &Piece<'_>, checks: &Checks<'_>, threads: usize) -> (Vec<Finding>, Resume) {
-    let whole = || {
+/// else whole. The findings and the resume are those of reading it whole. (A piece that
+/// begins inside an interchange read in parts is not cut: see [`Piece::halves`].)
+fn in_halves<'c>(
+    piece: &Piece<'_>,
+    checks: &Checks<'c>,
+    threads: usize,
+    carried: &mut Carried,
+) -> (Vec<Item<'c>>, Resume) {
+    let whole = |carried: &mut Carried| {
         let mut read = piece.interchanges();
-        (interchanges(&mut read, checks, threads), read.resume())
+        (interchanges(&mut read, checks, threads, carried), read.resume())
     };
     let Some((mut first, mut second, cut)) = piece.halves().filter(|_| threads > 1) else {
-        return whole();
+        return whole(carried);
     };
     let each = (threads / 2).max(1);
     let (head, tail, confirmed) = std::thread::scope(|scope| {
         let tail = scope.spawn(move || {
-            let found = interchanges(&mut second, checks, each);
+            // The second half begins with an interchange: nothing is carried into it.
+            let found = interchanges(&mut second, checks, each, &mut Carried::default());
             (found, second.resume())
         });
-        let head = interchanges(&mut first, checks, each);
+        let head = interchanges(&mut first, checks, each, carried);
         let confirmed = first.ended_on_an_iea();
         (head, tail.join(), confirmed)
     });
     match tail {
         Ok((tail, resume)) if confirmed => {
-            let mut findings = head;
-            findings.extend(tail);
-            (findings, resume.shifted(cut))
+            let mut items = head;
+            items.extend(tail);
+            (items, resume.shifted(cut))
         }
-        _ => whole(),
+        _ => whole(carried),
     }
 }
 
-/// The findings of what `read` gives, on `threads` threads when there are definitions.
-fn interchanges(read: &mut Interchanges<'_>, checks: &Checks<'_>, threads: usize) -> Vec<Finding> {
+/// What `read` gives, on `threads` threads when there are definitions; `carried` is what
+/// the envelope rules carry from one part of an interchange to the next.
+fn interchanges<'c>(
+    read: &mut Interchanges<'_>,
+    checks: &Checks<'c>,
+    threads: usize,
+    carried: &mut Carried,
+) -> Vec<Item<'c>> {
     if checks.schemas.is_some() && threads > 1 {
-        return in_parallel(read, checks, threads);
+        return in_parallel(read, checks, threads, carried);
     }
-    let mut findings = Vec::new();
-    for result in read {
-        match result {
-            Ok(ic) => findings.extend(interchange(&ic, checks, [])),
-            Err(e) => findings.push(validate::read_error(&e)),
-        }
-    }
-    findings
+    read.map(|result| match result {
+        Ok(ic) => Item::Found(Found::checked(&ic, checks, carried)),
+        Err(e) => Item::Unread(validate::read_error(&e)),
+    })
+    .collect()
 }
 
 /// Inputs from this size have their sets checked against definitions on every core.
@@ -171,15 +309,20 @@ const PARALLEL_FROM: usize = 1 << 20;
 
 /// [`interchanges`] for a large input: this thread reads interchanges and checks envelopes
 /// (the cheap part) while `workers` threads walk their sets against the definitions; at most
-/// two interchanges per worker wait in between, so memory stays bounded. Findings come out in
+/// two interchanges per worker wait in between, so memory stays bounded. Items come out in
 /// the same order as from one thread.
-fn in_parallel(read: &mut Interchanges<'_>, checks: &Checks<'_>, workers: usize) -> Vec<Finding> {
+fn in_parallel<'c>(
+    read: &mut Interchanges<'_>,
+    checks: &Checks<'c>,
+    workers: usize,
+    carried: &mut Carried,
+) -> Vec<Item<'c>> {
     use std::sync::{mpsc, Mutex};
-    let mut envelopes: Vec<Vec<Finding>> = Vec::new();
-    let mut contents: Vec<Vec<Finding>> = Vec::new();
-    let (jobs, queue) = mpsc::sync_channel::<(usize, Interchange<'_>)>(workers * 2);
+    // In reading order: what could not be read at once, the rest once its sets are walked.
+    let mut items: Vec<Option<Item<'c>>> = Vec::new();
+    let (jobs, queue) = mpsc::sync_channel::<(usize, Interchange<'_>, Found<'c>)>(workers * 2);
     let queue = Mutex::new(queue);
-    let (done, results) = mpsc::channel::<(usize, Vec<Finding>)>();
+    let (done, results) = mpsc::channel::<(usize, Found<'c>)>();
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let (queue, done) = (&queue, done.clone());
@@ -189,42 +332,42 @@ fn in_parallel(read: &mut Interchanges<'_>, checks: &Checks<'_>, workers: usize)
                     Ok(q) => q.recv(),
                     Err(_) => return,
                 };
-                let Ok((i, ic)) = job else { return };
-                if done.send((i, content(&ic, checks))).is_err() {
+                let Ok((i, ic, mut found)) = job else { return };
+                found.walk(&ic);
+                found.renumber();
+                if done.send((i, found)).is_err() {
                     return;
                 }
             });
         }
         drop(done);
-        for (i, result) in read.enumerate() {
+        for result in read {
             match result {
                 Ok(ic) => {
-                    envelopes.push(envelope(&ic, checks));
-                    if jobs.send((i, ic)).is_err() {
+                    let found = Found::of(&ic, checks, carried);
+                    items.push(None);
+                    if jobs.send((items.len() - 1, ic, found)).is_err() {
                         break;
                     }
                 }
-                Err(e) => envelopes.push(vec![validate::read_error(&e)]),
+                Err(e) => items.push(Some(Item::Unread(validate::read_error(&e)))),
             }
         }
         drop(jobs);
-        contents.resize_with(envelopes.len(), Vec::new);
         for (i, found) in results {
-            if let Some(slot) = contents.get_mut(i) {
-                *slot = found;
+            if let Some(slot) = items.get_mut(i) {
+                *slot = Some(Item::Found(found));
             }
         }
     });
-    envelopes
-        .into_iter()
-        .zip(contents)
-        .flat_map(|(e, s)| e.into_iter().chain(s))
-        .collect()
+    items.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::Rule;
+    use std::collections::HashSet;
 
     const INDENTED: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\n  GS*PO*A*B*20240101*1200*1*X*005010~\n  GE*0*1~\n  IEA*1*000000001";
 
@@ -285,8 +428,21 @@ mod tests {
     }
 
     fn by_pieces(input: &[u8], window: usize, checks: &Checks<'_>) -> Vec<String> {
+        in_pieces(input, window, checks, Limits::default(), false)
+    }
+
+    fn in_pieces(
+        input: &[u8],
+        window: usize,
+        checks: &Checks<'_>,
+        limits: Limits,
+        parts: bool,
+    ) -> Vec<String> {
         let from = Box::new(std::io::Cursor::new(input.to_vec()));
-        let mut reader = Reader::new(from, "large", Limits::default(), window);
+        let mut reader = Reader::new(from, "large", limits, window);
+        if parts {
+            reader = reader.in_parts();
+        }
         let mut all = Vec::new();
         pieces(&mut reader, checks, &mut |f| {
             all.extend(f.iter().map(|f| format!("{f:?}")))
@@ -321,7 +477,152 @@ mod tests {
                 for window in [input.len() + 1, 1_100_000] {
                     assert_eq!(by_pieces(&input, window, &checks), whole, "window {window}");
                 }
+                for window in [1_100_000, 300_000, 70_000] {
+                    let parts = in_pieces(&input, window, &checks, Limits::default(), true);
+                    assert_eq!(parts, whole, "in parts, window {window}");
+                }
             }
+        }
+    }
+
+    /// A large interchange with something for every envelope rule that spans its parts
+    /// (set and group control numbers reused far apart, counts, strays, blanks, limits, sets
+    /// read at envelope level only), then one cut short by the next ISA, then a small one.
+    /// `seed` moves where each oddity falls.
+    fn interchanges_in_parts(seed: usize, sets: usize) -> Vec<u8> {
+        let isa = |n: u32| {
+            format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*{n:09}*1*P*>~\r\n")
+        };
+        let every = |i: usize, n: usize| (i + seed) % n == n - 1;
+        let group = |out: &mut String, gs01: &str, gs06: u32, sets: usize, ge: Option<usize>| {
+            *out += &format!("GS*{gs01}*ACME*X12GATE*20240115*0930*{gs06}*X*004010~\r\n");
+            for i in 0..sets {
+                let st02 = if every(i, 7) { i / 2 + 1 } else { i + 1 };
+                if every(i, 19) {
+                    *out += "REF*XX*STRAY~\r\n";
+                }
+                let indent = if every(i, 29) { "  " } else { "" };
+                let st01 = match (every(i, 23), gs01) {
+                    (true, _) => "999",
+                    (false, "IN") => "810",
+                    _ => "850",
+                };
+                let mut body = vec![
+                    format!("BEG*00*SA*PO-{i}**20240115"),
+                    "REF*DP*038".to_string(),
+                    "N1*ST*ACME DC 7*92*0007".to_string(),
+                    format!("PO1*1*{}*EA*4.25*PE*UP*012345678905", i + 1),
+                    "CTT*1".to_string(),
+                ];
+                if every(i, 17) {
+                    body.insert(2, "b*1".into());
+                }
+                if every(i, 31) {
+                    body.insert(3, format!("N3*{}", "X".repeat(300)));
+                }
+                *out += &format!("{indent}ST*{st01}*{st02:04}~\r\n");
+                for segment in &body {
+                    *out += &format!("{indent}{segment}~\r\n");
+                }
+                let counted = body.len() + 2 + usize::from(every(i, 11));
+                if !every(i, 13) {
+                    *out += &format!("{indent}SE*{counted}*{st02:04}~\r\n");
+                }
+            }
+            if let Some(ge01) = ge {
+                *out += &format!("GE*{ge01}*{gs06}~\r\n");
+            }
+        };
+        let mut out = isa(101);
+        out += "TA1*000000090*240115*0930*A*000~\r\n";
+        group(&mut out, "PO", 1, sets, Some(sets + 1));
+        group(&mut out, "IN", 1, sets, Some(sets));
+        group(&mut out, "PO", 1, sets, Some(sets));
+        out += "IEA*2*000000101~\r\n";
+        out += &isa(102);
+        group(&mut out, "PO", 5, sets / 2, None);
+        out += &isa(103);
+        group(&mut out, "PO", 9, 2, Some(2));
+        out += "IEA*1*000000103~\r\n";
+        out.into_bytes()
+    }
+
+    /// How many parts, not the last of their interchange, a reading in parts gives.
+    fn cut_parts(input: &[u8], window: usize, limits: Limits) -> usize {
+        let from = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut reader = Reader::new(from, "parts", limits, window).in_parts();
+        let mut cut = 0;
+        while let Some(piece) = reader.next_piece().unwrap() {
+            let mut read = piece.interchanges();
+            cut += read.by_ref().flatten().filter(|ic| !ic.part.last).count();
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        cut
+    }
+
+    #[test]
+    fn an_interchange_read_in_parts_is_found_to_break_what_it_breaks_whole() {
+        let schemas = crate::schema::builtin().unwrap();
+        let limits = Limits {
+            max_element_len: 200,
+            ..Limits::default()
+        };
+        let input = interchanges_in_parts(0, 120);
+        for checks in [Checks::default(), Checks::definitions(schemas)] {
+            let whole: Vec<String> = file_on(&input, limits, &checks, 1)
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect();
+            let rules: HashSet<String> = file_on(&input, limits, &checks, 1)
+                .iter()
+                .map(|f| format!("{:?}", f.rule))
+                .collect();
+            for rule in [
+                "StDuplicateControlNumber",
+                "GsDuplicateControlNumber",
+                "GeSetCount",
+                "IeaGroupCount",
+                "IeaMissing",
+                "GeMissing",
+                "SeMissing",
+                "SeSegmentCount",
+                "SegmentOutsideEnvelope",
+                "BlankBeforeSegment",
+                "SegmentIdInvalid",
+                "LimitExceeded",
+            ] {
+                assert!(rules.contains(rule), "{rule} not found in {rules:?}");
+            }
+            for window in [600, 1_000, 2_345, 5_000, 13_000, 40_000] {
+                assert!(cut_parts(&input, window, limits) > 0, "window {window}");
+                let parts = in_pieces(&input, window, &checks, limits, true);
+                assert_eq!(parts, whole, "window {window}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Any window, down to a few segments, and any place of the oddities.
+        #[test]
+        fn in_parts_at_any_window_the_findings_are_those_of_the_whole(
+            seed in 0usize..1000,
+            window in 300usize..30_000,
+            definitions: bool,
+        ) {
+            let limits = Limits { max_element_len: 200, ..Limits::default() };
+            let input = interchanges_in_parts(seed, 60);
+            let checks = if definitions {
+                Checks::definitions(crate::schema::builtin().unwrap())
+            } else {
+                Checks::default()
+            };
+            let whole: Vec<String> = file_on(&input, limits, &checks, 1)
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect();
+            proptest::prop_assert_eq!(in_pieces(&input, window, &checks, limits, true), whole);
         }
     }
 

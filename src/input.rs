@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::x12::{likely_interchange_start, Interchanges, Limits, Resume, PIECE_MARGIN};
+use crate::x12::{likely_interchange_start, Inside, Interchanges, Limits, Resume, PIECE_MARGIN};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -150,6 +150,11 @@ pub struct Reader {
     limits: Limits,
     /// The most a piece grows to (see [`PIECE_MARGIN`]).
     cap: usize,
+    /// A large interchange is given in parts ([`Reader::in_parts`]).
+    parts: bool,
+    /// What is kept of the interchange the piece begins inside, when read in parts: the
+    /// bytes of the ISA and of the open group's GS ([`Inside`]).
+    head: Vec<u8>,
 }
 
 /// One piece of a file: its bytes from `base`, and whether they run to the file's end.
@@ -160,13 +165,19 @@ pub struct Piece<'a> {
     pub last: bool,
     resume: Resume,
     limits: Limits,
+    /// Read in parts, with what the reader kept of the interchange the piece begins inside.
+    parts: Option<&'a [u8]>,
 }
 
 impl<'a> Piece<'a> {
     /// The interchanges of this piece, borrowing it; hand their `resume()` to
     /// [`Reader::advance`] once done with them.
     pub fn interchanges(&self) -> Interchanges<'a> {
-        Interchanges::piece(self.bytes, self.base, self.last, self.resume, self.limits)
+        let read = Interchanges::piece(self.bytes, self.base, self.last, self.resume, self.limits);
+        match self.parts {
+            Some(head) => read.in_parts(head),
+            None => read,
+        }
     }
 
     /// The piece as two readings, for two threads, cut where an interchange likely begins
@@ -230,7 +241,18 @@ impl Reader {
             done: false,
             resume: Resume::default(),
             max_bytes: limits.max_file_bytes,
+            parts: false,
+            head: Vec::new(),
         }
+    }
+
+    /// Gives an interchange larger than a piece in parts ([`crate::x12::Part`]) instead of
+    /// growing the piece to hold it: memory is then the window (or the largest set), however
+    /// large an interchange. Only for a reader of the parts' findings that puts them
+    /// together (`check::pieces`).
+    pub fn in_parts(mut self) -> Reader {
+        self.parts = true;
+        self
     }
 
     /// The next piece; `None` once the last one has been read.
@@ -263,6 +285,7 @@ impl Reader {
             last: self.eof,
             resume: self.resume,
             limits: self.limits,
+            parts: self.parts.then_some(&self.head[..]),
         }))
     }
 
@@ -287,6 +310,9 @@ impl Reader {
             return;
         }
         let consumed = resume.consumed.min(self.buf.len());
+        if let Some(inside) = resume.inside {
+            self.head = self.kept(inside);
+        }
         self.want = if consumed == 0 {
             let len = self.buf.len().max(self.want);
             len.saturating_mul(2).min(self.cap).max(len + 1)
@@ -300,6 +326,32 @@ impl Reader {
         }
         self.base += consumed;
         self.resume = resume;
+    }
+}
+
+impl Reader {
+    /// The bytes `inside` says to keep of the interchange it is inside, from this piece or
+    /// (when the ISA or GS stood in an earlier one) from what was kept before.
+    fn kept(&self, inside: Inside) -> Vec<u8> {
+        let old = self.resume.inside;
+        let old_gs_start = old.map_or(0, |o| o.isa.1);
+        let at = |at: usize, len: usize, kept_at: Option<(usize, usize)>| -> &[u8] {
+            let in_piece = at
+                .checked_sub(self.base)
+                .and_then(|i| self.buf.get(i..i + len));
+            in_piece
+                .or_else(|| {
+                    let (_, from) = kept_at.filter(|(old_at, _)| *old_at == at)?;
+                    self.head.get(from..from + len)
+                })
+                .unwrap_or_default()
+        };
+        let mut head = at(inside.isa.0, inside.isa.1, old.map(|o| (o.isa.0, 0))).to_vec();
+        if let Some((gs_at, len, _)) = inside.gs {
+            let old_gs = old.and_then(|o| o.gs).map(|(a, _, _)| (a, old_gs_start));
+            head.extend_from_slice(at(gs_at, len, old_gs));
+        }
+        head
     }
 }
 

@@ -141,32 +141,121 @@ pub fn interchange(ic: &Interchange<'_>) -> Vec<Finding> {
 /// 005010 today) is not checked: another release's list could refuse a code the group's own
 /// release has (the lists gain and lose codes from release to release).
 pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) -> Vec<Finding> {
+    part(ic, dictionaries, &mut Carried::default()).into_findings()
+}
+
+/// The envelope findings of `ic`, one part of its interchange ([`crate::x12::Part`]; a
+/// whole interchange is its one part), given what the earlier parts left in `carried`.
+/// Group and set indexes are the part's own.
+pub fn part(ic: &Interchange<'_>, dictionaries: Option<&Schemas>, carried: &mut Carried) -> Envelope {
     let mut v = Validator {
         findings: Vec::new(),
         dictionaries,
     };
-    v.isa(ic);
-    v.findings.extend(control_segments::findings(ic));
-    v.structure(ic);
-    let mut seen_gs06 = HashSet::new();
-    for (gi, group) in ic.groups.iter().enumerate() {
-        v.group(gi, group, &mut seen_gs06);
+    let mut out = Envelope::default();
+    if ic.part.first {
+        v.isa(ic);
     }
-    v.findings
+    v.findings.extend(control_segments::findings(ic));
+    out.head = v.take();
+    v.layout(ic, carried);
+    out.layout = v.take();
+    v.strays(ic);
+    out.strays = v.take();
+    v.breaches(ic);
+    out.breaches = v.take();
+    if ic.part.last {
+        v.trailer(ic);
+    }
+    out.trailer = v.take();
+    for (gi, group) in ic.groups.iter().enumerate() {
+        v.group(ic, gi, group, carried);
+    }
+    out.groups = v.take();
+    out
+}
+
+/// An interchange's envelope findings by where they stand among them: an interchange read
+/// in parts has each part's appended to the same place, and reads as it would whole.
+#[derive(Debug, Default)]
+pub struct Envelope {
+    /// The ISA, ISB, ISE and TA1 segments'.
+    pub head: Vec<Finding>,
+    /// Blanks before segments, an IEA without its terminator.
+    pub layout: Vec<Finding>,
+    pub strays: Vec<Finding>,
+    pub breaches: Vec<Finding>,
+    /// The IEA's (or its absence).
+    pub trailer: Vec<Finding>,
+    /// The groups', with their sets' envelopes.
+    pub groups: Vec<Finding>,
+}
+
+impl Envelope {
+    /// Every section, each in turn.
+    pub fn sections_mut(&mut self) -> [&mut Vec<Finding>; 6] {
+        [
+            &mut self.head,
+            &mut self.layout,
+            &mut self.strays,
+            &mut self.breaches,
+            &mut self.trailer,
+            &mut self.groups,
+        ]
+    }
+
+    /// Adds a later part's findings.
+    pub fn append(&mut self, mut later: Envelope) {
+        for (to, from) in self.sections_mut().into_iter().zip(later.sections_mut()) {
+            to.append(from);
+        }
+    }
+
+    pub fn into_findings(mut self) -> Vec<Finding> {
+        self.sections_mut().into_iter().flat_map(std::mem::take).collect()
+    }
+}
+
+/// What the envelope rules of one part of an interchange leave for the next: the group
+/// control numbers used, the set control numbers of the open group, and whether a blank
+/// before a segment was reported.
+#[derive(Debug, Default)]
+pub struct Carried {
+    /// Digests of [`group_key`]s: a few bytes each, however long the values.
+    seen_gs06: HashSet<[u8; 32]>,
+    /// The open group's ST02s, each packed whole into a number (see [`packed`]).
+    seen_st02: HashSet<u128>,
+    blank_shown: bool,
 }
 
 /// What X12.6 requires to be unique among an interchange's groups: GS01, GS02, GS03 and
 /// GS06 together (a `GS*PO*..*1` and a `GS*IN*..*1` may share a control number).
-type GroupKey<'a> = (&'a [u8], &'a [u8], &'a [u8], &'a [u8]);
+fn group_key(gs: &Segment<'_>) -> [u8; 32] {
+    let mut key = blake3::Hasher::new();
+    for n in [1, 2, 3, 6] {
+        let value = gs.element(n).unwrap_or_default();
+        key.update(&(value.len() as u64).to_le_bytes());
+        key.update(value);
+    }
+    *key.finalize().as_bytes()
+}
 
-fn group_key<'a>(gs: &Segment<'a>) -> GroupKey<'a> {
-    let e = |n| gs.element(n).unwrap_or_default();
-    (e(1), e(2), e(3), e(6))
+/// An ST02 of 4 to 9 bytes as one number, its length above its bytes: distinct ST02s are
+/// distinct numbers.
+fn packed(st02: &[u8]) -> u128 {
+    st02.iter()
+        .fold(st02.len() as u128, |v, b| (v << 8) | u128::from(*b))
 }
 
 struct Validator<'s> {
     findings: Vec<Finding>,
     dictionaries: Option<&'s Schemas>,
+}
+
+impl Validator<'_> {
+    fn take(&mut self) -> Vec<Finding> {
+        std::mem::take(&mut self.findings)
+    }
 }
 
 fn at(segment: &Segment<'_>, element: usize) -> Position {
@@ -488,8 +577,9 @@ impl Validator<'_> {
         }
     }
 
-    fn structure(&mut self, ic: &Interchange<'_>) {
-        if let Some(byte) = ic.first_blank {
+    fn layout(&mut self, ic: &Interchange<'_>, carried: &mut Carried) {
+        if let Some(byte) = ic.first_blank.filter(|_| !carried.blank_shown) {
+            carried.blank_shown = true;
             let position = Position {
                 byte,
                 ..Position::default()
@@ -509,6 +599,9 @@ impl Validator<'_> {
             let f = Finding::new(Rule::FinalTerminatorMissing, at(iea, 0), "IEA", message);
             self.findings.push(f);
         }
+    }
+
+    fn strays(&mut self, ic: &Interchange<'_>) {
         for segment in &ic.stray {
             self.interchange_finding(
                 Rule::SegmentOutsideEnvelope,
@@ -520,6 +613,9 @@ impl Validator<'_> {
                 ),
             );
         }
+    }
+
+    fn breaches(&mut self, ic: &Interchange<'_>) {
         for breach in &ic.breaches {
             let what = match breach.kind {
                 LimitKind::SegmentsPerSet => "segments in one transaction set",
@@ -538,6 +634,10 @@ impl Validator<'_> {
             let f = Finding::new(Rule::LimitExceeded, breach.position, "", message);
             self.findings.push(f);
         }
+    }
+
+    /// The IEA's rules, in the interchange's last part.
+    fn trailer(&mut self, ic: &Interchange<'_>) {
         let Some(iea) = &ic.iea else {
             let last = match ic.end {
                 InterchangeEnd::NextIsa => "another ISA began",
@@ -554,7 +654,7 @@ impl Validator<'_> {
             return;
         };
         let declared = iea.element(1).unwrap_or_default();
-        let groups = ic.groups.len();
+        let groups = ic.part.group(ic.groups.len());
         if number(declared) != Some(groups as u64) {
             self.interchange_finding(
                 Rule::IeaGroupCount,
@@ -589,8 +689,27 @@ impl Validator<'_> {
         }
     }
 
-    fn group<'a>(&mut self, gi: usize, group: &Group<'a>, seen_gs06: &mut HashSet<GroupKey<'a>>) {
+    fn group(&mut self, ic: &Interchange<'_>, gi: usize, group: &Group<'_>, carried: &mut Carried) {
         let gs = &group.gs;
+        let gs01 = gs.element(1).unwrap_or_default();
+        let gs06 = gs.element(6).unwrap_or_default();
+        let version = release(gs.element(8).unwrap_or_default());
+        if ic.part.opens(gi) {
+            self.gs(gi, gs, carried);
+            carried.seen_st02.clear();
+        }
+        // Sized once: a group of thousands of sets then costs no allocation per set.
+        carried.seen_st02.reserve(group.sets.len());
+        for (si, set) in group.sets.iter().enumerate() {
+            self.set(gi, si, &set, gs01, version, &mut carried.seen_st02);
+        }
+        if ic.part.closes(gi, ic.groups.len()) {
+            let sets = ic.part.set(gi, group.sets.len());
+            self.ge(gi, gs, group.ge.as_ref(), gs06, sets);
+        }
+    }
+
+    fn gs(&mut self, gi: usize, gs: &Segment<'_>, carried: &mut Carried) {
         let gs01 = gs.element(1).unwrap_or_default();
         let gs08 = gs.element(8).unwrap_or_default();
         let functional_ids = self.dictionaries.and_then(|d| d.code_list(gs08, "479"));
@@ -612,7 +731,7 @@ impl Validator<'_> {
                 6,
                 format!("GS06 \"{}\" must be 1 to 9 digits", shown(gs06)),
             );
-        } else if !seen_gs06.insert(group_key(gs)) {
+        } else if !carried.seen_gs06.insert(group_key(gs)) {
             self.group_finding(
                 gi,
                 gs,
@@ -685,13 +804,10 @@ impl Validator<'_> {
                 ),
             );
         }
-        // Control numbers are borrowed from the input and the set is sized once: a group of
-        // thousands of sets then costs no allocation per set.
-        let mut seen_st02 = HashSet::with_capacity(group.sets.len());
-        for (si, set) in group.sets.iter().enumerate() {
-            self.set(gi, si, &set, gs01, version, &mut seen_st02);
-        }
-        let Some(ge) = &group.ge else {
+    }
+
+    fn ge(&mut self, gi: usize, gs: &Segment<'_>, ge: Option<&Segment<'_>>, gs06: &[u8], sets: usize) {
+        let Some(ge) = ge else {
             self.group_finding(
                 gi,
                 gs,
@@ -706,7 +822,6 @@ impl Validator<'_> {
             return;
         };
         let ge01 = ge.element(1).unwrap_or_default();
-        let sets = group.sets.len();
         if number(ge01) != Some(sets as u64) {
             self.group_finding(
                 gi,
@@ -754,7 +869,7 @@ impl Validator<'_> {
         set: &TransactionSet<'a>,
         gs01: &[u8],
         version: Release,
-        seen_st02: &mut HashSet<&'a [u8]>,
+        seen_st02: &mut HashSet<u128>,
     ) {
         let st = &set.st;
         let at = SetAt {
@@ -802,7 +917,7 @@ impl Validator<'_> {
                 2,
                 format!("ST02 \"{}\" must be 4 to 9 characters", shown(st02)),
             );
-        } else if !seen_st02.insert(st02) {
+        } else if !seen_st02.insert(packed(st02)) {
             self.set_finding(
                 at,
                 Rule::StDuplicateControlNumber,

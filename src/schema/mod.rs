@@ -56,6 +56,15 @@ pub const PARALLEL_FROM: usize = 1 << 20;
 /// [`findings`] with the sets walked on `threads` threads, each a contiguous run of them; the
 /// findings are the same, in the same order, as on one.
 pub fn findings_on(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> Vec<Finding> {
+    let (mut out, unread) = walk(ic, schemas, threads);
+    out.extend(unread.warning(schemas));
+    out
+}
+
+/// The findings of walking `ic`'s sets against their definitions on `threads` threads, and
+/// the sets that were read at envelope level only (one warning per interchange, which an
+/// interchange read in parts gathers from all of them).
+pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Finding>, Unread) {
     // Where each group's sets begin in the interchange's run of sets.
     let mut starts = Vec::with_capacity(ic.groups.len());
     let mut total = 0;
@@ -64,7 +73,8 @@ pub fn findings_on(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> V
         total += group.sets.len();
     }
     let parts = crate::cores::in_ranges(total, threads, |run| {
-        let mut part = Part::default();
+        let mut found = Vec::new();
+        let mut unread = Unread::default();
         for (gi, (group, start)) in ic.groups.iter().zip(&starts).enumerate() {
             let first = run.start.saturating_sub(*start);
             let last = run.end.saturating_sub(*start).min(group.sets.len());
@@ -77,44 +87,28 @@ pub fn findings_on(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> V
                 let id = set.st.element(1).unwrap_or_default();
                 match schemas.reading(version, id) {
                     Reading::Own(def) | Reading::As(def) => {
-                        part.found
-                            .extend(check::walk(def, &set, gi, si, false).findings);
+                        found.extend(check::walk(def, &set, gi, si, false).findings);
                     }
                     // A GS08 that names no release, or an ST01 that names no set, is an
                     // envelope error of its own.
                     Reading::EnvelopeOnly
                         if names_a_release(version) && crate::validate::names_a_set(id) =>
                     {
-                        part.unread(gi, version, id);
+                        unread.unread(gi, &group.gs, version, id);
                     }
                     Reading::EnvelopeOnly => {}
                 }
             }
         }
-        vec![part]
+        vec![(found, unread)]
     });
     let mut out = Vec::new();
-    let mut all = Part::default();
-    for part in parts {
-        out.extend(part.found);
-        all.more |= part.more;
-        all.first = all.first.or(part.first);
-        for at in part.unread {
-            all.note(at);
-        }
+    let mut all = Unread::default();
+    for (found, unread) in parts {
+        out.extend(found);
+        all.absorb(unread);
     }
-    let Part {
-        unread,
-        more,
-        first: first_unread,
-        ..
-    } = all;
-    if let Some(gi) = first_unread {
-        if let Some(group) = ic.groups.get(gi) {
-            out.push(unread_warning(gi, &group.gs, &unread, more, schemas));
-        }
-    }
-    out
+    (out, all)
 }
 
 /// Whether GS08 begins with a six-digit release (`004010`, `005010X222A1`).
@@ -126,20 +120,22 @@ pub fn names_a_release(gs08: &[u8]) -> bool {
 /// How many distinct (release, set) pairs the warning names; an interchange may hold any.
 const UNREAD_SHOWN: usize = 8;
 
-/// What one run of an interchange's sets found: the walks' findings, and the sets read at
-/// envelope level only (the first few distinct (release, set) pairs, whether there were
-/// more, and the first group that has one).
+/// The sets of an interchange read at envelope level only: the first few distinct
+/// (release, set) pairs, whether there were more, and where the warning stands (the GS of
+/// the first group that has one).
 #[derive(Default)]
-struct Part {
-    found: Vec<Finding>,
+pub struct Unread {
     unread: Vec<(String, String)>,
     more: bool,
-    first: Option<usize>,
+    first: Option<Finding>,
 }
 
-impl Part {
-    fn unread(&mut self, gi: usize, version: &[u8], id: &[u8]) {
-        self.first.get_or_insert(gi);
+impl Unread {
+    fn unread(&mut self, gi: usize, gs: &crate::x12::Segment<'_>, version: &[u8], id: &[u8]) {
+        if self.first.is_none() {
+            let at = crate::validate::group_finding(gi, gs, Rule::EnvelopeLevelOnly, gs, 8, String::new());
+            self.first = Some(at);
+        }
         let at = (
             crate::validate::shown(version.get(..6).unwrap_or_default()),
             crate::validate::shown(id),
@@ -156,37 +152,44 @@ impl Part {
             }
         }
     }
-}
 
-fn unread_warning(
-    gi: usize,
-    gs: &crate::x12::Segment<'_>,
-    unread: &[(String, String)],
-    more: bool,
-    schemas: &Schemas,
-) -> Finding {
-    let named: Vec<String> = unread
-        .iter()
-        .map(|(release, id)| {
-            if schemas.defines_release(release) {
-                format!("{id} of {release} (no definition of the set)")
-            } else {
-                format!("{id} of {release} (no definition of the release, nor one it agrees with)")
-            }
-        })
-        .collect();
-    let more = if more { ", ..." } else { "" };
-    crate::validate::group_finding(
-        gi,
-        gs,
-        Rule::EnvelopeLevelOnly,
-        gs,
-        8,
-        format!(
+    /// Adds what a later run (or part) of the same interchange found.
+    pub fn absorb(&mut self, later: Unread) {
+        self.more |= later.more;
+        if self.first.is_none() {
+            self.first = later.first;
+        }
+        for at in later.unread {
+            self.note(at);
+        }
+    }
+
+    /// Where the warning stands, to be renumbered as its interchange counts groups.
+    pub fn at_mut(&mut self) -> Option<&mut Finding> {
+        self.first.as_mut()
+    }
+
+    /// The one warning of the interchange, if any set was read at envelope level only.
+    pub fn warning(self, schemas: &Schemas) -> Option<Finding> {
+        let mut warning = self.first?;
+        let named: Vec<String> = self
+            .unread
+            .iter()
+            .map(|(release, id)| {
+                if schemas.defines_release(release) {
+                    format!("{id} of {release} (no definition of the set)")
+                } else {
+                    format!("{id} of {release} (no definition of the release, nor one it agrees with)")
+                }
+            })
+            .collect();
+        let more = if self.more { ", ..." } else { "" };
+        warning.message = format!(
             "checked at envelope level only: {}{more} (noted; not sent back)",
             named.join(", ")
-        ),
-    )
+        );
+        Some(warning)
+    }
 }
 
 /// A small dictionary and two sets for the unit tests of the walker and the structured form.

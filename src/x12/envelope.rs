@@ -292,8 +292,71 @@ pub struct Interchange<'a> {
     /// The line ending after the ISA's terminator (empty, CR, LF or CRLF), kept for rendering.
     pub suffix: &'a [u8],
     pub breaches: Vec<LimitBreach>,
-    /// Segments read, ISA and IEA included.
+    /// Segments read, ISA and IEA included (in a part: up to its end, from the ISA).
     pub segment_count: u32,
+    /// Which part of its interchange this is ([`Part::WHOLE`] unless read in parts).
+    pub part: Part,
+}
+
+/// Which part of its interchange an [`Interchange`] is. A file read in parts
+/// ([`Interchanges::in_parts`]) gives an interchange larger than a piece as several, each
+/// cut where a transaction set begins, so that memory is a piece and not the interchange;
+/// every other reading gives each interchange as its one part.
+///
+/// A part holds the ISA (copied, with the open group's GS, from where the interchange
+/// began), and the groups, sets and segments of its own bytes; its indexes are its own, and
+/// [`Part::group`] and [`Part::set`] say what the interchange counts them as. A part that is
+/// not the last has no IEA and ends as if its input did (`InterchangeEnd::EndOfInput`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// It holds the ISA, and the ISB and ISE if any: it is the interchange's first.
+    pub first: bool,
+    /// The interchange ends in it.
+    pub last: bool,
+    /// Groups the interchange opened in earlier parts.
+    pub groups_before: usize,
+    /// Its first group was opened in an earlier part, which read `sets_before` of its sets.
+    pub continued: bool,
+    pub sets_before: usize,
+    /// Its last group goes on in the next part (its GE, if any, is there).
+    pub continues: bool,
+}
+
+impl Part {
+    /// An interchange read whole.
+    pub const WHOLE: Part = Part {
+        first: true,
+        last: true,
+        groups_before: 0,
+        continued: false,
+        sets_before: 0,
+        continues: false,
+    };
+
+    /// The interchange's index of this part's group `gi`.
+    pub fn group(&self, gi: usize) -> usize {
+        (self.groups_before + gi).saturating_sub(usize::from(self.continued))
+    }
+
+    /// The interchange's index of set `si` of this part's group `gi` (in its group).
+    pub fn set(&self, gi: usize, si: usize) -> usize {
+        if gi == 0 && self.continued {
+            self.sets_before + si
+        } else {
+            si
+        }
+    }
+
+    /// Whether this part's group `gi` (of `groups`) is closed in it: its GE, or its missing
+    /// GE, is this part's to judge.
+    pub fn closes(&self, gi: usize, groups: usize) -> bool {
+        !(self.continues && gi + 1 == groups)
+    }
+
+    /// Whether this part's group `gi` was opened in it: its GS is this part's to judge.
+    pub fn opens(&self, gi: usize) -> bool {
+        !(self.continued && gi == 0)
+    }
 }
 
 impl<'a> Interchange<'a> {
@@ -379,6 +442,15 @@ pub struct Interchanges<'a> {
     last_end: Option<usize>,
     /// The last thing given out was an interchange closed by a terminated IEA.
     last_closed: bool,
+    /// An interchange that does not end in the piece is given out in parts
+    /// ([`Interchanges::in_parts`]) rather than waiting for a piece that holds it whole.
+    split: bool,
+    /// The bytes the reader kept of the interchange the piece begins inside (see [`Inside`]).
+    head: &'a [u8],
+    /// The reading is inside an interchange read in parts, at `pos`.
+    inside: Option<Inside>,
+    /// Something was given out from this piece.
+    given: bool,
 }
 
 /// How far back from a piece's end [`Interchanges::may_end`] looks for its last marker.
@@ -397,6 +469,31 @@ pub struct Resume {
     pub consumed: usize,
     seen_any: bool,
     skipping: bool,
+    /// The next piece begins inside an interchange read in parts.
+    pub inside: Option<Inside>,
+}
+
+/// Where an interchange read in parts stands between two of them: what the next part needs
+/// of what came before. The reader keeps the bytes of the ISA (with the line ending after
+/// it) and of the open group's GS, in that order, as the next piece's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inside {
+    /// Where the ISA begins in the file, and how many bytes the head keeps of it.
+    pub isa: (usize, usize),
+    /// The open group's GS: where it begins in the file, its length (terminator excluded)
+    /// and its ordinal.
+    pub gs: Option<(usize, usize, u32)>,
+    /// The ordinal of the next part's first segment.
+    ordinal: u32,
+    /// Groups opened so far, and sets read so far of the open one.
+    groups: usize,
+    sets: usize,
+    stray_count: u32,
+    stray_kept: usize,
+    /// Something other than the ISB and ISE was read: they may no longer come.
+    started: bool,
+    isb: bool,
+    ise: bool,
 }
 
 impl Resume {
@@ -406,12 +503,14 @@ impl Resume {
             consumed: 0,
             seen_any: true,
             skipping: false,
+            inside: None,
         }
     }
 
-    /// Whether the reading resumes at an interchange's start (not inside skipped bytes).
+    /// Whether the reading resumes at an interchange's start (not inside skipped bytes, nor
+    /// inside an interchange read in parts).
     pub fn is_plain(&self) -> bool {
-        !self.skipping
+        !self.skipping && self.inside.is_none()
     }
 
     /// The same, `by` bytes further into the piece.
@@ -467,7 +566,20 @@ impl<'a> Interchanges<'a> {
             stopped: false,
             last_end: None,
             last_closed: false,
+            split: false,
+            head: &[],
+            inside: resume.inside,
+            given: false,
         }
+    }
+
+    /// Gives an interchange that does not end in this piece as a part (see [`Part`]) rather
+    /// than stopping for a larger piece; `head` is what the reader kept of the interchange
+    /// this piece begins inside (see [`Inside`]), empty if none.
+    pub fn in_parts(mut self, head: &'a [u8]) -> Self {
+        self.split = true;
+        self.head = head;
+        self
     }
 
     /// Where this piece's reading stopped, once the iterator is done: the next piece starts
@@ -478,6 +590,7 @@ impl<'a> Interchanges<'a> {
             consumed: self.pos.min(self.input.len()),
             seen_any: self.seen_any,
             skipping: self.skipping,
+            inside: self.inside,
         }
     }
 
@@ -537,7 +650,12 @@ impl<'a> Iterator for Interchanges<'a> {
     type Item = Result<Interchange<'a>, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.next_item();
+        let item = if self.inside.is_some() {
+            self.next_part()
+        } else {
+            self.next_item()
+        };
+        self.given |= item.is_some();
         match &item {
             Some(Ok(ic)) => self.last_closed = ic.iea.is_some_and(|s| s.terminated),
             Some(Err(_)) => self.last_closed = false,
@@ -636,18 +754,107 @@ impl<'a> Interchanges<'a> {
                 }));
             }
         };
+        let opening = Opening::Isa(isa);
         if !self.last && !self.may_end(start + isa.len) {
-            return self.more_or_too_large(start);
+            return self.part_or_more(start, opening);
         }
-        let (interchange, next) = build(self.input, start, isa, self.limits, self.base);
-        if !self.last && !self.complete(&interchange, next) {
-            return self.more_or_too_large(start);
+        let built = build(self.input, start, self.input.len(), opening, self.limits, self.base);
+        if !self.last && !self.complete(&built.ic, built.next) {
+            return self.part_or_more(start, opening);
         }
-        if (next - start) as u64 > self.limits.max_interchange_bytes {
+        if (built.next - start) as u64 > self.limits.max_interchange_bytes {
             return Some(Err(self.too_large(start)));
         }
-        self.pos = next;
-        Some(Ok(interchange))
+        self.pos = built.next;
+        Some(Ok(built.ic))
+    }
+
+    /// The next part of the interchange this piece begins inside.
+    fn next_part(&mut self) -> Option<Result<Interchange<'a>, ReadError>> {
+        if self.stopped {
+            return None;
+        }
+        let inside = self.inside?;
+        let Some(opening) = Opening::inside(self.head, inside) else {
+            // Only a reader that lost what it was to keep gets here: the rest of the
+            // interchange is skipped as after an unreadable ISA, and said so.
+            self.inside = None;
+            self.resync_from(0);
+            self.skip_on(0);
+            return Some(Err(ReadError {
+                kind: ReadErrorKind::IsaUnreadable,
+                offset: inside.isa.0,
+                message: "the interchange's ISA was not kept while it was read in parts; \
+                          the rest of it was skipped"
+                    .into(),
+            }));
+        };
+        if !self.last && !self.may_end(0) {
+            return self.part_or_more(0, opening);
+        }
+        let built = build(self.input, 0, self.input.len(), opening, self.limits, self.base);
+        if !self.last && !self.complete(&built.ic, built.next) {
+            return self.part_or_more(0, opening);
+        }
+        self.inside = None;
+        if self.too_long(inside.isa.0, built.next) {
+            return Some(Err(self.too_large_at(0, inside.isa.0)));
+        }
+        self.pos = built.next;
+        Some(Ok(built.ic))
+    }
+
+    /// An interchange from `start` does not end in this piece: in parts, its part up to the
+    /// last set that begins in the piece is given out, when it is the piece's first (else
+    /// the next piece begins with it); otherwise, or without such a set, a larger piece.
+    fn part_or_more(
+        &mut self,
+        start: usize,
+        opening: Opening<'a>,
+    ) -> Option<Result<Interchange<'a>, ReadError>> {
+        let cut = (self.split && !self.given)
+            .then(|| self.last_set_start(start + 1, opening.isa().delimiters))
+            .flatten();
+        let Some(cut) = cut else {
+            return self.more_or_too_large(start);
+        };
+        let built = build(self.input, start, cut, opening, self.limits, self.base);
+        let (mut ic, after) = (built.ic, built.after);
+        if self.too_long(after.isa.0, cut) {
+            self.inside = None;
+            return Some(Err(self.too_large_at(start, after.isa.0)));
+        }
+        ic.part.last = false;
+        ic.part.continues = after.gs.is_some();
+        self.inside = Some(after);
+        self.pos = cut;
+        self.stopped = true;
+        Some(Ok(ic))
+    }
+
+    /// Where the last `ST` segment at or after `from` begins: right after a segment
+    /// terminator (line endings and blanks aside), followed by the element separator.
+    fn last_set_start(&self, from: usize, delimiters: Delimiters) -> Option<usize> {
+        let needle = [b'S', b'T', delimiters.element];
+        let mut end = self.input.len();
+        loop {
+            let at = from + memmem::rfind(self.input.get(from..end)?, &needle)?;
+            let before = self.input.get(..at).and_then(|b| {
+                b.iter()
+                    .rev()
+                    .find(|c| **c == delimiters.segment || !matches!(c, b'\r' | b'\n' | b' ' | b'\t'))
+            });
+            if before == Some(&delimiters.segment) {
+                return Some(at);
+            }
+            end = at + needle.len() - 1;
+        }
+    }
+
+    /// Whether an interchange whose ISA is at `isa_at` in the file, read up to `end` in this
+    /// piece, is longer than an interchange may be.
+    fn too_long(&self, isa_at: usize, end: usize) -> bool {
+        (self.base + end).saturating_sub(isa_at) as u64 > self.limits.max_interchange_bytes
     }
 }
 
@@ -668,11 +875,17 @@ impl<'a> Interchanges<'a> {
     /// The interchange at `start` is longer than the limit: reported, and skipped to the
     /// next ISA as after any unreadable part (read whole or in pieces alike).
     fn too_large(&mut self, start: usize) -> ReadError {
-        self.resync(start);
-        self.skip_on(start);
+        self.too_large_at(start, self.base + start)
+    }
+
+    /// [`Interchanges::too_large`] for the interchange at `offset` in the file, read on from
+    /// `from` in this piece (the start of a part, when it is read in parts).
+    fn too_large_at(&mut self, from: usize, offset: usize) -> ReadError {
+        self.resync(from);
+        self.skip_on(from);
         ReadError {
             kind: ReadErrorKind::TooLarge,
-            offset: self.base + start,
+            offset,
             message: format!(
                 "the interchange is longer than the limit of {} bytes \
                  (limits.max_interchange_bytes); it was not read",
@@ -743,6 +956,10 @@ struct Builder<'a> {
     ta1: Vec<Segment<'a>>,
     stray: Vec<Segment<'a>>,
     stray_count: u32,
+    /// How many more strays may be kept (an interchange in parts keeps `STRAY_KEPT` in all).
+    stray_room: usize,
+    /// An earlier part read something other than the ISB and ISE.
+    started: bool,
     breaches: Vec<LimitBreach>,
 }
 
@@ -780,7 +997,8 @@ impl<'a> Builder<'a> {
 
     /// Whether nothing but the ISA (and ISB/ISE) has been read: no TA1, group or stray.
     fn nothing_yet(&self) -> bool {
-        self.groups.is_empty()
+        !self.started
+            && self.groups.is_empty()
             && self.open_group.is_none()
             && self.ta1.is_empty()
             && self.stray_count == 0
@@ -788,7 +1006,7 @@ impl<'a> Builder<'a> {
 
     fn stray(&mut self, segment: Segment<'a>) {
         self.stray_count = self.stray_count.saturating_add(1);
-        if self.stray.len() < STRAY_KEPT {
+        if self.stray.len() < self.stray_room {
             self.stray.push(segment);
         }
     }
@@ -867,35 +1085,115 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Builds the interchange whose ISA starts at `start`; returns it and where the next one may begin.
+/// What the segments a build reads come after: an ISA read at `start`, or an interchange
+/// read in parts, whose ISA and open group's GS the reader kept (see [`Inside`]).
+#[derive(Clone, Copy)]
+enum Opening<'a> {
+    Isa(Isa<'a>),
+    Inside {
+        isa: Isa<'a>,
+        suffix: &'a [u8],
+        gs: Option<Segment<'a>>,
+        inside: Inside,
+    },
+}
+
+impl<'a> Opening<'a> {
+    /// The opening of the part that goes on from `inside`, read from the reader's `head`;
+    /// `None` if the head does not hold what `inside` says it keeps.
+    fn inside(head: &'a [u8], inside: Inside) -> Option<Opening<'a>> {
+        let isa_bytes = head.get(..inside.isa.1)?;
+        let mut isa = parse_isa(isa_bytes, 0).ok()?;
+        isa.segment.offset = inside.isa.0;
+        let suffix = isa_bytes.get(isa.len..)?;
+        let gs = match inside.gs {
+            Some((at, len, ordinal)) => {
+                let raw = head.get(inside.isa.1..inside.isa.1 + len)?;
+                let mut gs = Segments::new(raw, 0, raw.len(), ordinal, isa.delimiters).next()?;
+                // It was read whole where it stood: the set the part was cut at follows it.
+                gs.offset = at;
+                gs.terminated = true;
+                Some(gs)
+            }
+            None => None,
+        };
+        Some(Opening::Inside {
+            isa,
+            suffix,
+            gs,
+            inside,
+        })
+    }
+
+    fn isa(&self) -> Isa<'a> {
+        match self {
+            Opening::Isa(isa) | Opening::Inside { isa, .. } => *isa,
+        }
+    }
+}
+
+/// An interchange (or part) built, where what follows it may begin, and how it would go on
+/// in a next part if it was cut where its input ended.
+struct Built<'a> {
+    ic: Interchange<'a>,
+    next: usize,
+    after: Inside,
+}
+
+/// Builds the interchange whose ISA starts at `start` (or the part of one that goes on at
+/// `start`) from `input[..end]`.
 fn build<'a>(
     input: &'a [u8],
     start: usize,
-    isa: Isa<'a>,
+    end: usize,
+    opening: Opening<'a>,
     limits: Limits,
     base: usize,
-) -> (Interchange<'a>, usize) {
+) -> Built<'a> {
+    let isa = opening.isa();
     let delimiters = isa.delimiters;
-    let after_isa = start + isa.len;
-    let mut segments = Segments::new(input, after_isa, input.len(), 2, delimiters).in_file_at(base);
-    let suffix_end = segments.skip_line_endings();
-    let suffix = input.get(after_isa..suffix_end).unwrap_or_default();
+    let (mut segments, suffix, before) = match opening {
+        Opening::Isa(isa) => {
+            let after_isa = start + isa.len;
+            let mut segments = Segments::new(input, after_isa, end, 2, delimiters).in_file_at(base);
+            let suffix_end = segments.skip_line_endings();
+            let suffix = input.get(after_isa..suffix_end).unwrap_or_default();
+            (segments, suffix, None)
+        }
+        Opening::Inside {
+            suffix,
+            gs,
+            inside,
+            ..
+        } => {
+            let segments =
+                Segments::new(input, start, end, inside.ordinal, delimiters).in_file_at(base);
+            (segments, suffix, Some((inside, gs)))
+        }
+    };
     let mut b = Builder {
         input,
         base,
         delimiters,
         limits,
         groups: Vec::new(),
-        open_group: None,
+        open_group: before.and_then(|(_, gs)| gs).map(|gs| Group {
+            gs,
+            sets: Sets::new(input, base, delimiters),
+            ge: None,
+        }),
         open_set: None,
         ta1: Vec::new(),
         stray: Vec::new(),
         stray_count: 0,
+        stray_room: STRAY_KEPT.saturating_sub(before.map_or(0, |(i, _)| i.stray_kept)),
+        started: before.is_some_and(|(i, _)| i.started),
         breaches: Vec::new(),
     };
     let mut iea = None;
     let (mut isb, mut ise) = (None, None);
-    let mut count = 1u32;
+    let (isb_before, ise_before) = before.map_or((false, false), |(i, _)| (i.isb, i.ise));
+    let mut count = before.map_or(1, |(i, _)| i.ordinal.saturating_sub(1));
     let end = loop {
         let before = segments.clone();
         let Some(segment) = segments.next() else {
@@ -935,22 +1233,45 @@ fn build<'a>(
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
             // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
-            b"ISB" if isb.is_none() && ise.is_none() && b.nothing_yet() => isb = Some(segment),
-            b"ISE" if ise.is_none() && b.nothing_yet() => ise = Some(segment),
+            b"ISB" if isb.is_none() && !isb_before && ise.is_none() && !ise_before && b.nothing_yet() => {
+                isb = Some(segment)
+            }
+            b"ISE" if ise.is_none() && !ise_before && b.nothing_yet() => ise = Some(segment),
             b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
             b"GE" | b"ST" | b"SE" => b.stray(segment),
             _ => b.body_segment(segment, segments.offset()),
         }
     };
+    b.close_set(None);
+    let (groups_before, sets_before, continued) = match before {
+        Some((inside, gs)) => (inside.groups, inside.sets, gs.is_some()),
+        None => (0, 0, false),
+    };
+    let open = b.open_group.as_ref().map(|g| (g.gs, g.sets.len()));
+    let opened = b.groups.len() + usize::from(open.is_some()) - usize::from(continued);
+    let after = Inside {
+        isa: (isa.segment.offset, isa.len + suffix.len()),
+        gs: open.map(|(gs, _)| (gs.offset, gs.raw.len(), gs.ordinal)),
+        ordinal: count.saturating_add(1),
+        groups: groups_before + opened,
+        sets: match open {
+            Some((_, sets)) if continued && b.groups.is_empty() => sets_before + sets,
+            Some((_, sets)) => sets,
+            None => 0,
+        },
+        stray_count: before
+            .map_or(0, |(i, _)| i.stray_count)
+            .saturating_add(b.stray_count),
+        stray_kept: STRAY_KEPT - b.stray_room + b.stray.len(),
+        started: !b.nothing_yet(),
+        isb: isb_before || isb.is_some(),
+        ise: ise_before || ise.is_some(),
+    };
     b.close_group(None);
     // Blanks after the IEA, between interchanges, are not this interchange's layout.
     let first_blank = segments.first_blank();
-    let next = match end {
-        // The next ISA's own offset, past the line ending before it.
-        InterchangeEnd::NextIsa => segments.skip_line_endings(),
-        _ => segments.skip_line_endings(),
-    };
-    let interchange = Interchange {
+    let next = segments.skip_line_endings();
+    let ic = Interchange {
         isa,
         groups: b.groups,
         isb,
@@ -967,8 +1288,16 @@ fn build<'a>(
         suffix,
         breaches: b.breaches,
         segment_count: count,
+        part: Part {
+            first: before.is_none(),
+            last: true,
+            groups_before,
+            continued,
+            sets_before,
+            continues: false,
+        },
     };
-    (interchange, next)
+    Built { ic, next, after }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod segment;
 
 pub use envelope::{
     likely_interchange_start, Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach,
-    LimitKind, Limits, ReadError, ReadErrorKind, Resume, Sets, TransactionSet, PIECE_MARGIN,
+    Inside, LimitKind, Limits, Part, ReadError, ReadErrorKind, Resume, Sets, TransactionSet, PIECE_MARGIN,
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;

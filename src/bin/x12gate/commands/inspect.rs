@@ -152,8 +152,10 @@ pub fn validate(
                 }
             }
         };
-        // A file too large to read is a finding of its own, and the run goes on.
-        let read = open(file, &limits).and_then(|mut reader| {
+        // A file too large to read is a finding of its own, and the run goes on. An
+        // interchange larger than a piece is read in parts: memory is a piece, however large.
+        let read = open(file, &limits).and_then(|reader| {
+            let mut reader = reader.in_parts();
             x12gate::check::pieces(&mut reader, &checks, &mut print).map_err(super::input_failure)
         });
         match read {
