@@ -32,7 +32,8 @@
 #    - `x12gate validate --envelope FILE`, `x12gate validate FILE`;
 #    - `x12gate process FILE` against a fresh registry and fresh folders each run (`x12gate
 #      init` first, not timed; every run's folders are removed at the end of the script, not
-#      between runs, see `write_config`).
+#      between runs, see `write_config`); BENCH_PROCESS=0 leaves it out (the readers alone,
+#      in a minute rather than an hour).
 #    `validate` exits 3 when it has findings and `process` when anything was not accepted: both
 #    count as a measurement, with a warning (these files should be clean); any other non-zero
 #    exit fails the benchmark.
@@ -217,7 +218,9 @@ for f in "${files[@]}"; do
   fi
   measure "$f" "validate --envelope" "0 3" "$x12gate" --config "$config" validate --envelope "$path"
   measure "$f" validate "0 3" "$x12gate" --config "$config" validate "$path"
-  measure "$f" process "0 3" "$x12gate" --config "$config" process "$path"
+  if [ "${BENCH_PROCESS:-1}" != 0 ]; then
+    measure "$f" process "0 3" "$x12gate" --config "$config" process "$path"
+  fi
 done
 
 echo

@@ -159,7 +159,7 @@ impl<'c> Found<'c> {
 /// What reading gave: an interchange (or part) and what it was found to break, or what
 /// could not be read as one.
 enum Item<'c> {
-    Found(Found<'c>),
+    Found(Box<Found<'c>>),
     Unread(Finding),
 }
 
@@ -178,10 +178,10 @@ impl<'c> Gather<'c> {
             Item::Found(found) => {
                 let found = match self.pending.take() {
                     Some(mut earlier) if !found.part.first => {
-                        earlier.append(found);
+                        earlier.append(*found);
                         earlier
                     }
-                    _ => found,
+                    _ => *found,
                 };
                 if found.part.last {
                     into.extend(found.finish());
@@ -214,7 +214,12 @@ pub fn file_on(input: &[u8], limits: Limits, checks: &Checks<'_>, threads: usize
         1
     };
     let mut gather = Gather::default();
-    let items = interchanges(&mut Interchanges::new(input, limits), checks, threads, &mut gather.carried);
+    let items = interchanges(
+        &mut Interchanges::new(input, limits),
+        checks,
+        threads,
+        &mut gather.carried,
+    );
     let mut findings = Vec::new();
     for item in items {
         gather.take(item, &mut findings);
@@ -234,7 +239,10 @@ pub fn pieces(
     while let Some(piece) = reader.next_piece()? {
         let (items, resume) = if piece.bytes.len() < PARALLEL_FROM {
             let mut read = piece.interchanges();
-            (interchanges(&mut read, checks, 1, &mut gather.carried), read.resume())
+            (
+                interchanges(&mut read, checks, 1, &mut gather.carried),
+                read.resume(),
+            )
         } else {
             in_halves(&piece, checks, threads, &mut gather.carried)
         };
@@ -260,7 +268,10 @@ fn in_halves<'c>(
 ) -> (Vec<Item<'c>>, Resume) {
     let whole = |carried: &mut Carried| {
         let mut read = piece.interchanges();
-        (interchanges(&mut read, checks, threads, carried), read.resume())
+        (
+            interchanges(&mut read, checks, threads, carried),
+            read.resume(),
+        )
     };
     let Some((mut first, mut second, cut)) = piece.halves().filter(|_| threads > 1) else {
         return whole(carried);
@@ -298,7 +309,7 @@ fn interchanges<'c>(
         return in_parallel(read, checks, threads, carried);
     }
     read.map(|result| match result {
-        Ok(ic) => Item::Found(Found::checked(&ic, checks, carried)),
+        Ok(ic) => Item::Found(Box::new(Found::checked(&ic, checks, carried))),
         Err(e) => Item::Unread(validate::read_error(&e)),
     })
     .collect()
@@ -356,7 +367,7 @@ fn in_parallel<'c>(
         drop(jobs);
         for (i, found) in results {
             if let Some(slot) = items.get_mut(i) {
-                *slot = Some(Item::Found(found));
+                *slot = Some(Item::Found(Box::new(found)));
             }
         }
     });

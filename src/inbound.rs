@@ -46,33 +46,60 @@ struct ReasonFile<'a> {
     interchanges: &'a [Report],
 }
 
-/// The names to try for `name` in a folder: `name`, then `stem-1.ext`, `stem-2.ext`, ...
-fn candidate_names(name: &str) -> impl Iterator<Item = String> + '_ {
-    let (stem, ext) = match name.rsplit_once('.') {
-        Some((s, e)) if !s.is_empty() => (s, format!(".{e}")),
-        _ => (name, String::new()),
-    };
-    std::iter::once(name.to_string()).chain((1u32..).map(move |n| format!("{stem}-{n}{ext}")))
+/// Name `n` to try for `name` in a folder: `name` itself, then `stem-1.ext`, `stem-2.ext`, ...
+fn candidate(name: &str, n: u64) -> String {
+    if n == 0 {
+        return name.to_string();
+    }
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}-{n}.{ext}"),
+        _ => format!("{name}-{n}"),
+    }
 }
 
 const MAX_CANDIDATES: usize = 100_000;
+
+/// The first candidate of `name` that `taken` says is free, where names are taken in order:
+/// the taken ones are a run from the first (but for names an operator removed), so the end
+/// of the run is found by doubling, then halving, in a few dozen lookups however long it is
+/// (a partner that always sends `orders.x12` fills a day's folder with thousands). With
+/// gaps, it is a free name after a taken one, which is all placing needs.
+fn first_free(name: &str, taken: impl Fn(&str) -> bool) -> u64 {
+    if !taken(&candidate(name, 0)) {
+        return 0;
+    }
+    let (mut used, mut free) = (0u64, 1u64);
+    while taken(&candidate(name, free)) {
+        used = free;
+        free = free.saturating_mul(2);
+        if free == u64::MAX {
+            return free;
+        }
+    }
+    while free - used > 1 {
+        let mid = used + (free - used) / 2;
+        if taken(&candidate(name, mid)) {
+            used = mid;
+        } else {
+            free = mid;
+        }
+    }
+    free
+}
 
 fn no_free_name(name: &str, dir: &Path) -> std::io::Error {
     std::io::Error::other(format!("no free name for {name} in {}", dir.display()))
 }
 
-fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
-}
-
 /// Links `file` into `dir` under the first free name. A hard link fails when the name
 /// exists, so two disposals racing for one name can never overwrite each other (a
-/// check-then-rename could).
+/// check-then-rename could); the loser tries the next name.
 fn link_into(file: &Path, name: &str, dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    for candidate in candidate_names(name).take(MAX_CANDIDATES) {
-        let target = dir.join(&candidate);
+    let exists = |candidate: &str| std::fs::symlink_metadata(dir.join(candidate)).is_ok();
+    let from = first_free(name, exists);
+    for n in (from..).take(MAX_CANDIDATES) {
+        let target = dir.join(candidate(name, n));
         match std::fs::hard_link(file, &target) {
             Ok(()) => return Ok(target),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -80,6 +107,23 @@ fn link_into(file: &Path, name: &str, dir: &Path) -> std::io::Result<PathBuf> {
         }
     }
     Err(no_free_name(name, dir))
+}
+
+fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(b).is_ok_and(|m| m.dev() == a.dev() && m.ino() == a.ino())
+}
+
+/// The name in `dir` of the file `meta` describes, if it is linked there: read from the
+/// folder's entries (their inode numbers come with them), once, rather than guessed.
+fn linked_in(dir: &Path, meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.ino() == meta.ino())
+        .find(|e| same_file(meta, &e.path()))
+        .and_then(|e| e.file_name().into_string().ok())
 }
 
 /// The worst outcome of a file's interchanges: the one that decides where the file goes. An
@@ -99,26 +143,18 @@ pub fn placed(taken: &Taken, config: &Config) -> Option<Destination> {
         return None;
     }
     let g = &config.gateway;
+    // Only after a crash between linking and removing the work file: each folder's entries
+    // are read once (the names were found by a search, not in order: see `first_free`).
     let day = g.archive.join(taken.day());
-    // Candidates are taken in order, so the search ends at the first name free in both.
-    for candidate in candidate_names(&taken.name).take(MAX_CANDIDATES) {
-        let (archived, rejected) = (day.join(&candidate), g.rejected.join(&candidate));
-        if same_file(&meta, &archived) {
-            return Some(Destination::Archived(archived));
-        }
-        if same_file(&meta, &rejected) {
-            let reason = g.rejected.join(format!("{candidate}.reason.json"));
-            return Some(Destination::Rejected {
-                file: rejected,
-                reason,
-            });
-        }
-        let reason = g.rejected.join(format!("{candidate}.reason.json"));
-        if !archived.exists() && !rejected.exists() && !reason.exists() {
-            break;
-        }
+    if let Some(name) = linked_in(&day, &meta) {
+        return Some(Destination::Archived(day.join(name)));
     }
-    None
+    let name = linked_in(&g.rejected, &meta)?;
+    let reason = g.rejected.join(format!("{name}.reason.json"));
+    Some(Destination::Rejected {
+        file: g.rejected.join(name),
+        reason,
+    })
 }
 
 /// Places a processed file: in the archive, or in `rejected/` with its reason written first.
@@ -176,7 +212,17 @@ fn reject(
     })
     .map_err(std::io::Error::other)?;
     let owner = crate::owner::Owner::current().id();
-    for candidate in candidate_names(&taken.name).take(MAX_CANDIDATES) {
+    // A name is taken by its file or its reason (reserved by a disposal not yet linked).
+    let taken_name = |candidate: &str| {
+        std::fs::symlink_metadata(dir.join(candidate)).is_ok()
+            || std::fs::symlink_metadata(dir.join(format!("{candidate}.reason.json"))).is_ok()
+    };
+    // From the name before the first free one: where a reason of ours, left by an attempt
+    // cut short before its link, stands (unless other files were placed after it since:
+    // then it is left, and this attempt's reason is written at the next free name).
+    let from = first_free(&taken.name, taken_name).saturating_sub(1);
+    for n in (from..).take(MAX_CANDIDATES) {
+        let candidate = candidate(&taken.name, n);
         let file = dir.join(&candidate);
         let reason_name = format!("{candidate}.reason.json");
         let reason = dir.join(&reason_name);
@@ -244,5 +290,62 @@ mod tests {
             link_into(&inbox.join("b"), "b", &out).unwrap(),
             out.join("b-1")
         );
+    }
+
+    #[test]
+    fn the_first_free_name_is_found_in_a_few_lookups_however_many_are_taken() {
+        for used in [0u64, 1, 2, 3, 7, 8, 100, 99_999, 100_000, 10_000_000] {
+            let lookups = std::cell::Cell::new(0u32);
+            let taken = |c: &str| {
+                lookups.set(lookups.get() + 1);
+                let n = match c.strip_prefix("orders-") {
+                    Some(rest) => rest.trim_end_matches(".x12").parse::<u64>().unwrap(),
+                    None => 0,
+                };
+                n < used
+            };
+            assert_eq!(first_free("orders.x12", taken), used, "{used} taken");
+            let bound = 2 * (64 - used.leading_zeros()) + 2;
+            assert!(lookups.get() <= bound, "{used}: {} lookups", lookups.get());
+        }
+        // With names removed in between, a free name after a taken one.
+        let gaps = [0u64, 1, 2, 3, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17];
+        let taken = |c: &str| {
+            let n = c.strip_prefix("o-").map_or(0, |n| n.parse().unwrap());
+            gaps.contains(&n)
+        };
+        let free = first_free("o", taken);
+        assert!(
+            !taken(&candidate("o", free)) && taken(&candidate("o", free - 1)),
+            "{free}"
+        );
+    }
+
+    /// A partner that always sends `orders.x12`: the 100,001st of a day is placed (a linear
+    /// probe of the names gave up there), and a placement interrupted before its work file
+    /// was removed is found again wherever the search put it.
+    #[test]
+    fn a_name_sent_many_times_a_day_is_placed_and_found_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        for n in 0..=100_000 {
+            // Links, for speed; a file system allows about 65,000 to one file.
+            let earlier = dir.path().join(format!("earlier-{}", n / 50_000));
+            if n % 50_000 == 0 {
+                std::fs::write(&earlier, b"earlier").unwrap();
+            }
+            std::fs::hard_link(&earlier, out.join(candidate("orders.x12", n))).unwrap();
+        }
+        let work = dir.path().join("work");
+        std::fs::write(&work, b"this one").unwrap();
+        let placed = link_into(&work, "orders.x12", &out).unwrap();
+        assert_eq!(placed, out.join("orders-100001.x12"));
+        assert_eq!(std::fs::read(&placed).unwrap(), b"this one");
+        let meta = std::fs::symlink_metadata(&work).unwrap();
+        assert_eq!(linked_in(&out, &meta).as_deref(), Some("orders-100001.x12"));
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        assert_eq!(linked_in(&elsewhere, &meta), None);
     }
 }

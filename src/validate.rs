@@ -147,7 +147,11 @@ pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) ->
 /// The envelope findings of `ic`, one part of its interchange ([`crate::x12::Part`]; a
 /// whole interchange is its one part), given what the earlier parts left in `carried`.
 /// Group and set indexes are the part's own.
-pub fn part(ic: &Interchange<'_>, dictionaries: Option<&Schemas>, carried: &mut Carried) -> Envelope {
+pub fn part(
+    ic: &Interchange<'_>,
+    dictionaries: Option<&Schemas>,
+    carried: &mut Carried,
+) -> Envelope {
     let mut v = Validator {
         findings: Vec::new(),
         dictionaries,
@@ -212,7 +216,10 @@ impl Envelope {
     }
 
     pub fn into_findings(mut self) -> Vec<Finding> {
-        self.sections_mut().into_iter().flat_map(std::mem::take).collect()
+        self.sections_mut()
+            .into_iter()
+            .flat_map(std::mem::take)
+            .collect()
     }
 }
 
@@ -806,7 +813,14 @@ impl Validator<'_> {
         }
     }
 
-    fn ge(&mut self, gi: usize, gs: &Segment<'_>, ge: Option<&Segment<'_>>, gs06: &[u8], sets: usize) {
+    fn ge(
+        &mut self,
+        gi: usize,
+        gs: &Segment<'_>,
+        ge: Option<&Segment<'_>>,
+        gs06: &[u8],
+        sets: usize,
+    ) {
         let Some(ge) = ge else {
             self.group_finding(
                 gi,

@@ -133,7 +133,14 @@ pub struct Unread {
 impl Unread {
     fn unread(&mut self, gi: usize, gs: &crate::x12::Segment<'_>, version: &[u8], id: &[u8]) {
         if self.first.is_none() {
-            let at = crate::validate::group_finding(gi, gs, Rule::EnvelopeLevelOnly, gs, 8, String::new());
+            let at = crate::validate::group_finding(
+                gi,
+                gs,
+                Rule::EnvelopeLevelOnly,
+                gs,
+                8,
+                String::new(),
+            );
             self.first = Some(at);
         }
         let at = (
@@ -179,7 +186,9 @@ impl Unread {
                 if schemas.defines_release(release) {
                     format!("{id} of {release} (no definition of the set)")
                 } else {
-                    format!("{id} of {release} (no definition of the release, nor one it agrees with)")
+                    format!(
+                        "{id} of {release} (no definition of the release, nor one it agrees with)"
+                    )
                 }
             })
             .collect();

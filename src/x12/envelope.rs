@@ -758,7 +758,14 @@ impl<'a> Interchanges<'a> {
         if !self.last && !self.may_end(start + isa.len) {
             return self.part_or_more(start, opening);
         }
-        let built = build(self.input, start, self.input.len(), opening, self.limits, self.base);
+        let built = build(
+            self.input,
+            start,
+            self.input.len(),
+            opening,
+            self.limits,
+            self.base,
+        );
         if !self.last && !self.complete(&built.ic, built.next) {
             return self.part_or_more(start, opening);
         }
@@ -792,7 +799,14 @@ impl<'a> Interchanges<'a> {
         if !self.last && !self.may_end(0) {
             return self.part_or_more(0, opening);
         }
-        let built = build(self.input, 0, self.input.len(), opening, self.limits, self.base);
+        let built = build(
+            self.input,
+            0,
+            self.input.len(),
+            opening,
+            self.limits,
+            self.base,
+        );
         if !self.last && !self.complete(&built.ic, built.next) {
             return self.part_or_more(0, opening);
         }
@@ -840,9 +854,9 @@ impl<'a> Interchanges<'a> {
         loop {
             let at = from + memmem::rfind(self.input.get(from..end)?, &needle)?;
             let before = self.input.get(..at).and_then(|b| {
-                b.iter()
-                    .rev()
-                    .find(|c| **c == delimiters.segment || !matches!(c, b'\r' | b'\n' | b' ' | b'\t'))
+                b.iter().rev().find(|c| {
+                    **c == delimiters.segment || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
+                })
             });
             if before == Some(&delimiters.segment) {
                 return Some(at);
@@ -1161,10 +1175,7 @@ fn build<'a>(
             (segments, suffix, None)
         }
         Opening::Inside {
-            suffix,
-            gs,
-            inside,
-            ..
+            suffix, gs, inside, ..
         } => {
             let segments =
                 Segments::new(input, start, end, inside.ordinal, delimiters).in_file_at(base);
@@ -1233,7 +1244,13 @@ fn build<'a>(
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
             // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
-            b"ISB" if isb.is_none() && !isb_before && ise.is_none() && !ise_before && b.nothing_yet() => {
+            b"ISB"
+                if isb.is_none()
+                    && !isb_before
+                    && ise.is_none()
+                    && !ise_before
+                    && b.nothing_yet() =>
+            {
                 isb = Some(segment)
             }
             b"ISE" if ise.is_none() && !ise_before && b.nothing_yet() => ise = Some(segment),

@@ -16,8 +16,9 @@ mod position;
 mod segment;
 
 pub use envelope::{
-    likely_interchange_start, Body, Group, Interchange, InterchangeEnd, Interchanges, LimitBreach,
-    Inside, LimitKind, Limits, Part, ReadError, ReadErrorKind, Resume, Sets, TransactionSet, PIECE_MARGIN,
+    likely_interchange_start, Body, Group, Inside, Interchange, InterchangeEnd, Interchanges,
+    LimitBreach, LimitKind, Limits, Part, ReadError, ReadErrorKind, Resume, Sets, TransactionSet,
+    PIECE_MARGIN,
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
