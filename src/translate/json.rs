@@ -149,18 +149,6 @@ struct SetOut<'a> {
     se: Option<Vec<JsonElement>>,
 }
 
-impl SetOut<'_> {
-    fn into_set(self) -> JsonSet {
-        JsonSet {
-            st: self.st,
-            segments: self.segments,
-            schema: self.schema,
-            content: self.content.as_ref().map(structured::Tree::to_value),
-            se: self.se,
-        }
-    }
-}
-
 impl<'s> Text<'s> {
     /// This text reading `ic` against its sender's guide, when the definitions carry one.
     fn for_interchange(self, ic: &Interchange<'_>) -> Text<'s> {
@@ -256,7 +244,24 @@ impl<'s> Text<'s> {
             se: set.se.as_ref().map(|s| self.elements(s)),
         }
     }
+}
 
+/// The whole-tree form the streaming writer is held to in the tests.
+#[cfg(test)]
+impl SetOut<'_> {
+    fn into_set(self) -> JsonSet {
+        JsonSet {
+            st: self.st,
+            segments: self.segments,
+            schema: self.schema,
+            content: self.content.as_ref().map(structured::Tree::to_value),
+            se: self.se,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Text<'_> {
     fn interchange(&self, ic: &Interchange<'_>) -> Result<JsonInterchange, ParseError> {
         if let Some(s) = ic.stray.first() {
             return Err(ParseError::Stray {
@@ -351,73 +356,117 @@ pub fn write_interchange_document_with(
         schemas,
     }
     .for_interchange(ic);
-    if let Some(s) = ic.stray.first() {
-        return Err(ParseError::Stray {
-            offset: s.offset,
-            ordinal: s.ordinal,
-            id: s.id_str(),
-        });
-    }
-    let json = |out: &mut dyn Write, v: &dyn erased::Value| v.write(out);
-    let d = ic.delimiters();
-    let ch = |b: u8| text.decode(&[b]);
-    let delimiters = JsonDelimiters {
-        element: ch(d.element),
-        component: ch(d.component),
-        repetition: d.repetition.map(ch),
-        segment: ch(d.segment),
-        line_ending: text.decode(ic.line_ending()),
-    };
     out.write_all(b"{\"encoding\":")?;
-    json(out, &encoding)?;
-    out.write_all(b",\"interchanges\":[{\"delimiters\":")?;
-    json(out, &delimiters)?;
-    out.write_all(b",\"isa\":")?;
-    let isa: Vec<String> = ic.isa.fields.iter().map(|f| text.decode(f)).collect();
-    json(out, &isa)?;
-    for (name, segment) in [("isb", &ic.isb), ("ise", &ic.ise)] {
-        if let Some(s) = segment {
-            write!(out, ",\"{name}\":")?;
-            json(out, &text.elements(s))?;
-        }
-    }
-    if !ic.ta1.is_empty() {
-        out.write_all(b",\"ta1\":")?;
-        let ta1: Vec<Vec<JsonElement>> = ic.ta1.iter().map(|s| text.elements(s)).collect();
-        json(out, &ta1)?;
-    }
-    out.write_all(b",\"groups\":[")?;
-    let mut buf = Vec::new();
-    for (gi, g) in ic.groups.iter().enumerate() {
-        if gi > 0 {
-            out.write_all(b",")?;
-        }
-        out.write_all(b"{\"gs\":")?;
-        json(out, &text.elements(&g.gs))?;
-        out.write_all(b",\"sets\":[")?;
-        let version = g.gs.element(8).unwrap_or_default();
-        let mut first = true;
-        for (si, set) in g.sets.iter().enumerate() {
-            if !keep(gi, si) {
-                continue;
-            }
-            // One write per set: serde_json writes a token at a time.
-            buf.clear();
-            if !first {
-                buf.push(b',');
-            }
-            first = false;
-            serde_json::to_writer(&mut buf, &text.set(version, &set)).map_err(io::Error::from)?;
-            out.write_all(&buf)?;
-        }
-        out.write_all(b"],\"ge\":")?;
-        json(out, &g.ge.as_ref().map(|s| text.elements(s)))?;
-        out.write_all(b"}")?;
-    }
-    out.write_all(b"],\"iea\":")?;
-    json(out, &ic.iea.as_ref().map(|s| text.elements(s)))?;
-    out.write_all(b"}]}\n")?;
+    serde_json::to_writer(&mut *out, &encoding).map_err(io::Error::from)?;
+    out.write_all(b",\"interchanges\":[")?;
+    text.write_interchange(ic, keep, out, &mut Written::default())?;
+    out.write_all(b"]}\n")?;
     Ok(())
+}
+
+/// How far the JSON of an interchange read in parts ([`crate::x12::Part`]) was written.
+#[derive(Debug, Default)]
+struct Written {
+    /// Groups opened so far, and sets written so far of the open one.
+    groups: usize,
+    sets: usize,
+}
+
+impl Text<'_> {
+    /// The JSON object of `ic` (the [`JsonInterchange`] it serialises as), written a set at a
+    /// time, holding only the sets `keep(group, set)` accepts; a part of an interchange
+    /// writes its share of the object, `written` saying what earlier parts wrote.
+    fn write_interchange(
+        &self,
+        ic: &Interchange<'_>,
+        keep: &dyn Fn(usize, usize) -> bool,
+        out: &mut dyn Write,
+        written: &mut Written,
+    ) -> Result<(), ParseError> {
+        // The generic form has no place for a segment outside the envelopes, nor (read in
+        // parts, once the groups have begun) for a TA1 after a group: TA1s come before them.
+        let misplaced = ic
+            .stray
+            .first()
+            .or(ic.ta1.first().filter(|_| !ic.part.first));
+        if let Some(s) = misplaced {
+            return Err(ParseError::Stray {
+                offset: s.offset,
+                ordinal: s.ordinal,
+                id: s.id_str(),
+            });
+        }
+        let json = |out: &mut dyn Write, v: &dyn erased::Value| v.write(out);
+        let part = ic.part;
+        if part.first {
+            *written = Written::default();
+            let d = ic.delimiters();
+            let ch = |b: u8| self.decode(&[b]);
+            let delimiters = JsonDelimiters {
+                element: ch(d.element),
+                component: ch(d.component),
+                repetition: d.repetition.map(ch),
+                segment: ch(d.segment),
+                line_ending: self.decode(ic.line_ending()),
+            };
+            out.write_all(b"{\"delimiters\":")?;
+            json(out, &delimiters)?;
+            out.write_all(b",\"isa\":")?;
+            let isa: Vec<String> = ic.isa.fields.iter().map(|f| self.decode(f)).collect();
+            json(out, &isa)?;
+            for (name, segment) in [("isb", &ic.isb), ("ise", &ic.ise)] {
+                if let Some(s) = segment {
+                    write!(out, ",\"{name}\":")?;
+                    json(out, &self.elements(s))?;
+                }
+            }
+            if !ic.ta1.is_empty() {
+                out.write_all(b",\"ta1\":")?;
+                let ta1: Vec<Vec<JsonElement>> = ic.ta1.iter().map(|s| self.elements(s)).collect();
+                json(out, &ta1)?;
+            }
+            out.write_all(b",\"groups\":[")?;
+        }
+        let mut buf = Vec::new();
+        for (gi, g) in ic.groups.iter().enumerate() {
+            if part.opens(gi) {
+                if written.groups > 0 {
+                    out.write_all(b",")?;
+                }
+                written.groups += 1;
+                written.sets = 0;
+                out.write_all(b"{\"gs\":")?;
+                json(out, &self.elements(&g.gs))?;
+                out.write_all(b",\"sets\":[")?;
+            }
+            let version = g.gs.element(8).unwrap_or_default();
+            for (si, set) in g.sets.iter().enumerate() {
+                if !keep(part.group(gi), part.set(gi, si)) {
+                    continue;
+                }
+                // One write per set: serde_json writes a token at a time.
+                buf.clear();
+                if written.sets > 0 {
+                    buf.push(b',');
+                }
+                written.sets += 1;
+                serde_json::to_writer(&mut buf, &self.set(version, &set))
+                    .map_err(io::Error::from)?;
+                out.write_all(&buf)?;
+            }
+            if part.closes(gi, ic.groups.len()) {
+                out.write_all(b"],\"ge\":")?;
+                json(out, &g.ge.as_ref().map(|s| self.elements(s)))?;
+                out.write_all(b"}")?;
+            }
+        }
+        if part.last {
+            out.write_all(b"],\"iea\":")?;
+            json(out, &ic.iea.as_ref().map(|s| self.elements(s)))?;
+            out.write_all(b"}")?;
+        }
+        Ok(())
+    }
 }
 
 /// One set as its JSON (the object [`write_interchange_document`] gives it), for a business
@@ -507,6 +556,8 @@ pub fn write_document(
 pub struct DocumentWriter<'s> {
     text: Text<'s>,
     written: usize,
+    /// What the parts of an interchange read in parts have written of it so far.
+    part: Written,
 }
 
 impl<'s> DocumentWriter<'s> {
@@ -539,21 +590,27 @@ impl<'s> DocumentWriter<'s> {
                 schemas,
             },
             written: 0,
+            part: Written::default(),
         })
     }
 
+    /// Writes `ic`, a set at a time (a large interchange's sets are never held as JSON
+    /// together), or the share of it that a part of it holds.
     pub fn interchange(
         &mut self,
         ic: &Interchange<'_>,
         out: &mut impl Write,
     ) -> Result<(), ParseError> {
-        let ic = self.text.for_interchange(ic).interchange(ic)?;
-        if self.written > 0 {
-            out.write_all(b",")?;
+        if ic.part.first {
+            if self.written > 0 {
+                out.write_all(b",")?;
+            }
+            self.written += 1;
         }
-        serde_json::to_writer(&mut *out, &ic).map_err(io::Error::from)?;
-        self.written += 1;
-        Ok(())
+        let mut out: &mut dyn Write = out;
+        self.text
+            .for_interchange(ic)
+            .write_interchange(ic, &|_, _| true, &mut out, &mut self.part)
     }
 
     pub fn finish(self, out: &mut impl Write) -> Result<(), ParseError> {
@@ -932,6 +989,76 @@ mod tests {
             }
         }
         assert!(compared > 40, "{compared}");
+    }
+
+    /// One interchange of many sets in three groups (one of sets without a definition,
+    /// written in the generic form), then a small one.
+    fn large_interchange(sets: usize) -> Vec<u8> {
+        let mut out = String::from("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000101*1*P*>~\n");
+        for (g, (gs01, st01)) in [("PO", "850"), ("IN", "810"), ("PO", "850")]
+            .iter()
+            .enumerate()
+        {
+            out += &format!("GS*{gs01}*ACME*X12GATE*20240115*0930*{g}*X*004010~\n");
+            for i in 0..sets {
+                out += &format!("ST*{st01}*{i:04}~\nBEG*00*SA*PO-{i}**20240115~\nN1*ST*ACME DC {i}*92*0007~\nPO1*1*{i}*EA*4.25*PE*UP*012345678905~\nCTT*1~\nSE*6*{i:04}~\n");
+            }
+            out += &format!("GE*{sets}*{g}~\n");
+        }
+        out += "IEA*3*000000101~\n";
+        out += "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000102*1*P*>~GS*PO*ACME*X12GATE*20240115*0930*9*X*004010~ST*850*0001~BEG*00*SA*PO-1**20240115~SE*3*0001~GE*1*9~IEA*1*000000102~";
+        out.into_bytes()
+    }
+
+    /// The document of `input` read in pieces of `window` bytes, a large interchange in
+    /// parts; and how many parts there were that did not end their interchange.
+    fn in_parts(input: &[u8], window: usize, form: Form) -> (Vec<u8>, usize) {
+        let from = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut reader =
+            crate::input::Reader::new(from, "large", Limits::default(), window).in_parts();
+        let mut out = Vec::new();
+        let mut doc = DocumentWriter::start(true, form, &mut out).unwrap();
+        let mut cut = 0;
+        while let Some(piece) = reader.next_piece().unwrap() {
+            let mut read = piece.interchanges();
+            for ic in read.by_ref() {
+                let ic = ic.unwrap();
+                cut += usize::from(!ic.part.last);
+                doc.interchange(&ic, &mut out).unwrap();
+            }
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        doc.finish(&mut out).unwrap();
+        (out, cut)
+    }
+
+    #[test]
+    fn a_document_read_in_parts_is_the_document_read_whole() {
+        let input = large_interchange(40);
+        for form in [Form::Structured, Form::Raw] {
+            let mut whole = Vec::new();
+            write_document(&input, Limits::default(), form, &mut whole).unwrap();
+            let document: Document = serde_json::from_slice(&whole).unwrap();
+            assert_eq!(document.interchanges.len(), 2);
+            assert_eq!(document.interchanges[0].groups[1].sets.len(), 40);
+            for window in [600, 1_000, 2_500, 7_000, 100_000] {
+                let (parts, cut) = in_parts(&input, window, form);
+                assert!(cut > 0 || window >= input.len(), "window {window}");
+                assert!(parts == whole, "{form:?}, window {window}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        #[test]
+        fn in_parts_at_any_window_the_document_is_the_same(window in 300usize..20_000, sets in 1usize..30) {
+            let input = large_interchange(sets);
+            let mut whole = Vec::new();
+            write_document(&input, Limits::default(), Form::Structured, &mut whole).unwrap();
+            proptest::prop_assert!(in_parts(&input, window, Form::Structured).0 == whole);
+        }
     }
 
     const X: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\r\n\

@@ -89,7 +89,8 @@ fn same_key(def_key: &str, key: &str) -> bool {
 }
 
 impl Tree<'_> {
-    /// The same value as a `serde_json::Value` (the whole-document form).
+    /// The same value as a `serde_json::Value`.
+    #[cfg(test)]
     pub(super) fn to_value(&self) -> Value {
         match self {
             Tree::Text(s) => Value::String(s.to_string()),

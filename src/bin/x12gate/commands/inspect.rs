@@ -64,7 +64,8 @@ pub fn parse(
     }
 }
 
-/// `f` on each interchange of `file`, read in pieces (or of `whole`, when it is held).
+/// `f` on each interchange of `file`, read in pieces (a large one in parts, see
+/// `x12gate::x12::Part`), or of `whole`, when it is held.
 fn each_interchange(
     file: &Path,
     whole: Option<&[u8]>,
@@ -74,8 +75,10 @@ fn each_interchange(
     if let Some(bytes) = whole {
         return x12gate::x12::Interchanges::new(bytes, limits).try_for_each(|ic| f(&ic?));
     }
+    // An interchange larger than a piece is given in parts, each written as it comes.
     let mut reader = x12gate::input::Reader::open(file, limits, x12gate::input::WINDOW)
-        .map_err(std::io::Error::other)?;
+        .map_err(std::io::Error::other)?
+        .in_parts();
     while let Some(piece) = reader.next_piece().map_err(std::io::Error::other)? {
         let mut read = piece.interchanges();
         read.by_ref().try_for_each(|ic| f(&ic?))?;
