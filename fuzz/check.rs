@@ -54,6 +54,7 @@ pub fn check_with(input: &[u8], limits: Limits) -> Outcome {
         check_finding(input, f);
     }
     in_pieces_as_whole(input, limits, &findings);
+    document_in_parts_as_whole(input, limits);
     documents_hold_their_sets(input, limits);
     let file_level = findings.iter().filter(|f| f.level == Level::File).count();
     assert_eq!(
@@ -137,17 +138,13 @@ fn documents_hold_their_sets(input: &[u8], limits: Limits) {
 /// that cut the input in many places, the input gives exactly the findings it gives whole.
 fn in_pieces_as_whole(input: &[u8], limits: Limits, whole: &[Finding]) {
     let checks = x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap());
-    for window in [1 + input.len() % 61, input.len() / 3 + 1] {
-        let from = Box::new(std::io::Cursor::new(input.to_vec()));
-        let mut reader = x12gate::input::Reader::new(
-            from,
-            "input",
-            Limits {
-                max_file_bytes: u64::MAX,
-                ..limits
-            },
-            window,
-        );
+    let windows = [1 + input.len() % 61, input.len() / 3 + 1];
+    // Whole interchanges per piece, and (as `validate` reads) a large one in parts.
+    for (window, parts) in windows.iter().flat_map(|w| [(*w, false), (*w, true)]) {
+        let mut reader = reader(input, limits, window);
+        if parts {
+            reader = reader.in_parts();
+        }
         let mut pieces = Vec::new();
         x12gate::check::pieces(&mut reader, &checks, &mut |f| pieces.extend(f))
             .expect("reading from memory cannot fail");
@@ -157,7 +154,64 @@ fn in_pieces_as_whole(input: &[u8], limits: Limits, whole: &[Finding]) {
         );
         assert!(
             got == want,
-            "read in pieces of {window} bytes, the findings differ\ngot:  {got:#?}\nwant: {want:#?}\ninput: {}",
+            "read in pieces of {window} bytes (in parts: {parts}), the findings differ\ngot:  {got:#?}\nwant: {want:#?}\ninput: {}",
+            show(input)
+        );
+    }
+}
+
+/// `input` read in pieces of `window` bytes.
+fn reader(input: &[u8], limits: Limits, window: usize) -> x12gate::input::Reader {
+    let from = Box::new(std::io::Cursor::new(input.to_vec()));
+    let limits = Limits {
+        max_file_bytes: u64::MAX,
+        ..limits
+    };
+    x12gate::input::Reader::new(from, "input", limits, window)
+}
+
+/// Read in parts (as `parse` reads a file), an input that reads into a document gives the
+/// document it gives whole, byte for byte.
+fn document_in_parts_as_whole(input: &[u8], limits: Limits) {
+    let mut whole = Vec::new();
+    if x12gate::translate::write_document(input, limits, Form::Structured, &mut whole).is_err() {
+        return;
+    }
+    let utf8 = std::str::from_utf8(input).is_ok();
+    for window in [1 + input.len() % 61, input.len() / 3 + 1] {
+        let mut reader = reader(input, limits, window).in_parts();
+        let mut out = Vec::new();
+        let mut doc = x12gate::translate::DocumentWriter::start(utf8, Form::Structured, &mut out)
+            .expect("writing to memory cannot fail");
+        let mut failed = None;
+        while let Some(piece) = reader
+            .next_piece()
+            .expect("reading from memory cannot fail")
+        {
+            let mut read = piece.interchanges();
+            for ic in read.by_ref() {
+                let written = ic
+                    .map_err(x12gate::translate::ParseError::from)
+                    .and_then(|ic| doc.interchange(&ic, &mut out));
+                failed = failed.or(written.err().map(|e| e.to_string()));
+            }
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        doc.finish(&mut out).expect("writing to memory cannot fail");
+        // A TA1 after a group in a later part has no place in the document read in parts
+        // (said so, with its byte); anything else must not fail where the whole did not.
+        if let Some(e) = failed {
+            assert!(
+                e.contains("(TA1) follows a functional group"),
+                "read in parts of {window} bytes, the document failed: {e}\ninput: {}",
+                show(input)
+            );
+            continue;
+        }
+        assert!(
+            out == whole,
+            "read in parts of {window} bytes, the document differs\ninput: {}",
             show(input)
         );
     }

@@ -112,6 +112,8 @@ pub enum ParseError {
         ordinal: u32,
         id: String,
     },
+    #[error("byte {offset}: segment {ordinal} (TA1) follows a functional group of an interchange read in parts (larger than a piece); the JSON form lists an interchange's TA1s before its groups, which are already written")]
+    LateTa1 { offset: usize, ordinal: u32 },
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -385,15 +387,17 @@ impl Text<'_> {
     ) -> Result<(), ParseError> {
         // The generic form has no place for a segment outside the envelopes, nor (read in
         // parts, once the groups have begun) for a TA1 after a group: TA1s come before them.
-        let misplaced = ic
-            .stray
-            .first()
-            .or(ic.ta1.first().filter(|_| !ic.part.first));
-        if let Some(s) = misplaced {
+        if let Some(s) = ic.stray.first() {
             return Err(ParseError::Stray {
                 offset: s.offset,
                 ordinal: s.ordinal,
                 id: s.id_str(),
+            });
+        }
+        if let Some(s) = ic.ta1.first().filter(|_| !ic.part.first) {
+            return Err(ParseError::LateTa1 {
+                offset: s.offset,
+                ordinal: s.ordinal,
             });
         }
         let json = |out: &mut dyn Write, v: &dyn erased::Value| v.write(out);

@@ -812,7 +812,7 @@ impl<'a> Interchanges<'a> {
         }
         self.inside = None;
         if self.too_long(inside.isa.0, built.next) {
-            return Some(Err(self.too_large_at(0, inside.isa.0)));
+            return Some(Err(self.too_large_at(inside.isa.0)));
         }
         self.pos = built.next;
         Some(Ok(built.ic))
@@ -836,7 +836,7 @@ impl<'a> Interchanges<'a> {
         let (mut ic, after) = (built.ic, built.after);
         if self.too_long(after.isa.0, cut) {
             self.inside = None;
-            return Some(Err(self.too_large_at(start, after.isa.0)));
+            return Some(Err(self.too_large_at(after.isa.0)));
         }
         ic.part.last = false;
         ic.part.continues = after.gs.is_some();
@@ -889,14 +889,20 @@ impl<'a> Interchanges<'a> {
     /// The interchange at `start` is longer than the limit: reported, and skipped to the
     /// next ISA as after any unreadable part (read whole or in pieces alike).
     fn too_large(&mut self, start: usize) -> ReadError {
-        self.too_large_at(start, self.base + start)
+        self.too_large_at(self.base + start)
     }
 
-    /// [`Interchanges::too_large`] for the interchange at `offset` in the file, read on from
-    /// `from` in this piece (the start of a part, when it is read in parts).
-    fn too_large_at(&mut self, from: usize, offset: usize) -> ReadError {
-        self.resync(from);
-        self.skip_on(from);
+    /// [`Interchanges::too_large`] for the interchange whose ISA is at `offset` in the file.
+    /// The next ISA is looked for from where the interchange passed the limit, not from its
+    /// ISA: a reading in parts has let go of what came before, and whole or in parts, what
+    /// is read after it is the same. (That point is always in this piece: the interchange,
+    /// or the part before, ended within the limit.)
+    fn too_large_at(&mut self, offset: usize) -> ReadError {
+        let limit = usize::try_from(self.limits.max_interchange_bytes).unwrap_or(usize::MAX);
+        let past = offset.saturating_add(limit).max(offset + 1);
+        let from = past.saturating_sub(self.base).min(self.input.len());
+        self.resync_from(from);
+        self.skip_on(from.saturating_sub(1));
         ReadError {
             kind: ReadErrorKind::TooLarge,
             offset,
