@@ -217,3 +217,81 @@ fn parse_of_non_x12_exits_3_with_the_offset() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("byte 0: expected ISA"));
 }
+
+/// One interchange larger than `validate` and `parse` read at once (16 MiB): read in parts,
+/// a set control number reused 140,000 sets later and the group's wrong count are still
+/// found, with the interchange's own numbering; the JSON document holds every set once, in
+/// order, and renders back to the file.
+#[test]
+fn an_interchange_larger_than_a_piece_is_read_in_parts_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = 180_000;
+    let mut text = String::from("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000101*1*P*>~\n");
+    text += "GS*PO*ACME*X12GATE*20240115*0930*101*X*004010~\n";
+    for i in 0..sets {
+        // Set 150,001 reuses the control number of set 10,001.
+        let st02 = if i == 150_000 { 10_001 } else { i + 1 };
+        text += &format!("ST*850*{st02:06}~\nBEG*00*SA*PO-{i}**20240115~\nPO1*1*{}*EA*4.25*PE*UP*012345678905~\nCTT*1~\nSE*5*{st02:06}~\n", i % 90 + 1);
+    }
+    text += &format!("GE*{}*101~\nIEA*1*000000101~\n", sets + 1);
+    assert!(text.len() > 17 << 20, "{}", text.len());
+    let path = dir.path().join("large.x12");
+    std::fs::write(&path, &text).unwrap();
+    let reused = text.find("ST*850*010001~\nBEG*00*SA*PO-150000").unwrap() + 7;
+
+    let out = x12gate(dir.path())
+        .args(["validate", "--envelope"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_once(": ").unwrap().1.to_string())
+        .collect();
+    let ge = text.rfind("GE*").unwrap() + 3;
+    assert_eq!(
+        lines,
+        [
+            format!("byte {reused}: segment {} (ST, set segment 1), element ST02: ST02 \"010001\" is used by an earlier transaction set of this group [st-duplicate-control-number; AK502 23]", 2 + 150_000 * 5 + 1),
+            format!("byte {ge}: segment {} (GE), element GE01: GE01 \"{}\" does not match the {sets} transaction set(s) received [ge-set-count; AK905 5]", 2 + sets * 5 + 1, sets + 1),
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = x12gate(dir.path())
+        .args(["parse", "--raw"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = doc["interchanges"][0]["groups"][0]["sets"]
+        .as_array()
+        .unwrap();
+    assert_eq!(found.len(), sets);
+    let st02 = |i: usize| found[i]["st"][1].as_str().unwrap().to_string();
+    assert_eq!(
+        (st02(0), st02(sets - 1)),
+        ("000001".into(), format!("{sets:06}"))
+    );
+    assert!((1..sets).all(|i| i == 150_000 || st02(i) == format!("{:06}", i + 1)));
+    let json = dir.path().join("large.json");
+    std::fs::write(&json, &out.stdout).unwrap();
+    let back = x12gate(dir.path())
+        .arg("render")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(back.status.code(), Some(0));
+    assert!(
+        back.stdout == text.as_bytes(),
+        "rendered back, the file differs"
+    );
+}
