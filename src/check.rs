@@ -176,6 +176,14 @@ impl<'c> Gather<'c> {
     fn take(&mut self, item: Item<'c>, into: &mut Vec<Finding>) {
         match item {
             Item::Found(found) => {
+                debug_assert!(
+                    found.part.first || self.pending.is_some(),
+                    "a part that goes on an interchange not begun"
+                );
+                debug_assert!(
+                    !found.part.first || self.pending.is_none(),
+                    "an interchange begun before the last one ended"
+                );
                 let found = match self.pending.take() {
                     Some(mut earlier) if !found.part.first => {
                         earlier.append(*found);
@@ -357,7 +365,13 @@ fn in_parallel<'c>(
                 Ok(ic) => {
                     let found = Found::of(&ic, checks, carried);
                     items.push(None);
-                    if jobs.send((items.len() - 1, ic, found)).is_err() {
+                    // No worker left (one panicked): what was found of it stands, unwalked.
+                    if let Err(mpsc::SendError((_, _, mut found))) =
+                        jobs.send((items.len() - 1, ic, found))
+                    {
+                        found.renumber();
+                        items.pop();
+                        items.push(Some(Item::Found(Box::new(found))));
                         break;
                     }
                 }
@@ -611,6 +625,147 @@ mod tests {
                 assert_eq!(parts, whole, "window {window}");
             }
         }
+    }
+
+    const PARTS_ISA: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000101*1*P*>~\n";
+
+    fn whole_envelope(input: &[u8], limits: Limits) -> Vec<String> {
+        file_on(input, limits, &Checks::default(), 1)
+            .iter()
+            .map(|f| format!("{f:?}"))
+            .collect()
+    }
+
+    /// Cut once, then no set to cut at before the piece holds all it may: the interchange is
+    /// too large, said once (it was said forever, the piece growing without end).
+    #[test]
+    fn a_part_with_no_set_to_cut_at_up_to_the_limit_is_too_large_once() {
+        let limits = Limits {
+            max_interchange_bytes: 3000,
+            ..Limits::default()
+        };
+        let mut s = String::from(PARTS_ISA);
+        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
+        for i in 1..=20 {
+            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
+        }
+        s += "ST*850*0100~\n";
+        while s.len() < 9000 {
+            s += "REF*DP*038~\n";
+        }
+        s += "SE*2*0100~\nGE*21*1~\nIEA*1*000000101~\n";
+        let from = Box::new(std::io::Cursor::new(s.clone().into_bytes()));
+        let mut reader = Reader::new(from, "t", limits, 600).in_parts();
+        let mut errors = Vec::new();
+        'read: while let Some(piece) = reader.next_piece().unwrap() {
+            let mut read = piece.interchanges();
+            for item in read.by_ref() {
+                if let Err(e) = item {
+                    errors.push(e.offset);
+                    if errors.len() > 10 {
+                        break 'read;
+                    }
+                }
+            }
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        assert_eq!(errors, vec![0]);
+        let parts = in_pieces(s.as_bytes(), 600, &Checks::default(), limits, true);
+        assert_eq!(parts, whole_envelope(s.as_bytes(), limits));
+    }
+
+    /// An ST whose element is over the limit, where a part is cut: its breach is in its own
+    /// set (it was in the set before it, whose SE is missing, read whole).
+    #[test]
+    fn an_element_breach_in_the_st_a_part_is_cut_at_is_in_its_own_set() {
+        let limits = Limits {
+            max_element_len: 20,
+            ..Limits::default()
+        };
+        let mut s = String::from(PARTS_ISA);
+        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
+        for i in 1..=20 {
+            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
+        }
+        s += "ST*850*0021~\nBEG*00*SA*1**20240115~\n";
+        let at = s.len();
+        s += &format!(
+            "ST*850*0022*{}~\nSE*2*0022~\nGE*22*1~\nIEA*1*000000101~\n",
+            "X".repeat(30)
+        );
+        let whole = file_on(s.as_bytes(), limits, &Checks::default(), 1);
+        let breach = whole
+            .iter()
+            .find(|f| f.rule == Rule::LimitExceeded)
+            .unwrap();
+        assert_eq!(breach.position.set_segment, Some(1));
+        let parts = in_pieces(s.as_bytes(), at + 20, &Checks::default(), limits, true);
+        assert_eq!(parts, whole_envelope(s.as_bytes(), limits));
+    }
+
+    /// After an interchange too large, reading goes on at the same ISA whole and in parts
+    /// (an `ISA` in a value before the limit, `PAID BY VISA~`, is not one).
+    #[test]
+    fn after_an_interchange_too_large_reading_goes_on_where_it_does_whole() {
+        let limits = Limits {
+            max_interchange_bytes: 3000,
+            ..Limits::default()
+        };
+        let mut s = String::from(PARTS_ISA);
+        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
+        s += "ST*850*0001~\nN1*PR*PAID BY VISA~\nSE*3*0001~\n";
+        let mut i = 2;
+        while s.len() < 4000 {
+            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
+            i += 1;
+        }
+        s += &format!("GE*{}*1~\nIEA*1*000000101~\n", i - 1);
+        s += PARTS_ISA;
+        s += "IEA*0*000000101~\n";
+        let whole = whole_envelope(s.as_bytes(), limits);
+        assert!(whole[0].contains("InterchangeTooLarge"), "{whole:?}");
+        assert_eq!(whole.len(), 1, "the next interchange is clean: {whole:?}");
+        let parts = in_pieces(s.as_bytes(), 600, &Checks::default(), limits, true);
+        assert_eq!(parts, whole);
+    }
+
+    /// An ISA field may hold the terminator and `ST`: a part is never cut inside the ISA.
+    #[test]
+    fn a_part_is_never_cut_inside_the_isa() {
+        let mut s = PARTS_ISA.replacen("*00*          *", "*00*       ~ST*", 1);
+        s += &"TA1*000000090*240115*0930*A*000~\n".repeat(40);
+        s += "IEA*0*000000101~\n";
+        let parts = in_pieces(
+            s.as_bytes(),
+            600,
+            &Checks::default(),
+            Limits::default(),
+            true,
+        );
+        assert_eq!(parts, whole_envelope(s.as_bytes(), Limits::default()));
+    }
+
+    /// With a tab for element separator, a tab before `ST` is not a blank to skip: the
+    /// segment is cut where the whole reading cuts it.
+    #[test]
+    fn a_tab_separator_before_st_is_not_a_blank_where_a_part_is_cut() {
+        let mut s = PARTS_ISA.replace('*', "\t");
+        s += "GS\tPO\tACME\tX12GATE\t20240115\t0930\t1\tX\t004010~\n";
+        for i in 1..=20 {
+            s += &format!("ST\t850\t{i:04}~\nBEG\t00\tSA\t1\t\t20240115~\nSE\t3\t{i:04}~\n");
+        }
+        s += "ST\t850\t0100~\nBEG\t00\tSA\t1\t\t20240115~\n";
+        let at = s.len();
+        s += "\tST\t850\t0101~\nSE\t3\t0100~\nGE\t21\t1~\nIEA\t1\t000000101~\n";
+        let parts = in_pieces(
+            s.as_bytes(),
+            at + 20,
+            &Checks::default(),
+            Limits::default(),
+            true,
+        );
+        assert_eq!(parts, whole_envelope(s.as_bytes(), Limits::default()));
     }
 
     proptest::proptest! {

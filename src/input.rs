@@ -339,12 +339,17 @@ impl Reader {
             let in_piece = at
                 .checked_sub(self.base)
                 .and_then(|i| self.buf.get(i..i + len));
-            in_piece
-                .or_else(|| {
-                    let (_, from) = kept_at.filter(|(old_at, _)| *old_at == at)?;
-                    self.head.get(from..from + len)
-                })
-                .unwrap_or_default()
+            let found = in_piece.or_else(|| {
+                let (_, from) = kept_at.filter(|(old_at, _)| *old_at == at)?;
+                self.head.get(from..from + len)
+            });
+            // A miss is the reader's own mistake (the interchange's next part then says its
+            // ISA was not kept, rather than read on from bytes that are not its own).
+            debug_assert!(
+                found.is_some(),
+                "bytes at {at} neither in the piece nor kept"
+            );
+            found.unwrap_or_default()
         };
         let mut head = at(inside.isa.0, inside.isa.1, old.map(|o| (o.isa.0, 0))).to_vec();
         if let Some((gs_at, len, _)) = inside.gs {

@@ -826,11 +826,20 @@ impl<'a> Interchanges<'a> {
         start: usize,
         opening: Opening<'a>,
     ) -> Option<Result<Interchange<'a>, ReadError>> {
+        // Past the ISA, whose fields may hold the terminator; a part that goes on begins
+        // with the set it was cut at.
+        let from = match opening {
+            Opening::Isa(isa) => start + isa.len,
+            Opening::Inside { .. } => start + 1,
+        };
         let cut = (self.split && !self.given)
-            .then(|| self.last_set_start(start + 1, opening.isa().delimiters))
+            .then(|| self.last_set_start(from, opening.isa().delimiters))
             .flatten();
         let Some(cut) = cut else {
-            return self.more_or_too_large(start);
+            return match opening {
+                Opening::Inside { inside, .. } => self.more_or_too_large_inside(inside),
+                Opening::Isa(_) => self.more_or_too_large(start),
+            };
         };
         let built = build(self.input, start, cut, opening, self.limits, self.base);
         let (mut ic, after) = (built.ic, built.after);
@@ -855,7 +864,11 @@ impl<'a> Interchanges<'a> {
             let at = from + memmem::rfind(self.input.get(from..end)?, &needle)?;
             let before = self.input.get(..at).and_then(|b| {
                 b.iter().rev().find(|c| {
-                    **c == delimiters.segment || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
+                    // Blanks are skipped before a segment, but not the element separator
+                    // (a tab may be one): what the segments are cut by decides.
+                    **c == delimiters.segment
+                        || **c == delimiters.element
+                        || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
                 })
             });
             if before == Some(&delimiters.segment) {
@@ -884,6 +897,23 @@ impl<'a> Interchanges<'a> {
             return self.stop_at(start);
         }
         Some(Err(self.too_large(start)))
+    }
+
+    /// [`Interchanges::more_or_too_large`] for a piece that begins inside an interchange
+    /// read in parts, with no set after its first to cut at: a larger piece, unless it
+    /// holds as much as a piece may (then the interchange is too large, and read no more).
+    fn more_or_too_large_inside(
+        &mut self,
+        inside: Inside,
+    ) -> Option<Result<Interchange<'a>, ReadError>> {
+        let cap = usize::try_from(self.limits.max_interchange_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(PIECE_MARGIN);
+        if self.input.len() < cap {
+            return self.stop_at(0);
+        }
+        self.inside = None;
+        Some(Err(self.too_large_at(inside.isa.0)))
     }
 
     /// The interchange at `start` is longer than the limit: reported, and skipped to the
@@ -1221,7 +1251,12 @@ fn build<'a>(
             break InterchangeEnd::NextIsa;
         }
         count = count.saturating_add(1);
-        b.check_element_length(&segment);
+        // An ST, GS or GE is looked at once the set or group it opens or closes is (its
+        // element's breach is then in its own set, or none, not in the set before it).
+        let after = matches!(segment.id, b"ST" | b"GS" | b"GE");
+        if !after {
+            b.check_element_length(&segment);
+        }
         match segment.id {
             b"IEA" => {
                 iea = Some(segment);
@@ -1263,6 +1298,9 @@ fn build<'a>(
             b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
             b"GE" | b"ST" | b"SE" => b.stray(segment),
             _ => b.body_segment(segment, segments.offset()),
+        }
+        if after {
+            b.check_element_length(&segment);
         }
     };
     b.close_set(None);
