@@ -629,6 +629,16 @@ mod tests {
 
     const PARTS_ISA: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*000000101*1*P*>~\n";
 
+    /// The ISA, a GS and `n` small sets, clean.
+    fn sets_in_a_group(n: usize) -> String {
+        let mut s = String::from(PARTS_ISA);
+        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
+        for i in 1..=n {
+            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
+        }
+        s
+    }
+
     fn whole_envelope(input: &[u8], limits: Limits) -> Vec<String> {
         file_on(input, limits, &Checks::default(), 1)
             .iter()
@@ -644,11 +654,7 @@ mod tests {
             max_interchange_bytes: 3000,
             ..Limits::default()
         };
-        let mut s = String::from(PARTS_ISA);
-        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
-        for i in 1..=20 {
-            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
-        }
+        let mut s = sets_in_a_group(20);
         s += "ST*850*0100~\n";
         while s.len() < 9000 {
             s += "REF*DP*038~\n";
@@ -683,11 +689,7 @@ mod tests {
             max_element_len: 20,
             ..Limits::default()
         };
-        let mut s = String::from(PARTS_ISA);
-        s += "GS*PO*ACME*X12GATE*20240115*0930*1*X*004010~\n";
-        for i in 1..=20 {
-            s += &format!("ST*850*{i:04}~\nBEG*00*SA*1**20240115~\nSE*3*{i:04}~\n");
-        }
+        let mut s = sets_in_a_group(20);
         s += "ST*850*0021~\nBEG*00*SA*1**20240115~\n";
         let at = s.len();
         s += &format!(
@@ -750,11 +752,7 @@ mod tests {
     /// segment is cut where the whole reading cuts it.
     #[test]
     fn a_tab_separator_before_st_is_not_a_blank_where_a_part_is_cut() {
-        let mut s = PARTS_ISA.replace('*', "\t");
-        s += "GS\tPO\tACME\tX12GATE\t20240115\t0930\t1\tX\t004010~\n";
-        for i in 1..=20 {
-            s += &format!("ST\t850\t{i:04}~\nBEG\t00\tSA\t1\t\t20240115~\nSE\t3\t{i:04}~\n");
-        }
+        let mut s = sets_in_a_group(20).replace('*', "\t");
         s += "ST\t850\t0100~\nBEG\t00\tSA\t1\t\t20240115~\n";
         let at = s.len();
         s += "\tST\t850\t0101~\nSE\t3\t0100~\nGE\t21\t1~\nIEA\t1\t000000101~\n";
