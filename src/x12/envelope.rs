@@ -1309,7 +1309,8 @@ fn build<'a>(
         None => (0, 0, false),
     };
     let open = b.open_group.as_ref().map(|g| (g.gs, g.sets.len()));
-    let opened = b.groups.len() + usize::from(open.is_some()) - usize::from(continued);
+    let opened =
+        (b.groups.len() + usize::from(open.is_some())).saturating_sub(usize::from(continued));
     let after = Inside {
         isa: (isa.segment.offset, isa.len + suffix.len()),
         gs: open.map(|(gs, _)| (gs.offset, gs.raw.len(), gs.ordinal)),
