@@ -584,11 +584,13 @@ impl Watcher {
         if free == 0 {
             return;
         }
-        let due: Vec<usize> = (0..self.queue.len())
-            .filter(|i| self.queue[*i].not_before.is_none_or(|t| t <= now))
-            .collect();
+        let due = self
+            .queue
+            .iter()
+            .filter(|q| q.not_before.is_none_or(|t| t <= now))
+            .count();
         let mut inbox = self.settled(now).into_iter();
-        let total = due.len() + inbox.len();
+        let total = due + inbox.len();
         if total == 0 {
             return;
         }
@@ -604,14 +606,13 @@ impl Watcher {
         // A trickle goes one file per worker; a flood is split into batches across the free
         // workers, so that each durable step serves many files (as `process` does).
         let size = total.div_ceil(free).clamp(1, pipeline::BATCH_FILES);
-        let mut due: std::collections::VecDeque<Queued> = {
-            let mut picked = Vec::with_capacity(due.len());
-            for i in due.into_iter().rev() {
-                picked.push(self.queue.remove(i));
-            }
-            picked.reverse();
-            picked.into()
-        };
+        // One pass, both sides kept in arrival order (a queue of thousands after a restart
+        // was taken apart one `remove` at a time, each moving the rest).
+        let (due, waiting): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|q| q.not_before.is_none_or(|t| t <= now));
+        self.queue = waiting;
+        let mut due: std::collections::VecDeque<Queued> = due.into();
         loop {
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
                 break;
@@ -637,7 +638,8 @@ impl Watcher {
             }
             self.spawn(batch, permit, now);
         }
-        // Queued files no batch had room for wait for the next round.
+        // Queued files no batch had room for wait for the next round (two runs in arrival
+        // order: the sort merges them).
         self.queue.extend(due);
         self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));
     }
