@@ -534,7 +534,9 @@ mod tests {
                 };
                 let mut body = vec![
                     format!("BEG*00*SA*PO-{i}**20240115"),
-                    "REF*DP*038".to_string(),
+                    // Names a reader could take for an interchange's end.
+                    "REF*DP*038*PAID BY VISA".to_string(),
+                    "N1*BY*IEA TOOLS".to_string(),
                     "N1*ST*ACME DC 7*92*0007".to_string(),
                     format!("PO1*1*{}*EA*4.25*PE*UP*012345678905", i + 1),
                     "CTT*1".to_string(),

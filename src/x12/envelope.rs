@@ -796,7 +796,7 @@ impl<'a> Interchanges<'a> {
                     .into(),
             }));
         };
-        if !self.last && !self.may_end(0) {
+        if !self.last && !ends_in(self.input, opening.isa().delimiters) {
             return self.part_or_more(0, opening);
         }
         let built = build(
@@ -983,6 +983,31 @@ impl<'a> Interchanges<'a> {
             }
         }
     }
+}
+
+/// Whether a segment that ends an interchange (an `IEA`, or the next `ISA`) may begin in
+/// `input` after its start, cut by `delimiters`: the exact test for a piece that goes on
+/// inside an interchange, whose delimiters are known. ([`Interchanges::may_end`] takes any
+/// `IEA` or `ISA` for one, so a name such as `VISA` had such a piece built twice: whole, then
+/// again up to its cut.) Never false where the segment is there: it errs the other way.
+fn ends_in(input: &[u8], d: Delimiters) -> bool {
+    let starts_a_segment = |at: usize| {
+        let before = input.get(..at).and_then(|b| {
+            b.iter().rev().find(|c| {
+                **c == d.segment || **c == d.element || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
+            })
+        });
+        before == Some(&d.segment)
+    };
+    let ends_an_id = |at: usize| {
+        input
+            .get(at)
+            .is_none_or(|c| *c == d.element || *c == d.segment || *c == b'\r')
+    };
+    [&b"IEA"[..], &b"ISA"[..]].iter().any(|marker| {
+        memmem::find_iter(input, marker)
+            .any(|at| at > 0 && ends_an_id(at + 3) && starts_a_segment(at))
+    })
 }
 
 /// The set being read: its ST, where its body starts and ends, and how many segments it holds.
