@@ -8,8 +8,8 @@
 #   X12PP=/tmp/x12pp/bin/x12pp benches/large.sh                   # with x12pp (cargo install x12pp)
 #
 # What it does:
-# 1. Builds the release binary and the generator examples of crates/testdata (`generate`,
-#    `count_terminators`); honours CARGO_TARGET_DIR.
+# 1. Builds the release binary and the examples of crates/testdata (`generate`,
+#    `count_terminators`, `edi_parse`); honours CARGO_TARGET_DIR.
 # 2. Generates into $BENCH_DIR (default: a fresh `mktemp -d` under /tmp; never inside the
 #    repository) with seed $BENCH_SEED (default 1), all addressed to the gateway with
 #    `--to 6123456789`:
@@ -29,6 +29,9 @@
 #      (read every byte once, find every segment end: the least work any reader does);
 #    - x12pp (a tokeniser-only pretty printer, crates.io `x12pp`), if `x12pp` is on PATH or
 #      $X12PP names it: `x12pp FILE > /dev/null`; skipped with a line saying so when absent;
+#    - edi (crates.io `edi`, a parser that builds the whole document; `examples/edi_parse`
+#      of crates/testdata, `edi::loose_parse`): it needs about nine times the file in memory,
+#      files over $BENCH_EDI_MAX_MB (default 1000) MB are skipped, with a line saying so;
 #    - `x12gate validate --envelope FILE`, `x12gate validate FILE`;
 #    - `x12gate process FILE` against a fresh registry and fresh folders each run (`x12gate
 #      init` first, not timed; every run's folders are removed at the end of the script, not
@@ -78,12 +81,15 @@ esac
 
 echo "building release binaries..." >&2
 (cd "$repo" && cargo build --release --quiet --bin x12gate &&
-  cargo build --release --quiet -p testdata --example generate --example count_terminators)
+  cargo build --release --quiet -p testdata --example generate --example count_terminators \
+    --example edi_parse)
 target=${CARGO_TARGET_DIR:-$repo/target}
 case "$target" in /*) ;; *) target=$repo/$target ;; esac
 x12gate=$target/release/x12gate
 generate=$target/release/examples/generate
 count_terminators=$target/release/examples/count_terminators
+edi_parse=$target/release/examples/edi_parse
+edi_max_mb=${BENCH_EDI_MAX_MB:-1000}
 
 x12pp=${X12PP:-$(command -v x12pp || true)}
 if [ -n "$x12pp" ] && [ ! -x "$x12pp" ]; then
@@ -215,6 +221,12 @@ for f in "${files[@]}"; do
     stdout_to=/dev/null measure "$f" x12pp 0 "$x12pp" "$path"
   else
     echo "  x12pp: not on PATH and X12PP not set, skipped" >&2
+  fi
+  # edi holds the whole document as a tree: about nine times the file in memory.
+  if (($(stat -c %s "$path") <= edi_max_mb * 1000000)); then
+    measure "$f" edi 0 "$edi_parse" "$path"
+  else
+    echo "  edi: $f is over BENCH_EDI_MAX_MB=$edi_max_mb, skipped" >&2
   fi
   measure "$f" "validate --envelope" "0 3" "$x12gate" --config "$config" validate --envelope "$path"
   measure "$f" validate "0 3" "$x12gate" --config "$config" validate "$path"
