@@ -862,16 +862,7 @@ impl<'a> Interchanges<'a> {
         let mut end = self.input.len();
         loop {
             let at = from + memmem::rfind(self.input.get(from..end)?, &needle)?;
-            let before = self.input.get(..at).and_then(|b| {
-                b.iter().rev().find(|c| {
-                    // Blanks are skipped before a segment, but not the element separator
-                    // (a tab may be one): what the segments are cut by decides.
-                    **c == delimiters.segment
-                        || **c == delimiters.element
-                        || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
-                })
-            });
-            if before == Some(&delimiters.segment) {
+            if starts_a_segment(self.input, at, delimiters) {
                 return Some(at);
             }
             end = at + needle.len() - 1;
@@ -991,14 +982,6 @@ impl<'a> Interchanges<'a> {
 /// `IEA` or `ISA` for one, so a name such as `VISA` had such a piece built twice: whole, then
 /// again up to its cut.) Never false where the segment is there: it errs the other way.
 fn ends_in(input: &[u8], d: Delimiters) -> bool {
-    let starts_a_segment = |at: usize| {
-        let before = input.get(..at).and_then(|b| {
-            b.iter().rev().find(|c| {
-                **c == d.segment || **c == d.element || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
-            })
-        });
-        before == Some(&d.segment)
-    };
     let ends_an_id = |at: usize| {
         input
             .get(at)
@@ -1006,8 +989,19 @@ fn ends_in(input: &[u8], d: Delimiters) -> bool {
     };
     [&b"IEA"[..], &b"ISA"[..]].iter().any(|marker| {
         memmem::find_iter(input, marker)
-            .any(|at| at > 0 && ends_an_id(at + 3) && starts_a_segment(at))
+            .any(|at| at > 0 && ends_an_id(at + 3) && starts_a_segment(input, at, d))
     })
+}
+
+/// Whether a segment begins at `at`: right after a segment terminator, the line endings and
+/// blanks that [`Segments`] skips aside (not the element separator, which a tab may be).
+fn starts_a_segment(input: &[u8], at: usize, d: Delimiters) -> bool {
+    let before = input.get(..at).and_then(|b| {
+        b.iter().rev().find(|c| {
+            **c == d.segment || **c == d.element || !matches!(c, b'\r' | b'\n' | b' ' | b'\t')
+        })
+    });
+    before == Some(&d.segment)
 }
 
 /// The set being read: its ST, where its body starts and ends, and how many segments it holds.
