@@ -2072,3 +2072,43 @@ fn history_names_the_erps_reference_for_resends() {
     assert_eq!(dup["documents"][0]["result_ref"], order.as_str(), "{dup}");
     assert_eq!(dup["result_ref"], order.as_str(), "{dup}");
 }
+
+/// A resend's report takes each document's reference from its own sighting, else from the
+/// document's first delivery elsewhere (asked for all at once): in the interchange's order,
+/// one with a reference of its own, one booked before in another interchange, one with none.
+#[test]
+fn a_resend_reports_each_document_s_reference_from_wherever_it_was_confirmed() {
+    let gate = Gate::new("", "");
+    let earlier = gate.write("a.x12", &an_850(301, &["PO-3001"]));
+    gate.process(&[], &[earlier]);
+    gate.ok(&["confirm", &key("PO-3001"), "--ref", "SO-1"]);
+    let both = gate.write("b.x12", &an_850(302, &["PO-3002", "PO-3001", "PO-3003"]));
+    let r = gate.process(&[], std::slice::from_ref(&both));
+    let docs = r[0]["documents"].as_array().unwrap();
+    let dispositions: Vec<&str> = docs
+        .iter()
+        .map(|d| d["disposition"].as_str().unwrap())
+        .collect();
+    assert_eq!(dispositions, ["new", "duplicate", "new"], "{}", r[0]);
+    gate.ok(&["confirm", &key("PO-3003"), "--ref", "SO-3"]);
+
+    let r = gate.process(&[], &[both]);
+    assert_eq!(r[0]["disposition"], "duplicate", "{}", r[0]);
+    let refs: Vec<(&str, &serde_json::Value)> = r[0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["key"].as_str().unwrap(), &d["result_ref"]))
+        .collect();
+    let (k2, k1, k3) = (key("PO-3002"), key("PO-3001"), key("PO-3003"));
+    assert_eq!(
+        refs,
+        [
+            (k2.as_str(), &serde_json::Value::Null),
+            (k1.as_str(), &serde_json::json!("SO-1")),
+            (k3.as_str(), &serde_json::json!("SO-3")),
+        ],
+        "{}",
+        r[0]
+    );
+}

@@ -482,12 +482,19 @@ pub(super) fn replayed(
         report.documents_total = Some(total);
         report.documents_new = Some(0);
     }
+    // The references not kept on the sightings themselves, asked for all at once.
+    let missing: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.result_ref.is_none())
+        .map(|r| r.key.as_str())
+        .collect();
+    let mut found = registry.result_refs(&missing)?.into_iter();
     let reports = &mut report.documents;
     reports.clear();
     for row in rows {
         let result_ref = match row.result_ref {
             Some(r) => Some(r),
-            None => registry.result_ref(&row.key)?,
+            None => found.next().flatten(),
         };
         reports.push(DocumentReport {
             set: row.set,

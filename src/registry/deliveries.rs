@@ -312,16 +312,18 @@ impl Batch<'_> {
     }
 }
 
+/// The first reference the business system gave for a document key.
+const RESULT_REF: &str =
+    "SELECT result_ref FROM documents WHERE key = ?1 AND result_ref IS NOT NULL
+         ORDER BY id LIMIT 1";
+
 fn result_ref(
     tx: &crate::registry::db::Conn,
     key: &str,
 ) -> crate::registry::db::Result<Option<String>> {
-    tx.prepare_cached(
-        "SELECT result_ref FROM documents WHERE key = ?1 AND result_ref IS NOT NULL
-         ORDER BY id LIMIT 1",
-    )?
-    .query_row([key], |r| r.get(0))
-    .optional()
+    tx.prepare_cached(RESULT_REF)?
+        .query_row([key], |r| r.get(0))
+        .optional()
 }
 
 const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
@@ -805,6 +807,26 @@ impl Registry {
     /// The business system's reference for document `key`, if one is known.
     pub fn result_ref(&self, key: &str) -> Result<Option<String>, RegistryError> {
         result_ref(&self.conn, key).map_err(|e| self.sql(e))
+    }
+
+    /// [`Registry::result_ref`] of each of `keys`, in order: one round trip for them all on
+    /// PostgreSQL (a resend's report names up to a thousand documents).
+    pub fn result_refs(&self, keys: &[&str]) -> Result<Vec<Option<String>>, RegistryError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<Vec<crate::registry::db::Value>> = keys
+            .iter()
+            .map(|k| vec![crate::registry::db::Value::Text((*k).to_string())])
+            .collect();
+        let found = self
+            .conn
+            .query_each(RESULT_REF, &runs, |r| r.get::<String>(0))
+            .map_err(|e| self.sql(e))?;
+        Ok(found
+            .into_iter()
+            .map(|rows| rows.into_iter().next())
+            .collect())
     }
 }
 
