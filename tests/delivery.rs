@@ -2081,7 +2081,6 @@ fn a_resend_reports_each_document_s_reference_from_wherever_it_was_confirmed() {
     let gate = Gate::new("", "");
     let earlier = gate.write("a.x12", &an_850(301, &["PO-3001"]));
     gate.process(&[], &[earlier]);
-    gate.ok(&["confirm", &key("PO-3001"), "--ref", "SO-1"]);
     let both = gate.write("b.x12", &an_850(302, &["PO-3002", "PO-3001", "PO-3003"]));
     let r = gate.process(&[], std::slice::from_ref(&both));
     let docs = r[0]["documents"].as_array().unwrap();
@@ -2090,6 +2089,9 @@ fn a_resend_reports_each_document_s_reference_from_wherever_it_was_confirmed() {
         .map(|d| d["disposition"].as_str().unwrap())
         .collect();
     assert_eq!(dispositions, ["new", "duplicate", "new"], "{}", r[0]);
+    // Confirmed once the second interchange's sightings are recorded: PO-3001's reference
+    // is on its first sighting only, PO-3003's on its own.
+    gate.ok(&["confirm", &key("PO-3001"), "--ref", "SO-1"]);
     gate.ok(&["confirm", &key("PO-3003"), "--ref", "SO-3"]);
 
     let r = gate.process(&[], &[both]);
