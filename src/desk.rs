@@ -223,15 +223,16 @@ fn result_refs(
     registry: &Registry,
     documents: &[crate::registry::DocumentRow],
 ) -> Result<std::collections::HashMap<String, String>, RegistryError> {
-    let mut refs = std::collections::HashMap::new();
-    for d in documents {
-        if !refs.contains_key(&d.key) {
-            if let Some(r) = registry.result_ref(&d.key)? {
-                refs.insert(d.key.clone(), r);
-            }
-        }
-    }
-    Ok(refs)
+    // Asked for at once: `history` asks this for every line, of up to a thousand documents.
+    let mut keys: Vec<&str> = documents.iter().map(|d| d.key.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let found = registry.result_refs(&keys)?;
+    Ok(keys
+        .into_iter()
+        .zip(found)
+        .filter_map(|(key, r)| Some((key.to_string(), r?)))
+        .collect())
 }
 
 fn layers_of(

@@ -804,13 +804,9 @@ impl Registry {
             .map_err(|e| self.sql(e))
     }
 
-    /// The business system's reference for document `key`, if one is known.
-    pub fn result_ref(&self, key: &str) -> Result<Option<String>, RegistryError> {
-        result_ref(&self.conn, key).map_err(|e| self.sql(e))
-    }
-
-    /// [`Registry::result_ref`] of each of `keys`, in order: one round trip for them all on
-    /// PostgreSQL (a resend's report names up to a thousand documents).
+    /// The business system's reference for each of `keys` (document keys), in order: one
+    /// round trip for them all on PostgreSQL (a resend's report, or a line of `history`, names
+    /// up to a thousand documents).
     pub fn result_refs(&self, keys: &[&str]) -> Result<Vec<Option<String>>, RegistryError> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -1252,10 +1248,13 @@ mod tests {
                     [],
                 )
                 .unwrap();
-            assert_eq!(r.result_ref("K").unwrap(), None);
+            assert_eq!(r.result_refs(&["K", "other"]).unwrap(), [None, None]);
             assert_eq!(r.confirm("unknown", "X").unwrap(), None);
             assert_eq!(r.confirm("K", "SO-1").unwrap(), Some(None));
-            assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-1"));
+            assert_eq!(
+                r.result_refs(&["other", "K"]).unwrap(),
+                [None, Some("SO-1".to_string())]
+            );
             assert_eq!(r.confirm("K", "SO-2").unwrap(), Some(Some("SO-1".into())));
             // A reference from a destination's answer never replaces a confirmed one.
             queue(&mut r, 7, "K");
@@ -1265,11 +1264,11 @@ mod tests {
                 result_ref: Some("SO-9".into()),
             };
             r.record_attempt(&c[0], "a", &ok, 5, POLICY, 0).unwrap();
-            assert_eq!(r.result_ref("K").unwrap().as_deref(), Some("SO-2"));
+            assert_eq!(r.result_refs(&["K"]).unwrap()[0].as_deref(), Some("SO-2"));
             // A huge or hostile reference is kept short and printable.
             let long = format!("{}\u{1b}[31m", "x".repeat(10_000));
             r.confirm("K", &long).unwrap();
-            let kept = r.result_ref("K").unwrap().unwrap();
+            let kept = r.result_refs(&["K"]).unwrap().remove(0).unwrap();
             assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
         }
     }
