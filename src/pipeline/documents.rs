@@ -199,6 +199,37 @@ pub(super) fn plan(
     progress: &mut Progress,
     budget: usize,
 ) -> Result<Planned, ProcessError> {
+    let reported = progress.reports.len();
+    let planned = plan_run(b, r, (item, it), accepted, progress, budget)?;
+    // What the first delivery of each duplicate produced, for the sender of a repeat: asked
+    // for once for the run's reports (one round trip on PostgreSQL, where it was one each).
+    let duplicates: Vec<(usize, &str)> = progress
+        .reports
+        .iter()
+        .enumerate()
+        .skip(reported)
+        .filter(|(_, d)| d.disposition == DocumentDisposition::Duplicate)
+        .map(|(i, d)| (i, d.key.as_str()))
+        .collect();
+    let keys: Vec<&str> = duplicates.iter().map(|(_, k)| *k).collect();
+    let found = b.result_refs(&keys)?;
+    let at: Vec<usize> = duplicates.iter().map(|(i, _)| *i).collect();
+    for (i, result_ref) in at.into_iter().zip(found) {
+        if let Some(report) = progress.reports.get_mut(i) {
+            report.result_ref = result_ref;
+        }
+    }
+    Ok(planned)
+}
+
+fn plan_run(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    (item, it): (usize, &Item<'_>),
+    accepted: &dyn Fn(usize, usize) -> bool,
+    progress: &mut Progress,
+    budget: usize,
+) -> Result<Planned, ProcessError> {
     let ic = &it.ic;
     let mut planned = Planned::default();
     let Some((first_group, first_set)) = progress.next.take() else {
@@ -317,12 +348,6 @@ pub(super) fn plan(
                     });
                 }
                 progress.report(decided.disposition, || {
-                    // What the first delivery of this document produced, for the sender of a
-                    // repeat.
-                    let result_ref = match decided.disposition {
-                        DocumentDisposition::Duplicate => b.result_ref(&d.key)?,
-                        _ => None,
-                    };
                     Ok(DocumentReport {
                         set: d.set_id.clone(),
                         st02: st02.clone(),
@@ -330,7 +355,8 @@ pub(super) fn plan(
                         disposition: decided.disposition,
                         duplicate_of: decided.duplicate_of.clone(),
                         output,
-                        result_ref,
+                        // A duplicate's, asked for with the run's others (see `plan`).
+                        result_ref: None,
                     })
                 })?;
                 for rel in released {

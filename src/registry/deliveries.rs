@@ -306,9 +306,10 @@ impl Batch<'_> {
             .map_err(|e| self.sql(e))
     }
 
-    /// The business system's reference for `key`, from the first sighting that has one.
-    pub fn result_ref(&self, key: &str) -> Result<Option<String>, RegistryError> {
-        result_ref(&self.tx, key).map_err(|e| self.sql(e))
+    /// The business system's reference for each of `keys`, from the first sighting of each
+    /// that has one, in order (one round trip for them all on PostgreSQL).
+    pub fn result_refs(&self, keys: &[&str]) -> Result<Vec<Option<String>>, RegistryError> {
+        result_refs(&self.tx, keys).map_err(|e| self.sql(e))
     }
 }
 
@@ -317,13 +318,22 @@ const RESULT_REF: &str =
     "SELECT result_ref FROM documents WHERE key = ?1 AND result_ref IS NOT NULL
          ORDER BY id LIMIT 1";
 
-fn result_ref(
-    tx: &crate::registry::db::Conn,
-    key: &str,
-) -> crate::registry::db::Result<Option<String>> {
-    tx.prepare_cached(RESULT_REF)?
-        .query_row([key], |r| r.get(0))
-        .optional()
+fn result_refs(
+    conn: &crate::registry::db::Conn,
+    keys: &[&str],
+) -> crate::registry::db::Result<Vec<Option<String>>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runs: Vec<Vec<crate::registry::db::Value>> = keys
+        .iter()
+        .map(|k| vec![crate::registry::db::Value::Text((*k).to_string())])
+        .collect();
+    let found = conn.query_each(RESULT_REF, &runs, |r| r.get::<String>(0))?;
+    Ok(found
+        .into_iter()
+        .map(|rows| rows.into_iter().next())
+        .collect())
 }
 
 const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
@@ -808,21 +818,7 @@ impl Registry {
     /// round trip for them all on PostgreSQL (a resend's report, or a line of `history`, names
     /// up to a thousand documents).
     pub fn result_refs(&self, keys: &[&str]) -> Result<Vec<Option<String>>, RegistryError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let runs: Vec<Vec<crate::registry::db::Value>> = keys
-            .iter()
-            .map(|k| vec![crate::registry::db::Value::Text((*k).to_string())])
-            .collect();
-        let found = self
-            .conn
-            .query_each(RESULT_REF, &runs, |r| r.get::<String>(0))
-            .map_err(|e| self.sql(e))?;
-        Ok(found
-            .into_iter()
-            .map(|rows| rows.into_iter().next())
-            .collect())
+        result_refs(&self.conn, keys).map_err(|e| self.sql(e))
     }
 }
 
