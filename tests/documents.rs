@@ -110,6 +110,7 @@ id = "ACME"
 
     /// `process --json --no-wait` of `file` again (with `extra` options), as a rerun after a
     /// kill takes its claims over: (status, stdout, stderr).
+    #[cfg(feature = "failpoints")]
     fn take_over(&self, file: &Path, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
         let file = file.display().to_string();
         let mut args = vec!["process", "--json", "--no-wait"];
