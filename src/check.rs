@@ -104,11 +104,7 @@ impl<'c> Found<'c> {
     /// not: on another thread); indexes are the part's own until [`Found::renumber`].
     fn walk(&mut self, ic: &Interchange<'_>) {
         if let Some(schemas) = self.schemas {
-            let threads = if ic.span.len() >= crate::schema::PARALLEL_FROM {
-                crate::cores::available()
-            } else {
-                1
-            };
+            let threads = crate::schema::threads_for(ic);
             (self.content, self.unread) = crate::schema::walk(ic, schemas, threads);
         }
     }

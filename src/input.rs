@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::x12::{likely_interchange_start, Inside, Interchanges, Limits, Resume, PIECE_MARGIN};
+use crate::x12::{likely_interchange_start, Inside, Interchanges, Limits, Resume};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -148,7 +148,7 @@ pub struct Reader {
     resume: Resume,
     max_bytes: u64,
     limits: Limits,
-    /// The most a piece grows to (see [`PIECE_MARGIN`]).
+    /// The most a piece grows to (see [`crate::x12::PIECE_MARGIN`]).
     cap: usize,
     /// A large interchange is given in parts ([`Reader::in_parts`]).
     parts: bool,
@@ -223,11 +223,7 @@ impl Reader {
     /// Reads `from`, named `name` in errors, as [`Reader::open`] reads a file.
     pub fn new(from: Box<dyn Read + Send>, name: &str, limits: Limits, window: usize) -> Reader {
         let window = window.max(1);
-        // A piece never needs to hold more than the largest interchange allowed, and what
-        // the reader looks at past it.
-        let cap = usize::try_from(limits.max_interchange_bytes)
-            .unwrap_or(usize::MAX)
-            .saturating_add(PIECE_MARGIN);
+        let cap = limits.piece_cap();
         Reader {
             limits,
             cap,
@@ -364,7 +360,7 @@ impl Reader {
 mod tests {
     use super::*;
 
-    use crate::x12::{Interchange, ReadError};
+    use crate::x12::{Interchange, ReadError, PIECE_MARGIN};
 
     /// Everything the reader says of an interchange or an error, in file offsets.
     fn summary(read: Result<Interchange<'_>, ReadError>) -> String {

@@ -196,12 +196,18 @@ impl Finding {
         segment_id: impl Into<String>,
         message: String,
     ) -> Finding {
+        // Copied again only when it is cut (an id is a few bytes: nearly never).
+        let id: String = segment_id.into();
+        let segment_id = match crate::text::quoted(&id) {
+            std::borrow::Cow::Borrowed(_) => id,
+            std::borrow::Cow::Owned(cut) => cut,
+        };
         Finding {
             rule,
             level: rule.level(),
             code: rule.code(None),
             position,
-            segment_id: crate::text::quoted(&segment_id.into()).into_owned(),
+            segment_id,
             group: None,
             set: None,
             message,

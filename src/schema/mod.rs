@@ -41,12 +41,16 @@ pub fn embedded_files() -> &'static [(&'static str, &'static str, usize)] {
 /// at envelope level, and the interchange says so once, as a warning on the first group that
 /// has such a set.
 pub fn findings(ic: &Interchange<'_>, schemas: &Schemas) -> Vec<Finding> {
-    let threads = if ic.span.len() >= PARALLEL_FROM {
+    findings_on(ic, schemas, threads_for(ic))
+}
+
+/// The threads `ic`'s sets are walked on: every core from [`PARALLEL_FROM`], else one.
+pub fn threads_for(ic: &Interchange<'_>) -> usize {
+    if ic.span.len() >= PARALLEL_FROM {
         crate::cores::available()
     } else {
         1
-    };
-    findings_on(ic, schemas, threads)
+    }
 }
 
 /// An interchange from this size has its sets walked on every core: a partner's batch of

@@ -1057,8 +1057,10 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         #[test]
-        fn in_parts_at_any_window_the_document_is_the_same(window in 300usize..20_000, sets in 1usize..30) {
+        fn in_parts_at_any_window_the_document_is_the_same(share in 1usize..100, sets in 1usize..30) {
             let input = large_interchange(sets);
+            // A share of the input (at least what the ISA needs), so that most windows cut it.
+            let window = (input.len() * share / 100).max(600);
             let mut whole = Vec::new();
             write_document(&input, Limits::default(), Form::Structured, &mut whole).unwrap();
             proptest::prop_assert!(in_parts(&input, window, Form::Structured).0 == whole);

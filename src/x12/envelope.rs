@@ -30,6 +30,16 @@ pub struct Limits {
     pub max_interchange_bytes: u64,
 }
 
+impl Limits {
+    /// The most a piece of a file ever needs to hold: the largest interchange allowed, and
+    /// what the reader looks at past it (see [`PIECE_MARGIN`]).
+    pub fn piece_cap(&self) -> usize {
+        usize::try_from(self.max_interchange_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(PIECE_MARGIN)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         // Real sets run to thousands of segments and real elements to a few hundred bytes
@@ -488,12 +498,9 @@ pub struct Inside {
     /// Groups opened so far, and sets read so far of the open one.
     groups: usize,
     sets: usize,
-    stray_count: u32,
+    /// Strays kept so far (an interchange keeps `STRAY_KEPT` in all). Nothing else is
+    /// carried: a part that goes on begins with a set, so an ISB or ISE can no longer come.
     stray_kept: usize,
-    /// Something other than the ISB and ISE was read: they may no longer come.
-    started: bool,
-    isb: bool,
-    ise: bool,
 }
 
 impl Resume {
@@ -769,7 +776,7 @@ impl<'a> Interchanges<'a> {
         if !self.last && !self.complete(&built.ic, built.next) {
             return self.part_or_more(start, opening);
         }
-        if (built.next - start) as u64 > self.limits.max_interchange_bytes {
+        if self.too_long(self.base + start, built.next) {
             return Some(Err(self.too_large(start)));
         }
         self.pos = built.next;
@@ -837,7 +844,7 @@ impl<'a> Interchanges<'a> {
             .flatten();
         let Some(cut) = cut else {
             return match opening {
-                Opening::Inside { inside, .. } => self.more_or_too_large_inside(inside),
+                Opening::Inside { inside, .. } => self.more_or_too_large_at(start, inside.isa.0),
                 Opening::Isa(_) => self.more_or_too_large(start),
             };
         };
@@ -881,30 +888,21 @@ impl<'a> Interchanges<'a> {
     /// needed, unless this one already holds more than an interchange may (then it is too
     /// large, whatever its end: see [`PIECE_MARGIN`]).
     fn more_or_too_large(&mut self, start: usize) -> Option<Result<Interchange<'a>, ReadError>> {
-        let cap = usize::try_from(self.limits.max_interchange_bytes)
-            .unwrap_or(usize::MAX)
-            .saturating_add(PIECE_MARGIN);
-        if self.input.len() - start < cap {
-            return self.stop_at(start);
-        }
-        Some(Err(self.too_large(start)))
+        self.more_or_too_large_at(start, self.base + start)
     }
 
-    /// [`Interchanges::more_or_too_large`] for a piece that begins inside an interchange
-    /// read in parts, with no set after its first to cut at: a larger piece, unless it
-    /// holds as much as a piece may (then the interchange is too large, and read no more).
-    fn more_or_too_large_inside(
+    /// [`Interchanges::more_or_too_large`] for the interchange whose ISA is at `isa_at` in
+    /// the file (before this piece when it is read in parts: then it is read no more).
+    fn more_or_too_large_at(
         &mut self,
-        inside: Inside,
+        start: usize,
+        isa_at: usize,
     ) -> Option<Result<Interchange<'a>, ReadError>> {
-        let cap = usize::try_from(self.limits.max_interchange_bytes)
-            .unwrap_or(usize::MAX)
-            .saturating_add(PIECE_MARGIN);
-        if self.input.len() < cap {
-            return self.stop_at(0);
+        if self.input.len() - start < self.limits.piece_cap() {
+            return self.stop_at(start);
         }
         self.inside = None;
-        Some(Err(self.too_large_at(inside.isa.0)))
+        Some(Err(self.too_large_at(isa_at)))
     }
 
     /// The interchange at `start` is longer than the limit: reported, and skipped to the
@@ -1025,10 +1023,8 @@ struct Builder<'a> {
     ta1: Vec<Segment<'a>>,
     stray: Vec<Segment<'a>>,
     stray_count: u32,
-    /// How many more strays may be kept (an interchange in parts keeps `STRAY_KEPT` in all).
-    stray_room: usize,
-    /// An earlier part read something other than the ISB and ISE.
-    started: bool,
+    /// Strays kept by earlier parts (an interchange keeps `STRAY_KEPT` in all).
+    kept_before: usize,
     breaches: Vec<LimitBreach>,
 }
 
@@ -1066,8 +1062,7 @@ impl<'a> Builder<'a> {
 
     /// Whether nothing but the ISA (and ISB/ISE) has been read: no TA1, group or stray.
     fn nothing_yet(&self) -> bool {
-        !self.started
-            && self.groups.is_empty()
+        self.groups.is_empty()
             && self.open_group.is_none()
             && self.ta1.is_empty()
             && self.stray_count == 0
@@ -1075,7 +1070,7 @@ impl<'a> Builder<'a> {
 
     fn stray(&mut self, segment: Segment<'a>) {
         self.stray_count = self.stray_count.saturating_add(1);
-        if self.stray.len() < self.stray_room {
+        if self.kept_before + self.stray.len() < STRAY_KEPT {
             self.stray.push(segment);
         }
     }
@@ -1252,13 +1247,11 @@ fn build<'a>(
         ta1: Vec::new(),
         stray: Vec::new(),
         stray_count: 0,
-        stray_room: STRAY_KEPT.saturating_sub(before.map_or(0, |(i, _)| i.stray_kept)),
-        started: before.is_some_and(|(i, _)| i.started),
+        kept_before: before.map_or(0, |(i, _)| i.stray_kept),
         breaches: Vec::new(),
     };
     let mut iea = None;
     let (mut isb, mut ise) = (None, None);
-    let (isb_before, ise_before) = before.map_or((false, false), |(i, _)| (i.isb, i.ise));
     let mut count = before.map_or(1, |(i, _)| i.ordinal.saturating_sub(1));
     let end = loop {
         let before = segments.clone();
@@ -1304,16 +1297,8 @@ fn build<'a>(
             }
             b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
             // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
-            b"ISB"
-                if isb.is_none()
-                    && !isb_before
-                    && ise.is_none()
-                    && !ise_before
-                    && b.nothing_yet() =>
-            {
-                isb = Some(segment)
-            }
-            b"ISE" if ise.is_none() && !ise_before && b.nothing_yet() => ise = Some(segment),
+            b"ISB" if isb.is_none() && ise.is_none() && b.nothing_yet() => isb = Some(segment),
+            b"ISE" if ise.is_none() && b.nothing_yet() => ise = Some(segment),
             b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
             b"GE" | b"ST" | b"SE" => b.stray(segment),
             _ => b.body_segment(segment, segments.offset()),
@@ -1340,13 +1325,7 @@ fn build<'a>(
             Some((_, sets)) => sets,
             None => 0,
         },
-        stray_count: before
-            .map_or(0, |(i, _)| i.stray_count)
-            .saturating_add(b.stray_count),
-        stray_kept: STRAY_KEPT - b.stray_room + b.stray.len(),
-        started: !b.nothing_yet(),
-        isb: isb_before || isb.is_some(),
-        ise: ise_before || ise.is_some(),
+        stray_kept: b.kept_before + b.stray.len(),
     };
     b.close_group(None);
     // Blanks after the IEA, between interchanges, are not this interchange's layout.
