@@ -152,6 +152,32 @@ impl<'c> Found<'c> {
     }
 }
 
+/// The findings of one interchange given a part at a time, as [`interchange`] gives them
+/// read whole: what `process` gathers of an interchange larger than a piece.
+#[derive(Default)]
+pub struct InParts<'c> {
+    carried: Carried,
+    found: Option<Found<'c>>,
+}
+
+impl<'c> InParts<'c> {
+    /// Adds the interchange's next part (its first begins anew).
+    pub fn add(&mut self, ic: &Interchange<'_>, checks: &Checks<'c>) {
+        let found = Found::checked(ic, checks, &mut self.carried);
+        self.found = Some(match self.found.take() {
+            Some(mut earlier) if !ic.part.first => {
+                earlier.append(found);
+                earlier
+            }
+            _ => found,
+        });
+    }
+
+    pub fn finish(self) -> Vec<Finding> {
+        self.found.map(Found::finish).unwrap_or_default()
+    }
+}
+
 /// What reading gave: an interchange (or part) and what it was found to break, or what
 /// could not be read as one.
 enum Item<'c> {

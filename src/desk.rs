@@ -363,8 +363,7 @@ fn read_in(
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            let fingerprint =
-                crate::fingerprint::fingerprint(&bytes, &ic, &partner.fingerprint_ignore);
+            let fingerprint = crate::fingerprint::fingerprint(&ic, &partner.fingerprint_ignore);
             return Some((findings, fingerprint));
         }
     }

@@ -10,30 +10,59 @@
 use crate::x12::{Interchange, Segment, Segments};
 
 /// Hex blake3 of the canonical form.
-pub fn fingerprint(input: &[u8], ic: &Interchange<'_>, ignore: &[String]) -> String {
-    let ignored = |id: &str, n: usize| {
-        ignore
-            .iter()
-            .any(|f| f.len() == id.len() + 2 && f.starts_with(id) && f[id.len()..].parse() == Ok(n))
-    };
-    let mut h = Canonical::default();
-    h.piece(b'S', b"ISA");
-    let isa11_is_delimiter = ic.delimiters().repetition.is_some();
-    for n in 1..=16 {
-        let skip = n == 16 || (n == 11 && isa11_is_delimiter) || ignored("ISA", n);
-        let value = if skip {
-            &b""[..]
-        } else {
-            ic.isa.field(n).trim_ascii()
-        };
-        h.piece(b'E', value);
+pub fn fingerprint(ic: &Interchange<'_>, ignore: &[String]) -> String {
+    let mut f = Fingerprint::default();
+    f.part(ic, ignore);
+    f.finish()
+}
+
+/// The fingerprint taken a part at a time ([`crate::x12::Part`]): fed an interchange's
+/// parts in order, it is the fingerprint of the interchange read whole (a part is cut where
+/// a segment begins, so the segments are the same).
+#[derive(Default)]
+pub struct Fingerprint {
+    h: Canonical,
+}
+
+impl Fingerprint {
+    /// Adds an interchange, or its next part, leaving out the fields `ignore` lists.
+    pub fn part(&mut self, ic: &Interchange<'_>, ignore: &[String]) {
+        let mut start = ic.span.start;
+        if ic.part.first {
+            self.h.piece(b'S', b"ISA");
+            let isa11_is_delimiter = ic.delimiters().repetition.is_some();
+            for n in 1..=16 {
+                let skip = n == 16 || (n == 11 && isa11_is_delimiter) || ignored(ignore, "ISA", n);
+                let value = if skip {
+                    &b""[..]
+                } else {
+                    ic.isa.field(n).trim_ascii()
+                };
+                self.h.piece(b'E', value);
+            }
+            start += ic.isa.len;
+        }
+        for segment in Segments::new(ic.input(), start, ic.span.end, 2, ic.delimiters()) {
+            let gs = segment.id == b"GS";
+            hash_segment(
+                &mut self.h,
+                &segment,
+                &|n| gs && ignored(ignore, "GS", n),
+                usize::MAX,
+            );
+        }
     }
-    let start = ic.span.start + ic.isa.len;
-    for segment in Segments::new(input, start, ic.span.end, 2, ic.delimiters()) {
-        let gs = segment.id == b"GS";
-        hash_segment(&mut h, &segment, &|n| gs && ignored("GS", n), usize::MAX);
+
+    pub fn finish(self) -> String {
+        self.h.finish()
     }
-    h.finish()
+}
+
+/// Whether `ignore` lists element `n` of segment `id` (`GS04`).
+fn ignored(ignore: &[String], id: &str, n: usize) -> bool {
+    ignore
+        .iter()
+        .any(|f| f.len() == id.len() + 2 && f.starts_with(id) && f[id.len()..].parse() == Ok(n))
 }
 
 /// Hex blake3 of one set's own content: the segments between its ST and SE in the same
@@ -136,7 +165,7 @@ mod tests {
             .next()
             .unwrap()
             .unwrap();
-        fingerprint(s.as_bytes(), &ic, &ignore)
+        fingerprint(&ic, &ignore)
     }
 
     const DEFAULT: &[&str] = &["ISA09", "ISA10", "GS04", "GS05"];

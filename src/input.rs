@@ -220,6 +220,26 @@ impl Reader {
         ))
     }
 
+    /// Reads `path` from byte `offset`, where an interchange begins, as [`Reader::open`]
+    /// reads it from its start: offsets stay the file's.
+    pub fn open_at(
+        path: &Path,
+        offset: usize,
+        limits: Limits,
+        window: usize,
+    ) -> Result<Reader, InputError> {
+        use std::io::Seek;
+        let (mut file, _) = open_regular(path, limits.max_file_bytes)?;
+        file.seek(std::io::SeekFrom::Start(offset as u64))
+            .map_err(|cause| InputError::Io {
+                path: path.display().to_string(),
+                cause,
+            })?;
+        let mut reader = Reader::new(Box::new(file), &path.display().to_string(), limits, window);
+        reader.base = offset;
+        Ok(reader)
+    }
+
     /// Reads `from`, named `name` in errors, as [`Reader::open`] reads a file.
     pub fn new(from: Box<dyn Read + Send>, name: &str, limits: Limits, window: usize) -> Reader {
         let window = window.max(1);

@@ -244,11 +244,7 @@ fn read_file(
                 key: key.clone(),
                 partner: partner.key(),
                 control_number: ic.isa.control_number().to_string(),
-                fingerprint: crate::fingerprint::fingerprint(
-                    ic.input(),
-                    &ic,
-                    &partner.fingerprint_ignore,
-                ),
+                fingerprint: crate::fingerprint::fingerprint(&ic, &partner.fingerprint_ignore),
                 file: std::path::absolute(path)
                     .map_or_else(|_| shown.to_string(), |p| p.display().to_string()),
                 disposition: decision.response.disposition,

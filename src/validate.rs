@@ -100,13 +100,17 @@ pub fn routing(ic: &Interchange<'_>, us: &Routing<'_>) -> Vec<Finding> {
 /// The finding for a group whose GS06 (with its GS02) an earlier interchange of the same
 /// sender already used within the partner's window.
 pub fn group_seen_before(ic: &Interchange<'_>, gi: usize) -> Option<Finding> {
-    let gs = &ic.groups.get(gi)?.gs;
+    Some(group_seen_before_at(gi, &ic.groups.get(gi)?.gs))
+}
+
+/// [`group_seen_before`] of group `gi`, whose GS is `gs`.
+pub fn group_seen_before_at(gi: usize, gs: &Segment<'_>) -> Finding {
     let message = format!(
         "GS06 \"{}\" from application sender \"{}\" was already used by an earlier interchange",
         shown(gs.element(6).unwrap_or_default()),
         shown(gs.element(2).unwrap_or_default())
     );
-    Some(group_finding(gi, gs, Rule::GsSeenBefore, gs, 6, message))
+    group_finding(gi, gs, Rule::GsSeenBefore, gs, 6, message)
 }
 
 /// A finding of a group rule at element `element` of `segment` (its GS or GE), with the

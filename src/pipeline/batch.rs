@@ -30,6 +30,7 @@ use crate::x12::{Interchange, Interchanges};
 use crate::{fingerprint, outputs, validate};
 
 use super::documents::{Planned, Progress};
+use super::large::{FirstReading, Large};
 use super::{
     acknowledgments, correlation_id, decide_found, decide_with, interchange_key, json,
     numbers_needed, outbound_name, output_stem, Decision, ProcessError, ProcessOptions, Report,
@@ -55,6 +56,9 @@ pub(super) struct Item<'a> {
     pub key: String,
     fingerprint: String,
     pub report: Report,
+    /// For an interchange larger than a piece: what its first reading took (its `ic` is
+    /// then the outline), and its second reading.
+    pub large: Option<&'a Large>,
 }
 
 /// An owned interchange once decided, with the outputs of its first run of documents (all
@@ -244,6 +248,13 @@ pub fn process_files_into(
                 });
             match read {
                 Ok(Err(reader)) => {
+                    // A large interchange is read in parts, twice (see `large`), from a
+                    // file; standard input is read once, whole.
+                    let reader = if source.read == Path::new("-") {
+                        reader
+                    } else {
+                        Box::new(reader.in_parts())
+                    };
                     large = Some((start + inputs.len(), reader));
                     break;
                 }
@@ -301,6 +312,8 @@ fn in_pieces(
     let mut reports = Vec::new();
     // A stop that came while waiting in one piece holds for the pieces after it.
     let mut stopped = false;
+    // An interchange larger than a piece goes on from one piece to the next.
+    let mut first = None;
     loop {
         let piece = match reader.next_piece() {
             // The rest of the file is not read: the file is not done, and its retry meets
@@ -328,7 +341,11 @@ fn in_pieces(
         let mut slots = Vec::new();
         let mut window = Window::new(config, schemas, options);
         window.stopped = stopped;
-        window.read(&source.name, &mut read, &mut slots, registry, turn)?;
+        window.first = first.take();
+        // Standard input cannot be read twice: its interchanges are never given in parts.
+        let path = Some(source.read.as_path()).filter(|p| *p != Path::new("-"));
+        window.read((&source.name, path), &mut read, &mut slots, registry, turn)?;
+        first = window.first.take();
         let (mut done, stop) = window.finish(registry, turn)?;
         stopped = stop;
         let resume = read.resume();
@@ -437,7 +454,7 @@ fn run_batch(
         }
         let mut read = Interchanges::new(input, config.limits);
         window.read(
-            &shown[file],
+            (&shown[file], None),
             &mut read,
             &mut slots[file],
             registry,
@@ -470,6 +487,9 @@ struct Window<'a, 'c> {
     reports: Vec<Option<Report>>,
     /// A stop came while waiting in an earlier window.
     stopped: bool,
+    /// An interchange larger than a piece, being read the first time (a file read in
+    /// pieces: see [`Window::part`]).
+    first: Option<FirstReading<'c>>,
 }
 
 impl<'a, 'c> Window<'a, 'c> {
@@ -481,13 +501,15 @@ impl<'a, 'c> Window<'a, 'c> {
             items: Vec::with_capacity(WINDOW),
             reports: Vec::new(),
             stopped: false,
+            first: None,
         }
     }
 
-    /// Takes every interchange `read` gives (the file `name`'s), settling full windows.
+    /// Takes every interchange `read` gives (the file `name`'s, read from `path` when it
+    /// can be read again, in parts), settling full windows.
     fn read(
         &mut self,
-        name: &str,
+        (name, path): (&str, Option<&Path>),
         read: &mut Interchanges<'a>,
         slots: &mut Vec<Slot>,
         registry: &mut Registry,
@@ -496,6 +518,11 @@ impl<'a, 'c> Window<'a, 'c> {
         let only = self.options.only.as_ref();
         for result in read {
             match result {
+                Ok(ic) if ic.part != crate::x12::Part::WHOLE => {
+                    if let Some(path) = path {
+                        self.part(name, path, &ic, slots, registry, turn)?;
+                    }
+                }
                 Ok(ic) => {
                     let it = item(name, ic, self.config);
                     if only.is_some_and(|keys| !keys.contains(&it.key)) {
@@ -505,8 +532,10 @@ impl<'a, 'c> Window<'a, 'c> {
                     self.items.push(it);
                 }
                 // Reprocessing one key leaves the file's unreadable parts alone.
-                Err(_) if only.is_some() => {}
+                Err(_) if only.is_some() => self.first = None,
                 Err(e) => {
+                    // What could not be read ends the interchange being read in parts.
+                    self.first = None;
                     let report = file_rejection(registry, name, e.to_string())?;
                     slots.push(Slot::Done(Box::new(report)));
                 }
@@ -515,6 +544,76 @@ impl<'a, 'c> Window<'a, 'c> {
                 self.settle(registry, turn)?;
             }
         }
+        Ok(())
+    }
+
+    /// A part of an interchange larger than a piece: it is read to its end the first time
+    /// (after the interchanges before it are settled), then settled on its own.
+    fn part(
+        &mut self,
+        name: &str,
+        path: &Path,
+        ic: &Interchange<'_>,
+        slots: &mut Vec<Slot>,
+        registry: &mut Registry,
+        turn: &mut Option<Turn>,
+    ) -> Result<(), ProcessError> {
+        if ic.part.first {
+            self.first = None;
+            let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
+            let partner = self
+                .config
+                .partner(qualifier, id)
+                .cloned()
+                .unwrap_or_else(|| Partner::unknown(qualifier, id));
+            let key = super::interchange_key(ic, partner.interchange_scope);
+            if self
+                .options
+                .only
+                .as_ref()
+                .is_some_and(|keys| !keys.contains(&key))
+            {
+                return Ok(());
+            }
+            self.settle(registry, turn)?;
+            let checks = super::checks(ic, self.config, self.schemas);
+            let reading = (self.config.limits, self.options.window);
+            self.first = Some(FirstReading::begin(ic, path, &partner, checks, reading));
+        } else if let Some(first) = &mut self.first {
+            first.add(ic);
+        }
+        if !ic.part.last {
+            return Ok(());
+        }
+        let Some(first) = self.first.take() else {
+            return Ok(());
+        };
+        let large = first.finish();
+        let outline = Interchanges::new(&large.outline, self.config.limits).next();
+        let Some(Ok(outline)) = outline.filter(|o| o.as_ref().is_ok_and(|o| large.matches(o)))
+        else {
+            return Err(ProcessError::Translate(format!(
+                "{name}: the outline of the interchange at byte {} does not read as it",
+                ic.isa.segment.offset
+            )));
+        };
+        let mut it = item(name, outline, self.config);
+        it.utf8 = large.utf8;
+        it.fingerprint = large.fingerprint.clone();
+        it.large = Some(&large);
+        let mut items = [it];
+        self.stopped |= settle(
+            &mut items,
+            self.stopped,
+            turn,
+            self.config,
+            self.schemas,
+            registry,
+            self.options,
+        )?;
+        let [it] = items;
+        slots.push(Slot::Item(self.reports.len()));
+        self.reports.push(Some(it.report));
         Ok(())
     }
 
@@ -648,6 +747,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         key,
         fingerprint: String::new(),
         report,
+        large: None,
     }
 }
 
@@ -659,7 +759,7 @@ fn fingerprint_all(items: &mut [Item<'_>]) {
             .map(|it| {
                 let ic = &it.ic;
                 let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
-                let fp = fingerprint::fingerprint(ic.input(), ic, &it.partner.fingerprint_ignore);
+                let fp = fingerprint::fingerprint(ic, &it.partner.fingerprint_ignore);
                 (utf8, fp)
             })
             .collect()
@@ -895,7 +995,10 @@ fn run_round(
     let owned_items: Vec<&Item<'_>> = owned.iter().filter_map(|i| items.get(*i)).collect();
     let found = crate::cores::in_ranges(owned_items.len(), crate::cores::available(), |run| {
         run.filter_map(|k| owned_items.get(k))
-            .map(|it| super::findings(&it.ic, r.config, r.schemas))
+            .map(|it| match it.large {
+                Some(large) => large.found.clone(),
+                None => super::findings(&it.ic, r.config, r.schemas),
+            })
             .collect()
     });
     drop(owned_items);
@@ -1318,6 +1421,9 @@ fn write_all(
                             let keep = |g: usize, s: usize| {
                                 keep.get(g).and_then(|k| k.get(s)).copied().unwrap_or(false)
                             };
+                            if let Some(large) = it.large {
+                                return large.write_translation(*form, r.schemas, &keep, out);
+                            }
                             crate::translate::write_interchange_document_with(
                                 &it.ic,
                                 it.utf8,
@@ -1600,7 +1706,12 @@ fn decide_owned(
         .iter()
         .enumerate()
         .filter(|(_, seen)| **seen)
-        .filter_map(|(gi, _)| validate::group_seen_before(&it.ic, gi))
+        .filter_map(|(gi, _)| match it.large {
+            Some(large) => large
+                .gs_in_file(&it.ic, gi)
+                .map(|gs| validate::group_seen_before_at(gi, &gs)),
+            None => validate::group_seen_before(&it.ic, gi),
+        })
         .collect();
     let decision = decide_found(&it.ic, r.config, found, extra);
     let needed = numbers_needed(&decision);

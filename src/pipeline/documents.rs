@@ -15,6 +15,8 @@ use crate::registry::{
     Batch, Decided, Delivery, EventKind, Queue, Registry, Release, Released, Sighting,
 };
 
+use crate::x12::{Group, Interchange, TransactionSet};
+
 use super::batch::{Content, Folder, Item, Output, Round};
 use super::ProcessError;
 
@@ -246,146 +248,181 @@ fn plan_run(
     );
     // The sender's guide, when it has one, names its documents as it read them.
     let schemas = r.schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
-    for (gi, group) in ic.groups.iter().enumerate().skip(first_group) {
+    let mut visit = |gi: usize,
+                     si: usize,
+                     ic: &Interchange<'_>,
+                     group: &Group<'_>,
+                     set: &TransactionSet<'_>|
+     -> Result<bool, ProcessError> {
+        if in_run >= budget {
+            progress.next = Some((gi, si));
+            return Ok(false);
+        }
+        if !accepted(gi, si) {
+            return Ok(true);
+        }
         let version = group.gs.element(8).unwrap_or_default();
-        let from = if gi == first_group { first_set } else { 0 };
-        for si in from..group.sets.len() {
-            if in_run >= budget {
-                progress.next = Some((gi, si));
-                planned.decided = in_run;
-                return Ok(shrunk(planned));
-            }
-            if !accepted(gi, si) {
-                continue;
-            }
-            let Some(set) = group.sets.get(si) else {
-                continue;
+        let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
+            return Ok(true);
+        };
+        let found = document::identify_all(ic, set, def);
+        if found.is_empty() {
+            return Ok(true);
+        }
+        if let Some(k) = progress.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
+            *k = true;
+        }
+        in_run += found.len();
+        let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
+        for d in found {
+            let position = d.position(gi, si);
+            let (decided, released) = b.record_document(&Sighting {
+                key: &d.key,
+                subject: &d.subject,
+                partner: &partner,
+                set_id: &d.set_id,
+                role: d.role,
+                version: d.version.as_deref(),
+                fingerprint: &d.fingerprint,
+                interchange_key: &it.key,
+                position: &position,
+                st02: &st02,
+                deliver_duplicates: it.partner.duplicate_documents
+                    == crate::config::DuplicateDocuments::Deliver,
+            })?;
+            progress.recorded.push(decided.id);
+            let rest = |out: &mut dyn std::io::Write| {
+                document::write_rest(
+                    ic,
+                    group,
+                    set,
+                    &d,
+                    &document::Written {
+                        correlation_id: &correlation,
+                        utf8: it.utf8,
+                        form: it.partner.translation,
+                        schemas: Some(schemas),
+                    },
+                    out,
+                )
             };
-            let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
-                continue;
-            };
-            let found = document::identify_all(ic, &set, def);
-            if found.is_empty() {
-                continue;
-            }
-            if let Some(k) = progress.keyed.get_mut(gi).and_then(|g| g.get_mut(si)) {
-                *k = true;
-            }
-            in_run += found.len();
-            let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
-            for d in found {
-                let position = d.position(gi, si);
-                let (decided, released) = b.record_document(&Sighting {
-                    key: &d.key,
-                    subject: &d.subject,
-                    partner: &partner,
-                    set_id: &d.set_id,
-                    role: d.role,
-                    version: d.version.as_deref(),
-                    fingerprint: &d.fingerprint,
-                    interchange_key: &it.key,
-                    position: &position,
-                    st02: &st02,
-                    deliver_duplicates: it.partner.duplicate_documents
-                        == crate::config::DuplicateDocuments::Deliver,
+            if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
+                let mut body = Vec::new();
+                rest(&mut body).map_err(|cause| ProcessError::Io {
+                    path: it.report.file.clone(),
+                    cause,
                 })?;
-                progress.recorded.push(decided.id);
-                let rest = |out: &mut dyn std::io::Write| {
-                    document::write_rest(
-                        ic,
-                        group,
-                        &set,
-                        &d,
-                        &document::Written {
-                            correlation_id: &correlation,
-                            utf8: it.utf8,
-                            form: it.partner.translation,
-                            schemas: Some(schemas),
-                        },
-                        out,
-                    )
-                };
-                if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
-                    let mut body = Vec::new();
-                    rest(&mut body).map_err(|cause| ProcessError::Io {
+                b.keep_document_body(decided.id, &body)?;
+            }
+            log_decision(&d, &decided);
+            let mut output = None;
+            // A waiting or held document is written by whoever lets it go (from its stored
+            // rest), never by its own interchange: a takeover writes it once.
+            let own = matches!(
+                decided.disposition,
+                DocumentDisposition::New | DocumentDisposition::Duplicate
+            );
+            if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
+                let name = file_name(&d.key, decided.first, decided.id);
+                output = Some(shown(out, &name));
+                planned.named.push(Named {
+                    id: decided.id,
+                    name: name.clone(),
+                    key: d.key.clone(),
+                    set: d.set_id.clone(),
+                    partner: shared_partner.clone(),
+                    interchange: shared_interchange.clone(),
+                    correlation: shared_correlation.clone(),
+                    idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
+                });
+                let content = if it.large.is_some() {
+                    // Read again only now: written from memory with the run.
+                    let mut bytes = document::head(&d.key, &delivery_of(&decided, &it.key));
+                    rest(&mut bytes).map_err(|cause| ProcessError::Io {
                         path: it.report.file.clone(),
                         cause,
                     })?;
-                    b.keep_document_body(decided.id, &body)?;
-                }
-                log_decision(&d, &decided);
-                let mut output = None;
-                // A waiting or held document is written by whoever lets it go (from its stored
-                // rest), never by its own interchange: a takeover writes it once.
-                let own = matches!(
-                    decided.disposition,
-                    DocumentDisposition::New | DocumentDisposition::Duplicate
-                );
-                if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
-                    let name = file_name(&d.key, decided.first, decided.id);
-                    output = Some(shown(out, &name));
-                    planned.named.push(Named {
-                        id: decided.id,
-                        name: name.clone(),
-                        key: d.key.clone(),
-                        set: d.set_id.clone(),
-                        partner: shared_partner.clone(),
-                        interchange: shared_interchange.clone(),
-                        correlation: shared_correlation.clone(),
-                        idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
-                    });
-                    planned.outputs.push(Output {
-                        item,
-                        dir: Folder::Out,
-                        name,
-                        content: Content::Document {
-                            group: gi,
-                            set: si,
-                            part: d.part.clone(),
-                            decided: decided.clone(),
-                        },
-                        ack: None,
-                    });
-                }
-                progress.report(decided.disposition, || {
-                    Ok(DocumentReport {
-                        set: d.set_id.clone(),
-                        st02: st02.clone(),
-                        key: d.key.clone(),
-                        disposition: decided.disposition,
-                        duplicate_of: decided.duplicate_of.clone(),
-                        output,
-                        // A duplicate's, asked for with the run's others (see `plan`).
-                        result_ref: None,
-                    })
-                })?;
-                for rel in released {
-                    let name = file_name(&rel.key, rel.first, rel.id);
-                    planned.named.push(Named {
-                        id: rel.id,
-                        name: name.clone(),
-                        key: rel.key.clone(),
-                        set: rel.set_id.clone(),
-                        partner: shared_partner.clone(),
-                        interchange: rel.interchange_key.as_str().into(),
-                        correlation: correlation_of(&rel.interchange_key).into(),
-                        idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
-                    });
-                    planned.outputs.push(Output {
-                        item,
-                        dir: Folder::Out,
-                        name,
-                        content: Content::Bytes(released_file(&rel)),
-                        ack: None,
-                    });
-                    tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
-                    planned.released.push(rel);
-                }
+                    bytes.extend_from_slice(document::END);
+                    Content::Bytes(bytes)
+                } else {
+                    Content::Document {
+                        group: gi,
+                        set: si,
+                        part: d.part.clone(),
+                        decided: decided.clone(),
+                    }
+                };
+                planned.outputs.push(Output {
+                    item,
+                    dir: Folder::Out,
+                    name,
+                    content,
+                    ack: None,
+                });
+            }
+            progress.report(decided.disposition, || {
+                Ok(DocumentReport {
+                    set: d.set_id.clone(),
+                    st02: st02.clone(),
+                    key: d.key.clone(),
+                    disposition: decided.disposition,
+                    duplicate_of: decided.duplicate_of.clone(),
+                    output,
+                    // A duplicate's, asked for with the run's others (see `plan`).
+                    result_ref: None,
+                })
+            })?;
+            for rel in released {
+                let name = file_name(&rel.key, rel.first, rel.id);
+                planned.named.push(Named {
+                    id: rel.id,
+                    name: name.clone(),
+                    key: rel.key.clone(),
+                    set: rel.set_id.clone(),
+                    partner: shared_partner.clone(),
+                    interchange: rel.interchange_key.as_str().into(),
+                    correlation: correlation_of(&rel.interchange_key).into(),
+                    idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
+                });
+                planned.outputs.push(Output {
+                    item,
+                    dir: Folder::Out,
+                    name,
+                    content: Content::Bytes(released_file(&rel)),
+                    ack: None,
+                });
+                tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
+                planned.released.push(rel);
             }
         }
+        Ok(true)
+    };
+    match it.large {
+        Some(large) => large.each_set((first_group, first_set), &mut visit)?,
+        None => each_set(&it.ic, (first_group, first_set), &mut visit)?,
     }
     planned.decided = in_run;
     Ok(shrunk(planned))
+}
+
+/// [`super::large::Large::each_set`] for an interchange read whole.
+fn each_set(
+    ic: &Interchange<'_>,
+    from: (usize, usize),
+    visit: &mut super::large::Visit<'_>,
+) -> Result<(), ProcessError> {
+    for (gi, group) in ic.groups.iter().enumerate().skip(from.0) {
+        let first = if gi == from.0 { from.1 } else { 0 };
+        for si in first..group.sets.len() {
+            let Some(set) = group.sets.get(si) else {
+                continue;
+            };
+            if !visit(gi, si, ic, group, &set)? {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A run's lists are held until its files are written: without their growth's spare room.

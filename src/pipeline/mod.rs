@@ -66,9 +66,14 @@ fn partner_of(ic: &Interchange<'_>, config: &Config) -> (Partner, bool) {
 /// = "schema"` its sets against `schemas`): all of a decision's but the registry's. The work
 /// of a decision that needs nothing but the interchange, so it can run on any thread.
 pub fn findings(ic: &Interchange<'_>, config: &Config, schemas: &Schemas) -> Vec<Finding> {
+    check::interchange(ic, &checks(ic, config, schemas), [])
+}
+
+/// What an interchange is checked against: its sender's settings.
+fn checks<'c>(ic: &Interchange<'_>, config: &'c Config, schemas: &'c Schemas) -> Checks<'c> {
     let (partner, known) = partner_of(ic, config);
     let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
-    let checks = Checks {
+    Checks {
         schemas: (partner.validation == Validation::Schema).then_some(schemas),
         routing: Some(Routing {
             qualifier: &config.gateway.id_qualifier,
@@ -76,8 +81,7 @@ pub fn findings(ic: &Interchange<'_>, config: &Config, schemas: &Schemas) -> Vec
             sender_known: known || accept_unknown,
         }),
         strict_layout: partner.layout == Layout::Strict,
-    };
-    check::interchange(ic, &checks, [])
+    }
 }
 
 /// The decision on an interchange whose own [`findings`] are `found`, with `extra` (the
@@ -521,6 +525,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 mod batch;
 mod documents;
+mod large;
 
 pub use batch::{
     process_file, process_files, process_files_into, process_files_keeping, FileOutcome, Settled,

@@ -605,6 +605,17 @@ impl<'s> DocumentWriter<'s> {
         ic: &Interchange<'_>,
         out: &mut impl Write,
     ) -> Result<(), ParseError> {
+        self.interchange_keeping(ic, &|_, _| true, out)
+    }
+
+    /// [`DocumentWriter::interchange`] holding only the sets `keep(group, set)` accepts
+    /// (0-based, as the interchange counts them).
+    pub fn interchange_keeping(
+        &mut self,
+        ic: &Interchange<'_>,
+        keep: &dyn Fn(usize, usize) -> bool,
+        out: &mut impl Write,
+    ) -> Result<(), ParseError> {
         if ic.part.first {
             if self.written > 0 {
                 out.write_all(b",")?;
@@ -614,7 +625,7 @@ impl<'s> DocumentWriter<'s> {
         let mut out: &mut dyn Write = out;
         self.text
             .for_interchange(ic)
-            .write_interchange(ic, &|_, _| true, &mut out, &mut self.part)
+            .write_interchange(ic, keep, &mut out, &mut self.part)
     }
 
     pub fn finish(self, out: &mut impl Write) -> Result<(), ParseError> {

@@ -1,0 +1,359 @@
+//! An interchange larger than a piece, processed without ever being held whole: `process`
+//! reads it twice from its file, a part at a time ([`crate::x12::Part`]).
+//!
+//! The first reading, before the claim, takes what the claim and the decision need: the
+//! fingerprint (folded over the parts), the findings (put together as a whole reading gives
+//! them), whether its text is UTF-8, and its outline: the ISA, each group's GS and GE and
+//! each set's ST, written as a small interchange of their own. The decision and the
+//! acknowledgments read the outline as they read any interchange, so they are the very
+//! ones a whole reading gives. The second reading, once the claim is ours, goes through
+//! the sets again from the file for the documents, a run at a time and in order, and once
+//! more for the translation; memory is the outline (a few dozen bytes a set) and a piece.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::check::{Checks, InParts};
+use crate::config::Partner;
+use crate::finding::Finding;
+use crate::fingerprint::Fingerprint;
+use crate::input::Reader;
+use crate::x12::{Group, Interchange, Limits, Segment, TransactionSet};
+
+use super::ProcessError;
+
+/// The bytes the second reading reads at a time (a set larger than this is read whole).
+const AGAIN_WINDOW: usize = 1 << 20;
+
+/// The longest envelope segment the outline copies as it is; a longer one (an element past
+/// the limits) has each element cut, so that the outline stays small whatever the input.
+const OUTLINE_SEGMENT: usize = 1024;
+const OUTLINE_ELEMENT: usize = 80;
+
+/// What identifies the file between the two readings: a file replaced or rewritten in
+/// between is refused rather than read as if it were the one fingerprinted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+/// The first reading of a large interchange, on its way.
+pub(super) struct FirstReading<'c> {
+    checks: Checks<'c>,
+    ignore: Vec<String>,
+    fingerprint: Fingerprint,
+    found: InParts<'c>,
+    utf8: bool,
+    outline: Vec<u8>,
+    /// The sets of each group, as read.
+    sets: Vec<usize>,
+    /// Where each group's GS stands in the file (offset, ordinal).
+    gs_at: Vec<(usize, u32)>,
+    isa: Vec<u8>,
+    start: usize,
+    path: PathBuf,
+    stamp: Option<Stamp>,
+    limits: Limits,
+    window: usize,
+}
+
+impl<'c> FirstReading<'c> {
+    /// Begins with the interchange's first part, read from `path` in pieces of `window`
+    /// bytes (the second reading reads at most [`AGAIN_WINDOW`] at a time).
+    pub fn begin(
+        first: &Interchange<'_>,
+        path: &Path,
+        partner: &Partner,
+        checks: Checks<'c>,
+        (limits, window): (Limits, usize),
+    ) -> Self {
+        let isa_bytes = first
+            .input()
+            .get(first.span.start..first.span.start + first.isa.len)
+            .unwrap_or_default();
+        let mut reading = FirstReading {
+            checks,
+            ignore: partner.fingerprint_ignore.clone(),
+            fingerprint: Fingerprint::default(),
+            found: InParts::default(),
+            utf8: true,
+            // With the line ending after it: the acknowledgments use the sender's.
+            outline: [isa_bytes, first.suffix].concat(),
+            sets: Vec::new(),
+            gs_at: Vec::new(),
+            isa: first.isa.segment.raw.to_vec(),
+            start: first.base + first.span.start,
+            path: path.to_path_buf(),
+            stamp: Stamp::of(path),
+            limits,
+            window: window.min(AGAIN_WINDOW),
+        };
+        reading.add(first);
+        reading
+    }
+
+    /// Adds the interchange's next part (the first included).
+    pub fn add(&mut self, part: &Interchange<'_>) {
+        self.fingerprint.part(part, &self.ignore);
+        self.found.add(part, &self.checks);
+        self.utf8 &= std::str::from_utf8(part.bytes()).is_ok();
+        let t = part.delimiters().segment;
+        let p = part.part;
+        if p.first {
+            if let Some(ta1) = part.ta1.first() {
+                outline_segment(&mut self.outline, ta1, t);
+            }
+        }
+        for (gi, g) in part.groups.iter().enumerate() {
+            if p.opens(gi) {
+                outline_segment(&mut self.outline, &g.gs, t);
+                self.gs_at.push((g.gs.offset, g.gs.ordinal));
+                self.sets.push(0);
+            }
+            for set in g.sets.iter() {
+                outline_segment(&mut self.outline, &set.st, t);
+                self.outline.extend_from_slice(b"SE");
+                self.outline.push(t);
+            }
+            if let Some(n) = self.sets.last_mut() {
+                *n += g.sets.len();
+            }
+            if p.closes(gi, part.groups.len()) {
+                if let Some(ge) = &g.ge {
+                    outline_segment(&mut self.outline, ge, t);
+                }
+            }
+        }
+        if p.last {
+            if let Some(iea) = &part.iea {
+                outline_segment(&mut self.outline, iea, t);
+            }
+        }
+    }
+
+    /// Everything the first reading took, once it has read the last part.
+    pub fn finish(self) -> Large {
+        let mut outline = self.outline;
+        outline.shrink_to_fit();
+        Large {
+            outline,
+            fingerprint: self.fingerprint.finish(),
+            utf8: self.utf8,
+            found: self.found.finish(),
+            sets: self.sets,
+            gs_at: self.gs_at,
+            isa: self.isa,
+            start: self.start,
+            path: self.path,
+            stamp: self.stamp,
+            limits: self.limits,
+            window: self.window,
+            again: Mutex::new(None),
+        }
+    }
+}
+
+/// `segment` into the outline: as it is, or with each element cut when it is long.
+fn outline_segment(out: &mut Vec<u8>, segment: &Segment<'_>, terminator: u8) {
+    if segment.raw.len() <= OUTLINE_SEGMENT {
+        out.extend_from_slice(segment.raw);
+    } else {
+        out.extend_from_slice(segment.id.get(..3).unwrap_or(segment.id));
+        for e in segment.elements().take(16) {
+            out.push(segment.delimiters.element);
+            out.extend_from_slice(e.value.get(..OUTLINE_ELEMENT).unwrap_or(e.value));
+        }
+    }
+    out.push(terminator);
+}
+
+/// Shows `visit` the sets of `part` from `from` on; whether it said to stop.
+fn visit_part(
+    part: &Interchange<'_>,
+    from: (usize, usize),
+    visit: &mut Visit<'_>,
+) -> Result<bool, ProcessError> {
+    for (lgi, g) in part.groups.iter().enumerate() {
+        for (lsi, set) in g.sets.iter().enumerate() {
+            let (gi, si) = (part.part.group(lgi), part.part.set(lgi, lsi));
+            if (gi, si) >= from && !visit(gi, si, part, g, &set)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// A large interchange once read the first time.
+pub(super) struct Large {
+    /// Its envelope as an interchange of its own (see the module documentation).
+    pub outline: Vec<u8>,
+    pub fingerprint: String,
+    pub utf8: bool,
+    /// Its own findings, as `pipeline::findings` gives them read whole.
+    pub found: Vec<Finding>,
+    sets: Vec<usize>,
+    gs_at: Vec<(usize, u32)>,
+    isa: Vec<u8>,
+    /// Where its ISA begins in the file.
+    start: usize,
+    path: PathBuf,
+    stamp: Option<Stamp>,
+    limits: Limits,
+    window: usize,
+    /// The second reading, where the last run of documents left it.
+    again: Mutex<Option<Reader>>,
+}
+
+/// Set `si` of group `gi`, in the part `ic` and its group `group`: what the second reading
+/// shows of each set; the answer says whether to go on.
+pub(super) type Visit<'v> = dyn FnMut(
+        usize,
+        usize,
+        &Interchange<'_>,
+        &Group<'_>,
+        &TransactionSet<'_>,
+    ) -> Result<bool, ProcessError>
+    + 'v;
+
+impl Large {
+    /// Whether the outline `ic` read from [`Large::outline`] has the groups and sets the
+    /// interchange has (it cannot but have them; a decision on any other would be wrong).
+    pub fn matches(&self, ic: &Interchange<'_>) -> bool {
+        ic.groups.len() == self.sets.len()
+            && ic
+                .groups
+                .iter()
+                .zip(&self.sets)
+                .all(|(g, n)| g.sets.len() == *n)
+    }
+
+    /// The outline's GS of group `gi` where it stands in the file.
+    pub fn gs_in_file<'o>(&self, outline: &Interchange<'o>, gi: usize) -> Option<Segment<'o>> {
+        let mut gs = outline.groups.get(gi)?.gs;
+        let (offset, ordinal) = *self.gs_at.get(gi)?;
+        gs.offset = offset;
+        gs.ordinal = ordinal;
+        Some(gs)
+    }
+
+    fn changed(&self) -> ProcessError {
+        ProcessError::Io {
+            path: self.path.display().to_string(),
+            cause: std::io::Error::other(format!(
+                "the file changed while its interchange at byte {} was processed; it is read again from the start",
+                self.start
+            )),
+        }
+    }
+
+    /// A reading of the interchange from its ISA, in parts.
+    fn open(&self) -> Result<Reader, ProcessError> {
+        if Stamp::of(&self.path) != self.stamp {
+            return Err(self.changed());
+        }
+        Ok(Reader::open_at(&self.path, self.start, self.limits, self.window)?.in_parts())
+    }
+
+    /// Shows `visit` the sets from `from` (group, set) on, in order, until it says to stop
+    /// or the interchange ends; the next call goes on from where this one stopped.
+    pub fn each_set(
+        &self,
+        from: (usize, usize),
+        visit: &mut Visit<'_>,
+    ) -> Result<(), ProcessError> {
+        let mut again = self
+            .again
+            .lock()
+            .map_err(|_| ProcessError::Translate("a run of documents failed midway".into()))?;
+        let mut reader = match again.take() {
+            Some(reader) => reader,
+            None => self.open()?,
+        };
+        loop {
+            let (stopped, last, resume) = {
+                let Some(piece) = reader.next_piece()? else {
+                    return Err(self.changed());
+                };
+                let mut read = piece.interchanges();
+                match read.next() {
+                    Some(Ok(part)) => {
+                        if part.part.first && part.isa.segment.raw != self.isa.as_slice() {
+                            return Err(self.changed());
+                        }
+                        let stopped = visit_part(&part, from, visit)?;
+                        (stopped, part.part.last, read.resume())
+                    }
+                    // Nothing to cut at yet: the piece grows.
+                    None if !piece.last => (false, false, read.resume()),
+                    _ => return Err(self.changed()),
+                }
+            };
+            if stopped {
+                // This piece again next time: the run stopped inside it.
+                *again = Some(reader);
+                return Ok(());
+            }
+            if last {
+                return Ok(());
+            }
+            reader.advance(resume);
+        }
+    }
+
+    /// Writes the interchange's translation: its parts read once more from the file.
+    pub fn write_translation(
+        &self,
+        form: crate::translate::Form,
+        schemas: &crate::schema::Schemas,
+        keep: &dyn Fn(usize, usize) -> bool,
+        mut out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        let failed = |e: ProcessError| std::io::Error::other(e.to_string());
+        let translating = |e: crate::translate::ParseError| match e {
+            crate::translate::ParseError::Io(e) => e,
+            e => std::io::Error::other(format!("translating: {e}")),
+        };
+        let mut reader = self.open().map_err(failed)?;
+        let mut doc =
+            crate::translate::DocumentWriter::start_with(self.utf8, form, Some(schemas), &mut out)
+                .map_err(translating)?;
+        loop {
+            let (last, resume) = {
+                let piece = reader
+                    .next_piece()
+                    .map_err(|e| failed(e.into()))?
+                    .ok_or_else(|| failed(self.changed()))?;
+                let mut read = piece.interchanges();
+                match read.next() {
+                    Some(Ok(part)) => {
+                        doc.interchange_keeping(&part, keep, &mut out)
+                            .map_err(translating)?;
+                        (part.part.last, read.resume())
+                    }
+                    None if !piece.last => (false, read.resume()),
+                    _ => return Err(failed(self.changed())),
+                }
+            };
+            if last {
+                break;
+            }
+            reader.advance(resume);
+        }
+        doc.finish(&mut out).map_err(translating)
+    }
+}
