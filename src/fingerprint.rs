@@ -194,6 +194,43 @@ mod tests {
         assert_eq!(fp(A, DEFAULT), KNOWN_A);
     }
 
+    /// Folded a part at a time, the fingerprint is that of the interchange read whole,
+    /// whatever the parts (cut where sets begin, inside groups or between them).
+    #[test]
+    fn in_parts_the_fingerprint_is_that_of_the_whole() {
+        let mut text = A.replace("~GE*1*1~IEA*1*000000001~", "~");
+        for n in 2..40 {
+            text += &format!("ST*850*{n:04}~PO1*{n}*10*EA*A:B^C~SE*3*{n:04}~\n");
+            if n % 13 == 0 {
+                text += &format!("GE*1*{n}~GS*PO*ACME*X12GATE*20240101*1200*{n}*X*005010~");
+            }
+        }
+        text += "GE*1*99~IEA*1*000000001~";
+        let ignore: Vec<String> = DEFAULT.iter().map(|s| s.to_string()).collect();
+        let whole = fp(&text, DEFAULT);
+        for window in [150, 300, 777, 5_000] {
+            let from = Box::new(std::io::Cursor::new(text.clone().into_bytes()));
+            let mut reader =
+                crate::input::Reader::new(from, "t", Limits::default(), window).in_parts();
+            let (mut f, mut parts) = (Fingerprint::default(), 0);
+            while let Some(piece) = reader.next_piece().unwrap() {
+                let mut read = piece.interchanges();
+                for ic in read.by_ref() {
+                    let ic = ic.unwrap();
+                    f.part(&ic, &ignore);
+                    parts += 1;
+                }
+                let resume = read.resume();
+                reader.advance(resume);
+            }
+            assert!(
+                window >= text.len() || parts > 2,
+                "window {window}: {parts} parts"
+            );
+            assert_eq!(f.finish(), whole, "window {window}");
+        }
+    }
+
     #[test]
     fn content_counts() {
         let base = fp(A, DEFAULT);

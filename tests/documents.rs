@@ -1170,22 +1170,30 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
         ("run.after", "2*off->return", true),
         ("complete.before", "return", true),
     ];
-    // On SQLite, and on PostgreSQL (a schema of its own each) when there is one.
+    // On SQLite, and on PostgreSQL (a schema of its own each) when there is one; the
+    // interchange read whole, and read in parts of 300 bytes (twice: see `pipeline::large`).
     let backends = [Some("data/x12gate.db".to_string()), None]
         .into_iter()
-        .flat_map(|db| cases.iter().map(move |c| (db.clone(), *c)));
-    for (database, (point, action, acknowledged)) in backends {
+        .flat_map(|db| cases.iter().map(move |c| (db.clone(), *c)))
+        .flat_map(|(db, c)| [("whole", db.clone(), c), ("in parts", db, c)]);
+    for (reading, database, (point, action, acknowledged)) in backends {
         let Some(database) = database.or_else(crate::pg_server::schema) else {
             continue;
         };
-        let what = format!("{point}={action} on {}", &database[..8]);
+        let what = format!("{point}={action} on {}, read {reading}", &database[..8]);
+        let window: &[&str] = if reading == "whole" {
+            &[]
+        } else {
+            &["--window", "300"]
+        };
         let share = tempfile::tempdir().unwrap();
         let gate = Gate::on(&database, IN_RUNS_OF_TWO, &queued_to(share.path()));
         let file = gate.write("seven.x12", &seven_pos(601));
-        let (status, stdout, stderr) = gate.run(
-            &["process", "--no-deliver", &file.display().to_string()],
-            Some(&format!("{point}={action}")),
-        );
+        let shown = file.display().to_string();
+        let mut args = vec!["process", "--no-deliver"];
+        args.extend_from_slice(window);
+        args.push(&shown);
+        let (status, stdout, stderr) = gate.run(&args, Some(&format!("{point}={action}")));
         assert!(
             !status.success(),
             "{what}: the failpoint aborts: {stdout}{stderr}"
@@ -1216,7 +1224,9 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
                 "{what}: {key} queued without its file"
             );
         }
-        let (status, stdout, stderr) = gate.take_over(&file, &["--no-deliver"]);
+        let mut extra = vec!["--no-deliver"];
+        extra.extend_from_slice(window);
+        let (status, stdout, stderr) = gate.take_over(&file, &extra);
         assert!(status.code().is_some(), "{what}: {stderr}");
         let reports = lines(&stdout);
         assert_eq!(reports.len(), 1, "{what}: {stdout}{stderr}");
@@ -1230,6 +1240,52 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
             "{what}: {stdout}"
         );
         assert_seven_pos_settled(&gate, &what);
+    }
+}
+
+/// Read in parts of a few hundred bytes (the first time for the claim and the decision, the
+/// second for the documents, a run at a time), an interchange is decided, written and
+/// answered as read whole, and its resend replays it; a resend read whole is the same
+/// interchange.
+#[test]
+fn an_interchange_read_in_parts_is_decided_as_read_whole_and_its_resend_replays_it() {
+    let mut seen = Vec::new();
+    for window in ["1000000", "300", "450"] {
+        let share = tempfile::tempdir().unwrap();
+        let gate = Gate::with_gateway(IN_RUNS_OF_TWO, &queued_to(share.path()));
+        let file = gate.write("seven.x12", &seven_pos(602));
+        let shown = file.display().to_string();
+        let (status, stdout, stderr) = gate.run(
+            &[
+                "process",
+                "--json",
+                "--no-deliver",
+                "--window",
+                window,
+                &shown,
+            ],
+            None,
+        );
+        assert_eq!(status.code(), Some(0), "{stdout}{stderr}");
+        let first = lines(&stdout);
+        assert_eq!(first[0]["disposition"], "accepted", "{first:?}");
+        assert_seven_pos_settled(&gate, &format!("window {window}"));
+        // A resend read whole meets the claim of the one read in parts.
+        let again = gate.process(&[&file], 0);
+        assert_eq!(again[0]["disposition"], "duplicate", "{again:?}");
+        let mut report = first[0].clone();
+        let root = gate.root().display().to_string();
+        let report = serde_json::to_string(&report.take())
+            .unwrap()
+            .replace(&root, "<gate>");
+        let files: BTreeMap<String, Value> = gate.delivered();
+        seen.push((window, report, files, acks_in(&gate).len()));
+    }
+    let (_, report, files, acks) = &seen[0];
+    for (window, r, f, a) in &seen[1..] {
+        assert_eq!(r, report, "window {window}");
+        assert_eq!(f, files, "window {window}");
+        assert_eq!(a, acks, "window {window}");
     }
 }
 

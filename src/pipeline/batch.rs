@@ -578,7 +578,13 @@ impl<'a, 'c> Window<'a, 'c> {
             self.settle(registry, turn)?;
             let checks = super::checks(ic, self.config, self.schemas);
             let reading = (self.config.limits, self.options.window);
-            self.first = Some(FirstReading::begin(ic, path, &partner, checks, reading));
+            self.first = Some(FirstReading::begin(
+                ic,
+                Some(path),
+                &partner,
+                checks,
+                reading,
+            ));
         } else if let Some(first) = &mut self.first {
             first.add(ic);
         }
@@ -589,14 +595,9 @@ impl<'a, 'c> Window<'a, 'c> {
             return Ok(());
         };
         let large = first.finish();
-        let outline = Interchanges::new(&large.outline, self.config.limits).next();
-        let Some(Ok(outline)) = outline.filter(|o| o.as_ref().is_ok_and(|o| large.matches(o)))
-        else {
-            return Err(ProcessError::Translate(format!(
-                "{name}: the outline of the interchange at byte {} does not read as it",
-                ic.isa.segment.offset
-            )));
-        };
+        let outline = large
+            .read_outline()
+            .map_err(|e| ProcessError::Translate(format!("{name}: {e}")))?;
         let mut it = item(name, outline, self.config);
         it.utf8 = large.utf8;
         it.fingerprint = large.fingerprint.clone();

@@ -65,18 +65,19 @@ pub(super) struct FirstReading<'c> {
     gs_at: Vec<(usize, u32)>,
     isa: Vec<u8>,
     start: usize,
-    path: PathBuf,
+    path: Option<PathBuf>,
     stamp: Option<Stamp>,
     limits: Limits,
     window: usize,
 }
 
 impl<'c> FirstReading<'c> {
-    /// Begins with the interchange's first part, read from `path` in pieces of `window`
-    /// bytes (the second reading reads at most [`AGAIN_WINDOW`] at a time).
+    /// Begins with the interchange's first part, read from `path` (to be read again; `None`:
+    /// it is only decided) in pieces of `window` bytes (the second reading reads at most
+    /// [`AGAIN_WINDOW`] at a time).
     pub fn begin(
         first: &Interchange<'_>,
-        path: &Path,
+        path: Option<&Path>,
         partner: &Partner,
         checks: Checks<'c>,
         (limits, window): (Limits, usize),
@@ -97,8 +98,8 @@ impl<'c> FirstReading<'c> {
             gs_at: Vec::new(),
             isa: first.isa.segment.raw.to_vec(),
             start: first.base + first.span.start,
-            path: path.to_path_buf(),
-            stamp: Stamp::of(path),
+            path: path.map(Path::to_path_buf),
+            stamp: path.and_then(Stamp::of),
             limits,
             window: window.min(AGAIN_WINDOW),
         };
@@ -211,7 +212,7 @@ pub(super) struct Large {
     isa: Vec<u8>,
     /// Where its ISA begins in the file.
     start: usize,
-    path: PathBuf,
+    path: Option<PathBuf>,
     stamp: Option<Stamp>,
     limits: Limits,
     window: usize,
@@ -231,15 +232,25 @@ pub(super) type Visit<'v> = dyn FnMut(
     + 'v;
 
 impl Large {
-    /// Whether the outline `ic` read from [`Large::outline`] has the groups and sets the
-    /// interchange has (it cannot but have them; a decision on any other would be wrong).
-    pub fn matches(&self, ic: &Interchange<'_>) -> bool {
+    fn matches(&self, ic: &Interchange<'_>) -> bool {
         ic.groups.len() == self.sets.len()
             && ic
                 .groups
                 .iter()
                 .zip(&self.sets)
                 .all(|(g, n)| g.sets.len() == *n)
+    }
+
+    /// The outline read as an interchange, when it has the groups and sets the interchange
+    /// has (it cannot but have them; a decision on any other would be wrong).
+    pub fn read_outline(&self) -> Result<Interchange<'_>, String> {
+        match crate::x12::Interchanges::new(&self.outline, self.limits).next() {
+            Some(Ok(outline)) if self.matches(&outline) => Ok(outline),
+            _ => Err(format!(
+                "the outline of the interchange at byte {} does not read as it",
+                self.start
+            )),
+        }
     }
 
     /// The outline's GS of group `gi` where it stands in the file.
@@ -253,7 +264,10 @@ impl Large {
 
     fn changed(&self) -> ProcessError {
         ProcessError::Io {
-            path: self.path.display().to_string(),
+            path: self
+                .path
+                .as_ref()
+                .map_or_else(String::new, |p| p.display().to_string()),
             cause: std::io::Error::other(format!(
                 "the file changed while its interchange at byte {} was processed; it is read again from the start",
                 self.start
@@ -263,10 +277,11 @@ impl Large {
 
     /// A reading of the interchange from its ISA, in parts.
     fn open(&self) -> Result<Reader, ProcessError> {
-        if Stamp::of(&self.path) != self.stamp {
+        let path = self.path.as_ref().ok_or_else(|| self.changed())?;
+        if Stamp::of(path) != self.stamp {
             return Err(self.changed());
         }
-        Ok(Reader::open_at(&self.path, self.start, self.limits, self.window)?.in_parts())
+        Ok(Reader::open_at(path, self.start, self.limits, self.window)?.in_parts())
     }
 
     /// Shows `visit` the sets from `from` (group, set) on, in order, until it says to stop

@@ -149,6 +149,9 @@ pub enum PreviewError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Numbers(#[from] ack::ShortOfNumbers),
+    /// An invariant broken: see [`large::Large::read_outline`].
+    #[error("{0}")]
+    Outline(String),
 }
 
 /// Decides `ic` and writes its acknowledgments in memory, numbered after the counters of
@@ -160,7 +163,56 @@ pub fn preview(
     registry: Option<&Registry>,
     now: NaiveDateTime,
 ) -> Result<Preview, PreviewError> {
-    let decision = decide(ic, config, schemas);
+    preview_found(ic, findings(ic, config, schemas), config, registry, now)
+}
+
+/// An interchange larger than a piece previewed a part at a time, as [`preview`] previews it
+/// read whole: its parts are given in order, then [`PartsPreview::preview`] decides it from
+/// what they were found to break and its outline (see `large`), never holding it.
+pub struct PartsPreview<'c> {
+    reading: large::FirstReading<'c>,
+    config: &'c Config,
+}
+
+impl<'c> PartsPreview<'c> {
+    /// Begins with the interchange's first part.
+    pub fn begin(first: &Interchange<'_>, config: &'c Config, schemas: &'c Schemas) -> Self {
+        let (partner, _) = partner_of(first, config);
+        let checks = checks(first, config, schemas);
+        let reading = (config.limits, crate::input::WINDOW);
+        PartsPreview {
+            reading: large::FirstReading::begin(first, None, &partner, checks, reading),
+            config,
+        }
+    }
+
+    /// Adds the interchange's next part.
+    pub fn add(&mut self, part: &Interchange<'_>) {
+        self.reading.add(part);
+    }
+
+    /// The preview, once the last part was added.
+    pub fn preview(
+        self,
+        registry: Option<&Registry>,
+        now: NaiveDateTime,
+    ) -> Result<Preview, PreviewError> {
+        let large = self.reading.finish();
+        let outline = large.read_outline().map_err(PreviewError::Outline)?;
+        let found = large.found.clone();
+        preview_found(&outline, found, self.config, registry, now)
+    }
+}
+
+/// [`preview`] of an interchange whose own [`findings`] are `found`.
+fn preview_found(
+    ic: &Interchange<'_>,
+    found: Vec<Finding>,
+    config: &Config,
+    registry: Option<&Registry>,
+    now: NaiveDateTime,
+) -> Result<Preview, PreviewError> {
+    let decision = decide_found(ic, config, found, Vec::new());
     let partner = decision.partner.key();
     let last = |counter| match registry {
         Some(r) => r.current_control_number(&partner, counter),

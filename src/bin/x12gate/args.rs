@@ -65,6 +65,10 @@ pub enum Command {
         /// them) instead of attempting each once before exiting
         #[arg(long)]
         no_deliver: bool,
+        /// Bytes read at a time (an interchange larger than this is read in parts): for
+        /// tests of large files with small ones
+        #[arg(long, hide = true)]
+        window: Option<usize>,
     },
     /// Watch the inbox until SIGINT/SIGTERM; finish in-flight files, then exit 0
     Watch {

@@ -134,10 +134,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             no_wait,
             no_deliver,
+            window,
         } => process::process(
             &files,
             json,
-            no_wait,
+            (no_wait, window),
             no_deliver,
             &required(config)?,
             &mut out,

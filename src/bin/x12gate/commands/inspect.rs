@@ -203,15 +203,48 @@ pub fn validate(
 /// `ack`: decides every interchange of `file` and prints the acknowledgments; control numbers
 /// are previewed (the registry's next values), never taken.
 pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
-    let mut reader = open(file, &config.limits)?;
+    use x12gate::pipeline::PartsPreview;
+    // An interchange larger than a piece is decided a part at a time, never held.
+    let mut reader = open(file, &config.limits)?.in_parts();
+    let schemas = definitions(Some(config))?;
     let registry = x12gate::registry::Registry::open_read_only(&config.gateway.database)
         .map_err(|e| Failure::Operational(e.into()))?;
     let now = chrono::Local::now().naive_local();
     let mut code = exit::OK;
+    let mut parts: Option<PartsPreview<'_>> = None;
     while let Some(piece) = reader.next_piece().map_err(super::input_failure)? {
         let mut read = piece.interchanges();
         for result in read.by_ref() {
-            let worst = ack_one(file, result, config, registry.as_ref(), now, out)?;
+            let worst = match result {
+                Ok(ic) if ic.part != x12gate::x12::Part::WHOLE => {
+                    if ic.part.first {
+                        parts = Some(PartsPreview::begin(&ic, config, schemas));
+                    } else if let Some(p) = &mut parts {
+                        p.add(&ic);
+                    }
+                    match parts.take_if(|_| ic.part.last) {
+                        Some(p) => {
+                            let id = x12gate::pipeline::correlation_id(&ic);
+                            show(file, &id, p.preview(registry.as_ref(), now), out)?
+                        }
+                        None => continue,
+                    }
+                }
+                Ok(ic) => {
+                    let preview =
+                        x12gate::pipeline::preview(&ic, config, schemas, registry.as_ref(), now);
+                    show(file, &x12gate::pipeline::correlation_id(&ic), preview, out)?
+                }
+                Err(e) => {
+                    parts = None;
+                    say!(
+                        "ERROR",
+                        "{}: {e}; nothing can be acknowledged for it",
+                        file.display()
+                    );
+                    exit::FINDINGS
+                }
+            };
             code = code.max(worst);
         }
         let resume = read.resume();
@@ -220,31 +253,17 @@ pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Fai
     Ok(code)
 }
 
-/// The acknowledgments of one interchange (or the error that stops there being any), and
-/// the exit code it calls for.
-fn ack_one(
+/// Prints the acknowledgments of one interchange (`QUAL:ID:ISA13` `id`) and what was
+/// decided; the exit code it calls for.
+fn show(
     file: &Path,
-    result: Result<x12gate::x12::Interchange<'_>, x12gate::x12::ReadError>,
-    config: &Config,
-    registry: Option<&x12gate::registry::Registry>,
-    now: chrono::NaiveDateTime,
+    id: &str,
+    preview: Result<x12gate::pipeline::Preview, x12gate::pipeline::PreviewError>,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     use x12gate::ack::Disposition;
-    let ic = match result {
-        Ok(ic) => ic,
-        Err(e) => {
-            say!(
-                "ERROR",
-                "{}: {e}; nothing can be acknowledged for it",
-                file.display()
-            );
-            return Ok(exit::FINDINGS);
-        }
-    };
     let x12gate::pipeline::Preview { decision, outbound } =
-        x12gate::pipeline::preview(&ic, config, definitions(Some(config))?, registry, now)
-            .map_err(|e| Failure::Operational(e.into()))?;
+        preview.map_err(|e| Failure::Operational(e.into()))?;
     for o in &outbound {
         out.write_all(&o.bytes)?;
     }
@@ -263,7 +282,7 @@ fn ack_one(
         "INFO",
         "{}: {} {}{}; sends {}",
         file.display(),
-        x12gate::pipeline::correlation_id(&ic),
+        id,
         r.disposition.as_str(),
         r.reason
             .as_ref()

@@ -41,7 +41,7 @@ impl Tally {
 pub fn process(
     files: &[PathBuf],
     json: bool,
-    no_wait: bool,
+    (no_wait, window): (bool, Option<usize>),
     no_deliver: bool,
     config: &Config,
     out: &mut impl Write,
@@ -49,7 +49,10 @@ pub fn process(
     preflight(config)?;
     let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
-    let options = x12gate::pipeline::ProcessOptions::new(no_wait);
+    let mut options = x12gate::pipeline::ProcessOptions::new(no_wait);
+    if let Some(window) = window {
+        options.window = window;
+    }
     stop_on_signals(&options.stop)?;
     x12gate::outputs::clean_stale_outputs(&config.gateway);
     let progress = progress_bar(files.len());
