@@ -147,6 +147,8 @@ pub struct Reader {
     done: bool,
     resume: Resume,
     max_bytes: u64,
+    /// The file's size when it was opened, if it is a file: how much a piece reads.
+    size: Option<u64>,
     limits: Limits,
     /// The most a piece grows to (see [`crate::x12::PIECE_MARGIN`]).
     cap: usize,
@@ -207,17 +209,15 @@ impl Reader {
     /// refusing a file of more than `max_bytes` (before reading any of it when its size is
     /// known).
     pub fn open(path: &Path, limits: Limits, window: usize) -> Result<Reader, InputError> {
-        let from: Box<dyn Read + Send> = if path == Path::new("-") {
-            Box::new(std::io::stdin())
+        let (from, size): (Box<dyn Read + Send>, _) = if path == Path::new("-") {
+            (Box::new(std::io::stdin()), None)
         } else {
-            Box::new(open_regular(path, limits.max_file_bytes)?.0)
+            let (file, size) = open_regular(path, limits.max_file_bytes)?;
+            (Box::new(file), Some(size))
         };
-        Ok(Reader::new(
-            from,
-            &path.display().to_string(),
-            limits,
-            window,
-        ))
+        let mut reader = Reader::new(from, &path.display().to_string(), limits, window);
+        reader.size = size;
+        Ok(reader)
     }
 
     /// Reads `path` from byte `offset`, where an interchange begins, as [`Reader::open`]
@@ -229,7 +229,7 @@ impl Reader {
         window: usize,
     ) -> Result<Reader, InputError> {
         use std::io::Seek;
-        let (mut file, _) = open_regular(path, limits.max_file_bytes)?;
+        let (mut file, size) = open_regular(path, limits.max_file_bytes)?;
         file.seek(std::io::SeekFrom::Start(offset as u64))
             .map_err(|cause| InputError::Io {
                 path: path.display().to_string(),
@@ -237,6 +237,7 @@ impl Reader {
             })?;
         let mut reader = Reader::new(Box::new(file), &path.display().to_string(), limits, window);
         reader.base = offset;
+        reader.size = Some(size);
         Ok(reader)
     }
 
@@ -257,6 +258,7 @@ impl Reader {
             done: false,
             resume: Resume::default(),
             max_bytes: limits.max_file_bytes,
+            size: None,
             parts: false,
             head: Vec::new(),
         }
@@ -278,6 +280,14 @@ impl Reader {
         }
         while !self.eof && self.buf.len() < self.want {
             let room = (self.want - self.buf.len()) as u64;
+            // Room for what is to come, exactly when the file's size is known: left to
+            // double, a piece's buffer took twice the window.
+            let coming = match self.size {
+                Some(size) => size.saturating_sub((self.base + self.buf.len()) as u64) + 1,
+                None => 1 << 20,
+            };
+            self.buf
+                .reserve_exact(usize::try_from(room.min(coming)).unwrap_or(0));
             let read = (&mut self.from)
                 .take(room)
                 .read_to_end(&mut self.buf)
