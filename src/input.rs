@@ -27,6 +27,37 @@ pub enum InputError {
     NotRegular { path: String, kind: &'static str },
     #[error("{path}: {cause}")]
     Io { path: String, cause: std::io::Error },
+    /// A file read again (an interchange larger than a piece: see `pipeline::large`) is not
+    /// the one read the first time.
+    #[error("{path}: the file changed after its interchange at byte {offset} was first read (replaced or rewritten); nothing of it was completed: process the file again")]
+    Changed { path: String, offset: usize },
+}
+
+/// What identifies a file's content between two readings: its inode, length and time of
+/// last change. A file replaced or rewritten in between has another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    inode: u64,
+    device: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    fn of_meta(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            inode: meta.ino(),
+            device: meta.dev(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        }
+    }
+
+    /// The stamp of the file at `path` now.
+    pub fn of(path: &Path) -> Option<FileStamp> {
+        std::fs::metadata(path).ok().map(|m| FileStamp::of_meta(&m))
+    }
 }
 
 /// What a file that is not a regular file is, in words.
@@ -56,7 +87,7 @@ impl InputError {
         match self {
             InputError::Io { cause, .. } => cause.kind() == std::io::ErrorKind::NotFound,
             InputError::NotRegular { .. } => true,
-            InputError::TooLarge { .. } => false,
+            InputError::TooLarge { .. } | InputError::Changed { .. } => false,
         }
     }
 }
@@ -72,6 +103,14 @@ pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, InputError> {
 
 /// Opens a regular file of at most `max_bytes`; returns it and its size.
 fn open_regular(path: &Path, max_bytes: u64) -> Result<(std::fs::File, u64), InputError> {
+    open_stamped(path, max_bytes).map(|(file, size, _)| (file, size))
+}
+
+/// [`open_regular`], with the stamp of the file opened.
+fn open_stamped(
+    path: &Path,
+    max_bytes: u64,
+) -> Result<(std::fs::File, u64, FileStamp), InputError> {
     let shown = || path.display().to_string();
     let io = |source| InputError::Io {
         path: shown(),
@@ -98,7 +137,7 @@ fn open_regular(path: &Path, max_bytes: u64) -> Result<(std::fs::File, u64), Inp
             limit: max_bytes,
         });
     }
-    Ok((file, size))
+    Ok((file, size, FileStamp::of_meta(&meta)))
 }
 
 /// Reads `from` to its end, at most `max_bytes` (`take` guards against a file that grows
@@ -149,6 +188,8 @@ pub struct Reader {
     max_bytes: u64,
     /// The file's size when it was opened, if it is a file: how much a piece reads.
     size: Option<u64>,
+    /// The stamp of the file opened, if it is a file.
+    stamp: Option<FileStamp>,
     limits: Limits,
     /// The most a piece grows to (see [`crate::x12::PIECE_MARGIN`]).
     cap: usize,
@@ -209,14 +250,15 @@ impl Reader {
     /// refusing a file of more than `max_bytes` (before reading any of it when its size is
     /// known).
     pub fn open(path: &Path, limits: Limits, window: usize) -> Result<Reader, InputError> {
-        let (from, size): (Box<dyn Read + Send>, _) = if path == Path::new("-") {
-            (Box::new(std::io::stdin()), None)
+        let (from, size, stamp): (Box<dyn Read + Send>, _, _) = if path == Path::new("-") {
+            (Box::new(std::io::stdin()), None, None)
         } else {
-            let (file, size) = open_regular(path, limits.max_file_bytes)?;
-            (Box::new(file), Some(size))
+            let (file, size, stamp) = open_stamped(path, limits.max_file_bytes)?;
+            (Box::new(file), Some(size), Some(stamp))
         };
         let mut reader = Reader::new(from, &path.display().to_string(), limits, window);
         reader.size = size;
+        reader.stamp = stamp;
         Ok(reader)
     }
 
@@ -229,7 +271,7 @@ impl Reader {
         window: usize,
     ) -> Result<Reader, InputError> {
         use std::io::Seek;
-        let (mut file, size) = open_regular(path, limits.max_file_bytes)?;
+        let (mut file, size, stamp) = open_stamped(path, limits.max_file_bytes)?;
         file.seek(std::io::SeekFrom::Start(offset as u64))
             .map_err(|cause| InputError::Io {
                 path: path.display().to_string(),
@@ -238,6 +280,7 @@ impl Reader {
         let mut reader = Reader::new(Box::new(file), &path.display().to_string(), limits, window);
         reader.base = offset;
         reader.size = Some(size);
+        reader.stamp = Some(stamp);
         Ok(reader)
     }
 
@@ -259,9 +302,15 @@ impl Reader {
             resume: Resume::default(),
             max_bytes: limits.max_file_bytes,
             size: None,
+            stamp: None,
             parts: false,
             head: Vec::new(),
         }
+    }
+
+    /// The stamp of the file read, as it was when it was opened (`None`: not a file).
+    pub fn stamp(&self) -> Option<FileStamp> {
+        self.stamp
     }
 
     /// Gives an interchange larger than a piece in parts ([`crate::x12::Part`]) instead of

@@ -1689,6 +1689,23 @@ fn outputs_of(dir: &Path) -> Vec<(String, String)> {
     all
 }
 
+/// An interchange of 1,472 bytes: a group of eight 850s, the fifth with a wrong SE01, a TA1
+/// after its GE, and a group of five 816s.
+fn mixed_interchange() -> String {
+    let mut out = String::from("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240301*1200*^*00501*000000777*0*P*:~\n");
+    out += "GS*PO*ACME*X12GATE*20240301*1200*71*X*005010~\n";
+    for i in 1..=8 {
+        let se = if i == 5 { 99 } else { 5 };
+        out += &format!("ST*850*{i:04}~\nBEG*00*SA*PO-77{i}**20240301~\nPO1*1*{i}*EA*1.00**VN*X{i}~\nCTT*1~\nSE*{se}*{i:04}~\n");
+    }
+    out += "GE*8*71~\nTA1*000000500*240301*1100*A*000~\n";
+    out += "GS*OR*ACME*X12GATE*20240301*1200*72*X*005010~\n";
+    for i in 1..=5 {
+        out += &format!("ST*816*{i:04}~\nBHT*0001*00*REF{i}*20240301~\nN1*BY*ACME RETAIL*92*00{i}~\nHL*1**A~\nN1*ST*STORE {i}*92*S{i}~\nSE*6*{i:04}~\n");
+    }
+    out + "GE*5*72~\nIEA*2*000000777~\n"
+}
+
 #[test]
 fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
     use x12gate::pipeline::{process_files_into, ProcessOptions, Settled, Source};
@@ -1716,13 +1733,17 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
             _ => file.extend_from_slice(b"ISA*broken~\n"),
         }
     }
+    // Two groups in one interchange: 850s, one of them broken (a partial acceptance), then
+    // a TA1 between the groups, then 816s (no business document: the interchange's
+    // translation holds them). Larger than the small windows: read in parts, twice.
+    file.extend_from_slice(mixed_interchange().as_bytes());
     let conflicting = String::from_utf8(fs::read(fixture("810-004010.x12")).unwrap())
         .unwrap()
         .replacen("~", "~\n", 3);
     file.extend_from_slice(fs::read(fixture("810-004010.x12")).unwrap().as_slice());
     file.extend_from_slice(conflicting.replace("*30*", "*31*").as_bytes());
     let mut seen = Vec::new();
-    for window in [usize::MAX, 700, 4096] {
+    for window in [usize::MAX, 300, 700, 4096] {
         let gate = Gate::new(300, "accept");
         let path = gate.dir.path().join("big.x12");
         fs::write(&path, &file).unwrap();
@@ -1780,6 +1801,14 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
         );
     }
     assert!(outputs.len() >= 10, "{outputs:#?}");
+    // The mixed interchange: partly accepted; its translation holds the TA1 and the 816s.
+    assert!(reports.iter().any(|r| r.contains("\"partial\"")), "{reports:#?}");
+    let (_, translation) = outputs
+        .iter()
+        .find(|(name, _)| name == "data/out/ZZ_ACME_000000777.json")
+        .expect("the mixed interchange's translation");
+    assert!(translation.contains("\"ta1\":[[\"000000500\""), "{translation}");
+    assert_eq!(translation.matches("\"st\":[\"816\"").count(), 5, "{translation}");
     for (window, got_reports, got_outputs) in &seen[1..] {
         assert_eq!(got_reports, reports, "window {window}");
         assert_eq!(got_outputs, outputs, "window {window}");

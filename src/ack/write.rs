@@ -387,10 +387,14 @@ pub fn write_acknowledgments(
         w.segment("GE", &[&groups.len().to_string(), &gs06]);
     }
     w.iea(batches.len(), control);
+    let mut bytes = w.out;
+    // Held until the interchange completes, and stored for replays: a million sets' AK2
+    // loops are 20 MB, without the growth's spare room.
+    bytes.shrink_to_fit();
     outbound.push(Outbound {
         kind,
         control_number: control,
-        bytes: w.out,
+        bytes,
     });
     Ok(outbound)
 }

@@ -314,6 +314,7 @@ fn in_pieces(
     let mut stopped = false;
     // An interchange larger than a piece goes on from one piece to the next.
     let mut first = None;
+    let stamp = reader.stamp();
     loop {
         let piece = match reader.next_piece() {
             // The rest of the file is not read: the file is not done, and its retry meets
@@ -343,8 +344,18 @@ fn in_pieces(
         window.stopped = stopped;
         window.first = first.take();
         // Standard input cannot be read twice: its interchanges are never given in parts.
-        let path = Some(source.read.as_path()).filter(|p| *p != Path::new("-"));
-        window.read((&source.name, path), &mut read, &mut slots, registry, turn)?;
+        let path = Some((source.read.as_path(), stamp)).filter(|(p, _)| *p != Path::new("-"));
+        let done = window.read((&source.name, path), &mut read, &mut slots, registry, turn);
+        if let Err(ProcessError::Input(e)) = done {
+            // The file read again is not the one read first (its claims were marked
+            // failed): the file fails after the reports of what was settled before, and
+            // the run goes on.
+            let (mut done, _) = window.finish(registry, turn)?;
+            reports.extend(in_order(slots, &mut done));
+            settled(reports, false);
+            return Ok(Err(ProcessError::Input(e)));
+        }
+        done?;
         first = window.first.take();
         let (mut done, stop) = window.finish(registry, turn)?;
         stopped = stop;
@@ -505,11 +516,11 @@ impl<'a, 'c> Window<'a, 'c> {
         }
     }
 
-    /// Takes every interchange `read` gives (the file `name`'s, read from `path` when it
-    /// can be read again, in parts), settling full windows.
+    /// Takes every interchange `read` gives (the file `name`'s, read from `path`, with its
+    /// stamp, when it can be read again, in parts), settling full windows.
     fn read(
         &mut self,
-        (name, path): (&str, Option<&Path>),
+        (name, path): (&str, Option<(&Path, Option<input::FileStamp>)>),
         read: &mut Interchanges<'a>,
         slots: &mut Vec<Slot>,
         registry: &mut Registry,
@@ -552,7 +563,7 @@ impl<'a, 'c> Window<'a, 'c> {
     fn part(
         &mut self,
         name: &str,
-        path: &Path,
+        path: (&Path, Option<input::FileStamp>),
         ic: &Interchange<'_>,
         slots: &mut Vec<Slot>,
         registry: &mut Registry,
@@ -1392,6 +1403,13 @@ fn write_all(
     replays: usize,
     items: &mut [Item<'_>],
 ) -> Result<std::collections::HashMap<usize, Vec<StoredAck>>, ProcessError> {
+    // A file changed since it was first read fails alone (an output that cannot be written
+    // stops the run): it is looked at before its translation reads it again.
+    for w in &writes {
+        if let (Content::Translation { .. }, Some(large)) = (&w.content, items[w.item].large) {
+            large.unchanged()?;
+        }
+    }
     let written = {
         let items: &[Item<'_>] = items;
         let writers: Vec<Writer<'_>> = writes

@@ -17,39 +17,19 @@ use crate::check::{Checks, InParts};
 use crate::config::Partner;
 use crate::finding::Finding;
 use crate::fingerprint::Fingerprint;
-use crate::input::Reader;
-use crate::x12::{Group, Interchange, Limits, Segment, TransactionSet};
+use crate::input::{FileStamp, InputError, Reader};
+use crate::x12::{Group, Interchange, Limits, Segment, Segments, TransactionSet};
 
 use super::ProcessError;
 
 /// The bytes the second reading reads at a time (a set larger than this is read whole).
 const AGAIN_WINDOW: usize = 1 << 20;
 
-/// The longest envelope segment the outline copies as it is; a longer one (an element past
-/// the limits) has each element cut, so that the outline stays small whatever the input.
-const OUTLINE_SEGMENT: usize = 1024;
-const OUTLINE_ELEMENT: usize = 80;
-
-/// What identifies the file between the two readings: a file replaced or rewritten in
-/// between is refused rather than read as if it were the one fingerprinted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    inode: u64,
-}
-
-impl Stamp {
-    fn of(path: &Path) -> Option<Stamp> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path).ok()?;
-        Some(Stamp {
-            len: meta.len(),
-            modified: meta.modified().ok(),
-            inode: meta.ino(),
-        })
-    }
-}
+/// The longest ST the outline copies as it is; a longer one (an element past the limits) has
+/// each element cut to as many bytes as 99 characters take at most (an acknowledgment
+/// carries no element longer than 99), so that the outline stays small whatever the input.
+const OUTLINE_ST: usize = 2048;
+const OUTLINE_ST_ELEMENT: usize = 4 * 99;
 
 /// The first reading of a large interchange, on its way.
 pub(super) struct FirstReading<'c> {
@@ -64,20 +44,24 @@ pub(super) struct FirstReading<'c> {
     /// Where each group's GS stands in the file (offset, ordinal).
     gs_at: Vec<(usize, u32)>,
     isa: Vec<u8>,
+    /// Where the groups begin in the outline (after the ISA and the first TA1, if any).
+    after_isa: usize,
+    /// Every TA1, wherever it stood (its translation puts them before the groups).
+    ta1: Vec<u8>,
     start: usize,
     path: Option<PathBuf>,
-    stamp: Option<Stamp>,
+    stamp: Option<FileStamp>,
     limits: Limits,
     window: usize,
 }
 
 impl<'c> FirstReading<'c> {
-    /// Begins with the interchange's first part, read from `path` (to be read again; `None`:
-    /// it is only decided) in pieces of `window` bytes (the second reading reads at most
-    /// [`AGAIN_WINDOW`] at a time).
+    /// Begins with the interchange's first part, read from the file `path` whose stamp
+    /// was `stamp` when it was opened (to be read again; `None`: it is only decided), in
+    /// pieces of `window` bytes (the second reading reads at most [`AGAIN_WINDOW`] at a time).
     pub fn begin(
         first: &Interchange<'_>,
-        path: Option<&Path>,
+        path: Option<(&Path, Option<FileStamp>)>,
         partner: &Partner,
         checks: Checks<'c>,
         (limits, window): (Limits, usize),
@@ -86,6 +70,7 @@ impl<'c> FirstReading<'c> {
             .input()
             .get(first.span.start..first.span.start + first.isa.len)
             .unwrap_or_default();
+        let outline = [isa_bytes, first.suffix].concat();
         let mut reading = FirstReading {
             checks,
             ignore: partner.fingerprint_ignore.clone(),
@@ -93,13 +78,15 @@ impl<'c> FirstReading<'c> {
             found: InParts::default(),
             utf8: true,
             // With the line ending after it: the acknowledgments use the sender's.
-            outline: [isa_bytes, first.suffix].concat(),
+            after_isa: outline.len(),
+            outline,
+            ta1: Vec::new(),
             sets: Vec::new(),
             gs_at: Vec::new(),
             isa: first.isa.segment.raw.to_vec(),
             start: first.base + first.span.start,
-            path: path.map(Path::to_path_buf),
-            stamp: path.and_then(Stamp::of),
+            path: path.map(|(p, _)| p.to_path_buf()),
+            stamp: path.and_then(|(_, stamp)| stamp),
             limits,
             window: window.min(AGAIN_WINDOW),
         };
@@ -114,19 +101,25 @@ impl<'c> FirstReading<'c> {
         self.utf8 &= std::str::from_utf8(part.bytes()).is_ok();
         let t = part.delimiters().segment;
         let p = part.part;
-        if p.first {
-            if let Some(ta1) = part.ta1.first() {
-                outline_segment(&mut self.outline, ta1, t);
+        for ta1 in &part.ta1 {
+            if self.ta1.is_empty() {
+                // Before the groups, where a whole reading puts every TA1: it makes an
+                // interchange of acknowledgments only one that is never answered.
+                let at = self.after_isa;
+                self.outline.splice(at..at, [ta1.raw, &[t]].concat());
+                self.after_isa += ta1.raw.len() + 1;
             }
+            self.ta1.extend_from_slice(ta1.raw);
+            self.ta1.push(t);
         }
         for (gi, g) in part.groups.iter().enumerate() {
             if p.opens(gi) {
-                outline_segment(&mut self.outline, &g.gs, t);
+                whole_segment(&mut self.outline, &g.gs, t);
                 self.gs_at.push((g.gs.offset, g.gs.ordinal));
                 self.sets.push(0);
             }
             for set in g.sets.iter() {
-                outline_segment(&mut self.outline, &set.st, t);
+                st_segment(&mut self.outline, &set.st, t);
                 self.outline.extend_from_slice(b"SE");
                 self.outline.push(t);
             }
@@ -135,13 +128,13 @@ impl<'c> FirstReading<'c> {
             }
             if p.closes(gi, part.groups.len()) {
                 if let Some(ge) = &g.ge {
-                    outline_segment(&mut self.outline, ge, t);
+                    whole_segment(&mut self.outline, ge, t);
                 }
             }
         }
         if p.last {
             if let Some(iea) = &part.iea {
-                outline_segment(&mut self.outline, iea, t);
+                whole_segment(&mut self.outline, iea, t);
             }
         }
     }
@@ -158,6 +151,7 @@ impl<'c> FirstReading<'c> {
             sets: self.sets,
             gs_at: self.gs_at,
             isa: self.isa,
+            ta1: self.ta1,
             start: self.start,
             path: self.path,
             stamp: self.stamp,
@@ -168,15 +162,22 @@ impl<'c> FirstReading<'c> {
     }
 }
 
-/// `segment` into the outline: as it is, or with each element cut when it is long.
-fn outline_segment(out: &mut Vec<u8>, segment: &Segment<'_>, terminator: u8) {
-    if segment.raw.len() <= OUTLINE_SEGMENT {
-        out.extend_from_slice(segment.raw);
+/// `segment` into the outline as it is (a GS, GE, IEA: one a group at most, and their
+/// values are group keys).
+fn whole_segment(out: &mut Vec<u8>, segment: &Segment<'_>, terminator: u8) {
+    out.extend_from_slice(segment.raw);
+    out.push(terminator);
+}
+
+/// A set's ST into the outline, each element cut when it is long (see [`OUTLINE_ST`]).
+fn st_segment(out: &mut Vec<u8>, st: &Segment<'_>, terminator: u8) {
+    if st.raw.len() <= OUTLINE_ST {
+        out.extend_from_slice(st.raw);
     } else {
-        out.extend_from_slice(segment.id.get(..3).unwrap_or(segment.id));
-        for e in segment.elements().take(16) {
-            out.push(segment.delimiters.element);
-            out.extend_from_slice(e.value.get(..OUTLINE_ELEMENT).unwrap_or(e.value));
+        out.extend_from_slice(b"ST");
+        for e in st.elements().take(3) {
+            out.push(st.delimiters.element);
+            out.extend_from_slice(e.value.get(..OUTLINE_ST_ELEMENT).unwrap_or(e.value));
         }
     }
     out.push(terminator);
@@ -210,10 +211,11 @@ pub(super) struct Large {
     sets: Vec<usize>,
     gs_at: Vec<(usize, u32)>,
     isa: Vec<u8>,
+    ta1: Vec<u8>,
     /// Where its ISA begins in the file.
     start: usize,
     path: Option<PathBuf>,
-    stamp: Option<Stamp>,
+    stamp: Option<FileStamp>,
     limits: Limits,
     window: usize,
     /// The second reading, where the last run of documents left it.
@@ -244,7 +246,16 @@ impl Large {
     /// The outline read as an interchange, when it has the groups and sets the interchange
     /// has (it cannot but have them; a decision on any other would be wrong).
     pub fn read_outline(&self) -> Result<Interchange<'_>, String> {
-        match crate::x12::Interchanges::new(&self.outline, self.limits).next() {
+        // Read without the limits: they were the interchange's to meet (the outline of
+        // sets without SE may even be longer than it), and they change nothing of its shape.
+        let unbounded = Limits {
+            max_file_bytes: u64::MAX,
+            max_segments_per_set: u32::MAX,
+            max_element_len: usize::MAX,
+            max_set_bytes: u64::MAX,
+            max_interchange_bytes: u64::MAX,
+        };
+        match crate::x12::Interchanges::new(&self.outline, unbounded).next() {
             Some(Ok(outline)) if self.matches(&outline) => Ok(outline),
             _ => Err(format!(
                 "the outline of the interchange at byte {} does not read as it",
@@ -263,25 +274,28 @@ impl Large {
     }
 
     fn changed(&self) -> ProcessError {
-        ProcessError::Io {
+        ProcessError::Input(InputError::Changed {
             path: self
                 .path
                 .as_ref()
                 .map_or_else(String::new, |p| p.display().to_string()),
-            cause: std::io::Error::other(format!(
-                "the file changed while its interchange at byte {} was processed; it is read again from the start",
-                self.start
-            )),
-        }
+            offset: self.start,
+        })
+    }
+
+    /// Whether the file is still the one read the first time.
+    pub fn unchanged(&self) -> Result<(), ProcessError> {
+        self.open().map(drop)
     }
 
     /// A reading of the interchange from its ISA, in parts.
     fn open(&self) -> Result<Reader, ProcessError> {
         let path = self.path.as_ref().ok_or_else(|| self.changed())?;
-        if Stamp::of(path) != self.stamp {
+        let reader = Reader::open_at(path, self.start, self.limits, self.window)?;
+        if self.stamp.is_none() || reader.stamp() != self.stamp {
             return Err(self.changed());
         }
-        Ok(Reader::open_at(path, self.start, self.limits, self.window)?.in_parts())
+        Ok(reader.in_parts())
     }
 
     /// Shows `visit` the sets from `from` (group, set) on, in order, until it says to stop
@@ -356,7 +370,13 @@ impl Large {
                 let mut read = piece.interchanges();
                 match read.next() {
                     Some(Ok(part)) => {
-                        doc.interchange_keeping(&part, keep, &mut out)
+                        // Every TA1 goes with the first part, before the groups.
+                        let d = part.delimiters();
+                        let ta1: Vec<Segment<'_>> = match part.part.first {
+                            true => Segments::new(&self.ta1, 0, self.ta1.len(), 2, d).collect(),
+                            false => Vec::new(),
+                        };
+                        doc.interchange_part(&part, keep, &ta1, &mut out)
                             .map_err(translating)?;
                         (part.part.last, read.resume())
                     }

@@ -361,7 +361,7 @@ pub fn write_interchange_document_with(
     out.write_all(b"{\"encoding\":")?;
     serde_json::to_writer(&mut *out, &encoding).map_err(io::Error::from)?;
     out.write_all(b",\"interchanges\":[")?;
-    text.write_interchange(ic, keep, out, &mut Written::default())?;
+    text.write_interchange(ic, keep, None, out, &mut Written::default())?;
     out.write_all(b"]}\n")?;
     Ok(())
 }
@@ -378,10 +378,13 @@ impl Text<'_> {
     /// The JSON object of `ic` (the [`JsonInterchange`] it serialises as), written a set at a
     /// time, holding only the sets `keep(group, set)` accepts; a part of an interchange
     /// writes its share of the object, `written` saying what earlier parts wrote.
+    /// `ta1`, when given, is every TA1 of the interchange, wherever it stood (its parts'
+    /// are then not looked at).
     fn write_interchange(
         &self,
         ic: &Interchange<'_>,
         keep: &dyn Fn(usize, usize) -> bool,
+        ta1: Option<&[Segment<'_>]>,
         out: &mut dyn Write,
         written: &mut Written,
     ) -> Result<(), ParseError> {
@@ -394,7 +397,7 @@ impl Text<'_> {
                 id: s.id_str(),
             });
         }
-        if let Some(s) = ic.ta1.first().filter(|_| !ic.part.first) {
+        if let Some(s) = ic.ta1.first().filter(|_| !ic.part.first && ta1.is_none()) {
             return Err(ParseError::LateTa1 {
                 offset: s.offset,
                 ordinal: s.ordinal,
@@ -424,9 +427,10 @@ impl Text<'_> {
                     json(out, &self.elements(s))?;
                 }
             }
-            if !ic.ta1.is_empty() {
+            let ta1 = ta1.unwrap_or(&ic.ta1);
+            if !ta1.is_empty() {
                 out.write_all(b",\"ta1\":")?;
-                let ta1: Vec<Vec<JsonElement>> = ic.ta1.iter().map(|s| self.elements(s)).collect();
+                let ta1: Vec<Vec<JsonElement>> = ta1.iter().map(|s| self.elements(s)).collect();
                 json(out, &ta1)?;
             }
             out.write_all(b",\"groups\":[")?;
@@ -616,6 +620,29 @@ impl<'s> DocumentWriter<'s> {
         keep: &dyn Fn(usize, usize) -> bool,
         out: &mut impl Write,
     ) -> Result<(), ParseError> {
+        self.interchange_with(ic, keep, None, out)
+    }
+
+    /// [`DocumentWriter::interchange_keeping`] of a part of an interchange whose TA1s,
+    /// wherever they stood, are `ta1` (gathered beforehand: an interchange read in parts
+    /// twice): they are written where a whole reading puts them, before the groups.
+    pub fn interchange_part(
+        &mut self,
+        ic: &Interchange<'_>,
+        keep: &dyn Fn(usize, usize) -> bool,
+        ta1: &[Segment<'_>],
+        out: &mut impl Write,
+    ) -> Result<(), ParseError> {
+        self.interchange_with(ic, keep, Some(ta1), out)
+    }
+
+    fn interchange_with(
+        &mut self,
+        ic: &Interchange<'_>,
+        keep: &dyn Fn(usize, usize) -> bool,
+        ta1: Option<&[Segment<'_>]>,
+        out: &mut impl Write,
+    ) -> Result<(), ParseError> {
         if ic.part.first {
             if self.written > 0 {
                 out.write_all(b",")?;
@@ -625,7 +652,7 @@ impl<'s> DocumentWriter<'s> {
         let mut out: &mut dyn Write = out;
         self.text
             .for_interchange(ic)
-            .write_interchange(ic, keep, &mut out, &mut self.part)
+            .write_interchange(ic, keep, ta1, &mut out, &mut self.part)
     }
 
     pub fn finish(self, out: &mut impl Write) -> Result<(), ParseError> {
