@@ -1802,13 +1802,23 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
     }
     assert!(outputs.len() >= 10, "{outputs:#?}");
     // The mixed interchange: partly accepted; its translation holds the TA1 and the 816s.
-    assert!(reports.iter().any(|r| r.contains("\"partial\"")), "{reports:#?}");
+    assert!(
+        reports.iter().any(|r| r.contains("\"partial\"")),
+        "{reports:#?}"
+    );
     let (_, translation) = outputs
         .iter()
         .find(|(name, _)| name == "data/out/ZZ_ACME_000000777.json")
         .expect("the mixed interchange's translation");
-    assert!(translation.contains("\"ta1\":[[\"000000500\""), "{translation}");
-    assert_eq!(translation.matches("\"st\":[\"816\"").count(), 5, "{translation}");
+    assert!(
+        translation.contains("\"ta1\":[[\"000000500\""),
+        "{translation}"
+    );
+    assert_eq!(
+        translation.matches("\"st\":[\"816\"").count(),
+        5,
+        "{translation}"
+    );
     for (window, got_reports, got_outputs) in &seen[1..] {
         assert_eq!(got_reports, reports, "window {window}");
         assert_eq!(got_outputs, outputs, "window {window}");

@@ -392,3 +392,119 @@ impl Large {
         doc.finish(&mut out).map_err(translating)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x12::{Interchanges, Part};
+
+    /// The decision on `input`'s interchange read whole, and on its outline read in parts
+    /// of `window` bytes (with its findings put together from the parts).
+    fn both(
+        input: &str,
+        window: usize,
+        limits: Limits,
+    ) -> (
+        crate::ack::InterchangeResponse,
+        crate::ack::InterchangeResponse,
+        usize,
+    ) {
+        let schemas = crate::schema::builtin().unwrap();
+        let checks = Checks::definitions(schemas);
+        let partner = Partner::unknown("ZZ", "ACME");
+        let whole = Interchanges::new(input.as_bytes(), limits)
+            .next()
+            .unwrap()
+            .unwrap();
+        let found = crate::check::interchange(&whole, &checks, []);
+        let want = crate::ack::respond(&whole, &found, &partner);
+
+        let from = Box::new(std::io::Cursor::new(input.as_bytes().to_vec()));
+        let mut reader = Reader::new(from, "t", limits, window).in_parts();
+        let (mut first, mut parts) = (None::<FirstReading<'_>>, 0);
+        while let Some(piece) = reader.next_piece().unwrap() {
+            let mut read = piece.interchanges();
+            for ic in read.by_ref() {
+                let ic = ic.unwrap();
+                parts += 1;
+                match &mut first {
+                    Some(f) => f.add(&ic),
+                    None => {
+                        first = Some(FirstReading::begin(
+                            &ic,
+                            None,
+                            &partner,
+                            checks,
+                            (limits, window),
+                        ))
+                    }
+                }
+            }
+            let resume = read.resume();
+            reader.advance(resume);
+        }
+        let large = first.unwrap().finish();
+        let outline = large.read_outline().unwrap();
+        assert_eq!(outline.part, Part::WHOLE);
+        let got = crate::ack::respond(&outline, &large.found, &partner);
+        (want, got, parts)
+    }
+
+    fn isa(n: u32) -> String {
+        format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240301*1200*^*00501*{n:09}*1*P*:~\n")
+    }
+
+    /// Whatever the interchange holds, the outline is decided as the interchange read whole:
+    /// the same answer for every group and set, the same acknowledgment codes and values.
+    #[test]
+    fn an_outline_is_decided_as_its_interchange_read_whole() {
+        let long = "L".repeat(1_100);
+        let mut odd = isa(7);
+        odd += &format!("GS*PO*{long}*X12GATE*20240301*1200*71*X*005010~\n");
+        for i in 1..=12 {
+            odd += &format!("ST*850*{i:04}~\nBEG*00*SA*PO-{i}**20240301~\nPO1*1*{i}*EA*1.00**VN*X{i}~\nCTT*1~\nSE*5*{i:04}~\n");
+        }
+        // A set without SE, a set with an ST02 past any limit, a GS without its GE.
+        odd += "ST*850*0013~\nBEG*00*SA*PO-13**20240301~\n";
+        odd += &format!("ST*850*{long}~\nBEG*00*SA*PO-14**20240301~\nSE*3*{long}~\n");
+        odd += "GS*OR*ACME*X12GATE*20240301*1200*72*X*005010~\n";
+        for i in 1..=4 {
+            odd += &format!("ST*816*{i:04}~\nBHT*0001*00*R{i}*20240301~\nN1*BY*A*92*0{i}~\nHL*1**A~\nN1*ST*S*92*S{i}~\nSE*6*{i:04}~\n");
+        }
+        odd += "GE*4*72~\nTA1*000000500*240301*1100*A*000~\nIEA*2*000000007~\n";
+        // Only acknowledgments (never answered): a group of 997s, then a TA1 after it; and
+        // no group at all, strays then a TA1 (nothing to cut at: one part).
+        let mut acks = isa(8) + "GS*FA*ACME*X12GATE*20240301*1200*74*X*005010~\n";
+        for i in 1..=40 {
+            acks += &format!("ST*997*{i:04}~\nAK1*PO*{i}~\nAK9*A*1*1*1~\nSE*4*{i:04}~\n");
+        }
+        acks += "GE*40*74~\nTA1*000000500*240301*1100*A*000~\nIEA*1*000000008~\n";
+        let strays = isa(10)
+            + &"ST*1~\n".repeat(100)
+            + "TA1*000000500*240301*1100*A*000~\nIEA*0*000000010~\n";
+        for (input, name, cut) in [
+            (&odd, "odd", true),
+            (&acks, "acknowledgments only", true),
+            (&strays, "strays and a TA1", false),
+        ] {
+            for window in [200, 450, 1_000, 100_000] {
+                let (want, got, parts) = both(input, window, Limits::default());
+                let cut = cut && window < input.len();
+                assert!(!cut || parts > 1, "{name}, window {window}: {parts}");
+                assert_eq!(got, want, "{name}, window {window}");
+            }
+        }
+        // Sets without SE make an outline longer than its interchange: the interchange's
+        // limit is not the outline's.
+        let mut tiny = isa(9) + "GS*PO*ACME*X12GATE*20240301*1200*73*X*005010~\n";
+        tiny += &"ST*1~\n".repeat(600);
+        tiny += "GE*600*73~\nIEA*1*000000009~\n";
+        let limits = Limits {
+            max_interchange_bytes: tiny.len() as u64 + 10,
+            ..Limits::default()
+        };
+        let (want, got, _) = both(&tiny, 300, limits);
+        assert_eq!(got, want);
+        assert_eq!(got.accepted_sets[0].len(), 600);
+    }
+}
