@@ -447,7 +447,20 @@ mod tests {
         let outline = large.read_outline().unwrap();
         assert_eq!(outline.part, Part::WHOLE);
         let got = crate::ack::respond(&outline, &large.found, &partner);
-        (want, got, parts)
+        (as_written(want), as_written(got), parts)
+    }
+
+    /// A response with its sets' values as an acknowledgment writes them (99 bytes at most).
+    fn as_written(mut r: crate::ack::InterchangeResponse) -> crate::ack::InterchangeResponse {
+        let cut = |v: &mut String| *v = crate::text::bounded(v, 99).to_string();
+        for s in r.groups.iter_mut().flat_map(|g| g.sets.iter_mut()) {
+            cut(&mut s.id);
+            cut(&mut s.control_number);
+            if let Some(c) = &mut s.convention {
+                cut(c);
+            }
+        }
+        r
     }
 
     fn isa(n: u32) -> String {
@@ -466,7 +479,8 @@ mod tests {
         }
         // A set without SE, a set with an ST02 past any limit, a GS without its GE.
         odd += "ST*850*0013~\nBEG*00*SA*PO-13**20240301~\n";
-        odd += &format!("ST*850*{long}~\nBEG*00*SA*PO-14**20240301~\nSE*3*{long}~\n");
+        let longer = "\u{e9}".repeat(1_100);
+        odd += &format!("ST*850*{longer}~\nBEG*00*SA*PO-14**20240301~\nSE*3*{longer}~\n");
         odd += "GS*OR*ACME*X12GATE*20240301*1200*72*X*005010~\n";
         for i in 1..=4 {
             odd += &format!("ST*816*{i:04}~\nBHT*0001*00*R{i}*20240301~\nN1*BY*A*92*0{i}~\nHL*1**A~\nN1*ST*S*92*S{i}~\nSE*6*{i:04}~\n");
