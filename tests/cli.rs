@@ -1,6 +1,6 @@
 //! The binary's contract: commands, output shapes and exit codes (SPEC section 6).
 
-use crate::util::{fixture, x12gate};
+use crate::util::{fixture, root, x12gate};
 
 const CLEAN: &str = "850-004010.x12";
 
@@ -259,6 +259,28 @@ fn an_interchange_larger_than_a_piece_is_read_in_parts_end_to_end() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // `ack` decides it a part at a time: every set answered, the reused number rejected.
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
+    let out = x12gate(dir.path()).arg("ack").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let ack = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(ack.matches("AK2*850*").count(), sets, "every set answered");
+    assert_eq!(ack.matches("AK5*R*23~").count(), 1);
+    assert!(
+        ack.contains("AK2*850*010001~\nAK5*R*23~"),
+        "the reused number rejected"
+    );
+    assert!(
+        ack.contains(&format!("AK9*P*{}*{sets}*{}*5~", sets + 1, sets - 1)),
+        "{}",
+        &ack[ack.len().saturating_sub(300)..]
+    );
+    std::fs::remove_file(dir.path().join("partners.toml")).unwrap();
 
     let out = x12gate(dir.path())
         .args(["parse", "--raw"])

@@ -463,6 +463,99 @@ mod tests {
         r
     }
 
+    /// The second reading shows every set once, in order, run after run; and refuses a file
+    /// rewritten or replaced since the first.
+    #[test]
+    fn the_second_reading_goes_on_run_after_run_and_refuses_another_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("large.x12");
+        let mut text = isa(11) + "GS*PO*ACME*X12GATE*20240301*1200*71*X*005010~\n";
+        for i in 1..=60 {
+            text += &format!("ST*850*{i:04}~\nBEG*00*SA*PO-{i}**20240301~\nSE*3*{i:04}~\n");
+            if i == 30 {
+                text += "GE*30*71~\nGS*PO*ACME*X12GATE*20240301*1200*72*X*005010~\n";
+            }
+        }
+        text += "GE*30*72~\nIEA*2*000000011~\n";
+        std::fs::write(&path, &text).unwrap();
+        let first_reading = || {
+            let limits = Limits::default();
+            let mut reader = Reader::open(&path, limits, 400).unwrap().in_parts();
+            let stamp = reader.stamp();
+            let partner = Partner::unknown("ZZ", "ACME");
+            let mut first: Option<FirstReading<'_>> = None;
+            while let Some(piece) = reader.next_piece().unwrap() {
+                let mut read = piece.interchanges();
+                for ic in read.by_ref() {
+                    let ic = ic.unwrap();
+                    match &mut first {
+                        Some(f) => f.add(&ic),
+                        None => {
+                            let source = Some((path.as_path(), stamp));
+                            first = Some(FirstReading::begin(
+                                &ic,
+                                source,
+                                &partner,
+                                Checks::default(),
+                                (limits, 400),
+                            ))
+                        }
+                    }
+                }
+                let resume = read.resume();
+                reader.advance(resume);
+            }
+            first.unwrap().finish()
+        };
+        let large = first_reading();
+        // Runs of seven sets: each goes on where the last one stopped.
+        let mut seen = Vec::new();
+        let mut next = Some((0, 0));
+        while let Some(from) = next.take() {
+            let mut in_run = 0;
+            large
+                .each_set(from, &mut |gi, si, _, _, set| {
+                    if in_run == 7 {
+                        next = Some((gi, si));
+                        return Ok(false);
+                    }
+                    in_run += 1;
+                    let st02 = String::from_utf8_lossy(set.st.element(2).unwrap()).into_owned();
+                    seen.push((gi, si, st02));
+                    Ok(true)
+                })
+                .unwrap();
+        }
+        let want: Vec<(usize, usize, String)> = (1..=60)
+            .map(|i: usize| ((i - 1) / 30, (i - 1) % 30, format!("{i:04}")))
+            .collect();
+        assert_eq!(seen, want);
+
+        // Rewritten in place, then replaced by another file: refused, by the file's error.
+        std::fs::write(&path, text.replace("PO-7*", "PO-8*")).unwrap();
+        let refused = large.each_set((0, 0), &mut |_, _, _, _, _| Ok(true));
+        assert!(
+            matches!(
+                refused,
+                Err(ProcessError::Input(InputError::Changed { offset: 0, .. }))
+            ),
+            "{refused:?}"
+        );
+        let large = first_reading();
+        let other = dir.path().join("other.x12");
+        std::fs::write(&other, &text).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let mut out = Vec::new();
+        let refused = large.write_translation(
+            crate::translate::Form::Raw,
+            crate::schema::builtin().unwrap(),
+            &|_, _| true,
+            &mut out,
+        );
+        assert!(refused.is_err());
+        assert!(large.unchanged().is_err());
+    }
+
     fn isa(n: u32) -> String {
         format!("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240301*1200*^*00501*{n:09}*1*P*:~\n")
     }
