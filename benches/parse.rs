@@ -83,7 +83,7 @@ fn parse(c: &mut Criterion) {
         b.iter(|| {
             let mut n = 0;
             for ic in Interchanges::new(black_box(&input), Limits::default()).flatten() {
-                n += x12gate::fingerprint::fingerprint(&input, &ic, &[]).len();
+                n += x12gate::fingerprint::fingerprint(&ic, &[]).len();
                 for group in &ic.groups {
                     for set in &group.sets {
                         n += x12gate::fingerprint::set_fingerprint(&set).len();

@@ -315,8 +315,8 @@ impl Reader {
 
     /// Gives an interchange larger than a piece in parts ([`crate::x12::Part`]) instead of
     /// growing the piece to hold it: memory is then the window (or the largest set), however
-    /// large an interchange. Only for a reader of the parts' findings that puts them
-    /// together (`check::pieces`).
+    /// large an interchange. Only for a reader that puts the parts together
+    /// (`check::pieces`, `pipeline::large`).
     pub fn in_parts(mut self) -> Reader {
         self.parts = true;
         self

@@ -25,8 +25,8 @@ pub struct Limits {
     /// Bytes in one transaction set, ST to SE: a set is checked and translated whole, so
     /// this bounds what one set may take.
     pub max_set_bytes: u64,
-    /// Bytes in one interchange, ISA to IEA: an interchange is held whole while it is
-    /// decided, so this bounds the memory a file takes, however large it is.
+    /// Bytes in one interchange, ISA to IEA: what a piece grows to when an interchange is
+    /// read whole (from standard input), and what bounds its outline read in parts.
     pub max_interchange_bytes: u64,
 }
 
