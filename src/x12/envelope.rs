@@ -172,16 +172,83 @@ pub struct Group<'a> {
 }
 
 /// The transaction sets of a group, kept as a few offsets each and cut again from the
-/// input when asked for: an interchange of a million small sets then holds 40 MB of them,
+/// input when asked for: an interchange of a million small sets then holds 24 MB of them,
 /// not 200.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sets<'a> {
     input: &'a [u8],
     base: usize,
     delimiters: Delimiters,
-    entries: Vec<SetEntry>,
+    entries: Entries,
     /// The invalid body segment ids of every set, by set index (rare: only broken sets).
     bad_ids: Vec<(usize, Segment<'a>)>,
+}
+
+/// The sets' entries, each in 32-bit numbers (24 bytes) while every offset fits, as it does
+/// in any input of less than 4 GiB; in 64-bit ones (40 bytes) from the first that does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entries {
+    Narrow(Vec<[u32; 6]>),
+    Wide(Vec<SetEntry>),
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        match self {
+            Entries::Narrow(v) => v.len(),
+            Entries::Wide(v) => v.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<SetEntry> {
+        match self {
+            Entries::Narrow(v) => v.get(i).map(|&[st, from, to, se, st_ordinal, count]| {
+                let at = |n: u32| n as usize;
+                SetEntry {
+                    st: at(st),
+                    body: (at(from), at(to)),
+                    se: if se == u32::MAX { usize::MAX } else { at(se) },
+                    st_ordinal,
+                    count,
+                }
+            }),
+            Entries::Wide(v) => v.get(i).copied(),
+        }
+    }
+
+    fn push(&mut self, e: SetEntry) {
+        let narrow = |n: usize| u32::try_from(n).ok().filter(|n| *n != u32::MAX);
+        let se = if e.se == usize::MAX {
+            Some(u32::MAX)
+        } else {
+            narrow(e.se)
+        };
+        match (
+            &mut *self,
+            narrow(e.st),
+            narrow(e.body.0),
+            narrow(e.body.1),
+            se,
+        ) {
+            (Entries::Narrow(v), Some(st), Some(from), Some(to), Some(se)) => {
+                v.push([st, from, to, se, e.st_ordinal, e.count]);
+            }
+            (Entries::Narrow(_), ..) => {
+                let wide: Vec<SetEntry> = (0..self.len()).filter_map(|i| self.get(i)).collect();
+                *self = Entries::Wide(wide);
+                self.push(e);
+            }
+            (Entries::Wide(v), ..) => v.push(e),
+        }
+    }
+
+    /// Without the growth's spare room, once the group is closed.
+    fn shrink(&mut self) {
+        match self {
+            Entries::Narrow(v) => v.shrink_to_fit(),
+            Entries::Wide(v) => v.shrink_to_fit(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +276,7 @@ impl<'a> Sets<'a> {
             input,
             base,
             delimiters,
-            entries: Vec::new(),
+            entries: Entries::Narrow(Vec::new()),
             bad_ids: Vec::new(),
         }
     }
@@ -219,7 +286,7 @@ impl<'a> Sets<'a> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.len() == 0
     }
 
     pub fn get(&self, i: usize) -> Option<TransactionSet<'a>> {
@@ -1056,6 +1123,7 @@ impl<'a> Builder<'a> {
         self.close_set(None);
         if let Some(mut group) = self.open_group.take() {
             group.ge = ge;
+            group.sets.entries.shrink();
             self.groups.push(group);
         }
     }
@@ -1363,6 +1431,39 @@ fn build<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A set's entry comes back as it went in, in 32-bit numbers and, from the first offset
+    /// past them, in 64-bit ones.
+    #[test]
+    fn set_entries_are_kept_narrow_until_an_offset_needs_more() {
+        let entry = |st: usize, se: usize| SetEntry {
+            st,
+            body: (st + 12, st + 40),
+            se,
+            st_ordinal: 7,
+            count: 3,
+        };
+        let mut entries = Entries::Narrow(Vec::new());
+        let mut want = Vec::new();
+        for e in [
+            entry(10, 52),
+            entry(60, usize::MAX),
+            entry(4_000_000_000, 4_000_000_040),
+        ] {
+            entries.push(e);
+            want.push(e);
+        }
+        assert!(matches!(entries, Entries::Narrow(_)));
+        for e in [entry(1 << 33, (1 << 33) + 40), entry(90, usize::MAX)] {
+            entries.push(e);
+            want.push(e);
+        }
+        assert!(matches!(entries, Entries::Wide(_)));
+        entries.shrink();
+        let got: Vec<SetEntry> = (0..entries.len()).filter_map(|i| entries.get(i)).collect();
+        assert_eq!(got, want);
+        assert_eq!(entries.get(want.len()), None);
+    }
 
     const ISA: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~";
 
