@@ -614,15 +614,7 @@ impl<'a, 'c> Window<'a, 'c> {
         it.fingerprint = large.fingerprint.clone();
         it.large = Some(&large);
         let mut items = [it];
-        self.stopped |= settle(
-            &mut items,
-            self.stopped,
-            turn,
-            self.config,
-            self.schemas,
-            registry,
-            self.options,
-        )?;
+        self.settle_these(&mut items, registry, turn)?;
         let [it] = items;
         slots.push(Slot::Item(self.reports.len()));
         self.reports.push(Some(it.report));
@@ -637,17 +629,33 @@ impl<'a, 'c> Window<'a, 'c> {
         if !self.stopped {
             fingerprint_all(&mut self.items);
         }
+        let mut items = std::mem::take(&mut self.items);
+        self.settle_these(&mut items, registry, turn)?;
+        self.reports
+            .extend(items.drain(..).map(|it| Some(it.report)));
+        // The same room for the next window.
+        self.items = items;
+        Ok(())
+    }
+
+    /// [`settle`] of `items`, this window's or one large interchange's; a stop that came
+    /// while waiting holds for what comes after.
+    fn settle_these(
+        &mut self,
+        items: &mut [Item<'_>],
+        registry: &mut Registry,
+        turn: &mut Option<Turn>,
+    ) -> Result<(), ProcessError> {
+        let (config, schemas, options) = (self.config, self.schemas, self.options);
         self.stopped |= settle(
-            &mut self.items,
+            items,
             self.stopped,
             turn,
-            self.config,
-            self.schemas,
+            config,
+            schemas,
             registry,
-            self.options,
+            options,
         )?;
-        self.reports
-            .extend(self.items.drain(..).map(|it| Some(it.report)));
         Ok(())
     }
 

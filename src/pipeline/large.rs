@@ -43,16 +43,44 @@ pub(super) struct FirstReading<'c> {
     sets: Vec<usize>,
     /// Where each group's GS stands in the file (offset, ordinal).
     gs_at: Vec<(usize, u32)>,
-    isa: Vec<u8>,
     /// Where the groups begin in the outline (after the ISA and the first TA1, if any).
     after_isa: usize,
     /// Every TA1, wherever it stood (its translation puts them before the groups).
     ta1: Vec<u8>,
+    place: Place,
+}
+
+/// Where an interchange is to be read again: its file, as it was when first opened, and
+/// its ISA's bytes and place in it.
+struct Place {
+    isa: Vec<u8>,
     start: usize,
     path: Option<PathBuf>,
     stamp: Option<FileStamp>,
     limits: Limits,
     window: usize,
+}
+
+impl Place {
+    fn changed(&self) -> ProcessError {
+        ProcessError::Input(InputError::Changed {
+            path: self
+                .path
+                .as_ref()
+                .map_or_else(String::new, |p| p.display().to_string()),
+            offset: self.start,
+        })
+    }
+
+    /// A reading of the interchange from its ISA, in parts.
+    fn open(&self) -> Result<Reader, ProcessError> {
+        let path = self.path.as_ref().ok_or_else(|| self.changed())?;
+        let reader = Reader::open_at(path, self.start, self.limits, self.window)?;
+        if self.stamp.is_none() || reader.stamp() != self.stamp {
+            return Err(self.changed());
+        }
+        Ok(reader.in_parts())
+    }
 }
 
 impl<'c> FirstReading<'c> {
@@ -83,12 +111,14 @@ impl<'c> FirstReading<'c> {
             ta1: Vec::new(),
             sets: Vec::new(),
             gs_at: Vec::new(),
-            isa: first.isa.segment.raw.to_vec(),
-            start: first.base + first.span.start,
-            path: path.map(|(p, _)| p.to_path_buf()),
-            stamp: path.and_then(|(_, stamp)| stamp),
-            limits,
-            window: window.min(AGAIN_WINDOW),
+            place: Place {
+                isa: first.isa.segment.raw.to_vec(),
+                start: first.base + first.span.start,
+                path: path.map(|(p, _)| p.to_path_buf()),
+                stamp: path.and_then(|(_, stamp)| stamp),
+                limits,
+                window: window.min(AGAIN_WINDOW),
+            },
         };
         reading.add(first);
         reading
@@ -150,13 +180,8 @@ impl<'c> FirstReading<'c> {
             found: self.found.finish(),
             sets: self.sets,
             gs_at: self.gs_at,
-            isa: self.isa,
             ta1: self.ta1,
-            start: self.start,
-            path: self.path,
-            stamp: self.stamp,
-            limits: self.limits,
-            window: self.window,
+            place: self.place,
             again: Mutex::new(None),
         }
     }
@@ -210,14 +235,8 @@ pub(super) struct Large {
     pub found: Vec<Finding>,
     sets: Vec<usize>,
     gs_at: Vec<(usize, u32)>,
-    isa: Vec<u8>,
     ta1: Vec<u8>,
-    /// Where its ISA begins in the file.
-    start: usize,
-    path: Option<PathBuf>,
-    stamp: Option<FileStamp>,
-    limits: Limits,
-    window: usize,
+    place: Place,
     /// The second reading, where the last run of documents left it.
     again: Mutex<Option<Reader>>,
 }
@@ -259,7 +278,7 @@ impl Large {
             Some(Ok(outline)) if self.matches(&outline) => Ok(outline),
             _ => Err(format!(
                 "the outline of the interchange at byte {} does not read as it",
-                self.start
+                self.place.start
             )),
         }
     }
@@ -274,28 +293,12 @@ impl Large {
     }
 
     fn changed(&self) -> ProcessError {
-        ProcessError::Input(InputError::Changed {
-            path: self
-                .path
-                .as_ref()
-                .map_or_else(String::new, |p| p.display().to_string()),
-            offset: self.start,
-        })
+        self.place.changed()
     }
 
     /// Whether the file is still the one read the first time.
     pub fn unchanged(&self) -> Result<(), ProcessError> {
-        self.open().map(drop)
-    }
-
-    /// A reading of the interchange from its ISA, in parts.
-    fn open(&self) -> Result<Reader, ProcessError> {
-        let path = self.path.as_ref().ok_or_else(|| self.changed())?;
-        let reader = Reader::open_at(path, self.start, self.limits, self.window)?;
-        if self.stamp.is_none() || reader.stamp() != self.stamp {
-            return Err(self.changed());
-        }
-        Ok(reader.in_parts())
+        self.place.open().map(drop)
     }
 
     /// Shows `visit` the sets from `from` (group, set) on, in order, until it says to stop
@@ -311,7 +314,7 @@ impl Large {
             .map_err(|_| ProcessError::Translate("a run of documents failed midway".into()))?;
         let mut reader = match again.take() {
             Some(reader) => reader,
-            None => self.open()?,
+            None => self.place.open()?,
         };
         loop {
             let (stopped, last, resume) = {
@@ -321,7 +324,7 @@ impl Large {
                 let mut read = piece.interchanges();
                 match read.next() {
                     Some(Ok(part)) => {
-                        if part.part.first && part.isa.segment.raw != self.isa.as_slice() {
+                        if part.part.first && part.isa.segment.raw != self.place.isa.as_slice() {
                             return Err(self.changed());
                         }
                         let stopped = visit_part(&part, from, visit)?;
@@ -357,7 +360,7 @@ impl Large {
             crate::translate::ParseError::Io(e) => e,
             e => std::io::Error::other(format!("translating: {e}")),
         };
-        let mut reader = self.open().map_err(failed)?;
+        let mut reader = self.place.open().map_err(failed)?;
         let mut doc =
             crate::translate::DocumentWriter::start_with(self.utf8, form, Some(schemas), &mut out)
                 .map_err(translating)?;
