@@ -29,7 +29,7 @@ pub enum InputError {
     Io { path: String, cause: std::io::Error },
     /// A file read again (an interchange larger than a piece: see `pipeline::large`) is not
     /// the one read the first time.
-    #[error("{path}: the file changed after its interchange at byte {offset} was first read (replaced or rewritten); nothing of it was completed: process the file again")]
+    #[error("{path}: the file changed after its interchange at byte {offset} was first read (replaced, rewritten or removed); its claim was marked failed: process the file again")]
     Changed { path: String, offset: usize },
 }
 

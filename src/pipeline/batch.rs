@@ -1481,9 +1481,21 @@ fn write_all(
             .collect();
         outputs::write_many(&files, &r.options.owner)
     };
-    let written = written.map_err(|cause| ProcessError::Io {
-        path: r.config.gateway.outbox.display().to_string(),
-        cause,
+    let written = written.map_err(|cause| {
+        // The file read again for a translation is not the one read first: it fails alone.
+        if cause.get_ref().is_some_and(|e| e.is::<input::InputError>()) {
+            if let Some(Ok(e)) = cause
+                .into_inner()
+                .map(|e| e.downcast::<input::InputError>())
+            {
+                return ProcessError::Input(*e);
+            }
+            return ProcessError::Translate("a file read again failed".into());
+        }
+        ProcessError::Io {
+            path: r.config.gateway.outbox.display().to_string(),
+            cause,
+        }
     })?;
     let mut stored: std::collections::HashMap<usize, Vec<StoredAck>> =
         std::collections::HashMap::new();

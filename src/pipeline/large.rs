@@ -75,11 +75,27 @@ impl Place {
     /// A reading of the interchange from its ISA, in parts.
     fn open(&self) -> Result<Reader, ProcessError> {
         let path = self.path.as_ref().ok_or_else(|| self.changed())?;
-        let reader = Reader::open_at(path, self.start, self.limits, self.window)?;
+        let reader = Reader::open_at(path, self.start, self.limits, self.window).map_err(|e| {
+            // Gone, no longer a file, or grown past the limit: not the file read first.
+            if e.is_not_found() || matches!(e, InputError::TooLarge { .. }) {
+                self.changed()
+            } else {
+                e.into()
+            }
+        })?;
         if self.stamp.is_none() || reader.stamp() != self.stamp {
             return Err(self.changed());
         }
         Ok(reader.in_parts())
+    }
+
+    /// Whether the file at the path is still the one first opened (a reading kept between
+    /// runs reads the same inode, but the file may have been rewritten in place).
+    fn check(&self) -> Result<(), ProcessError> {
+        match &self.path {
+            Some(path) if self.stamp.is_some() && FileStamp::of(path) == self.stamp => Ok(()),
+            _ => Err(self.changed()),
+        }
     }
 }
 
@@ -313,7 +329,10 @@ impl Large {
             .lock()
             .map_err(|_| ProcessError::Translate("a run of documents failed midway".into()))?;
         let mut reader = match again.take() {
-            Some(reader) => reader,
+            Some(reader) => {
+                self.place.check()?;
+                reader
+            }
             None => self.place.open()?,
         };
         loop {
@@ -355,7 +374,11 @@ impl Large {
         keep: &dyn Fn(usize, usize) -> bool,
         mut out: &mut dyn std::io::Write,
     ) -> std::io::Result<()> {
-        let failed = |e: ProcessError| std::io::Error::other(e.to_string());
+        // A file that changed stays that error (see `batch::write_all`): the file fails alone.
+        let failed = |e: ProcessError| match e {
+            ProcessError::Input(e) => std::io::Error::other(e),
+            e => std::io::Error::other(e.to_string()),
+        };
         let translating = |e: crate::translate::ParseError| match e {
             crate::translate::ParseError::Io(e) => e,
             e => std::io::Error::other(format!("translating: {e}")),
@@ -534,16 +557,23 @@ mod tests {
             .collect();
         assert_eq!(seen, want);
 
-        // Rewritten in place, then replaced by another file: refused, by the file's error.
-        std::fs::write(&path, text.replace("PO-7*", "PO-8*")).unwrap();
-        let refused = large.each_set((0, 0), &mut |_, _, _, _, _| Ok(true));
-        assert!(
+        let changed = |r: &Result<(), ProcessError>| {
             matches!(
-                refused,
+                r,
                 Err(ProcessError::Input(InputError::Changed { offset: 0, .. }))
-            ),
-            "{refused:?}"
-        );
+            )
+        };
+        // Rewritten in place between two runs (the reading kept between them reads the same
+        // inode): the next run is refused, by the file's error.
+        let large = first_reading();
+        let first_run = large.each_set((0, 0), &mut |_, si, _, _, _| Ok(si < 3));
+        assert!(first_run.is_ok());
+        std::fs::write(&path, text.replace("PO-7*", "PO-77*")).unwrap();
+        let refused = large.each_set((0, 3), &mut |_, _, _, _, _| Ok(true));
+        assert!(changed(&refused), "{refused:?}");
+        let refused = large.each_set((0, 0), &mut |_, _, _, _, _| Ok(true));
+        assert!(changed(&refused), "{refused:?}");
+        // Replaced by another file: its translation is refused with the same error inside.
         let large = first_reading();
         let other = dir.path().join("other.x12");
         std::fs::write(&other, &text).unwrap();
@@ -555,8 +585,13 @@ mod tests {
             &|_, _| true,
             &mut out,
         );
-        assert!(refused.is_err());
-        assert!(large.unchanged().is_err());
+        let inner = refused.unwrap_err().into_inner().unwrap();
+        assert!(inner.is::<InputError>(), "{inner}");
+        assert!(changed(&large.unchanged()));
+        // Removed: the same.
+        let large = first_reading();
+        std::fs::remove_file(&path).unwrap();
+        assert!(changed(&large.unchanged()));
     }
 
     fn isa(n: u32) -> String {
