@@ -350,22 +350,62 @@ fn read_in(
     config: &Config,
     schemas: &Schemas,
 ) -> Option<(Vec<String>, String)> {
-    let bytes = crate::input::read(file, config.limits.max_file_bytes).ok()?;
-    for ic in crate::x12::Interchanges::new(&bytes, config.limits).flatten() {
+    read_in_pieces(file, key, (config, schemas), crate::input::WINDOW)
+}
+
+/// [`read_in`], the file read in pieces of `window` bytes and an interchange larger than one
+/// in parts (as `process` reads them): a click on the page costs a piece, not the file.
+fn read_in_pieces(
+    file: &Path,
+    key: &str,
+    (config, schemas): (&Config, &Schemas),
+    window: usize,
+) -> Option<(Vec<String>, String)> {
+    let partner_of = |ic: &crate::x12::Interchange<'_>| {
         let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
-        let partner = config
+        config
             .partner(qualifier, id)
             .cloned()
-            .unwrap_or_else(|| crate::config::Partner::unknown(qualifier, id));
-        if pipeline::interchange_key(&ic, partner.interchange_scope) == key {
-            let findings = pipeline::decide(&ic, config, schemas)
-                .findings
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let fingerprint = crate::fingerprint::fingerprint(&ic, &partner.fingerprint_ignore);
-            return Some((findings, fingerprint));
+            .unwrap_or_else(|| crate::config::Partner::unknown(qualifier, id))
+    };
+    let key_of = |ic: &crate::x12::Interchange<'_>| {
+        pipeline::interchange_key(ic, partner_of(ic).interchange_scope)
+    };
+    let shown = |findings: Vec<crate::finding::Finding>| -> Vec<String> {
+        findings.iter().map(ToString::to_string).collect()
+    };
+    let mut reader = crate::input::Reader::open(file, config.limits, window)
+        .ok()?
+        .in_parts();
+    let mut parts: Option<pipeline::PartsPreview<'_>> = None;
+    while let Some(piece) = reader.next_piece().ok()? {
+        let mut read = piece.interchanges();
+        for result in read.by_ref() {
+            let Ok(ic) = result else {
+                parts = None;
+                continue;
+            };
+            if ic.part == crate::x12::Part::WHOLE {
+                if key_of(&ic) == key {
+                    let ignore = partner_of(&ic).fingerprint_ignore;
+                    let fingerprint = crate::fingerprint::fingerprint(&ic, &ignore);
+                    return Some((shown(pipeline::findings(&ic, config, schemas)), fingerprint));
+                }
+                continue;
+            }
+            if ic.part.first {
+                parts = (key_of(&ic) == key)
+                    .then(|| pipeline::PartsPreview::begin(&ic, config, schemas));
+            } else if let Some(p) = &mut parts {
+                p.add(&ic);
+            }
+            if let Some(p) = parts.take_if(|_| ic.part.last) {
+                let (found, fingerprint) = p.found();
+                return Some((shown(found), fingerprint));
+            }
         }
+        let resume = read.resume();
+        reader.advance(resume);
     }
     None
 }
@@ -644,4 +684,55 @@ pub fn release_documents(
         &|| false,
     )?;
     Ok((done, Some(sent)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read in pieces of a few hundred bytes, an interchange larger than one in parts, a
+    /// file gives each interchange's findings and fingerprint as read whole.
+    #[test]
+    fn an_interchange_is_found_in_its_file_read_in_pieces_as_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\nunknown_partners = \"accept\"\n";
+        let config = Config::from_str(text, &dir.path().join("p.toml")).unwrap();
+        let schemas = crate::schema::builtin().unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let mut file = Vec::new();
+        for name in [
+            "850-004010.x12",
+            "856-004010-sopi.x12",
+            "850-005010-multi.x12",
+        ] {
+            file.extend(std::fs::read(fixtures.join(name)).unwrap());
+            file.extend_from_slice(b"garbage between\n");
+        }
+        // The last one with a broken set, so that it has findings.
+        let broken = std::fs::read_to_string(fixtures.join("810-004010.x12")).unwrap();
+        file.extend(broken.replacen("SE*", "SE*9", 1).into_bytes());
+        let path = dir.path().join("f.x12");
+        std::fs::write(&path, &file).unwrap();
+        let keys = [
+            "ZZ:ACME:000000101",
+            "ZZ:ACME:000000303",
+            "ZZ:ACME:000000302",
+            "ZZ:ACME:000000103",
+        ];
+        let mut any_findings = false;
+        for key in keys {
+            let whole = read_in_pieces(&path, key, (&config, schemas), usize::MAX >> 1);
+            let (findings, fingerprint) = whole.clone().unwrap_or_else(|| panic!("{key}"));
+            any_findings |= !findings.is_empty();
+            assert_eq!(fingerprint.len(), 64);
+            for window in [200, 500, 1_000] {
+                let pieces = read_in_pieces(&path, key, (&config, schemas), window);
+                assert_eq!(pieces, whole, "{key}, window {window}");
+            }
+        }
+        assert!(any_findings);
+        let none = read_in_pieces(&path, "ZZ:ACME:000000999", (&config, schemas), 300);
+        assert_eq!(none, None);
+    }
 }

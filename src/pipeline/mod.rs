@@ -191,6 +191,13 @@ impl<'c> PartsPreview<'c> {
         self.reading.add(part);
     }
 
+    /// Its own findings (as [`findings`] gives them read whole) and its fingerprint, once
+    /// the last part was added.
+    pub fn found(self) -> (Vec<Finding>, String) {
+        let large = self.reading.finish();
+        (large.found, large.fingerprint)
+    }
+
     /// The preview, once the last part was added.
     pub fn preview(
         self,
