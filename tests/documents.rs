@@ -1243,6 +1243,69 @@ fn an_interchange_decided_a_run_of_documents_at_a_time_loses_and_doubles_nothing
     }
 }
 
+/// A file rewritten between its two readings (after the claim was decided on the first)
+/// fails alone: its claim is marked failed and nothing of it recorded, the next file is
+/// processed, and the content first read goes through on a rerun.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_file_that_changes_between_its_two_readings_fails_alone_and_the_run_goes_on() {
+    let share = tempfile::tempdir().unwrap();
+    let gate = Gate::with_gateway(IN_RUNS_OF_TWO, &queued_to(share.path()));
+    let changing = gate.write("changing.x12", &seven_pos(611));
+    let next = gate.write("next.x12", &seven_pos(612));
+    let (a, b) = (changing.display().to_string(), next.display().to_string());
+    let args = [
+        "process",
+        "--json",
+        "--no-deliver",
+        "--window",
+        "300",
+        &a,
+        &b,
+    ];
+    let child = gate
+        .command(&args, Some("large.read=1*sleep(2000)"))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    fs::write(&changing, seven_pos(611).replace("PO-1*", "PO-10*")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the file changed after its interchange at byte 0"),
+        "{stderr}"
+    );
+    let reports = lines(&stdout);
+    assert_eq!(reports.len(), 2, "{stdout}");
+    assert_eq!(reports[0]["file"], a.as_str(), "{stdout}");
+    let error = reports[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("its claim was marked failed"), "{stdout}");
+    assert_eq!(reports[1]["control_number"], "000000612", "{stdout}");
+    assert_eq!(reports[1]["disposition"], "accepted", "{stdout}");
+    // Nothing of the changed file was recorded: the seven sightings are the next file's.
+    let rows = gate.documents(&["--all"]);
+    assert_eq!(rows.len(), 7, "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r["interchange"] == "ZZ:ACME:000000612"),
+        "{rows:?}"
+    );
+    // Its claim, taken for the content first read, was marked failed. The content it now
+    // has is other content under the same control number: a conflict, as any would be;
+    // the content first read is taken over and processed.
+    let again = gate.process(&[&changing], 3);
+    assert_eq!(again[0]["disposition"], "conflict", "{again:?}");
+    assert_eq!(again[0]["reason_code"], "025", "{again:?}");
+    fs::write(&changing, seven_pos(611)).unwrap();
+    let again = gate.process(&[&changing], 0);
+    assert_eq!(again[0]["control_number"], "000000611", "{again:?}");
+    assert_eq!(again[0]["disposition"], "accepted", "{again:?}");
+    assert_eq!(again[0]["took_over"], "failed attempt", "{again:?}");
+}
+
 /// Read in parts of a few hundred bytes (the first time for the claim and the decision, the
 /// second for the documents, a run at a time), an interchange is decided, written and
 /// answered as read whole, and its resend replays it; a resend read whole is the same

@@ -606,6 +606,8 @@ impl<'a, 'c> Window<'a, 'c> {
             return Ok(());
         };
         let large = first.finish();
+        // Read once, not yet claimed: where a test changes the file under it.
+        fail::fail_point!("large.read");
         let outline = large
             .read_outline()
             .map_err(|e| ProcessError::Translate(format!("{name}: {e}")))?;
