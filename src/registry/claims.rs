@@ -785,13 +785,23 @@ fn completed(
     c: &Completion<'_>,
     now: i64,
 ) -> Result<(), crate::registry::db::Error> {
+    tx.prepare_cached("DELETE FROM ack_parts WHERE key = ?1")?
+        .write([key])?;
     tx.prepare_cached("DELETE FROM acks WHERE key = ?1")?
         .write([key])?;
     for (seq, a) in c.acks.iter().enumerate() {
+        let mut parts = a.bytes.chunks(ACK_PART);
+        let first = parts.next().unwrap_or_default();
         tx.prepare_cached(
             "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?
-        .write(params![key, seq as i64, a.kind, a.path, a.bytes])?;
+        .write(params![key, seq as i64, a.kind, a.path, first])?;
+        for (part, bytes) in parts.enumerate() {
+            tx.prepare_cached(
+                "INSERT INTO ack_parts (key, seq, part, bytes) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .write(params![key, seq as i64, part as i64 + 1, bytes])?;
+        }
     }
     for g in c.released_groups {
         tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.write(
@@ -1226,7 +1236,7 @@ impl Registry {
                 continue;
             }
             if last_seen < now - i64::from(window_days(&partner)) * 86_400_000 {
-                for table in ["acks", "fingerprints"] {
+                for table in ["ack_parts", "acks", "fingerprints"] {
                     tx.execute(&format!("DELETE FROM {table} WHERE key = ?1"), [&key])
                         .map_err(sql)?;
                 }
@@ -1311,16 +1321,33 @@ fn load_completed(
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
-    let mut stmt = tx.prepare("SELECT kind, path, bytes FROM acks WHERE key = ?1 ORDER BY seq")?;
-    let acks = stmt
+    let mut stmt =
+        tx.prepare("SELECT seq, kind, path, bytes FROM acks WHERE key = ?1 ORDER BY seq")?;
+    let mut acks = stmt
         .query_map([key], |r| {
-            Ok(StoredAck {
-                kind: r.get(0)?,
-                path: r.get(1)?,
-                bytes: r.get(2)?,
-            })
+            Ok((
+                r.get::<i64>(0)?,
+                StoredAck {
+                    kind: r.get(1)?,
+                    path: r.get(2)?,
+                    bytes: r.get(3)?,
+                },
+            ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    let mut parts =
+        tx.prepare_cached("SELECT seq, bytes FROM ack_parts WHERE key = ?1 ORDER BY seq, part")?;
+    // Each part goes onto its acknowledgment as it is read, not kept beside it.
+    parts
+        .query_map([key], |r| {
+            let (seq, bytes) = (r.get::<i64>(0)?, r.get::<Vec<u8>>(1)?);
+            if let Some((_, ack)) = acks.iter_mut().find(|(s, _)| *s == seq) {
+                ack.bytes.extend_from_slice(&bytes);
+            }
+            Ok(())
+        })?
+        .collect::<Result<(), _>>()?;
+    let acks = acks.into_iter().map(|(_, a)| a).collect();
     Ok(Completed {
         disposition,
         reason_code,
@@ -1333,6 +1360,10 @@ fn load_completed(
         attempts,
     })
 }
+
+/// The most bytes of an acknowledgment one row holds (see migration 9): the rest goes in
+/// `ack_parts`, so that storing or replaying a large one copies a part at a time.
+const ACK_PART: usize = 1 << 20;
 
 /// Keeps the constant in one place for the CHECK constraint's readers.
 const _: () = assert!(MAX_CONTROL_NUMBER == 999_999_999);

@@ -328,6 +328,16 @@ CREATE INDEX documents_key_id ON documents (key, id);
 CREATE INDEX documents_subject_first ON documents (subject, role, id);
 CREATE INDEX documents_subject_delivery ON documents (subject, delivery);
 "#,
+    r#"
+CREATE TABLE ack_parts (
+    key   TEXT COLLATE "C" NOT NULL,
+    seq   BIGINT NOT NULL,
+    part  BIGINT NOT NULL,
+    bytes BYTEA NOT NULL,
+    PRIMARY KEY (key, seq, part),
+    FOREIGN KEY (key, seq) REFERENCES acks (key, seq) ON DELETE CASCADE
+);
+"#,
 ];
 
 pub(super) fn known() -> i64 {

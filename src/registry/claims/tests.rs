@@ -823,3 +823,68 @@ crate::registry::tests::on_both! {
         assert_eq!(rows(&together).len(), 3);
     }
 }
+
+crate::registry::tests::on_both! {
+    /// An acknowledgment of a few MiB (the 997 of a hundred thousand sets) is stored a part
+    /// at a time and replayed byte for byte; a later attempt's smaller one leaves none of
+    /// its parts behind, and `prune` takes them with their interchange.
+    fn a_large_acknowledgment_is_stored_in_parts_and_replayed_whole() {
+        let mut r = registry();
+        let parts = |r: &Registry| -> i64 {
+            r.conn
+                .query_row("SELECT count(*) FROM ack_parts", [], |row| row.get(0))
+                .unwrap()
+        };
+        // Two and a half parts, each different: a part stored twice, lost or out of order
+        // shows in the bytes replayed.
+        let big: Vec<u8> = (0..ACK_PART * 5 / 2)
+            .map(|i| (i % 251) as u8 ^ (i / ACK_PART) as u8)
+            .collect();
+        let small = ack();
+        let completed = |r: &Registry, acks: &[StoredAck], at: i64| {
+            let owned = claim(&r.conn, &request(A, FIRST, "/in/a.x12", &nobody_dead), at).unwrap();
+            assert!(matches!(owned, Claim::Owned { .. }), "{owned:?}");
+            let completion = Completion {
+                disposition: Disposition::Accepted,
+                reason_code: None,
+                reason: None,
+                acks,
+                outputs: &[],
+                released_groups: &[],
+                event: EventKind::Accepted,
+                detail: "{}",
+            };
+            assert!(complete(&r.conn, KEY, FIRST, &completion).unwrap());
+        };
+        let replayed = |r: &Registry, at: i64| -> Vec<StoredAck> {
+            match claim(&r.conn, &request(A, SECOND, "/in/b.x12", &nobody_dead), at).unwrap() {
+                Claim::Duplicate(done) => done.acks,
+                other => panic!("{other:?}"),
+            }
+        };
+        let large = StoredAck {
+            kind: "997".into(),
+            path: "a.997".into(),
+            bytes: big,
+        };
+        let first = [small.clone(), large.clone()];
+        completed(&r, &first, T0);
+        assert_eq!(parts(&r), 2);
+        let again = replayed(&r, T0 + 1);
+        assert!(again == first, "the acknowledgments replayed are not those stored");
+
+        // Opened again and completed with a small one only: nothing of the large one stays.
+        assert!(r.reopen(KEY, true).unwrap().is_some());
+        completed(&r, std::slice::from_ref(&small), T0 + 2);
+        assert_eq!(parts(&r), 0);
+        assert_eq!(replayed(&r, T0 + 3), [small.clone()]);
+
+        // A prune takes the parts with their interchange.
+        assert!(r.reopen(KEY, true).unwrap().is_some());
+        completed(&r, std::slice::from_ref(&large), T0 + 4);
+        assert_eq!(parts(&r), 2);
+        r.age_for_tests(KEY, 400).unwrap();
+        assert_eq!(r.prune(&|_| 30).unwrap(), [KEY.to_string()]);
+        assert_eq!(parts(&r), 0);
+    }
+}
