@@ -1,7 +1,9 @@
 //! Writing acknowledgments as X12: the outbound envelope, the TA1, the 997 and the 999.
 //!
-//! Each acknowledgment interchange is built in memory (they are small) so it can be written
-//! atomically by the caller and replayed byte for byte later.
+//! An acknowledgment interchange is built in memory, to be written atomically by the caller
+//! and replayed byte for byte later; the 997/999 of a large interchange (a loop a set) can
+//! instead be written out as it is made ([`write_group_acks`]), as often as needed: the same
+//! response, numbers and time give the same bytes.
 
 use std::borrow::Cow;
 
@@ -54,6 +56,7 @@ const IMPLEMENTATION_ACK_GUIDE: &str = "005010X231A1";
 const MAX_ELEMENT: usize = 99;
 
 /// The envelope every outbound interchange to this partner shares.
+#[derive(Clone)]
 struct Envelope {
     sender: (String, String),
     receiver: (String, String),
@@ -66,13 +69,53 @@ struct Envelope {
 }
 
 /// Writes segments with the envelope's delimiters and counts them for SE01.
-struct Writer<'e> {
+struct Writer<'e, 's> {
     env: &'e Envelope,
     out: Vec<u8>,
     set_segments: u32,
+    /// Where `out` goes once it holds [`SPILL`] bytes (none: it holds everything).
+    sink: Option<&'s mut dyn std::io::Write>,
+    failed: Option<std::io::Error>,
 }
 
-impl Writer<'_> {
+/// The bytes an acknowledgment written out as it is made holds at a time.
+const SPILL: usize = 64 << 10;
+
+impl<'e, 's> Writer<'e, 's> {
+    fn new(env: &'e Envelope, sink: Option<&'s mut dyn std::io::Write>) -> Self {
+        Writer {
+            env,
+            out: Vec::new(),
+            set_segments: 0,
+            sink,
+            failed: None,
+        }
+    }
+
+    /// Hands what is made to the sink, if any; the first error stops every later write.
+    fn spill(&mut self, at_least: usize) {
+        if self.out.len() < at_least {
+            return;
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            if self.failed.is_none() {
+                if let Err(e) = sink.write_all(&self.out) {
+                    self.failed = Some(e);
+                }
+            }
+            self.out.clear();
+        }
+    }
+
+    /// What is left to the sink: the bytes made (all of them without a sink).
+    fn finish(mut self) -> std::io::Result<Vec<u8>> {
+        self.spill(0);
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(self.out),
+        }
+    }
+
     /// Writes one segment, dropping trailing empty elements as X12 requires. Values that hold
     /// one of our delimiters (possible only when the partner's differ) lose those bytes rather
     /// than break the acknowledgment.
@@ -96,6 +139,7 @@ impl Writer<'_> {
         self.out.push(d.segment);
         self.out.extend_from_slice(self.env.line_ending);
         self.set_segments += 1;
+        self.spill(SPILL);
     }
 
     /// A segment id as AK301/IK301 carries it: at most 3 characters (a longer one is
@@ -323,88 +367,167 @@ pub fn write_acknowledgments(
     numbers: &Numbers,
     now: NaiveDateTime,
 ) -> Result<Vec<Outbound>, ShortOfNumbers> {
-    let mut isa13 = numbers.isa13.iter().copied();
-    let mut gs06s = numbers.gs06.iter().copied();
-    let (delimiters, line_ending) = outbound_delimiters(partner, ic);
-    let usage = match ic.isa.field(15) {
-        b"T" => "T",
-        b"I" => "I",
-        _ => "P",
-    };
-    let mut env = Envelope {
-        sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
-        receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
-        version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
-        usage: usage.into(),
-        delimiters,
-        line_ending,
-        now,
-    };
+    let plan = Plan::of(response, ic, partner, gateway, numbers, now)?;
     let mut outbound = Vec::new();
-    if let Some(ta1) = &response.ta1 {
-        let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
+    if let (Some(ta1), Some((control, version))) = (&response.ta1, &plan.ta1) {
+        let env = Envelope {
+            version: version.clone(),
+            ..plan.env.clone()
+        };
         outbound.push(Outbound {
             kind: OutboundKind::Ta1,
-            control_number: control,
-            bytes: ta1_interchange(&env, ta1, control),
+            control_number: *control,
+            bytes: ta1_interchange(&env, ta1, *control),
         });
     }
-    if response.groups.is_empty() {
-        return Ok(outbound);
+    if let Some((kind, control)) = plan.group_ack() {
+        // Held until the interchange completes, and stored for replays: without the
+        // growth's spare room.
+        let mut bytes = plan.write(ic, None).unwrap_or_default();
+        bytes.shrink_to_fit();
+        outbound.push(Outbound {
+            kind,
+            control_number: control,
+            bytes,
+        });
     }
-    let kind = group_ack_kind(response);
-    env.version = isa_version(partner, ic.isa.version(), response.kind);
-    let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
-    let mut w = Writer {
-        env: &env,
-        out: Vec::new(),
-        set_segments: 0,
-    };
-    w.isa(control);
-    let batches = fa_groups(response, partner);
-    for ((app_sender, app_receiver, version), groups) in &batches {
-        let gs06 = gs06s.next().ok_or(ShortOfNumbers("GS06"))?.to_string();
-        w.segment(
-            "GS",
-            &[
-                "FA",
-                app_sender,
-                app_receiver,
-                &now.format("%Y%m%d").to_string(),
-                &now.format("%H%M").to_string(),
-                &gs06,
-                "X",
-                version,
-            ],
-        );
-        for (i, g) in groups.iter().enumerate() {
-            let st02 = format!("{:04}", i + 1);
-            match kind {
-                OutboundKind::ImplementationAck => implementation_ack(&mut w, g, ic, &st02),
-                _ => functional_ack(&mut w, g, ic, &st02, version.as_str() >= "005010"),
-            }
-        }
-        w.segment("GE", &[&groups.len().to_string(), &gs06]);
-    }
-    w.iea(batches.len(), control);
-    let mut bytes = w.out;
-    // Held until the interchange completes, and stored for replays: a million sets' AK2
-    // loops are 20 MB, without the growth's spare room.
-    bytes.shrink_to_fit();
-    outbound.push(Outbound {
-        kind,
-        control_number: control,
-        bytes,
-    });
     Ok(outbound)
 }
 
-fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
-    let mut w = Writer {
-        env,
-        out: Vec::new(),
-        set_segments: 0,
+/// Writes the 997/999 interchange [`write_acknowledgments`] makes for `response` (if it
+/// makes one: its kind and ISA13) to `out` as it is made, never holding it: for the
+/// acknowledgment of a large interchange, written to its file and then to the registry.
+#[allow(clippy::too_many_arguments)]
+pub fn write_group_acks(
+    response: &InterchangeResponse,
+    ic: &Interchange<'_>,
+    partner: &Partner,
+    gateway: &Gateway,
+    numbers: &Numbers,
+    now: NaiveDateTime,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<Option<(OutboundKind, u32)>> {
+    let plan =
+        Plan::of(response, ic, partner, gateway, numbers, now).map_err(std::io::Error::other)?;
+    let Some(made) = plan.group_ack() else {
+        return Ok(None);
     };
+    plan.write(ic, Some(out))?;
+    Ok(Some(made))
+}
+
+/// The acknowledgments of a response, numbered: every number checked to be there before a
+/// byte is written.
+struct Plan<'r> {
+    env: Envelope,
+    /// The TA1 interchange's ISA13 and ISA12 (the partner's own version, where the 999's
+    /// interchange is 00501).
+    ta1: Option<(u32, String)>,
+    /// The 997/999 interchange: its kind and ISA13, and its FA groups with their GS06.
+    groups: Option<(
+        OutboundKind,
+        u32,
+        Vec<(FaGroupKey, Vec<&'r GroupResponse>, u32)>,
+    )>,
+}
+
+impl<'r> Plan<'r> {
+    fn of(
+        response: &'r InterchangeResponse,
+        ic: &Interchange<'_>,
+        partner: &Partner,
+        gateway: &Gateway,
+        numbers: &Numbers,
+        now: NaiveDateTime,
+    ) -> Result<Self, ShortOfNumbers> {
+        let mut isa13 = numbers.isa13.iter().copied();
+        let mut gs06s = numbers.gs06.iter().copied();
+        let (delimiters, line_ending) = outbound_delimiters(partner, ic);
+        let usage = match ic.isa.field(15) {
+            b"T" => "T",
+            b"I" => "I",
+            _ => "P",
+        };
+        let mut env = Envelope {
+            sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
+            receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
+            version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
+            usage: usage.into(),
+            delimiters,
+            line_ending,
+            now,
+        };
+        let ta1 = match &response.ta1 {
+            Some(_) => Some((
+                isa13.next().ok_or(ShortOfNumbers("ISA13"))?,
+                env.version.clone(),
+            )),
+            None => None,
+        };
+        let groups = if response.groups.is_empty() {
+            None
+        } else {
+            env.version = isa_version(partner, ic.isa.version(), response.kind);
+            let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
+            let batches = fa_groups(response, partner)
+                .into_iter()
+                .map(|(key, groups)| Ok((key, groups, gs06s.next().ok_or(ShortOfNumbers("GS06"))?)))
+                .collect::<Result<Vec<_>, ShortOfNumbers>>()?;
+            Some((group_ack_kind(response), control, batches))
+        };
+        Ok(Plan { env, ta1, groups })
+    }
+
+    fn group_ack(&self) -> Option<(OutboundKind, u32)> {
+        self.groups
+            .as_ref()
+            .map(|(kind, control, _)| (*kind, *control))
+    }
+
+    /// The 997/999 interchange, to `sink` as it is made (then the bytes returned are none)
+    /// or in memory.
+    fn write(
+        &self,
+        ic: &Interchange<'_>,
+        sink: Option<&mut dyn std::io::Write>,
+    ) -> std::io::Result<Vec<u8>> {
+        let mut w = Writer::new(&self.env, sink);
+        let Some((kind, control, batches)) = &self.groups else {
+            return w.finish();
+        };
+        let now = self.env.now;
+        w.isa(*control);
+        for ((app_sender, app_receiver, version), groups, gs06) in batches {
+            let gs06 = gs06.to_string();
+            w.segment(
+                "GS",
+                &[
+                    "FA",
+                    app_sender,
+                    app_receiver,
+                    &now.format("%Y%m%d").to_string(),
+                    &now.format("%H%M").to_string(),
+                    &gs06,
+                    "X",
+                    version,
+                ],
+            );
+            for (i, g) in groups.iter().enumerate() {
+                let st02 = format!("{:04}", i + 1);
+                match kind {
+                    OutboundKind::ImplementationAck => implementation_ack(&mut w, g, ic, &st02),
+                    _ => functional_ack(&mut w, g, ic, &st02, version.as_str() >= "005010"),
+                }
+            }
+            w.segment("GE", &[&groups.len().to_string(), &gs06]);
+        }
+        w.iea(batches.len(), *control);
+        w.finish()
+    }
+}
+
+fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
+    let mut w = Writer::new(env, None);
     w.isa(control);
     w.segment(
         "TA1",
@@ -417,20 +540,20 @@ fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
         ],
     );
     w.iea(0, control);
-    w.out
+    w.finish().unwrap_or_default()
 }
 
-fn start_set(w: &mut Writer<'_>, id: &str, st02: &str, convention: Option<&str>) {
+fn start_set(w: &mut Writer<'_, '_>, id: &str, st02: &str, convention: Option<&str>) {
     w.set_segments = 0;
     w.segment("ST", &[id, st02, convention.unwrap_or("")]);
 }
 
-fn end_set(w: &mut Writer<'_>, st02: &str) {
+fn end_set(w: &mut Writer<'_, '_>, st02: &str) {
     let count = (w.set_segments + 1).to_string();
     w.segment("SE", &[&count, st02]);
 }
 
-fn ak9(w: &mut Writer<'_>, g: &GroupResponse) {
+fn ak9(w: &mut Writer<'_, '_>, g: &GroupResponse) {
     let mut e = vec![
         g.status.code().to_string(),
         g.declared.to_string(),
@@ -442,13 +565,13 @@ fn ak9(w: &mut Writer<'_>, g: &GroupResponse) {
     w.segment("AK9", &refs);
 }
 
-fn set_status(w: &mut Writer<'_>, id: &str, s: &SetResponse) {
+fn set_status(w: &mut Writer<'_, '_>, id: &str, s: &SetResponse) {
     let mut e = vec![s.status.code()];
     e.extend(s.codes.iter().map(|c| c.value()));
     w.segment(id, &e);
 }
 
-fn element_errors(w: &mut Writer<'_>, id: &str, seg: &SegmentError) {
+fn element_errors(w: &mut Writer<'_, '_>, id: &str, seg: &SegmentError) {
     for el in &seg.elements {
         let position = w.composite(&[
             &el.position.to_string(),
@@ -514,7 +637,7 @@ impl<'r> Iterator for Answers<'r, '_> {
 }
 
 fn functional_ack(
-    w: &mut Writer<'_>,
+    w: &mut Writer<'_, '_>,
     g: &GroupResponse,
     ic: &Interchange<'_>,
     st02: &str,
@@ -548,7 +671,7 @@ fn functional_ack(
     end_set(w, st02);
 }
 
-fn implementation_ack(w: &mut Writer<'_>, g: &GroupResponse, ic: &Interchange<'_>, st02: &str) {
+fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchange<'_>, st02: &str) {
     start_set(w, "999", st02, Some(IMPLEMENTATION_ACK_GUIDE));
     w.segment("AK1", &[&g.functional_id, &g.control_number, &g.version]);
     for s in Answers::of(g, ic) {
@@ -725,6 +848,101 @@ mod tests {
         assert_eq!((n.isa13, n.gs06), (vec![42, 43], vec![1]));
         let n = Numbers::following(needed, Some(MAX_CONTROL_NUMBER), Some(7));
         assert_eq!((n.isa13, n.gs06), (vec![1, 2], vec![8]));
+    }
+
+    /// A sink that keeps what it is handed, and the size of each handing.
+    #[derive(Default)]
+    struct Handed {
+        bytes: Vec<u8>,
+        sizes: Vec<usize>,
+    }
+
+    impl std::io::Write for Handed {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes.extend_from_slice(buf);
+            self.sizes.push(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The 997 of thousands of sets written out as it is made is the one made in memory,
+    /// handed over a few KiB at a time, whatever its size; a sink that fails is the error.
+    #[test]
+    fn a_large_997_written_as_it_is_made_is_the_one_made_whole() {
+        let mut text = String::from("ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00401*000000007*0*T*:~");
+        for (g, version) in [(1, "004010"), (2, "005010")] {
+            text += &format!("GS*PO*ACME*X12GATE*20240101*1200*{g}*X*{version}~");
+            for n in 1..=8000 {
+                text += &format!("ST*850*{n:04}~BEG*00*SA*{n}**20240101~SE*3*{n:04}~");
+            }
+            text += &format!("GE*8000*{g}~");
+        }
+        text += "IEA*2*000000007~";
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
+        partner.ack_accepted_sets = true;
+        let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+            .unwrap()
+            .and_hms_opt(3, 4, 0)
+            .unwrap();
+        let response = crate::ack::respond(&ic, &[], &partner);
+        let numbers = Numbers::following(numbers_needed(&response, &partner), Some(40), None);
+        let whole = write_acknowledgments(&response, &ic, &partner, &gateway(), &numbers, now)
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert!(whole.bytes.len() > 4 * SPILL, "{}", whole.bytes.len());
+        assert_eq!(
+            String::from_utf8_lossy(&whole.bytes)
+                .matches("AK2*850*")
+                .count(),
+            16000
+        );
+        let mut handed = Handed::default();
+        let made = write_group_acks(
+            &response,
+            &ic,
+            &partner,
+            &gateway(),
+            &numbers,
+            now,
+            &mut handed,
+        )
+        .unwrap();
+        assert_eq!(made, Some((whole.kind, whole.control_number)));
+        assert!(handed.bytes == whole.bytes, "not the same 997");
+        assert!(handed.sizes.len() > 4, "{:?}", handed.sizes);
+        assert!(
+            handed.sizes.iter().all(|n| *n < SPILL + 1024),
+            "{:?}",
+            handed.sizes
+        );
+
+        struct Full;
+        impl std::io::Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let failed = write_group_acks(
+            &response,
+            &ic,
+            &partner,
+            &gateway(),
+            &numbers,
+            now,
+            &mut Full,
+        );
+        assert_eq!(failed.unwrap_err().to_string(), "disk full");
     }
 
     #[test]
