@@ -416,6 +416,9 @@ pub fn write_group_acks(
     Ok(Some(made))
 }
 
+/// One FA group of a 997/999 interchange: its key, the groups it answers and its GS06.
+type FaGroup<'r> = (FaGroupKey, Vec<&'r GroupResponse>, u32);
+
 /// The acknowledgments of a response, numbered: every number checked to be there before a
 /// byte is written.
 struct Plan<'r> {
@@ -424,11 +427,7 @@ struct Plan<'r> {
     /// interchange is 00501).
     ta1: Option<(u32, String)>,
     /// The 997/999 interchange: its kind and ISA13, and its FA groups with their GS06.
-    groups: Option<(
-        OutboundKind,
-        u32,
-        Vec<(FaGroupKey, Vec<&'r GroupResponse>, u32)>,
-    )>,
+    groups: Option<(OutboundKind, u32, Vec<FaGroup<'r>>)>,
 }
 
 impl<'r> Plan<'r> {

@@ -877,7 +877,7 @@ crate::registry::tests::on_both! {
         assert!(r.reopen(KEY, true).unwrap().is_some());
         completed(&r, std::slice::from_ref(&small), T0 + 2);
         assert_eq!(parts(&r), 0);
-        assert_eq!(replayed(&r, T0 + 3), [small.clone()]);
+        assert_eq!(replayed(&r, T0 + 3), std::slice::from_ref(&small));
 
         // A prune takes the parts with their interchange.
         assert!(r.reopen(KEY, true).unwrap().is_some());
