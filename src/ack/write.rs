@@ -368,18 +368,7 @@ pub fn write_acknowledgments(
     now: NaiveDateTime,
 ) -> Result<Vec<Outbound>, ShortOfNumbers> {
     let plan = Plan::of(response, ic, partner, gateway, numbers, now)?;
-    let mut outbound = Vec::new();
-    if let (Some(ta1), Some((control, version))) = (&response.ta1, &plan.ta1) {
-        let env = Envelope {
-            version: version.clone(),
-            ..plan.env.clone()
-        };
-        outbound.push(Outbound {
-            kind: OutboundKind::Ta1,
-            control_number: *control,
-            bytes: ta1_interchange(&env, ta1, *control),
-        });
-    }
+    let mut outbound: Vec<Outbound> = plan.ta1(response).into_iter().collect();
     if let Some((kind, control)) = plan.group_ack() {
         // Held until the interchange completes, and stored for replays: without the
         // growth's spare room.
@@ -392,6 +381,24 @@ pub fn write_acknowledgments(
         });
     }
     Ok(outbound)
+}
+
+/// The kind and ISA13 of a 997/999 interchange.
+pub type GroupAck = (OutboundKind, u32);
+
+/// What [`write_acknowledgments`] makes, but for its 997/999 interchange, left to
+/// [`write_group_acks`]: the TA1 interchange, if one is due, and the kind and ISA13 of the
+/// 997/999 interchange, if there is one.
+pub fn plan_acknowledgments(
+    response: &InterchangeResponse,
+    ic: &Interchange<'_>,
+    partner: &Partner,
+    gateway: &Gateway,
+    numbers: &Numbers,
+    now: NaiveDateTime,
+) -> Result<(Option<Outbound>, Option<GroupAck>), ShortOfNumbers> {
+    let plan = Plan::of(response, ic, partner, gateway, numbers, now)?;
+    Ok((plan.ta1(response), plan.group_ack()))
 }
 
 /// Writes the 997/999 interchange [`write_acknowledgments`] makes for `response` (if it
@@ -475,6 +482,19 @@ impl<'r> Plan<'r> {
             Some((group_ack_kind(response), control, batches))
         };
         Ok(Plan { env, ta1, groups })
+    }
+
+    fn ta1(&self, response: &InterchangeResponse) -> Option<Outbound> {
+        let (ta1, (control, version)) = (response.ta1.as_ref()?, self.ta1.as_ref()?);
+        let env = Envelope {
+            version: version.clone(),
+            ..self.env.clone()
+        };
+        Some(Outbound {
+            kind: OutboundKind::Ta1,
+            control_number: *control,
+            bytes: ta1_interchange(&env, ta1, *control),
+        })
     }
 
     fn group_ack(&self) -> Option<(OutboundKind, u32)> {

@@ -22,8 +22,8 @@ use crate::config::{Config, Partner};
 use crate::finding::Finding;
 use crate::input::{self, Reader};
 use crate::registry::{
-    Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous, Registry, Renewed,
-    Reservation, StoredAck,
+    AckBytes, AckToStore, Batch, Claim, ClaimRequest, Completion, EventKind, GroupKey, Previous,
+    Registry, Renewed, Reservation, StoredAck,
 };
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
@@ -940,6 +940,8 @@ impl Folder {
 /// is never held in memory.
 pub(super) enum Content {
     Bytes(Vec<u8>),
+    /// A large interchange's 997/999, made as it is written.
+    Made(Box<MadeAck>),
     /// The interchange's translation in `form`, with the sets `keep[group][set]` accepts.
     Translation {
         form: crate::translate::Form,
@@ -953,6 +955,37 @@ pub(super) enum Content {
         /// For a set cut by loop: the part.
         part: Option<crate::document::Part>,
         decided: crate::registry::Decided,
+    },
+}
+
+/// What makes a large interchange's 997/999 again, the same bytes each time: to its file,
+/// then into the registry (a million sets' loops are 20 MB, never held).
+pub(super) struct MadeAck {
+    response: ack::InterchangeResponse,
+    partner: Partner,
+    numbers: ack::Numbers,
+    at: chrono::NaiveDateTime,
+}
+
+impl MadeAck {
+    fn write(
+        &self,
+        ic: &Interchange<'_>,
+        gateway: &crate::config::Gateway,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        let (response, partner) = (&self.response, &self.partner);
+        ack::write_group_acks(response, ic, partner, gateway, &self.numbers, self.at, out).map(drop)
+    }
+}
+
+/// An acknowledgment written, kept for its completion to store.
+pub(super) enum Kept {
+    Held(StoredAck),
+    Made {
+        kind: String,
+        path: String,
+        made: Box<MadeAck>,
     },
 }
 
@@ -1412,7 +1445,7 @@ fn write_all(
     writes: Vec<Output>,
     replays: usize,
     items: &mut [Item<'_>],
-) -> Result<std::collections::HashMap<usize, Vec<StoredAck>>, ProcessError> {
+) -> Result<std::collections::HashMap<usize, Vec<Kept>>, ProcessError> {
     // A file changed since it was first read fails alone (an output that cannot be written
     // stops the run): it is looked at before its translation reads it again.
     for w in &writes {
@@ -1427,6 +1460,10 @@ fn write_all(
             .map(|w| -> Writer<'_> {
                 match &w.content {
                     Content::Bytes(bytes) => Box::new(move |out| out.write_all(bytes)),
+                    Content::Made(made) => {
+                        let it = &items[w.item];
+                        Box::new(move |out| made.write(&it.ic, &r.config.gateway, out))
+                    }
                     Content::Document {
                         group,
                         set,
@@ -1499,8 +1536,7 @@ fn write_all(
             cause,
         }
     })?;
-    let mut stored: std::collections::HashMap<usize, Vec<StoredAck>> =
-        std::collections::HashMap::new();
+    let mut stored: std::collections::HashMap<usize, Vec<Kept>> = std::collections::HashMap::new();
     for (n, (w, path)) in writes.into_iter().zip(written).enumerate() {
         let path = path.display().to_string();
         let translation = matches!(w.content, Content::Translation { .. });
@@ -1509,15 +1545,26 @@ fn write_all(
             Some(kind) => {
                 report.acks.push(path.clone());
                 if n >= replays {
-                    let bytes = match w.content {
-                        Content::Bytes(b) => b,
-                        Content::Translation { .. } | Content::Document { .. } => Vec::new(),
+                    let kept = match w.content {
+                        Content::Made(made) => Kept::Made {
+                            kind,
+                            path: w.name,
+                            made,
+                        },
+                        Content::Bytes(bytes) => Kept::Held(StoredAck {
+                            kind,
+                            path: w.name,
+                            bytes,
+                        }),
+                        Content::Translation { .. } | Content::Document { .. } => {
+                            Kept::Held(StoredAck {
+                                kind,
+                                path: w.name,
+                                bytes: Vec::new(),
+                            })
+                        }
                     };
-                    stored.entry(w.item).or_default().push(StoredAck {
-                        kind,
-                        path: w.name,
-                        bytes,
-                    });
+                    stored.entry(w.item).or_default().push(kept);
                 }
             }
             // The interchange's translation first (with a large interchange's last run, after
@@ -1537,7 +1584,7 @@ fn complete_all(
     r: &Round<'_>,
     prepared: &mut [Prepared],
     plans: &[(usize, AfterClaim)],
-    stored: &std::collections::HashMap<usize, Vec<StoredAck>>,
+    stored: &std::collections::HashMap<usize, Vec<Kept>>,
     any_owned: bool,
     items: &mut [Item<'_>],
     registry: &mut Registry,
@@ -1593,9 +1640,51 @@ fn complete_all(
                 .collect();
             ours.push((p, detail, released));
         }
+        // What makes each acknowledgment not held (a large interchange's 997/999), then
+        // every acknowledgment as the registry stores it.
+        type Make<'m> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync + 'm>;
+        let makers: Vec<Vec<Option<Make<'_>>>> = ours
+            .iter()
+            .map(|(p, ..)| {
+                let ic = &items[p.item].ic;
+                let kept = stored.get(&p.item).map_or(&[][..], Vec::as_slice);
+                kept.iter()
+                    .map(|k| match k {
+                        Kept::Made { made, .. } => {
+                            Some(Box::new(move |out: &mut dyn std::io::Write| {
+                                made.write(ic, &r.config.gateway, out)
+                            }) as Make<'_>)
+                        }
+                        Kept::Held(_) => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        let to_store: Vec<Vec<AckToStore<'_>>> = ours
+            .iter()
+            .zip(&makers)
+            .map(|((p, ..), makers)| {
+                let kept = stored.get(&p.item).map_or(&[][..], Vec::as_slice);
+                kept.iter()
+                    .zip(makers)
+                    .map(|(k, make)| match (k, make) {
+                        (Kept::Held(a), _) => a.to_store(),
+                        (Kept::Made { kind, path, .. }, make) => AckToStore {
+                            kind,
+                            path,
+                            bytes: match make {
+                                Some(make) => AckBytes::Made(make.as_ref()),
+                                None => AckBytes::Held(&[]),
+                            },
+                        },
+                    })
+                    .collect()
+            })
+            .collect();
         let completions: Vec<(&str, Completion<'_>)> = ours
             .iter()
-            .map(|(p, detail, released)| {
+            .zip(&to_store)
+            .map(|((p, detail, released), acks)| {
                 let it = &items[p.item];
                 let response = &p.decision.response;
                 (
@@ -1604,7 +1693,7 @@ fn complete_all(
                         disposition: response.disposition,
                         reason_code: it.report.reason_code.as_deref(),
                         reason: it.report.reason.as_deref(),
-                        acks: stored.get(&p.item).map_or(&[][..], Vec::as_slice),
+                        acks,
                         outputs: it
                             .report
                             .outputs
@@ -1798,21 +1887,45 @@ fn prepare(
         isa13: reservation.isa13,
         gs06: reservation.gs06,
     };
-    let outbound = acknowledgments(ic, &decision, r.config, &numbers, at)?;
-
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
+    let ack_file = |kind: ack::OutboundKind, content| Output {
+        item: i,
+        dir: Folder::Outbox,
+        name: outbound_name(&stem, kind),
+        ack: Some(kind.extension().to_string()),
+        content,
+    };
+    let acks = if it.large.is_some() {
+        // A large interchange's 997/999 is made when it is written, never held.
+        let (ta1, group) = ack::plan_acknowledgments(
+            &decision.response,
+            ic,
+            &decision.partner,
+            &r.config.gateway,
+            &numbers,
+            at,
+        )?;
+        let made = group.map(|(kind, _)| {
+            let made = MadeAck {
+                response: decision.response.clone(),
+                partner: decision.partner.clone(),
+                numbers,
+                at,
+            };
+            ack_file(kind, Content::Made(Box::new(made)))
+        });
+        ta1.map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
+            .into_iter()
+            .chain(made)
+            .collect()
+    } else {
+        acknowledgments(ic, &decision, r.config, &numbers, at)?
+            .into_iter()
+            .map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
+            .collect()
+    };
     let rejected = decision.response.disposition == Disposition::Rejected;
     let progress = Progress::new(ic, !rejected);
-    let acks = outbound
-        .into_iter()
-        .map(|o| Output {
-            item: i,
-            dir: Folder::Outbox,
-            name: outbound_name(&stem, &o),
-            ack: Some(o.kind.extension().to_string()),
-            content: Content::Bytes(o.bytes),
-        })
-        .collect();
     Ok(Prepared {
         item: i,
         decision,
@@ -1915,7 +2028,7 @@ fn more_runs(
     prepared: &mut [Prepared],
     items: &mut [Item<'_>],
     registry: &mut Registry,
-    stored: &mut std::collections::HashMap<usize, Vec<StoredAck>>,
+    stored: &mut std::collections::HashMap<usize, Vec<Kept>>,
 ) -> Result<(), ProcessError> {
     while prepared
         .iter()

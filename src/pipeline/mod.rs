@@ -572,8 +572,8 @@ fn output_stem(key: &str, fingerprint: &str, first_fingerprint: &str) -> String 
     }
 }
 
-fn outbound_name(stem: &str, o: &Outbound) -> String {
-    format!("{stem}.{}.x12", o.kind.extension())
+fn outbound_name(stem: &str, kind: ack::OutboundKind) -> String {
+    format!("{stem}.{}.x12", kind.extension())
 }
 
 /// Processes every interchange of one file through the registry; one report per interchange

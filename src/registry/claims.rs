@@ -143,13 +143,51 @@ impl GroupKey {
     }
 }
 
+/// An acknowledgment to store with a completion: its bytes held, or made again as they are
+/// stored, a part at a time (a large interchange's 997, never held whole).
+#[derive(Debug, Clone, Copy)]
+pub struct AckToStore<'a> {
+    pub kind: &'a str,
+    /// Its file name in the outbox.
+    pub path: &'a str,
+    pub bytes: AckBytes<'a>,
+}
+
+/// The bytes of an [`AckToStore`].
+#[derive(Clone, Copy)]
+pub enum AckBytes<'a> {
+    Held(&'a [u8]),
+    /// Writes them to what it is given, the same each time.
+    Made(&'a (dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync)),
+}
+
+impl std::fmt::Debug for AckBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckBytes::Held(b) => write!(f, "Held({} bytes)", b.len()),
+            AckBytes::Made(_) => f.write_str("Made"),
+        }
+    }
+}
+
+impl StoredAck {
+    /// This acknowledgment, to store as it is.
+    pub fn to_store(&self) -> AckToStore<'_> {
+        AckToStore {
+            kind: &self.kind,
+            path: &self.path,
+            bytes: AckBytes::Held(&self.bytes),
+        }
+    }
+}
+
 /// What a completion records.
 #[derive(Debug, Clone)]
 pub struct Completion<'a> {
     pub disposition: Disposition,
     pub reason_code: Option<&'a str>,
     pub reason: Option<&'a str>,
-    pub acks: &'a [StoredAck],
+    pub acks: &'a [AckToStore<'a>],
     pub outputs: &'a [String],
     /// Group keys of this interchange whose groups were not accepted: released, so a
     /// corrected resend may use them again.
@@ -790,17 +828,23 @@ fn completed(
     tx.prepare_cached("DELETE FROM acks WHERE key = ?1")?
         .write([key])?;
     for (seq, a) in c.acks.iter().enumerate() {
-        let mut parts = a.bytes.chunks(ACK_PART);
-        let first = parts.next().unwrap_or_default();
-        tx.prepare_cached(
-            "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .write(params![key, seq as i64, a.kind, a.path, first])?;
-        for (part, bytes) in parts.enumerate() {
-            tx.prepare_cached(
-                "INSERT INTO ack_parts (key, seq, part, bytes) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .write(params![key, seq as i64, part as i64 + 1, bytes])?;
+        let mut parts = AckParts {
+            tx,
+            key,
+            seq: seq as i64,
+            ack: a,
+            part: 0,
+            buf: Vec::new(),
+            failed: None,
+        };
+        let written = match a.bytes {
+            AckBytes::Held(bytes) => std::io::Write::write_all(&mut parts, bytes),
+            AckBytes::Made(make) => make(&mut parts),
+        };
+        match (written, parts.failed.take()) {
+            (_, Some(e)) => return Err(e),
+            (Err(e), None) => return Err(crate::registry::db::Error::Making(e)),
+            (Ok(()), None) => parts.store()?,
         }
     }
     for g in c.released_groups {
@@ -1359,6 +1403,72 @@ fn load_completed(
             .unwrap_or_default(),
         attempts,
     })
+}
+
+/// An acknowledgment on its way into the registry: its first part in `acks`, the others in
+/// `ack_parts`, each stored once it is full.
+struct AckParts<'t> {
+    tx: &'t crate::registry::db::Conn,
+    key: &'t str,
+    seq: i64,
+    ack: &'t AckToStore<'t>,
+    /// The part being filled.
+    part: i64,
+    buf: Vec<u8>,
+    failed: Option<crate::registry::db::Error>,
+}
+
+impl AckParts<'_> {
+    /// Stores the part being filled (the first even when empty: the row is the ack).
+    fn store(&mut self) -> Result<(), crate::registry::db::Error> {
+        if self.part > 0 && self.buf.is_empty() {
+            return Ok(());
+        }
+        if self.part == 0 {
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .write(params![
+                    self.key,
+                    self.seq,
+                    self.ack.kind,
+                    self.ack.path,
+                    self.buf
+                ])?;
+        } else {
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO ack_parts (key, seq, part, bytes) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .write(params![self.key, self.seq, self.part, self.buf])?;
+        }
+        self.part += 1;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl std::io::Write for AckParts<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.failed.is_some() {
+            return Err(std::io::Error::other("the registry refused a part"));
+        }
+        let n = bytes.len().min(ACK_PART - self.buf.len());
+        self.buf
+            .extend_from_slice(bytes.get(..n).unwrap_or_default());
+        if self.buf.len() == ACK_PART {
+            if let Err(e) = self.store() {
+                self.failed = Some(e);
+                return Err(std::io::Error::other("the registry refused a part"));
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The most bytes of an acknowledgment one row holds (see migration 9): the rest goes in

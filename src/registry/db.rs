@@ -57,6 +57,9 @@ pub enum Error {
     /// COMMIT would roll it back without a word.
     #[error("the transaction was rolled back: a statement in it failed")]
     Aborted,
+    /// What was to be written (an acknowledgment made as it is stored) could not be made.
+    #[error("making what was to be stored: {0}")]
+    Making(std::io::Error),
     #[error("column {column}: {cause}")]
     Decode {
         column: usize,

@@ -30,8 +30,8 @@ pub use db::WRITER_LOCK;
 pub use postgres::Postgres;
 
 pub use claims::{
-    now_ms, Batch, Claim, ClaimRequest, Completed, Completion, Event, EventFilter, GroupKey,
-    Previous, Record, Renewed, Reservation, Snapshot, StoredAck, Unfinished,
+    now_ms, AckBytes, AckToStore, Batch, Claim, ClaimRequest, Completed, Completion, Event,
+    EventFilter, GroupKey, Previous, Record, Renewed, Reservation, Snapshot, StoredAck, Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{

@@ -173,10 +173,10 @@ fn settle(r: &mut Registry, key: &str) {
                 disposition: crate::disposition::Disposition::Accepted,
                 reason_code: None,
                 reason: None,
-                acks: &[StoredAck {
-                    kind: "997".into(),
-                    path: format!("{key}.997.x12"),
-                    bytes: b"ISA~".to_vec(),
+                acks: &[AckToStore {
+                    kind: "997",
+                    path: &format!("{key}.997.x12"),
+                    bytes: AckBytes::Held(b"ISA~"),
                 }],
                 outputs: &[],
                 released_groups: &[],

@@ -170,11 +170,12 @@ fn arrange(r: &mut Registry, before: Before) {
         Before::Failed => assert!(fail(&r.conn, KEY, FIRST, "disk full").unwrap()),
         Before::Released => assert!(r.release(KEY, FIRST, "released by an operator").unwrap()),
         Before::Completed(d) | Before::Reopened(d) => {
+            let ack = ack();
             let completion = Completion {
                 disposition: d,
                 reason_code: Some("024"),
                 reason: Some("why"),
-                acks: &[ack()],
+                acks: &[ack.to_store()],
                 outputs: &[OUTPUT.to_string()],
                 released_groups: &[],
                 event: d.into(),
@@ -786,11 +787,12 @@ crate::registry::tests::on_both! {
         let arranged = || {
             let r = registry();
             assert!(matches!(claim(&r.conn, &done, T0).unwrap(), Claim::Owned { .. }));
+            let ack = ack();
             let completion = Completion {
                 disposition: Disposition::Accepted,
                 reason_code: None,
                 reason: None,
-                acks: &[ack()],
+                acks: &[ack.to_store()],
                 outputs: &[],
                 released_groups: &[],
                 event: Disposition::Accepted.into(),
@@ -844,11 +846,12 @@ crate::registry::tests::on_both! {
         let completed = |r: &Registry, acks: &[StoredAck], at: i64| {
             let owned = claim(&r.conn, &request(A, FIRST, "/in/a.x12", &nobody_dead), at).unwrap();
             assert!(matches!(owned, Claim::Owned { .. }), "{owned:?}");
+            let acks: Vec<AckToStore<'_>> = acks.iter().map(StoredAck::to_store).collect();
             let completion = Completion {
                 disposition: Disposition::Accepted,
                 reason_code: None,
                 reason: None,
-                acks,
+                acks: &acks,
                 outputs: &[],
                 released_groups: &[],
                 event: EventKind::Accepted,
@@ -879,9 +882,35 @@ crate::registry::tests::on_both! {
         assert_eq!(parts(&r), 0);
         assert_eq!(replayed(&r, T0 + 3), std::slice::from_ref(&small));
 
+        // Made as it is stored, in uneven pieces: the same parts, the same bytes replayed.
+        assert!(r.reopen(KEY, true).unwrap().is_some());
+        let owned = claim(&r.conn, &request(A, FIRST, "/in/a.x12", &nobody_dead), T0 + 4).unwrap();
+        assert!(matches!(owned, Claim::Owned { .. }), "{owned:?}");
+        let make = |out: &mut dyn std::io::Write| -> std::io::Result<()> {
+            large.bytes.chunks(7000).try_for_each(|piece| out.write_all(piece))
+        };
+        let made = AckToStore {
+            kind: "997",
+            path: "a.997",
+            bytes: AckBytes::Made(&make),
+        };
+        let completion = Completion {
+            disposition: Disposition::Accepted,
+            reason_code: None,
+            reason: None,
+            acks: &[small.to_store(), made],
+            outputs: &[],
+            released_groups: &[],
+            event: EventKind::Accepted,
+            detail: "{}",
+        };
+        assert!(complete(&r.conn, KEY, FIRST, &completion).unwrap());
+        assert_eq!(parts(&r), 2);
+        assert!(replayed(&r, T0 + 5) == first, "the acknowledgment made is not the one replayed");
+
         // A prune takes the parts with their interchange.
         assert!(r.reopen(KEY, true).unwrap().is_some());
-        completed(&r, std::slice::from_ref(&large), T0 + 4);
+        completed(&r, std::slice::from_ref(&large), T0 + 6);
         assert_eq!(parts(&r), 2);
         r.age_for_tests(KEY, 400).unwrap();
         assert_eq!(r.prune(&|_| 30).unwrap(), [KEY.to_string()]);
