@@ -1333,9 +1333,19 @@ fn an_interchange_read_in_parts_is_decided_as_read_whole_and_its_resend_replays_
         let first = lines(&stdout);
         assert_eq!(first[0]["disposition"], "accepted", "{first:?}");
         assert_seven_pos_settled(&gate, &format!("window {window}"));
-        // A resend read whole meets the claim of the one read in parts.
+        // A resend read whole meets the claim of the one read in parts, and gets the very
+        // acknowledgment sent first, from the registry (where a large one is made again).
+        let sent = acks_in(&gate);
+        assert_eq!(sent.len(), 1, "window {window}");
+        fs::remove_dir_all(gate.root().join("data/outbox")).unwrap();
         let again = gate.process(&[&file], 0);
         assert_eq!(again[0]["disposition"], "duplicate", "{again:?}");
+        assert_eq!(
+            acks_in(&gate),
+            sent,
+            "window {window}: the 997 replayed is not the one sent"
+        );
+        assert!(sent[0].contains("AK9*A*7*7*7"), "{}", sent[0]);
         let mut report = first[0].clone();
         let root = gate.root().display().to_string();
         let report = serde_json::to_string(&report.take())
