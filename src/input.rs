@@ -322,6 +322,15 @@ impl Reader {
         self
     }
 
+    /// Reads the pieces after this one about `window` bytes each (see [`Reader::advance`]).
+    pub fn set_window(&mut self, window: usize) {
+        let window = window.max(1);
+        if self.want == self.window {
+            self.want = window;
+        }
+        self.window = window;
+    }
+
     /// The next piece; `None` once the last one has been read.
     pub fn next_piece(&mut self) -> Result<Option<Piece<'_>>, InputError> {
         if self.done {
@@ -690,6 +699,49 @@ mod tests {
         }
         assert_eq!(read, 2000);
         assert!(pieces >= input.len() / window, "{pieces}");
+    }
+
+    /// A window lowered between two pieces cuts the pieces after it smaller, gives back the
+    /// memory of the larger ones, and loses or repeats no interchange; raised again, the
+    /// pieces grow again.
+    #[test]
+    fn a_window_changed_between_pieces_changes_the_pieces_after_it() {
+        let one = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/850-004010.x12"),
+        )
+        .unwrap();
+        let input = one.repeat(2000);
+        let from = Box::new(std::io::Cursor::new(input.clone()));
+        let (large, small) = (256 << 10, 16 << 10);
+        let mut reader = Reader::new(from, "test", Limits::default(), large);
+        let (mut sizes, mut read) = (Vec::new(), 0);
+        while let Some(piece) = reader.next_piece().unwrap() {
+            let len = piece.bytes.len();
+            let mut ics = piece.interchanges();
+            read += ics.by_ref().filter(Result::is_ok).count();
+            let resume = ics.resume();
+            match sizes.len() {
+                0 => reader.set_window(small),
+                4 => reader.set_window(large),
+                _ => {}
+            }
+            reader.advance(resume);
+            // The buffer as the next piece begins.
+            sizes.push((len, reader.buf.capacity()));
+        }
+        assert_eq!(read, 2000);
+        assert!(sizes[0].0 > large - one.len(), "{sizes:?}");
+        assert!(
+            sizes[1..5].iter().all(|(len, _)| *len <= small),
+            "{sizes:?}"
+        );
+        assert!(
+            sizes[..5]
+                .iter()
+                .all(|(_, capacity)| *capacity <= 2 * small),
+            "{sizes:?}"
+        );
+        assert!(sizes[5].0 > large - one.len(), "{sizes:?}");
     }
 
     #[test]

@@ -1689,6 +1689,67 @@ fn outputs_of(dir: &Path) -> Vec<(String, String)> {
     all
 }
 
+/// An interchange of more than a megabyte (11,000 816s, no business document) between two
+/// small ones, processed with pieces larger than a megabyte: its parts after the first are
+/// cut from pieces of a megabyte, and the interchange after it from pieces of the window
+/// again. Everything comes out as it does read whole.
+#[test]
+fn a_large_interchange_read_a_megabyte_at_a_time_is_processed_as_it_is_whole() {
+    let mut text = String::from_utf8(fs::read(fixture("850-004010.x12")).unwrap()).unwrap();
+    text += "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240301*1200*^*00501*000000778*0*P*:~\n";
+    text += "GS*OR*ACME*X12GATE*20240301*1200*73*X*005010~\n";
+    for i in 1..=11000 {
+        text += &format!("ST*816*{i:04}~\nBHT*0001*00*REF{i}*20240301~\nN1*BY*ACME RETAIL*92*00{i}~\nHL*1**A~\nN1*ST*STORE {i}*92*S{i}~\nSE*6*{i:04}~\n");
+    }
+    text += "GE*11000*73~\nIEA*1*000000778~\n";
+    text += &String::from_utf8(fs::read(fixture("810-005010.x12")).unwrap()).unwrap();
+    assert!(text.len() > 1_200_000, "{}", text.len());
+    let mut seen = Vec::new();
+    for window in [None, Some("1100000")] {
+        let gate = Gate::new(300, "accept");
+        let file = gate.write("large.x12", &text);
+        let extra: Vec<&str> = window.iter().flat_map(|w| ["--window", *w]).collect();
+        let r = run(gate.process_command(&gate.config, &extra, None, &[&file]));
+        assert_eq!(r.code(), Some(0), "{r}");
+        assert_eq!(
+            r.dispositions(),
+            ["accepted", "accepted", "accepted"],
+            "{r}"
+        );
+        let reports = serde_json::to_string(&r.reports())
+            .unwrap()
+            .replace(&gate.root().display().to_string(), "<gate>");
+        seen.push((reports, outputs_of(gate.root())));
+    }
+    let ack = seen[0]
+        .1
+        .iter()
+        .find(|(name, _)| name.contains("000000778") && name.ends_with(".997.x12"))
+        .map(|(_, text)| text.clone())
+        .expect("the large interchange's 997");
+    assert!(ack.contains("AK9*A*11000*11000*11000"), "{ack}");
+    assert_eq!(
+        seen[1].0, seen[0].0,
+        "read a megabyte at a time: the reports"
+    );
+    let names = |o: &[(String, String)]| o.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&seen[1].1), names(&seen[0].1));
+    for ((name, got), (_, want)) in seen[1].1.iter().zip(&seen[0].1) {
+        // Where they part, not megabytes of both.
+        let at = got
+            .bytes()
+            .zip(want.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            got == want,
+            "{name} read a megabyte at a time parts at byte {at}: {:?} where read whole: {:?}",
+            got.get(at.saturating_sub(80)..(at + 80).min(got.len())),
+            want.get(at.saturating_sub(80)..(at + 80).min(want.len())),
+        );
+    }
+}
+
 /// An interchange of 1,472 bytes: a group of eight 850s, the fifth with a wrong SE01, a TA1
 /// after its GE, and a group of five 816s.
 fn mixed_interchange() -> String {

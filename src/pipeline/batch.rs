@@ -362,6 +362,12 @@ fn in_pieces(
         let resume = read.resume();
         reports.extend(in_order(slots, &mut done));
         settled(std::mem::take(&mut reports), false);
+        // A large interchange's parts are cut from pieces of a megabyte: its first reading
+        // then holds that, not a window, while its outline grows.
+        reader.set_window(match first {
+            Some(_) => options.window.min(super::large::PART_WINDOW),
+            None => options.window,
+        });
         reader.advance(resume);
     }
     settled(reports, true);

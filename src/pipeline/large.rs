@@ -22,8 +22,9 @@ use crate::x12::{Group, Interchange, Limits, Segment, Segments, TransactionSet};
 
 use super::ProcessError;
 
-/// The bytes the second reading reads at a time (a set larger than this is read whole).
-const AGAIN_WINDOW: usize = 1 << 20;
+/// The bytes a large interchange is read at a time, the first time from its second part on
+/// and every time after (a set larger than this is read whole).
+pub(super) const PART_WINDOW: usize = 1 << 20;
 
 /// The longest ST the outline copies as it is; a longer one (an element past the limits) has
 /// each element cut to as many bytes as 99 characters take at most (an acknowledgment
@@ -102,7 +103,7 @@ impl Place {
 impl<'c> FirstReading<'c> {
     /// Begins with the interchange's first part, read from the file `path` whose stamp
     /// was `stamp` when it was opened (to be read again; `None`: it is only decided), in
-    /// pieces of `window` bytes (the second reading reads at most [`AGAIN_WINDOW`] at a time).
+    /// pieces of `window` bytes (the second reading reads at most [`PART_WINDOW`] at a time).
     pub fn begin(
         first: &Interchange<'_>,
         path: Option<(&Path, Option<FileStamp>)>,
@@ -133,7 +134,7 @@ impl<'c> FirstReading<'c> {
                 path: path.map(|(p, _)| p.to_path_buf()),
                 stamp: path.and_then(|(_, stamp)| stamp),
                 limits,
-                window: window.min(AGAIN_WINDOW),
+                window: window.min(PART_WINDOW),
             },
         };
         reading.add(first);
