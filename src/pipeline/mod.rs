@@ -152,6 +152,9 @@ pub enum PreviewError {
     /// An invariant broken: see [`large::Large::read_outline`].
     #[error("{0}")]
     Outline(String),
+    /// The acknowledgments could not be written where they were to go.
+    #[error("writing the acknowledgments: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Decides `ic` and writes its acknowledgments in memory, numbered after the counters of
@@ -167,7 +170,7 @@ pub fn preview(
 }
 
 /// An interchange larger than a piece previewed a part at a time, as [`preview`] previews it
-/// read whole: its parts are given in order, then [`PartsPreview::preview`] decides it from
+/// read whole: its parts are given in order, then [`PartsPreview::write`] decides it from
 /// what they were found to break and its outline (see `large`), never holding it.
 pub struct PartsPreview<'c> {
     reading: large::FirstReading<'c>,
@@ -198,27 +201,48 @@ impl<'c> PartsPreview<'c> {
         (large.found, large.fingerprint)
     }
 
-    /// The preview, once the last part was added.
-    pub fn preview(
+    /// The preview, once the last part was added, with its acknowledgments written to `out`
+    /// in order as they are made (the 997 of a million sets is never held): those of the
+    /// preview returned carry their kind and number, not their bytes.
+    pub fn write(
         self,
         registry: Option<&Registry>,
         now: NaiveDateTime,
+        out: &mut dyn std::io::Write,
     ) -> Result<Preview, PreviewError> {
         let large = self.reading.finish();
-        let outline = large.read_outline().map_err(PreviewError::Outline)?;
-        let found = large.found.clone();
-        preview_found(&outline, found, self.config, registry, now)
+        let ic = large.read_outline().map_err(PreviewError::Outline)?;
+        let config = self.config;
+        let (decision, numbers) = numbered(&ic, large.found.clone(), config, registry)?;
+        let (response, partner) = (&decision.response, &decision.partner);
+        let (ta1, group) =
+            ack::plan_acknowledgments(response, &ic, partner, &config.gateway, &numbers, now)?;
+        let mut outbound = Vec::new();
+        if let Some(mut ta1) = ta1 {
+            out.write_all(&ta1.bytes)?;
+            ta1.bytes = Vec::new();
+            outbound.push(ta1);
+        }
+        if let Some((kind, control_number)) = group {
+            ack::write_group_acks(response, &ic, partner, &config.gateway, &numbers, now, out)?;
+            outbound.push(Outbound {
+                kind,
+                control_number,
+                bytes: Vec::new(),
+            });
+        }
+        Ok(Preview { decision, outbound })
     }
 }
 
-/// [`preview`] of an interchange whose own [`findings`] are `found`.
-fn preview_found(
+/// The decision on an interchange whose own [`findings`] are `found`, and the control
+/// numbers its acknowledgments would take next (none are taken).
+fn numbered(
     ic: &Interchange<'_>,
     found: Vec<Finding>,
     config: &Config,
     registry: Option<&Registry>,
-    now: NaiveDateTime,
-) -> Result<Preview, PreviewError> {
+) -> Result<(Decision, ack::Numbers), PreviewError> {
     let decision = decide_found(ic, config, found, Vec::new());
     let partner = decision.partner.key();
     let last = |counter| match registry {
@@ -230,6 +254,18 @@ fn preview_found(
         last(Counter::Interchange)?,
         last(Counter::Group)?,
     );
+    Ok((decision, numbers))
+}
+
+/// [`preview`] of an interchange whose own [`findings`] are `found`.
+fn preview_found(
+    ic: &Interchange<'_>,
+    found: Vec<Finding>,
+    config: &Config,
+    registry: Option<&Registry>,
+    now: NaiveDateTime,
+) -> Result<Preview, PreviewError> {
+    let (decision, numbers) = numbered(ic, found, config, registry)?;
     let outbound = acknowledgments(ic, &decision, config, &numbers, now)?;
     Ok(Preview { decision, outbound })
 }

@@ -225,7 +225,9 @@ pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Fai
                     match parts.take_if(|_| ic.part.last) {
                         Some(p) => {
                             let id = x12gate::pipeline::correlation_id(&ic);
-                            show(file, &id, p.preview(registry.as_ref(), now), out)?
+                            // Written as it is made: the 997 of a million sets is 22 MB.
+                            let preview = p.write(registry.as_ref(), now, &mut *out);
+                            show(file, &id, preview, out)?
                         }
                         None => continue,
                     }
