@@ -228,7 +228,7 @@ fn a_broken_received_ta1_rejects_its_interchange_and_is_never_answered() {
             .unwrap()
             .unwrap();
         let decision = x12gate::pipeline::decide(&ic, &config, x12gate::schema::builtin().unwrap());
-        let reason = decision.response.reason.expect("a reason");
+        let reason = decision.response.reason.clone().expect("a reason");
         assert_eq!(reason.code.map(|c| c.value()), Some("024"), "{name}");
     }
     let (out, dispositions) = acks_with(
@@ -354,7 +354,13 @@ fn routing_rejects_other_receivers_and_unknown_senders() {
         .unwrap();
     let decision = x12gate::pipeline::decide(&ic, &config(), x12gate::schema::builtin().unwrap());
     assert_eq!(
-        decision.response.reason.unwrap().code.map(|c| c.value()),
+        decision
+            .response
+            .reason
+            .clone()
+            .unwrap()
+            .code
+            .map(|c| c.value()),
         Some("006")
     );
     let mut accepting = config();

@@ -967,7 +967,7 @@ pub(super) enum Content {
 /// What makes a large interchange's 997/999 again, the same bytes each time: to its file,
 /// then into the registry (a million sets' loops are 20 MB, never held).
 pub(super) struct MadeAck {
-    response: ack::InterchangeResponse,
+    response: std::sync::Arc<ack::InterchangeResponse>,
     partner: Partner,
     numbers: ack::Numbers,
     at: chrono::NaiveDateTime,
@@ -1224,7 +1224,7 @@ fn after_claim(
                 partner: it.partner.clone(),
                 known: true,
                 findings: Vec::new(),
-                response,
+                response: std::sync::Arc::new(response),
             }))
         }
         Claim::Owned {
@@ -1648,14 +1648,15 @@ fn complete_all(
         }
         // What makes each acknowledgment not held (a large interchange's 997/999), then
         // every acknowledgment as the registry stores it.
-        type Make<'m> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync + 'm>;
-        let makers: Vec<Vec<Option<Make<'_>>>> = ours
+        type Make<'m> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + 'm>;
+        let kept_of = |p: &Prepared| stored.get(&p.item).map_or(&[][..], Vec::as_slice);
+        let makers: Vec<Vec<Make<'_>>> = ours
             .iter()
             .map(|(p, ..)| {
                 let ic = &items[p.item].ic;
-                let kept = stored.get(&p.item).map_or(&[][..], Vec::as_slice);
-                kept.iter()
-                    .map(|k| match k {
+                kept_of(p)
+                    .iter()
+                    .filter_map(|k| match k {
                         Kept::Made { made, .. } => {
                             Some(Box::new(move |out: &mut dyn std::io::Write| {
                                 made.write(ic, &r.config.gateway, out)
@@ -1670,19 +1671,17 @@ fn complete_all(
             .iter()
             .zip(&makers)
             .map(|((p, ..), makers)| {
-                let kept = stored.get(&p.item).map_or(&[][..], Vec::as_slice);
-                kept.iter()
-                    .zip(makers)
-                    .map(|(k, make)| match (k, make) {
-                        (Kept::Held(a), _) => a.to_store(),
-                        (Kept::Made { kind, path, .. }, make) => AckToStore {
+                let mut makers = makers.iter();
+                kept_of(p)
+                    .iter()
+                    .filter_map(|k| match k {
+                        Kept::Held(a) => Some(a.to_store()),
+                        // One maker each, in order (made just above).
+                        Kept::Made { kind, path, .. } => makers.next().map(|make| AckToStore {
                             kind,
                             path,
-                            bytes: match make {
-                                Some(make) => AckBytes::Made(make.as_ref()),
-                                None => AckBytes::Held(&[]),
-                            },
-                        },
+                            bytes: AckBytes::Made(make.as_ref()),
+                        }),
                     })
                     .collect()
             })
@@ -1913,7 +1912,7 @@ fn prepare(
         )?;
         let made = group.map(|(kind, _)| {
             let made = MadeAck {
-                response: decision.response.clone(),
+                response: std::sync::Arc::clone(&decision.response),
                 partner: decision.partner.clone(),
                 numbers,
                 at,

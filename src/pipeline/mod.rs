@@ -24,7 +24,8 @@ pub struct Decision {
     /// Whether the sender is a configured partner.
     pub known: bool,
     pub findings: Vec<Finding>,
-    pub response: InterchangeResponse,
+    /// Shared: a large interchange's 997/999 is made from it when it is written.
+    pub response: std::sync::Arc<InterchangeResponse>,
 }
 
 /// `QUAL:ID:ISA13`, the id that ties every log line and record of an interchange together.
@@ -106,7 +107,7 @@ pub fn decide_found(
         partner,
         known,
         findings,
-        response,
+        response: std::sync::Arc::new(response),
     }
 }
 

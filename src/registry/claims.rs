@@ -158,7 +158,7 @@ pub struct AckToStore<'a> {
 pub enum AckBytes<'a> {
     Held(&'a [u8]),
     /// Writes them to what it is given, the same each time.
-    Made(&'a (dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Sync)),
+    Made(&'a dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>),
 }
 
 impl std::fmt::Debug for AckBytes<'_> {
@@ -844,7 +844,7 @@ fn completed(
         match (written, parts.failed.take()) {
             (_, Some(e)) => return Err(e),
             (Err(e), None) => return Err(crate::registry::db::Error::Making(e)),
-            (Ok(()), None) => parts.store()?,
+            (Ok(()), None) => parts.store(false)?,
         }
     }
     for g in c.released_groups {
@@ -1029,12 +1029,16 @@ impl Registry {
                 [key],
             )
             .map_err(|e| b.sql(e))?;
-            // The answers sent for the earlier outcome stay in the history.
+            // The answers sent for the earlier outcome stay in the history: their beginning,
+            // and their size (a million sets' 997 is 22 MB; its file is in the outbox).
             let earlier = load_completed(&b.tx, key).map_err(|e| b.sql(e))?;
             let acks: Vec<serde_json::Value> = earlier
                 .acks
                 .iter()
-                .map(|a| serde_json::json!({ "kind": a.kind, "path": a.path, "bytes": String::from_utf8_lossy(&a.bytes) }))
+                .map(|a| {
+                    let kept = a.bytes.get(..KEPT_IN_HISTORY).unwrap_or(&a.bytes);
+                    serde_json::json!({ "kind": a.kind, "path": a.path, "bytes": String::from_utf8_lossy(kept), "size": a.bytes.len() })
+                })
                 .collect();
             let detail = serde_json::json!({ "was": disposition, "acks": acks }).to_string();
             b.record_note(EventKind::Reopened, Some(key), Some(&partner), Some(&control), &detail)?;
@@ -1434,28 +1438,29 @@ struct AckParts<'t> {
 
 impl AckParts<'_> {
     /// Stores the part being filled (the first even when empty: the row is the ack).
-    fn store(&mut self) -> Result<(), crate::registry::db::Error> {
+    /// Stores the part being filled (the first even when empty: the row is the ack). A full
+    /// part waits for the database: PostgreSQL's writes in a transaction are otherwise
+    /// queued until its next answer, every part of a 22 MB 997 with them.
+    fn store(&mut self, full: bool) -> Result<(), crate::registry::db::Error> {
         if self.part > 0 && self.buf.is_empty() {
             return Ok(());
         }
-        if self.part == 0 {
-            self.tx
-                .prepare_cached(
-                    "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .write(params![
-                    self.key,
-                    self.seq,
-                    self.ack.kind,
-                    self.ack.path,
-                    self.buf
-                ])?;
+        let (key, seq, part, buf) = (self.key, self.seq, self.part, &self.buf);
+        let (sql, values): (&str, &[&dyn crate::registry::db::ToValue]) = match part {
+            0 => (
+                "INSERT INTO acks (key, seq, kind, path, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+                &[&key, &seq, &self.ack.kind, &self.ack.path, buf],
+            ),
+            _ => (
+                "INSERT INTO ack_parts (key, seq, part, bytes) VALUES (?1, ?2, ?3, ?4)",
+                &[&key, &seq, &part, buf],
+            ),
+        };
+        let mut insert = self.tx.prepare_cached(sql)?;
+        if full {
+            insert.execute(values)?;
         } else {
-            self.tx
-                .prepare_cached(
-                    "INSERT INTO ack_parts (key, seq, part, bytes) VALUES (?1, ?2, ?3, ?4)",
-                )?
-                .write(params![self.key, self.seq, self.part, self.buf])?;
+            insert.write(values)?;
         }
         self.part += 1;
         self.buf.clear();
@@ -1472,7 +1477,7 @@ impl std::io::Write for AckParts<'_> {
         self.buf
             .extend_from_slice(bytes.get(..n).unwrap_or_default());
         if self.buf.len() == ACK_PART {
-            if let Err(e) = self.store() {
+            if let Err(e) = self.store(true) {
                 self.failed = Some(e);
                 return Err(std::io::Error::other("the registry refused a part"));
             }
@@ -1484,6 +1489,9 @@ impl std::io::Write for AckParts<'_> {
         Ok(())
     }
 }
+
+/// The most bytes of an earlier acknowledgment a `reopened` event keeps.
+const KEPT_IN_HISTORY: usize = 64 << 10;
 
 /// The most bytes of an acknowledgment one row holds (see migration 9): the rest goes in
 /// `ack_parts`, so that storing or replaying a large one copies a part at a time.

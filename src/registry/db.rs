@@ -806,6 +806,25 @@ impl Conn {
     /// for). Inside a PostgreSQL transaction it is sent with the next statement that is
     /// waited for, or the COMMIT, in the same round trip; an error of it is then that
     /// statement's, and the transaction's, as any failed statement's is.
+    /// The bytes of the values written and not yet sent (tests of what a write may queue).
+    #[cfg(test)]
+    pub fn queued_bytes(&self) -> usize {
+        match self {
+            Conn::Postgres(p) => p
+                .borrow()
+                .pending
+                .iter()
+                .flat_map(|(_, values)| values)
+                .map(|v| match v {
+                    Value::Text(t) => t.len(),
+                    Value::Blob(b) => b.len(),
+                    _ => 8,
+                })
+                .sum(),
+            Conn::Sqlite(_) => 0,
+        }
+    }
+
     pub fn write(&self, sql: &str, params: impl Params) -> Result<()> {
         match self {
             Conn::Postgres(p) if p.borrow().in_transaction => {

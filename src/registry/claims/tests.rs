@@ -877,17 +877,31 @@ crate::registry::tests::on_both! {
         assert!(again == first, "the acknowledgments replayed are not those stored");
 
         // Opened again and completed with a small one only: nothing of the large one stays.
+        // The history keeps the beginning of what was sent, and its size.
         assert!(r.reopen(KEY, true).unwrap().is_some());
+        let reopened = events(&r).pop().unwrap();
+        // Escaped as JSON, a byte takes at most 6.
+        assert!(reopened.detail.len() < 7 * KEPT_IN_HISTORY, "{}", reopened.detail.len());
+        let detail: serde_json::Value = serde_json::from_str(&reopened.detail).unwrap();
+        assert_eq!(detail["acks"][1]["size"], large.bytes.len());
+        assert_eq!(detail["acks"][0]["size"], small.bytes.len());
         completed(&r, std::slice::from_ref(&small), T0 + 2);
         assert_eq!(parts(&r), 0);
         assert_eq!(replayed(&r, T0 + 3), std::slice::from_ref(&small));
 
-        // Made as it is stored, in uneven pieces: the same parts, the same bytes replayed.
+        // Made as it is stored, in uneven pieces, in a transaction (where PostgreSQL queues
+        // writes): the same parts, the same bytes replayed, and never more than a part
+        // waiting to be sent.
         assert!(r.reopen(KEY, true).unwrap().is_some());
-        let owned = claim(&r.conn, &request(A, FIRST, "/in/a.x12", &nobody_dead), T0 + 4).unwrap();
+        let tx = r.conn.transaction().unwrap();
+        let owned = claim(&tx, &request(A, FIRST, "/in/a.x12", &nobody_dead), T0 + 4).unwrap();
         assert!(matches!(owned, Claim::Owned { .. }), "{owned:?}");
+        let most_queued = std::cell::Cell::new(0);
         let make = |out: &mut dyn std::io::Write| -> std::io::Result<()> {
-            large.bytes.chunks(7000).try_for_each(|piece| out.write_all(piece))
+            large.bytes.chunks(7000).try_for_each(|piece| {
+                most_queued.set(most_queued.get().max(tx.queued_bytes()));
+                out.write_all(piece)
+            })
         };
         let made = AckToStore {
             kind: "997",
@@ -904,13 +918,31 @@ crate::registry::tests::on_both! {
             event: EventKind::Accepted,
             detail: "{}",
         };
-        assert!(complete(&r.conn, KEY, FIRST, &completion).unwrap());
+        assert!(complete(&tx, KEY, FIRST, &completion).unwrap());
+        assert!(most_queued.get() < ACK_PART, "{} bytes queued", most_queued.get());
+        tx.commit().unwrap();
         assert_eq!(parts(&r), 2);
         assert!(replayed(&r, T0 + 5) == first, "the acknowledgment made is not the one replayed");
 
+        // At the parts' edges: no empty part after a full one, an empty ack still a row.
+        for (n, (size, stored_parts)) in [(0, 0), (ACK_PART, 0), (ACK_PART + 1, 1), (2 * ACK_PART, 1)]
+            .into_iter()
+            .enumerate()
+        {
+            assert!(r.reopen(KEY, true).unwrap().is_some());
+            let at = T0 + 10 + 2 * n as i64;
+            let edge = StoredAck {
+                bytes: large.bytes.get(..size).unwrap().to_vec(),
+                ..large.clone()
+            };
+            completed(&r, std::slice::from_ref(&edge), at);
+            assert_eq!(parts(&r), stored_parts, "{size} bytes");
+            assert!(replayed(&r, at + 1) == [edge], "{size} bytes");
+        }
+
         // A prune takes the parts with their interchange.
         assert!(r.reopen(KEY, true).unwrap().is_some());
-        completed(&r, std::slice::from_ref(&large), T0 + 6);
+        completed(&r, std::slice::from_ref(&large), T0 + 30);
         assert_eq!(parts(&r), 2);
         r.age_for_tests(KEY, 400).unwrap();
         assert_eq!(r.prune(&|_| 30).unwrap(), [KEY.to_string()]);
