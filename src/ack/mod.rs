@@ -16,6 +16,6 @@ pub use response::{
     Reason, SegmentError, SetResponse, Status, Ta1,
 };
 pub use write::{
-    numbers_needed, plan_acknowledgments, write_acknowledgments, write_group_acks, Numbers,
-    NumbersNeeded, Outbound, OutboundKind, ShortOfNumbers,
+    numbers_needed, write_acknowledgments, GroupAck, Numbers, NumbersNeeded, Outbound,
+    OutboundKind, Plan, ShortOfNumbers,
 };

@@ -2,8 +2,8 @@
 //!
 //! An acknowledgment interchange is built in memory, to be written atomically by the caller
 //! and replayed byte for byte later; the 997/999 of a large interchange (a loop a set) can
-//! instead be written out as it is made ([`write_group_acks`]), as often as needed: the same
-//! response, numbers and time give the same bytes.
+//! instead be written out as it is made ([`Plan::write_group_acks`]), as often as needed:
+//! the same response, numbers and time give the same bytes.
 
 use std::borrow::Cow;
 
@@ -368,7 +368,7 @@ pub fn write_acknowledgments(
     now: NaiveDateTime,
 ) -> Result<Vec<Outbound>, ShortOfNumbers> {
     let plan = Plan::of(response, ic, partner, gateway, numbers, now)?;
-    let mut outbound: Vec<Outbound> = plan.ta1(response).into_iter().collect();
+    let mut outbound: Vec<Outbound> = plan.ta1().into_iter().collect();
     if let Some((kind, control)) = plan.group_ack() {
         // Held until the interchange completes, and stored for replays: without the
         // growth's spare room.
@@ -386,49 +386,14 @@ pub fn write_acknowledgments(
 /// The kind and ISA13 of a 997/999 interchange.
 pub type GroupAck = (OutboundKind, u32);
 
-/// What [`write_acknowledgments`] makes, but for its 997/999 interchange, left to
-/// [`write_group_acks`]: the TA1 interchange, if one is due, and the kind and ISA13 of the
-/// 997/999 interchange, if there is one.
-pub fn plan_acknowledgments(
-    response: &InterchangeResponse,
-    ic: &Interchange<'_>,
-    partner: &Partner,
-    gateway: &Gateway,
-    numbers: &Numbers,
-    now: NaiveDateTime,
-) -> Result<(Option<Outbound>, Option<GroupAck>), ShortOfNumbers> {
-    let plan = Plan::of(response, ic, partner, gateway, numbers, now)?;
-    Ok((plan.ta1(response), plan.group_ack()))
-}
-
-/// Writes the 997/999 interchange [`write_acknowledgments`] makes for `response` (if it
-/// makes one: its kind and ISA13) to `out` as it is made, never holding it: for the
-/// acknowledgment of a large interchange, written to its file and then to the registry.
-#[allow(clippy::too_many_arguments)]
-pub fn write_group_acks(
-    response: &InterchangeResponse,
-    ic: &Interchange<'_>,
-    partner: &Partner,
-    gateway: &Gateway,
-    numbers: &Numbers,
-    now: NaiveDateTime,
-    out: &mut dyn std::io::Write,
-) -> std::io::Result<Option<(OutboundKind, u32)>> {
-    let plan =
-        Plan::of(response, ic, partner, gateway, numbers, now).map_err(std::io::Error::other)?;
-    let Some(made) = plan.group_ack() else {
-        return Ok(None);
-    };
-    plan.write(ic, Some(out))?;
-    Ok(Some(made))
-}
-
 /// One FA group of a 997/999 interchange: its key, the groups it answers and its GS06.
 type FaGroup<'r> = (FaGroupKey, Vec<&'r GroupResponse>, u32);
 
 /// The acknowledgments of a response, numbered: every number checked to be there before a
-/// byte is written.
-struct Plan<'r> {
+/// byte is written. What [`write_acknowledgments`] makes, with the 997/999 interchange
+/// written as it is made ([`Plan::write_group_acks`]), as often as needed, never held.
+pub struct Plan<'r> {
+    response: &'r InterchangeResponse,
     env: Envelope,
     /// The TA1 interchange's ISA13 and ISA12 (the partner's own version, where the 999's
     /// interchange is 00501).
@@ -438,7 +403,7 @@ struct Plan<'r> {
 }
 
 impl<'r> Plan<'r> {
-    fn of(
+    pub fn of(
         response: &'r InterchangeResponse,
         ic: &Interchange<'_>,
         partner: &Partner,
@@ -481,11 +446,17 @@ impl<'r> Plan<'r> {
                 .collect::<Result<Vec<_>, ShortOfNumbers>>()?;
             Some((group_ack_kind(response), control, batches))
         };
-        Ok(Plan { env, ta1, groups })
+        Ok(Plan {
+            response,
+            env,
+            ta1,
+            groups,
+        })
     }
 
-    fn ta1(&self, response: &InterchangeResponse) -> Option<Outbound> {
-        let (ta1, (control, version)) = (response.ta1.as_ref()?, self.ta1.as_ref()?);
+    /// The TA1 interchange, if one is due.
+    pub fn ta1(&self) -> Option<Outbound> {
+        let (ta1, (control, version)) = (self.response.ta1.as_ref()?, self.ta1.as_ref()?);
         let env = Envelope {
             version: version.clone(),
             ..self.env.clone()
@@ -497,10 +468,21 @@ impl<'r> Plan<'r> {
         })
     }
 
-    fn group_ack(&self) -> Option<(OutboundKind, u32)> {
+    /// The 997/999 interchange's kind and ISA13, if there is one.
+    pub fn group_ack(&self) -> Option<GroupAck> {
         self.groups
             .as_ref()
             .map(|(kind, control, _)| (*kind, *control))
+    }
+
+    /// Writes the 997/999 interchange (if any) of the interchange `ic` the plan was made
+    /// for to `out` as it is made: for a large interchange, to its file and to the registry.
+    pub fn write_group_acks(
+        &self,
+        ic: &Interchange<'_>,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        self.write(ic, Some(out)).map(drop)
     }
 
     /// The 997/999 interchange, to `sink` as it is made (then the bytes returned are none)
@@ -820,17 +802,26 @@ mod tests {
         }
     }
 
-    fn write(kind: AckKind) -> Vec<String> {
-        let ic = Interchanges::new(INBOUND.as_bytes(), Limits::default())
+    fn read(text: &[u8]) -> Interchange<'_> {
+        Interchanges::new(text, Limits::default())
             .next()
             .unwrap()
-            .unwrap();
-        let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
-        partner.ack = kind;
-        let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+            .unwrap()
+    }
+
+    /// When the acknowledgments of these tests are written.
+    fn when() -> NaiveDateTime {
+        chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
             .unwrap()
             .and_hms_opt(3, 4, 0)
-            .unwrap();
+            .unwrap()
+    }
+
+    fn write(kind: AckKind) -> Vec<String> {
+        let ic = read(INBOUND.as_bytes());
+        let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
+        partner.ack = kind;
+        let now = when();
         let out = write_acknowledgments(
             &response(kind),
             &ic,
@@ -900,16 +891,10 @@ mod tests {
             text += &format!("GE*8000*{g}~");
         }
         text += "IEA*2*000000007~";
-        let ic = Interchanges::new(text.as_bytes(), Limits::default())
-            .next()
-            .unwrap()
-            .unwrap();
+        let ic = read(text.as_bytes());
         let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
         partner.ack_accepted_sets = true;
-        let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
-            .unwrap()
-            .and_hms_opt(3, 4, 0)
-            .unwrap();
+        let now = when();
         let response = crate::ack::respond(&ic, &[], &partner);
         let numbers = Numbers::following(numbers_needed(&response, &partner), Some(40), None);
         let whole = write_acknowledgments(&response, &ic, &partner, &gateway(), &numbers, now)
@@ -924,17 +909,9 @@ mod tests {
             16000
         );
         let mut handed = Handed::default();
-        let made = write_group_acks(
-            &response,
-            &ic,
-            &partner,
-            &gateway(),
-            &numbers,
-            now,
-            &mut handed,
-        )
-        .unwrap();
-        assert_eq!(made, Some((whole.kind, whole.control_number)));
+        let plan = Plan::of(&response, &ic, &partner, &gateway(), &numbers, now).unwrap();
+        assert_eq!(plan.group_ack(), Some((whole.kind, whole.control_number)));
+        plan.write_group_acks(&ic, &mut handed).unwrap();
         assert!(handed.bytes == whole.bytes, "not the same 997");
         assert!(handed.sizes.len() > 4, "{:?}", handed.sizes);
         assert!(
@@ -952,15 +929,7 @@ mod tests {
                 Ok(())
             }
         }
-        let failed = write_group_acks(
-            &response,
-            &ic,
-            &partner,
-            &gateway(),
-            &numbers,
-            now,
-            &mut Full,
-        );
+        let failed = plan.write_group_acks(&ic, &mut Full);
         assert_eq!(failed.unwrap_err().to_string(), "disk full");
     }
 
@@ -983,14 +952,8 @@ mod tests {
             r.groups.push(second);
             let needed = numbers_needed(&r, &partner);
             assert_eq!(needed, NumbersNeeded { isa13: 2, gs06: 2 });
-            let ic = Interchanges::new(INBOUND.as_bytes(), Limits::default())
-                .next()
-                .unwrap()
-                .unwrap();
-            let now = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
-                .unwrap()
-                .and_hms_opt(3, 4, 0)
-                .unwrap();
+            let ic = read(INBOUND.as_bytes());
+            let now = when();
             let exact = Numbers::following(needed, None, None);
             let out = write_acknowledgments(&r, &ic, &partner, &gateway(), &exact, now).unwrap();
             assert_eq!(

@@ -981,7 +981,9 @@ impl MadeAck {
         out: &mut dyn std::io::Write,
     ) -> std::io::Result<()> {
         let (response, partner) = (&self.response, &self.partner);
-        ack::write_group_acks(response, ic, partner, gateway, &self.numbers, self.at, out).map(drop)
+        ack::Plan::of(response, ic, partner, gateway, &self.numbers, self.at)
+            .map_err(std::io::Error::other)?
+            .write_group_acks(ic, out)
     }
 }
 
@@ -1902,7 +1904,7 @@ fn prepare(
     };
     let acks = if it.large.is_some() {
         // A large interchange's 997/999 is made when it is written, never held.
-        let (ta1, group) = ack::plan_acknowledgments(
+        let plan = ack::Plan::of(
             &decision.response,
             ic,
             &decision.partner,
@@ -1910,7 +1912,7 @@ fn prepare(
             &numbers,
             at,
         )?;
-        let made = group.map(|(kind, _)| {
+        let made = plan.group_ack().map(|(kind, _)| {
             let made = MadeAck {
                 response: std::sync::Arc::clone(&decision.response),
                 partner: decision.partner.clone(),
@@ -1919,7 +1921,8 @@ fn prepare(
             };
             ack_file(kind, Content::Made(Box::new(made)))
         });
-        ta1.map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
+        plan.ta1()
+            .map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
             .into_iter()
             .chain(made)
             .collect()

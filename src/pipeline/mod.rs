@@ -216,16 +216,15 @@ impl<'c> PartsPreview<'c> {
         let config = self.config;
         let (decision, numbers) = numbered(&ic, large.found.clone(), config, registry)?;
         let (response, partner) = (&decision.response, &decision.partner);
-        let (ta1, group) =
-            ack::plan_acknowledgments(response, &ic, partner, &config.gateway, &numbers, now)?;
+        let plan = ack::Plan::of(response, &ic, partner, &config.gateway, &numbers, now)?;
         let mut outbound = Vec::new();
-        if let Some(mut ta1) = ta1 {
+        if let Some(mut ta1) = plan.ta1() {
             out.write_all(&ta1.bytes)?;
             ta1.bytes = Vec::new();
             outbound.push(ta1);
         }
-        if let Some((kind, control_number)) = group {
-            ack::write_group_acks(response, &ic, partner, &config.gateway, &numbers, now, out)?;
+        if let Some((kind, control_number)) = plan.group_ack() {
+            plan.write_group_acks(&ic, out)?;
             outbound.push(Outbound {
                 kind,
                 control_number,
