@@ -361,13 +361,7 @@ fn read_in_pieces(
     (config, schemas): (&Config, &Schemas),
     window: usize,
 ) -> Option<(Vec<String>, String)> {
-    let partner_of = |ic: &crate::x12::Interchange<'_>| {
-        let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
-        config
-            .partner(qualifier, id)
-            .cloned()
-            .unwrap_or_else(|| crate::config::Partner::unknown(qualifier, id))
-    };
+    let partner_of = |ic: &crate::x12::Interchange<'_>| pipeline::partner_of(ic, config).0;
     let key_of = |ic: &crate::x12::Interchange<'_>| {
         pipeline::interchange_key(ic, partner_of(ic).interchange_scope)
     };

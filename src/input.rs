@@ -678,13 +678,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_window_bounds_the_memory_of_a_file_of_many_interchanges() {
+    /// An 850 fixture, and a file of 2,000 of it.
+    fn many_850s() -> (Vec<u8>, Vec<u8>) {
         let one = std::fs::read(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/850-004010.x12"),
         )
         .unwrap();
         let input = one.repeat(2000);
+        (one, input)
+    }
+
+    #[test]
+    fn a_window_bounds_the_memory_of_a_file_of_many_interchanges() {
+        let (_, input) = many_850s();
         let from = Box::new(std::io::Cursor::new(input.clone()));
         let window = 64 << 10;
         let mut reader = Reader::new(from, "test", Limits::default(), window);
@@ -706,11 +712,7 @@ mod tests {
     /// pieces grow again.
     #[test]
     fn a_window_changed_between_pieces_changes_the_pieces_after_it() {
-        let one = std::fs::read(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/850-004010.x12"),
-        )
-        .unwrap();
-        let input = one.repeat(2000);
+        let (one, input) = many_850s();
         let from = Box::new(std::io::Cursor::new(input.clone()));
         let (large, small) = (256 << 10, 16 << 10);
         let mut reader = Reader::new(from, "test", Limits::default(), large);

@@ -577,12 +577,7 @@ impl<'a, 'c> Window<'a, 'c> {
     ) -> Result<(), ProcessError> {
         if ic.part.first {
             self.first = None;
-            let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
-            let partner = self
-                .config
-                .partner(qualifier, id)
-                .cloned()
-                .unwrap_or_else(|| Partner::unknown(qualifier, id));
+            let (partner, _) = super::partner_of(ic, self.config);
             let key = super::interchange_key(ic, partner.interchange_scope);
             if self
                 .options

@@ -313,9 +313,9 @@ impl Large {
         self.place.changed()
     }
 
-    /// Whether the file is still the one read the first time.
+    /// Whether the file is still the one read the first time (looked at, not opened).
     pub fn unchanged(&self) -> Result<(), ProcessError> {
-        self.place.open().map(drop)
+        self.place.check()
     }
 
     /// Shows `visit` the sets from `from` (group, set) on, in order, until it says to stop

@@ -55,7 +55,7 @@ pub fn decide_with(
 }
 
 /// The sender's partner settings, and whether it is a configured partner.
-fn partner_of(ic: &Interchange<'_>, config: &Config) -> (Partner, bool) {
+pub(crate) fn partner_of(ic: &Interchange<'_>, config: &Config) -> (Partner, bool) {
     let (qualifier, id) = (ic.isa.trimmed(5), ic.isa.trimmed(6));
     match config.partner(qualifier, id) {
         Some(p) => (p.clone(), true),
