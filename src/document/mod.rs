@@ -121,6 +121,39 @@ pub fn identify_all(
 /// The document of one part of `set` (cut by loop), named by its own segments and those of
 /// the loops its fields name (found when it was cut: [`Part::named_by`]).
 pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<Identified> {
+    let fingerprint = crate::fingerprint::content_fingerprint(
+        parts::segments(ic, &part).map(|(s, _)| s),
+        &batch_only,
+    );
+    name_part(ic, def, part, fingerprint)
+}
+
+/// The document that `part` of a set (`None`: the whole `set`) was identified as, named
+/// again to write its file: its fingerprint is left empty, as the file does not carry it
+/// (hashing every set a second time was a tenth of `process`'s work).
+pub fn identify_to_write(
+    ic: &Interchange<'_>,
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+    part: Option<Part>,
+) -> Option<Identified> {
+    match part {
+        Some(p) => name_part(ic, def, p, String::new()),
+        None => {
+            let spec = def.document.as_ref()?;
+            let heading = Heading::of(set.body.segments(), spec);
+            let (qualifier, id) = (ic.isa.field(5), ic.isa.field(6));
+            named(qualifier, id, def, spec, &heading, String::new(), None)
+        }
+    }
+}
+
+fn name_part(
+    ic: &Interchange<'_>,
+    def: &SetDef,
+    part: Part,
+    fingerprint: String,
+) -> Option<Identified> {
     let spec = def.document.as_ref()?;
     // The segments its fields are read from, found when the set was cut.
     let (input, base, delimiters) = (ic.input(), ic.base, ic.delimiters());
@@ -138,10 +171,6 @@ pub fn identify_part(ic: &Interchange<'_>, def: &SetDef, part: Part) -> Option<I
         })
         .collect();
     let heading = Heading { found };
-    let fingerprint = crate::fingerprint::content_fingerprint(
-        parts::segments(ic, &part).map(|(s, _)| s),
-        &batch_only,
-    );
     named(
         ic.isa.field(5),
         ic.isa.field(6),

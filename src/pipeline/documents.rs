@@ -452,11 +452,7 @@ pub(super) fn write_document(
             s.st.element(1).unwrap_or_default(),
         )
         .ok_or_else(gone)?;
-    let d = match part {
-        Some(p) => document::identify_part(ic, def, p.clone()),
-        None => document::identify(ic.isa.field(5), ic.isa.field(6), &s, def),
-    }
-    .ok_or_else(gone)?;
+    let d = document::identify_to_write(ic, &s, def, part.cloned()).ok_or_else(gone)?;
     out.write_all(&document::head(&d.key, &delivery_of(decided, &it.key)))?;
     document::write_rest(
         ic,
