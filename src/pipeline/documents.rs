@@ -61,7 +61,8 @@ pub(super) struct Progress {
     pub keyed: Vec<Vec<bool>>,
     /// Where the next run starts (group, set); none once every set was planned.
     pub next: Option<(usize, usize)>,
-    /// Every sighting this attempt decided (an earlier attempt's others are withdrawn).
+    /// Every sighting a later attempt decided (an earlier attempt's others are withdrawn);
+    /// empty on a first attempt, which has nothing to withdraw.
     pub recorded: Vec<i64>,
     /// The reports of the first [`REPORTED`] documents.
     pub reports: Vec<DocumentReport>,
@@ -238,6 +239,9 @@ fn plan_run(
         return Ok(planned);
     };
     let mut in_run = 0usize;
+    // Only a later attempt withdraws what an earlier one recorded and it did not decide
+    // again: a first attempt keeps no ids (8 bytes a document, 8 MB for a million).
+    let again = it.report.attempt.is_some_and(|a| a > 1);
     let partner = it.partner.key();
     let out = &r.config.gateway.out;
     let correlation = it.report.correlation_id.clone().unwrap_or_default();
@@ -290,7 +294,9 @@ fn plan_run(
                 deliver_duplicates: it.partner.duplicate_documents
                     == crate::config::DuplicateDocuments::Deliver,
             })?;
-            progress.recorded.push(decided.id);
+            if again {
+                progress.recorded.push(decided.id);
+            }
             let rest = |out: &mut dyn std::io::Write| {
                 document::write_rest(
                     ic,
