@@ -34,7 +34,6 @@ fn fewer_arenas() {
         let arenas = x12gate::cores::available().max(2);
         // SAFETY: mallopt only sets a tunable of glibc's allocator; it is called first thing
         // in main, before any other thread exists.
-        #[allow(unsafe_code)]
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, i32::try_from(arenas).unwrap_or(i32::MAX));
         }
