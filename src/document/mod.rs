@@ -60,7 +60,8 @@ pub struct Identified {
     pub kind: Option<String>,
     pub role: Role,
     /// Hex blake3 of the canonical content between ST and SE (of a part: its own segments
-    /// and its levels', the set's heading left out).
+    /// and its levels', the set's heading left out). Empty when named by
+    /// [`identify_to_write`], which the file of a document needs no fingerprint for.
     pub fingerprint: String,
     /// For a set cut by loop (`per`): which of its documents this is, and where its segments
     /// are.

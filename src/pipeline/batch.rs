@@ -1304,8 +1304,6 @@ fn prepare_all(
             .collect();
         let mut seen = b.claim_groups_many(&claims)?.into_iter();
         let mut ready = renewed.into_iter().zip(groups).zip(checked).zip(found);
-        // Each interchange decided; then the control numbers all of them need, taken
-        // together in their order (as one after the other would take them).
         // Into the outbox of the configuration in force, whatever folder the first answer
         // went to (a restored or moved gateway): rows store the name, older rows an absolute
         // path of which only the name counts. The bytes are moved, not copied: a replayed 997
@@ -1327,6 +1325,8 @@ fn prepare_all(
                 }
             }));
         }
+        // Each interchange decided; then the control numbers all of them need, taken
+        // together in their order (as one after the other would take them).
         let mut stages = Vec::new();
         for (i, plan) in plans.iter() {
             let it = &items[*i];

@@ -53,8 +53,8 @@ pub(super) struct Planned {
 }
 
 /// The documents of one interchange across its runs: what is held of each until the
-/// interchange completes is a few bytes (a flag per set, a sighting's id), and a report for
-/// the first [`REPORTED`].
+/// interchange completes is a few bytes (a flag per set; on a later attempt a sighting's id
+/// too), and a report for the first [`REPORTED`].
 pub(super) struct Progress {
     /// `[group][set]`: the set carries a document, delivered in its own file and so left
     /// out of the interchange's translation.

@@ -1385,30 +1385,31 @@ fn load_completed(
         .collect::<Result<Vec<_>, _>>()?;
     // Room for the parts at once: grown part by part, a 25 MB 997 took 32.
     let mut sizes = tx.prepare_cached(
-        "SELECT seq, sum(length(bytes)) FROM ack_parts WHERE key = ?1 GROUP BY seq",
+        "SELECT seq, sum(length(bytes)), count(*) FROM ack_parts WHERE key = ?1 GROUP BY seq",
     )?;
-    sizes
+    let counts = sizes
         .query_map([key], |r| {
-            let (seq, size) = (r.get::<i64>(0)?, r.get::<i64>(1)?);
+            let (seq, size, count) = (r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?);
             if let Some((_, ack)) = acks.iter_mut().find(|(s, _)| *s == seq) {
                 ack.bytes
                     .reserve_exact(usize::try_from(size).unwrap_or_default());
             }
-            Ok(())
+            Ok((seq, count))
         })?
-        .collect::<Result<(), _>>()?;
-    let mut parts =
-        tx.prepare_cached("SELECT seq, bytes FROM ack_parts WHERE key = ?1 ORDER BY seq, part")?;
-    // Each part goes onto its acknowledgment as it is read, not kept beside it.
-    parts
-        .query_map([key], |r| {
-            let (seq, bytes) = (r.get::<i64>(0)?, r.get::<Vec<u8>>(1)?);
-            if let Some((_, ack)) = acks.iter_mut().find(|(s, _)| *s == seq) {
-                ack.bytes.extend_from_slice(&bytes);
-            }
-            Ok(())
-        })?
-        .collect::<Result<(), _>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
+    // A part at a time, each onto its acknowledgment as it is read: PostgreSQL's client
+    // holds every row of an answer, so one query for all of them held the 997 twice.
+    let mut part =
+        tx.prepare_cached("SELECT bytes FROM ack_parts WHERE key = ?1 AND seq = ?2 AND part = ?3")?;
+    for (seq, count) in counts {
+        let Some((_, ack)) = acks.iter_mut().find(|(s, _)| *s == seq) else {
+            continue;
+        };
+        for n in 1..=count {
+            let bytes: Vec<u8> = part.query_row(params![key, seq, n], |r| r.get(0))?;
+            ack.bytes.extend_from_slice(&bytes);
+        }
+    }
     let acks = acks.into_iter().map(|(_, a)| a).collect();
     Ok(Completed {
         disposition,
@@ -1437,7 +1438,6 @@ struct AckParts<'t> {
 }
 
 impl AckParts<'_> {
-    /// Stores the part being filled (the first even when empty: the row is the ack).
     /// Stores the part being filled (the first even when empty: the row is the ack). A full
     /// part waits for the database: PostgreSQL's writes in a transaction are otherwise
     /// queued until its next answer, every part of a 22 MB 997 with them.

@@ -27,10 +27,16 @@ use exit::Failure;
 /// threads (for their fsyncs, not for the cores), each building a document's JSON: their
 /// arenas held a fifth of its peak memory (72 MB for a 20 MB file, 52 MB with one arena per
 /// core, in the same time). One per core, at least two, as threads that compute contend for
-/// no more than that.
+/// no more than that; for every command, and unless the operator set glibc's own limit
+/// (`MALLOC_ARENA_MAX`, or `arena_max` in `GLIBC_TUNABLES`), which is theirs to keep.
 fn fewer_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
+        let tuned = std::env::var_os("MALLOC_ARENA_MAX").is_some()
+            || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("arena_max"));
+        if tuned {
+            return;
+        }
         let arenas = x12gate::cores::available().max(2);
         // SAFETY: mallopt only sets a tunable of glibc's allocator; it is called first thing
         // in main, before any other thread exists.
