@@ -802,10 +802,6 @@ impl Conn {
         }
     }
 
-    /// Runs one statement whose outcome nobody reads (the rows it changed are not asked
-    /// for). Inside a PostgreSQL transaction it is sent with the next statement that is
-    /// waited for, or the COMMIT, in the same round trip; an error of it is then that
-    /// statement's, and the transaction's, as any failed statement's is.
     /// The bytes of the values written and not yet sent (tests of what a write may queue).
     #[cfg(test)]
     pub fn queued_bytes(&self) -> usize {
@@ -825,6 +821,10 @@ impl Conn {
         }
     }
 
+    /// Runs one statement whose outcome nobody reads (the rows it changed are not asked
+    /// for). Inside a PostgreSQL transaction it is sent with the next statement that is
+    /// waited for, or the COMMIT, in the same round trip; an error of it is then that
+    /// statement's, and the transaction's, as any failed statement's is.
     pub fn write(&self, sql: &str, params: impl Params) -> Result<()> {
         match self {
             Conn::Postgres(p) if p.borrow().in_transaction => {
