@@ -138,7 +138,8 @@ struct Text<'s> {
 }
 
 /// A set as [`write_interchange_document`] writes it: the [`JsonSet`] it serialises as, with
-/// the structured content still the tree that borrows from the input.
+/// the structured content still the tree that borrows from the input. It is written by
+/// [`SetOut::write_to`]; the derived form is what the tests hold that to.
 #[derive(Serialize)]
 struct SetOut<'a> {
     st: Vec<JsonElement>,
@@ -149,6 +150,31 @@ struct SetOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<structured::Tree<'a>>,
     se: Option<Vec<JsonElement>>,
+}
+
+impl SetOut<'_> {
+    /// Appends the set as JSON, the bytes `serde_json` gives for it, the structured content
+    /// written by [`structured::Tree::write_json`].
+    fn write_to(&self, out: &mut Vec<u8>) -> io::Result<()> {
+        out.extend_from_slice(b"{\"st\":");
+        serde_json::to_writer(&mut *out, &self.st)?;
+        if let Some(segments) = &self.segments {
+            out.extend_from_slice(b",\"segments\":");
+            serde_json::to_writer(&mut *out, segments)?;
+        }
+        if let Some(schema) = &self.schema {
+            out.extend_from_slice(b",\"schema\":");
+            structured::write_json_str(schema, out)?;
+        }
+        if let Some(content) = &self.content {
+            out.extend_from_slice(b",\"content\":");
+            content.write_json(out)?;
+        }
+        out.extend_from_slice(b",\"se\":");
+        serde_json::to_writer(&mut *out, &self.se)?;
+        out.push(b'}');
+        Ok(())
+    }
 }
 
 impl<'s> Text<'s> {
@@ -458,8 +484,7 @@ impl Text<'_> {
                     buf.push(b',');
                 }
                 written.sets += 1;
-                serde_json::to_writer(&mut buf, &self.set(version, &set))
-                    .map_err(io::Error::from)?;
+                self.set(version, &set).write_to(&mut buf)?;
                 out.write_all(&buf)?;
             }
             if part.closes(gi, ic.groups.len()) {
@@ -509,7 +534,7 @@ pub fn write_set_with(
         schemas,
     };
     let mut buf = Vec::new();
-    serde_json::to_writer(&mut buf, &text.set(version, set)).map_err(io::Error::from)?;
+    text.set(version, set).write_to(&mut buf)?;
     out.write_all(&buf)
 }
 
@@ -1178,5 +1203,51 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
                 .contains("interchange 1 group 1 set 1 segment 2 (BEG) element 01"),
             "{err}"
         );
+    }
+
+    /// A set written without serde's serializer is the bytes serde gives for it, in both
+    /// forms, whatever its text holds: a quote, a backslash, a control character, non-ASCII.
+    #[test]
+    fn a_set_is_written_as_serde_serialises_it() {
+        let x = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\
+GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*P\"O\\1**20240101~\
+REF*ZZ*a\tb~N1*ST*Z\u{fc}rich \u{1}~PO1*1*2*EA*3.5~CTT*1~SE*7*0001~GE*1*1~IEA*1*000000001~";
+        let ic = Interchanges::new(x.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let set = ic.groups[0].sets.get(0).unwrap();
+        for form in [Form::Raw, Form::Structured] {
+            let text = Text {
+                encoding: Encoding::Utf8,
+                form,
+                schemas: None,
+            };
+            let out = text.set(b"005010", &set);
+            assert_eq!(out.content.is_some(), form == Form::Structured, "{form:?}");
+            let mut written = Vec::new();
+            out.write_to(&mut written).unwrap();
+            let serialised = serde_json::to_vec(&out).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&written),
+                String::from_utf8_lossy(&serialised),
+                "{form:?}"
+            );
+            for odd in ["P\\\"O\\\\1", "a\\tb", "Z\u{fc}rich \\u0001"] {
+                assert!(String::from_utf8_lossy(&written).contains(odd), "{odd}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text, escaped or copied, is the JSON string serde makes of it.
+        #[test]
+        fn any_text_is_written_as_serde_writes_it(text in ".*", bytes in proptest::collection::vec(0u8..0x80, 0..40)) {
+            for s in [text, String::from_utf8(bytes).unwrap()] {
+                let mut written = Vec::new();
+                structured::write_json_str(&s, &mut written).unwrap();
+                proptest::prop_assert_eq!(written, serde_json::to_vec(&s).unwrap());
+            }
+        }
     }
 }
