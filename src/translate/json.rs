@@ -1210,7 +1210,7 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
     #[test]
     fn a_set_is_written_as_serde_serialises_it() {
         let x = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\
-GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*P\"O\\1**20240101~\
+GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*P\"O1*R\\1*20240101~\
 REF*ZZ*a\tb~N1*ST*Z\u{fc}rich \u{1}~PO1*1*2*EA*3.5~CTT*1~SE*7*0001~GE*1*1~IEA*1*000000001~";
         let ic = Interchanges::new(x.as_bytes(), Limits::default())
             .next()
@@ -1233,7 +1233,7 @@ REF*ZZ*a\tb~N1*ST*Z\u{fc}rich \u{1}~PO1*1*2*EA*3.5~CTT*1~SE*7*0001~GE*1*1~IEA*1*
                 String::from_utf8_lossy(&serialised),
                 "{form:?}"
             );
-            for odd in ["P\\\"O\\\\1", "a\\tb", "Z\u{fc}rich \\u0001"] {
+            for odd in ["P\\\"O1", "R\\\\1", "a\\tb", "Z\u{fc}rich \\u0001"] {
                 assert!(String::from_utf8_lossy(&written).contains(odd), "{odd}");
             }
         }
