@@ -140,14 +140,14 @@ struct Text<'s> {
 /// A set as [`write_interchange_document`] writes it: the [`JsonSet`] it serialises as, with
 /// the structured content still the tree that borrows from the input. It is written by
 /// [`SetOut::write_to`]; the derived form is what the tests hold that to.
-#[derive(Serialize)]
+#[cfg_attr(test, derive(Serialize))]
 struct SetOut<'a> {
     st: Vec<JsonElement>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     segments: Option<Vec<JsonSegment>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     schema: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, serde(skip_serializing_if = "Option::is_none"))]
     content: Option<structured::Tree<'a>>,
     se: Option<Vec<JsonElement>>,
 }
@@ -1209,32 +1209,48 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
     /// forms, whatever its text holds: a quote, a backslash, a control character, non-ASCII.
     #[test]
     fn a_set_is_written_as_serde_serialises_it() {
+        // The second set ends without its SE.
         let x = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*^*00501*000000001*0*P*:~\
 GS*PO*ACME*X12GATE*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*P\"O1*R\\1*20240101~\
-REF*ZZ*a\tb~N1*ST*Z\u{fc}rich \u{1}~PO1*1*2*EA*3.5~CTT*1~SE*7*0001~GE*1*1~IEA*1*000000001~";
+REF*ZZ*a\tb~N1*ST*Z\u{fc}rich \u{1}~PO1*1*2*EA*3.5~CTT*1~SE*7*0001~\
+ST*850*0002~BEG*00*SA*PO2**20240101~GE*2*1~IEA*1*000000001~";
         let ic = Interchanges::new(x.as_bytes(), Limits::default())
             .next()
             .unwrap()
             .unwrap();
-        let set = ic.groups[0].sets.get(0).unwrap();
         for form in [Form::Raw, Form::Structured] {
             let text = Text {
                 encoding: Encoding::Utf8,
                 form,
                 schemas: None,
             };
-            let out = text.set(b"005010", &set);
-            assert_eq!(out.content.is_some(), form == Form::Structured, "{form:?}");
             let mut written = Vec::new();
-            out.write_to(&mut written).unwrap();
-            let serialised = serde_json::to_vec(&out).unwrap();
-            assert_eq!(
-                String::from_utf8_lossy(&written),
-                String::from_utf8_lossy(&serialised),
-                "{form:?}"
-            );
-            for odd in ["P\\\"O1", "R\\\\1", "a\\tb", "Z\u{fc}rich \\u0001"] {
-                assert!(String::from_utf8_lossy(&written).contains(odd), "{odd}");
+            let mut ends = Vec::new();
+            for si in 0..2 {
+                let set = ic.groups[0].sets.get(si).unwrap();
+                let out = text.set(b"005010", &set);
+                ends.push(out.se.is_some());
+                let mut one = Vec::new();
+                out.write_to(&mut one).unwrap();
+                let serialised = serde_json::to_vec(&out).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&one),
+                    String::from_utf8_lossy(&serialised),
+                    "{form:?}, set {si}"
+                );
+                written.extend(one);
+            }
+            assert_eq!(ends, [true, false], "{form:?}");
+            let written = String::from_utf8_lossy(&written);
+            assert_eq!(written.contains("\"content\""), form == Form::Structured);
+            for odd in [
+                "P\\\"O1",
+                "R\\\\1",
+                "a\\tb",
+                "Z\u{fc}rich \\u0001",
+                "\"se\":null",
+            ] {
+                assert!(written.contains(odd), "{form:?}: {odd}");
             }
         }
     }

@@ -22,6 +22,7 @@
 
 use std::borrow::Cow;
 
+#[cfg(test)]
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
@@ -106,8 +107,8 @@ impl Tree<'_> {
 
 impl Tree<'_> {
     /// Appends this value as JSON: the very bytes `serde_json` gives for it, written
-    /// without its serializer. Its string escaping looks up every byte of every key and
-    /// value, and was the largest single cost of a document's file.
+    /// without its serializer. serde_json's string escaping looks up every byte of every
+    /// key and value, and was the largest single cost of a document's file.
     pub(super) fn write_json(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         match self {
             Tree::Text(s) => write_json_str(s, out)?,
@@ -155,6 +156,8 @@ pub(super) fn write_json_str(s: &str, out: &mut Vec<u8>) -> std::io::Result<()> 
     serde_json::to_writer(out, s).map_err(std::io::Error::from)
 }
 
+/// The tree as serde writes it: what [`Tree::write_json`] is held to in the tests.
+#[cfg(test)]
 impl Serialize for Tree<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -284,8 +287,9 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
         // all of the object's exactly when as many were found as it has.
         let mut found = 0;
         for child in &n.children {
-            // Every key found: the children after hold none (the hierarchy's own key
-            // aside, looked for below).
+            // Every key found: the children after match none. Keys are compared by address
+            // ([`same_key`]), so each entry is one child's own; the hierarchy's own key is
+            // no child's, and is looked for below.
             if found == obj.0.len() {
                 break;
             }
@@ -340,7 +344,8 @@ impl<'s, I: Iterator<Item = crate::x12::Segment<'s>>> Exact<'_, I> {
         // Every key an element's, counted as in [`Exact::node`].
         let mut found = 0;
         for edef in &sdef.elements {
-            // Every key found: the elements after are empty, and cut off below anyway.
+            // Every key found (each entry one element's own, see [`same_key`]): the elements
+            // after are empty, and their separators cut off below anyway.
             if found == obj.0.len() {
                 break;
             }
