@@ -184,8 +184,9 @@ fn store(shown: &str, cause: impl Into<db::Error>) -> RegistryError {
 /// rows with their ack, `ON DELETE CASCADE`) enforced whatever SQLite the registry is built
 /// with. SQLite enforces foreign keys only on connections that ask, unless it is compiled
 /// to default to them, as the bundled build is (`libsqlite3-sys` sets
-/// `SQLITE_DEFAULT_FOREIGN_KEYS=1`): every registry connection has enforced them all along, and asking makes that independent of a build
-/// flag of a dependency (a system SQLite, another backend's port) instead of changing it.
+/// `SQLITE_DEFAULT_FOREIGN_KEYS=1`): every registry connection has enforced them all along,
+/// and asking makes that independent of a build flag of a dependency (a system SQLite,
+/// another backend's port) instead of changing it.
 ///
 /// Kept rather than dropped by a migration: nothing the gateway does relies on the cascade
 /// or trips over the reference. `prune` removes an interchange's acknowledgments itself

@@ -103,9 +103,7 @@ impl Tree<'_> {
             ),
         }
     }
-}
 
-impl Tree<'_> {
     /// Appends this value as JSON: the very bytes `serde_json` gives for it, written
     /// without its serializer. serde_json's string escaping looks up every byte of every
     /// key and value, and was the largest single cost of a document's file.
