@@ -1662,7 +1662,9 @@ fn outputs_of(dir: &Path) -> Vec<(String, String)> {
                 text.split(t)
                     .map(|segment| {
                         let mut el: Vec<&str> = segment.split('*').collect();
-                        let (a, b) = match el.first().copied() {
+                        // Segments after the first start with the line break after the
+                        // terminator: GS is `\nGS`.
+                        let (a, b) = match el.first().map(|id| id.trim_start()) {
                             Some("ISA") => (9, 10),
                             Some("GS") => (4, 5),
                             _ => (0, 0),
