@@ -167,6 +167,10 @@ pub fn history(g: &Gateway) -> Option<String> {
     (!found.is_empty()).then(|| found.join(", "))
 }
 
+/// The longest lease `check` accepts: long enough for any file (a claim's lease is renewed
+/// while its work goes on), short enough that a hung process's claims are not held for ever.
+pub const MAX_LEASE_SECONDS: u64 = 86_400;
+
 /// Every problem of `config` that would make `process` or `watch` lose, double or misplace
 /// a file, without changing anything.
 // A list of independent checks, one paragraph each, in the order `x12gate check` reports
@@ -273,6 +277,13 @@ pub fn check(config: &Config) -> Vec<Problem> {
         problems.push(gateway_key(
             "lease_seconds",
             "must be at least 1 second".into(),
+        ));
+    } else if g.lease_seconds > MAX_LEASE_SECONDS {
+        problems.push(gateway_key(
+            "lease_seconds",
+            format!(
+                "must be at most {MAX_LEASE_SECONDS} seconds (one day): a claim of a process that hangs is taken over only after its lease"
+            ),
         ));
     }
     let limits = &config.limits;

@@ -269,6 +269,29 @@ fn overlapping_folders_are_refused_everywhere() {
     }
 }
 
+/// A lease too long to mean anything (it once wrapped negative, and a live claim was taken
+/// over within a second) is refused by `check` and by `process`, naming the key and the limit.
+#[test]
+fn a_huge_lease_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "lease_seconds = 9223372036854775");
+    let file = write(d, "po.x12", &po(101));
+    for args in [vec!["check"], vec!["process", file.as_str()]] {
+        let o = run(d, &args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(
+            t.contains("line 4, `gateway.lease_seconds`") && t.contains("at most 86400 seconds"),
+            "{args:?}: {t}"
+        );
+    }
+    assert!(!d.join("data/outbox").exists(), "process went ahead");
+    gateway(d, "lease_seconds = 86400");
+    let o = run(d, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
 /// `check` on a sound configuration: exit 0, and nothing created.
 #[test]
 fn check_changes_nothing_on_a_sound_gateway() {

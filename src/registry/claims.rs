@@ -523,7 +523,7 @@ impl Batch<'_> {
         lease_ms: i64,
     ) -> Result<Vec<Option<Renewed>>, RegistryError> {
         use crate::registry::db::Params;
-        let until = now_ms() + lease_ms;
+        let until = now_ms().saturating_add(lease_ms);
         let runs: Vec<_> = keys
             .iter()
             .map(|key| params![key, owner, until].values())
@@ -571,7 +571,7 @@ fn claim_values(req: &ClaimRequest<'_>, now: i64) -> Vec<crate::registry::db::Va
         req.control_number,
         req.fingerprint,
         req.owner,
-        now + req.lease_ms,
+        now.saturating_add(req.lease_ms),
         req.file,
         now
     ]
@@ -639,7 +639,7 @@ fn after_insert(
         .execute(params![
             req.key,
             req.owner,
-            now + req.lease_ms,
+            now.saturating_add(req.lease_ms),
             attempt,
             req.fingerprint,
             req.file

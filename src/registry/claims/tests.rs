@@ -532,6 +532,41 @@ crate::registry::tests::on_both! {
     }
 }
 
+// A lease of any length stays ahead of the claim: a huge one once wrapped negative, and a
+// live claim was taken over at once.
+crate::registry::tests::on_both! {
+    fn a_huge_lease_ends_at_the_end_of_time_not_before_it_began() {
+        let r = registry();
+        let huge = |owner| ClaimRequest {
+            lease_ms: i64::MAX,
+            ..request(A, owner, "/in/a.x12", &nobody_dead)
+        };
+        assert!(matches!(
+            claim(&r.conn, &huge(FIRST), T0).unwrap(),
+            Claim::Owned { attempt: 1, .. }
+        ));
+        let busy = Claim::Busy {
+            owner: FIRST.into(),
+            lease_expires_ms: i64::MAX,
+        };
+        assert_eq!(claim(&r.conn, &huge(SECOND), T0 + 1_000).unwrap(), busy);
+        // Taken over once failed, the new holder's huge lease holds as well.
+        fail(&r.conn, KEY, FIRST, "stopped").unwrap();
+        assert!(matches!(
+            claim(&r.conn, &huge(SECOND), T0 + 2_000).unwrap(),
+            Claim::Owned { attempt: 2, .. }
+        ));
+        assert_eq!(
+            claim(&r.conn, &huge(FIRST), T0 + 3_000).unwrap(),
+            Claim::Busy {
+                owner: SECOND.into(),
+                lease_expires_ms: i64::MAX,
+            }
+        );
+        assert_eq!(row(&r.conn).lease_expires, Some(i64::MAX));
+    }
+}
+
 // Outputs are named after the content first claimed, however many corrections follow.
 crate::registry::tests::on_both! {
     fn every_attempt_knows_the_first_content() {
