@@ -204,6 +204,34 @@ fn render_refuses_bad_json_with_the_place() {
     );
 }
 
+/// A document whose element separator is its terminator: refused with exit 2 and nothing on
+/// stdout, instead of X12 no reader can split.
+#[test]
+fn render_refuses_colliding_delimiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let parsed = x12gate(dir.path())
+        .arg("parse")
+        .arg(fixture(CLEAN))
+        .output()
+        .unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    json["interchanges"][0]["delimiters"]["segment"] = "*".into();
+    let path = dir.path().join("doc.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let out = x12gate(dir.path())
+        .arg("render")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("doc.json: interchange 1: the element and segment delimiters are both '*'"),
+        "{err}"
+    );
+}
+
 #[test]
 fn parse_of_non_x12_exits_3_with_the_offset() {
     let dir = tempfile::tempdir().unwrap();

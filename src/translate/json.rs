@@ -872,6 +872,47 @@ fn one_byte(s: &str, encoding: Encoding, what: &str, place: &str) -> Result<u8, 
     })
 }
 
+/// Delimiters a reader can tell apart, by the rules the ISA is read with: X12 written with
+/// an element separator equal to the terminator (or any two the same) cannot be read back.
+fn readable_delimiters<W: Write>(r: &Renderer<'_, W>, place: &str) -> Result<(), RenderError> {
+    let shown = |b: u8| format!("{:?}", char::from(b));
+    let mut named = vec![
+        ("element", r.element),
+        ("component", r.component),
+        ("segment", r.segment),
+    ];
+    named.extend(r.repetition.map(|b| ("repetition", b)));
+    for (what, b) in &named {
+        if b.is_ascii_alphanumeric() || *b == b' ' {
+            return Err(invalid(
+                place,
+                format!(
+                    "the {what} delimiter {} is a letter, a digit or a space, which data holds",
+                    shown(*b)
+                ),
+            ));
+        }
+    }
+    for (i, (a, x)) in named.iter().enumerate() {
+        if let Some((b, _)) = named.iter().skip(i + 1).find(|(_, y)| y == x) {
+            return Err(invalid(
+                place,
+                format!(
+                    "the {a} and {b} delimiters are both {}: the X12 written could not be read back",
+                    shown(*x)
+                ),
+            ));
+        }
+    }
+    if matches!(r.element, b'\r' | b'\n') {
+        return Err(invalid(
+            place,
+            "the element delimiter may not be a line ending",
+        ));
+    }
+    Ok(())
+}
+
 /// Renders a JSON document (the generic form) as canonical X12: the interchange's own
 /// delimiters, its line ending after every segment.
 // The envelope written in the order X12 puts it (ISA, each GS, each ST..SE, GE, IEA), each
@@ -895,6 +936,7 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
             segment: one_byte(&d.segment, doc.encoding, "segment", &place)?,
             line_ending: d.line_ending.as_bytes().to_vec(),
         };
+        readable_delimiters(&r, &place)?;
         if !matches!(d.line_ending.as_str(), "" | "\n" | "\r\n" | "\r") {
             return Err(invalid(
                 &place,
@@ -1187,6 +1229,60 @@ REF*ZZ*A:B^C~\r\nSE*4*0001~\r\nGE*1*1~\r\nIEA*1*000000001~\r\n";
         let mut out = Vec::new();
         render_document(&serde_json::to_vec(&doc).unwrap(), &mut out).unwrap();
         assert_eq!(out, latin);
+    }
+
+    /// Delimiters the reader could not tell apart are refused, naming both; the X12 written
+    /// with distinct ones reads back.
+    #[test]
+    fn render_refuses_delimiters_that_collide() {
+        let doc = parse_document(X.as_bytes(), Limits::default()).unwrap();
+        let with = |f: &dyn Fn(&mut JsonDelimiters)| {
+            let mut doc = doc.clone();
+            f(&mut doc.interchanges[0].delimiters);
+            let mut out = Vec::new();
+            render_document(&serde_json::to_vec(&doc).unwrap(), &mut out).map(|()| out)
+        };
+        for (change, expected) in [
+            (
+                &(|d: &mut JsonDelimiters| d.segment = "*".into()) as &dyn Fn(&mut JsonDelimiters),
+                "interchange 1: the element and segment delimiters are both '*'",
+            ),
+            (
+                &|d: &mut JsonDelimiters| d.component = "~".into(),
+                "the component and segment delimiters are both '~'",
+            ),
+            (
+                &|d: &mut JsonDelimiters| d.repetition = Some("*".into()),
+                "the element and repetition delimiters are both '*'",
+            ),
+            (
+                &|d: &mut JsonDelimiters| d.element = "E".into(),
+                "the element delimiter 'E' is a letter",
+            ),
+            (
+                &|d: &mut JsonDelimiters| d.segment = " ".into(),
+                "the segment delimiter ' ' is a letter, a digit or a space",
+            ),
+            (
+                &|d: &mut JsonDelimiters| d.element = "\n".into(),
+                "the element delimiter may not be a line ending",
+            ),
+        ] {
+            let err = with(change).unwrap_err().to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+        let out = with(&|d: &mut JsonDelimiters| {
+            d.element = "|".into();
+            d.segment = "\n".into();
+            d.line_ending = String::new();
+        })
+        .unwrap();
+        let again = parse_document(&out, Limits::default()).unwrap();
+        assert_eq!(again.interchanges[0].delimiters.element, "|");
+        assert_eq!(
+            again.interchanges[0].groups[0].sets[0].segments,
+            doc.interchanges[0].groups[0].sets[0].segments
+        );
     }
 
     #[test]
