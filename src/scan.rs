@@ -72,19 +72,32 @@ pub struct Scan {
 pub enum ScanError {
     #[error("{path}: {cause}")]
     Walk { path: String, cause: std::io::Error },
+    /// A path named to scan that is neither a regular file nor a folder (a FIFO would
+    /// hang the read, a device never end).
+    #[error("{path}: not a regular file or a folder but {kind}; only regular files and folders are scanned")]
+    NotRegular { path: String, kind: &'static str },
     #[error(transparent)]
     Registry(#[from] RegistryError),
 }
 
-/// Every regular file under `paths` (a file stands for itself), in name order.
+/// Every file under `paths` (a file stands for itself), in name order. A path named that is
+/// neither a file nor a folder is refused; one met inside a folder is listed, and its read
+/// refuses it (reported with the files not read).
 pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
     let mut out = Vec::new();
+    let named: std::collections::HashSet<&PathBuf> = paths.iter().collect();
     let mut stack: Vec<PathBuf> = paths.iter().rev().cloned().collect();
     while let Some(p) = stack.pop() {
         let meta = std::fs::metadata(&p).map_err(|cause| ScanError::Walk {
             path: p.display().to_string(),
             cause,
         })?;
+        if !meta.is_dir() && !meta.is_file() && named.contains(&p) {
+            return Err(ScanError::NotRegular {
+                path: p.display().to_string(),
+                kind: crate::input::kind_of(&meta),
+            });
+        }
         if meta.is_dir() {
             let mut entries: Vec<PathBuf> = std::fs::read_dir(&p)
                 .and_then(|d| d.map(|e| e.map(|e| e.path())).collect())
@@ -94,7 +107,7 @@ pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ScanError> {
                 })?;
             entries.sort();
             stack.extend(entries.into_iter().rev());
-        } else if meta.is_file() {
+        } else {
             out.push(p);
         }
     }

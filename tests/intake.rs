@@ -653,6 +653,63 @@ fn fifos_devices_and_folders_are_refused_at_once() {
     }
 }
 
+/// `scan` of a FIFO without a writer or of a device: refused at once with exit 2, naming the
+/// path and what it is (it once exited 0 having read nothing). A FIFO inside a folder
+/// scanned is named as not read, and the folder's files are read.
+#[test]
+fn scan_refuses_fifos_and_devices() {
+    let gate = Gate::new(Settings::default());
+    let folder = gate.dir().join("archive");
+    fs::create_dir_all(&folder).unwrap();
+    let fifo = folder.join("pipe.x12");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, kind) in [
+        (fifo.as_path(), "a FIFO (named pipe)"),
+        (Path::new("/dev/zero"), "a character device"),
+    ] {
+        let started = Instant::now();
+        let out = crate::util::x12gate(gate.dir())
+            .arg("scan")
+            .arg(path)
+            .timeout(Duration::from_secs(20))
+            .output()
+            .expect("run x12gate");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{}",
+            path.display()
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(
+            err.contains(&format!(
+                "{}: not a regular file or a folder but {kind}",
+                path.display()
+            )),
+            "{err}"
+        );
+    }
+    fs::write(folder.join("po.x12"), interchange(101, "PO-1")).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .arg("scan")
+        .arg(&folder)
+        .timeout(Duration::from_secs(20))
+        .output()
+        .expect("run x12gate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(text.contains("1 interchange(s), 1 document(s)"), "{text}");
+    assert!(
+        err.contains(&format!("{}: not read", fifo.display())) && err.contains("FIFO"),
+        "{err}"
+    );
+}
+
 /// In the inbox, a FIFO, a symbolic link and a subfolder are left alone (not followed, not
 /// read) and named once at warn level; the regular file beside them is processed and
 /// `--once` ends promptly.

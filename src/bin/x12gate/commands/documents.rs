@@ -153,7 +153,9 @@ pub fn scan(
     };
     let found = x12gate::scan::scan(paths, config, definitions(Some(config))?, registry.as_mut())
         .map_err(|e| match e {
-        x12gate::scan::ScanError::Walk { .. } => Failure::Usage(e.into()),
+        x12gate::scan::ScanError::Walk { .. } | x12gate::scan::ScanError::NotRegular { .. } => {
+            Failure::Usage(e.into())
+        }
         x12gate::scan::ScanError::Registry(e) => registry_failure(e),
     })?;
     if let Some(registry) = registry.as_mut() {
