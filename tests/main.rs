@@ -1,6 +1,7 @@
 //! Integration tests, one binary: each module owns one area.
 
 mod acks;
+mod batching;
 mod cli;
 mod delivery;
 mod documents;

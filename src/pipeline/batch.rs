@@ -1303,6 +1303,8 @@ fn prepare_all(
             })
             .collect();
         let mut seen = b.claim_groups_many(&claims)?.into_iter();
+        let mut shared = Shared::of(&claims);
+        drop(claims);
         let mut ready = renewed.into_iter().zip(groups).zip(checked).zip(found);
         // Into the outbox of the configuration in force, whatever folder the first answer
         // went to (a restored or moved gateway): rows store the name, older rows an absolute
@@ -1335,16 +1337,23 @@ fn prepare_all(
                     let (((renewed, groups), checked), found) = ready
                         .next()
                         .unwrap_or((((None, Vec::new()), false), Vec::new()));
-                    let seen_before = if checked {
+                    let mut seen_before = if checked {
                         seen.next().unwrap_or_default()
                     } else {
                         Vec::new()
                     };
+                    let partner = it.partner.key();
+                    if checked {
+                        shared.claim_freed(b, it, &partner, &groups, &mut seen_before)?;
+                    }
                     stages.push(match renewed {
-                        Some(renewed) => Stage::Own(
-                            first,
-                            Box::new(decide_owned(r, it, renewed, found, groups, &seen_before)),
-                        ),
+                        Some(renewed) => {
+                            let owned = decide_owned(r, it, renewed, found, groups, &seen_before);
+                            if checked {
+                                shared.release(b, it, &partner, &owned)?;
+                            }
+                            Stage::Own(first, Box::new(owned))
+                        }
                         None => Stage::Lost,
                     });
                 }
@@ -1634,18 +1643,7 @@ fn complete_all(
                 completed.push((p.item, false));
                 continue;
             }
-            let accepted = &p.decision.response.accepted_sets;
-            let released: Vec<GroupKey> = p
-                .group_keys
-                .iter()
-                .enumerate()
-                .filter(|(gi, _)| {
-                    !accepted
-                        .get(*gi)
-                        .is_some_and(|s| !s.is_empty() && s.iter().all(|a| *a))
-                })
-                .map(|(_, k)| k.clone())
-                .collect();
+            let released = released_groups(&p.decision, &p.group_keys);
             ours.push((p, detail, released));
         }
         // What makes each acknowledgment not held (a large interchange's 997/999), then
@@ -1859,6 +1857,114 @@ fn decide_owned(
         decision,
         group_keys,
         reserved,
+    }
+}
+
+/// The keys of `decision`'s groups that are not wholly accepted: released by its
+/// completion, so a corrected resend may use them again.
+fn released_groups(decision: &Decision, keys: &[GroupKey]) -> Vec<GroupKey> {
+    let accepted = &decision.response.accepted_sets;
+    keys.iter()
+        .enumerate()
+        .filter(|(gi, _)| {
+            !accepted
+                .get(*gi)
+                .is_some_and(|s| !s.is_empty() && s.iter().all(|a| *a))
+        })
+        .map(|(_, k)| k.clone())
+        .collect()
+}
+
+/// The group keys that several interchanges of a round carry, and those of them an earlier
+/// one has released since the round registered them all at once. Registered together, a key
+/// two interchanges carry is found taken by the second; but when the first is rejected, one
+/// after the other the second would find it free again (the first's completion releases it):
+/// so the first releases it as soon as it is decided, and the second claims it again before
+/// it is decided. A crash before the round completes leaves the key with the second, whose
+/// rerun keeps it; the first, rejected already, is rejected again.
+struct Shared {
+    carried: std::collections::HashSet<(String, GroupKey)>,
+    freed: std::collections::HashSet<(String, GroupKey)>,
+}
+
+impl Shared {
+    fn of(claims: &[(&str, &str, &[GroupKey], u32)]) -> Self {
+        let mut once = std::collections::HashSet::new();
+        let mut carried = std::collections::HashSet::new();
+        for (_, partner, groups, _) in claims {
+            for g in groups.iter() {
+                let k = (partner.to_string(), g.clone());
+                if !once.insert(k.clone()) {
+                    carried.insert(k);
+                }
+            }
+        }
+        Shared {
+            carried,
+            freed: Default::default(),
+        }
+    }
+
+    /// Claims again the groups of `it` found taken that an earlier interchange of the round
+    /// has freed, updating `seen` with what the claim finds now.
+    fn claim_freed(
+        &mut self,
+        b: &Batch<'_>,
+        it: &Item<'_>,
+        partner: &str,
+        groups: &[GroupKey],
+        seen: &mut [bool],
+    ) -> Result<(), ProcessError> {
+        if self.freed.is_empty() {
+            return Ok(());
+        }
+        let again: Vec<usize> = groups
+            .iter()
+            .enumerate()
+            .filter(|(gi, g)| {
+                seen.get(*gi).copied().unwrap_or(false)
+                    && self.freed.contains(&(partner.to_string(), (*g).clone()))
+            })
+            .map(|(gi, _)| gi)
+            .collect();
+        if again.is_empty() {
+            return Ok(());
+        }
+        let these: Vec<GroupKey> = again.iter().filter_map(|gi| groups.get(*gi).cloned()).collect();
+        let found = b.claim_groups(&it.key, partner, &these, it.partner.duplicate_window_days)?;
+        for ((gi, g), taken) in again.iter().zip(these).zip(found) {
+            if let Some(s) = seen.get_mut(*gi) {
+                *s = taken;
+            }
+            if !taken {
+                self.freed.remove(&(partner.to_string(), g));
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases at once the keys `owned` will not keep that a later interchange carries.
+    fn release(
+        &mut self,
+        b: &Batch<'_>,
+        it: &Item<'_>,
+        partner: &str,
+        owned: &Owned,
+    ) -> Result<(), ProcessError> {
+        if self.carried.is_empty() {
+            return Ok(());
+        }
+        let released: Vec<GroupKey> = released_groups(&owned.decision, &owned.group_keys)
+            .into_iter()
+            .filter(|g| self.carried.contains(&(partner.to_string(), g.clone())))
+            .collect();
+        if released.is_empty() {
+            return Ok(());
+        }
+        b.release_groups(&it.key, partner, &released)?;
+        self.freed
+            .extend(released.into_iter().map(|g| (partner.to_string(), g)));
+        Ok(())
     }
 }
 

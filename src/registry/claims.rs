@@ -112,7 +112,7 @@ pub struct Renewed {
 
 /// What identifies a functional group among a sender's, as X12.6 says: GS01, GS02, GS03 and
 /// GS06 together.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GroupKey {
     pub functional_id: String,
     pub app_sender: String,
@@ -450,6 +450,18 @@ impl Batch<'_> {
         claims: &GroupClaims<'_>,
     ) -> Result<Vec<Vec<bool>>, RegistryError> {
         claim_groups(&self.tx, claims).map_err(|e| self.sql(e))
+    }
+
+    /// Frees the group keys `key` holds among `groups` (its groups not accepted) before its
+    /// completion does: a later interchange of the same batch may then use them, as it could
+    /// had it come after the completion.
+    pub fn release_groups(
+        &self,
+        key: &str,
+        partner: &str,
+        groups: &[GroupKey],
+    ) -> Result<(), RegistryError> {
+        release_groups(&self.tx, key, partner, groups).map_err(|e| self.sql(e))
     }
 
     /// Completes `key` if we still own it; `Ok(false)` when our lease was lost to a takeover.
@@ -847,11 +859,7 @@ fn completed(
             (Ok(()), None) => parts.store(false)?,
         }
     }
-    for g in c.released_groups {
-        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.write(
-            params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key],
-        )?;
-    }
+    release_groups(tx, key, partner, c.released_groups)?;
     insert_event(
         tx,
         now,
@@ -862,6 +870,21 @@ fn completed(
         Some(c.disposition),
         c.detail,
     )
+}
+
+/// Deletes the rows of `groups` that `key` holds (another key's stay).
+fn release_groups(
+    tx: &crate::registry::db::Conn,
+    key: &str,
+    partner: &str,
+    groups: &[GroupKey],
+) -> Result<(), crate::registry::db::Error> {
+    for g in groups {
+        tx.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND functional_id = ?2 AND app_sender = ?3 AND app_receiver = ?4 AND control_number = ?5 AND interchange_key = ?6")?.write(
+            params![partner, g.functional_id, g.app_sender, g.app_receiver, g.control_number, key],
+        )?;
+    }
+    Ok(())
 }
 
 /// Marks `key`'s in-flight claim failed if `owner` still holds it; whether it did.
