@@ -62,7 +62,11 @@ fn text(i: &Ic) -> String {
         .replacen("IEA*1*000000101~", &format!("IEA*1*{isa13}~"), 1)
         .replacen("*0930*101*X*", &format!("*0930*{}*X*", i.gs06), 1)
         .replacen("GE*1*101~", &format!("GE*1*{}~", i.gs06), 1)
-        .replacen("*SA*PO-4471*", &format!("*SA*PO-{}*", 4471 + u32::from(i.po)), 1);
+        .replacen(
+            "*SA*PO-4471*",
+            &format!("*SA*PO-{}*", 4471 + u32::from(i.po)),
+            1,
+        );
     if i.broken {
         t.replacen("SE*13*0001~", "SE*12*0001~", 1)
     } else {
@@ -108,8 +112,8 @@ fn decide(files: &[Vec<&Ic>], calls: &[usize]) -> Decided {
         let (these, after) = rest.split_at(n.min(rest.len()));
         rest = after;
         let sources: Vec<Source> = these.iter().map(|p| Source::from(p.as_path())).collect();
-        for outcome in process_files(&sources, &config, schemas, &mut registry, &options, None)
-            .unwrap()
+        for outcome in
+            process_files(&sources, &config, schemas, &mut registry, &options, None).unwrap()
         {
             for r in outcome.result.unwrap() {
                 let documents = r

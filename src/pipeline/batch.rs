@@ -701,11 +701,17 @@ fn settle(
     let mut waiting = Waiting::default();
     while !pending.is_empty() {
         // A key may appear twice in a window (a resend in the same call): the later copy
-        // waits for the next round, where it meets the first one's completed claim.
+        // waits for the next round, where it meets the first one's completed claim. So do
+        // the interchanges after it, so that each is decided after every one before it, as
+        // one at a time (a correction's GS06 is free only once the resend before it was
+        // decided).
         let mut seen = std::collections::HashSet::new();
-        let (round, later): (Vec<usize>, Vec<usize>) = pending
-            .into_iter()
-            .partition(|i| seen.insert(items[*i].key.clone()));
+        let first_again = pending
+            .iter()
+            .position(|i| !seen.insert(items[*i].key.as_str()))
+            .unwrap_or(pending.len());
+        let later = pending.split_off(first_again);
+        let round = pending;
         if let Some(t) = turn.as_ref() {
             let lease = Duration::from_secs(config.gateway.lease_seconds);
             t.wait(lease.min(Duration::from_secs(60)));
@@ -1930,7 +1936,10 @@ impl Shared {
         if again.is_empty() {
             return Ok(());
         }
-        let these: Vec<GroupKey> = again.iter().filter_map(|gi| groups.get(*gi).cloned()).collect();
+        let these: Vec<GroupKey> = again
+            .iter()
+            .filter_map(|gi| groups.get(*gi).cloned())
+            .collect();
         let found = b.claim_groups(&it.key, partner, &these, it.partner.duplicate_window_days)?;
         for ((gi, g), taken) in again.iter().zip(these).zip(found) {
             if let Some(s) = seen.get_mut(*gi) {
