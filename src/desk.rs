@@ -106,8 +106,8 @@ pub struct Layers {
     pub documents_more: usize,
 }
 
-/// The documents of one interchange that `show`, the web page and `history` look at: an
-/// interchange of a million keeps a page (and each history line) small.
+/// The documents of one interchange that `show` and the web page look at: an interchange of
+/// a million keeps a page small.
 pub const SHOWN_DOCUMENTS: usize = crate::pipeline::REPORTED;
 
 fn is_zero(n: &usize) -> bool {
@@ -198,32 +198,13 @@ fn our_numbers(config: &Config, bytes: &[u8]) -> (Option<String>, Vec<String>) {
     )
 }
 
-/// The layers of interchange `key` from what the registry holds; `acks` as sent.
-pub fn layers(registry: &Registry, config: &Config, key: &str) -> Result<Layers, RegistryError> {
-    let Some(record) = registry.record(key)? else {
-        return Ok(Layers::default());
-    };
-    // One indexed lookup, not the key's whole history: `history` asks this for every line.
-    let answered = registry.answered_at(key)?;
-    let (documents, more, deliveries) = first_documents(registry, key)?;
-    let refs = result_refs(registry, &documents)?;
-    Ok(layers_of(
-        config,
-        &record,
-        answered,
-        (&documents, more),
-        &deliveries,
-        &refs,
-    ))
-}
-
 /// The business system's reference for each document key of `documents` (a duplicate's is
 /// its original's).
 fn result_refs(
     registry: &Registry,
     documents: &[crate::registry::DocumentRow],
 ) -> Result<std::collections::HashMap<String, String>, RegistryError> {
-    // Asked for at once: `history` asks this for every line, of up to a thousand documents.
+    // Asked for at once: an interchange has up to a thousand documents shown.
     let mut keys: Vec<&str> = documents.iter().map(|d| d.key.as_str()).collect();
     keys.sort_unstable();
     keys.dedup();
@@ -477,7 +458,12 @@ pub fn show(
         .map(crate::owner::describe);
     let (documents, documents_more, deliveries) = first_documents(registry, key)?;
     let refs = result_refs(registry, &documents)?;
-    let answered = events.iter().find(|e| e.event.is_answer()).map(|e| e.at_ms);
+    // The answer the acknowledgments kept now belong to: the latest (a reprocess replaces
+    // them; the earlier answers are in the history).
+    let answered = events
+        .iter()
+        .rfind(|e| e.event.is_answer())
+        .map(|e| e.at_ms);
     let layers = layers_of(
         config,
         &record,

@@ -40,6 +40,8 @@
 //! - [`owner`]: who a process is, and whether the owner of a claim or a work folder is dead.
 //! - [`desk`]: the EDI desk's tools on one interchange: `show`, `reprocess` and
 //!   `claims release`.
+//! - [`audit`]: one history event as `history`, `show` and the page print it: the facts it
+//!   recorded then, never the key's state now.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
 //! - [`retention`]: which keys are past their duplicate window, and which files in
 //!   `archive/`, `out/`, `outbox/` are past retention.
@@ -67,6 +69,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ack;
+pub mod audit;
 pub mod check;
 pub mod config;
 pub mod cores;

@@ -1780,9 +1780,10 @@ fn a_crash_between_sending_and_recording_is_resent_and_answered_409() {
     check_booked_once(&gate, &erp, &expected);
 }
 
-/// `history --json` and `show --json` keep the three layers apart, each with its time:
-/// received (claimed), acknowledged (our 997 and its numbers), delivered (destination,
-/// attempts, the ERP's reference).
+/// `show --json` keeps the three layers apart, each with its time: received (claimed),
+/// acknowledged (our 997 and its numbers), delivered (destination, attempts, the ERP's
+/// reference); `history --json` gives each event as it was recorded: the acceptance with
+/// its documents, the delivery as an event of its own.
 #[test]
 fn history_and_show_keep_received_acknowledged_and_delivered_apart() {
     let erp = Erp::start(Mode::Healthy);
@@ -1790,12 +1791,24 @@ fn history_and_show_keep_received_acknowledged_and_delivered_apart() {
     let file = gate.write("a.x12", &an_850(301, &["PO-3001"]));
     gate.process(&[], &[file]);
     let order = erp.booked()[&key("PO-3001")].clone();
-    let accepted: Vec<Value> = lines(&gate.ok(&["history", "--json"]))
-        .into_iter()
-        .filter(|e| e["event"] == "accepted")
+    let events = lines(&gate.ok(&["history", "--json"]));
+    let accepted: Vec<&Value> = events.iter().filter(|e| e["event"] == "accepted").collect();
+    assert_eq!(accepted.len(), 1, "{events:?}");
+    assert!(accepted[0].get("layers").is_none(), "{}", accepted[0]);
+    assert!(accepted[0].get("result_ref").is_none(), "{}", accepted[0]);
+    assert_eq!(accepted[0]["documents"][0]["disposition"], "new");
+    let delivered: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "delivered")
         .collect();
-    assert_eq!(accepted.len(), 1, "{accepted:?}");
-    let layers = &accepted[0]["layers"];
+    assert_eq!(delivered.len(), 1, "{events:?}");
+    assert_eq!(delivered[0]["key"], "ZZ:ACME:000000301");
+    assert_eq!(delivered[0]["document"], key("PO-3001"));
+    assert_eq!(delivered[0]["destination"], "erp");
+    assert_eq!(delivered[0]["status"], "200");
+    assert_eq!(delivered[0]["result_ref"], order.as_str());
+    let shown: Value = serde_json::from_str(&gate.ok(&["show", "ZZ:ACME:301", "--json"])).unwrap();
+    let layers = &shown["layers"];
     assert!(
         layers["received"].as_str().is_some_and(|t| t.len() > 10),
         "{layers}"
@@ -1807,17 +1820,14 @@ fn history_and_show_keep_received_acknowledged_and_delivered_apart() {
         ack["acks"][0]["isa13"], "000000001",
         "our first ISA13: {layers}"
     );
-    let delivered = layers["delivered"].as_array().expect("delivered");
-    assert_eq!(delivered.len(), 1, "{layers}");
-    assert_eq!(delivered[0]["document"], key("PO-3001"));
-    assert_eq!(delivered[0]["destination"], "erp");
-    assert_eq!(delivered[0]["state"], "delivered");
-    assert_eq!(delivered[0]["attempts"], 1);
-    assert_eq!(delivered[0]["result_ref"], order.as_str());
-    assert!(delivered[0]["at"].as_str().is_some(), "{layers}");
-    assert_eq!(accepted[0]["result_ref"], order.as_str());
-    let shown: Value = serde_json::from_str(&gate.ok(&["show", "ZZ:ACME:301", "--json"])).unwrap();
-    assert_eq!(&shown["layers"], layers);
+    let now = layers["delivered"].as_array().expect("delivered");
+    assert_eq!(now.len(), 1, "{layers}");
+    assert_eq!(now[0]["document"], key("PO-3001"));
+    assert_eq!(now[0]["destination"], "erp");
+    assert_eq!(now[0]["state"], "delivered");
+    assert_eq!(now[0]["attempts"], 1);
+    assert_eq!(now[0]["result_ref"], order.as_str());
+    assert!(now[0]["at"].as_str().is_some(), "{layers}");
     let text = gate.ok(&["show", "ZZ:ACME:301"]);
     assert!(
         text.contains(&format!(
@@ -1825,6 +1835,119 @@ fn history_and_show_keep_received_acknowledged_and_delivered_apart() {
         )),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "delivered    document {} to erp: 200 (attempt 1, ",
+            key("PO-3001")
+        )) && text.contains(&format!("ref {order}")),
+        "show's history prints the delivery as its own event: {text}"
+    );
+}
+
+/// The history of a key rejected, then accepted by a corrected resend and delivered, then
+/// met by a resend of other content (TA1 025): each line says what was true when it was
+/// recorded. The rejection and the conflict carry no delivery; the delivery is its own line.
+#[test]
+fn history_says_what_was_true_at_each_event() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let good = an_850(1010, &["PO-1011"]);
+    let bad = gate.write("bad.x12", &good.replacen("SE*6*0001~", "SE*5*0001~", 1));
+    let (status, stdout, stderr) = gate.run(&["process", "--json", &bad.display().to_string()]);
+    assert_eq!(status.code(), Some(3), "rejected: {stdout}{stderr}");
+    assert!(erp.seen().is_empty());
+    let good = gate.write("good.x12", &good);
+    let r = gate.process(&[], &[good]);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    let order = erp.booked()[&key("PO-1011")].clone();
+    let other = an_850(1010, &["PO-1011"]).replace("PO1*1*120*EA", "PO1*1*999*EA");
+    let other = gate.write("other.x12", &other);
+    let (status, stdout, stderr) = gate.run(&["process", "--json", &other.display().to_string()]);
+    assert_eq!(status.code(), Some(3), "a conflict: {stdout}{stderr}");
+
+    let text = gate.ok(&["history", "--control-number", "1010"]);
+    let of = |what: &str| -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some(what))
+            .collect()
+    };
+    let (rejected, accepted, delivered, conflict) = (
+        of("rejected"),
+        of("accepted"),
+        of("delivered"),
+        of("conflict"),
+    );
+    assert_eq!(
+        (
+            rejected.len(),
+            accepted.len(),
+            delivered.len(),
+            conflict.len()
+        ),
+        (1, 1, 1, 1),
+        "{text}"
+    );
+    for line in [rejected[0], accepted[0], conflict[0]] {
+        assert!(
+            !line.contains("delivered") && !line.contains("ref "),
+            "a decision says nothing of a later delivery: {line}\n{text}"
+        );
+    }
+    assert!(conflict[0].contains(": 025 "), "{text}");
+    assert!(
+        accepted[0].contains(&format!("documents: {} new", key("PO-1011"))),
+        "{text}"
+    );
+    assert!(
+        delivered[0].contains(&format!(
+            "document {} to erp: 200 (attempt 1, ",
+            key("PO-1011")
+        )) && delivered[0].ends_with(&format!("ref {order}")),
+        "{text}"
+    );
+    let position = |l: &str| text.lines().position(|x| x == l);
+    assert!(
+        position(rejected[0]) < position(accepted[0])
+            && position(accepted[0]) < position(delivered[0])
+            && position(delivered[0]) < position(conflict[0]),
+        "in the order they happened: {text}"
+    );
+
+    let events = lines(&gate.ok(&["history", "--json", "--control-number", "1010"]));
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .filter(|k| *k != "placed")
+        .collect();
+    assert_eq!(
+        kinds,
+        ["rejected", "accepted", "delivered", "conflict"],
+        "{events:?}"
+    );
+    for e in &events {
+        assert!(e.get("layers").is_none(), "{e}");
+        let own = e["event"] == "delivered";
+        assert_eq!(e.get("result_ref").is_some(), own, "{e}");
+    }
+    let d = events.iter().find(|e| e["event"] == "delivered").unwrap();
+    assert_eq!(
+        (&d["destination"], &d["status"], &d["result_ref"]),
+        (
+            &Value::from("erp"),
+            &Value::from("200"),
+            &Value::from(order.as_str())
+        )
+    );
+    // `show` prints each event's own facts too.
+    let shown = gate.ok(&["show", "ZZ:ACME:1010"]);
+    let history = shown.split("  history:").nth(1).unwrap_or_default();
+    let decided: Vec<&str> = history
+        .lines()
+        .filter(|l| l.contains(" rejected ") || l.contains(" conflict "))
+        .collect();
+    assert_eq!(decided.len(), 2, "{shown}");
+    assert!(decided.iter().all(|l| !l.contains("delivered")), "{shown}");
+    assert!(history.contains(&format!("ref {order}")), "{shown}");
 }
 
 /// Deliveries queued for a destination that partners.toml no longer declares are never

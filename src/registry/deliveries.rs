@@ -263,11 +263,18 @@ impl Batch<'_> {
             "result_ref": reference,
             "circuit": circuit,
         });
+        // The delivering attempt is an event of its own: the history's `delivered` line.
+        let kind = if state == DeliveryState::Delivered {
+            EventKind::Delivered
+        } else {
+            EventKind::DeliveryAttempt
+        };
+        // Under its interchange's control number too, so `history --control-number` has it.
         b.record_note(
-            EventKind::DeliveryAttempt,
+            kind,
             Some(&c.interchange_key),
             Some(&c.partner),
-            None,
+            c.interchange_key.rsplit(':').next(),
             &detail.to_string(),
         )?;
         Ok(Some(Recorded {

@@ -53,6 +53,10 @@ crate::words::words! {
         Backfilled = "backfilled",
         /// One attempt to deliver a document, with its status and duration.
         DeliveryAttempt = "delivery_attempt",
+        /// The attempt that delivered a document: its destination, status and the business
+        /// system's reference, as they were then (before, a `delivery_attempt` whose state
+        /// was `delivered`).
+        Delivered = "delivered",
         /// An operator put dead deliveries back in the queue.
         DeliveriesRetried = "deliveries_retried",
         /// The business system's reference for a document was recorded (`confirm`).
@@ -208,6 +212,7 @@ mod tests {
                 "documents_discarded",
                 "backfilled",
                 "delivery_attempt",
+                "delivered",
                 "deliveries_retried",
                 "confirmed",
                 "web_action"

@@ -898,6 +898,8 @@ pub struct EventView {
     pub at: String,
     pub event: String,
     pub disposition: String,
+    /// What the event recorded then, as `history` prints it (never the key's state now).
+    pub facts: String,
     pub detail: String,
 }
 
@@ -984,6 +986,9 @@ async fn interchange(
                 at: time(e.at_ms),
                 event: e.event.to_string(),
                 disposition: e.disposition.map_or("", Disposition::as_str).to_string(),
+                facts: crate::text::bounded(&crate::audit::line(e), 4096)
+                    .trim_end()
+                    .to_string(),
                 detail: p(crate::text::bounded(&e.detail, 4096)),
             })
             .collect();

@@ -95,8 +95,14 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
             .count()
     )?;
     writeln!(out, "  history:")?;
+    // Each event with the facts it recorded then (the layers above are the state now).
     for e in &s.events {
-        writeln!(out, "    {} {}", local_time(e.at_ms), e.event)?;
+        writeln!(
+            out,
+            "    {} {}",
+            local_time(e.at_ms),
+            x12gate::audit::line(e).trim_end()
+        )?;
     }
     Ok(exit::OK)
 }

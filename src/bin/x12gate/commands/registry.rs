@@ -197,146 +197,20 @@ pub fn history(
         .map_err(|e| Failure::Operational(e.into()))?
     {
         let time = x12gate::time::rfc3339(e.at_ms);
-        // A decision's line carries where its interchange stands now: received,
-        // acknowledged, delivered (with the business system's references).
-        let layers = match (&e.key, e.disposition) {
-            (Some(key), Some(_)) => Some(
-                x12gate::desk::layers(&registry, config, key)
-                    .map_err(|e| Failure::Operational(e.into()))?,
-            ),
-            _ => None,
-        };
+        // Each event as it was recorded: a decision never carries a delivery made after it
+        // (that is a `delivered` event of its own).
         if json {
-            let mut v: serde_json::Value =
-                serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
-            if !v.is_object() {
-                v = serde_json::json!({});
-            }
-            if let Some(o) = v.as_object_mut() {
-                o.insert("time".into(), time.into());
-                o.insert("event".into(), e.event.as_str().into());
-                o.insert("key".into(), e.key.clone().into());
-                if let Some(layers) = &layers {
-                    let refs: Vec<&str> = layers
-                        .delivered
-                        .iter()
-                        .filter_map(|d| d.result_ref.as_deref())
-                        .collect();
-                    if let [one] = refs.as_slice() {
-                        o.insert("result_ref".into(), (*one).into());
-                    }
-                    o.insert(
-                        "layers".into(),
-                        serde_json::to_value(layers).unwrap_or_default(),
-                    );
-                }
-            }
-            writeln!(out, "{v}")?;
+            writeln!(out, "{}", x12gate::audit::json(&e, time))?;
         } else {
-            // Time, key, what happened (the disposition, or the note's kind), then the file
-            // and the reason or where the file went.
-            let detail: serde_json::Value =
-                serde_json::from_str(&e.detail).unwrap_or(serde_json::Value::Null);
-            let field = |name: &str| detail[name].as_str().map(x12gate::text::printable);
-            let what = e.disposition.map_or(e.event.as_str(), |d| d.as_str());
-            let mut line = format!(
-                "{time} {:<30} {what:<11} ",
-                x12gate::text::printable(e.key.as_deref().unwrap_or("-"))
-            );
-            if e.event.as_str() != what {
-                line.push_str(&format!(" ({})", e.event));
-            }
-            if let Some(file) = field("file") {
-                line.push_str(&format!(" {file}"));
-            }
-            if let Some(placed) = field("placed") {
-                line.push_str(&format!(" -> {placed}"));
-            }
-            line.push_str(&documents_of(&detail));
-            if e.event == x12gate::registry::EventKind::DeliveryAttempt {
-                // ` to erp: 503, retrying (attempt 2, 12 ms)`
-                line.push_str(&format!(
-                    " to {}: {}, {} (attempt {}, {} ms)",
-                    field("destination").unwrap_or_default(),
-                    field("status").unwrap_or_default(),
-                    field("state").unwrap_or_default(),
-                    detail["attempt"],
-                    detail["duration_ms"]
-                ));
-            }
-            if let Some(layers) = &layers {
-                line.push_str(&delivered_of(layers));
-            }
-            if let Some(reason) = field("reason") {
-                let code = field("reason_code")
-                    .map(|c| format!("{c} "))
-                    .unwrap_or_default();
-                line.push_str(&format!(": {code}{reason}"));
-            }
-            writeln!(out, "{line}")?;
+            writeln!(
+                out,
+                "{time} {:<30} {}",
+                x12gate::text::printable(e.key.as_deref().unwrap_or("-")),
+                x12gate::audit::line(&e)
+            )?;
         }
     }
     Ok(exit::OK)
-}
-
-/// Where a decision's documents stand now, in a few words (` delivered 2/3, ref SO-1042`).
-fn delivered_of(layers: &x12gate::desk::Layers) -> String {
-    const SHOWN: usize = 3;
-    let handed: Vec<&x12gate::desk::DeliveredLayer> = layers
-        .delivered
-        .iter()
-        .filter(|d| !matches!(d.state.as_str(), "none" | "discarded"))
-        .collect();
-    let done = handed.iter().filter(|d| d.state == "delivered").count();
-    let mut text = if handed.is_empty() {
-        String::new()
-    } else if layers.documents_more > 0 {
-        format!(
-            " delivered {done}/{} of its first {} documents,",
-            handed.len(),
-            x12gate::desk::SHOWN_DOCUMENTS
-        )
-    } else {
-        format!(" delivered {done}/{},", handed.len())
-    };
-    let refs: Vec<String> = layers
-        .delivered
-        .iter()
-        .filter_map(|d| d.result_ref.as_deref())
-        .take(SHOWN)
-        .map(|r| x12gate::text::printable(r).into_owned())
-        .collect();
-    if !refs.is_empty() {
-        text.push_str(&format!(" ref {}", refs.join(" ")));
-    }
-    text.trim_end_matches(',').to_string()
-}
-
-/// A decision's documents in a few words (` documents: KEY new, KEY duplicate`), or the
-/// document a note is about; at most three are named.
-fn documents_of(detail: &serde_json::Value) -> String {
-    const SHOWN: usize = 3;
-    if let Some(key) = detail["document"].as_str() {
-        return format!(" document {}", x12gate::text::printable(key));
-    }
-    let Some(docs) = detail["documents"].as_array().filter(|d| !d.is_empty()) else {
-        return String::new();
-    };
-    let mut named: Vec<String> = docs
-        .iter()
-        .take(SHOWN)
-        .map(|d| {
-            format!(
-                "{} {}",
-                x12gate::text::printable(d["key"].as_str().unwrap_or("-")),
-                d["disposition"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
-    if docs.len() > SHOWN {
-        named.push(format!("{} more", docs.len() - SHOWN));
-    }
-    format!(" documents: {}", named.join(", "))
 }
 
 /// `stats`: counts by partner, and the rejected backlog.
