@@ -48,18 +48,32 @@ fn temporary(tmp_dir: &Path, name: &str, owner: &str) -> PathBuf {
     tmp_dir.join(format!("{name}.{n}.{}", safe_name(owner)))
 }
 
+/// `done`, the outcome of work on the temporary `tmp`; on failure the temporary is removed,
+/// so a full disk does not leave one behind per attempt until the next start.
+fn or_removed<T>(tmp: &Path, done: std::io::Result<T>) -> std::io::Result<T> {
+    if done.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    done
+}
+
+/// Writes `bytes` to the new file `tmp` and fsyncs it.
+fn write_synced(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = File::create(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
 /// Writes `bytes` to `dir/name` atomically and durably; returns the absolute path.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<PathBuf> {
     let tmp_dir = dir.join(TMP_DIR);
     fs::create_dir_all(&tmp_dir)?;
     let final_path = dir.join(name);
     let tmp_path = temporary(&tmp_dir, name, owner);
-    {
-        let mut f = File::create(&tmp_path)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp_path, &final_path)?;
+    or_removed(
+        &tmp_path,
+        write_synced(&tmp_path, bytes).and_then(|()| fs::rename(&tmp_path, &final_path)),
+    )?;
     File::open(dir)?.sync_all()?;
     Ok(std::path::absolute(&final_path).unwrap_or(final_path))
 }
@@ -71,11 +85,7 @@ pub fn write_new(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::
     let tmp_dir = dir.join(TMP_DIR);
     fs::create_dir_all(&tmp_dir)?;
     let tmp_path = temporary(&tmp_dir, name, owner);
-    {
-        let mut f = File::create(&tmp_path)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
+    or_removed(&tmp_path, write_synced(&tmp_path, bytes))?;
     let linked = fs::hard_link(&tmp_path, dir.join(name));
     fs::remove_file(&tmp_path)?;
     match linked {
@@ -92,55 +102,73 @@ pub fn write_new(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::
 /// made).
 pub type Content<'a> = dyn Fn(&mut dyn Write) -> std::io::Result<()> + Sync + 'a;
 
+/// A write of [`write_many`] that failed, naming the file (or folder) it failed on.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {cause}", path.display())]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub cause: std::io::Error,
+}
+
 /// Writes many files durably in one round: several threads each write their share to
 /// temporary names, fsync them (the file system then serves the fsyncs together) and rename
 /// them into place, each rename after its own file's fsync; then each folder is fsynced
-/// once. Returns the absolute paths, in order.
+/// once. Returns the absolute paths, in order. A temporary whose write fails is removed.
 pub fn write_many(
     files: &[(&Path, &str, &Content<'_>)],
     owner: &str,
-) -> std::io::Result<Vec<PathBuf>> {
+) -> Result<Vec<PathBuf>, WriteError> {
+    let at = |path: &Path| {
+        let path = path.to_path_buf();
+        move |cause| WriteError { path, cause }
+    };
     let mut dirs: Vec<&Path> = Vec::new();
     for (dir, ..) in files {
         if !dirs.contains(dir) {
-            fs::create_dir_all(dir.join(TMP_DIR))?;
+            let tmp_dir = dir.join(TMP_DIR);
+            fs::create_dir_all(&tmp_dir).map_err(at(&tmp_dir))?;
             dirs.push(dir);
         }
     }
     let threads = files.len().clamp(1, 32);
     let chunk = files.len().div_ceil(threads).max(1);
     let write_one =
-        |(dir, name, content): &(&Path, &str, &Content<'_>)| -> std::io::Result<PathBuf> {
+        |(dir, name, content): &(&Path, &str, &Content<'_>)| -> Result<PathBuf, WriteError> {
             let tmp = temporary(&dir.join(TMP_DIR), name, owner);
-            let mut f = std::io::BufWriter::with_capacity(1 << 16, File::create(&tmp)?);
-            content(&mut f)?;
-            let f = f
-                .into_inner()
-                .map_err(std::io::IntoInnerError::into_error)?;
-            f.sync_all()?;
             let final_path = dir.join(name);
-            fs::rename(&tmp, &final_path)?;
+            let written = File::create(&tmp).and_then(|f| {
+                let mut f = std::io::BufWriter::with_capacity(1 << 16, f);
+                content(&mut f)?;
+                f.into_inner()
+                    .map_err(std::io::IntoInnerError::into_error)?
+                    .sync_all()?;
+                fs::rename(&tmp, &final_path)
+            });
+            or_removed(&tmp, written).map_err(at(&final_path))?;
             Ok(std::path::absolute(&final_path).unwrap_or(final_path))
         };
     let done = std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .chunks(chunk)
-            .map(|c| {
-                scope.spawn(move || c.iter().map(write_one).collect::<std::io::Result<Vec<_>>>())
-            })
+            .map(|c| scope.spawn(move || c.iter().map(write_one).collect::<Result<Vec<_>, _>>()))
             .collect();
         let mut done = Vec::with_capacity(files.len());
         for h in handles {
-            done.extend(
-                h.join().unwrap_or_else(|_| {
-                    Err(std::io::Error::other("output writer thread panicked"))
-                })?,
-            );
+            done.extend(h.join().unwrap_or_else(|_| {
+                Err(WriteError {
+                    path: files
+                        .first()
+                        .map_or_else(PathBuf::new, |f| f.0.to_path_buf()),
+                    cause: std::io::Error::other("output writer thread panicked"),
+                })
+            })?);
         }
-        Ok::<_, std::io::Error>(done)
+        Ok::<_, WriteError>(done)
     })?;
     for dir in dirs {
-        File::open(dir)?.sync_all()?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(at(dir))?;
     }
     Ok(done)
 }
@@ -193,6 +221,42 @@ mod tests {
         assert_ne!(safe_name("ZZ:A B:1"), safe_name("ZZ:A\u{7}B:1"));
         let long = safe_name(&"X".repeat(500));
         assert!(long.len() < 140);
+    }
+
+    /// What sits in `dir`'s temporary folder.
+    fn temporaries(dir: &Path) -> Vec<std::ffi::OsString> {
+        fs::read_dir(dir.join(TMP_DIR))
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default()
+    }
+
+    /// A write that fails (its content, or its rename onto a name a folder holds) removes
+    /// its temporary and names the file; the other files of the round are written.
+    #[test]
+    fn a_failed_write_leaves_no_temporary_and_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let good = |w: &mut dyn Write| w.write_all(b"good");
+        let half = |w: &mut dyn Write| {
+            w.write_all(b"half")?;
+            w.flush()?;
+            Err(std::io::Error::other("the disk is full"))
+        };
+        let e = write_many(&[(d, "a.json", &good), (d, "b.json", &half)], "o").unwrap_err();
+        assert_eq!(e.path, d.join("b.json"));
+        assert_eq!(
+            e.to_string(),
+            format!("{}: the disk is full", d.join("b.json").display())
+        );
+        assert_eq!(fs::read(d.join("a.json")).unwrap(), b"good");
+        assert!(!d.join("b.json").exists());
+        assert_eq!(temporaries(d), Vec::<std::ffi::OsString>::new());
+
+        fs::create_dir_all(d.join("c.json").join("taken")).unwrap();
+        let e = write_many(&[(d, "c.json", &good)], "o").unwrap_err();
+        assert_eq!(e.path, d.join("c.json"));
+        assert!(write_atomic(d, "c.json", b"x", "o").is_err());
+        assert_eq!(temporaries(d), Vec::<std::ffi::OsString>::new());
     }
 
     #[test]

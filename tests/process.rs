@@ -818,6 +818,34 @@ fn stale_temporary_files_are_removed_once_older_than_the_lease() {
     assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
 }
 
+/// An output that cannot be placed in `out/` (here its name is taken by a folder; a full
+/// disk fails the same way) is reported with the file in `out/`, not as the outbox, and
+/// leaves no temporary behind; once the name is free the rerun writes it.
+#[test]
+fn a_failed_write_names_its_own_folder_and_leaves_no_temporary() {
+    let gate = Gate::new(300, "reject");
+    let file = gate.write("po.x12", po("ACME", 101, 101));
+    let blocker = gate.out().join(order_file("ACME", PO));
+    fs::create_dir_all(blocker.join("taken")).unwrap();
+    let r = gate.process(&[&file]);
+    assert_eq!(r.code(), Some(1), "{r}");
+    assert!(
+        r.stderr.contains(&format!("{}: ", blocker.display())),
+        "the error names another place: {r}"
+    );
+    assert!(
+        !r.stderr.contains(&gate.outbox().display().to_string()),
+        "{r}"
+    );
+    for dir in [gate.out(), gate.outbox()] {
+        assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
+    }
+    fs::remove_dir_all(&blocker).unwrap();
+    let r = gate.process(&[&file]);
+    assert_eq!(r.report()["disposition"], "accepted", "{r}");
+    assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Retention.
 

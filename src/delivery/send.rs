@@ -360,7 +360,7 @@ fn folder(path: Option<&Path>, c: &Claimed, owner: &str) -> Attempted {
         },
         Err(e) => Attempted::Failed {
             status: "io".into(),
-            error: format!("{}: {e}", dir.display()),
+            error: e.to_string(),
         },
     }
 }

@@ -1543,7 +1543,7 @@ fn write_all(
             .collect();
         outputs::write_many(&files, &r.options.owner)
     };
-    let written = written.map_err(|cause| {
+    let written = written.map_err(|outputs::WriteError { path, cause }| {
         // The file read again for a translation is not the one read first: it fails alone.
         if cause.get_ref().is_some_and(|e| e.is::<input::InputError>()) {
             if let Some(Ok(e)) = cause
@@ -1554,8 +1554,9 @@ fn write_all(
             }
             return ProcessError::Translate("a file read again failed".into());
         }
+        // The file it failed on names its folder (`out/` full, not the outbox).
         ProcessError::Io {
-            path: r.config.gateway.outbox.display().to_string(),
+            path: path.display().to_string(),
             cause,
         }
     })?;

@@ -745,9 +745,9 @@ pub fn release(
         .zip(&writers)
         .map(|((name, _), w)| (out.as_path(), name.as_str(), w.as_ref()))
         .collect();
-    let written = outputs::write_many(&list, owner).map_err(|cause| ProcessError::Io {
-        path: out.display().to_string(),
-        cause,
+    let written = outputs::write_many(&list, owner).map_err(|e| ProcessError::Io {
+        path: e.path.display().to_string(),
+        cause: e.cause,
     })?;
     let named: Vec<Named> = released
         .iter()
