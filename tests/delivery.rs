@@ -1156,6 +1156,58 @@ fn the_erps_order_id_is_reported_for_a_resent_po() {
     assert_eq!(gate.deliveries(&[]).len(), 1);
 }
 
+/// `confirm` never silently replaces the order number the ERP answered: a different
+/// reference is refused (exit 2, naming both and `--force`), the same one is accepted, and a
+/// forced one is recorded with the ERP's kept on its delivery row and both in the history.
+#[test]
+fn confirm_keeps_the_erps_reference_unless_forced_and_records_both() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let first = gate.write("a.x12", &an_850(211, &["PO-2011"]));
+    gate.process(&[], std::slice::from_ref(&first));
+    let k = key("PO-2011");
+    check_booked_once(
+        &gate,
+        &erp,
+        &BTreeMap::from([(k.clone(), correlation(211))]),
+    );
+    let order = erp.booked()[&k].clone();
+
+    let (status, stdout, stderr) = gate.run(&["confirm", &k, "--ref", "SO-TYPO"]);
+    assert_eq!(status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&order) && stderr.contains("SO-TYPO") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    let r = gate.process(&[], std::slice::from_ref(&first));
+    assert_eq!(
+        r[0]["documents"][0]["result_ref"],
+        order.as_str(),
+        "{}",
+        r[0]
+    );
+    // Confirming what the ERP answered changes nothing and is not refused.
+    gate.ok(&["confirm", &k, "--ref", &order]);
+
+    let said = gate.ok(&["confirm", &k, "--ref", "SO-MANUAL", "--force"]);
+    assert!(said.contains(&format!("it was {order}")), "{said}");
+    let r = gate.process(&[], &[first]);
+    assert_eq!(r[0]["documents"][0]["result_ref"], "SO-MANUAL", "{}", r[0]);
+    let rows = gate.deliveries(&[]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["result_ref"], order.as_str(), "{}", rows[0]);
+    let forced: Vec<Value> = lines(&gate.ok(&["history", "--json"]))
+        .into_iter()
+        .filter(|e| e["event"] == "confirmed")
+        .collect();
+    let last = forced.last().expect("the confirmed events");
+    let text = last.to_string();
+    assert!(
+        text.contains("SO-MANUAL") && text.contains(&order) && text.contains("forced"),
+        "{forced:?}"
+    );
+}
+
 /// A configured header `env:NAME` is sent with the value of NAME in x12gate's
 /// environment; the contract's headers are there too, and the body is the document.
 #[test]

@@ -168,6 +168,17 @@ fn kept(text: &str) -> String {
     crate::text::shortened(&crate::text::printable(text), KEPT).into_owned()
 }
 
+/// What `confirm` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Confirmed {
+    /// No delivered sighting of the document.
+    Unknown,
+    /// Recorded; the reference it replaced, if any.
+    Recorded(Option<String>),
+    /// Not recorded: the document has this other reference (`force` replaces it).
+    Kept(String),
+}
+
 impl Batch<'_> {
     /// Records one attempt at `c`, if `owner` still holds its lease (`None` otherwise: the
     /// row was taken over, and its new owner records its own attempt). The next retry, if
@@ -761,13 +772,16 @@ impl Registry {
     }
 
     /// Records the business system's reference for document `key` (an operator's or the
-    /// ERP's `confirm`), on its first delivered sighting; the reference it had before, if
-    /// any; `None` when no sighting of `key` was delivered.
+    /// ERP's `confirm`) on its first delivered sighting. A different reference already
+    /// recorded there (a destination's answer, or an earlier `confirm`) is kept unless
+    /// `force`: the ERP's own order number is not lost to a typo. A forced change keeps the
+    /// destination's answer on its delivery row and both references in the history.
     pub fn confirm(
         &mut self,
         key: &str,
         reference: &str,
-    ) -> Result<Option<Option<String>>, RegistryError> {
+        force: bool,
+    ) -> Result<Confirmed, RegistryError> {
         self.batch(|b| {
             let found: Option<(i64, Option<String>, String)> = b
                 .tx
@@ -781,9 +795,12 @@ impl Registry {
                 })
                 .map_err(|e| b.sql(e))?;
             let Some((id, before, interchange)) = found else {
-                return Ok(None);
+                return Ok(Confirmed::Unknown);
             };
             let reference = kept(reference);
+            if let Some(existing) = before.as_ref().filter(|b| **b != reference && !force) {
+                return Ok(Confirmed::Kept(existing.clone()));
+            }
             b.tx.prepare_cached("UPDATE documents SET result_ref = ?2 WHERE id = ?1")
                 .and_then(|mut s| s.execute(params![id, reference]))
                 .map_err(|e| b.sql(e))?;
@@ -796,6 +813,7 @@ impl Registry {
                 "document": key,
                 "result_ref": reference,
                 "before": before,
+                "forced": force && before.as_ref().is_some_and(|b| *b != reference),
             })
             .to_string();
             b.record_note(
@@ -805,7 +823,7 @@ impl Registry {
                 None,
                 &detail,
             )?;
-            Ok(Some(before))
+            Ok(Confirmed::Recorded(before))
         })
     }
 
@@ -1252,13 +1270,26 @@ mod tests {
                 )
                 .unwrap();
             assert_eq!(r.result_refs(&["K", "other"]).unwrap(), [None, None]);
-            assert_eq!(r.confirm("unknown", "X").unwrap(), None);
-            assert_eq!(r.confirm("K", "SO-1").unwrap(), Some(None));
+            assert_eq!(r.confirm("unknown", "X", false).unwrap(), Confirmed::Unknown);
+            assert_eq!(r.confirm("K", "SO-1", false).unwrap(), Confirmed::Recorded(None));
             assert_eq!(
                 r.result_refs(&["other", "K"]).unwrap(),
                 [None, Some("SO-1".to_string())]
             );
-            assert_eq!(r.confirm("K", "SO-2").unwrap(), Some(Some("SO-1".into())));
+            // The same reference again is no change; another one needs `force`.
+            assert_eq!(
+                r.confirm("K", "SO-1", false).unwrap(),
+                Confirmed::Recorded(Some("SO-1".into()))
+            );
+            assert_eq!(
+                r.confirm("K", "SO-2", false).unwrap(),
+                Confirmed::Kept("SO-1".into())
+            );
+            assert_eq!(r.result_refs(&["K"]).unwrap()[0].as_deref(), Some("SO-1"));
+            assert_eq!(
+                r.confirm("K", "SO-2", true).unwrap(),
+                Confirmed::Recorded(Some("SO-1".into()))
+            );
             // A reference from a destination's answer never replaces a confirmed one.
             queue(&mut r, 7, "K");
             let c = claim(&mut r, "a");
@@ -1270,7 +1301,7 @@ mod tests {
             assert_eq!(r.result_refs(&["K"]).unwrap()[0].as_deref(), Some("SO-2"));
             // A huge or hostile reference is kept short and printable.
             let long = format!("{}\u{1b}[31m", "x".repeat(10_000));
-            r.confirm("K", &long).unwrap();
+            r.confirm("K", &long, true).unwrap();
             let kept = r.result_refs(&["K"]).unwrap().remove(0).unwrap();
             assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
         }

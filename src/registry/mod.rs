@@ -35,8 +35,8 @@ pub use claims::{
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{
-    Attempted, CircuitState, Claimed, DeliveryRow, DeliveryState, Gate, Policy, Queue, Recorded,
-    Retry,
+    Attempted, CircuitState, Claimed, Confirmed, DeliveryRow, DeliveryState, Gate, Policy, Queue,
+    Recorded, Retry,
 };
 pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting};
 pub use overview::{Found, Listed, Search};

@@ -215,6 +215,10 @@ pub enum Command {
         /// The reference
         #[arg(long = "ref", value_name = "REF")]
         reference: String,
+        /// Replace a different reference already recorded (the ERP's answer or an earlier
+        /// confirm); the history keeps both
+        #[arg(long)]
+        force: bool,
     },
     /// Business documents held (conflicts) and waiting (changes without their original);
     /// `documents release KEY` delivers them, `documents discard KEY` drops them

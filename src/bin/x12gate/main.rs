@@ -186,9 +186,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             json,
             &mut out,
         )?,
-        Command::Confirm { key, reference } => {
-            deliveries::confirm(&required(config)?, &key, &reference, &mut out)?
-        }
+        Command::Confirm {
+            key,
+            reference,
+            force,
+        } => deliveries::confirm(&required(config)?, &key, &reference, force, &mut out)?,
         Command::Watch {
             poll,
             once,

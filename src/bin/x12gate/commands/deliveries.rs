@@ -187,33 +187,47 @@ pub fn deliveries(
     Ok(exit::OK)
 }
 
-/// `confirm KEY --ref REF`.
+/// `confirm KEY --ref REF [--force]`.
 pub fn confirm(
     config: &Config,
     key: &str,
     reference: &str,
+    force: bool,
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
+    use x12gate::registry::Confirmed;
+    use x12gate::text::printable;
     let mut registry = open_registry(config)?;
-    match registry.confirm(key, reference).map_err(registry_failure)? {
-        None => Err(Failure::Usage(anyhow::anyhow!(
+    match registry
+        .confirm(key, reference, force)
+        .map_err(registry_failure)?
+    {
+        Confirmed::Unknown => Err(Failure::Usage(anyhow::anyhow!(
             "{}: no delivered document has this key (x12gate documents --all lists them)",
-            x12gate::text::printable(key)
+            printable(key)
         ))),
-        Some(before) => {
+        Confirmed::Kept(existing) => Err(Failure::Usage(anyhow::anyhow!(
+            "{}: already has reference {} (the destination's answer or an earlier confirm); \
+             kept. `x12gate confirm {} --ref {} --force` replaces it, and the history keeps both",
+            printable(key),
+            printable(&existing),
+            printable(key),
+            printable(reference)
+        ))),
+        Confirmed::Recorded(before) => {
             match before.filter(|b| b != reference) {
                 Some(b) => writeln!(
                     out,
-                    "{}: reference {} recorded (it was {})",
-                    x12gate::text::printable(key),
-                    x12gate::text::printable(reference),
-                    x12gate::text::printable(&b)
+                    "{}: reference {} recorded (it was {}; both are in the history)",
+                    printable(key),
+                    printable(reference),
+                    printable(&b)
                 )?,
                 None => writeln!(
                     out,
                     "{}: reference {} recorded",
-                    x12gate::text::printable(key),
-                    x12gate::text::printable(reference)
+                    printable(key),
+                    printable(reference)
                 )?,
             }
             Ok(exit::OK)
