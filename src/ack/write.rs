@@ -214,14 +214,13 @@ impl<'e, 's> Writer<'e, 's> {
     }
 }
 
-fn isa_version(partner: &Partner, inbound: &str, kind: AckKind) -> String {
-    if kind == AckKind::ImplementationAck {
-        return "00501".into();
-    }
+/// Our ISA12: the partner's `ack_version`, else the partner's own ISA12 (a 999 too: a 4010
+/// translator expects a 999 inside the 00401 envelope it speaks), unless it is one we rejected
+/// (TA105 017): then 00401.
+fn isa_version(partner: &Partner, inbound: &str) -> String {
     match partner.ack_version.as_deref() {
         Some("004010") => "00401".into(),
         Some(_) => "00501".into(),
-        // The partner's own version, unless it is one we rejected (TA105 017): then 00401.
         None if crate::x12::is_control_version(inbound.as_bytes()) => inbound.into(),
         None => "00401".into(),
     }
@@ -395,9 +394,8 @@ type FaGroup<'r> = (FaGroupKey, Vec<&'r GroupResponse>, u32);
 pub struct Plan<'r> {
     response: &'r InterchangeResponse,
     env: Envelope,
-    /// The TA1 interchange's ISA13 and ISA12 (the partner's own version, where the 999's
-    /// interchange is 00501).
-    ta1: Option<(u32, String)>,
+    /// The TA1 interchange's ISA13.
+    ta1: Option<u32>,
     /// The 997/999 interchange: its kind and ISA13, and its FA groups with their GS06.
     groups: Option<(OutboundKind, u32, Vec<FaGroup<'r>>)>,
 }
@@ -413,32 +411,34 @@ impl<'r> Plan<'r> {
     ) -> Result<Self, ShortOfNumbers> {
         let mut isa13 = numbers.isa13.iter().copied();
         let mut gs06s = numbers.gs06.iter().copied();
-        let (delimiters, line_ending) = outbound_delimiters(partner, ic);
+        let version = isa_version(partner, ic.isa.version());
+        let (mut delimiters, line_ending) = outbound_delimiters(partner, ic);
+        if version.as_str() < "00402" {
+            // Before 00402 ISA11 is the standards identifier `U`: there is no repetition
+            // separator, so none is kept out of the values we copy.
+            delimiters.repetition = None;
+        }
         let usage = match ic.isa.field(15) {
             b"T" => "T",
             b"I" => "I",
             _ => "P",
         };
-        let mut env = Envelope {
+        let env = Envelope {
             sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
             receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
-            version: isa_version(partner, ic.isa.version(), AckKind::FunctionalAck),
+            version,
             usage: usage.into(),
             delimiters,
             line_ending,
             now,
         };
         let ta1 = match &response.ta1 {
-            Some(_) => Some((
-                isa13.next().ok_or(ShortOfNumbers("ISA13"))?,
-                env.version.clone(),
-            )),
+            Some(_) => Some(isa13.next().ok_or(ShortOfNumbers("ISA13"))?),
             None => None,
         };
         let groups = if response.groups.is_empty() {
             None
         } else {
-            env.version = isa_version(partner, ic.isa.version(), response.kind);
             let control = isa13.next().ok_or(ShortOfNumbers("ISA13"))?;
             let batches = fa_groups(response, partner)
                 .into_iter()
@@ -456,15 +456,11 @@ impl<'r> Plan<'r> {
 
     /// The TA1 interchange, if one is due.
     pub fn ta1(&self) -> Option<Outbound> {
-        let (ta1, (control, version)) = (self.response.ta1.as_ref()?, self.ta1.as_ref()?);
-        let env = Envelope {
-            version: version.clone(),
-            ..self.env.clone()
-        };
+        let (ta1, control) = (self.response.ta1.as_ref()?, self.ta1?);
         Some(Outbound {
             kind: OutboundKind::Ta1,
-            control_number: *control,
-            bytes: ta1_interchange(&env, ta1, *control),
+            control_number: control,
+            bytes: ta1_interchange(&self.env, ta1, control),
         })
     }
 
@@ -843,7 +839,7 @@ mod tests {
     #[test]
     fn we_never_answer_in_a_version_we_rejected() {
         let partner = crate::config::Partner::unknown("ZZ", "ACME");
-        let v = |inbound: &str| isa_version(&partner, inbound, AckKind::FunctionalAck);
+        let v = |inbound: &str| isa_version(&partner, inbound);
         assert_eq!(v("00401"), "00401");
         assert_eq!(v("00305"), "00305");
         assert_eq!(v("00999"), "00401");
@@ -1006,5 +1002,36 @@ mod tests {
         );
         assert_eq!(segs[11], "SE*10*0001");
         assert!(segs[1].ends_with("*X*005010X231A1"), "{segs:?}");
+    }
+
+    /// A 999 to a partner that sends 00401 interchanges goes in an 00401 envelope (ISA11 `U`,
+    /// no repetition separator), as 4010 translators expect; `ack_version` still decides.
+    #[test]
+    fn a_999_to_a_4010_partner_is_in_its_00401_envelope() {
+        let inbound = INBOUND.replace("*^*00501*", "*U*00401*");
+        let ic = read(inbound.as_bytes());
+        let kind = AckKind::ImplementationAck;
+        let isa = |ack_version: Option<&str>| {
+            let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
+            partner.ack = kind;
+            partner.ack_version = ack_version.map(String::from);
+            let needed = numbers_needed(&response(kind), &partner);
+            let out = write_acknowledgments(
+                &response(kind),
+                &ic,
+                &partner,
+                &gateway(),
+                &Numbers::following(needed, None, None),
+                when(),
+            )
+            .unwrap();
+            let text = String::from_utf8(out[0].bytes.clone()).unwrap();
+            let isa: Vec<String> = text[..106].split('*').map(String::from).collect();
+            assert!(text.contains("ST*999*0001*005010X231A1~"), "{text}");
+            (isa[11].clone(), isa[12].clone())
+        };
+        assert_eq!(isa(None), ("U".to_string(), "00401".to_string()));
+        assert_eq!(isa(Some("004010")), ("U".to_string(), "00401".to_string()));
+        assert_eq!(isa(Some("005010")), ("^".to_string(), "00501".to_string()));
     }
 }
