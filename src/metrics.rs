@@ -81,8 +81,8 @@ pub fn rejected_backlog(config: &Config) -> usize {
 #[allow(clippy::too_many_lines)]
 pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryError> {
     let g = &config.gateway;
-    let snap = match Registry::open_read_only(&g.database)? {
-        Some(r) => r.snapshot()?,
+    let (snap, protocol_errors) = match Registry::open_read_only(&g.database)? {
+        Some(r) => (r.snapshot()?, r.protocol_errors()?),
         None => Default::default(),
     };
     let mut reg = Exposition::with_prefix("x12gate");
@@ -208,6 +208,25 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
         "delivery_circuit_open",
         "1 while a destination's circuit is open (or probing): its deliveries wait",
         circuits,
+    );
+    let protocol = Family::<Labels, Counter>::default();
+    let http = config
+        .destinations
+        .iter()
+        .filter(|d| matches!(d.kind, crate::config::DestinationKind::Http { .. }));
+    for d in http {
+        let n = protocol_errors
+            .iter()
+            .find(|(name, _)| *name == d.name)
+            .map_or(0, |(_, n)| *n);
+        protocol
+            .get_or_create(&labels(&[("destination", &d.name)]))
+            .inc_by(n);
+    }
+    reg.register(
+        "destination_protocol_errors",
+        "Delivery attempts whose answer was not a whole HTTP answer to its request (cut off, malformed), by destination: not delivered, tried again on a new connection",
+        protocol,
     );
     let info = Family::<Labels, Gauge>::default();
     info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))

@@ -2289,3 +2289,262 @@ fn a_resend_reports_each_document_s_reference_from_wherever_it_was_confirmed() {
         r[0]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// An ERP (or a proxy before it) that breaks HTTP: a raw TCP server on 127.0.0.1.
+// ---------------------------------------------------------------------------------------
+
+/// How the raw ERP answers a POST; every mode books a key at most once (an idempotent ERP),
+/// and answers a key booked before with 409 and its order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Breaks {
+    /// The first POST gets two whole `200`s on its connection, every later one `500`.
+    TwiceThen500,
+    /// `200` with a Content-Length of 60, a few bytes of the body, then the connection closed.
+    CutMidBody,
+    /// A wait, then two whole answers on the connection.
+    SlowThenTwice(Duration),
+    /// One whole answer per request, connections kept alive.
+    Behaves,
+}
+
+#[derive(Default)]
+struct RawBooks {
+    booked: BTreeMap<String, u32>,
+    /// Whole 2xx answers written, by the key of the request they answered.
+    whole_2xx: BTreeMap<String, u32>,
+    requests: u32,
+    cut: u32,
+}
+
+struct RawErp {
+    port: u16,
+    mode: Arc<Mutex<Breaks>>,
+    books: Arc<Mutex<RawBooks>>,
+}
+
+/// The order a raw ERP gives a key: a stale answer read for another key carries the wrong one.
+fn order_of(key: &str) -> String {
+    format!("SO-{:016x}", fnv(key))
+}
+
+impl RawErp {
+    fn start(mode: Breaks) -> RawErp {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the raw ERP");
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(Mutex::new(mode));
+        let books = Arc::new(Mutex::new(RawBooks::default()));
+        let (m, b) = (mode.clone(), books.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (m, b) = (m.clone(), b.clone());
+                std::thread::spawn(move || raw_connection(stream, &m, &b));
+            }
+        });
+        RawErp { port, mode, books }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/edi/inbound", self.port)
+    }
+
+    fn set(&self, mode: Breaks) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+/// One request's head and body from `reader`: its Idempotency-Key, or `None` at the end.
+fn raw_request(reader: &mut impl std::io::BufRead) -> Option<String> {
+    let (mut key, mut length) = (String::new(), 0usize);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            match name.to_ascii_lowercase().as_str() {
+                "idempotency-key" => key = value.trim().to_string(),
+                "content-length" => length = value.trim().parse().ok()?,
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(key)
+}
+
+fn raw_connection(stream: std::net::TcpStream, mode: &Mutex<Breaks>, books: &Mutex<RawBooks>) {
+    use std::io::Write;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    let whole = |status: &str, key: &str| {
+        let body = format!("{{\"order_id\":\"{}\"}}", order_of(key));
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    while let Some(key) = raw_request(&mut reader) {
+        let now = *mode.lock().unwrap();
+        let (first, booked_before) = {
+            let mut b = books.lock().unwrap();
+            b.requests += 1;
+            (b.requests == 1, b.booked.contains_key(&key))
+        };
+        let book = |b: &mut RawBooks| {
+            *b.booked.entry(key.clone()).or_default() += 1;
+        };
+        let status = if booked_before {
+            "409 Conflict"
+        } else {
+            "200 OK"
+        };
+        let (text, repeat, close) = match now {
+            Breaks::TwiceThen500 if first => (whole(status, &key), 2, false),
+            Breaks::TwiceThen500 => (
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\ndown".to_string(),
+                1,
+                false,
+            ),
+            Breaks::CutMidBody => (
+                format!("HTTP/1.1 {status}\r\nContent-Length: 60\r\n\r\n{{\"order_"),
+                1,
+                true,
+            ),
+            Breaks::SlowThenTwice(wait) => {
+                std::thread::sleep(wait);
+                (whole(status, &key), 2, false)
+            }
+            Breaks::Behaves => (whole(status, &key), 1, false),
+        };
+        {
+            let mut b = books.lock().unwrap();
+            if text.contains(" 200 OK") || text.contains(" 409 ") {
+                if !booked_before {
+                    book(&mut b);
+                }
+                if close {
+                    b.cut += 1;
+                } else {
+                    *b.whole_2xx.entry(key.clone()).or_default() += 1;
+                }
+            }
+        }
+        for _ in 0..repeat {
+            if out.write_all(text.as_bytes()).is_err() {
+                return;
+            }
+        }
+        if close {
+            return;
+        }
+    }
+}
+
+/// Every delivery recorded delivered had a whole 2xx of its own, and its reference is its own
+/// order (a stale answer to another key's request carries that key's order).
+fn check_own_answers(gate: &Gate, erp: &RawErp) -> usize {
+    let books = erp.books.lock().unwrap();
+    let mut delivered = 0;
+    for (key, d) in gate.deliveries_by_key() {
+        if d["state"] != "delivered" {
+            continue;
+        }
+        delivered += 1;
+        assert!(
+            books.whole_2xx.contains_key(&key),
+            "{key} recorded delivered without a whole 2xx of its own: {d}"
+        );
+        assert_eq!(d["result_ref"], order_of(&key).as_str(), "{key}: {d}");
+    }
+    delivered
+}
+
+fn protocol_errors(gate: &Gate) -> u64 {
+    let text = gate.ok(&["metrics"]);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("x12gate_destination_protocol_errors_total{destination=\"erp\"} ")
+        })
+        .unwrap_or_else(|| panic!("no protocol error count for erp:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Issue 38: an ERP that answers one POST with two `200`s, closes mid-body, or answers
+/// slowly then twice never gets a document recorded delivered without its own 2xx (the
+/// stale `200` left on a connection used to be read as the next document's answer); a cut
+/// answer is a protocol error (logged, counted, retried); once the ERP behaves, each
+/// document is delivered and booked exactly once.
+#[test]
+fn an_erp_that_breaks_http_never_gets_a_document_recorded_delivered_without_its_own_2xx() {
+    let erp = RawErp::start(Breaks::TwiceThen500);
+    let gate = Gate::to(&http(
+        &erp.url(),
+        &[
+            ("timeout_ms", "3000"),
+            ("concurrency", "1"),
+            ("circuit_failures", "1000"),
+            ("max_attempts", "1000"),
+        ],
+    ));
+    let pos = ["PO-R1", "PO-R2", "PO-R3"];
+    let first = gate.write("a.x12", &an_850(401, &pos));
+    gate.process(&[], &[first]);
+    // One request had two 200s; the requests after it (one at a time) had 500s.
+    assert_eq!(check_own_answers(&gate, &erp), 1, "{}", states(&gate));
+    assert_eq!(erp.books.lock().unwrap().requests, 3);
+    assert_eq!(protocol_errors(&gate), 0);
+
+    // Each request has a connection of its own: every document's answer is its own, not
+    // the second 200 the connection before it still holds.
+    erp.set(Breaks::SlowThenTwice(Duration::from_millis(300)));
+    let second = gate.write("b.x12", &an_850(402, &["PO-R4", "PO-R5"]));
+    gate.process(&[], &[second]);
+    gate.ok(&["deliver", "--drain", "--timeout", "10"]);
+    assert_eq!(check_own_answers(&gate, &erp), 5, "{}", states(&gate));
+
+    erp.set(Breaks::CutMidBody);
+    let before = erp.books.lock().unwrap().requests;
+    let third = gate.write("c.x12", &an_850(403, &["PO-R6", "PO-R7"]));
+    gate.process(&[], &[third]);
+    gate.run(&["deliver", "--drain", "--timeout", "1"]);
+    let cut = erp.books.lock().unwrap().cut;
+    assert!(cut >= 2, "both were tried: {cut} cut answers");
+    assert_eq!(erp.books.lock().unwrap().requests - before, cut);
+    assert_eq!(check_own_answers(&gate, &erp), 5, "{}", states(&gate));
+    assert_eq!(protocol_errors(&gate), u64::from(cut));
+    let rows = gate.deliveries(&["--state", "retrying"]);
+    assert_eq!(rows.len(), 2, "{}", states(&gate));
+    assert!(
+        rows.iter().all(|r| r["last_status"] == "protocol"),
+        "{rows:?}"
+    );
+
+    // The ERP behaves again: the two it booked (and cut the answers of) are answered 409
+    // with their orders, and nothing is sent twice after that.
+    erp.set(Breaks::Behaves);
+    gate.ok(&["deliver", "--drain", "--timeout", "10"]);
+    assert_eq!(check_own_answers(&gate, &erp), 7, "{}", states(&gate));
+    let requests = erp.books.lock().unwrap().requests;
+    gate.ok(&["deliver", "--drain", "--timeout", "10"]);
+    assert_eq!(
+        erp.books.lock().unwrap().requests,
+        requests,
+        "a delivered document sent again"
+    );
+    let books = erp.books.lock().unwrap();
+    for po in pos.iter().chain(&["PO-R4", "PO-R5", "PO-R6", "PO-R7"]) {
+        assert_eq!(
+            books.booked.get(&key(po)),
+            Some(&1),
+            "{po}: {:?}",
+            books.booked
+        );
+    }
+}

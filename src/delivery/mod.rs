@@ -22,7 +22,7 @@ use crate::registry::{
     RegistryError,
 };
 
-pub use send::{missing_environment, COMMAND_REFUSED};
+pub use send::{missing_environment, COMMAND_REFUSED, PROTOCOL_ERROR};
 
 /// Rows claimed at once: few, so that an opening circuit leaves most of them unsent and
 /// unclaimed, and a deliverer that dies holds few leases.
@@ -74,8 +74,11 @@ impl<'a> Scope<'a> {
     }
 }
 
-/// A deliverer: one HTTP agent (its connections kept alive between requests) and an owner
-/// for its leases.
+/// A deliverer: one HTTP agent and an owner for its leases. The agent keeps no idle
+/// connection: each POST has a connection of its own, so an answer a destination (or a proxy
+/// before it) sent beyond the one to its request, such as a second `200`, is never read as
+/// the answer to the next document. On loopback that costs about 0.2 ms per POST (README,
+/// "Delivery to the ERP").
 pub struct Deliverer<'c> {
     config: &'c Config,
     owner: String,
@@ -89,7 +92,11 @@ impl<'c> Deliverer<'c> {
         Deliverer {
             config,
             owner: owner.to_string(),
-            agent: ureq::AgentBuilder::new().redirects(0).build(),
+            agent: ureq::AgentBuilder::new()
+                .redirects(0)
+                .max_idle_connections(0)
+                .max_idle_connections_per_host(0)
+                .build(),
             warned: std::sync::Mutex::default(),
         }
     }

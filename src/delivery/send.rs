@@ -2,16 +2,27 @@
 //! folder. What came back is judged here ([`Attempted`]); what follows from it (retry, dead
 //! letter, the circuit) is the registry's.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::{Destination, DestinationKind, HeaderValue};
 use crate::registry::{Attempted, Claimed};
 
-/// The most of an answer's body (or a program's output) that is read: a reference is short,
+/// The most of an answer's body (or a program's output) that is kept: a reference is short,
 /// and a destination that answers with a film must not fill memory.
 const BODY_LIMIT: u64 = 64 * 1024;
+
+/// The most of an answer's body that is read to check it is whole (the rest of it, past
+/// [`BODY_LIMIT`], is read and dropped): an answer longer than this is not one we can vouch
+/// for, and its document is tried again.
+const BODY_CHECKED: u64 = 16 * 1024 * 1024;
+
+/// The status of an attempt whose answer was not a whole, well-formed HTTP answer (cut off
+/// mid-body, a body that is not what its framing says, a status line or header that does not
+/// parse): never a delivery, tried again on a connection of its own, and counted
+/// (`x12gate_destination_protocol_errors_total`).
+pub const PROTOCOL_ERROR: &str = "protocol";
 
 /// A program's exit status that means "this document is refused" (`EX_DATAERR`): dead at
 /// once, as a 4xx is. Any other failure is tried again.
@@ -106,10 +117,24 @@ fn http(
         };
         request = request.set(name, &value);
     }
-    match request.send(file) {
+    let outcome = answer(d, request.send(file));
+    if let Attempted::Failed { status, error } = &outcome {
+        if status == PROTOCOL_ERROR {
+            tracing::warn!(destination = %d.name, document = %c.key, %error, "the destination's answer was not a whole HTTP answer to this request: not delivered, tried again on a new connection");
+        }
+    }
+    outcome
+}
+
+/// What an answer (or its absence) means for the document.
+fn answer(d: &Destination, sent: Result<ureq::Response, ureq::Error>) -> Attempted {
+    match sent {
         Ok(answer) => {
             let status = answer.status();
-            let body = body_of(answer);
+            let body = match whole_body(answer) {
+                Ok(body) => body,
+                Err(broken) => return broken,
+            };
             if (200..300).contains(&status) {
                 Attempted::Delivered {
                     status: status.to_string(),
@@ -122,28 +147,37 @@ fn http(
                 }
             }
         }
-        // Booked before (a retry of a request whose answer was lost): delivered.
-        Err(ureq::Error::Status(409, answer)) => Attempted::Delivered {
-            status: "409".into(),
-            result_ref: reference(d, &body_of(answer)),
-        },
-        // 408 and 429 ask for another try; any other 4xx refuses this document for good.
-        Err(ureq::Error::Status(code, answer))
-            if (400..500).contains(&code) && code != 408 && code != 429 =>
-        {
-            Attempted::Refused {
-                status: code.to_string(),
-                error: excerpt(&body_of(answer)),
+        Err(ureq::Error::Status(code, answer)) => {
+            let body = match whole_body(answer) {
+                Ok(body) => body,
+                Err(broken) => return broken,
+            };
+            match code {
+                // Booked before (a retry of a request whose answer was lost): delivered.
+                409 => Attempted::Delivered {
+                    status: "409".into(),
+                    result_ref: reference(d, &body),
+                },
+                // 408 and 429 ask for another try; any other 4xx refuses this document for good.
+                400..=499 if code != 408 && code != 429 => Attempted::Refused {
+                    status: code.to_string(),
+                    error: excerpt(&body),
+                },
+                _ => Attempted::Failed {
+                    status: code.to_string(),
+                    error: excerpt(&body),
+                },
             }
         }
-        Err(ureq::Error::Status(code, answer)) => Attempted::Failed {
-            status: code.to_string(),
-            error: excerpt(&body_of(answer)),
-        },
         Err(ureq::Error::Transport(t)) => {
             let error = t.to_string();
             let status = if error.contains("timed out") || error.contains("timeout") {
                 "timeout".to_string()
+            } else if matches!(
+                t.kind(),
+                ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader
+            ) {
+                PROTOCOL_ERROR.to_string()
             } else {
                 t.kind().to_string()
             };
@@ -152,10 +186,48 @@ fn http(
     }
 }
 
-fn body_of(answer: ureq::Response) -> Vec<u8> {
+/// The body of an answer, read to its end as its framing says (`Content-Length`, chunked, or
+/// the connection's close), its first [`BODY_LIMIT`] bytes kept. An answer that is not whole
+/// (cut off, a `Content-Length` that is not a number, longer than [`BODY_CHECKED`]) is a
+/// protocol error: whatever its status, it is no proof that the destination took the document.
+fn whole_body(answer: ureq::Response) -> Result<Vec<u8>, Attempted> {
+    let broken = |error: String| Attempted::Failed {
+        status: PROTOCOL_ERROR.into(),
+        error,
+    };
+    let status = answer.status();
+    // ureq reads a Content-Length it cannot parse as "until the connection closes".
+    let lengths = answer.all("Content-Length");
+    if lengths.len() > 1
+        || lengths
+            .first()
+            .is_some_and(|v| v.trim().parse::<u64>().is_err())
+    {
+        return Err(broken(format!(
+            "answered {status} with Content-Length {lengths:?}: not one number"
+        )));
+    }
+    let mut reader = answer.into_reader().take(BODY_CHECKED.saturating_add(1));
     let mut body = Vec::new();
-    let _ = answer.into_reader().take(BODY_LIMIT).read_to_end(&mut body);
-    body
+    let read = (&mut reader)
+        .take(BODY_LIMIT)
+        .read_to_end(&mut body)
+        .and_then(|_| std::io::copy(&mut reader, &mut std::io::sink()));
+    match read {
+        Err(e) if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
+            Err(Attempted::Failed {
+                status: "timeout".into(),
+                error: format!("answered {status} but its body did not come in time: {e}"),
+            })
+        }
+        Err(e) => Err(broken(format!(
+            "answered {status} but its body was not whole: {e}"
+        ))),
+        Ok(rest) if (body.len() as u64).saturating_add(rest) > BODY_CHECKED => Err(broken(
+            format!("answered {status} with a body longer than {BODY_CHECKED} bytes"),
+        )),
+        Ok(_) => Ok(body),
+    }
 }
 
 /// The start of an answer's body, for the operator: what the destination said.

@@ -845,6 +845,30 @@ impl Registry {
     pub fn result_refs(&self, keys: &[&str]) -> Result<Vec<Option<String>>, RegistryError> {
         result_refs(&self.conn, keys).map_err(|e| self.sql(e))
     }
+
+    /// Attempts per destination whose answer was not a whole HTTP answer to its request
+    /// (status `protocol`), from the audit trail: they only grow, and survive restarts.
+    pub fn protocol_errors(&self) -> Result<Vec<(String, u64)>, RegistryError> {
+        // The LIKE narrows the scan to the few such events; each is read back to be sure.
+        let details: Vec<String> = self.all(
+            "SELECT detail FROM events WHERE event = 'delivery_attempt'
+             AND detail LIKE '%\"status\":\"protocol\"%'",
+            [],
+            |r| r.get(0),
+        )?;
+        let mut counts = std::collections::BTreeMap::<String, u64>::new();
+        for detail in details {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&detail) else {
+                continue;
+            };
+            if v["status"] == crate::delivery::PROTOCOL_ERROR {
+                if let Some(d) = v["destination"].as_str() {
+                    *counts.entry(d.to_string()).or_default() += 1;
+                }
+            }
+        }
+        Ok(counts.into_iter().collect())
+    }
 }
 
 /// The circuit after an attempt: a success (or a refusal, which the destination answered)
