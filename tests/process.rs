@@ -1185,8 +1185,14 @@ mod crash {
         assert_crashed(&crash);
         let after_crash = (contents(&gate.out()), contents(&gate.outbox()));
         if point == "claim.after" {
-            assert!(after_crash.0.is_empty() && after_crash.1.is_empty());
+            assert!(after_crash.0.is_empty());
         }
+        // No acknowledgment is placed before its decision is recorded.
+        assert!(
+            after_crash.1.is_empty(),
+            "{point}: {:?}",
+            visible(&gate.outbox())
+        );
 
         let rerun = run(gate.process_command(&gate.config, &["--no-wait"], None, &[&file]));
         assert!(
@@ -1219,7 +1225,7 @@ mod crash {
         let final_files = (contents(&gate.out()), contents(&gate.outbox()));
         if point != "claim.after" {
             assert!(
-                final_files == after_crash,
+                final_files.0 == after_crash.0,
                 "the rerun rewrote different bytes"
             );
         }
@@ -1256,6 +1262,34 @@ mod crash {
     #[test]
     fn crash_before_the_completion_is_taken_over_at_once() {
         crash_then_take_over("complete.before");
+    }
+
+    /// A crash once the decision is recorded but before its acknowledgment is placed: the
+    /// documents are there, the outbox is empty, and the rerun (a duplicate) places the
+    /// stored acknowledgment, once, with the number it was recorded with.
+    #[test]
+    fn crash_before_the_acknowledgment_is_placed_is_answered_by_the_rerun() {
+        let gate = Gate::new(300, "reject");
+        let file = gate.write("po.x12", po("ACME", 101, 101));
+        let (key, stem) = acme(101);
+        let crash =
+            run(gate.process_command(&gate.config, &[], Some("acks.before=return"), &[&file]));
+        assert_crashed(&crash);
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+        assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
+        assert_eq!(visible(&gate.outbox()), Vec::<String>::new());
+        let rerun = gate.process(&[&file]);
+        assert_eq!(rerun.code(), Some(0), "{rerun}");
+        assert_eq!(rerun.report()["disposition"], "duplicate", "{rerun}");
+        assert_eq!(rerun.report()["replayed"], "accepted", "{rerun}");
+        let acks = visible(&gate.outbox());
+        assert_eq!(acks, [format!("{stem}.997.x12")]);
+        let bytes = fs::read(gate.outbox().join(&acks[0])).unwrap();
+        assert_complete_interchange(&bytes);
+        let ack = segments(&bytes);
+        assert_eq!(segment(&ack, "ISA")[13], "000000001");
+        assert_eq!(segment(&ack, "AK9")[1], "A");
+        assert_eq!(completions(&gate.events(&key)).len(), 1);
     }
 
     /// Each crash point on a PostgreSQL registry: killed, then rerun, nothing lost or
@@ -1361,7 +1395,12 @@ mod crash {
     /// they find must be whole, final files (or nothing), never a partial or temporary one.
     #[test]
     fn after_a_crash_the_output_folders_hold_only_whole_files() {
-        for point in ["claim.after", "outputs.after", "complete.before"] {
+        for point in [
+            "claim.after",
+            "outputs.after",
+            "complete.before",
+            "acks.before",
+        ] {
             let gate = Gate::new(300, "reject");
             let file = gate.write("po.x12", po("ACME", 101, 101));
             let crash = run(gate.process_command(
@@ -1380,11 +1419,12 @@ mod crash {
                 continue;
             }
             assert_eq!(out, [order_file("ACME", PO)], "{point}");
-            assert_eq!(outbox, ["ZZ_ACME_000000101.997.x12"], "{point}");
+            // The acknowledgment only once the decision is recorded (then placed by the
+            // rerun: see `crash_before_the_acknowledgment_is_placed_is_answered_by_the_rerun`).
+            assert_eq!(outbox, Vec::<String>::new(), "{point}");
             let doc = document(&gate.out().join(&out[0]));
             assert_order_delivered(&doc, "ZZ:ACME:000000101");
             assert_eq!(first_po1_quantity(&doc), "120");
-            assert_complete_interchange(&fs::read(gate.outbox().join(&outbox[0])).unwrap());
             for dir in [gate.out(), gate.outbox()] {
                 assert_eq!(leftovers(&dir), Vec::<String>::new(), "{point}");
             }
@@ -1914,4 +1954,118 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
         assert_eq!(got_reports, reports, "window {window}");
         assert_eq!(got_outputs, outputs, "window {window}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A full disk.
+
+/// A tmpfs of `size` mounted on `dir` (made if missing), unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    /// `None`, with the reason printed, where mounting is not allowed (not root, no tmpfs).
+    fn tmpfs(dir: &Path, size: &str) -> Option<Mounted> {
+        fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Mounted(dir.to_path_buf())),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn resize(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The interchanges (sender's ISA13) that the 997s in `dir` accept.
+fn accepted_by_acks(dir: &Path) -> Vec<u32> {
+    let mut accepted = Vec::new();
+    for name in visible(dir) {
+        let ack = segments(&fs::read(dir.join(&name)).unwrap());
+        if segment(&ack, "AK9")[1] == "A" {
+            let isa13 = name
+                .strip_prefix("ZZ_ACME_")
+                .and_then(|n| n.get(..9))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{name} names no ACME interchange"));
+            accepted.push(isa13);
+        }
+    }
+    accepted
+}
+
+#[test]
+fn a_full_out_folder_never_lets_an_acceptance_out_before_its_documents() {
+    // `out/` on a 2 MB file system that fills during the second batch of 256 files: every
+    // 997 in the outbox accepts an interchange whose document is there whole, and the rerun
+    // (on room again) answers every interchange once.
+    let gate = Gate::new(300, "reject");
+    let Some(mounted) = Mounted::tmpfs(&gate.out(), "2m") else {
+        return;
+    };
+    const FILES: u32 = 700;
+    let files: Vec<PathBuf> = (1..=FILES)
+        .map(|n| {
+            gate.write(
+                &format!("po{n:04}.x12"),
+                order("ACME", n, n, &format!("PO-{n}")),
+            )
+        })
+        .collect();
+    let all: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let full = gate.process(&all);
+    assert_eq!(full.code(), Some(1), "the disk filled: {full}");
+    assert!(
+        full.stderr.contains("data/out"),
+        "the full folder is named: {full}"
+    );
+    let placed = accepted_by_acks(&gate.outbox());
+    assert!(
+        !placed.is_empty() && placed.len() < FILES as usize,
+        "filled mid-run: {} acknowledged",
+        placed.len()
+    );
+    for n in &placed {
+        let doc = gate.out().join(order_file("ACME", &format!("PO-{n}")));
+        let doc = read_json(&doc).unwrap_or_else(|| panic!("997 for {n} without its document"));
+        assert_eq!(doc["delivery"]["interchange"], format!("ZZ:ACME:{n:09}"));
+        assert_eq!(doc["set"]["se"][0], "13", "a whole set: {doc}");
+    }
+    mounted.resize("64m");
+    let rerun = gate.process(&all);
+    assert_eq!(rerun.code(), Some(0), "{rerun}");
+    let mut answered = accepted_by_acks(&gate.outbox());
+    answered.sort_unstable();
+    assert_eq!(
+        answered,
+        (1..=FILES).collect::<Vec<_>>(),
+        "each answered once"
+    );
+    assert_eq!(visible(&gate.outbox()).len(), FILES as usize);
+    assert_eq!(visible(&gate.out()).len(), FILES as usize);
 }

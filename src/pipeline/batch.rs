@@ -967,6 +967,7 @@ pub(super) enum Content {
 
 /// What makes a large interchange's 997/999 again, the same bytes each time: to its file,
 /// then into the registry (a million sets' loops are 20 MB, never held).
+#[derive(Clone)]
 pub(super) struct MadeAck {
     response: std::sync::Arc<ack::InterchangeResponse>,
     partner: Partner,
@@ -1066,7 +1067,7 @@ fn run_round(
             .collect()
     });
     drop(owned_items);
-    let (mut prepared, mut writes) = match prepare_all(&r, &mut plans, items, found, registry) {
+    let (mut prepared, writes) = match prepare_all(&r, &mut plans, items, found, registry) {
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
@@ -1086,31 +1087,30 @@ fn run_round(
     if options.stop.abandoned() && !owned.is_empty() {
         return Err(interrupted(registry, &owned, items, options));
     }
+    // The acknowledgments wait for the completion: a 997 that says "accepted" is never in
+    // the outbox before the documents it acknowledges are durable and recorded, and one of
+    // an attempt that fails before then is never seen (its redo writes the same bytes under
+    // the same name, from the reserved numbers). The replays' and refusals' are placed then
+    // too, with the decisions they repeat or refuse recorded.
     let replays = writes.len();
-    writes.reserve_exact(
-        prepared
-            .iter()
-            .filter(|p| !p.lost)
-            .map(|p| p.files.len())
-            .sum(),
-    );
-    writes.extend(
-        prepared
-            .iter_mut()
-            .filter(|p| !p.lost)
-            .flat_map(|p| std::mem::take(&mut p.files)),
-    );
-    let mut stored = match write_all(&r, writes, replays, items) {
-        Ok(stored) => stored,
-        Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
-    };
+    let mut acks = writes;
+    let (documents, owned_acks): (Vec<Output>, Vec<Output>) = prepared
+        .iter_mut()
+        .filter(|p| !p.lost)
+        .flat_map(|p| std::mem::take(&mut p.files))
+        .partition(|o| o.ack.is_none());
+    acks.extend(owned_acks);
+    if let Err(e) = write_all(&r, documents, items) {
+        return Err(fail_all(registry, &owned, items, options, e));
+    }
     if !owned.is_empty() {
         fail::fail_point!("outputs.after", |_| std::process::abort());
     }
-    if let Err(e) = more_runs(&r, &mut prepared, items, registry, &mut stored) {
+    if let Err(e) = more_runs(&r, &mut prepared, items, registry, &mut acks) {
         return Err(fail_all(registry, &owned, items, options, e));
     }
-    complete_all(
+    let stored = to_store(&r, &acks, replays, items);
+    let completed = complete_all(
         &r,
         &mut prepared,
         &plans,
@@ -1119,7 +1119,89 @@ fn run_round(
         items,
         registry,
     )?;
+    if !owned.is_empty() {
+        fail::fail_point!("acks.before", |_| std::process::abort());
+    }
+    // Only the answers of decisions recorded: a claim lost to a takeover is answered by
+    // its new owner.
+    let owned_by: std::collections::HashSet<usize> = owned.iter().copied().collect();
+    acks.retain(|a| !owned_by.contains(&a.item) || completed.contains(&a.item));
+    place_acks(&r, acks, items)?;
     Ok(busy)
+}
+
+/// The acknowledgments in `acks` listed in their interchanges' reports (the completions
+/// record where they go), and those after the first `replays` (already stored) kept for
+/// their completions to store, by item.
+fn to_store(
+    r: &Round<'_>,
+    acks: &[Output],
+    replays: usize,
+    items: &mut [Item<'_>],
+) -> std::collections::HashMap<usize, Vec<Kept>> {
+    let mut stored: std::collections::HashMap<usize, Vec<Kept>> = std::collections::HashMap::new();
+    for (n, a) in acks.iter().enumerate() {
+        let path = a.dir.path(&r.config.gateway).join(&a.name);
+        let path = std::path::absolute(&path).unwrap_or(path);
+        items[a.item].report.acks.push(path.display().to_string());
+        let (true, Some(kind)) = (n >= replays, a.ack.clone()) else {
+            continue;
+        };
+        let kept = match &a.content {
+            Content::Made(made) => Kept::Made {
+                kind,
+                path: a.name.clone(),
+                made: made.clone(),
+            },
+            Content::Bytes(bytes) => Kept::Held(StoredAck {
+                kind,
+                path: a.name.clone(),
+                bytes: bytes.clone(),
+            }),
+            // invariant: an acknowledgment's content is made or held, never a translation.
+            Content::Translation { .. } | Content::Document { .. } => continue,
+        };
+        stored.entry(a.item).or_default().push(kept);
+    }
+    stored
+}
+
+/// Step (6): the acknowledgments of decisions recorded placed in the outbox, durably. A
+/// failure here leaves the decisions recorded: the rerun finds them duplicates and places
+/// their stored acknowledgments, under the same names.
+fn place_acks(r: &Round<'_>, acks: Vec<Output>, items: &[Item<'_>]) -> Result<(), ProcessError> {
+    if acks.is_empty() {
+        return Ok(());
+    }
+    let writers: Vec<Writer<'_>> = acks
+        .iter()
+        .map(|a| -> Writer<'_> {
+            match &a.content {
+                Content::Made(made) => {
+                    let it = &items[a.item];
+                    Box::new(move |out| made.write(&it.ic, &r.config.gateway, out))
+                }
+                Content::Bytes(bytes) => Box::new(move |out| out.write_all(bytes)),
+                Content::Translation { .. } | Content::Document { .. } => Box::new(|_| Ok(())),
+            }
+        })
+        .collect();
+    let files: Vec<(&Path, &str, &outputs::Content<'_>)> = acks
+        .iter()
+        .zip(&writers)
+        .map(|(a, write)| {
+            (
+                a.dir.path(&r.config.gateway),
+                a.name.as_str(),
+                write.as_ref(),
+            )
+        })
+        .collect();
+    outputs::write_many(&files, &r.options.owner).map_err(|e| ProcessError::Io {
+        path: e.path.display().to_string(),
+        cause: e.cause,
+    })?;
+    Ok(())
 }
 
 /// Step (2): every key of the round claimed in one transaction, and what to do with each.
@@ -1461,14 +1543,12 @@ fn prepare_all(
     })
 }
 
-/// Step (4): every output written durably; returns the acknowledgments to store with each
-/// claim (the replays' are stored already), by item.
+/// Step (4): every translation and document written durably, each report told where.
 fn write_all(
     r: &Round<'_>,
     writes: Vec<Output>,
-    replays: usize,
     items: &mut [Item<'_>],
-) -> Result<std::collections::HashMap<usize, Vec<Kept>>, ProcessError> {
+) -> Result<(), ProcessError> {
     // A file changed since it was first read fails alone (an output that cannot be written
     // stops the run): it is looked at before its translation reads it again.
     for w in &writes {
@@ -1560,46 +1640,19 @@ fn write_all(
             cause,
         }
     })?;
-    let mut stored: std::collections::HashMap<usize, Vec<Kept>> = std::collections::HashMap::new();
-    for (n, (w, path)) in writes.into_iter().zip(written).enumerate() {
+    for (w, path) in writes.into_iter().zip(written) {
         let path = path.display().to_string();
-        let translation = matches!(w.content, Content::Translation { .. });
         let report = &mut items[w.item].report;
-        match w.ack {
-            Some(kind) => {
-                report.acks.push(path.clone());
-                if n >= replays {
-                    let kept = match w.content {
-                        Content::Made(made) => Kept::Made {
-                            kind,
-                            path: w.name,
-                            made,
-                        },
-                        Content::Bytes(bytes) => Kept::Held(StoredAck {
-                            kind,
-                            path: w.name,
-                            bytes,
-                        }),
-                        Content::Translation { .. } | Content::Document { .. } => {
-                            Kept::Held(StoredAck {
-                                kind,
-                                path: w.name,
-                                bytes: Vec::new(),
-                            })
-                        }
-                    };
-                    stored.entry(w.item).or_default().push(kept);
-                }
-            }
+        match w.content {
             // The interchange's translation first (with a large interchange's last run, after
             // thousands of documents), then the first documents' files: each document's
             // report says where it went.
-            None if translation => report.outputs.insert(0, path),
-            None if report.outputs.len() < super::documents::REPORTED => report.outputs.push(path),
-            None => {}
+            Content::Translation { .. } => report.outputs.insert(0, path),
+            _ if report.outputs.len() < super::documents::REPORTED => report.outputs.push(path),
+            _ => {}
         }
     }
-    Ok(stored)
+    Ok(())
 }
 
 /// Step (5), in one transaction: every owned claim completed with what was written for it,
@@ -1612,7 +1665,7 @@ fn complete_all(
     any_owned: bool,
     items: &mut [Item<'_>],
     registry: &mut Registry,
-) -> Result<(), ProcessError> {
+) -> Result<std::collections::HashSet<usize>, ProcessError> {
     for p in prepared.iter_mut() {
         let it = &mut items[p.item];
         let response = &p.decision.response;
@@ -1775,10 +1828,12 @@ fn complete_all(
         }
         Ok::<_, ProcessError>(completed)
     })?;
+    let mut recorded = std::collections::HashSet::new();
     for (i, done) in completed {
         let it = &mut items[i];
         let _enter = span(it).entered();
         if done {
+            recorded.insert(i);
             tracing::info!(
                 disposition = it.report.disposition.as_str(),
                 acks = it.report.acks.len(),
@@ -1789,7 +1844,7 @@ fn complete_all(
             lost_claim(&mut it.report);
         }
     }
-    Ok(())
+    Ok(recorded)
 }
 
 /// The documents and outputs an audit event (and the claim's row) lists: the first ones of
@@ -2146,13 +2201,13 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
 /// run), the runs written before are handed over, and the next run's documents are
 /// decided; then its files are written. An interchange whose lease was lost stops there (its
 /// takeover decides the rest again, finding what was recorded). The acknowledgments written
-/// go into `stored`.
+/// go into `acks`, to place once the completion is recorded.
 fn more_runs(
     r: &Round<'_>,
     prepared: &mut [Prepared],
     items: &mut [Item<'_>],
     registry: &mut Registry,
-    stored: &mut std::collections::HashMap<usize, Vec<Kept>>,
+    acks: &mut Vec<Output>,
 ) -> Result<(), ProcessError> {
     while prepared
         .iter()
@@ -2188,14 +2243,13 @@ fn more_runs(
             }
             Ok::<_, ProcessError>(())
         })?;
-        let files: Vec<Output> = prepared
+        let (files, last_acks): (Vec<Output>, Vec<Output>) = prepared
             .iter_mut()
             .filter(|p| !p.lost)
             .flat_map(|p| std::mem::take(&mut p.files))
-            .collect();
-        for (item, acks) in write_all(r, files, 0, items)? {
-            stored.entry(item).or_default().extend(acks);
-        }
+            .partition(|o| o.ack.is_none());
+        write_all(r, files, items)?;
+        acks.extend(last_acks);
         fail::fail_point!("run.after", |_| std::process::abort());
     }
     Ok(())
