@@ -393,13 +393,39 @@ const WHO: x12gate::registry::Identity<'static> = x12gate::registry::Identity {
 fn end_sessions(url: &str) {
     let server = crate::pg_server::server().expect("the test server");
     let db = url.rsplit('/').next().unwrap_or_default().to_string();
-    let ended = crate::pg_server::admin(server)
+    let mut admin = crate::pg_server::admin(server);
+    let ended: Vec<i32> = admin
         .query(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            // In the list, not the filter: evaluated only for the rows the filter keeps.
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
             &[&db],
         )
-        .unwrap();
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert!(!ended.is_empty(), "no session to end");
+    // The server ends them asynchronously: wait until none of them is left (each has sent
+    // its last words to its client by then), not for a guessed time.
+    let started = Instant::now();
+    loop {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)",
+                &[&ended],
+            )
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{left} session(s) still there"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A connection the server dropped is opened again at the next statement: the registry
@@ -422,18 +448,32 @@ fn a_dropped_connection_is_opened_again_and_a_read_only_one_stays_read_only() {
     let refused = read_only.set_control_number("ZZ:ACME", Counter::Interchange, 5);
     assert!(format!("{refused:?}").contains("read-only"), "{refused:?}");
     end_sessions(&url);
-    // The first statement after the drop may fail with it; the next opens a new connection.
-    let _ = registry.next_control_number("ZZ:ACME", Counter::Interchange);
-    let n = registry
-        .next_control_number("ZZ:ACME", Counter::Interchange)
-        .unwrap();
-    assert!((2..=3).contains(&n), "{n}");
-    let _ = read_only.current_control_number("ZZ:ACME", Counter::Interchange);
+    // Once the server has ended them, the statement after is sent on a new connection: a
+    // write (taken once, not twice), a read, and a transaction.
+    assert_eq!(
+        registry
+            .next_control_number("ZZ:ACME", Counter::Interchange)
+            .unwrap(),
+        2
+    );
     assert_eq!(
         read_only
             .current_control_number("ZZ:ACME", Counter::Interchange)
             .unwrap(),
-        Some(n)
+        Some(2)
+    );
+    end_sessions(&url);
+    let mut registry = registry;
+    assert_eq!(
+        registry
+            .batch(|b| b.next_control_number_in_batch("ZZ:ACME", Counter::Interchange))
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        read_only.history(&Default::default()).unwrap().len(),
+        1,
+        "the init event, read on a new connection"
     );
     let refused = read_only.set_control_number("ZZ:ACME", Counter::Interchange, 9);
     assert!(
@@ -444,8 +484,8 @@ fn a_dropped_connection_is_opened_again_and_a_read_only_one_stays_read_only() {
 
 /// A session that holds the writers' lock and stops (a node that lost its network in the
 /// middle of a transaction) stops the other writers only for the lock timeout: they fail
-/// as SQLite's writers fail after the busy timeout, and work again once it is gone. (The
-/// URL's `options` shorten the timeout for the test.)
+/// as SQLite's writers fail after the busy timeout, and work again once it is gone; a node
+/// started meanwhile starts. (The URL's `options` shorten the timeout for the test.)
 #[test]
 fn a_writer_waits_for_a_stuck_lock_holder_only_for_the_lock_timeout() {
     use x12gate::registry::{Counter, Registry};
@@ -469,6 +509,13 @@ fn a_writer_waits_for_a_stuck_lock_holder_only_for_the_lock_timeout() {
     let waited = started.elapsed();
     assert!(format!("{stuck:?}").contains("lock"), "{stuck:?}");
     assert!(waited < Duration::from_secs(20), "waited {waited:?}");
+    // A node started meanwhile opens the registry (it only reads it), and its work waits
+    // for the lock as a running node's does.
+    let started = Registry::open(
+        &postgres_at(&format!("{url}?options=-c%20lock_timeout%3D500")),
+        WHO,
+    );
+    assert!(started.is_ok(), "{:?}", started.err());
     holder.batch_execute("ROLLBACK").unwrap();
     assert_eq!(
         registry

@@ -1566,6 +1566,50 @@ fn once_processes_the_inbox_and_exits_3_on_a_rejection() {
     assert_eq!(final_counts(&log), Some([0, 0, 0, 0, 0]), "log:\n{log}");
 }
 
+/// A watcher started while another process holds the registry's write lock (a node frozen
+/// in the middle of a transaction) starts at once, and its file waits for the lock as a
+/// running watcher's does; once the lock is let go, the file is decided. (It used to wait
+/// the lock timeout at start-up, then exit.)
+#[test]
+fn a_watcher_started_while_another_holds_the_write_lock_starts_and_waits_for_it() {
+    let gate = Gate::new(Settings::default());
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(0), "the registry made: {log}");
+    let holder = rusqlite::Connection::open(gate.dir().join("x12gate.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    let file = gate.inbox().join("a.x12");
+    fs::write(&file, interchange(701, "PO-A")).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&file)
+        .and_then(|f| f.set_modified(old))
+        .unwrap();
+    let mut w = gate.start_logging(&["--once"], "info");
+    // Well inside the lock timeout (30 s): the start no longer waits for the lock.
+    wait_for(
+        Duration::from_secs(20),
+        "the watcher started",
+        || w.log().contains("x12gate watch started"),
+        || w.log(),
+    );
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "it waits for the lock: {}",
+        w.log()
+    );
+    assert_eq!(gate.moved().count(), 0, "nothing decided under the lock");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let status = w.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "log:\n{}", w.log());
+    assert_eq!(
+        gate.moved().archived.keys().collect::<Vec<_>>(),
+        ["a.x12"],
+        "{}",
+        gate.state()
+    );
+}
+
 /// `--once` run by cron while a partner is still writing a file in place: the file must not
 /// be taken half written (SPEC 7: files are taken when complete). Whether `--once` waits for
 /// it or leaves it for the next run is its choice; rejecting the half is not.

@@ -516,6 +516,21 @@ impl Link {
         })
     }
 
+    /// Lets the connection's task read what the server sent while nobody asked (the task
+    /// runs only inside our own `block_on`): a session the server ended meanwhile (a
+    /// restart, a failover, an administrator) has sent its last words and closed, and the
+    /// task ends on them, so that [`Pg::ready`] opens a new connection before anything is
+    /// sent on the dead one. Two yields: the first lets the runtime poll the socket, which
+    /// wakes the task; the second lets the task run before we return.
+    fn settle(&self) {
+        blocking(|| {
+            self.runtime.block_on(async {
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+            });
+        });
+    }
+
     /// Closes the connection politely (the server logs no lost client) and stops the
     /// runtime, both of which block.
     fn close(self) {
@@ -570,6 +585,14 @@ fn ends_session(e: &Error) -> bool {
     }
 }
 
+/// Whether `sql` only reads (a `SELECT`; the registry's selects call no function that
+/// writes), so that running it again on a new connection cannot do anything twice.
+fn reads_only(sql: &str) -> bool {
+    sql.trim_start()
+        .get(..6)
+        .is_some_and(|w| w.eq_ignore_ascii_case("select"))
+}
+
 /// Writes kept waiting at most: a transaction of many writes and no read (a prune) sends
 /// them in rounds of this many, so their parameters do not pile up.
 const MAX_PENDING: usize = 256;
@@ -616,6 +639,11 @@ impl Pg {
     /// A connection lost between transactions (a server restart, a failover) is opened
     /// again; inside a transaction the error stands and the transaction is lost with it.
     fn ready(&mut self) -> Result<&Link> {
+        if !self.in_transaction {
+            if let Some(link) = &self.link {
+                link.settle();
+            }
+        }
         let lost = self.link.as_ref().is_none_or(|l| l.client.is_closed());
         if lost && !self.in_transaction {
             if let Some(old) = self.link.take() {
@@ -750,12 +778,31 @@ impl Pg {
     }
 
     fn run(&mut self, sql: &str, values: &[Value], query: bool) -> Result<Answer> {
-        let statement = self.statement(sql)?;
-        self.ask(if query {
-            Request::Query(&statement, values)
-        } else {
-            Request::Execute(&statement, values)
-        })
+        let once = |p: &mut Self| {
+            let statement = p.statement(sql)?;
+            p.ask(if query {
+                Request::Query(&statement, values)
+            } else {
+                Request::Execute(&statement, values)
+            })
+        };
+        match once(self) {
+            Err(e) if self.may_read_again(&e, &[sql]) => once(self),
+            other => other,
+        }
+    }
+
+    /// Whether statements `sql` that failed with `e` are asked once more, on a new
+    /// connection: only when the session is gone (the server ended it while the request was
+    /// on its way), outside a transaction (inside one, the transaction is lost with the
+    /// session and the caller decides: see [`Conn::transaction`] for BEGIN), with no write
+    /// of ours sent along, and when every statement only reads. A write outside a
+    /// transaction is never sent again: the server may have committed it before the session
+    /// ended, and a second run would do it twice (a control number taken twice). Those are
+    /// sent again only when the dead session is noticed before they are sent at all
+    /// ([`Link::settle`]).
+    fn may_read_again(&self, e: &Error, sql: &[&str]) -> bool {
+        ends_session(e) && !self.in_transaction && sql.iter().all(|s| reads_only(s))
     }
 }
 
@@ -919,16 +966,23 @@ impl Conn {
             Conn::Postgres(p) => {
                 let answers = {
                     let mut p = p.borrow_mut();
-                    let statements = runs
-                        .iter()
-                        .map(|(sql, _)| p.statement(sql))
-                        .collect::<Result<Vec<_>>>()?;
-                    let asked = statements
-                        .iter()
-                        .zip(runs)
-                        .map(|(statement, (_, values))| Request::Query(statement, values))
-                        .collect();
-                    p.exchange(asked)?
+                    let once = |p: &mut Pg| {
+                        let statements = runs
+                            .iter()
+                            .map(|(sql, _)| p.statement(sql))
+                            .collect::<Result<Vec<_>>>()?;
+                        let asked = statements
+                            .iter()
+                            .zip(runs)
+                            .map(|(statement, (_, values))| Request::Query(statement, values))
+                            .collect();
+                        p.exchange(asked)
+                    };
+                    let sql: Vec<&str> = runs.iter().map(|(sql, _)| *sql).collect();
+                    match once(&mut p) {
+                        Err(e) if p.may_read_again(&e, &sql) => once(&mut p)?,
+                        other => other?,
+                    }
                 };
                 answers
                     .into_iter()
@@ -1017,15 +1071,31 @@ impl Conn {
             Conn::Sqlite(c) => c.execute_batch("BEGIN IMMEDIATE")?,
             Conn::Postgres(p) => {
                 let mut p = p.borrow_mut();
-                p.ready()?;
-                p.in_transaction = true;
-                p.aborted = false;
-                p.pending.clear();
                 let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})");
-                if let Err(e) = p.ask(Request::Simple(&begin)) {
-                    p.in_transaction = false;
-                    let _ = p.ask(Request::Simple("ROLLBACK"));
-                    return Err(e);
+                // A session the server ended while we were idle is found here, at the first
+                // statement of the transaction: nothing of it has run, so it is begun once
+                // more on a new connection. (A session lost later in the transaction loses
+                // the transaction with it; its error stands, and the caller's work is
+                // decided again by its claims and leases, never committed twice: a COMMIT
+                // whose answer was lost is never sent again.)
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    p.ready()?;
+                    p.in_transaction = true;
+                    p.aborted = false;
+                    p.pending.clear();
+                    match p.ask(Request::Simple(&begin)) {
+                        Ok(_) => break,
+                        Err(e) => {
+                            p.in_transaction = false;
+                            if ends_session(&e) && tries == 1 {
+                                continue;
+                            }
+                            let _ = p.ask(Request::Simple("ROLLBACK"));
+                            return Err(e);
+                        }
+                    }
                 }
             }
         }

@@ -218,12 +218,19 @@ pub fn known() -> i64 {
 }
 
 pub fn apply(conn: &mut Connection) -> Result<(), Error> {
+    let known = MIGRATIONS.len() as i64;
+    // A registry up to date is only read: a node started while another holds the write lock
+    // (one frozen in the middle of a transaction) opens at once, and its work then waits for
+    // the lock as a running node's does, rather than the start failing after the timeout.
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found == known {
+        return Ok(());
+    }
     // Outside the transaction: inside one, SQLite ignores the pragma.
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     // IMMEDIATE takes the write lock first, so two processes starting at once migrate once.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let known = MIGRATIONS.len() as i64;
     if found > known {
         return Err(Error::TooNew { found, known });
     }

@@ -587,6 +587,11 @@ impl Registry {
     fn claim_identity(&mut self, who: Identity<'_>) -> Result<(), RegistryError> {
         let path = self.path.clone();
         let sql = |source| store(&path, source);
+        // Recorded already (every start but the first): read, not written, so that a node
+        // starts while another holds the write lock (see `migrations::apply`).
+        if let Some(recorded) = recorded_identity(&self.conn).map_err(sql)? {
+            return not_ours(&path, who, Some(recorded));
+        }
         let tx = self.conn.transaction().map_err(sql)?;
         let installation = blake3::hash(
             format!(
