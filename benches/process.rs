@@ -628,7 +628,7 @@ fn atomic_floor(dir: &Path, n: usize, threads: usize) -> Duration {
             let data = &data;
             s.spawn(move || {
                 for i in (th..n).step_by(threads) {
-                    x12gate::outputs::write_atomic(dir, &format!("f{i}.json"), data, "bench:1:x")
+                    x12gate::outputs::write_atomic(dir, format!("f{i}.json"), data, "bench:1:x")
                         .unwrap();
                 }
             });

@@ -11,6 +11,8 @@
 //! exclusively (it reserves the name), and carries the intake's ticket, so that a reason
 //! left by a crash before its file was linked is recognised as ours and completed.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::ack::Disposition;
@@ -47,14 +49,25 @@ struct ReasonFile<'a> {
 }
 
 /// Name `n` to try for `name` in a folder: `name` itself, then `stem-1.ext`, `stem-2.ext`, ...
-fn candidate(name: &str, n: u64) -> String {
+/// The name's bytes are kept as they are, whether UTF-8 or not.
+fn candidate(name: impl AsRef<OsStr>, n: u64) -> OsString {
+    let name = name.as_ref().as_bytes();
     if n == 0 {
-        return name.to_string();
+        return OsStr::from_bytes(name).to_os_string();
     }
-    match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => format!("{stem}-{n}.{ext}"),
-        _ => format!("{name}-{n}"),
-    }
+    let dot = name.iter().rposition(|b| *b == b'.').filter(|at| *at > 0);
+    let (stem, ext) = dot.map_or((name, &[][..]), |at| name.split_at(at));
+    let mut out = stem.to_vec();
+    out.extend_from_slice(format!("-{n}").as_bytes());
+    out.extend_from_slice(ext);
+    OsString::from_vec(out)
+}
+
+/// The reason file's name beside the rejected file `name`: `NAME.reason.json`.
+fn reason_name(name: &OsStr) -> OsString {
+    let mut reason = name.to_os_string();
+    reason.push(".reason.json");
+    reason
 }
 
 const MAX_CANDIDATES: usize = 100_000;
@@ -64,7 +77,7 @@ const MAX_CANDIDATES: usize = 100_000;
 /// of the run is found by doubling, then halving, in a few dozen lookups however long it is
 /// (a partner that always sends `orders.x12` fills a day's folder with thousands). With
 /// gaps, it is a free name after a taken one, which is all placing needs.
-fn first_free(name: &str, taken: impl Fn(&str) -> bool) -> u64 {
+fn first_free(name: &OsStr, taken: impl Fn(&OsStr) -> bool) -> u64 {
     if !taken(&candidate(name, 0)) {
         return 0;
     }
@@ -87,16 +100,21 @@ fn first_free(name: &str, taken: impl Fn(&str) -> bool) -> u64 {
     free
 }
 
-fn no_free_name(name: &str, dir: &Path) -> std::io::Error {
-    std::io::Error::other(format!("no free name for {name} in {}", dir.display()))
+fn no_free_name(name: &OsStr, dir: &Path) -> std::io::Error {
+    std::io::Error::other(format!(
+        "no free name for {} in {}",
+        name.to_string_lossy(),
+        dir.display()
+    ))
 }
 
 /// Links `file` into `dir` under the first free name. A hard link fails when the name
 /// exists, so two disposals racing for one name can never overwrite each other (a
 /// check-then-rename could); the loser tries the next name.
-fn link_into(file: &Path, name: &str, dir: &Path) -> std::io::Result<PathBuf> {
+fn link_into(file: &Path, name: impl AsRef<OsStr>, dir: &Path) -> std::io::Result<PathBuf> {
+    let name = name.as_ref();
     std::fs::create_dir_all(dir)?;
-    let exists = |candidate: &str| std::fs::symlink_metadata(dir.join(candidate)).is_ok();
+    let exists = |candidate: &OsStr| std::fs::symlink_metadata(dir.join(candidate)).is_ok();
     let from = first_free(name, exists);
     for n in (from..).take(MAX_CANDIDATES) {
         let target = dir.join(candidate(name, n));
@@ -116,14 +134,14 @@ fn same_file(a: &std::fs::Metadata, b: &Path) -> bool {
 
 /// The name in `dir` of the file `meta` describes, if it is linked there: read from the
 /// folder's entries (their inode numbers come with them), once, rather than guessed.
-fn linked_in(dir: &Path, meta: &std::fs::Metadata) -> Option<String> {
+fn linked_in(dir: &Path, meta: &std::fs::Metadata) -> Option<OsString> {
     use std::os::unix::fs::{DirEntryExt, MetadataExt};
     std::fs::read_dir(dir)
         .ok()?
         .flatten()
         .filter(|e| e.ino() == meta.ino())
         .find(|e| same_file(meta, &e.path()))
-        .and_then(|e| e.file_name().into_string().ok())
+        .map(|e| e.file_name())
 }
 
 /// The worst outcome of a file's interchanges: the one that decides where the file goes. An
@@ -150,7 +168,7 @@ pub fn placed(taken: &Taken, config: &Config) -> Option<Destination> {
         return Some(Destination::Archived(day.join(name)));
     }
     let name = linked_in(&g.rejected, &meta)?;
-    let reason = g.rejected.join(format!("{name}.reason.json"));
+    let reason = g.rejected.join(reason_name(&name));
     Some(Destination::Rejected {
         file: g.rejected.join(name),
         reason,
@@ -213,9 +231,9 @@ fn reject(
     .map_err(std::io::Error::other)?;
     let owner = crate::owner::Owner::current().id();
     // A name is taken by its file or its reason (reserved by a disposal not yet linked).
-    let taken_name = |candidate: &str| {
+    let taken_name = |candidate: &OsStr| {
         std::fs::symlink_metadata(dir.join(candidate)).is_ok()
-            || std::fs::symlink_metadata(dir.join(format!("{candidate}.reason.json"))).is_ok()
+            || std::fs::symlink_metadata(dir.join(reason_name(candidate))).is_ok()
     };
     // From the name before the first free one: where a reason of ours, left by an attempt
     // cut short before its link, stands (unless other files were placed after it since:
@@ -224,7 +242,7 @@ fn reject(
     for n in (from..).take(MAX_CANDIDATES) {
         let candidate = candidate(&taken.name, n);
         let file = dir.join(&candidate);
-        let reason_name = format!("{candidate}.reason.json");
+        let reason_name = reason_name(&candidate);
         let reason = dir.join(&reason_name);
         if std::fs::symlink_metadata(&file).is_ok() {
             continue;
@@ -296,7 +314,8 @@ mod tests {
     fn the_first_free_name_is_found_in_a_few_lookups_however_many_are_taken() {
         for used in [0u64, 1, 2, 3, 7, 8, 100, 99_999, 100_000, 10_000_000] {
             let lookups = std::cell::Cell::new(0u32);
-            let taken = |c: &str| {
+            let taken = |c: &OsStr| {
+                let c = c.to_str().unwrap();
                 lookups.set(lookups.get() + 1);
                 let n = match c.strip_prefix("orders-") {
                     Some(rest) => rest.trim_end_matches(".x12").parse::<u64>().unwrap(),
@@ -304,17 +323,22 @@ mod tests {
                 };
                 n < used
             };
-            assert_eq!(first_free("orders.x12", taken), used, "{used} taken");
+            assert_eq!(
+                first_free(OsStr::new("orders.x12"), taken),
+                used,
+                "{used} taken"
+            );
             let bound = 2 * (64 - used.leading_zeros()) + 2;
             assert!(lookups.get() <= bound, "{used}: {} lookups", lookups.get());
         }
         // With names removed in between, a free name after a taken one.
         let gaps = [0u64, 1, 2, 3, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17];
-        let taken = |c: &str| {
+        let taken = |c: &OsStr| {
+            let c = c.to_str().unwrap();
             let n = c.strip_prefix("o-").map_or(0, |n| n.parse().unwrap());
             gaps.contains(&n)
         };
-        let free = first_free("o", taken);
+        let free = first_free(OsStr::new("o"), taken);
         assert!(
             !taken(&candidate("o", free)) && taken(&candidate("o", free - 1)),
             "{free}"
@@ -343,7 +367,10 @@ mod tests {
         assert_eq!(placed, out.join("orders-100001.x12"));
         assert_eq!(std::fs::read(&placed).unwrap(), b"this one");
         let meta = std::fs::symlink_metadata(&work).unwrap();
-        assert_eq!(linked_in(&out, &meta).as_deref(), Some("orders-100001.x12"));
+        assert_eq!(
+            linked_in(&out, &meta).as_deref(),
+            Some(OsStr::new("orders-100001.x12"))
+        );
         let elsewhere = dir.path().join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         assert_eq!(linked_in(&elsewhere, &meta), None);

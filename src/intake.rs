@@ -31,21 +31,24 @@ const ALIVE: &str = ".alive";
 pub struct Taken {
     /// Where it is now.
     pub path: PathBuf,
-    /// The name it arrived under in the inbox.
-    pub name: String,
+    /// The name it arrived under in the inbox, its bytes as they were (UTF-8 or not).
+    pub name: std::ffi::OsString,
     /// Its modification time: the order of arrival.
     pub arrived: SystemTime,
 }
 
 impl Taken {
     fn from_path(path: PathBuf) -> Option<Taken> {
-        let file = path.file_name()?.to_str()?.to_string();
-        let (_, name) = file.split_once('~')?;
+        use std::os::unix::ffi::OsStrExt;
+        let file = path.file_name()?.as_bytes();
+        let at = file.iter().position(|b| *b == b'~')?;
+        std::str::from_utf8(file.get(..at)?).ok()?;
+        let name = std::ffi::OsStr::from_bytes(file.get(at + 1..)?).to_os_string();
         let arrived = fs::symlink_metadata(&path)
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
         Some(Taken {
-            name: name.to_string(),
+            name,
             path,
             arrived,
         })
@@ -59,11 +62,16 @@ impl Taken {
 
     /// This intake's ticket: `YYYYMMDD-<tag>-<seq>`.
     pub fn ticket(&self) -> &str {
-        self.path
+        use std::os::unix::ffi::OsStrExt;
+        let file = self
+            .path
             .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.split_once('~'))
-            .map_or("", |(t, _)| t)
+            .map(OsStrExt::as_bytes)
+            .unwrap_or_default();
+        file.iter()
+            .position(|b| *b == b'~')
+            .and_then(|at| std::str::from_utf8(file.get(..at)?).ok())
+            .unwrap_or("")
     }
 
     /// The day the file was taken (`YYYY/MM/DD`), where the archive keeps it.
@@ -152,10 +160,8 @@ impl Intake {
     /// Claims `file` (a file directly in the inbox) by renaming it into our folder; `None`
     /// when it is gone (another watcher took it, or it was removed).
     pub fn take(&mut self, file: &Path) -> io::Result<Option<Taken>> {
-        let name = file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let name = file.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
         self.seq += 1;
         let ticket = format!(
             "{}-{}-{:010}",
@@ -164,21 +170,26 @@ impl Intake {
             self.seq
         );
         // A name at the file system's limit (255 bytes) leaves room for the ticket by losing
-        // its middle: at most 90 bytes from each end, cut at character boundaries.
-        let kept = if name.len() > 200 {
+        // its middle: at most 90 bytes from each end, cut at character boundaries (of a
+        // UTF-8 name; any other name's bytes are kept as they are, cut at bytes).
+        let kept: Vec<u8> = if name.len() > 200 {
+            let boundary =
+                |at: usize| std::str::from_utf8(name).map_or(true, |s| s.is_char_boundary(at));
             let mut head = 90;
-            while !name.is_char_boundary(head) {
+            while !boundary(head) {
                 head -= 1;
             }
             let mut tail = name.len() - 90;
-            while !name.is_char_boundary(tail) {
+            while !boundary(tail) {
                 tail += 1;
             }
-            format!("{}...{}", &name[..head], &name[tail..])
+            [&name[..head], b"...", &name[tail..]].concat()
         } else {
-            name
+            name.to_vec()
         };
-        let target = self.mine.join(format!("{ticket}~{kept}"));
+        let target = self.mine.join(std::ffi::OsString::from_vec(
+            [ticket.as_bytes(), b"~", &kept].concat(),
+        ));
         match fs::rename(file, &target) {
             Ok(()) => Ok(Taken::from_path(target)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -304,6 +315,35 @@ mod tests {
     }
 
     #[test]
+    fn a_name_that_is_not_utf8_keeps_its_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let g = gateway(dir.path());
+        let mut intake = Intake::open(&g).unwrap();
+        for name in [
+            b"po-\xff\xfe.x12".to_vec(),
+            [&[0xe9u8; 230][..], b".x12"].concat(),
+        ] {
+            let name = std::ffi::OsStr::from_bytes(&name);
+            fs::write(g.inbox.join(name), b"A").unwrap();
+            let t = intake.take(&g.inbox.join(name)).unwrap().unwrap();
+            assert!(t.path.file_name().unwrap().len() <= 255);
+            let kept = t.name.as_bytes();
+            if name.len() <= 200 {
+                assert_eq!(t.name, name);
+            } else {
+                assert_eq!(kept.len(), 183, "{kept:?}");
+                assert!(kept.starts_with(&[0xe9; 90]) && kept.ends_with(b"\xe9.x12"));
+            }
+            assert_eq!(
+                intake.listed().last().map(|l| l.name.clone()),
+                Some(t.name.clone())
+            );
+            assert!(t.ticket().len() > 8, "{}", t.ticket());
+        }
+    }
+
+    #[test]
     fn a_long_name_keeps_its_ends_within_the_limit() {
         let dir = tempfile::tempdir().unwrap();
         let g = gateway(dir.path());
@@ -315,8 +355,10 @@ mod tests {
         let t = intake.take(&file).unwrap().unwrap();
         assert!(t.path.file_name().unwrap().len() <= 255);
         assert!(
-            t.name.starts_with("éé") && t.name.ends_with("é.x12"),
-            "{}",
+            t.name
+                .to_str()
+                .is_some_and(|n| n.starts_with("éé") && n.ends_with("é.x12")),
+            "{:?}",
             t.name
         );
     }
@@ -348,7 +390,7 @@ mod tests {
             fs::write(folder.join(file), file).unwrap();
             fs::write(folder.join(ALIVE), b"now").unwrap();
         }
-        let got: Vec<String> = intake.adopt().into_iter().map(|t| t.name).collect();
+        let got: Vec<std::ffi::OsString> = intake.adopt().into_iter().map(|t| t.name).collect();
         assert_eq!(got, ["a.x12"], "the other host's heartbeat is fresh");
         assert!(
             !g.work.join(dead.file_id()).exists(),
@@ -362,7 +404,7 @@ mod tests {
             .open(g.work.join(other_host.file_id()).join(ALIVE))
             .and_then(|f| f.set_modified(old))
             .unwrap();
-        let got: Vec<String> = intake.adopt().into_iter().map(|t| t.name).collect();
+        let got: Vec<std::ffi::OsString> = intake.adopt().into_iter().map(|t| t.name).collect();
         assert_eq!(got, ["b.x12"]);
         assert_eq!(intake.left(), 2);
     }

@@ -42,10 +42,12 @@ pub fn safe_name(key: &str) -> String {
 /// A temporary name for `name` in `tmp_dir`, unique within this process and ending in the
 /// writer's id (after the last `.`), so that [`clean_stale`] can tell a dead writer's
 /// leftovers from a live writer's work.
-fn temporary(tmp_dir: &Path, name: &str, owner: &str) -> PathBuf {
+fn temporary(tmp_dir: &Path, name: impl AsRef<std::ffi::OsStr>, owner: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tmp_dir.join(format!("{name}.{n}.{}", safe_name(owner)))
+    let mut tmp = name.as_ref().to_os_string();
+    tmp.push(format!(".{n}.{}", safe_name(owner)));
+    tmp_dir.join(tmp)
 }
 
 /// `done`, the outcome of work on the temporary `tmp`; on failure the temporary is removed,
@@ -65,7 +67,13 @@ fn write_synced(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably; returns the absolute path.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<PathBuf> {
+pub fn write_atomic(
+    dir: &Path,
+    name: impl AsRef<std::ffi::OsStr>,
+    bytes: &[u8],
+    owner: &str,
+) -> std::io::Result<PathBuf> {
+    let name = name.as_ref();
     let tmp_dir = dir.join(TMP_DIR);
     fs::create_dir_all(&tmp_dir)?;
     let final_path = dir.join(name);
@@ -81,7 +89,13 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::i
 /// Writes `bytes` to `dir/name` durably only if that name is free: `Ok(false)` when it is
 /// taken. The file appears complete (written and fsynced under a temporary name, then
 /// hard-linked, which fails on an existing name) and the folder is fsynced before returning.
-pub fn write_new(dir: &Path, name: &str, bytes: &[u8], owner: &str) -> std::io::Result<bool> {
+pub fn write_new(
+    dir: &Path,
+    name: impl AsRef<std::ffi::OsStr>,
+    bytes: &[u8],
+    owner: &str,
+) -> std::io::Result<bool> {
+    let name = name.as_ref();
     let tmp_dir = dir.join(TMP_DIR);
     fs::create_dir_all(&tmp_dir)?;
     let tmp_path = temporary(&tmp_dir, name, owner);

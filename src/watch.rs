@@ -310,7 +310,10 @@ fn outcome_of(
             },
             Err(_) if gone() => Outcome::Gone,
             // The registry has the decision; the next attempt replays it as a duplicate.
-            Err(e) => Outcome::failed(format!("placing {} after processing: {e}", q.taken.name)),
+            Err(e) => Outcome::failed(format!(
+                "placing {} after processing: {e}",
+                q.taken.name.to_string_lossy()
+            )),
         },
     }
 }
@@ -737,10 +740,10 @@ impl Watcher {
                 }
             }
             Outcome::Placed(destination) => {
-                tracing::info!(file = %crate::text::printable(&q.taken.name), to = ?destination, "already placed by an attempt cut short; cleaned up");
+                tracing::info!(file = %crate::text::printable(&q.taken.name.to_string_lossy()), to = ?destination, "already placed by an attempt cut short; cleaned up");
             }
             Outcome::Gone => {
-                tracing::warn!(file = %crate::text::printable(&q.taken.name), "the file left our work folder while we worked on it (adopted by another watcher); it decides it");
+                tracing::warn!(file = %crate::text::printable(&q.taken.name.to_string_lossy()), "the file left our work folder while we worked on it (adopted by another watcher); it decides it");
             }
             Outcome::Retry { error, operational } => {
                 self.summary.retries += 1;
@@ -749,9 +752,9 @@ impl Watcher {
                 q.not_before = Some(Instant::now() + wait);
                 let retry_in_ms = wait.as_millis() as u64;
                 if operational {
-                    tracing::error!(file = %crate::text::printable(&q.taken.name), error = %crate::text::printable(&error), retry_in_ms, "operational failure; the file stays in the work folder and is retried");
+                    tracing::error!(file = %crate::text::printable(&q.taken.name.to_string_lossy()), error = %crate::text::printable(&error), retry_in_ms, "operational failure; the file stays in the work folder and is retried");
                 } else {
-                    tracing::info!(file = %crate::text::printable(&q.taken.name), error = %crate::text::printable(&error), retry_in_ms, "not decided yet; retried");
+                    tracing::info!(file = %crate::text::printable(&q.taken.name.to_string_lossy()), error = %crate::text::printable(&error), retry_in_ms, "not decided yet; retried");
                 }
                 self.queue.push(q);
                 self.queue.sort_by(|a, b| a.taken.arrival_order(&b.taken));

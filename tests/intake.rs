@@ -653,6 +653,35 @@ fn fifos_devices_and_folders_are_refused_at_once() {
     }
 }
 
+/// A file name that is not UTF-8 keeps its bytes in `archive/` and `rejected/` (and its
+/// reason is named after those bytes); a lossy name (U+FFFD for each bad byte) once lost
+/// them, so the placed file no longer matched what the partner sent.
+#[test]
+fn names_that_are_not_utf8_keep_their_bytes_when_placed() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let gate = Gate::new(Settings::default());
+    let good = OsStr::from_bytes(b"po-\xe9t\xe9-\xff.x12");
+    let bad = OsStr::from_bytes(b"junk-\xfe\x80.bin");
+    fs::write(gate.inbox().join(good), interchange(650_001, "PO-LATIN1")).unwrap();
+    fs::write(gate.inbox().join(bad), crate::watch::not_x12(1)).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let names = |dir: &Path| -> Vec<std::ffi::OsString> {
+        crate::watch::files_under(dir)
+            .iter()
+            .filter_map(|p| p.file_name().map(OsStr::to_os_string))
+            .collect()
+    };
+    assert_eq!(names(&gate.archive()), [good], "{log}");
+    let mut reason = bad.to_os_string();
+    reason.push(".reason.json");
+    let mut rejected = names(&gate.rejected());
+    rejected.sort();
+    assert_eq!(rejected, [bad.to_os_string(), reason], "{log}");
+    assert!(gate.inbox_names().is_empty() && gate.leftovers().is_empty());
+}
+
 /// `scan` of a FIFO without a writer or of a device: refused at once with exit 2, naming the
 /// path and what it is (it once exited 0 having read nothing). A FIFO inside a folder
 /// scanned is named as not read, and the folder's files are read.

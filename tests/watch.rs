@@ -1853,7 +1853,7 @@ fn concurrent_moves_never_overwrite_each_other() {
                         let reports = [report(&path)];
                         start.wait();
                         x12gate::inbound::dispose(taken, &reports, config)
-                            .map_err(|e| format!("moving {}: {e}", taken.name))
+                            .map_err(|e| format!("moving {}: {e}", taken.name.to_string_lossy()))
                     })
                 })
                 .collect();
