@@ -768,6 +768,55 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
 /// Reachable from other hosts only with a token: `serve` refuses to start without one, and
 /// with one every page wants it; a watcher exporting metrics to the network keeps exporting
 /// them but serves no page without a token.
+/// Wrong tokens sent in parallel, to the login form and as bearer headers, are answered
+/// one after another (they once waited side by side, and a bearer not at all: 50 guesses
+/// in 0.7 s); the right token is let in meanwhile.
+#[test]
+fn wrong_tokens_in_parallel_are_answered_one_at_a_time() {
+    let gate = Gate::new(Settings::default());
+    crate::util::x12gate(gate.dir())
+        .arg("init")
+        .assert()
+        .success();
+    let s = Served::start(gate.dir(), &[], Some(TOKEN));
+    const GUESSES: u32 = 6;
+    let started = Instant::now();
+    let answers: Vec<u16> = std::thread::scope(|scope| {
+        let guesses: Vec<_> = (0..GUESSES)
+            .map(|i| {
+                let s = &s;
+                scope.spawn(move || {
+                    let guess = format!("guess-{i}-0123456789abcdef");
+                    if i % 2 == 0 {
+                        request("POST", &s.url("/login"), &[], Some(&[("token", &guess)])).0
+                    } else {
+                        let bearer = format!("Bearer {guess}");
+                        request("GET", &s.url("/"), &[("Authorization", &bearer)], None).0
+                    }
+                })
+            })
+            .collect();
+        let (status, _, body) = request(
+            "GET",
+            &s.url("/"),
+            &[("Authorization", &format!("Bearer {SECRET}"))],
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        guesses.into_iter().map(|g| g.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    assert_eq!(
+        answers,
+        [401, 303, 401, 303, 401, 303],
+        "login refused, page redirected"
+    );
+    assert!(
+        took >= Duration::from_millis(300) * GUESSES,
+        "{GUESSES} wrong tokens answered in {took:?}"
+    );
+}
+
 #[test]
 fn a_page_reachable_from_other_hosts_needs_a_token() {
     let gate = Gate::new(Settings::default());

@@ -22,6 +22,23 @@ pub enum TokenError {
     Bad { entry: usize, why: String },
 }
 
+/// How long a wrong token is answered after, by the login form and for a bearer header.
+pub const WRONG_TOKEN_DELAY: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The wait of wrong tokens, one at a time: guesses sent in parallel (or on many
+/// connections) are answered no faster than one after another, one per
+/// [`WRONG_TOKEN_DELAY`]. A right token never waits here.
+#[derive(Debug, Default)]
+pub struct Penalty(tokio::sync::Mutex<()>);
+
+impl Penalty {
+    /// Waits for this wrong token's turn, then for the delay.
+    pub async fn serve(&self) {
+        let _turn = self.0.lock().await;
+        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
+    }
+}
+
 /// How long a session cookie is good for, counted by the server from its issue time.
 pub const SESSION_MS: i64 = 12 * 3_600_000;
 
@@ -167,6 +184,17 @@ impl Tokens {
 
     fn find(&self, name: &str) -> Option<&Token> {
         self.0.iter().find(|t| t.name == name)
+    }
+
+    /// Whether `headers` carry an `Authorization` header whose token is not one of ours (a
+    /// guess, answered after the [`Penalty`] as a wrong login is).
+    pub fn wrong_bearer(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .is_some_and(|v| {
+                let bearer = v.to_str().ok().and_then(|v| v.strip_prefix("Bearer "));
+                bearer.and_then(|b| self.by_token(b.trim())).is_none()
+            })
     }
 
     /// Who sent `headers`: a bearer token first, then the session cookie.

@@ -43,6 +43,8 @@ pub struct Site {
     /// The definitions in force (partners' guides layered over the built-in ones); `None`:
     /// the built-in ones.
     pub schemas: Option<&'static crate::schema::Schemas>,
+    /// Wrong tokens wait here, one at a time.
+    pub penalty: auth::Penalty,
 }
 
 impl Site {
@@ -65,7 +67,17 @@ impl Site {
             tokens,
             actions,
             schemas: None,
+            penalty: auth::Penalty::default(),
         })
+    }
+
+    /// Who sent `headers`; a wrong bearer token is answered only after the [`auth::Penalty`].
+    pub async fn who(&self, headers: &axum::http::HeaderMap) -> Who {
+        let who = self.tokens.who(headers);
+        if who == Who::Anonymous && !self.tokens.is_empty() && self.tokens.wrong_bearer(headers) {
+            self.penalty.serve().await;
+        }
+        who
     }
 }
 

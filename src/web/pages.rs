@@ -208,7 +208,7 @@ async fn page<F>(site: Arc<Site>, headers: HeaderMap, build: F) -> Response
 where
     F: FnOnce(&Site, &Frame) -> Result<String, Refused> + Send + 'static,
 {
-    let who = site.tokens.who(&headers);
+    let who = site.who(&headers).await;
     if !site.tokens.is_empty() && who == Who::Anonymous {
         return Redirect::to("/login").into_response();
     }
@@ -1147,7 +1147,7 @@ struct LoginPage {
 }
 
 async fn login_form(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
-    let who = site.tokens.who(&headers);
+    let who = site.who(&headers).await;
     let page = LoginPage {
         frame: frame(&site, &who),
         message: None,
@@ -1198,9 +1198,9 @@ async fn login(
         );
     }
     let Some(name) = site.tokens.by_token(f.token.trim()).map(str::to_string) else {
-        // Slows a guesser who tries one token after another; parallel guesses are held
-        // off by the tokens' length, not by this.
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // Slows a guesser: wrong tokens are answered one at a time, so parallel guesses
+        // are no faster than one after another.
+        site.penalty.serve().await;
         let page = LoginPage {
             frame: frame(&site, &Who::Anonymous),
             message: Some("That token is not accepted.".into()),
@@ -1254,7 +1254,7 @@ async fn action(
     headers: HeaderMap,
     Form(f): Form<ActionForm>,
 ) -> Response {
-    let who = site.tokens.who(&headers);
+    let who = site.who(&headers).await;
     let refuse = |status, why: &str| message(&site, &who, status, "Refused", why);
     if !site.actions {
         return refuse(
