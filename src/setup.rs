@@ -367,6 +367,33 @@ fn registry_problem(g: &Gateway) -> Result<(), RegistryError> {
     }
 }
 
+/// The registry's damage, as `check` reports it: what SQLite's page check found (it reads
+/// the whole file, so `check` runs it, not every start of `process`), and what to do.
+pub fn registry_damage(config: &Config) -> Option<Problem> {
+    let g = &config.gateway;
+    let (message, operational) = match Registry::damage(&g.database) {
+        Ok(found) if found.is_empty() => return None,
+        Ok(found) => (
+            format!(
+                "registry {} is damaged ({} finding(s) of PRAGMA quick_check, the first: {}): stop every node, keep the file for a look, and restore the last `x12gate backup`",
+                g.database,
+                found.len(),
+                crate::text::printable(found.first().map_or("", String::as_str))
+            ),
+            false,
+        ),
+        // A registry busy past the timeout, or unreadable for a reason of the system: not
+        // a finding about its pages.
+        Err(e) => (e.to_string(), true),
+    };
+    Some(Problem {
+        key: "gateway.database".into(),
+        line: config.line_of("gateway", "database"),
+        message,
+        operational,
+    })
+}
+
 fn missing_with_history(g: &Gateway, history: &str) -> RegistryError {
     RegistryError::Missing {
         path: g.database.to_string(),

@@ -564,3 +564,84 @@ fn init_asks_for_the_numbers_when_the_outbox_cannot_tell() {
     let o = run(d, &["init", "--isa13-from", "900", "--gs06-from", "900"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+/// A registry with a damaged page (an index's cell pointers overwritten): `check` finds it
+/// with SQLite's page check (exit 2, the finding and what to do); it used to say "no
+/// problems". `process` on it prints `accepted` only for what it recorded.
+#[test]
+fn check_finds_a_damaged_registry_and_process_claims_nothing_it_could_not_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let first: Vec<String> = (300..310)
+        .map(|n| write(d, &format!("f{n}.x12"), &po(n)))
+        .collect();
+    let mut args = vec!["process"];
+    args.extend(first.iter().map(String::as_str));
+    let o = run(d, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(d, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "sound: {}", text(&o));
+
+    let db = d.join("data/x12gate.db");
+    let (root, page_size): (u64, u64) = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let root = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'events_partner_at'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let size = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        (root, size)
+    };
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = fs::OpenOptions::new().write(true).open(&db).unwrap();
+        // The leaf's first cell pointers, past the end of the page.
+        f.seek(SeekFrom::Start((root - 1) * page_size + 8)).unwrap();
+        f.write_all(&[0xff; 8]).unwrap();
+    }
+    let o = run(d, &["check"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("`gateway.database`")
+            && said.contains("is damaged")
+            && said.contains("PRAGMA quick_check")
+            && said.contains("restore the last `x12gate backup`"),
+        "{said}"
+    );
+
+    // Whatever `process` meets on it, each `accepted` it prints is recorded, and an exit 1
+    // after such lines says that they stand.
+    let next = write(d, "g.x12", &po(400));
+    let o = run(d, &["process", &next]);
+    let printed = String::from_utf8_lossy(&o.stdout).contains("000000400 accepted");
+    let recorded: Option<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT state FROM interchanges WHERE key = 'ZZ:ACME:000000400'",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    assert_eq!(
+        printed,
+        recorded.as_deref() == Some("completed"),
+        "{recorded:?} {}",
+        text(&o)
+    );
+    if printed && o.status.code() == Some(1) {
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("decided and recorded"),
+            "{}",
+            text(&o)
+        );
+    }
+}

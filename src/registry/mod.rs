@@ -384,6 +384,45 @@ impl Registry {
         Ok(())
     }
 
+    /// What SQLite's `PRAGMA quick_check` finds wrong in the registry at `db` (its first ten
+    /// findings), read only; empty when its pages are sound, when there is no file yet, and
+    /// on PostgreSQL (the server checks its own pages). A damaged registry can lose a key
+    /// from an index and take a resend for new: `check` says so before any work does.
+    pub fn damage(db: &Database) -> Result<Vec<String>, RegistryError> {
+        let Database::Sqlite(path) = db else {
+            return Ok(Vec::new());
+        };
+        if !Self::file_exists(path) {
+            return Ok(Vec::new());
+        }
+        let shown = path.display().to_string();
+        let conn = read_only(path, &shown)?;
+        let found = conn.prepare("PRAGMA quick_check(10)").and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+        match found {
+            Ok(rows) if rows.iter().all(|l| l == "ok") => Ok(Vec::new()),
+            // A row may hold several findings, a line each, under a line naming the schema.
+            Ok(rows) => Ok(rows
+                .iter()
+                .flat_map(|r| r.lines())
+                .filter(|l| !l.starts_with("***"))
+                .map(str::to_string)
+                .collect()),
+            // Damage the check itself stumbles on (a page it cannot even read) is a finding.
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+                ) =>
+            {
+                Ok(vec![e.to_string()])
+            }
+            Err(e) => Err(store(&shown, e)),
+        }
+    }
+
     /// A consistent copy of the registry at `dest`, taken while other processes keep
     /// working: SQLite's online backup in one step (a read transaction: in WAL mode writers
     /// go on meanwhile, and a one-step copy never restarts), into a temporary name renamed

@@ -126,7 +126,13 @@ pub fn process(
                 );
             }
             Ok(_) => {}
-            Err(e) => return Err(Failure::Operational(e.into())),
+            // The lines above stand (each was printed after its decision committed): say so,
+            // or an operator reads "accepted" and exit 1 as a contradiction.
+            Err(e) => {
+                return Err(Failure::Operational(anyhow::Error::from(e).context(
+                    "the interchanges above were decided and recorded; then releasing the documents that waited for their original failed",
+                )))
+            }
         }
     }
     if !options.stop.abandoned() && !no_deliver && x12gate::delivery::Deliverer::has_work(config) {
@@ -137,7 +143,12 @@ pub fn process(
             .pass(&mut registry, x12gate::delivery::Scope::All, &|| {
                 options.stop.abandoned()
             })
-            .map_err(registry_failure)?;
+            .map_err(|e| match registry_failure(e) {
+                Failure::Operational(e) => Failure::Operational(e.context(
+                    "the interchanges above were decided and recorded; then delivering their documents failed",
+                )),
+                other => other,
+            })?;
         // Said only when something is left to do: a clean run stays quiet.
         if done.retrying > 0 || done.dead > 0 {
             let level = if done.dead > 0 { "ERROR" } else { "WARN" };

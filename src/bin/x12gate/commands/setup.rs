@@ -44,7 +44,11 @@ pub fn init(
 
 /// `check`: every problem of the configuration, folders and registry, on stdout.
 pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
-    let problems = x12gate::setup::check(config);
+    let mut problems = x12gate::setup::check(config);
+    // The registry's pages, read whole: when it opens at all (else that is the problem).
+    if !problems.iter().any(|p| p.key == "gateway.database") {
+        problems.extend(x12gate::setup::registry_damage(config));
+    }
     for p in &problems {
         writeln!(out, "{}: {p}", config.path.display())?;
     }
