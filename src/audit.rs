@@ -70,6 +70,9 @@ pub fn line(e: &Event) -> String {
     if e.event.as_str() != what {
         line.push_str(&format!(" ({})", e.event));
     }
+    if detail.get("usage").and_then(Value::as_str) == Some("T") {
+        line.push_str(" test interchange");
+    }
     if let Some(file) = field("file") {
         line.push_str(&format!(" {file}"));
     }
@@ -134,8 +137,12 @@ fn documents_of(detail: &Map<String, Value>) -> String {
                 .as_str()
                 .map(|r| format!(" ref {}", printable(r)))
                 .unwrap_or_default();
+            let nowhere = d["undelivered"]
+                .as_str()
+                .map(|why| format!(" (delivered nowhere: {})", printable(why)))
+                .unwrap_or_default();
             format!(
-                "{} {}{reference}",
+                "{} {}{reference}{nowhere}",
                 printable(d["key"].as_str().unwrap_or("-")),
                 d["disposition"].as_str().unwrap_or("-")
             )

@@ -165,6 +165,8 @@ struct RawDestination {
     circuit_cooldown_ms: u64,
     #[serde(default = "destination_defaults::concurrency")]
     concurrency: usize,
+    #[serde(default)]
+    usage: Option<String>,
 }
 
 mod destination_defaults {
@@ -220,6 +222,9 @@ pub struct Destination {
     pub circuit_cooldown_ms: u64,
     /// Requests in flight at once, per deliverer.
     pub concurrency: usize,
+    /// Which documents it takes: production ones (the default), or only test ones (named
+    /// by a partner's `test_destinations`).
+    pub usage: crate::document::Usage,
 }
 
 /// How a destination is reached.
@@ -393,6 +398,24 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
             return Err(at(key, "expected 1 or more".into()));
         }
     }
+    let usage = match raw.usage.as_deref() {
+        None | Some("production") => crate::document::Usage::Production,
+        Some("test") => crate::document::Usage::Test,
+        Some(other) => {
+            return Err(at(
+                "usage",
+                format!("{other:?}: expected \"production\" or \"test\""),
+            ))
+        }
+    };
+    if usage == crate::document::Usage::Test
+        && matches!(&kind, DestinationKind::Folder { path } if path.is_none())
+    {
+        return Err(at(
+            "usage",
+            "a test folder destination needs a `path` of its own: `out/` is production's (test documents are written in out/test/ in any case)".into(),
+        ));
+    }
     if raw.concurrency > MAX_CONCURRENCY {
         return Err(at(
             "concurrency",
@@ -412,6 +435,7 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
         circuit_failures: raw.circuit_failures,
         circuit_cooldown_ms: raw.circuit_cooldown_ms,
         concurrency: raw.concurrency,
+        usage,
     })
 }
 
@@ -510,6 +534,8 @@ struct RawPartner {
     destination: Option<String>,
     #[serde(default)]
     destinations: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    test_destinations: Vec<String>,
     #[serde(default)]
     definitions: Option<PathBuf>,
 }
@@ -614,6 +640,9 @@ pub struct Partner {
     pub destination: Option<String>,
     /// ...or, for these sets (ST01), another one.
     pub destinations: std::collections::BTreeMap<String, String>,
+    /// Where its test documents (ISA15 `T` or `I`) go: destinations declared with
+    /// `usage = "test"`; none: they are recorded, written in out/test/ and sent nowhere.
+    pub test_destinations: Vec<String>,
     /// A folder of the partner's own set definitions (its implementation guide), layered
     /// over the built-in ones for its interchanges; absolute. Read by `crate::guides`.
     pub definitions: Option<PathBuf>,
@@ -644,6 +673,7 @@ impl Partner {
             order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
             destination: None,
             destinations: std::collections::BTreeMap::new(),
+            test_destinations: Vec::new(),
             definitions: None,
         }
     }
@@ -824,6 +854,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         order_wait_hours: raw.order_wait_hours,
         destination: raw.destination,
         destinations: raw.destinations,
+        test_destinations: raw.test_destinations,
         definitions: raw.definitions,
     })
 }
@@ -836,6 +867,9 @@ pub struct Gateway {
     pub inbox: PathBuf,
     pub outbox: PathBuf,
     pub out: PathBuf,
+    /// `out/test/`: the files of test interchanges (ISA15 `T`, `I`), where no reader of
+    /// `out/` takes them for production.
+    pub test_out: PathBuf,
     pub archive: PathBuf,
     pub rejected: PathBuf,
     /// The registry: an SQLite file, or a PostgreSQL database shared by several nodes.
@@ -1010,11 +1044,37 @@ impl Config {
                         .map(|(set, n)| (format!("destinations.{set}"), n)),
                 )
             {
-                if !destinations.iter().any(|d| &d.name == name) {
-                    return Err(invalid(format!(
-                        "line {line}: partner {:?}, key `{key}`: no [[destination]] is named {name:?}",
-                        p.name
-                    )));
+                match destinations.iter().find(|d| &d.name == name) {
+                    None => {
+                        return Err(invalid(format!(
+                            "line {line}: partner {:?}, key `{key}`: no [[destination]] is named {name:?}",
+                            p.name
+                        )))
+                    }
+                    Some(d) if d.usage == crate::document::Usage::Test => {
+                        return Err(invalid(format!(
+                            "line {line}: partner {:?}, key `{key}`: {name:?} is a test destination (usage = \"test\"): production documents never go there; name it in `test_destinations`",
+                            p.name
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+            for name in &p.test_destinations {
+                match destinations.iter().find(|d| &d.name == name) {
+                    None => {
+                        return Err(invalid(format!(
+                            "line {line}: partner {:?}, key `test_destinations`: no [[destination]] is named {name:?}",
+                            p.name
+                        )))
+                    }
+                    Some(d) if d.usage != crate::document::Usage::Test => {
+                        return Err(invalid(format!(
+                            "line {line}: partner {:?}, key `test_destinations`: {name:?} is a production destination; a test destination says usage = \"test\" (test documents never go to production)",
+                            p.name
+                        )))
+                    }
+                    Some(_) => {}
                 }
             }
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
@@ -1036,6 +1096,7 @@ impl Config {
                 inbox,
                 work,
                 outbox: abs(g.outbox),
+                test_out: abs(g.out.clone()).join("test"),
                 out: abs(g.out),
                 archive: abs(g.archive),
                 rejected: abs(g.rejected),
@@ -1121,6 +1182,28 @@ impl Config {
             .iter()
             .find(|d| &d.name == name)
             .filter(|d| !d.is_out(&self.gateway.out))
+    }
+
+    /// Where `partner`'s documents of set `set` and `usage` go, `out/` itself left out (its
+    /// files are written by the interchange's round): a production document's destination
+    /// ([`Config::destination_for`]), a test document's test destinations (none: nowhere).
+    pub fn destinations_for(
+        &self,
+        partner: &Partner,
+        set: &str,
+        usage: crate::document::Usage,
+    ) -> Vec<&Destination> {
+        match usage {
+            crate::document::Usage::Production => {
+                self.destination_for(partner, set).into_iter().collect()
+            }
+            crate::document::Usage::Test => partner
+                .test_destinations
+                .iter()
+                .filter_map(|name| self.destination(name))
+                .filter(|d| d.usage == crate::document::Usage::Test)
+                .collect(),
+        }
     }
 
     /// The destination named `name`.
@@ -1246,6 +1329,64 @@ mod tests {
             e.contains("line 8") && e.contains("whole number of days"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn test_destinations_are_kept_apart_from_production_ones() {
+        use crate::document::Usage;
+        let erp = "[[destination]]\nname = \"erp\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/po\"\n";
+        let sandbox = "[[destination]]\nname = \"erp-test\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/test\"\nusage = \"test\"\n";
+        let acme = "[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n";
+        let c = load(&format!(
+            "{erp}{sandbox}{acme}destination = \"erp\"\ntest_destinations = [\"erp-test\"]\n"
+        ))
+        .unwrap();
+        let p = c.partner("ZZ", "ACME").unwrap();
+        let names = |u| {
+            c.destinations_for(p, "850", u)
+                .iter()
+                .map(|d| d.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(Usage::Production), ["erp"]);
+        assert_eq!(names(Usage::Test), ["erp-test"]);
+        assert_eq!(c.destination("erp").unwrap().usage, Usage::Production);
+        // Without test destinations a test document goes nowhere, not to production.
+        let c = load(&format!("{erp}{sandbox}{acme}destination = \"erp\"\n")).unwrap();
+        let p = c.partner("ZZ", "ACME").unwrap();
+        assert!(c.destinations_for(p, "850", Usage::Test).is_empty());
+        // A production key naming a test destination, and the other way round.
+        let e = load(&format!(
+            "{erp}{sandbox}{acme}destinations = {{ \"850\" = \"erp-test\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("line 11")
+                && e.contains("partner \"Acme\", key `destinations.850`")
+                && e.contains("\"erp-test\" is a test destination"),
+            "{e}"
+        );
+        let e = load(&format!("{erp}{sandbox}{acme}test_destinations = [\"erp\"]\n"))
+            .unwrap_err();
+        assert!(
+            e.contains("partner \"Acme\", key `test_destinations`")
+                && e.contains("\"erp\" is a production destination"),
+            "{e}"
+        );
+        let e = load(&format!("{erp}{acme}test_destinations = [\"nope\"]\n")).unwrap_err();
+        assert!(
+            e.contains("key `test_destinations`") && e.contains("no [[destination]] is named \"nope\""),
+            "{e}"
+        );
+        let e = load(&sandbox.replace("\"test\"\n", "\"staging\"\n")).unwrap_err();
+        assert!(
+            e.contains("destination \"erp-test\", key `usage`")
+                && e.contains("expected \"production\" or \"test\""),
+            "{e}"
+        );
+        // `out/` itself is production's.
+        let e = load("[[destination]]\nname = \"files\"\nusage = \"test\"\n").unwrap_err();
+        assert!(e.contains("key `usage`") && e.contains("a `path` of its own"), "{e}");
     }
 
     #[test]

@@ -212,12 +212,18 @@ pub fn clean_stale(dir: &Path, age: Duration) {
     }
 }
 
-/// [`clean_stale`] on every folder a run writes into (`out/`, `outbox/`, `rejected/`), before
+/// [`clean_stale`] on every folder a run writes into (`out/`, `out/test/`, `outbox/`,
+/// `rejected/`), before
 /// it writes there: a temporary file is stale once older than a lease (`lease_seconds`), when
 /// the claim it was written for may have been taken over already.
 pub fn clean_stale_outputs(gateway: &crate::config::Gateway) {
     let lease = Duration::from_secs(gateway.lease_seconds);
-    for dir in [&gateway.out, &gateway.outbox, &gateway.rejected] {
+    for dir in [
+        &gateway.out,
+        &gateway.test_out,
+        &gateway.outbox,
+        &gateway.rejected,
+    ] {
         clean_stale(dir, lease);
     }
 }

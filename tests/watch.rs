@@ -1821,6 +1821,7 @@ fn concurrent_moves_never_overwrite_each_other() {
         attempt: None,
         took_over: None,
         replayed: None,
+        usage: None,
         documents: Vec::new(),
         documents_total: None,
         documents_new: None,

@@ -555,6 +555,7 @@ mod tests {
             circuit_failures: 5,
             circuit_cooldown_ms: 30_000,
             concurrency: 1,
+            usage: crate::document::Usage::Production,
         }
     }
 

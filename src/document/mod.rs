@@ -4,7 +4,10 @@
 //! when it resends, and a VAN re-envelopes. What does not change is the business event: this
 //! PO, this invoice, in this purpose. Each set definition declares the elements that name it
 //! (`[document]`), and a set is known by its document key, `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`,
-//! and the fingerprint of its own content (the segments between ST and SE).
+//! and the fingerprint of its own content (the segments between ST and SE). A test
+//! interchange's documents (ISA15 not `P`) have keys of their own, the production key and
+//! `:test` ([`Usage`]): a partner's onboarding PO never makes its first production PO of the
+//! same number a duplicate or a conflict.
 
 mod parts;
 
@@ -41,6 +44,57 @@ crate::words::words! {
     }
 }
 
+/// Whether a document came in a production interchange (ISA15 `P`) or not: a test (`T`) or
+/// information (`I`) interchange's documents are test documents, known by keys of their own
+/// and sent only to test destinations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Usage {
+    #[default]
+    #[serde(rename = "P")]
+    Production,
+    #[serde(rename = "T")]
+    Test,
+}
+
+/// What ends the key (and subject) of a test document: one part more than any production
+/// key has (its parts escape `:`), so the two namespaces never meet.
+const TEST_MARK: &str = ":test";
+
+impl Usage {
+    /// The usage of the interchange `ic` (its ISA15).
+    pub fn of(ic: &Interchange<'_>) -> Usage {
+        if ic.isa.field(15).trim_ascii() == b"P" {
+            Usage::Production
+        } else {
+            Usage::Test
+        }
+    }
+
+    /// The usage of a document key: a test key is a production key's six parts and `test`.
+    pub fn of_key(key: &str) -> Usage {
+        if key.ends_with(TEST_MARK) && key.bytes().filter(|b| *b == b':').count() == 6 {
+            Usage::Test
+        } else {
+            Usage::Production
+        }
+    }
+
+    /// `P` or `T`, as the document's JSON (`envelope.usage`) and reports say it.
+    pub fn letter(self) -> &'static str {
+        match self {
+            Usage::Production => "P",
+            Usage::Test => "T",
+        }
+    }
+
+    fn mark(self) -> &'static str {
+        match self {
+            Usage::Production => "",
+            Usage::Test => TEST_MARK,
+        }
+    }
+}
+
 /// The longest text a key part keeps from input: longer values are cut and end in a hash of
 /// the whole, so two long values still make two keys.
 const MAX_PART: usize = 80;
@@ -48,8 +102,10 @@ const MAX_PART: usize = 80;
 /// One set's business document, as read from the elements its definition names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identified {
-    /// `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`, each part escaped.
+    /// `QUAL:ID:SET:DOCUMENT:EVENT:VERSION`, each part escaped (and `:test` for a test
+    /// document).
     pub key: String,
+    pub usage: Usage,
     /// `QUAL:ID:OF:DOCUMENT`: the document its changes and copies are about (an 860's is
     /// its 850's).
     pub subject: String,
@@ -93,7 +149,9 @@ pub fn identify_all(
 ) -> Vec<Identified> {
     let (qualifier, id) = (ic.isa.field(5), ic.isa.field(6));
     let Some(per) = def.document.as_ref().and_then(|d| d.per.as_ref()) else {
-        return identify(qualifier, id, set, def).into_iter().collect();
+        return identify_as(qualifier, id, Usage::of(ic), set, def)
+            .into_iter()
+            .collect();
     };
     let st02 = || {
         crate::text::printable(&String::from_utf8_lossy(
@@ -144,7 +202,8 @@ pub fn identify_to_write(
             let spec = def.document.as_ref()?;
             let heading = Heading::of(set.body.segments(), spec);
             let (qualifier, id) = (ic.isa.field(5), ic.isa.field(6));
-            named(qualifier, id, def, spec, &heading, String::new(), None)
+            let sender = (qualifier, id, Usage::of(ic));
+            named(sender, def, spec, &heading, String::new(), None)
         }
     }
 }
@@ -172,15 +231,8 @@ fn name_part(
         })
         .collect();
     let heading = Heading { found };
-    named(
-        ic.isa.field(5),
-        ic.isa.field(6),
-        def,
-        spec,
-        &heading,
-        fingerprint,
-        Some(part),
-    )
+    let sender = (ic.isa.field(5), ic.isa.field(6), Usage::of(ic));
+    named(sender, def, spec, &heading, fingerprint, Some(part))
 }
 
 /// The elements that belong to a batch, not to the documents cut from it: BHT03 to BHT05
@@ -196,23 +248,36 @@ fn batch_only(id: &[u8], n: usize) -> bool {
     }
 }
 
-/// The document of `set` by `def`, for the sender `qualifier:id` (ISA05, ISA06); `None`
-/// when the definition declares none or the set lacks its number.
+/// The document of `set` by `def`, for the sender `qualifier:id` (ISA05, ISA06) of a
+/// production interchange; `None` when the definition declares none or the set lacks its
+/// number.
 pub fn identify(
     qualifier: &[u8],
     id: &[u8],
     set: &TransactionSet<'_>,
     def: &SetDef,
 ) -> Option<Identified> {
+    identify_as(qualifier, id, Usage::Production, set, def)
+}
+
+fn identify_as(
+    qualifier: &[u8],
+    id: &[u8],
+    usage: Usage,
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+) -> Option<Identified> {
     let spec = def.document.as_ref()?;
     let heading = Heading::of(set.body.segments(), spec);
     let fingerprint = crate::fingerprint::set_fingerprint(set);
-    named(qualifier, id, def, spec, &heading, fingerprint, None)
+    named((qualifier, id, usage), def, spec, &heading, fingerprint, None)
 }
 
+/// The sender of a document: ISA05, ISA06 and the interchange's usage.
+type Sender<'a> = (&'a [u8], &'a [u8], Usage);
+
 fn named(
-    qualifier: &[u8],
-    id: &[u8],
+    (qualifier, id, usage): Sender<'_>,
     def: &SetDef,
     spec: &DocumentSpec,
     heading: &Heading<'_>,
@@ -244,14 +309,16 @@ fn named(
     };
     let version = optional(&spec.version);
     let sender = format!("{}:{}", part(qualifier), part(id));
+    let mark = usage.mark();
     let key = format!(
-        "{sender}:{}:{document_id}:{event}:{}",
+        "{sender}:{}:{document_id}:{event}:{}{mark}",
         part(def.id.as_bytes()),
         version.as_deref().unwrap_or("")
     );
-    let subject = format!("{sender}:{}:{document_id}", part(spec.of.as_bytes()));
+    let subject = format!("{sender}:{}:{document_id}{mark}", part(spec.of.as_bytes()));
     Some(Identified {
         key,
+        usage,
         subject,
         set_id: def.id.clone(),
         document_id,
@@ -358,6 +425,7 @@ pub fn write_rest(
         "gs06": gs(6),
         "gs08": gs(8),
         "st02": text(set.st.element(2).unwrap_or_default()),
+        "usage": d.usage.letter(),
         "encoding": if utf8 { "utf8" } else { "latin1" },
     });
     out.write_all(b"\"identity\":")?;
@@ -543,6 +611,47 @@ mod tests {
         // A release number without the PO number names no document (it would read as the
         // PO number 7).
         assert!(identified(&wrap("BEG*00*SA**7*20240101~PO1*1*10*EA~")).is_none());
+    }
+
+    #[test]
+    fn a_test_interchanges_documents_have_keys_of_their_own() {
+        let production = wrap("BEG*00*SA*PO-1**20240101~PO1*1*10*EA~");
+        let test = production.replace("*0*P*>~", "*0*T*>~");
+        let information = production.replace("*0*P*>~", "*0*I*>~");
+        let keyed = |text: &str| {
+            with_first_set(text, |ic, set, def| {
+                identify_all(ic, set, def).into_iter().next().unwrap()
+            })
+        };
+        let (p, t, i) = (keyed(&production), keyed(&test), keyed(&information));
+        assert_eq!(p.key, "ZZ:ACME:850:PO-1:00:");
+        assert_eq!(p.usage, Usage::Production);
+        assert_eq!(t.key, "ZZ:ACME:850:PO-1:00::test");
+        assert_eq!(t.subject, "ZZ:ACME:850:PO-1:test");
+        assert_eq!(t.usage, Usage::Test);
+        assert_eq!(t.fingerprint, p.fingerprint);
+        // Information is not production either.
+        assert_eq!(i.key, t.key);
+        assert_eq!(Usage::of_key(&t.key), Usage::Test);
+        assert_eq!(Usage::of_key(&p.key), Usage::Production);
+        // A production change whose sequence number is `test` stays production: its key has
+        // six parts, a test key seven.
+        assert_eq!(Usage::of_key("ZZ:ACME:860:PO-1:04:test"), Usage::Production);
+        // The file that writes it names it again under the same key, and says `T`.
+        let written = with_first_set(&test, |ic, set, def| {
+            let d = identify_to_write(ic, set, def, None).unwrap();
+            assert_eq!(d.key, t.key);
+            let mut out = Vec::new();
+            let how = Written {
+                correlation_id: "c",
+                utf8: true,
+                form: crate::translate::Form::default(),
+                schemas: None,
+            };
+            write_rest(ic, &ic.groups[0], set, &d, &how, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        });
+        assert!(written.contains("\"usage\":\"T\""), "{written}");
     }
 
     #[test]

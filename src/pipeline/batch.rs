@@ -398,6 +398,7 @@ fn file_report(file: &str, disposition: Disposition, reason: String) -> Report {
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        usage: None,
         documents: Vec::new(),
         documents_total: None,
         documents_new: None,
@@ -763,6 +764,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         outputs: Vec::new(),
         attempt: None,
         took_over: None,
+        usage: Some(crate::document::Usage::of(&ic)),
         documents: Vec::new(),
         documents_total: None,
         documents_new: None,
@@ -930,6 +932,8 @@ pub(super) struct Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Folder {
     Out,
+    /// `out/test/`, for the files of a test interchange.
+    TestOut,
     Outbox,
 }
 
@@ -937,7 +941,16 @@ impl Folder {
     pub fn path(self, gateway: &crate::config::Gateway) -> &Path {
         match self {
             Folder::Out => &gateway.out,
+            Folder::TestOut => &gateway.test_out,
             Folder::Outbox => &gateway.outbox,
+        }
+    }
+
+    /// Where the files of an interchange or document of `usage` go.
+    pub fn out(usage: crate::document::Usage) -> Folder {
+        match usage {
+            crate::document::Usage::Production => Folder::Out,
+            crate::document::Usage::Test => Folder::TestOut,
         }
     }
 }
@@ -2174,7 +2187,7 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
             // kept is decided here.
             files.push(Output {
                 item: p.item,
-                dir: Folder::Out,
+                dir: Folder::out(crate::document::Usage::of(ic)),
                 name: format!("{}.json", p.stem),
                 content: Content::Translation {
                     form: p.decision.partner.translation,
@@ -2338,6 +2351,8 @@ mod tests {
                 st02: format!("{i:04}"),
                 key: format!("ZZ:ACME:850:PO-{i}:00:"),
                 disposition: crate::document::DocumentDisposition::New,
+                usage: crate::document::Usage::Production,
+                undelivered: None,
                 duplicate_of: None,
                 output: Some(format!("out/{i}.json")),
                 result_ref: None,

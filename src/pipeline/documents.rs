@@ -9,10 +9,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::document::{self, DocumentDisposition, Identified};
+use crate::document::{self, DocumentDisposition, Identified, Usage};
 use crate::outputs;
 use crate::registry::{
     Batch, Decided, Delivery, EventKind, Queue, Registry, Release, Released, Sighting,
+    NO_TEST_DESTINATION,
 };
 
 use crate::x12::{Group, Interchange, TransactionSet};
@@ -27,6 +28,13 @@ pub struct DocumentReport {
     pub st02: String,
     pub key: String,
     pub disposition: DocumentDisposition,
+    /// `P`, or `T` for a test document (its key ends in `:test`).
+    #[serde(default)]
+    pub usage: Usage,
+    /// Why a document written now goes to no destination: a test document whose partner
+    /// names no `test_destinations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undelivered: Option<String>,
     /// The interchange of the sighting this one repeats or conflicts with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_of: Option<String>,
@@ -179,6 +187,11 @@ fn correlation_of(interchange_key: &str) -> String {
     }
 }
 
+/// Where the file of the document `key` is written: `out/`, or `out/test/` for a test one.
+fn folder_of(key: &str) -> Folder {
+    Folder::out(Usage::of_key(key))
+}
+
 /// A document's file name: its key's, or for a later sighting delivered too (a duplicate
 /// delivered again, a conflict released) its key's with the sighting's number in the
 /// registry, which a takeover finds again.
@@ -243,7 +256,6 @@ fn plan_run(
     // again: a first attempt keeps no ids (8 bytes a document, 8 MB for a million).
     let again = it.report.attempt.is_some_and(|a| a > 1);
     let partner = it.partner.key();
-    let out = &r.config.gateway.out;
     let correlation = it.report.correlation_id.clone().unwrap_or_default();
     let (shared_partner, shared_interchange, shared_correlation): (Arc<str>, Arc<str>, Arc<str>) = (
         partner.as_str().into(),
@@ -328,9 +340,18 @@ fn plan_run(
                 decided.disposition,
                 DocumentDisposition::New | DocumentDisposition::Duplicate
             );
+            let mut undelivered = None;
             if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
                 let name = file_name(&d.key, decided.first, decided.id);
-                output = Some(shown(out, &name));
+                let dir = Folder::out(d.usage);
+                output = Some(shown(dir.path(&r.config.gateway), &name));
+                if d.usage == Usage::Test
+                    && r.config
+                        .destinations_for(&it.partner, &d.set_id, Usage::Test)
+                        .is_empty()
+                {
+                    undelivered = Some(NO_TEST_DESTINATION.to_string());
+                }
                 planned.named.push(Named {
                     id: decided.id,
                     name: name.clone(),
@@ -360,7 +381,7 @@ fn plan_run(
                 };
                 planned.outputs.push(Output {
                     item,
-                    dir: Folder::Out,
+                    dir,
                     name,
                     content,
                     ack: None,
@@ -372,6 +393,8 @@ fn plan_run(
                     st02: st02.clone(),
                     key: d.key.clone(),
                     disposition: decided.disposition,
+                    usage: d.usage,
+                    undelivered,
                     duplicate_of: decided.duplicate_of.clone(),
                     output,
                     // A duplicate's, asked for with the run's others (see `plan`).
@@ -392,7 +415,7 @@ fn plan_run(
                 });
                 planned.outputs.push(Output {
                     item,
-                    dir: Folder::Out,
+                    dir: folder_of(&rel.key),
                     name,
                     content: Content::Bytes(released_file(&rel)),
                     ack: None,
@@ -564,6 +587,8 @@ pub(super) fn replayed(
         reports.push(DocumentReport {
             set: row.set,
             st02: row.st02,
+            usage: Usage::of_key(&row.key),
+            undelivered: None,
             key: row.key,
             disposition: DocumentDisposition::Duplicate,
             duplicate_of: Some(row.interchange),
@@ -598,20 +623,22 @@ fn hand_over(
         let Some(partner) = partners.get(&*n.partner) else {
             continue;
         };
-        let Some(destination) = config.destination_for(partner, &n.set) else {
-            continue;
-        };
-        b.queue_delivery(&Queue {
-            document_id: n.id,
-            key: &n.key,
-            idempotency_key: &n.idempotency,
-            destination: &destination.name,
-            partner: &n.partner,
-            interchange_key: &n.interchange,
-            correlation_id: &n.correlation,
-            file: &shown(&config.gateway.out, &n.name),
-            queued_by: owner,
-        })?;
+        // A test document only to its partner's test destinations, a production one never.
+        let folder = folder_of(&n.key);
+        let usage = Usage::of_key(&n.key);
+        for destination in config.destinations_for(partner, &n.set, usage) {
+            b.queue_delivery(&Queue {
+                document_id: n.id,
+                key: &n.key,
+                idempotency_key: &n.idempotency,
+                destination: &destination.name,
+                partner: &n.partner,
+                interchange_key: &n.interchange,
+                correlation_id: &n.correlation,
+                file: &shown(folder.path(&config.gateway), &n.name),
+                queued_by: owner,
+            })?;
+        }
     }
     Ok(())
 }
@@ -731,7 +758,6 @@ pub fn release(
     }
     // Marked pending, nothing written yet: the next release or sweep finishes it.
     fail::fail_point!("release.marked", |_| std::process::abort());
-    let out = &config.gateway.out;
     let files: Vec<(String, Vec<u8>)> = released
         .iter()
         .map(|rel| (file_name(&rel.key, rel.first, rel.id), released_file(rel)))
@@ -743,7 +769,11 @@ pub fn release(
     let list: Vec<(&Path, &str, &outputs::Content<'_>)> = files
         .iter()
         .zip(&writers)
-        .map(|((name, _), w)| (out.as_path(), name.as_str(), w.as_ref()))
+        .zip(&released)
+        .map(|(((name, _), w), rel)| {
+            let dir = folder_of(&rel.key).path(&config.gateway);
+            (dir, name.as_str(), w.as_ref())
+        })
         .collect();
     let written = outputs::write_many(&list, owner).map_err(|e| ProcessError::Io {
         path: e.path.display().to_string(),

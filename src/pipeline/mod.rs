@@ -293,6 +293,10 @@ pub struct Report {
     /// Whose expired or failed claim this attempt took over, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_over: Option<String>,
+    /// ISA15 as it decides where documents go: `P` (production), or `T` (a test or
+    /// information interchange, whose documents go only to test destinations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::document::Usage>,
     /// The business documents among its accepted sets, and what became of each.
     #[serde(default)]
     pub documents: Vec<DocumentReport>,

@@ -17,7 +17,11 @@ use serde::Serialize;
 
 use super::claims::now_ms;
 use super::{Batch, Registry, RegistryError};
-use crate::document::{version_order, DocumentDisposition, Role};
+use crate::document::{version_order, DocumentDisposition, Role, Usage};
+
+/// Why a test document is delivered nowhere: its partner names no test destination (its
+/// file is in `out/test/` only).
+pub const NO_TEST_DESTINATION: &str = "test interchange; no test destination";
 
 crate::words::words! {
     /// Where a sighting's delivery stands (the `delivery` column).
@@ -96,7 +100,14 @@ pub struct DocumentRow {
     pub st02: String,
     pub interchange: String,
     pub disposition: DocumentDisposition,
+    /// `P`, or `T` for a test document (its key ends in `:test`).
+    pub usage: Usage,
+    /// `none` for a test document written (in `out/test/`) but queued for no destination,
+    /// which `undelivered` says.
     pub delivery: Delivery,
+    /// Why a document written went nowhere ([`NO_TEST_DESTINATION`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undelivered: Option<&'static str>,
     pub duplicate_of: Option<String>,
     pub sequence: Option<i64>,
     pub original_missing: bool,
@@ -258,25 +269,41 @@ pub enum Release<'a> {
 pub(super) const COLUMNS: &str =
     "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
     (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
-    sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref";
+    sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref,
+    (SELECT COUNT(*) FROM deliveries q WHERE q.document_id = documents.id)";
 
 pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DocumentRow> {
+    let key: String = r.get(1)?;
+    let usage = Usage::of_key(&key);
+    let mut delivery: Delivery = r.get(7)?;
+    let mut delivered_ms: Option<i64> = r.get(14)?;
+    let queued: i64 = r.get(16)?;
+    // A test document's file in `out/test/` is no delivery: with no test destination it
+    // went nowhere.
+    let undelivered = (usage == Usage::Test && delivery == Delivery::Delivered && queued == 0)
+        .then_some(NO_TEST_DESTINATION);
+    if undelivered.is_some() {
+        delivery = Delivery::None;
+        delivered_ms = None;
+    }
     Ok(DocumentRow {
         id: r.get(0)?,
-        key: r.get(1)?,
+        key,
         partner: r.get(2)?,
         set: r.get(3)?,
         st02: r.get(4)?,
         interchange: r.get(5)?,
         disposition: r.get(6)?,
-        delivery: r.get(7)?,
+        usage,
+        delivery,
+        undelivered,
         duplicate_of: r.get(8)?,
         sequence: r.get(9)?,
         original_missing: r.get(10)?,
         output: r.get(11)?,
         fingerprint: r.get(12)?,
         seen_ms: r.get(13)?,
-        delivered_ms: r.get(14)?,
+        delivered_ms,
         result_ref: r.get(15)?,
     })
 }

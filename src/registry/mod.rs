@@ -38,7 +38,9 @@ pub use deliveries::{
     Attempted, CircuitState, Claimed, Confirmed, DeliveryRow, DeliveryState, Gate, Policy, Queue,
     Recorded, Retry,
 };
-pub use documents::{Decided, Delivery, DocumentRow, Release, Released, Sighting};
+pub use documents::{
+    Decided, Delivery, DocumentRow, Release, Released, Sighting, NO_TEST_DESTINATION,
+};
 pub use overview::{Found, Listed, Search};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 

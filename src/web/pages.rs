@@ -670,7 +670,10 @@ fn document_view(config: &Config, d: &crate::registry::DocumentRow) -> DocumentV
         interchange: d.interchange.clone(),
         shown_interchange: p(&d.interchange),
         disposition: d.disposition.to_string(),
-        delivery: d.delivery.to_string(),
+        delivery: match d.undelivered {
+            Some(why) => format!("{} ({why})", d.delivery),
+            None => d.delivery.to_string(),
+        },
         duplicate_of: d.duplicate_of.as_deref().map(p).unwrap_or_default(),
         seen: time(d.seen_ms),
         result_ref: d.result_ref.as_deref().map(p).unwrap_or_default(),

@@ -35,7 +35,7 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
     for d in &s.documents {
         writeln!(
             out,
-            "  document {} ST02 {}: {}, {}{}",
+            "  document {} ST02 {}: {}, {}{}{}",
             x12gate::text::printable(&d.key),
             x12gate::text::printable(&d.st02),
             d.disposition,
@@ -43,6 +43,9 @@ pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Res
             d.duplicate_of
                 .as_deref()
                 .map(|i| format!(" (first in {})", x12gate::text::printable(i)))
+                .unwrap_or_default(),
+            d.undelivered
+                .map(|why| format!(" (delivered nowhere: {why})"))
                 .unwrap_or_default()
         )?;
         for r in sent.get(d.key.as_str()).into_iter().flatten() {

@@ -135,6 +135,9 @@ fn print_row(r: &DocumentRow, json: bool, out: &mut impl Write) -> Result<(), Fa
             .map(|o| format!(" -> {}", x12gate::text::printable(o)))
             .unwrap_or_default(),
     )?;
+    if let Some(why) = r.undelivered {
+        writeln!(out, "  delivered nowhere: {why}")?;
+    }
     Ok(())
 }
 

@@ -241,10 +241,12 @@ fn report(
                     .unwrap_or_default();
                 format!(" ({code}{x})")
             });
+            let test = r.usage == Some(x12gate::document::Usage::Test);
             let line = format!(
-                "{}: {} {}{}{}",
+                "{}: {} {}{}{}{}",
                 r.file,
                 r.correlation_id.as_deref().unwrap_or("-"),
+                if test { "test " } else { "" },
                 r.disposition.as_str(),
                 reason.unwrap_or_default(),
                 documents(r)
@@ -306,6 +308,9 @@ fn documents(report: &Report) -> String {
     let named = others.len().min(NAMED);
     if other_total > named {
         parts.push(format!("{} more", other_total - named));
+    }
+    if let Some(why) = docs.iter().find_map(|d| d.undelivered.as_deref()) {
+        parts.push(format!("delivered nowhere ({why})"));
     }
     format!("; documents: {}", parts.join(", "))
 }
