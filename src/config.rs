@@ -1334,7 +1334,8 @@ mod tests {
     #[test]
     fn test_destinations_are_kept_apart_from_production_ones() {
         use crate::document::Usage;
-        let erp = "[[destination]]\nname = \"erp\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/po\"\n";
+        let erp =
+            "[[destination]]\nname = \"erp\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/po\"\n";
         let sandbox = "[[destination]]\nname = \"erp-test\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/test\"\nusage = \"test\"\n";
         let acme = "[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n";
         let c = load(&format!(
@@ -1361,13 +1362,15 @@ mod tests {
         ))
         .unwrap_err();
         assert!(
-            e.contains("line 11")
+            e.contains("line 13")
                 && e.contains("partner \"Acme\", key `destinations.850`")
                 && e.contains("\"erp-test\" is a test destination"),
             "{e}"
         );
-        let e = load(&format!("{erp}{sandbox}{acme}test_destinations = [\"erp\"]\n"))
-            .unwrap_err();
+        let e = load(&format!(
+            "{erp}{sandbox}{acme}test_destinations = [\"erp\"]\n"
+        ))
+        .unwrap_err();
         assert!(
             e.contains("partner \"Acme\", key `test_destinations`")
                 && e.contains("\"erp\" is a production destination"),
@@ -1375,7 +1378,8 @@ mod tests {
         );
         let e = load(&format!("{erp}{acme}test_destinations = [\"nope\"]\n")).unwrap_err();
         assert!(
-            e.contains("key `test_destinations`") && e.contains("no [[destination]] is named \"nope\""),
+            e.contains("key `test_destinations`")
+                && e.contains("no [[destination]] is named \"nope\""),
             "{e}"
         );
         let e = load(&sandbox.replace("\"test\"\n", "\"staging\"\n")).unwrap_err();
@@ -1386,7 +1390,10 @@ mod tests {
         );
         // `out/` itself is production's.
         let e = load("[[destination]]\nname = \"files\"\nusage = \"test\"\n").unwrap_err();
-        assert!(e.contains("key `usage`") && e.contains("a `path` of its own"), "{e}");
+        assert!(
+            e.contains("key `usage`") && e.contains("a `path` of its own"),
+            "{e}"
+        );
     }
 
     #[test]

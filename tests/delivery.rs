@@ -2548,3 +2548,141 @@ fn an_erp_that_breaks_http_never_gets_a_document_recorded_delivered_without_its_
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Test and production apart (issue 38, item 2).
+// ---------------------------------------------------------------------------------------
+
+/// ACME's interchange `n` with ISA15 `T`: a test interchange carrying the 850s of `pos`.
+fn a_test_850(n: u32, pos: &[&str]) -> String {
+    an_850(n, pos).replacen("*0*P*>~", "*0*T*>~", 1)
+}
+
+/// The document key of ACME's test 850 with PO number `po`.
+fn test_key(po: &str) -> String {
+    format!("{}:test", key(po))
+}
+
+/// A partner's onboarding PO in a test interchange is answered with a test 997, written in
+/// `out/test/` and sent to no production destination; the first production PO of the same
+/// number is `new` and booked, with `"usage":"P"`.
+#[test]
+fn a_test_interchange_reaches_no_production_destination_and_its_po_number_stays_new() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let test = gate.write("onboarding.x12", &a_test_850(301, &["PO-7001"]));
+    let r = gate.process(&[], &[test]);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    assert_eq!(r[0]["usage"], "T", "{}", r[0]);
+    let doc = &r[0]["documents"][0];
+    assert_eq!(doc["key"], test_key("PO-7001").as_str(), "{doc}");
+    assert_eq!(doc["usage"], "T", "{doc}");
+    assert_eq!(doc["disposition"], "new", "{doc}");
+    assert_eq!(
+        doc["undelivered"], "test interchange; no test destination",
+        "{doc}"
+    );
+    // Answered in a test interchange, as the standard requires.
+    let ack = fs::read_to_string(r[0]["acks"][0].as_str().unwrap()).unwrap();
+    assert!(ack.lines().next().unwrap().contains("*0*T*"), "{ack}");
+    // Its file is in out/test/, not where production's are read, and says `T`.
+    let file = PathBuf::from(doc["output"].as_str().unwrap());
+    assert_eq!(file.parent().unwrap(), gate.root().join("data/out/test"));
+    let body: Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    assert_eq!(body["envelope"]["usage"], "T");
+    assert_eq!(body["document_key"], test_key("PO-7001").as_str());
+    let production_files = fs::read_dir(gate.root().join("data/out"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_file())
+        .count();
+    assert_eq!(production_files, 0, "a test file in out/");
+    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    assert!(erp.seen().is_empty(), "a test PO reached production");
+    assert!(gate.deliveries(&[]).is_empty());
+    // `documents`, `show` and the history say it went nowhere, and why.
+    let listed = lines(&gate.ok(&["documents", "--json", "--key", &test_key("PO-7001")]));
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["delivery"], "none", "{}", listed[0]);
+    assert_eq!(listed[0]["usage"], "T", "{}", listed[0]);
+    assert_eq!(
+        listed[0]["undelivered"], "test interchange; no test destination",
+        "{}",
+        listed[0]
+    );
+    let shown = gate.ok(&["show", &correlation(301)]);
+    assert!(
+        shown.contains("none (delivered nowhere: test interchange; no test destination)"),
+        "{shown}"
+    );
+    let history = gate.ok(&["history", "--control-number", "301"]);
+    assert!(
+        history.contains("test interchange")
+            && history.contains("(delivered nowhere: test interchange; no test destination)"),
+        "{history}"
+    );
+    let events = lines(&gate.ok(&["history", "--json", "--control-number", "301"]));
+    assert!(events.iter().any(|e| e["usage"] == "T"), "{events:?}");
+
+    // The first production PO of that number: new, delivered, and says `P`.
+    let production = gate.write("first.x12", &an_850(302, &["PO-7001"]));
+    let r = gate.process(&[], &[production]);
+    assert_eq!(r[0]["usage"], "P", "{}", r[0]);
+    let doc = &r[0]["documents"][0];
+    assert_eq!(doc["key"], key("PO-7001").as_str(), "{doc}");
+    assert_eq!(doc["disposition"], "new", "{doc}");
+    assert!(doc.get("undelivered").is_none(), "{doc}");
+    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    let seen = erp.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].key.as_deref(), Some(key("PO-7001").as_str()));
+    let body = seen[0].body.as_ref().unwrap();
+    assert_eq!(body["envelope"]["usage"], "P", "{body}");
+    assert_eq!(erp.booked().len(), 1);
+}
+
+/// With a test destination declared, a test PO goes there (and only there) with
+/// `"usage":"T"`; production's PO of the same number goes to production, and a resend of
+/// the test PO is a duplicate of the test one only.
+#[test]
+fn a_test_po_goes_to_the_test_destination_and_production_to_production() {
+    let erp = Erp::start(Mode::Healthy);
+    let sandbox = Erp::start(Mode::Healthy);
+    let test_destination = http(&sandbox.url(), &[("usage", "\"test\"")])
+        .replace("name = \"erp\"", "name = \"erp-test\"");
+    let gate = Gate::new(
+        &format!("contact = \"{CONTACT}\"\ndestination = \"erp\"\ntest_destinations = [\"erp-test\"]"),
+        &format!("{}{test_destination}", http(&erp.url(), &[])),
+    );
+    let test = gate.write("onboarding.x12", &a_test_850(401, &["PO-8001"]));
+    let r = gate.process(&[], std::slice::from_ref(&test));
+    let doc = &r[0]["documents"][0];
+    assert_eq!(doc["key"], test_key("PO-8001").as_str(), "{doc}");
+    assert!(doc.get("undelivered").is_none(), "{doc}");
+    let production = gate.write("first.x12", &an_850(402, &["PO-8001"]));
+    let r = gate.process(&[], &[production]);
+    assert_eq!(r[0]["documents"][0]["disposition"], "new", "{}", r[0]);
+    // The test PO again, in a new test interchange: a duplicate of the test one.
+    let again = gate.write("again.x12", &a_test_850(403, &["PO-8001"]));
+    let r = gate.process(&[], &[again]);
+    let doc = &r[0]["documents"][0];
+    assert_eq!(doc["disposition"], "duplicate", "{doc}");
+    assert_eq!(doc["duplicate_of"], correlation(401).as_str(), "{doc}");
+    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+
+    let tested = sandbox.seen();
+    assert_eq!(tested.len(), 1, "{tested:?}");
+    assert_eq!(tested[0].key.as_deref(), Some(test_key("PO-8001").as_str()));
+    let body = tested[0].body.as_ref().unwrap();
+    assert_eq!(body["envelope"]["usage"], "T", "{body}");
+    assert_eq!(body["document_key"], test_key("PO-8001").as_str());
+    let booked = erp.seen();
+    assert_eq!(booked.len(), 1, "{booked:?}");
+    assert_eq!(booked[0].key.as_deref(), Some(key("PO-8001").as_str()));
+    assert_eq!(booked[0].body.as_ref().unwrap()["envelope"]["usage"], "P");
+    let by_key = gate.deliveries_by_key();
+    assert_eq!(by_key[&test_key("PO-8001")]["destination"], "erp-test");
+    assert_eq!(by_key[&key("PO-8001")]["destination"], "erp");
+    let shown = gate.ok(&["show", &correlation(401)]);
+    assert!(shown.contains("to erp-test: delivered"), "{shown}");
+    assert!(!shown.contains("delivered nowhere"), "{shown}");
+}

@@ -270,7 +270,14 @@ fn identify_as(
     let spec = def.document.as_ref()?;
     let heading = Heading::of(set.body.segments(), spec);
     let fingerprint = crate::fingerprint::set_fingerprint(set);
-    named((qualifier, id, usage), def, spec, &heading, fingerprint, None)
+    named(
+        (qualifier, id, usage),
+        def,
+        spec,
+        &heading,
+        fingerprint,
+        None,
+    )
 }
 
 /// The sender of a document: ISA05, ISA06 and the interchange's usage.
