@@ -2650,7 +2650,9 @@ fn a_test_po_goes_to_the_test_destination_and_production_to_production() {
     let test_destination = http(&sandbox.url(), &[("usage", "\"test\"")])
         .replace("name = \"erp\"", "name = \"erp-test\"");
     let gate = Gate::new(
-        &format!("contact = \"{CONTACT}\"\ndestination = \"erp\"\ntest_destinations = [\"erp-test\"]"),
+        &format!(
+            "contact = \"{CONTACT}\"\ndestination = \"erp\"\ntest_destinations = [\"erp-test\"]"
+        ),
         &format!("{}{test_destination}", http(&erp.url(), &[])),
     );
     let test = gate.write("onboarding.x12", &a_test_850(401, &["PO-8001"]));
