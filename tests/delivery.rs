@@ -2622,6 +2622,15 @@ fn a_test_interchange_reaches_no_production_destination_and_its_po_number_stays_
     );
     let events = lines(&gate.ok(&["history", "--json", "--control-number", "301"]));
     assert!(events.iter().any(|e| e["usage"] == "T"), "{events:?}");
+    let served = crate::web::Served::start(gate.root(), &[], None);
+    let page = served.url("/interchange/ZZ%3AACME%3A000000301");
+    let (status, _, body) = crate::web::request("GET", &page, &[], None);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("none (test interchange; no test destination)"),
+        "{body}"
+    );
+    drop(served);
 
     // The first production PO of that number: new, delivered, and says `P`.
     let production = gate.write("first.x12", &an_850(302, &["PO-7001"]));
@@ -2687,4 +2696,23 @@ fn a_test_po_goes_to_the_test_destination_and_production_to_production() {
     let shown = gate.ok(&["show", &correlation(401)]);
     assert!(shown.contains("to erp-test: delivered"), "{shown}");
     assert!(!shown.contains("delivered nowhere"), "{shown}");
+}
+
+/// A test interchange's own translation (its sets that carry no document: here an 850
+/// without a PO number, passed by `validation = "envelope"`) is written in `out/test/` too, never where production's are read.
+#[test]
+fn a_test_interchanges_translation_is_written_in_out_test() {
+    let gate = Gate::new("validation = \"envelope\"", "");
+    let test = gate.write("no-po.x12", &a_test_850(501, &[""]));
+    let r = gate.process(&[], &[test]);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    assert!(r[0]["documents"].as_array().unwrap().is_empty(), "{}", r[0]);
+    let outputs = r[0]["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 1, "{}", r[0]);
+    let file = PathBuf::from(outputs[0].as_str().unwrap());
+    assert_eq!(file.parent().unwrap(), gate.root().join("data/out/test"));
+    let production = gate.write("no-po-p.x12", &an_850(502, &[""]));
+    let r = gate.process(&[], &[production]);
+    let file = PathBuf::from(r[0]["outputs"][0].as_str().unwrap());
+    assert_eq!(file.parent().unwrap(), gate.root().join("data/out"));
 }
