@@ -44,11 +44,40 @@ pub fn missing_environment(d: &Destination) -> Vec<String> {
 
 /// Sends `c` to `d` once.
 pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, owner: &str) -> Attempted {
+    if let Some(refused) = mixed(d, c) {
+        return refused;
+    }
     match &d.kind {
         DestinationKind::Http { url, headers } => http(agent, d, url, headers, c),
         DestinationKind::Command { argv } => command(d, argv, c),
         DestinationKind::Folder { path } => folder(path.as_deref(), c, owner),
     }
+}
+
+/// A row whose document's usage is not its destination's (the destination's `usage`
+/// changed in `partners.toml` after the row was queued): never sent, dead at once, since
+/// test and production never mix.
+fn mixed(d: &Destination, c: &Claimed) -> Option<Attempted> {
+    use crate::document::Usage;
+    let usage = Usage::of_key(&c.key);
+    (usage != d.usage).then(|| {
+        let (document, destination) = match usage {
+            Usage::Test => ("a test document", "a production destination"),
+            Usage::Production => ("a production document", "a test destination"),
+        };
+        Attempted::Unsent {
+            status: "usage".into(),
+            error: format!(
+                "{document} is never sent to {destination} ({} says usage = \"{}\" since it was queued): the delivery stays dead",
+                d.name,
+                match d.usage {
+                    Usage::Test => "test",
+                    Usage::Production => "production",
+                }
+            ),
+            permanent: true,
+        }
+    })
 }
 
 /// The document's file, which the round that queued it wrote: gone, it can never be sent;
@@ -440,6 +469,54 @@ fn folder(path: Option<&Path>, c: &Claimed, owner: &str) -> Attempted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_and_production_rows_are_never_sent_across() {
+        let config = crate::config::Config::from_str(
+            "[gateway]\nid_qualifier = \"ZZ\"\nid = \"X\"\n[[destination]]\nname = \"erp\"\nkind = \"http\"\nurl = \"http://127.0.0.1:9/\"\n[[destination]]\nname = \"sandbox\"\nkind = \"http\"\nurl = \"http://127.0.0.1:9/\"\nusage = \"test\"\n",
+            std::path::Path::new("p.toml"),
+        )
+        .unwrap();
+        let (erp, sandbox) = (&config.destinations[0], &config.destinations[1]);
+        let row = |key: &str| Claimed {
+            id: 1,
+            document_id: 1,
+            key: key.into(),
+            idempotency_key: key.into(),
+            destination: String::new(),
+            partner: "ZZ:ACME".into(),
+            interchange_key: "ZZ:ACME:000000001".into(),
+            correlation_id: "ZZ:ACME:000000001".into(),
+            file: "/nonexistent".into(),
+            attempts: 0,
+            created_ms: 0,
+        };
+        let (production, test) = (
+            row("ZZ:ACME:850:PO-1:00:"),
+            row("ZZ:ACME:850:PO-1:00::test"),
+        );
+        assert_eq!(mixed(erp, &production), None);
+        assert_eq!(mixed(sandbox, &test), None);
+        for (d, c) in [(erp, &test), (sandbox, &production)] {
+            match mixed(d, c) {
+                Some(Attempted::Unsent {
+                    status,
+                    error,
+                    permanent: true,
+                }) => {
+                    assert_eq!(status, "usage");
+                    assert!(error.contains("is never sent to"), "{error}");
+                }
+                other => panic!("{} to {}: {other:?}", c.key, d.name),
+            }
+        }
+        // Sent through `send`, the file is never opened: the row is dead for its usage.
+        let agent = ureq::AgentBuilder::new().build();
+        assert!(matches!(
+            send(&agent, erp, &test, "me"),
+            Attempted::Unsent { status, .. } if status == "usage"
+        ));
+    }
 
     #[test]
     fn keys_are_sent_as_visible_ascii() {
