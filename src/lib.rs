@@ -92,6 +92,7 @@ pub mod retention;
 pub mod scan;
 pub mod schema;
 pub mod sef;
+pub mod sent;
 pub mod setup;
 pub mod text;
 pub mod time;

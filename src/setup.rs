@@ -262,6 +262,16 @@ pub fn check(config: &Config) -> Vec<Problem> {
             operational,
             ..gateway_key("database", e.to_string())
         });
+    } else {
+        match counters_behind(config) {
+            Ok(behind) => {
+                problems.extend(behind.iter().map(|b| gateway_key("outbox", b.to_string())))
+            }
+            Err(e) => problems.push(Problem {
+                operational: e.is_unreachable(),
+                ..gateway_key("database", e.to_string())
+            }),
+        }
     }
     // The loader makes 0 workers "one per core" and lifts a short poll to 10 ms; a 0 the
     // operator wrote is still a mistake to report.
@@ -348,6 +358,35 @@ pub fn check(config: &Config) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The registry's outbound counters that numbers already sent are ahead of (see
+/// [`crate::sent`]); none when there is no registry yet.
+pub fn counters_behind(config: &Config) -> Result<Vec<crate::sent::Behind>, RegistryError> {
+    let g = &config.gateway;
+    match Registry::open_read_only(&g.database)? {
+        Some(registry) => crate::sent::behind(&registry, &g.outbox),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// `--repair-counters`: moves every counter numbers already sent are ahead of past them,
+/// recorded in the history; what was moved.
+pub fn repair_counters(config: &Config) -> Result<Vec<crate::sent::Behind>, RegistryError> {
+    let g = &config.gateway;
+    if !Registry::exists(&g.database) {
+        return Ok(Vec::new());
+    }
+    let mut registry = Registry::open(&g.database, identity(g))?;
+    let behind = crate::sent::behind(&registry, &g.outbox)?;
+    let moves: Vec<_> = behind
+        .iter()
+        .map(|b| (b.partner.clone(), b.counter, b.sent))
+        .collect();
+    if !moves.is_empty() {
+        registry.repair_counters(&moves)?;
+    }
+    Ok(behind)
 }
 
 /// Whether the registry can be used as it is: present and ours, or absent (or still being
@@ -448,41 +487,6 @@ pub enum InitError {
     Registry(#[from] RegistryError),
 }
 
-/// The highest ISA13 and GS06 of our interchanges in `outbox`, per receiver.
-fn numbers_in_outbox(
-    outbox: &Path,
-    limits: crate::x12::Limits,
-) -> (BTreeMap<String, (u32, u32)>, usize) {
-    let mut highest: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    let mut read = 0;
-    let Ok(entries) = std::fs::read_dir(outbox) else {
-        return (highest, 0);
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if e.file_name().to_string_lossy().starts_with('.') || !path.is_file() {
-            continue;
-        }
-        let Ok(bytes) = crate::input::read(&path, 64 << 20) else {
-            continue;
-        };
-        read += 1;
-        for ic in crate::x12::Interchanges::new(&bytes, limits).flatten() {
-            let partner = format!("{}:{}", ic.isa.trimmed(7), ic.isa.trimmed(8));
-            let entry = highest.entry(partner).or_insert((0, 0));
-            if let Ok(n) = ic.isa.control_number().parse::<u32>() {
-                entry.0 = entry.0.max(n);
-            }
-            for g in &ic.groups {
-                if let Ok(n) = g.gs.text(6).parse::<u32>() {
-                    entry.1 = entry.1.max(n);
-                }
-            }
-        }
-    }
-    (highest, read)
-}
-
 /// `x12gate init`: creates the folders and the registry. When the outbox already holds
 /// acknowledgments (a registry lost and rebuilt), the counters start above the highest
 /// numbers found there, or above `isa13_from`/`gs06_from` minus one for every partner when
@@ -509,7 +513,9 @@ pub fn init(
             cause,
         })?;
     }
-    let (mut counters, outbox_files) = numbers_in_outbox(&g.outbox, config.limits);
+    let mut found = Vec::new();
+    let outbox_files = crate::sent::in_outbox(&g.outbox, |n| found.push(n));
+    let mut counters = crate::sent::highest(found);
     if counters.is_empty() && (isa13_from.is_none() || gs06_from.is_none()) {
         if let Some(h) = history(g) {
             return Err(InitError::NumbersUnknown(h));

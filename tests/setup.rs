@@ -645,3 +645,97 @@ fn check_finds_a_damaged_registry_and_process_claims_nothing_it_could_not_record
         );
     }
 }
+
+/// GS06 of every acknowledgment in `outbox`.
+fn sent_groups(outbox: &Path) -> Vec<u32> {
+    let mut n: Vec<u32> = fs::read_dir(outbox)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let t = fs::read_to_string(e.path()).ok()?;
+            let gs = t.split('~').find(|s| s.trim_start().starts_with("GS*"))?;
+            gs.split('*').nth(6)?.parse().ok()
+        })
+        .collect();
+    n.sort();
+    n
+}
+
+/// Issue 38: a registry restored from a backup beside a newer outbox. `check` exits 2 naming
+/// the partner and both numbers; `process` and `watch` refuse to start; `--repair-counters`
+/// moves the counters past the outbox (in the history) and goes on above it: no ISA13 or
+/// GS06 is ever sent twice to the partner. `counter set` does not move a counter back
+/// without `--force`.
+#[test]
+fn a_registry_restored_beside_a_newer_outbox_never_reuses_a_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, "");
+    let process = |first: u32, n: u32| {
+        let files: Vec<String> = (first..first + n)
+            .map(|i| write(d, &format!("po{i}.x12"), &po(i)))
+            .collect();
+        let mut args = vec!["process"];
+        args.extend(files.iter().map(String::as_str));
+        let o = run(d, &args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    process(401, 2);
+    let backup = d.join("backup.db");
+    let o = run(d, &["backup", &backup.display().to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    process(403, 10);
+    let outbox = d.join("data/outbox");
+    assert_eq!(sent_numbers(&outbox), (1..=12).collect::<Vec<_>>());
+
+    // The restore: the backup in place of the registry, the outbox as it is.
+    let db = d.join("data/x12gate.db");
+    for suffix in ["-wal", "-shm"] {
+        let _ = fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    fs::copy(&backup, &db).unwrap();
+
+    let o = run(d, &["check"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("ISA13 counter for ZZ:ACME is at 000000002")
+            && t.contains("holds 000000012")
+            && t.contains("GS06 counter for ZZ:ACME is at 000000002")
+            && t.contains("--repair-counters"),
+        "{t}"
+    );
+    let next = write(d, "next.x12", &po(501));
+    for args in [vec!["process", next.as_str()], vec!["watch", "--once"]] {
+        let o = run(d, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("000000012"), "{}", text(&o));
+    }
+    assert_eq!(sent_numbers(&outbox).len(), 12, "something was sent");
+
+    let o = run(d, &["process", "--repair-counters", &next]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("moved from 000000002 to 000000012"), "{t}");
+    assert_eq!(sent_numbers(&outbox), (1..=13).collect::<Vec<_>>());
+    assert_eq!(sent_groups(&outbox), (1..=13).collect::<Vec<_>>());
+    let o = run(d, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let history = text(&run(d, &["history"]));
+    assert!(
+        history.contains("counters_repaired") && history.contains("to 000000012"),
+        "{history}"
+    );
+
+    // Setting a counter back is refused, and allowed with --force.
+    let o = run(d, &["counter", "set", "ZZ:ACME", "isa13", "10"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("000000013") && t.contains("--force"), "{t}");
+    let o = run(d, &["counter", "set", "ZZ:ACME", "isa13", "20"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(d, &["counter", "set", "ZZ:ACME", "isa13", "10", "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // ...after which the outbox is ahead again, and check says so.
+    assert_eq!(run(d, &["check"]).status.code(), Some(2));
+}

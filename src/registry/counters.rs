@@ -9,7 +9,7 @@ use super::{Registry, RegistryError};
 
 pub use crate::x12::MAX_CONTROL_NUMBER;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Counter {
     /// ISA13 of our interchanges.
     Interchange,
@@ -18,7 +18,8 @@ pub enum Counter {
 }
 
 impl Counter {
-    fn name(self) -> &'static str {
+    /// `ISA13` or `GS06`, as the registry stores it.
+    pub fn name(self) -> &'static str {
         match self {
             Counter::Interchange => "ISA13",
             Counter::Group => "GS06",
@@ -175,6 +176,85 @@ impl Registry {
             .map_err(|e| self.sql(e))
     }
 
+    /// Every counter: partner, counter, last number handed out.
+    pub fn control_numbers(&self) -> Result<Vec<(String, Counter, u32)>, RegistryError> {
+        let rows: Vec<(String, String, u32)> = self.all(
+            "SELECT partner, kind, value FROM counters ORDER BY partner, kind",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(p, kind, n)| {
+                [Counter::Interchange, Counter::Group]
+                    .into_iter()
+                    .find(|c| c.name() == kind)
+                    .map(|c| (p, c, n))
+            })
+            .collect())
+    }
+
+    /// The numbers in the registry's own copies of the acknowledgments it recorded (the
+    /// first [`crate::sent::HEAD`] bytes of each: ISA13, and the GS06s there).
+    pub fn numbers_in_recorded_acks(&self) -> Result<Vec<crate::sent::Sent>, RegistryError> {
+        let heads: Vec<Vec<u8>> = self.all(
+            &format!("SELECT substr(bytes, 1, {}) FROM acks", crate::sent::HEAD),
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(heads
+            .iter()
+            .flat_map(|h| crate::sent::numbers_of(h, b"", h.len() < crate::sent::HEAD))
+            .collect())
+    }
+
+    /// Moves each of `moves` (partner, counter, the number sent that it must pass) forward
+    /// to that number, and records it in the history (`counters_repaired`), in one
+    /// transaction: `--repair-counters`.
+    pub fn repair_counters(
+        &mut self,
+        moves: &[(String, Counter, u32)],
+    ) -> Result<(), RegistryError> {
+        self.batch(|b| {
+            for (partner, counter, to) in moves {
+                let before =
+                    b.tx.query_row(
+                        "SELECT value FROM counters WHERE partner = ?1 AND kind = ?2",
+                        params![partner, counter.name()],
+                        |r| r.get::<u32>(0),
+                    )
+                    .optional()
+                    .map_err(|e| b.sql(e))?;
+                b.tx.execute(
+                    "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (partner, kind) DO UPDATE SET value = excluded.value",
+                    params![partner, counter.name(), *to],
+                )
+                .map_err(|e| b.sql(e))?;
+                let reason = format!(
+                    "our {} moved from {} to {to:09}, the highest found sent (--repair-counters)",
+                    counter.name(),
+                    before.map_or("nothing".to_string(), |n| format!("{n:09}"))
+                );
+                let detail = serde_json::json!({
+                    "counter": counter.name(),
+                    "from": before,
+                    "to": to,
+                    "reason": reason,
+                })
+                .to_string();
+                b.record_note(
+                    super::EventKind::CountersRepaired,
+                    None,
+                    Some(partner),
+                    None,
+                    &detail,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
     /// Sets a counter (for operators re-aligning with a partner, and for tests of the wrap).
     pub fn set_control_number(
         &self,
@@ -202,7 +282,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = Registry::create(
             &crate::registry::Database::from(&dir.path().join("r.db")),
-            super::super::Identity {
+            crate::registry::Identity {
                 qualifier: "ZZ",
                 id: "US",
             },
@@ -240,7 +320,7 @@ mod tests {
         drop(r);
         let r = Registry::create(
             &crate::registry::Database::from(&dir.path().join("r.db")),
-            super::super::Identity {
+            crate::registry::Identity {
                 qualifier: "ZZ",
                 id: "US",
             },
@@ -251,5 +331,41 @@ mod tests {
                 .unwrap(),
             Some(1)
         );
+    }
+
+    crate::registry::tests::on_both! {
+        fn repairing_moves_counters_forward_and_records_it() {
+            let mut r = Registry::in_memory(crate::registry::Identity {
+                qualifier: "ZZ",
+                id: "US",
+            });
+            r.set_control_number("ZZ:ACME", Counter::Interchange, 2).unwrap();
+            assert!(r.numbers_in_recorded_acks().unwrap().is_empty());
+            r.repair_counters(&[
+                ("ZZ:ACME".into(), Counter::Interchange, 12),
+                ("ZZ:ACME".into(), Counter::Group, 12),
+            ])
+            .unwrap();
+            assert_eq!(
+                r.control_numbers().unwrap(),
+                [
+                    ("ZZ:ACME".to_string(), Counter::Group, 12),
+                    ("ZZ:ACME".to_string(), Counter::Interchange, 12),
+                ]
+            );
+            assert_eq!(r.next_control_number("ZZ:ACME", Counter::Interchange).unwrap(), 13);
+            let events = r
+                .history(&crate::registry::EventFilter {
+                    partner: Some("ZZ:ACME".into()),
+                    ..Default::default()
+                })
+                .unwrap();
+            let repaired: Vec<_> = events
+                .iter()
+                .filter(|e| e.event == crate::registry::EventKind::CountersRepaired)
+                .collect();
+            assert_eq!(repaired.len(), 2, "{events:?}");
+            assert!(repaired[0].detail.contains("from 000000002 to 000000012"), "{repaired:?}");
+        }
     }
 }

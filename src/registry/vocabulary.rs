@@ -61,6 +61,8 @@ crate::words::words! {
         DeliveriesRetried = "deliveries_retried",
         /// The business system's reference for a document was recorded (`confirm`).
         Confirmed = "confirmed",
+        /// Outbound counters moved past numbers found sent (`--repair-counters`).
+        CountersRepaired = "counters_repaired",
         /// An action taken on the web page (reprocess, release, discard, retry): by whom,
         /// and what came of it.
         WebAction = "web_action",

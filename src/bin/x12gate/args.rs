@@ -69,6 +69,10 @@ pub enum Command {
         /// tests of large files with small ones
         #[arg(long, hide = true)]
         window: Option<usize>,
+        /// Move counters the outbox is ahead of (a registry restored from a backup) past
+        /// the numbers found there, recorded in the history, instead of refusing to start
+        #[arg(long)]
+        repair_counters: bool,
     },
     /// Watch the inbox until SIGINT/SIGTERM; finish in-flight files, then exit 0
     Watch {
@@ -82,6 +86,10 @@ pub enum Command {
         /// retry from the web page served on [gateway] metrics
         #[arg(long)]
         allow_actions: bool,
+        /// Move counters the outbox is ahead of (a registry restored from a backup) past
+        /// the numbers found there, recorded in the history, instead of refusing to start
+        #[arg(long)]
+        repair_counters: bool,
     },
     /// The web page for the EDI desk (and /metrics, /healthz), without processing anything:
     /// on --listen, else [gateway] metrics, else 127.0.0.1:9101
@@ -393,6 +401,9 @@ pub enum CounterAction {
         /// The number just sent: the next one handed out is VALUE + 1 (1 to 999999999)
         #[arg(value_parser = clap::value_parser!(u32).range(1..=999_999_999))]
         value: u32,
+        /// Set it below the number last sent (those numbers would be sent again)
+        #[arg(long)]
+        force: bool,
     },
 }
 

@@ -160,14 +160,21 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             no_wait,
             no_deliver,
             window,
-        } => process::process(
-            &files,
-            json,
-            (no_wait, window),
-            no_deliver,
-            &required(config)?,
-            &mut out,
-        )?,
+            repair_counters,
+        } => {
+            let config = required(config)?;
+            if repair_counters {
+                setup::repair_counters(&config)?;
+            }
+            process::process(
+                &files,
+                json,
+                (no_wait, window),
+                no_deliver,
+                &config,
+                &mut out,
+            )?
+        }
         Command::Deliver {
             drain,
             timeout,
@@ -195,7 +202,14 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             poll,
             once,
             allow_actions,
-        } => process::watch(required(config)?, poll, once, allow_actions)?,
+            repair_counters,
+        } => {
+            let config = required(config)?;
+            if repair_counters {
+                setup::repair_counters(&config)?;
+            }
+            process::watch(config, poll, once, allow_actions)?
+        }
         Command::Serve {
             listen,
             allow_actions,

@@ -67,11 +67,20 @@ pub fn counter(
             partner,
             kind,
             value,
+            force,
         } => {
             let counter: Counter = kind.into();
             let before = registry
                 .current_control_number(&partner, counter)
                 .map_err(op)?;
+            let backwards = before.filter(|b| x12gate::sent::ahead_of(Some(value), *b).is_some());
+            if let (Some(b), false) = (backwards, force) {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{partner} {}: {b:09} was sent; setting it back to {value:09} would send {:09} to {b:09} again, which the partner already has; nothing changed (--force sets it anyway)",
+                    counter.name(),
+                    value % 999_999_999 + 1
+                )));
+            }
             registry
                 .set_control_number(&partner, counter, value)
                 .map_err(op)?;

@@ -43,6 +43,25 @@ pub fn init(
 }
 
 /// `check`: every problem of the configuration, folders and registry, on stdout.
+/// `process|watch --repair-counters`: the counters the outbox is ahead of moved past it
+/// (each said in a warn line, and recorded in the history) before the start-up check.
+pub fn repair_counters(config: &Config) -> Result<(), Failure> {
+    let moved = x12gate::setup::repair_counters(config).map_err(registry_failure)?;
+    for b in &moved {
+        say!(
+            "WARN",
+            "x12gate: our {} counter for {} moved from {} to {:09}, the highest found in {}: the next one sent is {:09}",
+            b.counter.name(),
+            b.partner,
+            b.registry.map_or("nothing".to_string(), |n| format!("{n:09}")),
+            b.sent,
+            b.found_in,
+            b.sent % 999_999_999 + 1
+        );
+    }
+    Ok(())
+}
+
 pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     let mut problems = x12gate::setup::check(config);
     // The registry's pages, read whole: when it opens at all (else that is the problem).
