@@ -482,6 +482,45 @@ fn a_dropped_connection_is_opened_again_and_a_read_only_one_stays_read_only() {
     );
 }
 
+/// A transaction whose session the server ends in its middle (before its COMMIT was sent) is
+/// rolled back by the server whole, and `batch_again` runs it once more on a new connection:
+/// its work is done once (the counter moved by one), not lost and not doubled.
+#[test]
+fn a_transaction_cut_before_its_commit_runs_again_on_a_new_connection() {
+    use x12gate::registry::{Counter, Registry};
+    let Some(url) = crate::pg_server::database() else {
+        return;
+    };
+    let mut registry = Registry::create(&postgres_at(&url), WHO).unwrap();
+    let runs = std::cell::Cell::new(0);
+    let n = registry
+        .batch_again(|b| {
+            runs.set(runs.get() + 1);
+            let n = b.next_control_number_in_batch("ZZ:ACME", Counter::Interchange)?;
+            if runs.get() == 1 {
+                end_sessions(&url);
+                // Sent on the ended session: it fails, and the transaction with it.
+                b.next_control_number_in_batch("ZZ:ACME", Counter::Group)?;
+            }
+            Ok::<_, x12gate::registry::RegistryError>(n)
+        })
+        .unwrap();
+    assert_eq!((runs.get(), n), (2, 1));
+    assert_eq!(
+        registry
+            .current_control_number("ZZ:ACME", Counter::Interchange)
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        registry
+            .current_control_number("ZZ:ACME", Counter::Group)
+            .unwrap(),
+        None,
+        "the cut transaction left nothing"
+    );
+}
+
 /// A session that holds the writers' lock and stops (a node that lost its network in the
 /// middle of a transaction) stops the other writers only for the lock timeout: they fail
 /// as SQLite's writers fail after the busy timeout, and work again once it is gone; a node

@@ -1258,7 +1258,7 @@ fn claim_all(
             }
         })
         .collect();
-    let claims: Vec<Claim> = registry.batch(|b| b.claim_interchanges(&requests))?;
+    let claims: Vec<Claim> = registry.batch_again(|b| b.claim_interchanges(&requests))?;
     let mut takeovers: std::collections::BTreeMap<String, usize> = Default::default();
     let plans = round
         .iter()
@@ -1706,7 +1706,7 @@ fn complete_all(
             _ => Some(recorded_detail(&mut items[*i].report)),
         })
         .collect();
-    let completed: Vec<(usize, bool)> = registry.batch(|b| {
+    let completed: Vec<(usize, bool)> = registry.batch_again(|b| {
         let mut completed = Vec::new();
         // The claims still ours, each with the group keys its groups not wholly accepted
         // release.

@@ -305,10 +305,42 @@ impl Registry {
         &mut self,
         f: impl FnOnce(&Batch<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.batch_once(f).map_err(|(e, _)| e)
+    }
+
+    /// [`Registry::batch`] of work that only writes to the registry (so that it may run
+    /// twice): when the server ended the session while `f` ran, before the COMMIT was sent,
+    /// the server rolled the transaction back whole, and `f` runs once more in a new
+    /// transaction on a new connection. A failed COMMIT is never run again: the server may
+    /// have committed it before the session ended, and a second run would do the work twice.
+    pub fn batch_again<T, E: From<RegistryError>>(
+        &mut self,
+        f: impl Fn(&Batch<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        match self.batch_once(&f) {
+            Err((_, true)) => {
+                tracing::warn!(registry = %self.path, "the registry's server ended the session in the middle of a transaction (rolled back); running it again on a new connection");
+                self.batch(&f)
+            }
+            other => other.map_err(|(e, _)| e),
+        }
+    }
+
+    /// [`Registry::batch`], its error with whether the session was lost before the COMMIT
+    /// was sent (while `f` ran).
+    fn batch_once<T, E: From<RegistryError>>(
+        &mut self,
+        f: impl FnOnce(&Batch<'_>) -> Result<T, E>,
+    ) -> Result<T, (E, bool)> {
         let path = self.path.as_str();
-        let sql = |source| RegistryError::Store {
-            path: path.to_string(),
-            cause: source,
+        let sql = |source| {
+            (
+                E::from(RegistryError::Store {
+                    path: path.to_string(),
+                    cause: source,
+                }),
+                false,
+            )
         };
         // BEGIN IMMEDIATE can answer "database is locked" without calling the busy handler
         // (opening a WAL read snapshot while many processes start on one file): nothing has
@@ -325,7 +357,13 @@ impl Registry {
             }
         };
         let batch = Batch { tx, path };
-        let out = f(&batch)?;
+        let out = match f(&batch) {
+            Ok(out) => out,
+            Err(e) => {
+                let lost = batch.tx.session_lost();
+                return Err((e, lost));
+            }
+        };
         batch.tx.commit().map_err(sql)?;
         Ok(out)
     }

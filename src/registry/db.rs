@@ -841,6 +841,20 @@ impl Conn {
         }
     }
 
+    /// Whether the server ended this connection's session (a restart, a failover, an
+    /// administrator) since it was last opened: inside a transaction, the transaction is
+    /// gone with it, rolled back by the server whole. Never on SQLite.
+    pub fn session_lost(&self) -> bool {
+        match self {
+            Conn::Sqlite(_) => false,
+            Conn::Postgres(p) => p
+                .borrow()
+                .link
+                .as_ref()
+                .is_none_or(|l| l.client.is_closed()),
+        }
+    }
+
     /// Runs `sql` (several statements, no parameters).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match self {
