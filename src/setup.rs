@@ -262,16 +262,6 @@ pub fn check(config: &Config) -> Vec<Problem> {
             operational,
             ..gateway_key("database", e.to_string())
         });
-    } else {
-        match counters_behind(config) {
-            Ok(behind) => {
-                problems.extend(behind.iter().map(|b| gateway_key("outbox", b.to_string())))
-            }
-            Err(e) => problems.push(Problem {
-                operational: e.is_unreachable(),
-                ..gateway_key("database", e.to_string())
-            }),
-        }
     }
     // The loader makes 0 workers "one per core" and lifts a short poll to 10 ms; a 0 the
     // operator wrote is still a mistake to report.
@@ -358,6 +348,28 @@ pub fn check(config: &Config) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The counters numbers already sent are ahead of, as problems (`gateway.outbox`): for
+/// `check` and the start of `process` and `watch`, not `/healthz` (it reads the outbox; a
+/// running gateway takes each number before it writes it, so it cannot fall behind).
+pub fn counter_problems(config: &Config) -> Vec<Problem> {
+    let problem = |message: String, operational: bool| Problem {
+        key: "gateway.outbox".into(),
+        line: config.line_of("gateway", "outbox"),
+        message,
+        operational,
+    };
+    match counters_behind(config) {
+        Ok(behind) => behind
+            .iter()
+            .map(|b| problem(b.to_string(), false))
+            .collect(),
+        Err(e) => vec![problem(
+            format!("the counters could not be compared with it: {e}"),
+            e.is_unreachable(),
+        )],
+    }
 }
 
 /// The registry's outbound counters that numbers already sent are ahead of (see

@@ -66,7 +66,10 @@ fn definitions(config: Option<&Config>) -> Result<&'static x12gate::schema::Sche
 
 /// The checks that come before any work; every problem on its own line, exit 2.
 fn preflight(config: &Config) -> Result<(), Failure> {
-    let problems = x12gate::setup::check(config);
+    let mut problems = x12gate::setup::check(config);
+    if !problems.iter().any(|p| p.key == "gateway.database") {
+        problems.extend(x12gate::setup::counter_problems(config));
+    }
     if problems.is_empty() {
         return Ok(());
     }

@@ -68,6 +68,9 @@ pub fn check(config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
     if !problems.iter().any(|p| p.key == "gateway.database") {
         problems.extend(x12gate::setup::registry_damage(config));
     }
+    if !problems.iter().any(|p| p.key == "gateway.database") {
+        problems.extend(x12gate::setup::counter_problems(config));
+    }
     for p in &problems {
         writeln!(out, "{}: {p}", config.path.display())?;
     }
