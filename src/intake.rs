@@ -11,6 +11,12 @@
 //! date is the archive day, so a placement can always be found again (see
 //! [`crate::inbound::placed`]).
 //!
+//! A placement is recognised by the inode (a link in `archive/` or `rejected/`), so a work
+//! file must share its inode with nothing but our own placement: an inbox file with other
+//! links (hard-linked back from `rejected/` or the archive) is taken as `<ticket>=<name>` and
+//! copied to `<ticket>~<name>`, a file of its own, before anything reads it; a copy cut short
+//! is finished by the next [`Intake::adopt`].
+//!
 //! Each watcher owns one folder, named by its [`Owner::file_id`], and touches `.alive` in it
 //! while it runs. A folder whose owner is dead (same host, see [`crate::owner`]) is adopted at
 //! once: its files are renamed into the adopter's folder, one by one, so each goes to exactly
@@ -25,6 +31,64 @@ use crate::config::Gateway;
 use crate::owner::{self, Liveness, Owner};
 
 const ALIVE: &str = ".alive";
+/// What separates the ticket from the name of a file taken with other links, until it is
+/// copied (see the module's comment).
+const SHARED: u8 = b'=';
+/// The beginning of a copy's temporary name in the work folder.
+const COPY: &str = ".copy-";
+
+/// The ticket and the name of a work file named `<ticket><separator><name>`: a ticket is
+/// made of ASCII letters, digits and `-` (so a name holding `~` or `=` is not misread).
+fn split_work_name(file: &[u8], separator: u8) -> Option<(&str, &[u8])> {
+    let at = file
+        .iter()
+        .position(|b| !(b.is_ascii_alphanumeric() || *b == b'-'))?;
+    if at == 0 || file.get(at) != Some(&separator) {
+        return None;
+    }
+    Some((
+        std::str::from_utf8(file.get(..at)?).ok()?,
+        file.get(at + 1..)?,
+    ))
+}
+
+/// Makes the work file `shared` (`<ticket>=<name>`, its inode linked elsewhere too) a file
+/// of its own, `<ticket>~<name>`: copied under a temporary name, fsynced and renamed, then
+/// `shared` removed. Where `<ticket>~<name>` exists already (a copy finished before a
+/// crash), `shared` is only removed.
+fn unshare(shared: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = shared.parent().unwrap_or(Path::new("."));
+    let file = shared
+        .file_name()
+        .map(OsStrExt::as_bytes)
+        .unwrap_or_default();
+    let Some((ticket, name)) = split_work_name(file, SHARED) else {
+        return Err(io::Error::other(format!(
+            "{}: not a work file",
+            shared.display()
+        )));
+    };
+    let own = dir.join(std::ffi::OsString::from_vec(
+        [ticket.as_bytes(), b"~", name].concat(),
+    ));
+    if fs::symlink_metadata(&own).is_err() {
+        let tmp = dir.join(format!("{COPY}{ticket}"));
+        let copied = fs::copy(shared, &tmp).and_then(|_| {
+            let f = fs::File::options().write(true).open(&tmp)?;
+            // The arrival order is the modification time.
+            f.set_modified(fs::symlink_metadata(shared)?.modified()?)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &own)
+        });
+        if copied.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        copied?;
+    }
+    fs::remove_file(shared)?;
+    Ok(own)
+}
 
 /// A file taken from the inbox, now in a work folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,10 +104,8 @@ pub struct Taken {
 impl Taken {
     fn from_path(path: PathBuf) -> Option<Taken> {
         use std::os::unix::ffi::OsStrExt;
-        let file = path.file_name()?.as_bytes();
-        let at = file.iter().position(|b| *b == b'~')?;
-        std::str::from_utf8(file.get(..at)?).ok()?;
-        let name = std::ffi::OsStr::from_bytes(file.get(at + 1..)?).to_os_string();
+        let (_, name) = split_work_name(path.file_name()?.as_bytes(), b'~')?;
+        let name = std::ffi::OsStr::from_bytes(name).to_os_string();
         let arrived = fs::symlink_metadata(&path)
             .and_then(|m| m.modified())
             .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -68,10 +130,7 @@ impl Taken {
             .file_name()
             .map(OsStrExt::as_bytes)
             .unwrap_or_default();
-        file.iter()
-            .position(|b| *b == b'~')
-            .and_then(|at| std::str::from_utf8(file.get(..at)?).ok())
-            .unwrap_or("")
+        split_work_name(file, b'~').map_or("", |(ticket, _)| ticket)
     }
 
     /// The day the file was taken (`YYYY/MM/DD`), where the archive keeps it.
@@ -187,10 +246,15 @@ impl Intake {
         } else {
             name.to_vec()
         };
+        use std::os::unix::fs::MetadataExt;
+        let shared = fs::symlink_metadata(file).is_ok_and(|m| m.nlink() > 1);
+        let separator = if shared { SHARED } else { b'~' };
         let target = self.mine.join(std::ffi::OsString::from_vec(
-            [ticket.as_bytes(), b"~", &kept].concat(),
+            [ticket.as_bytes(), &[separator], &kept].concat(),
         ));
         match fs::rename(file, &target) {
+            // A copy that fails here is finished by `adopt`.
+            Ok(()) if shared => unshare(&target).map(Taken::from_path),
             Ok(()) => Ok(Taken::from_path(target)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -244,6 +308,9 @@ impl Intake {
             let before = adopted.len();
             for f in files.flatten() {
                 let name = f.file_name();
+                if name.to_string_lossy().starts_with(COPY) {
+                    let _ = fs::remove_file(f.path());
+                }
                 if name.to_string_lossy().starts_with('.') {
                     continue;
                 }
@@ -263,8 +330,34 @@ impl Intake {
             let _ = fs::remove_file(dir.join(ALIVE));
             let _ = fs::remove_dir(&dir);
         }
+        // Files taken with other links whose copy was cut short (here or by a dead owner).
+        for path in self.shared() {
+            match unshare(&path) {
+                Ok(own) => adopted.extend(Taken::from_path(own)),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "could not copy a file taken with other links; retried")
+                }
+            }
+        }
         adopted.sort_by(Taken::arrival_order);
+        adopted.dedup_by(|a, b| a.path == b.path);
         adopted
+    }
+
+    /// Our files taken with other links and not copied yet.
+    fn shared(&self) -> Vec<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(entries) = fs::read_dir(&self.mine) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| split_work_name(n.as_bytes(), SHARED).is_some())
+            })
+            .collect()
     }
 
     /// How many files are still in our folder.
@@ -361,6 +454,53 @@ mod tests {
             "{:?}",
             t.name
         );
+    }
+
+    /// A file with other links is taken as a file of its own (a copy), and a copy cut short
+    /// (by a crash, before or after its rename) is finished by the next adoption, once.
+    #[test]
+    fn a_file_with_other_links_is_taken_as_a_copy_of_its_own() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let g = gateway(dir.path());
+        let mut intake = Intake::open(&g).unwrap();
+        let elsewhere = dir.path().join("archived.x12");
+        fs::write(&elsewhere, b"A").unwrap();
+        fs::hard_link(&elsewhere, g.inbox.join("a.x12")).unwrap();
+        let t = intake.take(&g.inbox.join("a.x12")).unwrap().unwrap();
+        assert_eq!(t.name, "a.x12");
+        assert_eq!(fs::read(&t.path).unwrap(), b"A");
+        assert_eq!(fs::metadata(&t.path).unwrap().nlink(), 1);
+        assert_eq!(fs::metadata(&elsewhere).unwrap().nlink(), 1);
+        assert_eq!(intake.listed(), vec![t.clone()]);
+        fs::remove_file(&t.path).unwrap();
+
+        // Cut short before the copy, and after it (both names there).
+        let shared = intake.folder().join("20260101-aa-0000000001=b~1.x12");
+        fs::hard_link(&elsewhere, &shared).unwrap();
+        let both = intake.folder().join("20260101-aa-0000000002=c.x12");
+        fs::hard_link(&elsewhere, &both).unwrap();
+        fs::write(intake.folder().join("20260101-aa-0000000002~c.x12"), b"A").unwrap();
+        let got: Vec<(String, String)> = intake
+            .adopt()
+            .into_iter()
+            .map(|t| {
+                (
+                    t.ticket().to_string(),
+                    t.name.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("20260101-aa-0000000001".to_string(), "b~1.x12".to_string()),
+                ("20260101-aa-0000000002".to_string(), "c.x12".to_string())
+            ]
+        );
+        assert!(!shared.exists() && !both.exists());
+        assert_eq!(fs::metadata(&elsewhere).unwrap().nlink(), 1);
+        assert_eq!(intake.left(), 2);
     }
 
     #[test]

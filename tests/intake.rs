@@ -653,6 +653,65 @@ fn fifos_devices_and_folders_are_refused_at_once() {
     }
 }
 
+/// A file hard-linked back into the inbox from the archive or from `rejected/` is decided
+/// like any file sent again (a duplicate, rejected again), placed beside the first under a
+/// new name, and the first is left as it was; it once vanished with an info line and no
+/// decision, its inode taken for a placement cut short.
+#[test]
+fn a_file_linked_back_from_the_archive_or_rejected_is_decided_again() {
+    use std::os::unix::fs::MetadataExt;
+    let gate = Gate::new(Settings::default());
+    fs::write(gate.inbox().join("a.x12"), interchange(660_001, "PO-BACK")).unwrap();
+    fs::write(gate.inbox().join("d.bin"), crate::watch::not_x12(2)).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let first = gate.moved();
+    let archived = first.archived["a.x12"].clone();
+    let rejected = first.rejected["d.bin"].clone();
+    let decisions = |gate: &Gate| {
+        gate.history()
+            .iter()
+            .filter(|e| e["event"] != "placed")
+            .map(|e| e["event"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = decisions(&gate);
+    fs::hard_link(&archived, gate.inbox().join("a.x12")).unwrap();
+    fs::hard_link(&rejected, gate.inbox().join("d.bin")).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(3), "{log}");
+    let after = decisions(&gate);
+    assert_eq!(
+        after.len(),
+        before.len() + 2,
+        "{before:?} then {after:?}\n{log}"
+    );
+    assert!(after.contains(&"duplicate".to_string()), "{after:?}");
+    let m = gate.moved();
+    let archived_names: Vec<&String> = m.archived.keys().collect();
+    assert_eq!(archived_names, ["a-1.x12", "a.x12"], "{log}");
+    let rejected_names: Vec<&String> = m.rejected.keys().collect();
+    assert_eq!(rejected_names, ["d-1.bin", "d.bin"], "{log}");
+    assert!(m.reasons.contains_key("d-1.bin") && m.reasons.contains_key("d.bin"));
+    for p in m.archived.values().chain(m.rejected.values()) {
+        assert_eq!(
+            fs::metadata(p).unwrap().nlink(),
+            1,
+            "{} shares its inode",
+            p.display()
+        );
+    }
+    assert_eq!(
+        fs::read(&archived).unwrap(),
+        fs::read(&m.archived["a-1.x12"]).unwrap()
+    );
+    assert!(
+        gate.inbox_names().is_empty() && gate.leftovers().is_empty(),
+        "{}",
+        gate.state()
+    );
+}
+
 /// A file name that is not UTF-8 keeps its bytes in `archive/` and `rejected/` (and its
 /// reason is named after those bytes); a lossy name (U+FFFD for each bad byte) once lost
 /// them, so the placed file no longer matched what the partner sent.
