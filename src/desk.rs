@@ -569,7 +569,15 @@ pub fn reprocess(
             .find(|rep| rep.key.as_deref() == Some(key)))
     });
     match outcome {
-        Ok(Some(report)) => Ok(report),
+        Ok(Some(report)) => {
+            if report.disposition.is_success() {
+                // Its file leaves `rejected/` once all it holds is accepted.
+                if let Err(e) = crate::rejected::follow(config, registry, &[key.to_string()]) {
+                    tracing::warn!(error = %e, "could not move the file out of rejected/");
+                }
+            }
+            Ok(report)
+        }
         // Nothing was decided: the interchange is put back as it was, so that a plain resend
         // still meets its earlier outcome.
         other => {

@@ -43,6 +43,7 @@
 //! - [`audit`]: one history event as `history`, `show` and the page print it: the facts it
 //!   recorded then, never the key's state now.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
+//! - [`rejected`]: files leave `rejected/` for `archive/` once accepted or resolved.
 //! - [`retention`]: which keys are past their duplicate window, and which files in
 //!   `archive/`, `out/`, `outbox/` are past retention.
 //! - [`scan`]: the retrofit: old archives read for document keys seen more than once, and
@@ -88,6 +89,7 @@ pub mod outputs;
 pub mod owner;
 pub mod pipeline;
 pub mod registry;
+pub mod rejected;
 pub mod retention;
 pub mod scan;
 pub mod schema;

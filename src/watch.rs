@@ -270,6 +270,7 @@ fn process_batch_timed(
         outcomes.push((q, outcome));
     }
     record_placements(&mut registry, config, &outcomes);
+    follow_rejected(&mut registry, config, &outcomes);
     if let Ok(mut p) = pool.lock() {
         p.push(registry);
     }
@@ -354,6 +355,27 @@ fn record_placements(registry: &mut Registry, config: &Config, outcomes: &[(Queu
     });
     if let Err(e) = recorded {
         tracing::warn!(error = %e, "could not record where the files of a batch were placed");
+    }
+}
+
+/// The earlier files in `rejected/` of interchanges accepted now (a corrected resend)
+/// moved to the archive once everything they hold is accepted.
+fn follow_rejected(registry: &mut Registry, config: &Config, outcomes: &[(Queued, Outcome)]) {
+    let keys: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Done { reports, .. } => Some(reports),
+            _ => None,
+        })
+        .flatten()
+        .filter(|r| r.disposition == Disposition::Accepted && r.attempt.is_some_and(|a| a > 1))
+        .filter_map(|r| r.key.clone())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    if let Err(e) = crate::rejected::follow(config, registry, &keys) {
+        tracing::warn!(error = %e, "could not move files out of rejected/");
     }
 }
 

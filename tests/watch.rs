@@ -2071,3 +2071,184 @@ fn speed_watch_against_process() {
         watch_time.as_secs_f64() / process_time.as_secs_f64()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The rejected folder follows the decisions.
+
+/// The files (not reason files) in `dir`, by name.
+fn rejected_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// `x12gate_rejected_backlog_files` as `x12gate metrics` prints it.
+fn backlog(gate: &Gate) -> String {
+    let out = crate::util::x12gate(gate.dir())
+        .arg("metrics")
+        .output()
+        .expect("run metrics");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("x12gate_rejected_backlog_files "))
+        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+/// The `placed` events of `key`, their details.
+fn placements(gate: &Gate, key: &str) -> Vec<Value> {
+    gate.history()
+        .into_iter()
+        .filter(|e| e["event"] == "placed" && e["key"] == key)
+        .collect()
+}
+
+#[test]
+fn a_corrected_resend_takes_its_rejected_original_to_the_archive() {
+    let gate = Gate::new(Settings::default());
+    let good = interchange(501, "PO-501");
+    fs::write(gate.inbox().join("po501.x12"), broken_se01(&good)).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert_eq!(
+        rejected_names(&gate.rejected()),
+        ["po501.x12", "po501.x12.reason.json"]
+    );
+    assert_eq!(backlog(&gate), "1");
+    // The corrected content under the same ISA13: accepted as attempt 2, and the broken
+    // file with its reason leaves rejected/ for the archive, recorded.
+    fs::write(gate.inbox().join("po501-fixed.x12"), &good).unwrap();
+    let (status, log) = gate.once();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(rejected_names(&gate.rejected()), Vec::<String>::new());
+    assert_eq!(backlog(&gate), "0");
+    let placed = placements(&gate, "ZZ:ACME:000000501");
+    let moved = placed
+        .iter()
+        .find(|e| e["why"] == "accepted")
+        .unwrap_or_else(|| panic!("no move recorded: {placed:?}"));
+    let to = PathBuf::from(moved["placed"].as_str().unwrap());
+    assert!(to.starts_with(gate.archive()), "{to:?}");
+    assert_eq!(fs::read_to_string(&to).unwrap(), broken_se01(&good));
+    assert!(PathBuf::from(format!("{}.reason.json", to.display())).is_file());
+}
+
+#[test]
+fn a_reprocess_to_acceptance_empties_the_backlog_and_a_rejected_one_keeps_both_acks() {
+    let gate = Gate::new(Settings::default());
+    // From a sender not configured yet: rejected, its file kept in rejected/.
+    let text = interchange(601, "PO-601").replace("*ZZ*ACME           *", "*ZZ*NEWCO          *");
+    let text = text.replace("GS*PO*ACME*", "GS*PO*NEWCO*");
+    fs::write(gate.inbox().join("newco.x12"), &text).unwrap();
+    // And a broken one from ACME, whose fault is in the file itself.
+    fs::write(
+        gate.inbox().join("broken.x12"),
+        broken_se01(&interchange(602, "PO-602")),
+    )
+    .unwrap();
+    let (_, log) = gate.once();
+    assert_eq!(
+        rejected_names(&gate.rejected()),
+        [
+            "broken.x12",
+            "broken.x12.reason.json",
+            "newco.x12",
+            "newco.x12.reason.json"
+        ],
+        "{log}"
+    );
+    assert_eq!(backlog(&gate), "2");
+    // The partner is added; its interchange is reprocessed and accepted.
+    let config = gate.dir().join("partners.toml");
+    let mut toml = fs::read_to_string(&config).unwrap();
+    toml.push_str(
+        "\n[[partner]]\nname = \"Newco\"\nid_qualifier = \"ZZ\"\nid = \"NEWCO\"\nack = \"997\"\n",
+    );
+    fs::write(&config, toml).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .args(["reprocess", "ZZ:NEWCO:601"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        rejected_names(&gate.rejected()),
+        ["broken.x12", "broken.x12.reason.json"]
+    );
+    assert_eq!(backlog(&gate), "1");
+    // Reprocessing the broken one rejects it again: a second 997, beside the first.
+    let first: Vec<String> = rejected_names(&gate.outbox())
+        .into_iter()
+        .filter(|n| n.starts_with("ZZ_ACME_000000602"))
+        .collect();
+    assert_eq!(first, ["ZZ_ACME_000000602.997.x12"]);
+    let before = fs::read(gate.outbox().join(&first[0])).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .args(["reprocess", "ZZ:ACME:602"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let both: Vec<String> = rejected_names(&gate.outbox())
+        .into_iter()
+        .filter(|n| n.starts_with("ZZ_ACME_000000602"))
+        .collect();
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(fs::read(gate.outbox().join(&first[0])).unwrap(), before);
+    let second = both.iter().find(|n| **n != first[0]).unwrap();
+    let isa13 = second.split('.').nth(1).unwrap();
+    let bytes = fs::read_to_string(gate.outbox().join(second)).unwrap();
+    assert!(
+        bytes.contains(&format!("*{isa13}*0*P*")),
+        "our ISA13 {isa13} names it: {bytes}"
+    );
+    // Handled otherwise: resolved by key, with a note; then nothing is left.
+    let out = crate::util::x12gate(gate.dir())
+        .args([
+            "rejected",
+            "resolve",
+            "ZZ:ACME:602",
+            "--note",
+            "partner resent by email",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("moved to"));
+    assert_eq!(rejected_names(&gate.rejected()), Vec::<String>::new());
+    assert_eq!(backlog(&gate), "0");
+    let placed = placements(&gate, "ZZ:ACME:000000602");
+    assert!(
+        placed
+            .iter()
+            .any(|e| e["why"] == "resolved" && e["note"] == "partner resent by email"),
+        "{placed:?}"
+    );
+    // Nothing left to resolve: a clear refusal.
+    let out = crate::util::x12gate(gate.dir())
+        .args(["rejected", "resolve", "broken.x12"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+}

@@ -925,6 +925,8 @@ pub(super) struct Output {
     pub name: String,
     pub content: Content,
     pub ack: Option<String>,
+    /// An acknowledgment's own ISA13, to name it apart from an earlier decision's.
+    pub isa13: Option<u32>,
 }
 
 /// The folder of the gateway an output goes to (named, not held as a path: an interchange
@@ -1122,7 +1124,7 @@ fn run_round(
     if let Err(e) = more_runs(&r, &mut prepared, items, registry, &mut acks) {
         return Err(fail_all(registry, &owned, items, options, e));
     }
-    let stored = to_store(&r, &acks, replays, items);
+    let stored = to_store(&r, &mut acks, replays, items);
     let completed = complete_all(
         &r,
         &mut prepared,
@@ -1148,12 +1150,15 @@ fn run_round(
 /// their completions to store, by item.
 fn to_store(
     r: &Round<'_>,
-    acks: &[Output],
+    acks: &mut [Output],
     replays: usize,
     items: &mut [Item<'_>],
 ) -> std::collections::HashMap<usize, Vec<Kept>> {
     let mut stored: std::collections::HashMap<usize, Vec<Kept>> = std::collections::HashMap::new();
-    for (n, a) in acks.iter().enumerate() {
+    for (n, a) in acks.iter_mut().enumerate() {
+        if let (true, Some(isa13)) = (n >= replays, a.isa13) {
+            a.name = apart(&r.config.gateway.outbox, &a.name, isa13);
+        }
         let path = a.dir.path(&r.config.gateway).join(&a.name);
         let path = std::path::absolute(&path).unwrap_or(path);
         items[a.item].report.acks.push(path.display().to_string());
@@ -1177,6 +1182,21 @@ fn to_store(
         stored.entry(a.item).or_default().push(kept);
     }
     stored
+}
+
+/// `name` in the outbox, or when an earlier decision's acknowledgment is there under it (a
+/// reprocess, a conflicting content refused again) the same name with our ISA13 before its
+/// kind, so that a second acknowledgment never replaces the first before it was sent. An
+/// attempt's own acknowledgment is never there before its completion, so a redo keeps the
+/// name it was recorded with.
+fn apart(outbox: &Path, name: &str, isa13: u32) -> String {
+    if std::fs::symlink_metadata(outbox.join(name)).is_err() {
+        return name.to_string();
+    }
+    match name.strip_suffix(".x12").and_then(|n| n.rsplit_once('.')) {
+        Some((stem, kind)) => format!("{stem}.{isa13:09}.{kind}.x12"),
+        None => format!("{name}.{isa13:09}"),
+    }
 }
 
 /// Step (6): the acknowledgments of decisions recorded placed in the outbox, durably. A
@@ -1425,6 +1445,7 @@ fn prepare_all(
                         .unwrap_or_default(),
                     content: Content::Bytes(std::mem::take(&mut a.bytes)),
                     ack: Some(a.kind.clone()),
+                    isa13: None,
                 }
             }));
         }
@@ -1546,6 +1567,7 @@ fn prepare_all(
                             ),
                             content: Content::Bytes(o.bytes),
                             ack: Some(o.kind.extension().to_string()),
+                            isa13: Some(o.control_number),
                         });
                     }
                 }
@@ -2079,11 +2101,12 @@ fn prepare(
         gs06: reservation.gs06,
     };
     let stem = output_stem(&it.key, &it.fingerprint, first_fingerprint);
-    let ack_file = |kind: ack::OutboundKind, content| Output {
+    let ack_file = |kind: ack::OutboundKind, control: u32, content| Output {
         item: i,
         dir: Folder::Outbox,
         name: outbound_name(&stem, kind),
         ack: Some(kind.extension().to_string()),
+        isa13: Some(control),
         content,
     };
     let acks = if it.large.is_some() {
@@ -2096,24 +2119,24 @@ fn prepare(
             &numbers,
             at,
         )?;
-        let made = plan.group_ack().map(|(kind, _)| {
+        let made = plan.group_ack().map(|(kind, control)| {
             let made = MadeAck {
                 response: std::sync::Arc::clone(&decision.response),
                 partner: decision.partner.clone(),
                 numbers,
                 at,
             };
-            ack_file(kind, Content::Made(Box::new(made)))
+            ack_file(kind, control, Content::Made(Box::new(made)))
         });
         plan.ta1()
-            .map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
+            .map(|o| ack_file(o.kind, o.control_number, Content::Bytes(o.bytes)))
             .into_iter()
             .chain(made)
             .collect()
     } else {
         acknowledgments(ic, &decision, r.config, &numbers, at)?
             .into_iter()
-            .map(|o| ack_file(o.kind, Content::Bytes(o.bytes)))
+            .map(|o| ack_file(o.kind, o.control_number, Content::Bytes(o.bytes)))
             .collect()
     };
     let rejected = decision.response.disposition == Disposition::Rejected;
@@ -2199,6 +2222,7 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
                         .collect(),
                 },
                 ack: None,
+                isa13: None,
             });
         }
         files.append(&mut p.acks);

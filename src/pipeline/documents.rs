@@ -385,6 +385,7 @@ fn plan_run(
                     name,
                     content,
                     ack: None,
+                    isa13: None,
                 });
             }
             progress.report(decided.disposition, || {
@@ -419,6 +420,7 @@ fn plan_run(
                     name,
                     content: Content::Bytes(released_file(&rel)),
                     ack: None,
+                    isa13: None,
                 });
                 tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
                 planned.released.push(rel);

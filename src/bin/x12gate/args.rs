@@ -277,6 +277,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Files waiting in the rejected folder; `rejected resolve FILE|KEY` moves one that was
+    /// handled otherwise to the archive
+    Rejected {
+        #[command(subcommand)]
+        action: RejectedAction,
+    },
     /// Print the TA1/997/999 that `process` would send for FILE; writes nothing
     Ack {
         /// An X12 file (`-`: standard input)
@@ -337,6 +343,20 @@ pub enum ClaimsAction {
         /// Release a claim whose owner is on another host (make sure it is dead)
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RejectedAction {
+    /// Move a file of the rejected folder (and its reason) to the archive, the note in the
+    /// history of each interchange it holds
+    Resolve {
+        /// The file (a path, or its name in the rejected folder), or an interchange key
+        /// (QUAL:ID:ISA13) whose file is there
+        target: String,
+        /// What was done about it (recorded in the history)
+        #[arg(long)]
+        note: Option<String>,
     },
 }
 

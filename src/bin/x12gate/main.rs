@@ -19,7 +19,7 @@ use clap::Parser;
 use x12gate::config::Config;
 use x12gate::x12::Limits;
 
-use args::{Cli, Command, LogFormat};
+use args::{Cli, Command, LogFormat, RejectedAction};
 use exit::Failure;
 
 /// glibc gives every thread that allocates an arena of its own, up to eight per core, and each
@@ -289,6 +289,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Claims { action, json } => {
             desk::claims(&required(config)?, action, json, &mut out)?
         }
+        Command::Rejected {
+            action: RejectedAction::Resolve { target, note },
+        } => desk::resolve_rejected(&required(config)?, &target, note.as_deref(), &mut out)?,
     };
     out.flush()?;
     Ok(code)

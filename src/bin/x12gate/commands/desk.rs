@@ -277,6 +277,35 @@ pub fn reprocess(
     Ok(code)
 }
 
+/// `rejected resolve FILE|KEY [--note TEXT]`: the file moved to the archive, said on stdout.
+pub fn resolve_rejected(
+    config: &Config,
+    target: &str,
+    note: Option<&str>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    match x12gate::rejected::resolve(config, &mut registry, target, note) {
+        Ok(m) => {
+            writeln!(
+                out,
+                "{} moved to {}{}",
+                m.from.display(),
+                m.to.display(),
+                if m.keys.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", m.keys.join(", "))
+                }
+            )?;
+            Ok(exit::OK)
+        }
+        Err(e @ x12gate::rejected::RejectedError::Io { .. }) => Err(Failure::Operational(e.into())),
+        Err(x12gate::rejected::RejectedError::Registry(e)) => Err(Failure::Operational(e.into())),
+        Err(e) => Err(Failure::Usage(e.into())),
+    }
+}
+
 /// `claims`: the unfinished claims, or `claims release KEY`.
 pub fn claims(
     config: &Config,

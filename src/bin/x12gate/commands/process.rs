@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use indicatif::ProgressBar;
 use x12gate::config::Config;
+use x12gate::disposition::Disposition;
 use x12gate::pipeline::{ProcessError, Report, Settled, Source};
 
 use super::{definitions, preflight};
@@ -57,6 +58,7 @@ pub fn process(
     x12gate::outputs::clean_stale_outputs(&config.gateway);
     let progress = progress_bar(files.len());
     let mut tally = Tally::default();
+    let mut accepted_again: Vec<String> = Vec::new();
     for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
         if options.stop.abandoned() {
             break;
@@ -82,6 +84,15 @@ pub fn process(
             }
             printed = match settled {
                 Settled::Reports { reports, .. } => {
+                    accepted_again.extend(
+                        reports
+                            .iter()
+                            .filter(|r| {
+                                r.disposition == Disposition::Accepted
+                                    && r.attempt.is_some_and(|a| a > 1)
+                            })
+                            .filter_map(|r| r.key.clone()),
+                    );
                     report(&reports, json, progress.as_ref(), &mut tally, out)
                 }
                 Settled::Failed { error, .. } => match chunk.get(file) {
@@ -114,6 +125,23 @@ pub fn process(
     }
     if let Some(bar) = progress {
         bar.finish_and_clear();
+    }
+    // Files of these interchanges that a watcher left in `rejected/` follow the decision.
+    match x12gate::rejected::follow(config, &mut registry, &accepted_again) {
+        Ok(moved) => {
+            for m in moved {
+                say!(
+                    "INFO",
+                    "x12gate: {} accepted now: moved to {}",
+                    m.from.display(),
+                    m.to.display()
+                );
+            }
+        }
+        Err(e) => say!(
+            "WARN",
+            "x12gate: could not move files out of rejected/: {e}"
+        ),
     }
     if !options.stop.abandoned() {
         // Changes that waited longer than their partner's order_wait_hours for an original.
