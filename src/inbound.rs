@@ -111,7 +111,11 @@ fn no_free_name(name: &OsStr, dir: &Path) -> std::io::Error {
 /// Links `file` into `dir` under the first free name. A hard link fails when the name
 /// exists, so two disposals racing for one name can never overwrite each other (a
 /// check-then-rename could); the loser tries the next name.
-pub(crate) fn link_into(file: &Path, name: impl AsRef<OsStr>, dir: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn link_into(
+    file: &Path,
+    name: impl AsRef<OsStr>,
+    dir: &Path,
+) -> std::io::Result<PathBuf> {
     let name = name.as_ref();
     std::fs::create_dir_all(dir)?;
     let exists = |candidate: &OsStr| std::fs::symlink_metadata(dir.join(candidate)).is_ok();
