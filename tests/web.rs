@@ -398,6 +398,34 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     assert_eq!(status, 200);
     let (status, _, _) = request("GET", &format!("{base}/interchange/ZZ:ACME:999"), &[], None);
     assert_eq!(status, 404, "an unknown interchange");
+    // Its history gives each event's own facts: the conflict names its reason, not the
+    // acceptance's documents or where they stand now.
+    let (status, _, page) = request(
+        "GET",
+        &format!("{base}/interchange/ZZ:ACME:000000101"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let facts: Vec<&str> = page
+        .split("<td class=\"facts\">")
+        .skip(1)
+        .filter_map(|c| c.split("</td>").next())
+        .collect();
+    let conflict = facts
+        .iter()
+        .find(|f| f.starts_with("conflict"))
+        .unwrap_or_else(|| panic!("{facts:?}"));
+    assert!(
+        conflict.contains("025") && !conflict.contains("documents"),
+        "{facts:?}"
+    );
+    assert!(
+        facts
+            .iter()
+            .any(|f| f.starts_with("accepted") && f.contains("PO-A") && f.contains(" new")),
+        "{facts:?}"
+    );
 
     let shots = shot_dirs(&gate);
     let shot_refs: Vec<&Path> = shots.iter().map(PathBuf::as_path).collect();
