@@ -217,6 +217,7 @@ mod tests {
                 "delivered",
                 "deliveries_retried",
                 "confirmed",
+                "counters_repaired",
                 "web_action"
             ]
         );
