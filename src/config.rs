@@ -169,7 +169,8 @@ struct RawDestination {
     usage: Option<String>,
 }
 
-mod destination_defaults {
+/// The defaults of a destination's settings (the README's table states what they add up to).
+pub(crate) mod destination_defaults {
     pub fn timeout_ms() -> u64 {
         10_000
     }

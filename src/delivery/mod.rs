@@ -334,7 +334,8 @@ impl<'c> Deliverer<'c> {
         };
         let retries: Vec<i64> = claimed
             .iter()
-            .map(|c| retry_delay(d, c.attempts.saturating_add(1)))
+            // By the failures that count: a failed probe does not lengthen the row's wait.
+            .map(|c| retry_delay(d, c.failures.saturating_add(1)))
             .collect();
         let recorded = registry.batch(|b| {
             claimed
@@ -385,7 +386,7 @@ impl<'c> Deliverer<'c> {
                 DeliveryState::Dead,
             ) => {
                 summary.dead += 1;
-                tracing::error!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, "DEAD: delivery given up; x12gate deliveries retry KEY once the cause is fixed");
+                tracing::error!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, blocked = recorded.blocked, "DEAD: delivery given up (and the later documents of its PO blocked behind it); x12gate deliveries retry KEY once the cause is fixed");
             }
             (
                 Attempted::Refused { status, error }
@@ -442,12 +443,16 @@ impl<'c> Deliverer<'c> {
 
 /// The delay before attempt `attempt + 1` after `attempt` failed: full jitter.
 fn retry_delay(d: &Destination, attempt: u32) -> i64 {
-    let ceiling = d
-        .backoff_ms
+    ms(fastrand::u64(1..=retry_ceiling(d, attempt)))
+}
+
+/// The longest delay before attempt `attempt + 1`: `backoff_ms * 2^(attempt - 1)`, at most
+/// `backoff_max_ms`.
+fn retry_ceiling(d: &Destination, attempt: u32) -> u64 {
+    d.backoff_ms
         .saturating_mul(1u64 << attempt.saturating_sub(1).min(40))
         .min(d.backoff_max_ms)
-        .max(1);
-    ms(fastrand::u64(1..=ceiling))
+        .max(1)
 }
 
 fn ms(v: u64) -> i64 {
@@ -575,5 +580,147 @@ mod tests {
         }
         // A huge attempt count neither overflows nor passes the cap.
         assert!(retry_delay(&d, u32::MAX) <= 1_000);
+    }
+
+    /// The default settings of a destination.
+    fn defaults() -> Destination {
+        use crate::config::destination_defaults as d;
+        Destination {
+            timeout_ms: d::timeout_ms(),
+            max_attempts: d::max_attempts(),
+            max_age_hours: d::max_age_hours(),
+            backoff_ms: d::backoff_ms(),
+            backoff_max_ms: d::backoff_max_ms(),
+            circuit_failures: d::circuit_failures(),
+            circuit_cooldown_ms: d::circuit_cooldown_ms(),
+            concurrency: d::concurrency(),
+            ..destination(0, 0)
+        }
+    }
+
+    /// `documents` deliveries to `d` while it fails every request, for `horizon_ms` of the
+    /// registry's clock, moved by hand: each retry waits its longest, each attempt takes a
+    /// millisecond. When each delivery died, in ms after it was queued.
+    fn outage(d: &Destination, documents: i64, horizon_ms: i64) -> Vec<Option<i64>> {
+        use crate::registry::{Identity, Queue, CLOCK_SHIFT_MS};
+        let shift = |ms: i64| CLOCK_SHIFT_MS.with(|c| c.set(ms));
+        shift(0);
+        let mut r = Registry::in_memory(Identity {
+            qualifier: "ZZ",
+            id: "US",
+        });
+        let keys: Vec<String> = (1..=documents).map(|i| format!("K{i}")).collect();
+        for (i, key) in keys.iter().enumerate() {
+            r.batch(|b| {
+                b.queue_delivery(&Queue {
+                    document_id: i as i64 + 1,
+                    key,
+                    idempotency_key: key,
+                    destination: "erp",
+                    partner: "ZZ:ACME",
+                    interchange_key: "ZZ:ACME:000000001",
+                    correlation_id: "ZZ:ACME:000000001",
+                    file: "/nowhere",
+                    queued_by: "sim",
+                })
+            })
+            .unwrap();
+        }
+        let start = crate::registry::now_ms();
+        let mut died: Vec<Option<i64>> = vec![None; keys.len()];
+        let policy = Policy {
+            max_attempts: d.max_attempts,
+            max_age_ms: i64::from(d.max_age_hours) * 3_600_000,
+            circuit_failures: d.circuit_failures,
+            cooldown_ms: ms(d.circuit_cooldown_ms),
+        };
+        let failed = Attempted::Failed {
+            status: "connection refused".into(),
+            error: "down".into(),
+        };
+        let mut elapsed = 0i64;
+        while elapsed < horizon_ms {
+            shift(elapsed);
+            let now = crate::registry::now_ms();
+            let limit = match r.circuit_gate("erp", "sim", 60_000, &|_| false).unwrap() {
+                Gate::Wait { until_ms } => {
+                    elapsed += (until_ms - now).max(1);
+                    continue;
+                }
+                Gate::Probe => 1,
+                Gate::Closed => CLAIM,
+            };
+            let claimed = r
+                .claim_deliveries("erp", "sim", 60_000, limit, now, None, &|_| false)
+                .unwrap();
+            if claimed.is_empty() {
+                r.abandon_probe("erp", "sim").unwrap();
+                match r.next_sendable(&["erp"], None, &|_| false).unwrap() {
+                    None => break,
+                    Some(next) => elapsed += (next - now).max(1),
+                }
+                continue;
+            }
+            let mut left = Vec::new();
+            for c in &claimed {
+                if r.circuit_gate("erp", "sim", 60_000, &|_| false).unwrap() == Gate::Closed
+                    || limit == 1
+                {
+                    let wait = ms(retry_ceiling(d, c.failures + 1));
+                    let rec = r
+                        .record_attempt(c, "sim", &failed, 1, policy, wait)
+                        .unwrap()
+                        .unwrap();
+                    if rec.state == DeliveryState::Dead {
+                        let i = keys.iter().position(|k| *k == c.key).unwrap();
+                        died[i] = Some(crate::registry::now_ms() - start);
+                    }
+                } else {
+                    left.push(c.id);
+                }
+            }
+            r.unclaim_deliveries("sim", &left).unwrap();
+            elapsed += 1;
+        }
+        shift(0);
+        died
+    }
+
+    #[test]
+    fn an_outage_of_four_hours_dead_letters_nothing_with_the_defaults_and_72_hours_end_it() {
+        let d = defaults();
+        for documents in [1, 3, 20] {
+            let died = outage(&d, documents, 4 * 3_600_000);
+            assert!(died.iter().all(Option::is_none), "{documents}: {died:?}");
+        }
+        // Only max_age_hours ends an outage's rows: each at the first failed probe after
+        // it, one per cool-down (and the row's own wait, at most backoff_max_ms).
+        let died: Vec<i64> = outage(&d, 3, 80 * 3_600_000)
+            .into_iter()
+            .map(|t| t.expect("dead after max_age_hours"))
+            .collect();
+        let age = 72 * 3_600_000;
+        let step = ms(d.circuit_cooldown_ms + d.backoff_max_ms);
+        for t in &died {
+            assert!((age..=age + 3 * step).contains(t), "{died:?}");
+        }
+        eprintln!("outage with the defaults: 3 deliveries dead after {died:?} ms");
+    }
+
+    #[test]
+    fn a_document_failing_alone_is_dead_after_max_attempts_once_its_waits_add_up() {
+        // Its destination answers the others: the circuit stays closed.
+        let d = Destination {
+            circuit_failures: u32::MAX,
+            ..defaults()
+        };
+        let died = outage(&d, 1, 3_600_000)[0].expect("dead within the hour");
+        let waits: u64 = (1..d.max_attempts).map(|n| retry_ceiling(&d, n)).sum();
+        assert_eq!(waits, 1_111_000, "18 min 31 s, as the README says");
+        // A millisecond per attempt, and the real time the test itself takes.
+        assert!(
+            (ms(waits)..=ms(waits) + 1_000).contains(&died),
+            "{died} ms"
+        );
     }
 }

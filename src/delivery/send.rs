@@ -489,7 +489,10 @@ mod tests {
             correlation_id: "ZZ:ACME:000000001".into(),
             file: "/nonexistent".into(),
             attempts: 0,
+            failures: 0,
             created_ms: 0,
+            subject: "ZZ:ACME:850:PO-1".into(),
+            sequence: None,
         };
         let (production, test) = (
             row("ZZ:ACME:850:PO-1:00:"),

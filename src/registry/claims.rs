@@ -15,7 +15,17 @@ use crate::disposition::Disposition;
 
 /// Milliseconds since the Unix epoch, the registry's clock.
 pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    let now = chrono::Utc::now().timestamp_millis();
+    #[cfg(test)]
+    let now = now.saturating_add(CLOCK_SHIFT_MS.with(std::cell::Cell::get));
+    now
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How far unit tests moved this thread's registry clock ahead: hours of retries and
+    /// cool-downs simulated in a moment.
+    pub(crate) static CLOCK_SHIFT_MS: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
 /// What a process asks for when it opens an interchange's envelope.

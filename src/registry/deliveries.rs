@@ -19,6 +19,9 @@ crate::words::words! {
         Queued = "queued",
         /// Failed at least once; tried again at `next_at`.
         Retrying = "retrying",
+        /// Behind a dead delivery of an earlier document of its PO (its subject) to the same
+        /// destination: sent once that one is retried and delivered, never before.
+        Blocked = "blocked",
         /// Given up (a permanent refusal, or out of attempts or time): an operator's.
         Dead = "dead",
         Delivered = "delivered",
@@ -68,7 +71,12 @@ pub struct Claimed {
     pub file: String,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// Of those, the failures that count against `max_attempts` (not the probes').
+    pub failures: u32,
     pub created_ms: i64,
+    /// The document its changes are about, and its place in the order of deliveries.
+    pub subject: String,
+    pub sequence: Option<i64>,
 }
 
 /// What an attempt came to.
@@ -107,6 +115,8 @@ pub struct Policy {
 pub struct Recorded {
     pub state: DeliveryState,
     pub attempts: u32,
+    /// Deliveries of later documents of its PO that this dead one now blocks.
+    pub blocked: usize,
     /// The circuit's new state, when this attempt changed it.
     pub circuit: Option<CircuitState>,
     /// Whether the circuit is open after it (by this attempt or another deliverer's).
@@ -147,6 +157,13 @@ pub struct DeliveryRow {
     pub claimed_by: Option<String>,
     /// What it is sent with as `Idempotency-Key`.
     pub idempotency_key: String,
+    /// The document its changes are about (a PO): its deliveries go out one at a time, in
+    /// `sequence` order.
+    pub subject: String,
+    pub sequence: Option<i64>,
+    /// Failed attempts that count against `max_attempts`: those made while the circuit was
+    /// closed (a failed probe does not count).
+    pub failures: u32,
 }
 
 /// A circuit as `circuit_gate` reads it: state, open until, prober, probe expiry.
@@ -197,6 +214,17 @@ impl Batch<'_> {
         let now = now_ms();
         let attempts = c.attempts.saturating_add(1);
         let old = now.saturating_sub(c.created_ms) >= policy.max_age_ms;
+        let circuit = read_circuit(&b.tx, &c.destination).map_err(|e| b.sql(e))?;
+        // A probe tells whether the destination is back, not whether this document can be
+        // delivered: its failure costs the row nothing, so an outage of any length (shorter
+        // than max_age) dead-letters nothing.
+        let probe = circuit.0 == CircuitState::Probing && circuit.2.as_deref() == Some(owner);
+        let failures = match outcome {
+            Attempted::Failed { .. } | Attempted::Unsent { .. } if !probe => {
+                c.failures.saturating_add(1)
+            }
+            _ => c.failures,
+        };
         let (state, status, error, reference) = match outcome {
             Attempted::Delivered { status, result_ref } => (
                 DeliveryState::Delivered,
@@ -216,7 +244,7 @@ impl Batch<'_> {
                 error,
                 permanent: false,
             } => (
-                if attempts >= policy.max_attempts || old {
+                if failures >= policy.max_attempts || old {
                     DeliveryState::Dead
                 } else {
                     DeliveryState::Retrying
@@ -234,7 +262,7 @@ impl Batch<'_> {
                      result_ref = COALESCE(?8, result_ref),
                      delivered_at = CASE WHEN ?3 = 'delivered' THEN CAST(?5 AS BIGINT) END,
                      next_at = CASE WHEN ?3 = 'retrying' THEN ?9 ELSE next_at END,
-                     owner = NULL, lease_expires = NULL
+                     owner = NULL, lease_expires = NULL, failures = ?10
                  WHERE id = ?1 AND owner = ?2",
             )
             .and_then(|mut s| {
@@ -247,7 +275,8 @@ impl Batch<'_> {
                     status,
                     error,
                     reference,
-                    now.saturating_add(retry_in_ms)
+                    now.saturating_add(retry_in_ms),
+                    failures
                 ])
             })
             .map_err(|e| b.sql(e))?;
@@ -261,8 +290,20 @@ impl Batch<'_> {
             .and_then(|mut s| s.execute(params![c.document_id, reference]))
             .map_err(|e| b.sql(e))?;
         }
-        let (now_state, circuit) =
-            move_circuit(&b.tx, &c.destination, outcome, policy, now).map_err(|e| b.sql(e))?;
+        // The later documents of its PO wait for an operator's retry of this one.
+        let blocked = if state == DeliveryState::Dead {
+            b.tx.prepare_cached(
+                "UPDATE deliveries SET state = 'blocked'
+                 WHERE destination = ?1 AND subject = ?2 AND sequence > ?3
+                 AND state IN ('queued', 'retrying')",
+            )
+            .and_then(|mut s| s.execute(params![c.destination, c.subject, c.sequence]))
+            .map_err(|e| b.sql(e))?
+        } else {
+            0
+        };
+        let (now_state, circuit) = move_circuit(&b.tx, &c.destination, circuit, outcome, policy, now)
+            .map_err(|e| b.sql(e))?;
         let detail = serde_json::json!({
             "document": c.key,
             "destination": c.destination,
@@ -270,6 +311,8 @@ impl Batch<'_> {
             "status": status,
             "duration_ms": duration_ms,
             "state": state,
+            "probe": probe,
+            "blocked": blocked,
             "error": error,
             "result_ref": reference,
             "circuit": circuit,
@@ -291,19 +334,30 @@ impl Batch<'_> {
         Ok(Some(Recorded {
             state,
             attempts,
+            blocked,
             circuit,
             open: now_state != CircuitState::Closed,
         }))
     }
 
-    /// Queues a document for its destination; a takeover's second queueing is a no-op.
+    /// Queues a document for its destination, in its place among its PO's documents there
+    /// (`blocked` already when an earlier one is dead); a takeover's second queueing is a
+    /// no-op.
     pub fn queue_delivery(&self, q: &Queue<'_>) -> Result<(), RegistryError> {
         let now = now_ms();
         self.tx
             .prepare_cached(
                 "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
-                     correlation_id, file, state, queued_by, next_at, created, idempotency_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9, ?9, ?10)
+                     correlation_id, file, state, queued_by, next_at, created, idempotency_key,
+                     subject, sequence)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+                     CASE WHEN EXISTS (SELECT 1 FROM deliveries e, documents d
+                         WHERE d.id = ?1 AND e.destination = ?3 AND e.subject = d.subject
+                         AND e.sequence < d.sequence AND e.state IN ('dead', 'blocked'))
+                     THEN 'blocked' ELSE 'queued' END,
+                     ?8, ?9, ?9, ?10,
+                     COALESCE((SELECT subject FROM documents WHERE id = ?1), ?2),
+                     (SELECT sequence FROM documents WHERE id = ?1))
                  ON CONFLICT (document_id, destination) DO NOTHING",
             )
             .and_then(|mut s| {
@@ -355,7 +409,17 @@ fn result_refs(
 }
 
 const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
-    correlation_id, file, attempts, created, idempotency_key";
+    correlation_id, file, attempts, created, idempotency_key, failures, subject, sequence";
+
+/// A row's turn at its destination: no earlier document of its PO is still to be settled
+/// there (a row queued, retrying, in flight, blocked or dead), nor still being written (its
+/// row not queued yet). Checked in the claim itself, so it holds across deliverers and
+/// nodes, and it leaves at most one row of a PO claimable at a time.
+const IN_TURN: &str = "NOT EXISTS (SELECT 1 FROM deliveries e
+        WHERE e.destination = deliveries.destination AND e.subject = deliveries.subject
+        AND e.sequence < deliveries.sequence AND e.state != 'delivered')
+    AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.subject = deliveries.subject
+        AND d.sequence < deliveries.sequence AND d.delivery = 'pending')";
 
 fn claimed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Claimed> {
     Ok(Claimed {
@@ -370,13 +434,16 @@ fn claimed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Clai
         attempts: r.get(8)?,
         created_ms: r.get(9)?,
         idempotency_key: r.get(10)?,
+        failures: r.get(11)?,
+        subject: r.get(12)?,
+        sequence: r.get(13)?,
     })
 }
 
 pub(super) const ROW: &str =
     "id, key, destination, partner, interchange_key, correlation_id, state,
     attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
-    owner, idempotency_key";
+    owner, idempotency_key, subject, sequence, failures";
 
 pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DeliveryRow> {
     Ok(DeliveryRow {
@@ -398,6 +465,9 @@ pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Resu
         delivered_ms: r.get(15)?,
         claimed_by: r.get(16)?,
         idempotency_key: r.get(17)?,
+        subject: r.get(18)?,
+        sequence: r.get(19)?,
+        failures: r.get(20)?,
     })
 }
 
@@ -424,13 +494,13 @@ impl Registry {
                     "SELECT {CLAIMED}, owner FROM deliveries
                      WHERE destination = ?1 AND state IN ('queued', 'retrying') AND next_at <= ?5
                      AND (queued_by = ?3 OR ?3 IS NULL)
-                     AND (owner IS NULL OR lease_expires < ?2)
+                     AND (owner IS NULL OR lease_expires < ?2) AND {IN_TURN}
                      ORDER BY next_at, id LIMIT ?4"
                 ))
                 .and_then(|mut s| {
                     s.query_map(
                         params![destination, now, queued_by, limit, due_ms.min(now)],
-                        |r| Ok((claimed(r)?, r.get(11)?)),
+                        |r| Ok((claimed(r)?, r.get(14)?)),
                     )?
                     .collect::<Result<Vec<_>, _>>()
                 })
@@ -458,12 +528,13 @@ impl Registry {
                             "SELECT {CLAIMED}, owner FROM deliveries
                              WHERE destination = ?1 AND state IN ('queued', 'retrying')
                              AND next_at <= ?2 AND owner = ?3 AND (queued_by = ?4 OR ?4 IS NULL)
+                             AND {IN_TURN}
                              ORDER BY next_at, id LIMIT ?5"
                         ))
                         .and_then(|mut s| {
                             s.query_map(
                                 params![destination, due_ms.min(now), dead, queued_by, more],
-                                |r| Ok((claimed(r)?, r.get(11)?)),
+                                |r| Ok((claimed(r)?, r.get(14)?)),
                             )?
                             .collect::<Result<Vec<_>, _>>()
                         })
@@ -529,13 +600,13 @@ impl Registry {
             // (owner, earliest retry, earliest lease end); no owner: free or expired.
             let rows: Vec<(Option<String>, i64, i64)> = self
                 .conn
-                .prepare_cached(
+                .prepare_cached(&format!(
                     "SELECT CASE WHEN lease_expires > ?3 THEN owner END AS holder,
                          MIN(next_at), MIN(COALESCE(lease_expires, 0))
                      FROM deliveries WHERE destination = ?1 AND state IN ('queued', 'retrying')
-                     AND (queued_by = ?2 OR ?2 IS NULL)
-                     GROUP BY holder",
-                )
+                     AND (queued_by = ?2 OR ?2 IS NULL) AND {IN_TURN}
+                     GROUP BY holder"
+                ))
                 .and_then(|mut s| {
                     s.query_map(params![d, queued_by, now], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -747,28 +818,74 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// Puts dead deliveries back in the queue with their attempts and age reset; how many.
-    pub fn retry_deliveries(&mut self, which: &Retry<'_>) -> Result<usize, RegistryError> {
+    /// Puts dead deliveries back in the queue with their attempts and age reset, and
+    /// releases the ones they blocked (each still waits for its turn, so they go out in
+    /// order after them): how many were retried, and how many released.
+    pub fn retry_deliveries(&mut self, which: &Retry<'_>) -> Result<(usize, usize), RegistryError> {
         self.batch(|b| {
             let now = now_ms();
             let key = match which {
                 Retry::Key(k) => Some(*k),
                 Retry::AllDead => None,
             };
+            let places: Vec<(String, String)> =
+                b.tx.prepare_cached(
+                    "SELECT DISTINCT destination, subject FROM deliveries
+                     WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| b.sql(e))?;
             let n =
                 b.tx.prepare_cached(
-                    "UPDATE deliveries SET state = 'queued', attempts = 0, next_at = ?2,
-                         created = ?2, owner = NULL, lease_expires = NULL
+                    "UPDATE deliveries SET state = 'queued', attempts = 0, failures = 0,
+                         next_at = ?2, created = ?2, owner = NULL, lease_expires = NULL
                      WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
                 )
                 .and_then(|mut s| s.execute(params![key, now]))
                 .map_err(|e| b.sql(e))?;
+            let mut released = 0;
+            for (destination, subject) in &places {
+                // Their age counts from now: they never had their turn.
+                released +=
+                    b.tx.prepare_cached(
+                        "UPDATE deliveries SET state = 'queued', next_at = ?3, created = ?3
+                         WHERE destination = ?1 AND subject = ?2 AND state = 'blocked'
+                         AND NOT EXISTS (SELECT 1 FROM deliveries e
+                             WHERE e.destination = deliveries.destination
+                             AND e.subject = deliveries.subject
+                             AND e.sequence < deliveries.sequence AND e.state = 'dead')",
+                    )
+                    .and_then(|mut s| s.execute(params![destination, subject, now]))
+                    .map_err(|e| b.sql(e))?;
+            }
             if n > 0 {
-                let detail = serde_json::json!({ "document": key, "retried": n }).to_string();
+                let detail =
+                    serde_json::json!({ "document": key, "retried": n, "released": released })
+                        .to_string();
                 b.record_note(EventKind::DeliveriesRetried, None, None, None, &detail)?;
             }
-            Ok(n)
+            Ok((n, released))
         })
+    }
+
+    /// The dead deliveries that hold the blocked ones of document `key`: (key, destination).
+    pub fn blocking(&self, key: &str) -> Result<Vec<(String, String)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT DISTINCT e.key, e.destination FROM deliveries b, deliveries e
+                 WHERE b.key = ?1 AND b.state = 'blocked' AND e.destination = b.destination
+                 AND e.subject = b.subject AND e.sequence < b.sequence AND e.state = 'dead'
+                 ORDER BY e.key, e.destination",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
     /// Records the business system's reference for document `key` (an operator's or the
@@ -871,21 +988,29 @@ impl Registry {
     }
 }
 
+/// A destination's circuit as an attempt finds it: state, failures in a row, prober.
+fn read_circuit(
+    tx: &crate::registry::db::Conn,
+    destination: &str,
+) -> crate::registry::db::Result<(CircuitState, u32, Option<String>)> {
+    Ok(tx
+        .prepare_cached("SELECT state, failures, probe_owner FROM circuits WHERE destination = ?1")?
+        .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .unwrap_or((CircuitState::Closed, 0, None)))
+}
+
 /// The circuit after an attempt: a success (or a refusal, which the destination answered)
 /// closes it; a failure counts, and opens it at `circuit_failures` in a row, or again when
 /// it was the probe. Returns the state after, and whether it changed.
 fn move_circuit(
     tx: &crate::registry::db::Conn,
     destination: &str,
+    (state, failures, _): (CircuitState, u32, Option<String>),
     outcome: &Attempted,
     policy: Policy,
     now: i64,
 ) -> crate::registry::db::Result<(CircuitState, Option<CircuitState>)> {
-    let (state, failures): (CircuitState, u32) = tx
-        .prepare_cached("SELECT state, failures FROM circuits WHERE destination = ?1")?
-        .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
-        .unwrap_or((CircuitState::Closed, 0));
     let (next, failures, open_until) = match outcome {
         Attempted::Unsent { .. } => {
             // Not the destination's doing: a probe that never went out gives the probe back.
@@ -983,6 +1108,46 @@ mod tests {
         (row.state, row.attempts)
     }
 
+    /// Document `id` of PO `po`, at `sequence` in the order of deliveries, with `delivery`
+    /// (`pending`: still being written, no row queued); its key is `po:sequence`.
+    fn document(r: &mut Registry, id: i64, po: &str, sequence: i64, delivery: &str) -> String {
+        let key = format!("{po}:{sequence}");
+        r.conn
+            .execute(
+                "INSERT INTO documents (id, key, subject, partner, set_id, role, fingerprint,
+                     interchange_key, position, st02, disposition, delivery, by, sequence, seen)
+                 VALUES (?1, ?2, ?3, 'ZZ:ACME', '850', 'original', ?2, 'ZZ:ACME:000000001',
+                     ?4, '0001', 'new', ?5, 'x', ?6, 0)",
+                params![id, key, po, format!("0.{id}"), delivery, sequence],
+            )
+            .unwrap();
+        key
+    }
+
+    /// [`document`], handed over and queued for erp.
+    fn ordered(r: &mut Registry, id: i64, po: &str, sequence: i64) -> String {
+        let key = document(r, id, po, sequence, "delivered");
+        queue(r, id, &key);
+        key
+    }
+
+    fn keys(claimed: &[Claimed]) -> Vec<&str> {
+        claimed.iter().map(|c| c.key.as_str()).collect()
+    }
+
+    fn ok() -> Attempted {
+        Attempted::Delivered {
+            status: "200".into(),
+            result_ref: None,
+        }
+    }
+
+    fn record(r: &mut Registry, c: &Claimed, owner: &str, outcome: &Attempted) -> Recorded {
+        r.record_attempt(c, owner, outcome, 5, POLICY, 0)
+            .unwrap()
+            .unwrap()
+    }
+
     crate::registry::tests::on_both! {
         fn a_row_is_claimed_by_one_deliverer_and_recorded_only_under_its_lease() {
             let mut r = registry();
@@ -1044,9 +1209,9 @@ mod tests {
                 claim(&mut r, "a").is_empty(),
                 "dead rows wait for an operator"
             );
-            assert_eq!(r.retry_deliveries(&Retry::Key("K1")).unwrap(), 1);
+            assert_eq!(r.retry_deliveries(&Retry::Key("K1")).unwrap(), (1, 0));
             assert_eq!(state(&r, "K1"), (DeliveryState::Queued, 0));
-            assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), 0);
+            assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), (0, 0));
             // A refusal is dead at once.
             let c = claim(&mut r, "a");
             let refused = Attempted::Refused {
@@ -1328,6 +1493,130 @@ mod tests {
             r.confirm("K", &long, true).unwrap();
             let kept = r.result_refs(&["K"]).unwrap().remove(0).unwrap();
             assert!(kept.len() <= 340 && !kept.contains('\u{1b}'), "{kept}");
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_pos_documents_go_out_one_at_a_time_in_order_and_other_pos_beside_them() {
+            let mut r = registry();
+            let a5 = ordered(&mut r, 1, "PO-A", 5);
+            let a6 = ordered(&mut r, 2, "PO-A", 6);
+            let b7 = ordered(&mut r, 3, "PO-B", 7);
+            let c = claim(&mut r, "a");
+            assert_eq!(keys(&c), [a5.as_str(), b7.as_str()], "one row of a PO at a time");
+            assert!(claim(&mut r, "b").is_empty(), "the change waits for its original in flight");
+            let now = now_ms();
+            let due = r.next_sendable(&["erp"], None, &|_| false).unwrap().unwrap();
+            assert!(due >= now + 50_000, "a waiting change does not make the destination due");
+            // The original fails: it stays first in line; the other PO is not held up.
+            assert_eq!(record(&mut r, &c[0], "a", &failed()).state, DeliveryState::Retrying);
+            assert_eq!(record(&mut r, &c[1], "a", &ok()).state, DeliveryState::Delivered);
+            let c = claim(&mut r, "b");
+            assert_eq!(keys(&c), [a5.as_str()]);
+            record(&mut r, &c[0], "b", &ok());
+            let c = claim(&mut r, "a");
+            assert_eq!(keys(&c), [a6.as_str()]);
+            record(&mut r, &c[0], "a", &ok());
+            // A document still being written (its row not queued yet) holds its PO's later ones.
+            document(&mut r, 4, "PO-C", 8, "pending");
+            let c9 = ordered(&mut r, 5, "PO-C", 9);
+            assert!(claim(&mut r, "a").is_empty());
+            r.batch(|b| b.documents_delivered(&[4])).unwrap();
+            assert_eq!(keys(&claim(&mut r, "a")), [c9.as_str()]);
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_dead_original_blocks_its_changes_until_its_retry_and_they_follow_in_order() {
+            let mut r = registry();
+            let a5 = ordered(&mut r, 1, "PO-A", 5);
+            let a6 = ordered(&mut r, 2, "PO-A", 6);
+            let c = claim(&mut r, "a");
+            let refused = Attempted::Refused {
+                status: "400".into(),
+                error: "unknown item".into(),
+            };
+            let rec = record(&mut r, &c[0], "a", &refused);
+            assert_eq!((rec.state, rec.blocked), (DeliveryState::Dead, 1));
+            assert_eq!(state(&r, &a6), (DeliveryState::Blocked, 0));
+            // A change queued later is blocked from the start.
+            let a7 = ordered(&mut r, 3, "PO-A", 7);
+            assert_eq!(state(&r, &a7), (DeliveryState::Blocked, 0));
+            assert!(claim(&mut r, "a").is_empty());
+            assert_eq!(r.next_sendable(&["erp"], None, &|_| false).unwrap(), None);
+            assert_eq!(r.blocking(&a7).unwrap(), [(a5.clone(), "erp".to_string())]);
+            assert_eq!(
+                r.retry_deliveries(&Retry::Key(&a6)).unwrap(),
+                (0, 0),
+                "a blocked row is not dead: its original is retried"
+            );
+            let counts = r.delivery_counts().unwrap();
+            assert!(counts.contains(&("erp".into(), DeliveryState::Blocked, 2)), "{counts:?}");
+            assert_eq!(r.retry_deliveries(&Retry::Key(&a5)).unwrap(), (1, 2));
+            for want in [&a5, &a6, &a7] {
+                let c = claim(&mut r, "a");
+                assert_eq!(keys(&c), [want.as_str()]);
+                record(&mut r, &c[0], "a", &ok());
+            }
+            assert!(claim(&mut r, "a").is_empty());
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn a_failed_probe_costs_its_row_nothing_but_age_still_ends_it() {
+            let mut r = registry();
+            let k1 = ordered(&mut r, 1, "PO-1", 1);
+            let k2 = ordered(&mut r, 2, "PO-2", 2);
+            let c = claim(&mut r, "a");
+            record(&mut r, &c[0], "a", &failed());
+            let opened = record(&mut r, &c[1], "a", &failed());
+            assert_eq!(opened.circuit, Some(CircuitState::Open));
+            // Ten probes fail (max_attempts is 3): the row probed is still retrying, with the
+            // one failure it had while the circuit was closed.
+            for _ in 0..10 {
+                r.conn
+                    .execute("UPDATE circuits SET open_until = 0", [])
+                    .unwrap();
+                r.conn
+                    .execute("UPDATE deliveries SET next_at = 0", [])
+                    .unwrap();
+                assert_eq!(r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(), Gate::Probe);
+                let p = r
+                    .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                    .unwrap();
+                let rec = record(&mut r, &p[0], "a", &failed());
+                assert_eq!(rec.state, DeliveryState::Retrying);
+                assert_eq!(rec.circuit, Some(CircuitState::Open), "open again");
+            }
+            let rows = r.deliveries(None, None, None).unwrap();
+            assert_eq!(rows.iter().map(|d| d.failures).collect::<Vec<_>>(), [1, 1]);
+            assert_eq!(rows.iter().map(|d| d.attempts).sum::<u32>(), 12);
+            // Past max_age a probe's failure is the row's last.
+            r.conn
+                .execute("UPDATE deliveries SET created = 0, next_at = 0", [])
+                .unwrap();
+            r.conn
+                .execute("UPDATE circuits SET open_until = 0", [])
+                .unwrap();
+            assert_eq!(r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(), Gate::Probe);
+            let p = r
+                .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                .unwrap();
+            assert_eq!(record(&mut r, &p[0], "a", &failed()).state, DeliveryState::Dead);
+            // A failure while the circuit is closed counts again.
+            r.conn
+                .execute("DELETE FROM circuits", [])
+                .unwrap();
+            let left = if p[0].key == k1 { &k2 } else { &k1 };
+            r.conn
+                .execute("UPDATE deliveries SET created = ?1", [now_ms()])
+                .unwrap();
+            let c = claim(&mut r, "a");
+            assert_eq!(keys(&c), [left.as_str()]);
+            let rec = record(&mut r, &c[0], "a", &failed());
+            assert_eq!(rec.state, DeliveryState::Retrying);
+            let row = r.deliveries(None, None, Some(left)).unwrap().remove(0);
+            assert_eq!(row.failures, 2);
         }
     }
 }

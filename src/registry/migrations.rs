@@ -199,6 +199,62 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (key, seq, part),
         FOREIGN KEY (key, seq) REFERENCES acks (key, seq) ON DELETE CASCADE
     ) STRICT;",
+    // 10: deliveries keep their document's place in the order of deliveries (its subject,
+    // the PO its changes are about, and its sequence), so that a destination gets a PO's
+    // documents one at a time and in order; a row behind a dead one is `blocked`; and
+    // `failures` counts only the attempts that count against `max_attempts` (made while the
+    // circuit was closed, not probes). Rows from before count every attempt they made.
+    "CREATE TABLE deliveries_v10 (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id     INTEGER NOT NULL,
+        key             TEXT NOT NULL,
+        destination     TEXT NOT NULL,
+        partner         TEXT NOT NULL,
+        interchange_key TEXT NOT NULL,
+        correlation_id  TEXT NOT NULL,
+        file            TEXT NOT NULL,
+        state           TEXT NOT NULL
+            CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered')),
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        queued_by       TEXT NOT NULL,
+        owner           TEXT,
+        lease_expires   INTEGER,
+        next_at         INTEGER NOT NULL,
+        created         INTEGER NOT NULL,
+        last_at         INTEGER,
+        last_status     TEXT,
+        last_error      TEXT,
+        delivered_at    INTEGER,
+        result_ref      TEXT,
+        idempotency_key TEXT NOT NULL,
+        subject         TEXT NOT NULL,
+        sequence        INTEGER,
+        failures        INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (document_id, destination)
+    ) STRICT;
+    INSERT INTO deliveries_v10
+        SELECT id, document_id, key, destination, partner, interchange_key, correlation_id,
+            file, state, attempts, queued_by, owner, lease_expires, next_at, created, last_at,
+            last_status, last_error, delivered_at, result_ref, idempotency_key,
+            COALESCE((SELECT d.subject FROM documents d WHERE d.id = deliveries.document_id), key),
+            (SELECT d.sequence FROM documents d WHERE d.id = deliveries.document_id),
+            attempts
+        FROM deliveries;
+    INSERT INTO sqlite_sequence (name, seq)
+        SELECT 'deliveries_v10', seq FROM sqlite_sequence WHERE name = 'deliveries'
+        AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'deliveries_v10');
+    UPDATE sqlite_sequence
+        SET seq = max(seq, COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'), 0))
+        WHERE name = 'deliveries_v10';
+    DROP TABLE deliveries;
+    ALTER TABLE deliveries_v10 RENAME TO deliveries;
+    CREATE INDEX deliveries_due ON deliveries (destination, next_at)
+        WHERE state IN ('queued', 'retrying');
+    CREATE INDEX deliveries_key ON deliveries (key);
+    CREATE INDEX deliveries_interchange ON deliveries (interchange_key);
+    CREATE INDEX deliveries_document ON deliveries (document_id);
+    CREATE INDEX deliveries_order ON deliveries (destination, subject, sequence)
+        WHERE state != 'delivered';",
 ];
 
 pub enum Error {
@@ -283,6 +339,53 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 9);
+        assert_eq!(known(), 10);
+    }
+
+    #[test]
+    fn deliveries_of_a_version_9_registry_take_their_documents_place_and_count_every_attempt() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, sql) in MIGRATIONS.iter().take(9).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", i as i64 + 1)
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO documents (id, key, subject, partner, set_id, role, fingerprint,
+                 interchange_key, position, st02, disposition, delivery, by, sequence, seen)
+             VALUES (7, 'K', 'ZZ:ACME:850:PO-1', 'ZZ:ACME', '850', 'original', 'f',
+                 'ZZ:ACME:000000001', '0.0', '0001', 'new', 'delivered', 'x', 5, 0);
+             INSERT INTO deliveries (id, document_id, key, destination, partner, interchange_key,
+                 correlation_id, file, state, attempts, queued_by, next_at, created,
+                 idempotency_key)
+             VALUES (3, 7, 'K', 'erp', 'ZZ:ACME', 'ZZ:ACME:000000001', 'c', 'f', 'retrying', 4,
+                 'p', 0, 0, 'K'),
+                 (9, 8, 'GONE', 'erp', 'ZZ:ACME', 'ZZ:ACME:000000001', 'c', 'f', 'queued', 0,
+                 'p', 0, 0, 'GONE');
+             DELETE FROM deliveries WHERE id = 9;",
+        )
+        .unwrap();
+        apply(&mut conn).map_err(|_| "migration failed").unwrap();
+        let row: (String, Option<i64>, i64, i64) = conn
+            .query_row(
+                "SELECT subject, sequence, failures, attempts FROM deliveries WHERE id = 3",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(row, ("ZZ:ACME:850:PO-1".into(), Some(5), 4, 4));
+        // Ids are never handed out again, and the new state is allowed.
+        conn.execute(
+            "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
+                 correlation_id, file, state, queued_by, next_at, created, idempotency_key,
+                 subject)
+             VALUES (8, 'L', 'erp', 'ZZ:ACME', 'i', 'c', 'f', 'blocked', 'p', 0, 0, 'L', 'S')",
+            [],
+        )
+        .unwrap();
+        let id: i64 = conn
+            .query_row("SELECT id FROM deliveries WHERE key = 'L'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(id, 10);
     }
 }

@@ -338,6 +338,20 @@ CREATE TABLE ack_parts (
     FOREIGN KEY (key, seq) REFERENCES acks (key, seq) ON DELETE CASCADE
 );
 "#,
+    r#"
+ALTER TABLE deliveries ADD COLUMN subject TEXT COLLATE "C", ADD COLUMN sequence BIGINT,
+    ADD COLUMN failures BIGINT NOT NULL DEFAULT 0;
+UPDATE deliveries SET
+    subject = COALESCE((SELECT d.subject FROM documents d WHERE d.id = deliveries.document_id), key),
+    sequence = (SELECT d.sequence FROM documents d WHERE d.id = deliveries.document_id),
+    failures = attempts;
+ALTER TABLE deliveries ALTER COLUMN subject SET NOT NULL;
+ALTER TABLE deliveries DROP CONSTRAINT deliveries_state_check;
+ALTER TABLE deliveries ADD CONSTRAINT deliveries_state_check
+    CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered'));
+CREATE INDEX deliveries_order ON deliveries (destination, subject, sequence)
+    WHERE state != 'delivered';
+"#,
 ];
 
 pub(super) fn known() -> i64 {

@@ -1386,10 +1386,16 @@ fn act(
         "retry" => registry
             .retry_deliveries(&Retry::Key(&key))
             .map_err(|e| e.to_string())
-            .and_then(|n| match n {
+            .and_then(|(n, released)| match n {
                 0 => Err(format!("{key}: no dead delivery")),
                 n => Ok((
-                    format!("{n} delivery(ies) of {key} queued again"),
+                    format!(
+                        "{n} delivery(ies) of {key} queued again{}",
+                        match released {
+                            0 => String::new(),
+                            r => format!(", and {r} blocked behind it, to follow in order"),
+                        }
+                    ),
                     Back::List("dead"),
                 )),
             }),

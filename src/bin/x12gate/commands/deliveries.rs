@@ -112,19 +112,38 @@ pub fn deliveries(
             (Some(k), false) => Retry::Key(k),
             _ => Retry::AllDead,
         };
-        let n = registry
+        let (n, released) = registry
             .retry_deliveries(&which)
             .map_err(registry_failure)?;
         if n == 0 {
+            let behind = match &key {
+                Some(k) => registry.blocking(k).map_err(registry_failure)?,
+                None => Vec::new(),
+            };
+            if !behind.is_empty() {
+                let names: Vec<String> = behind
+                    .iter()
+                    .map(|(k, d)| format!("{} (to {d})", x12gate::text::printable(k)))
+                    .collect();
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: blocked behind the dead delivery of {}: retry that one, and this follows it",
+                    key.as_deref().map(x12gate::text::printable).unwrap_or_default(),
+                    names.join(", ")
+                )));
+            }
             return Err(Failure::Usage(anyhow::anyhow!(
                 "{}: no dead delivery (x12gate deliveries --state dead lists them)",
                 key.as_deref()
                     .map_or("--all-dead".into(), x12gate::text::printable)
             )));
         }
+        let followers = match released {
+            0 => String::new(),
+            r => format!(" and {r} blocked behind them released, to follow in order"),
+        };
         writeln!(
             out,
-            "{n} delivery(ies) queued again; `x12gate deliver` or a running watch sends them"
+            "{n} delivery(ies) queued again{followers}; `x12gate deliver` or a running watch sends them"
         )?;
         return Ok(exit::OK);
     }
