@@ -195,7 +195,7 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
     }
     reg.register(
         "deliveries",
-        "Documents in the outbox by destination and state: queued, retrying, dead (the dead-letter queue, for its owner), delivered",
+        "Documents in the outbox by destination and state: queued, retrying, blocked (behind a dead earlier document of the same PO), dead (the dead-letter queue, for its owner), delivered",
         deliveries,
     );
     let circuits = Family::<Labels, Gauge>::default();

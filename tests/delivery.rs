@@ -42,6 +42,8 @@ enum Mode {
     Hang(Duration),
     /// This status and body for everything, nothing booked.
     Fixed(u16, &'static str),
+    /// 503 for the first `n` requests of each key starting with `prefix`; healthy else.
+    FailFirst { prefix: &'static str, n: usize },
 }
 
 /// One request the ERP received.
@@ -94,7 +96,12 @@ struct Erp {
 
 impl Erp {
     fn start(mode: Mode) -> Erp {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the test ERP");
+        Erp::start_at(0, mode)
+    }
+
+    /// On `port` (0: any free one).
+    fn start_at(port: u16, mode: Mode) -> Erp {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the test ERP");
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let books = Arc::new(Mutex::new(Books {
@@ -250,6 +257,13 @@ async fn answer(
             Mode::Down => Plan::Fail,
             Mode::Hang(d) => Plan::LateFail(*d),
             Mode::Fixed(status, body) => Plan::Fixed(*status, body),
+            Mode::FailFirst { prefix, n } => {
+                if key.as_deref().is_some_and(|k| k.starts_with(prefix)) && before < *n as u64 {
+                    Plan::Fail
+                } else {
+                    Plan::Book
+                }
+            }
             Mode::Reject(None) => Plan::Reject,
             Mode::Reject(Some(keys)) => {
                 if key.as_ref().is_some_and(|k| keys.contains(k)) {
@@ -594,6 +608,47 @@ fn interchange(n: u32, pos: &[&str], st02: u32, e: char, t: char) -> String {
 
 fn an_850(n: u32, pos: &[&str]) -> String {
     interchange(n, pos, 1, '*', '~')
+}
+
+/// One interchange from ACME (ISA13 and GS06 `n`) of 860s: a change with sequence 1 of
+/// each of `pos`.
+fn an_860(n: u32, pos: &[&str]) -> String {
+    let mut out = format!(
+        "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240115*0930*U*00401*{n:09}*0*P*>~\nGS*PC*ACME*X12GATE*20240115*0930*{n}*X*004010~\n"
+    );
+    for (i, po) in pos.iter().enumerate() {
+        out.push_str(&format!(
+            "ST*860*{:04}~\nBCH*04*SA*{po}**1*20240116~\nPOC*1*CA*10*5*EA*4.25*PE*UP*012345678905~\nSE*4*{:04}~\n",
+            i + 1,
+            i + 1
+        ));
+    }
+    out.push_str(&format!("GE*{}*{n}~\nIEA*1*{n:09}~\n", pos.len()));
+    out
+}
+
+/// The document key of the change with sequence 1 of PO `po`.
+fn change_key(po: &str) -> String {
+    format!("ZZ:ACME:860:{po}:04:1")
+}
+
+/// For each PO: the ERP took its original (a 2xx) before it received anything of its change.
+fn originals_first(seen: &[Seen], pos: &[String]) {
+    for po in pos {
+        let booked = seen
+            .iter()
+            .position(|s| s.key.as_deref() == Some(key(po).as_str()) && s.status == 200);
+        let change = seen
+            .iter()
+            .position(|s| s.key.as_deref() == Some(change_key(po).as_str()));
+        let (Some(booked), Some(change)) = (booked, change) else {
+            panic!("{po}: original booked at {booked:?}, change received at {change:?}");
+        };
+        assert!(
+            booked < change,
+            "{po}: the change came at request {change}, the original was booked at {booked}"
+        );
+    }
 }
 
 /// The document key of the original 850 with PO number `po`.
@@ -2715,4 +2770,204 @@ fn a_test_interchanges_translation_is_written_in_out_test() {
     let r = gate.process(&[], &[production]);
     let file = PathBuf::from(r[0]["outputs"][0].as_str().unwrap());
     assert_eq!(file.parent().unwrap(), gate.root().join("data/out"));
+}
+
+/// Fifty POs, each an 850 whose first two requests get a 503 and its 860 (for half of them
+/// the 860 came first and waited for its 850, so both were queued in one transaction): two
+/// deliverers at once with four requests each in flight, one of them aborted now and then
+/// between sending and recording, the other SIGKILLed once. The ERP receives each 850
+/// before its 860, all fifty times, and books each document once.
+#[cfg(feature = "failpoints")]
+#[test]
+fn each_pos_change_reaches_the_erp_after_its_original_across_deliverers_and_kills() {
+    let _heavy = crate::util::heavy();
+    let erp = Erp::start(Mode::FailFirst {
+        prefix: "ZZ:ACME:850:",
+        n: 2,
+    });
+    let gate = Gate::to(&http(
+        &erp.url(),
+        &[
+            ("concurrency", "4"),
+            ("circuit_failures", "1000"),
+            ("backoff_ms", "10"),
+            ("backoff_max_ms", "40"),
+            ("timeout_ms", "2000"),
+        ],
+    ));
+    let pos: Vec<String> = (1..=50).map(|i| format!("PO-{i}")).collect();
+    let odd: Vec<&str> = pos.iter().step_by(2).map(String::as_str).collect();
+    let even: Vec<&str> = pos.iter().skip(1).step_by(2).map(String::as_str).collect();
+    let all: Vec<&str> = pos.iter().map(String::as_str).collect();
+    let early = gate.write("early.x12", &an_860(7001, &odd));
+    let originals = gate.write("orders.x12", &an_850(7002, &all));
+    let late = gate.write("late.x12", &an_860(7003, &even));
+    for file in [&early, &originals, &late] {
+        gate.process(&["--no-deliver"], std::slice::from_ref(file));
+    }
+    let mut expected = BTreeMap::new();
+    for po in &pos {
+        expected.insert(key(po), correlation(7002));
+        let carried = if odd.contains(&po.as_str()) {
+            7001
+        } else {
+            7003
+        };
+        expected.insert(change_key(po), correlation(carried));
+    }
+    assert_eq!(
+        gate.deliveries(&["--state", "queued"]).len(),
+        100,
+        "{}",
+        states(&gate)
+    );
+
+    let aborting = || {
+        let mut c = gate.command(&["deliver", "--drain", "--timeout", "60"]);
+        c.env("FAILPOINTS", "deliver.sent=20%return");
+        c.spawn().unwrap()
+    };
+    let plain = || {
+        gate.command(&["deliver", "--drain", "--timeout", "60"])
+            .spawn()
+            .unwrap()
+    };
+    let mut other = plain();
+    std::thread::sleep(Duration::from_millis(300));
+    other.kill().expect("SIGKILL a deliverer");
+    other.wait().unwrap();
+    let mut other = plain();
+    let (mut aborts, mut runs) = (0, 0);
+    loop {
+        runs += 1;
+        let out = aborting().wait_with_output().unwrap();
+        if out.status.success() {
+            break;
+        }
+        aborts += 1;
+        assert!(
+            runs < 40,
+            "{runs} runs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = other.wait().unwrap();
+    assert_eq!(out.code(), Some(0));
+    // What the last abort left leased to a dead process.
+    gate.ok(&["deliver", "--drain", "--timeout", "60"]);
+    eprintln!(
+        "order: {aborts} deliverer(s) aborted between sending and recording, {} requests",
+        erp.seen().len()
+    );
+    let seen = erp.seen();
+    check_requests(&seen, &expected);
+    check_booked_once(&gate, &erp, &expected);
+    originals_first(&seen, &pos);
+}
+
+/// A dead 850 leaves its 860 `blocked` (listed so, never sent); a retry of the 860 names
+/// the 850 to retry; retrying the 850 delivers both, in order.
+#[test]
+fn a_dead_original_blocks_its_change_and_its_retry_delivers_both_in_order() {
+    let erp = Erp::start(Mode::Reject(Some(BTreeSet::from([key("PO-1")]))));
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let original = gate.write("o.x12", &an_850(8001, &["PO-1"]));
+    let change = gate.write("c.x12", &an_860(8002, &["PO-1"]));
+    for file in [&original, &change] {
+        let (status, stdout, stderr) = gate.run(&["process", &file.display().to_string()]);
+        assert!(
+            matches!(status.code(), Some(0) | Some(3)),
+            "{status:?}\n{stdout}\n{stderr}"
+        );
+    }
+    let rows = gate.deliveries_by_key();
+    assert_eq!(rows[&key("PO-1")]["state"], "dead", "{}", states(&gate));
+    assert_eq!(rows[&change_key("PO-1")]["state"], "blocked");
+    assert_eq!(gate.deliveries(&["--state", "blocked"]).len(), 1);
+    let listed = gate.ok(&["deliveries"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains(&change_key("PO-1")) && l.contains("blocked")),
+        "{listed}"
+    );
+    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    assert_eq!(erp.seen().len(), 1, "only the 850 was sent");
+    let (status, _, stderr) = gate.run(&["deliveries", "retry", &change_key("PO-1")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("blocked behind") && stderr.contains(&key("PO-1")),
+        "{stderr}"
+    );
+
+    erp.set_mode(Mode::Healthy);
+    let said = gate.ok(&["deliveries", "retry", &key("PO-1")]);
+    assert!(said.contains("1 blocked behind them released"), "{said}");
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let seen = erp.seen();
+    let expected = BTreeMap::from([
+        (key("PO-1"), correlation(8001)),
+        (change_key("PO-1"), correlation(8002)),
+    ]);
+    check_requests(&seen, &expected);
+    check_booked_once(&gate, &erp, &expected);
+    originals_first(&seen, &["PO-1".to_string()]);
+}
+
+/// The default settings scaled down 200 times (backoff, its ceiling and the cool-down; the
+/// attempts and age as they are): the ERP's port closed for "10 minutes" (3 s), three
+/// documents. None dies (the failed probes cost their rows nothing); once the port opens,
+/// each is delivered once.
+#[test]
+fn with_the_defaults_a_closed_port_kills_nothing_and_everything_is_delivered_once_it_opens() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/edi/inbound");
+    let gate = Gate::to(&http(
+        &url,
+        &[
+            ("timeout_ms", "2000"),
+            ("max_attempts", "12"),
+            ("max_age_hours", "72"),
+            ("backoff_ms", "5"),
+            ("backoff_max_ms", "1500"),
+            ("circuit_failures", "5"),
+            ("circuit_cooldown_ms", "150"),
+        ],
+    ));
+    let (files, expected) = load(&gate, 9000, 1, |_| 3);
+    new_documents(&gate.process(&["--no-deliver"], &files));
+    let mut watch = gate.watch();
+    std::thread::sleep(Duration::from_secs(3));
+    let rows = gate.deliveries(&[]);
+    let attempts: u64 = rows.iter().map(|d| d["attempts"].as_u64().unwrap()).sum();
+    for d in &rows {
+        assert!(
+            d["state"] == "retrying",
+            "nothing dies while the port is closed: {d}"
+        );
+        assert!(d["failures"].as_u64() < Some(12), "{d}");
+    }
+    assert!(
+        attempts > 12,
+        "the outage outlasted what max_attempts allowed before: {attempts} attempts"
+    );
+    assert!(
+        rows.iter()
+            .any(|d| d["attempts"].as_u64() > d["failures"].as_u64()),
+        "a failed probe counted against its row: {rows:?}"
+    );
+    let erp = Erp::start_at(port, Mode::Healthy);
+    wait_for(
+        Duration::from_secs(20),
+        "all 3 delivered once the port opened",
+        || gate.deliveries(&["--state", "delivered"]).len() == 3,
+        || states(&gate),
+    );
+    watch.sigterm();
+    assert_eq!(watch.wait(Duration::from_secs(20)).code(), Some(0));
+    check_requests(&erp.seen(), &expected);
+    check_booked_once(&gate, &erp, &expected);
 }

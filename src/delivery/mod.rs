@@ -718,9 +718,6 @@ mod tests {
         let waits: u64 = (1..d.max_attempts).map(|n| retry_ceiling(&d, n)).sum();
         assert_eq!(waits, 1_111_000, "18 min 31 s, as the README says");
         // A millisecond per attempt, and the real time the test itself takes.
-        assert!(
-            (ms(waits)..=ms(waits) + 1_000).contains(&died),
-            "{died} ms"
-        );
+        assert!((ms(waits)..=ms(waits) + 1_000).contains(&died), "{died} ms");
     }
 }

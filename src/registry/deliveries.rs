@@ -302,8 +302,9 @@ impl Batch<'_> {
         } else {
             0
         };
-        let (now_state, circuit) = move_circuit(&b.tx, &c.destination, circuit, outcome, policy, now)
-            .map_err(|e| b.sql(e))?;
+        let (now_state, circuit) =
+            move_circuit(&b.tx, &c.destination, circuit, outcome, policy, now)
+                .map_err(|e| b.sql(e))?;
         let detail = serde_json::json!({
             "document": c.key,
             "destination": c.destination,

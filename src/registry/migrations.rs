@@ -384,7 +384,9 @@ mod tests {
         )
         .unwrap();
         let id: i64 = conn
-            .query_row("SELECT id FROM deliveries WHERE key = 'L'", [], |r| r.get(0))
+            .query_row("SELECT id FROM deliveries WHERE key = 'L'", [], |r| {
+                r.get(0)
+            })
             .unwrap();
         assert_eq!(id, 10);
     }

@@ -166,11 +166,11 @@ impl Registry {
         )
     }
 
-    /// Dead deliveries, oldest first, at most `limit`.
+    /// Dead deliveries and those they block, oldest first, at most `limit`.
     pub fn dead_deliveries(&self, limit: usize) -> Result<Vec<DeliveryRow>, RegistryError> {
         self.all(
             &format!(
-                "SELECT {} FROM deliveries WHERE state = 'dead' ORDER BY id LIMIT ?1",
+                "SELECT {} FROM deliveries WHERE state IN ('dead', 'blocked') ORDER BY id LIMIT ?1",
                 super::deliveries::ROW
             ),
             [i64::try_from(limit).unwrap_or(i64::MAX)],

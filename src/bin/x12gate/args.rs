@@ -206,7 +206,7 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<DeliveriesAction>,
         /// Only those in this state
-        #[arg(long, value_parser = ["queued", "retrying", "dead", "delivered"])]
+        #[arg(long, value_parser = ["queued", "retrying", "blocked", "dead", "delivered"])]
         state: Option<String>,
         /// Only this sender's: QUAL:ID
         #[arg(long)]
