@@ -1004,10 +1004,13 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
         body.contains("released 1 document(s) of ZZ:ACME:850:PO-H:00:"),
         "{body}"
     );
+    // PO-H's first delivery is dead: the released one waits behind it, blocked.
     assert!(
-        body.contains("1 dead"),
-        "handed to the ERP at once, refused again: {body}"
+        body.contains("0 delivered, 0 to retry, 0 dead"),
+        "not sent before PO-H's first: {body}"
     );
+    let dead = get("/dead");
+    assert_eq!(dead.matches("<td>blocked</td>").count(), 1, "{dead}");
     let (status, body) = act("discard", po_j);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("discarded 1 document(s)"), "{body}");
@@ -1016,7 +1019,9 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
     let (status, body) = act("retry", po_h);
     assert_eq!(status, 200, "{body}");
     assert!(
-        body.contains("2 delivery(ies) of ZZ:ACME:850:PO-H:00: queued again"),
+        body.contains(
+            "1 delivery(ies) of ZZ:ACME:850:PO-H:00: queued again, and 1 blocked behind it"
+        ),
         "{body}"
     );
     let (status, _) = act("reboot", po_h);
