@@ -39,6 +39,31 @@ fn import(dir: &Path) {
     assert!(stderr.contains("(.TEXT,SETS)"), "{stderr}");
 }
 
+/// An import whose file cannot be put in place (its name taken by a folder; a full disk
+/// fails the same way) fails naming it and leaves no `.toml.tmp` in the partner's folder.
+#[test]
+fn a_failed_import_leaves_no_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d, None);
+    let target = d.join("guides/acme/004010/850.toml");
+    std::fs::create_dir_all(target.join("taken")).unwrap();
+    let out = x12gate(d)
+        .args(["definitions", "import"])
+        .arg(example_sef())
+        .args(["--as", "acme"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("guides/acme/004010/850.toml"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(d.join("guides/acme/004010"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["850.toml"], "only the folder in the way");
+}
+
 /// The acknowledgments `process` wrote to the outbox, concatenated, without line ends.
 fn outbox(dir: &Path) -> String {
     let mut all = String::new();

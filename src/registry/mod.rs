@@ -495,7 +495,10 @@ impl Registry {
         })();
         match copied {
             Ok(pages) => {
-                std::fs::rename(&tmp, dest).map_err(io)?;
+                if let Err(e) = std::fs::rename(&tmp, dest) {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(io(e));
+                }
                 Ok(pages)
             }
             Err(e) => {

@@ -59,11 +59,15 @@ fn import(
             std::fs::create_dir_all(parent)
                 .map_err(|e| Failure::Operational(anyhow::anyhow!("{}: {e}", parent.display())))?;
         }
-        // Written beside and renamed, so a partner's folder never holds half a file.
+        // Written beside and renamed, so a partner's folder never holds half a file (nor
+        // the temporary of a write that failed).
         let tmp = target.with_extension("toml.tmp");
         std::fs::write(&tmp, toml)
             .and_then(|()| std::fs::rename(&tmp, &target))
-            .map_err(|e| Failure::Operational(anyhow::anyhow!("{}: {e}", target.display())))?;
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                Failure::Operational(anyhow::anyhow!("{}: {e}", target.display()))
+            })?;
         writeln!(out, "wrote {}", target.display())?;
     }
     for w in &converted.warnings {
