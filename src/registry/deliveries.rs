@@ -1620,4 +1620,183 @@ mod tests {
             assert_eq!(row.failures, 2);
         }
     }
+
+    /// A step of [`any_interleaving_keeps_each_pos_order_at_each_destination`].
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A document of PO `po` for destination `to`, handed over at once or still being
+        /// written (`pending`, its row queued by a later `Hand`).
+        Decide {
+            po: u8,
+            to: u8,
+            pending: bool,
+        },
+        Hand(usize),
+        /// Deliverer `by` claims up to `limit` rows of destination `to`.
+        Claim {
+            by: u8,
+            to: u8,
+            limit: usize,
+        },
+        /// Deliverer `by`'s oldest row in flight comes back: 0 delivered, 1 failed, 2 refused.
+        Answer {
+            by: u8,
+            outcome: u8,
+        },
+        /// An operator retries the dead deliveries of the `n`th document.
+        Retry(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u8..3, 0u8..2, any::<bool>())
+                .prop_map(|(po, to, pending)| Step::Decide { po, to, pending }),
+            1 => (0usize..20).prop_map(Step::Hand),
+            3 => (0u8..2, 0u8..2, 1usize..4).prop_map(|(by, to, limit)| Step::Claim { by, to, limit }),
+            3 => (0u8..2, 0u8..3).prop_map(|(by, outcome)| Step::Answer { by, outcome }),
+            1 => (0usize..20).prop_map(Step::Retry),
+        ]
+    }
+
+    /// Claims for `by` and checks what it got: every earlier document of each row's PO is
+    /// delivered at that destination, and no row of that PO is in flight anywhere else.
+    fn claim_in_order(
+        r: &mut Registry,
+        by: u8,
+        to: u8,
+        limit: usize,
+        flight: &mut [Vec<Claimed>; 2],
+    ) {
+        let destination = ["erp", "wms"][usize::from(to)];
+        let owner = ["a", "b"][usize::from(by)];
+        let got = r
+            .claim_deliveries(destination, owner, 60_000, limit, i64::MAX, None, &|_| {
+                false
+            })
+            .unwrap();
+        let rows = r.deliveries(None, None, None).unwrap();
+        for c in &got {
+            for d in &rows {
+                if d.destination == c.destination
+                    && d.subject == c.subject
+                    && d.sequence < c.sequence
+                {
+                    assert_eq!(
+                        d.state,
+                        DeliveryState::Delivered,
+                        "{} claimed before {}",
+                        c.key,
+                        d.key
+                    );
+                }
+            }
+            let twice = flight
+                .iter()
+                .flatten()
+                .chain(got.iter().filter(|o| o.id != c.id))
+                .any(|o| o.destination == c.destination && o.subject == c.subject);
+            assert!(
+                !twice,
+                "two rows of {} in flight to {}",
+                c.subject, c.destination
+            );
+        }
+        flight[usize::from(by)].extend(got);
+    }
+
+    #[test]
+    fn any_interleaving_keeps_each_pos_order_at_each_destination() {
+        use proptest::prelude::*;
+        let config = ProptestConfig {
+            cases: 48,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        proptest!(config, |(steps in proptest::collection::vec(step(), 1..60))| {
+            let mut r = registry();
+            let policy = Policy { max_attempts: 1_000, circuit_failures: 1_000, ..POLICY };
+            // (id, key, destination, handed over)
+            let mut documents: Vec<(i64, String, &str, bool)> = Vec::new();
+            let mut flight: [Vec<Claimed>; 2] = [Vec::new(), Vec::new()];
+            let queue_to = |r: &mut Registry, id: i64, key: &str, destination: &str| {
+                r.batch(|b| {
+                    b.documents_delivered(&[id])?;
+                    b.queue_delivery(&Queue {
+                        document_id: id,
+                        key,
+                        idempotency_key: key,
+                        destination,
+                        partner: "ZZ:ACME",
+                        interchange_key: "ZZ:ACME:000000001",
+                        correlation_id: "ZZ:ACME:000000001",
+                        file: "/nowhere",
+                        queued_by: "p",
+                    })
+                })
+                .unwrap();
+            };
+            for s in steps {
+                match s {
+                    Step::Decide { po, to, pending } => {
+                        let id = documents.len() as i64 + 1;
+                        let destination = ["erp", "wms"][usize::from(to)];
+                        let key = document(&mut r, id, &format!("PO-{po}"), id, "pending");
+                        if !pending {
+                            queue_to(&mut r, id, &key, destination);
+                        }
+                        documents.push((id, key, destination, !pending));
+                    }
+                    Step::Hand(n) => {
+                        if let Some(d) = documents.get_mut(n).filter(|d| !d.3) {
+                            d.3 = true;
+                            let (id, key, destination) = (d.0, d.1.clone(), d.2);
+                            queue_to(&mut r, id, &key, destination);
+                        }
+                    }
+                    Step::Claim { by, to, limit } => claim_in_order(&mut r, by, to, limit, &mut flight),
+                    Step::Answer { by, outcome } => {
+                        let mine = &mut flight[usize::from(by)];
+                        if mine.is_empty() {
+                            continue;
+                        }
+                        let c = mine.remove(0);
+                        let outcome = match outcome {
+                            0 => ok(),
+                            1 => failed(),
+                            _ => Attempted::Refused { status: "400".into(), error: "no".into() },
+                        };
+                        let owner = ["a", "b"][usize::from(by)];
+                        r.record_attempt(&c, owner, &outcome, 1, policy, 0).unwrap();
+                    }
+                    Step::Retry(n) => {
+                        if let Some(d) = documents.get(n) {
+                            r.retry_deliveries(&Retry::Key(&d.1)).unwrap();
+                        }
+                    }
+                }
+            }
+            // Everything settles once written, retried and answered: each row delivered.
+            for d in documents.iter().filter(|d| !d.3) {
+                queue_to(&mut r, d.0, &d.1, d.2);
+            }
+            for (by, mine) in flight.iter_mut().enumerate() {
+                for c in mine.drain(..) {
+                    r.record_attempt(&c, ["a", "b"][by], &ok(), 1, policy, 0).unwrap();
+                }
+            }
+            r.retry_deliveries(&Retry::AllDead).unwrap();
+            for _ in 0..documents.len() + 1 {
+                for to in 0..2u8 {
+                    claim_in_order(&mut r, 0, to, 4, &mut flight);
+                    for c in flight[0].drain(..) {
+                        r.record_attempt(&c, "a", &ok(), 1, policy, 0).unwrap();
+                    }
+                }
+            }
+            let rows = r.deliveries(None, None, None).unwrap();
+            prop_assert_eq!(rows.len(), documents.len());
+            prop_assert!(rows.iter().all(|d| d.state == DeliveryState::Delivered), "{:?}", rows);
+        });
+    }
 }
