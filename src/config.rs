@@ -280,6 +280,9 @@ impl Destination {
     }
 }
 
+/// The longest `timeout_ms` of a destination: a day.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
 // One paragraph per key, as `partner` is read.
 fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destination, String> {
     let at = |key: &str, problem: String| {
@@ -398,6 +401,13 @@ fn destination(raw: RawDestination, line: usize, base: &Path) -> Result<Destinat
         if value == 0 {
             return Err(at(key, "expected 1 or more".into()));
         }
+    }
+    // A deadline past the end of time cannot be computed (it panicked).
+    if raw.timeout_ms > MAX_TIMEOUT_MS {
+        return Err(at(
+            "timeout_ms",
+            format!("expected at most {MAX_TIMEOUT_MS} (a day)"),
+        ));
     }
     let usage = match raw.usage.as_deref() {
         None | Some("production") => crate::document::Usage::Production,
@@ -1330,6 +1340,18 @@ mod tests {
             e.contains("line 8") && e.contains("whole number of days"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_destination_timeout_beyond_a_day_is_refused() {
+        let erp =
+            "[[destination]]\nname = \"erp\"\nkind = \"http\"\nurl = \"http://127.0.0.1:1/po\"\n";
+        let e = load(&format!("{erp}timeout_ms = 9223372036854775807\n")).unwrap_err();
+        assert!(
+            e.contains("destination \"erp\", key `timeout_ms`: expected at most 86400000 (a day)"),
+            "{e}"
+        );
+        assert!(load(&format!("{erp}timeout_ms = 86400000\n")).is_ok());
     }
 
     #[test]
