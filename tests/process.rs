@@ -1264,6 +1264,43 @@ mod crash {
         crash_then_take_over("complete.before");
     }
 
+    /// A conflict refused in a batch that crashes before its completion takes no number:
+    /// the rerun's TA1 is the only one, numbered right after the batch's other answers.
+    #[test]
+    fn a_conflict_cut_short_by_a_crash_takes_one_number_and_sends_one_ta1() {
+        let gate = Gate::new(300, "reject");
+        let first = gate.write("po101.x12", po("ACME", 101, 101));
+        assert_eq!(gate.process(&[&first]).code(), Some(0));
+        let other = gate.write("other.x12", changed_po1(&po("ACME", 101, 101)));
+        let next = gate.write("po102.x12", order("ACME", 102, 102, "PO-102"));
+        let crash = run(gate.process_command(
+            &gate.config,
+            &[],
+            Some("complete.before=return"),
+            &[&other, &next],
+        ));
+        assert_crashed(&crash);
+        assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
+        let rerun = gate.process(&[&other, &next]);
+        assert_eq!(rerun.dispositions(), ["conflict", "accepted"], "{rerun}");
+        let ta1s: Vec<String> = visible(&gate.outbox())
+            .into_iter()
+            .filter(|n| n.ends_with(".ta1.x12"))
+            .collect();
+        assert_eq!(ta1s.len(), 1, "{ta1s:?}");
+        let ta1 = segments(&fs::read(gate.outbox().join(&ta1s[0])).unwrap());
+        // 1: the first 997; 2: reserved by the crashed batch for PO-102's 997; 3: the TA1.
+        assert_eq!(segment(&ta1, "ISA")[13], "000000003");
+        assert_eq!(segment(&ta1, "TA1")[5], "025");
+        let (key, _) = acme(101);
+        let conflicts = gate
+            .events(&key)
+            .into_iter()
+            .filter(|e| e["event"] == "conflict")
+            .count();
+        assert_eq!(conflicts, 1);
+    }
+
     /// A crash once the decision is recorded but before its acknowledgment is placed: the
     /// documents are there, the outbox is empty, and the rerun (a duplicate) places the
     /// stored acknowledgment, once, with the number it was recorded with.

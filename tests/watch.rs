@@ -272,7 +272,9 @@ contact = "edi-ops@example.com"
         let mut m = Moved::default();
         for p in files_under(&self.archive()) {
             let name = file_name(&p);
-            if let Some(first) = m.archived.insert(name.clone(), p.clone()) {
+            if let Some(stem) = name.strip_suffix(".reason.json") {
+                m.archived_reasons.insert(stem.to_string(), p);
+            } else if let Some(first) = m.archived.insert(name.clone(), p.clone()) {
                 m.twice
                     .push(format!("{} and {}", first.display(), p.display()));
             }
@@ -320,6 +322,9 @@ pub(crate) struct Moved {
     pub rejected: BTreeMap<String, PathBuf>,
     /// Reason files, by the name of the rejected file they explain.
     pub reasons: BTreeMap<String, PathBuf>,
+    /// Reason files that followed their file from `rejected/` to the archive (its
+    /// interchanges accepted later), by the name of that file.
+    pub archived_reasons: BTreeMap<String, PathBuf>,
     /// Names found twice (in different archive days).
     pub twice: Vec<String>,
 }
@@ -1267,14 +1272,11 @@ fn corrected_resend_arriving_with_its_rejected_original() {
         // corrected one was accepted.
         assert_eq!(
             m.archived.keys().collect::<Vec<_>>(),
-            [
-                "a-broken.x12",
-                "a-broken.x12.reason.json",
-                "b-corrected.x12"
-            ],
+            ["a-broken.x12", "b-corrected.x12"],
             "decisions: {decisions:#?}; log:\n{log}"
         );
         assert!(m.rejected.is_empty() && m.reasons.is_empty());
+        assert!(m.archived_reasons.contains_key("a-broken.x12"));
         assert!(
             history
                 .iter()
