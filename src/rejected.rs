@@ -47,7 +47,9 @@ pub fn follow(
     let mut moved: Vec<Moved> = Vec::new();
     for key in keys {
         for file in rejected_files_of(config, registry, key)? {
-            if moved.iter().any(|m| m.from == file) {
+            // Only a rejection is superseded by a later acceptance: a file refused as a
+            // conflict (other content under an accepted number) stays for someone.
+            if moved.iter().any(|m| m.from == file) || !rejected_as_such(&file) {
                 continue;
             }
             let Some(held) = keys_in(&file, config) else {
@@ -120,6 +122,14 @@ fn beside(file: &Path, suffix: &str) -> PathBuf {
     let mut name = file.as_os_str().to_os_string();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// Whether `file`'s reason says it was rejected (not refused as a conflict).
+fn rejected_as_such(file: &Path) -> bool {
+    std::fs::read(beside(file, ".reason.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v["disposition"] == Disposition::Rejected.as_str())
 }
 
 fn is_reason(file: &Path) -> bool {

@@ -1264,41 +1264,44 @@ mod crash {
         crash_then_take_over("complete.before");
     }
 
-    /// A conflict refused in a batch that crashes before its completion takes no number:
-    /// the rerun's TA1 is the only one, numbered right after the batch's other answers.
+    /// A conflicting content refused again while its TA1 still waits in the outbox (the
+    /// redo of a file whose placing a crash cut short, or a quick resend) gets that TA1
+    /// again: no second TA1, no number taken.
     #[test]
-    fn a_conflict_cut_short_by_a_crash_takes_one_number_and_sends_one_ta1() {
+    fn a_conflict_refused_again_sends_the_same_ta1_and_takes_no_number() {
         let gate = Gate::new(300, "reject");
         let first = gate.write("po101.x12", po("ACME", 101, 101));
         assert_eq!(gate.process(&[&first]).code(), Some(0));
         let other = gate.write("other.x12", changed_po1(&po("ACME", 101, 101)));
-        let next = gate.write("po102.x12", order("ACME", 102, 102, "PO-102"));
         let crash = run(gate.process_command(
             &gate.config,
             &[],
-            Some("complete.before=return"),
-            &[&other, &next],
+            Some("acks.before=return"),
+            &[
+                &other,
+                &gate.write("po102.x12", order("ACME", 102, 102, "PO-102")),
+            ],
         ));
         assert_crashed(&crash);
-        assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
-        let rerun = gate.process(&[&other, &next]);
-        assert_eq!(rerun.dispositions(), ["conflict", "accepted"], "{rerun}");
-        let ta1s: Vec<String> = visible(&gate.outbox())
-            .into_iter()
-            .filter(|n| n.ends_with(".ta1.x12"))
-            .collect();
-        assert_eq!(ta1s.len(), 1, "{ta1s:?}");
-        let ta1 = segments(&fs::read(gate.outbox().join(&ta1s[0])).unwrap());
-        // 1: the first 997; 2: reserved by the crashed batch for PO-102's 997; 3: the TA1.
-        assert_eq!(segment(&ta1, "ISA")[13], "000000003");
-        assert_eq!(segment(&ta1, "TA1")[5], "025");
-        let (key, _) = acme(101);
-        let conflicts = gate
-            .events(&key)
-            .into_iter()
-            .filter(|e| e["event"] == "conflict")
-            .count();
-        assert_eq!(conflicts, 1);
+        let refused = gate.process(&[&other]);
+        assert_eq!(refused.dispositions(), ["conflict"], "{refused}");
+        let ta1s = |gate: &Gate| -> Vec<(String, Vec<u8>)> {
+            contents(&gate.outbox())
+                .into_iter()
+                .filter(|(n, _)| n.ends_with(".ta1.x12"))
+                .collect()
+        };
+        let once = ta1s(&gate);
+        assert_eq!(once.len(), 1, "{once:?}");
+        let again = gate.process(&[&other]);
+        assert_eq!(again.dispositions(), ["conflict"], "{again}");
+        assert_eq!(ta1s(&gate), once, "the same TA1, same name, same ISA13");
+        // The next answer takes the number after the TA1's: none was taken by the redo.
+        let ta1_isa13: u32 = segment(&segments(&once[0].1), "ISA")[13].parse().unwrap();
+        let next = gate.write("po103.x12", order("ACME", 103, 103, "PO-103"));
+        assert_eq!(gate.process(&[&next]).code(), Some(0));
+        let ack = segments(&fs::read(gate.outbox().join("ZZ_ACME_000000103.997.x12")).unwrap());
+        assert_eq!(segment(&ack, "ISA")[13], format!("{:09}", ta1_isa13 + 1));
     }
 
     /// A crash once the decision is recorded but before its acknowledgment is placed: the

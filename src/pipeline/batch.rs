@@ -1125,7 +1125,7 @@ fn run_round(
         return Err(fail_all(registry, &owned, items, options, e));
     }
     let stored = to_store(&r, &mut acks, replays, items);
-    let (completed, refusals) = complete_all(
+    let completed = complete_all(
         &r,
         &mut prepared,
         &plans,
@@ -1141,7 +1141,6 @@ fn run_round(
     // its new owner.
     let owned_by: std::collections::HashSet<usize> = owned.iter().copied().collect();
     acks.retain(|a| !owned_by.contains(&a.item) || completed.contains(&a.item));
-    acks.extend(refusals);
     place_acks(&r, acks, items)?;
     Ok(busy)
 }
@@ -1494,15 +1493,32 @@ fn prepare_all(
                 Stage::Lost | Stage::Done => String::new(),
             })
             .collect();
+        // A content refused before whose TA1 is still in the outbox (a redo after a crash
+        // cut the placing of its file short): that TA1 again, no new number.
+        let earlier: Vec<Option<Vec<u8>>> = plans
+            .iter()
+            .zip(&stages)
+            .map(|((i, _), stage)| match stage {
+                Stage::Refuse(_) => std::fs::read(
+                    r.config
+                        .gateway
+                        .outbox
+                        .join(refusal_name(&items[*i], ack::OutboundKind::Ta1)),
+                )
+                .ok(),
+                _ => None,
+            })
+            .collect();
         let wants: Vec<(&str, usize, usize)> = stages
             .iter()
             .zip(&partners)
-            .map(|(stage, partner)| {
+            .zip(&earlier)
+            .map(|((stage, partner), earlier)| {
                 let needed = match stage {
                     Stage::Own(_, owned) if owned.reserved.is_none() => {
                         numbers_needed(&owned.decision)
                     }
-                    // A refusal's numbers are taken with its record (`complete_all`).
+                    Stage::Refuse(decision) if earlier.is_none() => numbers_needed(decision),
                     _ => ack::NumbersNeeded { isa13: 0, gs06: 0 },
                 };
                 (partner.as_str(), needed.isa13, needed.gs06)
@@ -1513,7 +1529,9 @@ fn prepare_all(
         // batch's interchanges): once the run is full, the rest wait for `more_runs`, which
         // decides them in order, a run at a time.
         let mut budget = r.run_documents;
+        let mut earlier = earlier.into_iter();
         for ((i, _), stage) in plans.iter().zip(stages) {
+            let earlier = earlier.next().flatten();
             let it = &items[*i];
             let (isa13, gs06) = taken.next().unwrap_or_default();
             match stage {
@@ -1552,11 +1570,45 @@ fn prepare_all(
                     stem: String::new(),
                     lost: true,
                 }),
-                Stage::Refuse(_) | Stage::Done => {}
+                Stage::Refuse(_) if earlier.is_some() => outputs.push(Output {
+                    item: *i,
+                    dir: Folder::Outbox,
+                    name: refusal_name(it, ack::OutboundKind::Ta1),
+                    content: Content::Bytes(earlier.unwrap_or_default()),
+                    ack: Some(ack::OutboundKind::Ta1.extension().to_string()),
+                    isa13: None,
+                }),
+                Stage::Refuse(decision) => {
+                    let now = chrono::Local::now().naive_local();
+                    // Not reserved: nothing is claimed, and a resend once the first answer
+                    // has left the outbox is refused afresh.
+                    let numbers = ack::Numbers { isa13, gs06 };
+                    for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
+                        outputs.push(Output {
+                            item: *i,
+                            dir: Folder::Outbox,
+                            name: refusal_name(it, o.kind),
+                            content: Content::Bytes(o.bytes),
+                            ack: Some(o.kind.extension().to_string()),
+                            isa13: Some(o.control_number),
+                        });
+                    }
+                }
+                Stage::Done => {}
             }
         }
         Ok::<_, ProcessError>((prepared, outputs))
     })
+}
+
+/// The file name of the TA1 refusing `it`'s content (a conflict).
+fn refusal_name(it: &Item<'_>, kind: ack::OutboundKind) -> String {
+    let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
+    format!(
+        "{}.conflict-{fp}.{}.x12",
+        outputs::safe_name(&it.key),
+        kind.extension()
+    )
 }
 
 /// Step (4): every translation and document written durably, each report told where.
@@ -1681,7 +1733,7 @@ fn complete_all(
     any_owned: bool,
     items: &mut [Item<'_>],
     registry: &mut Registry,
-) -> Result<(std::collections::HashSet<usize>, Vec<Output>), ProcessError> {
+) -> Result<std::collections::HashSet<usize>, ProcessError> {
     for p in prepared.iter_mut() {
         let it = &mut items[p.item];
         let response = &p.decision.response;
@@ -1705,11 +1757,11 @@ fn complete_all(
     let noted: Vec<Option<String>> = plans
         .iter()
         .map(|(i, plan)| match plan {
-            AfterClaim::Busy(_) | AfterClaim::Own(_) | AfterClaim::Refuse(_) => None,
+            AfterClaim::Busy(_) | AfterClaim::Own(_) => None,
             _ => Some(recorded_detail(&mut items[*i].report)),
         })
         .collect();
-    let (completed, refused) = registry.batch_again(|b| {
+    let completed: Vec<(usize, bool)> = registry.batch_again(|b| {
         let mut completed = Vec::new();
         // The claims still ours, each with the group keys its groups not wholly accepted
         // release.
@@ -1822,37 +1874,28 @@ fn complete_all(
             }
             completed.push((p.item, done));
         }
-        let mut refused = Vec::new();
         for ((i, plan), detail) in plans.iter().zip(&noted) {
-            let it = &items[*i];
-            let (event, detail) = match (plan, detail) {
-                (AfterClaim::Replay(_), Some(detail)) => (EventKind::Duplicate, detail.clone()),
-                (AfterClaim::Event(event), Some(detail)) => (*event, detail.clone()),
-                (AfterClaim::Refuse(decision), _) => {
-                    let (outputs, acks) = refusal(r, b, *i, it, decision)?;
-                    let mut report = it.report.clone();
-                    report.acks.extend(acks.iter().cloned());
-                    refused.push((*i, outputs, acks));
-                    (EventKind::Conflict, recorded_detail(&mut report))
-                }
-                _ => continue,
+            let event = match plan {
+                AfterClaim::Replay(_) => EventKind::Duplicate,
+                AfterClaim::Refuse(_) => EventKind::Conflict,
+                AfterClaim::Event(event) => *event,
+                AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
             };
+            let Some(detail) = detail else {
+                continue;
+            };
+            let it = &items[*i];
             b.record_event(
                 event,
                 Some(&it.key),
                 Some(&it.partner.key()),
                 it.report.control_number.as_deref(),
                 it.report.disposition,
-                &detail,
+                detail,
             )?;
         }
-        Ok::<_, ProcessError>((completed, refused))
+        Ok::<_, ProcessError>(completed)
     })?;
-    let mut refusals = Vec::new();
-    for (i, outputs, acks) in refused {
-        items[i].report.acks.extend(acks);
-        refusals.extend(outputs);
-    }
     let mut recorded = std::collections::HashSet::new();
     for (i, done) in completed {
         let it = &mut items[i];
@@ -1869,68 +1912,7 @@ fn complete_all(
             lost_claim(&mut it.report);
         }
     }
-    Ok((recorded, refusals))
-}
-
-/// The TA1 refusing conflicting content, numbered in the transaction that records the
-/// refusal (so a crash before it takes no number, and the rerun's TA1 is the only one):
-/// its outputs, and where they go.
-fn refusal(
-    r: &Round<'_>,
-    b: &Batch<'_>,
-    i: usize,
-    it: &Item<'_>,
-    decision: &Decision,
-) -> Result<(Vec<Output>, Vec<String>), ProcessError> {
-    let fp = it.fingerprint.get(..12).unwrap_or(&it.fingerprint);
-    let stem = format!("{}.conflict-{fp}", outputs::safe_name(&it.key));
-    let at = |name: &str| {
-        let path = r.config.gateway.outbox.join(name);
-        std::path::absolute(&path)
-            .unwrap_or(path)
-            .display()
-            .to_string()
-    };
-    // The same content refused before (a redo after a crash cut the placing of its file
-    // short, or a resend while the answer still waits in the outbox): the same TA1 again,
-    // never a second one under a new number.
-    let earlier = format!("{stem}.ta1.x12");
-    if let Ok(bytes) = std::fs::read(r.config.gateway.outbox.join(&earlier)) {
-        let path = at(&earlier);
-        let again = Output {
-            item: i,
-            dir: Folder::Outbox,
-            name: earlier,
-            content: Content::Bytes(bytes),
-            ack: Some(ack::OutboundKind::Ta1.extension().to_string()),
-            isa13: None,
-        };
-        return Ok((vec![again], vec![path]));
-    }
-    let needed = numbers_needed(decision);
-    let partner = decision.partner.key();
-    let (isa13, gs06) = b
-        .take_control_numbers(&[(partner.as_str(), needed.isa13, needed.gs06)])?
-        .pop()
-        .unwrap_or_default();
-    let numbers = ack::Numbers { isa13, gs06 };
-    let now = chrono::Local::now().naive_local();
-    let mut outputs = Vec::new();
-    let mut paths = Vec::new();
-    for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
-        let name = format!("{stem}.{}.x12", o.kind.extension());
-        let name = apart(&r.config.gateway.outbox, &name, o.control_number);
-        paths.push(at(&name));
-        outputs.push(Output {
-            item: i,
-            dir: Folder::Outbox,
-            name,
-            content: Content::Bytes(o.bytes),
-            ack: Some(o.kind.extension().to_string()),
-            isa13: Some(o.control_number),
-        });
-    }
-    Ok((outputs, paths))
+    Ok(recorded)
 }
 
 /// The documents and outputs an audit event (and the claim's row) lists: the first ones of
