@@ -172,16 +172,19 @@ pub fn behind(
     registry: &crate::registry::Registry,
     outbox: &Path,
 ) -> Result<Vec<Behind>, crate::registry::RegistryError> {
-    let counters: BTreeMap<(String, Counter), u32> = registry
-        .control_numbers()?
-        .into_iter()
-        .map(|(p, c, n)| ((p, c), n))
-        .collect();
+    let counters = |registry: &crate::registry::Registry| {
+        registry.control_numbers().map(|all| {
+            all.into_iter()
+                .map(|(p, c, n)| ((p, c), n))
+                .collect::<BTreeMap<(String, Counter), u32>>()
+        })
+    };
+    let before = counters(registry)?;
     // The number most ahead of its counter, per partner and counter.
     let mut worst: BTreeMap<(String, Counter), (u32, u32, &'static str)> = BTreeMap::new();
     let mut see = |(partner, counter, n): Sent, found_in: &'static str| {
         let key = (partner, counter);
-        if let Some(d) = ahead_of(counters.get(&key).copied(), n) {
+        if let Some(d) = ahead_of(before.get(&key).copied(), n) {
             let e = worst.entry(key).or_insert((0, n, found_in));
             if d > e.0 {
                 *e = (d, n, found_in);
@@ -192,10 +195,15 @@ pub fn behind(
         see(sent, "the registry's own record of acknowledgments");
     }
     in_outbox(outbox, |sent| see(sent, "the outbox"));
+    // A gateway running beside this check (another `process`, a node) takes numbers and
+    // sends them meanwhile; a number is taken (its counter committed) before it is recorded
+    // or placed, so the counters read now are at or past everything it sent while we read.
+    let after = counters(registry)?;
     Ok(worst
         .into_iter()
+        .filter(|(key, (_, n, _))| ahead_of(after.get(key).copied(), *n).is_some())
         .map(|((partner, counter), (_, sent, found_in))| Behind {
-            registry: counters.get(&(partner.clone(), counter)).copied(),
+            registry: after.get(&(partner.clone(), counter)).copied(),
             partner,
             counter,
             sent,
