@@ -13,6 +13,7 @@ mod pg_server;
 mod postgres;
 mod process;
 mod props;
+mod readme;
 mod real;
 mod schemas;
 mod service;
