@@ -66,7 +66,11 @@ fn the_worked_example_prints_what_the_readme_says() {
     assert!(steps.len() >= 5, "the worked example lost its commands");
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().to_string_lossy().into_owned();
-    std::fs::copy(root().join("partners.toml"), dir.path().join("partners.toml")).unwrap();
+    std::fs::copy(
+        root().join("partners.toml"),
+        dir.path().join("partners.toml"),
+    )
+    .unwrap();
     std::os::unix::fs::symlink(root().join("fixtures"), dir.path().join("fixtures")).unwrap();
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_x12gate"));
     let path = format!(
