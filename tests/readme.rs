@@ -37,8 +37,12 @@ fn session(readme: &str, heading: &str) -> Vec<(String, Vec<String>)> {
 fn normal(line: &str, folder: &str) -> String {
     let line = line.replace(folder, "/tmp/ex");
     let line = line.trim_end();
-    let blank = |line: &str, at: &[usize]| {
-        let sep = line.as_bytes().get(3).map_or('*', |b| char::from(*b));
+    // The element separator is the byte after the segment's id.
+    let blank = |line: &str, id: &str, at: &[usize]| {
+        let sep = line
+            .as_bytes()
+            .get(id.len())
+            .map_or('*', |b| char::from(*b));
         line.split(sep)
             .enumerate()
             .map(|(i, e)| if at.contains(&i) { "#" } else { e })
@@ -46,10 +50,10 @@ fn normal(line: &str, folder: &str) -> String {
             .join(&sep.to_string())
     };
     if line.starts_with("ISA") {
-        return blank(line, &[9, 10]);
+        return blank(line, "ISA", &[9, 10]);
     }
     if line.starts_with("GS") {
-        return blank(line, &[4, 5]);
+        return blank(line, "GS", &[4, 5]);
     }
     match line.split_once(' ') {
         Some((first, rest)) if chrono::DateTime::parse_from_rfc3339(first).is_ok() => {
