@@ -44,6 +44,8 @@
 //!   recorded then, never the key's state now.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
 //! - [`rejected`]: files leave `rejected/` for `archive/` once accepted or resolved.
+//! - [`sent`]: the control numbers already sent (outbox files, stored acknowledgments) and
+//!   the counters behind them: what `init`, `check` and every start compare.
 //! - [`retention`]: which keys are past their duplicate window, and which files in
 //!   `archive/`, `out/`, `outbox/` are past retention.
 //! - [`scan`]: the retrofit: old archives read for document keys seen more than once, and
