@@ -2891,7 +2891,11 @@ fn a_dead_original_blocks_its_change_and_its_retry_delivers_both_in_order() {
             .any(|l| l.contains(&change_key("PO-1")) && l.contains("blocked")),
         "{listed}"
     );
-    gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    let drained = gate.ok(&["deliver", "--drain", "--timeout", "5"]);
+    assert!(
+        drained.contains("0 still queued or retrying; 1 blocked behind a dead delivery"),
+        "{drained}"
+    );
     assert_eq!(erp.seen().len(), 1, "only the 850 was sent");
     let (status, _, stderr) = gate.run(&["deliveries", "retry", &change_key("PO-1")]);
     assert_eq!(status.code(), Some(2), "{stderr}");

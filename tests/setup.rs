@@ -430,7 +430,10 @@ fn reprocess_after_adding_the_partner_and_force_on_an_accepted_one() {
     // Fresh numbers for the fresh answer, in a file of its own: the first answer's file
     // is what the partner got first, and stays as it was.
     let again = r["acks"][0].as_str().unwrap_or_default().to_string();
-    assert!(again.ends_with("ZZ_NEWCO_000000101.000000002.997.x12"), "{r}");
+    assert!(
+        again.ends_with("ZZ_NEWCO_000000101.000000002.997.x12"),
+        "{r}"
+    );
     let again = fs::read_to_string(&again).unwrap();
     assert!(again.contains("*000000002*0*P*"), "{again}");
     let first = fs::read_to_string(&ack).unwrap();

@@ -42,27 +42,40 @@ pub fn deliver(
     Ok(exit::OK)
 }
 
-/// Deliveries queued or retrying.
-fn open_rows(registry: &Registry) -> Result<u64, Failure> {
-    Ok(registry
-        .delivery_counts()
-        .map_err(registry_failure)?
-        .iter()
-        .filter(|(_, s, _)| matches!(s, DeliveryState::Queued | DeliveryState::Retrying))
-        .map(|(_, _, n)| n)
-        .sum())
+/// Deliveries still to send: queued or retrying, and blocked behind a dead one.
+fn open_rows(registry: &Registry) -> Result<Left, Failure> {
+    let counts = registry.delivery_counts().map_err(registry_failure)?;
+    let sum = |states: &[DeliveryState]| -> u64 {
+        counts
+            .iter()
+            .filter(|(_, s, _)| states.contains(s))
+            .map(|(_, _, n)| n)
+            .sum()
+    };
+    Ok(Left {
+        open: sum(&[DeliveryState::Queued, DeliveryState::Retrying]),
+        blocked: sum(&[DeliveryState::Blocked]),
+    })
+}
+
+/// What a drain leaves: rows that will be sent, and rows that wait for an operator's retry
+/// of a dead delivery before them.
+pub struct Left {
+    open: u64,
+    blocked: u64,
 }
 
 /// The counts of a pass, as one line (or one JSON object).
 pub fn summary(
     done: &Summary,
-    left: Option<u64>,
+    left: Option<Left>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     if json {
         let mut v = serde_json::to_value(done).map_err(|e| Failure::Operational(e.into()))?;
-        v["still_queued"] = left.into();
+        v["still_queued"] = left.as_ref().map(|l| l.open).into();
+        v["blocked"] = left.as_ref().map(|l| l.blocked).into();
         writeln!(out, "{v}")?;
     } else {
         writeln!(
@@ -76,8 +89,18 @@ pub fn summary(
             } else {
                 ""
             },
-            left.map(|n| format!("; {n} still queued or retrying"))
-                .unwrap_or_default()
+            left.map(|l| {
+                let blocked = if l.blocked > 0 {
+                    format!(
+                        "; {} blocked behind a dead delivery (x12gate deliveries --state blocked)",
+                        l.blocked
+                    )
+                } else {
+                    String::new()
+                };
+                format!("; {} still queued or retrying{blocked}", l.open)
+            })
+            .unwrap_or_default()
         )?;
     }
     Ok(())
