@@ -1038,6 +1038,14 @@ impl Config {
                     d.name
                 )));
             }
+            let out = abs(g.out.clone());
+            if d.usage == crate::document::Usage::Test && d.is_out(&out) {
+                return Err(invalid(format!(
+                    "line {line}: destination {:?}, key `path`: {} is gateway.out, production's folder; a test folder destination needs a folder of its own (test documents are written in out/test/ in any case)",
+                    d.name,
+                    out.display()
+                )));
+            }
             destinations.push(d);
         }
         let mut partners: Vec<Partner> = Vec::new();
@@ -1415,6 +1423,13 @@ mod tests {
         let e = load("[[destination]]\nname = \"files\"\nusage = \"test\"\n").unwrap_err();
         assert!(
             e.contains("key `usage`") && e.contains("a `path` of its own"),
+            "{e}"
+        );
+        // ... named by its path too.
+        let e = load("[[destination]]\nname = \"files\"\nkind = \"folder\"\npath = \"data/out\"\nusage = \"test\"\n")
+            .unwrap_err();
+        assert!(
+            e.contains("destination \"files\", key `path`") && e.contains("production's folder"),
             "{e}"
         );
     }

@@ -2944,9 +2944,22 @@ fn with_the_defaults_a_closed_port_kills_nothing_and_everything_is_delivered_onc
     let (files, expected) = load(&gate, 9000, 1, |_| 3);
     new_documents(&gate.process(&["--no-deliver"], &files));
     let mut watch = gate.watch();
-    std::thread::sleep(Duration::from_secs(3));
+    // The outage lasts until one row has been tried more often than max_attempts allowed
+    // before (probes that counted against their row killed it at 12), however loaded the
+    // machine is.
+    let most = |rows: &[serde_json::Value]| {
+        rows.iter()
+            .filter_map(|d| d["attempts"].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    wait_for(
+        Duration::from_secs(120),
+        "a row tried more than 12 times while the port is closed",
+        || most(&gate.deliveries(&[])) > 12,
+        || states(&gate),
+    );
     let rows = gate.deliveries(&[]);
-    let attempts: u64 = rows.iter().map(|d| d["attempts"].as_u64().unwrap()).sum();
     for d in &rows {
         assert!(
             d["state"] == "retrying",
@@ -2954,10 +2967,6 @@ fn with_the_defaults_a_closed_port_kills_nothing_and_everything_is_delivered_onc
         );
         assert!(d["failures"].as_u64() < Some(12), "{d}");
     }
-    assert!(
-        attempts > 12,
-        "the outage outlasted what max_attempts allowed before: {attempts} attempts"
-    );
     assert!(
         rows.iter()
             .any(|d| d["attempts"].as_u64() > d["failures"].as_u64()),

@@ -225,12 +225,26 @@ impl Registry {
                     )
                     .optional()
                     .map_err(|e| b.sql(e))?;
-                b.tx.execute(
-                    "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (partner, kind) DO UPDATE SET value = excluded.value",
-                    params![partner, counter.name(), *to],
-                )
-                .map_err(|e| b.sql(e))?;
+                // Only ever forward, around the wrap as `sent::ahead_of` counts: a node that
+                // took numbers since the outbox was read may be past `to` already, and a
+                // counter moved back would hand out numbers the partner has.
+                let moved =
+                    b.tx.execute(
+                        "INSERT INTO counters (partner, kind, value) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (partner, kind) DO UPDATE SET value = excluded.value
+                         WHERE ((excluded.value - counters.value) % ?4 + ?4) % ?4
+                             BETWEEN 1 AND ?4 / 2 - 1",
+                        params![
+                            partner,
+                            counter.name(),
+                            *to,
+                            i64::from(super::MAX_CONTROL_NUMBER)
+                        ],
+                    )
+                    .map_err(|e| b.sql(e))?;
+                if moved == 0 {
+                    continue;
+                }
                 let reason = format!(
                     "our {} moved from {} to {to:09}, the highest found sent (--repair-counters)",
                     counter.name(),
@@ -366,6 +380,28 @@ mod tests {
                 .collect();
             assert_eq!(repaired.len(), 2, "{events:?}");
             assert!(repaired[0].detail.contains("from 000000002 to 000000012"), "{repaired:?}");
+            // A node took numbers past what the repair read: never moved back, nothing
+            // recorded; past the wrap, forward is forward.
+            r.set_control_number("ZZ:ACME", Counter::Interchange, 20).unwrap();
+            r.set_control_number("ZZ:ACME", Counter::Group, 999_999_990).unwrap();
+            r.repair_counters(&[
+                ("ZZ:ACME".into(), Counter::Interchange, 15),
+                ("ZZ:ACME".into(), Counter::Group, 3),
+            ])
+            .unwrap();
+            assert_eq!(
+                r.control_numbers().unwrap(),
+                [
+                    ("ZZ:ACME".to_string(), Counter::Group, 3),
+                    ("ZZ:ACME".to_string(), Counter::Interchange, 20),
+                ]
+            );
+            let events = r.history(&crate::registry::EventFilter::default()).unwrap();
+            let repaired = events
+                .iter()
+                .filter(|e| e.event == crate::registry::EventKind::CountersRepaired)
+                .count();
+            assert_eq!(repaired, 3, "{events:?}");
         }
     }
 }
