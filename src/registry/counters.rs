@@ -9,6 +9,10 @@ use super::{Registry, RegistryError};
 
 pub use crate::x12::MAX_CONTROL_NUMBER;
 
+/// How many of a partner's latest interchanges the start-up check reads the stored
+/// acknowledgments of (a resend moves an old one up, so a margin over the last few).
+pub const RECENT_ACKS: usize = 256;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Counter {
     /// ISA13 of our interchanges.
@@ -194,18 +198,35 @@ impl Registry {
             .collect())
     }
 
-    /// The numbers in the registry's own copies of the acknowledgments it recorded (the
-    /// first [`crate::sent::HEAD`] bytes of each: ISA13, and the GS06s there).
+    /// The numbers in the registry's own copies of the acknowledgments it recorded last for
+    /// each partner (the first [`crate::sent::HEAD`] bytes of each: ISA13, and the GS06s
+    /// there). The last [`RECENT_ACKS`] interchanges seen of each partner hold its highest
+    /// numbers: the older ones are not read, so that every start does not read every
+    /// acknowledgment ever stored (gigabytes in a registry of millions).
     pub fn numbers_in_recorded_acks(&self) -> Result<Vec<crate::sent::Sent>, RegistryError> {
-        let heads: Vec<Vec<u8>> = self.all(
-            &format!("SELECT substr(bytes, 1, {}) FROM acks", crate::sent::HEAD),
-            [],
-            |r| r.get(0),
-        )?;
-        Ok(heads
-            .iter()
-            .flat_map(|h| crate::sent::numbers_of(h, b"", h.len() < crate::sent::HEAD))
-            .collect())
+        let partners: Vec<String> =
+            self.all("SELECT DISTINCT partner FROM interchanges", [], |r| {
+                r.get(0)
+            })?;
+        let mut found = Vec::new();
+        for partner in partners {
+            let heads: Vec<Vec<u8>> = self.all(
+                &format!(
+                    "SELECT substr(a.bytes, 1, {}) FROM acks a
+                     JOIN (SELECT key FROM interchanges WHERE partner = ?1
+                           ORDER BY last_seen DESC LIMIT {RECENT_ACKS}) i ON i.key = a.key",
+                    crate::sent::HEAD
+                ),
+                params![partner],
+                |r| r.get(0),
+            )?;
+            found.extend(
+                heads
+                    .iter()
+                    .flat_map(|h| crate::sent::numbers_of(h, b"", h.len() < crate::sent::HEAD)),
+            );
+        }
+        Ok(found)
     }
 
     /// Moves each of `moves` (partner, counter, the number sent that it must pass) forward
