@@ -25,6 +25,9 @@ crate::words::words! {
         /// Given up (a permanent refusal, or out of attempts or time): an operator's.
         Dead = "dead",
         Delivered = "delivered",
+        /// Dead, then let go by an operator (`deliveries discard`): never sent, and no longer
+        /// holding its PO's later documents.
+        Discarded = "discarded",
     }
 }
 
@@ -416,9 +419,33 @@ const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_k
 /// there (a row queued, retrying, in flight, blocked or dead), nor still being written (its
 /// row not queued yet). Checked in the claim itself, so it holds across deliverers and
 /// nodes, and it leaves at most one row of a PO claimable at a time.
+/// Puts back in the queue the blocked deliveries of each (destination, subject) that no dead
+/// one holds any more (their age counts from now: they never had their turn); how many.
+fn release_blocked(
+    b: &Batch<'_>,
+    places: &[(String, String)],
+    now: i64,
+) -> Result<usize, RegistryError> {
+    let mut released = 0;
+    for (destination, subject) in places {
+        released +=
+            b.tx.prepare_cached(
+                "UPDATE deliveries SET state = 'queued', next_at = ?3, created = ?3
+                 WHERE destination = ?1 AND subject = ?2 AND state = 'blocked'
+                 AND NOT EXISTS (SELECT 1 FROM deliveries e
+                     WHERE e.destination = deliveries.destination
+                     AND e.subject = deliveries.subject
+                     AND e.sequence < deliveries.sequence AND e.state = 'dead')",
+            )
+            .and_then(|mut s| s.execute(params![destination, subject, now]))
+            .map_err(|e| b.sql(e))?;
+    }
+    Ok(released)
+}
+
 const IN_TURN: &str = "NOT EXISTS (SELECT 1 FROM deliveries e
         WHERE e.destination = deliveries.destination AND e.subject = deliveries.subject
-        AND e.sequence < deliveries.sequence AND e.state != 'delivered')
+        AND e.sequence < deliveries.sequence AND e.state NOT IN ('delivered', 'discarded'))
     AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.subject = deliveries.subject
         AND d.sequence < deliveries.sequence AND d.delivery = 'pending')";
 
@@ -847,26 +874,55 @@ impl Registry {
                 )
                 .and_then(|mut s| s.execute(params![key, now]))
                 .map_err(|e| b.sql(e))?;
-            let mut released = 0;
-            for (destination, subject) in &places {
-                // Their age counts from now: they never had their turn.
-                released +=
-                    b.tx.prepare_cached(
-                        "UPDATE deliveries SET state = 'queued', next_at = ?3, created = ?3
-                         WHERE destination = ?1 AND subject = ?2 AND state = 'blocked'
-                         AND NOT EXISTS (SELECT 1 FROM deliveries e
-                             WHERE e.destination = deliveries.destination
-                             AND e.subject = deliveries.subject
-                             AND e.sequence < deliveries.sequence AND e.state = 'dead')",
-                    )
-                    .and_then(|mut s| s.execute(params![destination, subject, now]))
-                    .map_err(|e| b.sql(e))?;
-            }
+            let released = release_blocked(b, &places, now)?;
             if n > 0 {
                 let detail =
                     serde_json::json!({ "document": key, "retried": n, "released": released })
                         .to_string();
                 b.record_note(EventKind::DeliveriesRetried, None, None, None, &detail)?;
+            }
+            Ok((n, released))
+        })
+    }
+
+    /// Lets the dead deliveries of document `key` go unsent (`deliveries discard`): an
+    /// original the destination refuses for good no longer holds its PO's later documents,
+    /// which are released in order. Recorded in the history with the operator's `note`.
+    /// Returns (discarded, released).
+    pub fn discard_deliveries(
+        &mut self,
+        key: &str,
+        note: Option<&str>,
+    ) -> Result<(usize, usize), RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let places: Vec<(String, String)> =
+                b.tx.prepare_cached(
+                    "SELECT DISTINCT destination, subject FROM deliveries
+                     WHERE state = 'dead' AND key = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(|e| b.sql(e))?;
+            let n =
+                b.tx.prepare_cached(
+                    "UPDATE deliveries SET state = 'discarded', owner = NULL, lease_expires = NULL
+                     WHERE state = 'dead' AND key = ?1",
+                )
+                .and_then(|mut s| s.execute(params![key]))
+                .map_err(|e| b.sql(e))?;
+            let released = release_blocked(b, &places, now)?;
+            if n > 0 {
+                let detail = serde_json::json!({
+                    "document": key,
+                    "discarded": n,
+                    "released": released,
+                    "note": note.map(kept),
+                })
+                .to_string();
+                b.record_note(EventKind::DeliveriesDiscarded, None, None, None, &detail)?;
             }
             Ok((n, released))
         })
@@ -1560,6 +1616,43 @@ mod tests {
                 record(&mut r, &c[0], "a", &ok());
             }
             assert!(claim(&mut r, "a").is_empty());
+        }
+    }
+
+    crate::registry::tests::on_both! {
+        fn an_original_refused_for_good_is_discarded_and_its_changes_follow_in_order() {
+            let mut r = registry();
+            let a5 = ordered(&mut r, 1, "PO-A", 5);
+            let a6 = ordered(&mut r, 2, "PO-A", 6);
+            let a7 = ordered(&mut r, 3, "PO-A", 7);
+            let c = claim(&mut r, "a");
+            let refused = Attempted::Refused {
+                status: "400".into(),
+                error: "unknown customer".into(),
+            };
+            record(&mut r, &c[0], "a", &refused);
+            assert_eq!(state(&r, &a6), (DeliveryState::Blocked, 0));
+            // Only a dead delivery is discarded.
+            assert_eq!(r.discard_deliveries(&a6, None).unwrap(), (0, 0));
+            assert_eq!(
+                r.discard_deliveries(&a5, Some("cancelled with the partner"))
+                    .unwrap(),
+                (1, 2)
+            );
+            assert_eq!(state(&r, &a5).0, DeliveryState::Discarded);
+            for want in [&a6, &a7] {
+                let c = claim(&mut r, "a");
+                assert_eq!(keys(&c), [want.as_str()], "in order, one at a time");
+                record(&mut r, &c[0], "a", &ok());
+            }
+            assert!(claim(&mut r, "a").is_empty(), "a discarded row is never sent");
+            assert_eq!(r.retry_deliveries(&Retry::AllDead).unwrap(), (0, 0));
+            let events = r.history(&crate::registry::EventFilter::default()).unwrap();
+            assert!(
+                events.iter().any(|e| e.event == EventKind::DeliveriesDiscarded
+                    && e.detail.contains("cancelled with the partner")),
+                "{events:?}"
+            );
         }
     }
 

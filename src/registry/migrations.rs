@@ -214,7 +214,7 @@ const MIGRATIONS: &[&str] = &[
         correlation_id  TEXT NOT NULL,
         file            TEXT NOT NULL,
         state           TEXT NOT NULL
-            CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered')),
+            CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered', 'discarded')),
         attempts        INTEGER NOT NULL DEFAULT 0,
         queued_by       TEXT NOT NULL,
         owner           TEXT,

@@ -348,7 +348,7 @@ UPDATE deliveries SET
 ALTER TABLE deliveries ALTER COLUMN subject SET NOT NULL;
 ALTER TABLE deliveries DROP CONSTRAINT deliveries_state_check;
 ALTER TABLE deliveries ADD CONSTRAINT deliveries_state_check
-    CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered'));
+    CHECK (state IN ('queued', 'retrying', 'blocked', 'dead', 'delivered', 'discarded'));
 CREATE INDEX deliveries_order ON deliveries (destination, subject, sequence)
     WHERE state != 'delivered';
 "#,

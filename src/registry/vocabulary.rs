@@ -59,6 +59,9 @@ crate::words::words! {
         Delivered = "delivered",
         /// An operator put dead deliveries back in the queue.
         DeliveriesRetried = "deliveries_retried",
+        /// An operator let dead deliveries go unsent (`deliveries discard`), releasing what
+        /// they held.
+        DeliveriesDiscarded = "deliveries_discarded",
         /// The business system's reference for a document was recorded (`confirm`).
         Confirmed = "confirmed",
         /// Outbound counters moved past numbers found sent (`--repair-counters`).
@@ -216,6 +219,7 @@ mod tests {
                 "delivery_attempt",
                 "delivered",
                 "deliveries_retried",
+                "deliveries_discarded",
                 "confirmed",
                 "counters_repaired",
                 "web_action"

@@ -201,12 +201,13 @@ pub enum Command {
         json: bool,
     },
     /// Deliveries to destinations and where each stands (queued, retrying, dead, delivered),
-    /// with the owner of the dead ones; `deliveries retry KEY|--all-dead` puts dead ones back
+    /// with the owner of the dead ones; `deliveries retry KEY|--all-dead` puts dead ones back,
+    /// `deliveries discard KEY` lets them go
     Deliveries {
         #[command(subcommand)]
         action: Option<DeliveriesAction>,
         /// Only those in this state
-        #[arg(long, value_parser = ["queued", "retrying", "blocked", "dead", "delivered"])]
+        #[arg(long, value_parser = ["queued", "retrying", "blocked", "dead", "delivered", "discarded"])]
         state: Option<String>,
         /// Only this sender's: QUAL:ID
         #[arg(long)]
@@ -370,6 +371,15 @@ pub enum DeliveriesAction {
         /// Every dead delivery
         #[arg(long)]
         all_dead: bool,
+    },
+    /// Let KEY's dead deliveries go unsent (a document the destination refuses for good):
+    /// the PO's later documents blocked behind them are released, in order
+    Discard {
+        /// The document key whose dead deliveries are let go
+        key: String,
+        /// Why (recorded in the history)
+        #[arg(long)]
+        note: Option<String>,
     },
 }
 

@@ -130,6 +130,27 @@ pub fn deliveries(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     let mut registry = open_registry(config)?;
+    if let Some(DeliveriesAction::Discard { key, note }) = &action {
+        let (n, released) = registry
+            .discard_deliveries(key, note.as_deref())
+            .map_err(registry_failure)?;
+        if n == 0 {
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "{}: no dead delivery to discard (x12gate deliveries --state dead lists them)",
+                x12gate::text::printable(key)
+            )));
+        }
+        let followers = match released {
+            0 => String::new(),
+            r => format!("; {r} blocked behind it released, to follow in order"),
+        };
+        writeln!(
+            out,
+            "{n} dead delivery(ies) of {} discarded, never to be sent{followers}",
+            x12gate::text::printable(key)
+        )?;
+        return Ok(exit::OK);
+    }
     if let Some(DeliveriesAction::Retry { key, all_dead }) = action {
         let which = match (&key, all_dead) {
             (Some(k), false) => Retry::Key(k),
