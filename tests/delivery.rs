@@ -2867,6 +2867,61 @@ fn each_pos_change_reaches_the_erp_after_its_original_across_deliverers_and_kill
 
 /// A dead 850 leaves its 860 `blocked` (listed so, never sent); a retry of the 860 names
 /// the 850 to retry; retrying the 850 delivers both, in order.
+/// An 850 the ERP refuses for good holds its 860 until an operator lets it go: `deliveries
+/// discard` marks it discarded (never sent again, in the history with the note), and the
+/// 860 follows; a second discard finds nothing dead.
+#[test]
+fn an_original_refused_for_good_is_discarded_and_its_change_is_delivered() {
+    let erp = Erp::start(Mode::Reject(Some(BTreeSet::from([key("PO-1")]))));
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let original = gate.write("o.x12", &an_850(8101, &["PO-1"]));
+    let change = gate.write("c.x12", &an_860(8102, &["PO-1"]));
+    for file in [&original, &change] {
+        let (status, stdout, stderr) = gate.run(&["process", &file.display().to_string()]);
+        assert!(
+            matches!(status.code(), Some(0) | Some(3)),
+            "{status:?}\n{stdout}\n{stderr}"
+        );
+    }
+    assert_eq!(
+        gate.deliveries_by_key()[&change_key("PO-1")]["state"],
+        "blocked"
+    );
+    let said = gate.ok(&[
+        "deliveries",
+        "discard",
+        &key("PO-1"),
+        "--note",
+        "cancelled with the buyer",
+    ]);
+    assert!(said.contains("1 blocked behind it released"), "{said}");
+    gate.ok(&["deliver", "--drain", "--timeout", "30"]);
+    let rows = gate.deliveries_by_key();
+    assert_eq!(
+        rows[&key("PO-1")]["state"],
+        "discarded",
+        "{}",
+        states(&gate)
+    );
+    assert_eq!(rows[&change_key("PO-1")]["state"], "delivered");
+    let sent: Vec<Option<String>> = erp.seen().into_iter().map(|s| s.key).collect();
+    assert_eq!(
+        sent,
+        [Some(key("PO-1")), Some(change_key("PO-1"))],
+        "the refused 850 once, then its 860; nothing after the discard"
+    );
+    let history = gate.ok(&["history", "--json"]);
+    assert!(
+        history
+            .lines()
+            .any(|l| l.contains("deliveries_discarded") && l.contains("cancelled with the buyer")),
+        "{history}"
+    );
+    let (status, _, stderr) = gate.run(&["deliveries", "discard", &key("PO-1")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no dead delivery to discard"), "{stderr}");
+}
+
 #[test]
 fn a_dead_original_blocks_its_change_and_its_retry_delivers_both_in_order() {
     let erp = Erp::start(Mode::Reject(Some(BTreeSet::from([key("PO-1")]))));
