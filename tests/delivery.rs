@@ -43,6 +43,8 @@ enum Mode {
     /// This status and body for everything, nothing booked.
     Fixed(u16, &'static str),
     /// 503 for the first `n` requests of each key starting with `prefix`; healthy else.
+    // Only the ordering test under kills uses it, and it needs the failpoints.
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     FailFirst { prefix: &'static str, n: usize },
 }
 
