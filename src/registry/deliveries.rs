@@ -419,6 +419,20 @@ const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_k
 /// there (a row queued, retrying, in flight, blocked or dead), nor still being written (its
 /// row not queued yet). Checked in the claim itself, so it holds across deliverers and
 /// nodes, and it leaves at most one row of a PO claimable at a time.
+/// Where the dead deliveries of document `key` (of every document, without) stand:
+/// (destination, subject), what their blocked followers are found by.
+fn dead_places(b: &Batch<'_>, key: Option<&str>) -> Result<Vec<(String, String)>, RegistryError> {
+    b.tx.prepare_cached(
+        "SELECT DISTINCT destination, subject FROM deliveries
+         WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(|e| b.sql(e))
+}
+
 /// Puts back in the queue the blocked deliveries of each (destination, subject) that no dead
 /// one holds any more (their age counts from now: they never had their turn); how many.
 fn release_blocked(
@@ -856,16 +870,7 @@ impl Registry {
                 Retry::Key(k) => Some(*k),
                 Retry::AllDead => None,
             };
-            let places: Vec<(String, String)> =
-                b.tx.prepare_cached(
-                    "SELECT DISTINCT destination, subject FROM deliveries
-                     WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
-                )
-                .and_then(|mut s| {
-                    s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map_err(|e| b.sql(e))?;
+            let places = dead_places(b, key)?;
             let n =
                 b.tx.prepare_cached(
                     "UPDATE deliveries SET state = 'queued', attempts = 0, failures = 0,
@@ -896,16 +901,7 @@ impl Registry {
     ) -> Result<(usize, usize), RegistryError> {
         self.batch(|b| {
             let now = now_ms();
-            let places: Vec<(String, String)> =
-                b.tx.prepare_cached(
-                    "SELECT DISTINCT destination, subject FROM deliveries
-                     WHERE state = 'dead' AND key = ?1",
-                )
-                .and_then(|mut s| {
-                    s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map_err(|e| b.sql(e))?;
+            let places = dead_places(b, Some(key))?;
             let n =
                 b.tx.prepare_cached(
                     "UPDATE deliveries SET state = 'discarded', owner = NULL, lease_expires = NULL
@@ -999,18 +995,6 @@ impl Registry {
             )?;
             Ok(Confirmed::Recorded(before))
         })
-    }
-
-    /// When interchange `key` was first decided and answered (its first accepted, partial or
-    /// rejected event).
-    pub fn answered_at(&self, key: &str) -> Result<Option<i64>, RegistryError> {
-        self.conn
-            .prepare_cached(
-                "SELECT MIN(at) FROM events WHERE key = ?1
-                 AND event IN ('accepted', 'partial', 'rejected')",
-            )
-            .and_then(|mut s| s.query_row([key], |r| r.get(0)))
-            .map_err(|e| self.sql(e))
     }
 
     /// The business system's reference for each of `keys` (document keys), in order: one
