@@ -191,7 +191,11 @@ pub fn behind(
             }
         }
     };
-    for sent in registry.numbers_in_recorded_acks()? {
+    for sent in registry
+        .recorded_ack_heads(HEAD)?
+        .iter()
+        .flat_map(|h| numbers_of(h, b"", h.len() < HEAD))
+    {
         see(sent, "the registry's own record of acknowledgments");
     }
     in_outbox(outbox, |sent| see(sent, "the outbox"));

@@ -22,7 +22,8 @@ use crate::registry::{
     RegistryError,
 };
 
-pub use send::{missing_environment, COMMAND_REFUSED, PROTOCOL_ERROR};
+pub use crate::registry::PROTOCOL_ERROR;
+pub use send::{missing_environment, COMMAND_REFUSED};
 
 /// Rows claimed at once: few, so that an opening circuit leaves most of them unsent and
 /// unclaimed, and a deliverer that dies holds few leases.

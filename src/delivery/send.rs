@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::{Destination, DestinationKind, HeaderValue};
-use crate::registry::{Attempted, Claimed};
+use crate::registry::{Attempted, Claimed, PROTOCOL_ERROR};
 
 /// The most of an answer's body (or a program's output) that is kept: a reference is short,
 /// and a destination that answers with a film must not fill memory.
@@ -17,12 +17,6 @@ const BODY_LIMIT: u64 = 64 * 1024;
 /// [`BODY_LIMIT`], is read and dropped): an answer longer than this is not one we can vouch
 /// for, and its document is tried again.
 const BODY_CHECKED: u64 = 16 * 1024 * 1024;
-
-/// The status of an attempt whose answer was not a whole, well-formed HTTP answer (cut off
-/// mid-body, a body that is not what its framing says, a status line or header that does not
-/// parse): never a delivery, tried again on a connection of its own, and counted
-/// (`x12gate_destination_protocol_errors_total`).
-pub const PROTOCOL_ERROR: &str = "protocol";
 
 /// A program's exit status that means "this document is refused" (`EX_DATAERR`): dead at
 /// once, as a 4xx is. Any other failure is tried again.

@@ -198,35 +198,29 @@ impl Registry {
             .collect())
     }
 
-    /// The numbers in the registry's own copies of the acknowledgments it recorded last for
-    /// each partner (the first [`crate::sent::HEAD`] bytes of each: ISA13, and the GS06s
-    /// there). The last [`RECENT_ACKS`] interchanges seen of each partner hold its highest
-    /// numbers: the older ones are not read, so that every start does not read every
-    /// acknowledgment ever stored (gigabytes in a registry of millions).
-    pub fn numbers_in_recorded_acks(&self) -> Result<Vec<crate::sent::Sent>, RegistryError> {
+    /// The first `head` bytes of the registry's own copies of the acknowledgments it recorded
+    /// last for each partner ([`crate::sent`] reads their numbers). The last [`RECENT_ACKS`]
+    /// interchanges seen of each partner hold its highest numbers: the older ones are not
+    /// read, so that every start does not read every acknowledgment ever stored (gigabytes in
+    /// a registry of millions).
+    pub fn recorded_ack_heads(&self, head: usize) -> Result<Vec<Vec<u8>>, RegistryError> {
         let partners: Vec<String> =
             self.all("SELECT DISTINCT partner FROM interchanges", [], |r| {
                 r.get(0)
             })?;
-        let mut found = Vec::new();
+        let mut heads = Vec::new();
         for partner in partners {
-            let heads: Vec<Vec<u8>> = self.all(
+            heads.extend(self.all(
                 &format!(
-                    "SELECT substr(a.bytes, 1, {}) FROM acks a
+                    "SELECT substr(a.bytes, 1, {head}) FROM acks a
                      JOIN (SELECT key FROM interchanges WHERE partner = ?1
-                           ORDER BY last_seen DESC LIMIT {RECENT_ACKS}) i ON i.key = a.key",
-                    crate::sent::HEAD
+                           ORDER BY last_seen DESC LIMIT {RECENT_ACKS}) i ON i.key = a.key"
                 ),
                 params![partner],
-                |r| r.get(0),
-            )?;
-            found.extend(
-                heads
-                    .iter()
-                    .flat_map(|h| crate::sent::numbers_of(h, b"", h.len() < crate::sent::HEAD)),
-            );
+                |r| r.get::<Vec<u8>>(0),
+            )?);
         }
-        Ok(found)
+        Ok(heads)
     }
 
     /// Moves each of `moves` (partner, counter, the number sent that it must pass) forward
@@ -375,7 +369,7 @@ mod tests {
                 id: "US",
             });
             r.set_control_number("ZZ:ACME", Counter::Interchange, 2).unwrap();
-            assert!(r.numbers_in_recorded_acks().unwrap().is_empty());
+            assert!(r.recorded_ack_heads(4096).unwrap().is_empty());
             r.repair_counters(&[
                 ("ZZ:ACME".into(), Counter::Interchange, 12),
                 ("ZZ:ACME".into(), Counter::Group, 12),

@@ -181,6 +181,12 @@ pub enum Retry<'a> {
     AllDead,
 }
 
+/// The status of an attempt whose answer was not a whole, well-formed HTTP answer (cut off
+/// mid-body, a body that is not what its framing says, a status line or header that does not
+/// parse): never a delivery, tried again on a connection of its own, and counted
+/// (`x12gate_destination_protocol_errors_total`). The registry's word: it counts them.
+pub const PROTOCOL_ERROR: &str = "protocol";
+
 /// The longest status, error or reference kept: an answer's body never fills the registry.
 const KEPT: usize = 300;
 
@@ -1019,7 +1025,7 @@ impl Registry {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&detail) else {
                 continue;
             };
-            if v["status"] == crate::delivery::PROTOCOL_ERROR {
+            if v["status"] == PROTOCOL_ERROR {
                 if let Some(d) = v["destination"].as_str() {
                     *counts.entry(d.to_string()).or_default() += 1;
                 }

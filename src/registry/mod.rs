@@ -38,7 +38,7 @@ pub use claims::{
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{
     Attempted, CircuitState, Claimed, Confirmed, DeliveryRow, DeliveryState, Gate, Policy, Queue,
-    Recorded, Retry,
+    Recorded, Retry, PROTOCOL_ERROR,
 };
 pub use documents::{
     Decided, Delivery, DocumentRow, Release, Released, Sighting, NO_TEST_DESTINATION,
