@@ -33,7 +33,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use x12gate::x12::{Interchanges, Limits, Segments};
 
-/// 20 MB (10^6), the size the README quotes; `testdata::file` overshoots by at most one set.
+/// 20 MB (10^6), the size docs/figures.md quotes; `testdata::file` overshoots by at most one set.
 const SIZE: usize = 20_000_000;
 const SEED: u64 = 2024;
 

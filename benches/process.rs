@@ -82,7 +82,7 @@ fn env_usize(name: &str, default: usize) -> usize {
     }
 }
 
-// The measurements in the order the README's table lists them, each printed as it ends.
+// The measurements in the order docs/figures.md's table lists them, each printed as it ends.
 #[allow(clippy::too_many_lines)]
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");

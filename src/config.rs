@@ -169,7 +169,7 @@ struct RawDestination {
     usage: Option<String>,
 }
 
-/// The defaults of a destination's settings (the README's table states what they add up to).
+/// The defaults of a destination's settings (docs/delivery.md's table states what they add up to).
 pub(crate) mod destination_defaults {
     pub fn timeout_ms() -> u64 {
         10_000

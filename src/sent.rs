@@ -81,7 +81,7 @@ pub fn numbers_of(head: &[u8], tail: &[u8], whole: bool) -> Vec<Sent> {
 /// Every number of every interchange file in `outbox` (hidden files and folders left out),
 /// handed to `found`; how many files were read. Each file costs an open and at most two
 /// small reads (its first [`HEAD`] and last 64 bytes), whatever its size: an outbox of
-/// 100,000 acknowledgments costs `check` about 2 s from the page cache (README).
+/// 100,000 acknowledgments costs `check` about 2 s from the page cache (docs/operations.md).
 pub fn in_outbox(outbox: &Path, mut found: impl FnMut(Sent)) -> usize {
     let Ok(entries) = std::fs::read_dir(outbox) else {
         return 0;

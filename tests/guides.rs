@@ -143,7 +143,7 @@ fn an_element_the_guide_marks_not_used_before_a_used_one_rejects_the_set() {
     let (code, report) = process(dir.path(), &file);
     assert_eq!(code, Some(3), "{report}");
     assert_eq!(report["disposition"], "rejected", "{report}");
-    // A 997 has no "not used" code: 10, exclusion condition violated (see the README).
+    // A 997 has no "not used" code: 10, exclusion condition violated (see docs/schemas.md).
     let ack = outbox(dir.path());
     assert!(ack.contains("**8~AK4*2*750*10*08~AK5*R*5~"), "{ack}");
 }

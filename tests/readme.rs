@@ -1,16 +1,32 @@
-//! The README's worked example, run as a reader would run it: each `$` line of its console
-//! block in a fresh folder with the example `partners.toml`, its output compared with the
-//! README's. What changes from run to run (our envelope's date and time, the history's
-//! times, the temporary folder) is compared as a placeholder; everything else byte for byte.
+//! The README's worked example and the examples of `docs/`, run as a reader would run them:
+//! each `$` line of a `console` block in a fresh folder with the example `partners.toml`
+//! (and `fixtures/`, `examples/` beside it), its output compared with the text's. What
+//! changes from run to run (our envelope's date and time, the times an output prints, a
+//! registry's random installation id, the temporary folder) is compared as a placeholder;
+//! everything else byte for byte. Every `console` block of the README and of `docs/` is run
+//! here: an example that is only an illustration is fenced as `text`, and says so.
 
 use crate::util::root;
 
-/// The README's `console` block under `heading`: each command with the lines it prints.
-fn session(readme: &str, heading: &str) -> Vec<(String, Vec<String>)> {
-    let after = readme
+/// The console blocks that are run: the file, and the text just before the block (a heading,
+/// or a line unique in the file).
+const EXECUTED: &[(&str, &str)] = &[
+    ("README.md", "## A worked example"),
+    ("docs/registry.md", "### Example: the checks before work"),
+    (
+        "docs/operations.md",
+        "### Example: a partner we had not configured yet",
+    ),
+    ("docs/documents.md", "### Example: a PO sent again"),
+    ("docs/guides.md", "### Example: ACME's guide"),
+];
+
+/// The `console` block after `heading` in `text`: each command with the lines it prints.
+fn session(text: &str, heading: &str) -> Vec<(String, Vec<String>)> {
+    let after = text
         .split_once(heading)
         .map(|(_, rest)| rest)
-        .unwrap_or_else(|| panic!("README has no {heading:?}"));
+        .unwrap_or_else(|| panic!("no {heading:?}"));
     let block = after
         .split_once("```console\n")
         .and_then(|(_, rest)| rest.split_once("\n```"))
@@ -32,13 +48,10 @@ fn session(readme: &str, heading: &str) -> Vec<(String, Vec<String>)> {
     steps
 }
 
-/// A line with what varies between runs replaced: the date and time of our ISA (09, 10) and
-/// GS (04, 05), a leading RFC 3339 time, the folder the example ran in.
-fn normal(line: &str, folder: &str) -> String {
-    let line = line.replace(folder, "/tmp/ex");
-    let line = line.trim_end();
-    // The element separator is the byte after the segment's id.
-    let blank = |line: &str, id: &str, at: &[usize]| {
+/// An X12 line with the date and time of our ISA (09, 10) or GS (04, 05) blanked; any other
+/// line as it is. The element separator is the byte after the segment's id.
+fn envelope_times(line: &str) -> Option<String> {
+    let blank = |id: &str, at: &[usize]| {
         let sep = line
             .as_bytes()
             .get(id.len())
@@ -50,10 +63,21 @@ fn normal(line: &str, folder: &str) -> String {
             .join(&sep.to_string())
     };
     if line.starts_with("ISA") {
-        return blank(line, "ISA", &[9, 10]);
+        return Some(blank("ISA", &[9, 10]));
     }
     if line.starts_with("GS") {
-        return blank(line, "GS", &[4, 5]);
+        return Some(blank("GS", &[4, 5]));
+    }
+    None
+}
+
+/// The README's line with what varies between runs replaced: the date and time of our ISA
+/// and GS, a leading RFC 3339 time, the folder the example ran in.
+fn normal(line: &str, folder: &str) -> String {
+    let line = line.replace(folder, "/tmp/ex");
+    let line = line.trim_end();
+    if let Some(x12) = envelope_times(line) {
+        return x12;
     }
     match line.split_once(' ') {
         Some((first, rest)) if chrono::DateTime::parse_from_rfc3339(first).is_ok() => {
@@ -63,11 +87,51 @@ fn normal(line: &str, folder: &str) -> String {
     }
 }
 
-#[test]
-fn the_worked_example_prints_what_the_readme_says() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let steps = session(&readme, "## A worked example");
-    assert!(steps.len() >= 5, "the worked example lost its commands");
+/// A chapter's line, where more varies than in the README's: X12 lines may be indented
+/// (`show` prints the acknowledgments it sent), an RFC 3339 time may stand anywhere (in
+/// parentheses, before a `;` or `,`), and `init` prints the registry's random installation id.
+fn normal_anywhere(line: &str, folder: &str) -> String {
+    let line = line.replace(folder, "/tmp/ex");
+    let line = line.trim_end();
+    let body = line.trim_start();
+    let indent = &line[..line.len() - body.len()];
+    if let Some(x12) = envelope_times(body) {
+        return format!("{indent}{x12}");
+    }
+    let mut previous = "";
+    let words: Vec<String> = body
+        .split(' ')
+        .map(|word| {
+            let core = word
+                .trim_start_matches('(')
+                .trim_end_matches([')', ';', ',']);
+            let out = if previous.ends_with("installation")
+                && !core.is_empty()
+                && core.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                word.replace(core, "<id>")
+            } else if chrono::DateTime::parse_from_rfc3339(core).is_ok() {
+                word.replace(core, "<time>")
+            } else {
+                word.to_string()
+            };
+            previous = word;
+            out
+        })
+        .collect();
+    format!("{indent}{}", words.join(" "))
+}
+
+/// Runs the console block under `heading` of `file` and compares what each command prints.
+fn run(file: &str, heading: &str) {
+    let text = std::fs::read_to_string(root().join(file)).unwrap();
+    let steps = session(&text, heading);
+    assert!(!steps.is_empty(), "{file}: {heading:?} lost its commands");
+    let normalise = if file == "README.md" {
+        normal
+    } else {
+        normal_anywhere
+    };
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().to_string_lossy().into_owned();
     std::fs::copy(
@@ -75,7 +139,9 @@ fn the_worked_example_prints_what_the_readme_says() {
         dir.path().join("partners.toml"),
     )
     .unwrap();
-    std::os::unix::fs::symlink(root().join("fixtures"), dir.path().join("fixtures")).unwrap();
+    for shared in ["fixtures", "examples"] {
+        std::os::unix::fs::symlink(root().join(shared), dir.path().join(shared)).unwrap();
+    }
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_x12gate"));
     let path = format!(
         "{}:{}",
@@ -93,14 +159,76 @@ fn the_worked_example_prints_what_the_readme_says() {
             .unwrap();
         let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .map(|l| normal(l, &folder))
+            .map(|l| normalise(l, &folder))
             .collect();
-        let want: Vec<String> = printed.iter().map(|l| normal(l, &folder)).collect();
+        let want: Vec<String> = printed.iter().map(|l| normalise(l, &folder)).collect();
         assert_eq!(
             got,
             want,
-            "README: `$ {command}` printed otherwise (stderr: {})",
+            "{file}: `$ {command}` printed otherwise (stderr: {})",
             String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_worked_example_prints_what_the_readme_says() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        session(&readme, "## A worked example").len() >= 5,
+        "the worked example lost its commands"
+    );
+    run("README.md", "## A worked example");
+}
+
+#[test]
+fn the_registry_chapter_prints_what_it_says() {
+    run("docs/registry.md", "### Example: the checks before work");
+}
+
+#[test]
+fn the_operations_chapter_prints_what_it_says() {
+    run(
+        "docs/operations.md",
+        "### Example: a partner we had not configured yet",
+    );
+}
+
+#[test]
+fn the_documents_chapter_prints_what_it_says() {
+    run("docs/documents.md", "### Example: a PO sent again");
+}
+
+#[test]
+fn the_guides_chapter_prints_what_it_says() {
+    run("docs/guides.md", "### Example: ACME's guide");
+}
+
+/// A `console` block nobody runs could drift unseen: each one is in `EXECUTED`, and the
+/// rest of the examples are fenced otherwise.
+#[test]
+fn every_console_block_of_the_readme_and_the_docs_is_run() {
+    let mut files = vec![root().join("README.md")];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    for path in files {
+        let name = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let blocks = std::fs::read_to_string(&path)
+            .unwrap()
+            .matches("```console\n")
+            .count();
+        let run = EXECUTED.iter().filter(|(file, _)| *file == name).count();
+        assert_eq!(
+            blocks, run,
+            "{name}: {blocks} console block(s), {run} run by tests/readme.rs"
         );
     }
 }

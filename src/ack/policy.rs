@@ -4,7 +4,7 @@
 //! error (`E`): Microsoft takes 001 and 021 as E and 014/015 as R, Stedi the other way round.
 //! We reject what makes the content unsafe to process (unreadable structure, wrong addressee,
 //! bad qualifiers, duplicate) and note what leaves it intact (trailer counts, a malformed date).
-//! The README prints this table; change it here and only here.
+//! docs/standards.md prints this table; change it here and only here.
 
 use super::Status;
 use crate::finding::{Ak403, Ak905, Code, Finding, Ta105};

@@ -78,8 +78,8 @@ impl<'a> Scope<'a> {
 /// A deliverer: one HTTP agent and an owner for its leases. The agent keeps no idle
 /// connection: each POST has a connection of its own, so an answer a destination (or a proxy
 /// before it) sent beyond the one to its request, such as a second `200`, is never read as
-/// the answer to the next document. On loopback that costs about 0.2 ms per POST (README,
-/// "Delivery to the ERP").
+/// the answer to the next document. On loopback that costs about 0.2 ms per POST (docs/delivery.md,
+/// "An answer belongs to its request").
 pub struct Deliverer<'c> {
     config: &'c Config,
     owner: String,
@@ -717,7 +717,7 @@ mod tests {
         };
         let died = outage(&d, 1, 3_600_000)[0].expect("dead within the hour");
         let waits: u64 = (1..d.max_attempts).map(|n| retry_ceiling(&d, n)).sum();
-        assert_eq!(waits, 1_111_000, "18 min 31 s, as the README says");
+        assert_eq!(waits, 1_111_000, "18 min 31 s, as docs/delivery.md says");
         // A millisecond per attempt, and the real time the test itself takes.
         assert!((ms(waits)..=ms(waits) + 1_000).contains(&died), "{died} ms");
     }

@@ -3,7 +3,7 @@
 //!
 //! Two kinds of file live in `schemas/<version>/`: `segments.toml`, the version's segment
 //! dictionary (segments, composites, code lists), and one `<set>.toml` per transaction set (its
-//! structure, and any segment the dictionary lacks). The README documents the format.
+//! structure, and any segment the dictionary lacks). `schemas/README.md` documents the format.
 //!
 //! `build.rs` includes this file by `#[path]` to compile every definition at build time, so
 //! it may use only std and the build's dependencies (serde, serde_json, toml), never `crate::`.
@@ -487,7 +487,7 @@ impl std::fmt::Display for Field {
 }
 
 /// What names a set's business document and the event it records, as `[document]` declares
-/// it (the README's "Document keys" lists them per set).
+/// it (docs/documents.md lists them per set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DocumentSpec {
     /// The document's number: these elements' values, the empty ones left out.
