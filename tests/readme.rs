@@ -232,3 +232,63 @@ fn every_console_block_of_the_readme_and_the_docs_is_run() {
         );
     }
 }
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Moving text between chapters breaks links silently: each relative link of the README
+/// and of `docs/` names a file that exists and, with `#`, a heading in it.
+#[test]
+fn every_link_of_the_readme_and_the_docs_resolves() {
+    let mut files = vec![root().join("README.md")];
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (_, rest) in text.match_indices("](").map(|(i, _)| text.split_at(i + 2)) {
+            let Some(target) = rest.split_once(')').map(|(t, _)| t) else {
+                continue;
+            };
+            if target.contains("://") || target.contains(' ') || target.is_empty() {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let linked = if file.is_empty() {
+                path.clone()
+            } else {
+                path.parent().unwrap().join(file)
+            };
+            assert!(
+                linked.exists(),
+                "{}: the link {target:?} names no file",
+                path.display()
+            );
+            if !fragment.is_empty() {
+                let headings: Vec<String> = std::fs::read_to_string(&linked)
+                    .unwrap()
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .map(|l| anchor(l.trim_start_matches('#')))
+                    .collect();
+                assert!(
+                    headings.iter().any(|h| h == fragment),
+                    "{}: the link {target:?} names no heading of {}",
+                    path.display(),
+                    linked.display()
+                );
+            }
+        }
+    }
+}
