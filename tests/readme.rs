@@ -292,3 +292,33 @@ fn every_link_of_the_readme_and_the_docs_resolves() {
         }
     }
 }
+
+/// The README's command table names every subcommand `x12gate --help` lists, and docs/commands.md
+/// describes each.
+#[test]
+fn the_command_tables_name_every_subcommand() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_x12gate"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let commands: Vec<&str> = help
+        .split_once("Commands:\n")
+        .map(|(_, rest)| rest)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(commands.len() >= 20, "--help lists {commands:?}");
+    for file in ["README.md", "docs/commands.md"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        for name in &commands {
+            assert!(
+                text.contains(&format!("| `{name} ")) || text.contains(&format!("| `{name}` |")),
+                "{file}: the command table has no row for `{name}`"
+            );
+        }
+    }
+}
