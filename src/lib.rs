@@ -105,4 +105,5 @@ pub mod validate;
 pub mod watch;
 pub mod web;
 mod words;
-pub mod x12;
+// The syntax layer is the `x12` crate (crates/x12); re-exported so `crate::x12::...` paths hold.
+pub use x12;

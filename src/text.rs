@@ -23,29 +23,8 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     )
 }
 
-/// At most the first `max` bytes of `s`, cut at a character boundary.
-pub fn bounded(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// How much of a value from input a message or a finding quotes: longer values are broken
-/// anyway (no X12 id or code is this long), and an element may be 64 KiB.
-pub const QUOTED: usize = 35;
-
-/// `s` as a message quotes it: its first [`QUOTED`] bytes, with `...` when there was more.
-pub fn quoted(s: &str) -> Cow<'_, str> {
-    if s.len() <= QUOTED {
-        return Cow::Borrowed(s);
-    }
-    Cow::Owned(format!("{}...", bounded(s, QUOTED)))
-}
+// Quoting is the syntax crate's (a segment id is quoted where it is read); one definition.
+pub use x12::{bounded, quoted, QUOTED};
 
 /// `s` cut to about `max` bytes for a reason or a log line, saying how much was left out.
 pub fn shortened(s: &str, max: usize) -> Cow<'_, str> {

@@ -1,19 +1,36 @@
-//! The pure syntax layer: bytes in, a borrowing envelope tree out.
+//! ANSI X12 syntax on byte slices: bytes in, a borrowing envelope tree out; segments out
+//! through one [`SegmentWriter`].
 //!
 //! Nothing here does I/O, logging or SQL, and nothing here decides what is *wrong* with an
 //! interchange: the tree records what it found (a missing trailer is `None`, a segment outside
-//! any envelope lands in `stray`), and `crate::validate` and `crate::schema` turn those facts
-//! into findings with X12 codes. That split keeps this module liftable into its own crate, the way csv-core sits
-//! under csv.
+//! any envelope lands in `stray`), and the gateway's `validate` and `schema` modules turn
+//! those facts into findings with X12 codes. That split is what lets this crate stand alone,
+//! the way csv-core sits under csv: it depends on memchr and nom only (serde behind the
+//! `serde` feature).
 //!
-//! Reading happens in two steps, as the style guide asks: [`Interchanges`] walks a file,
-//! discovering each interchange's delimiters from its ISA and cutting the file at IEA
-//! boundaries, and builds one [`Interchange`] at a time so each can be decided on its own.
+//! Reading happens in two steps: [`Interchanges`] walks a file, discovering each
+//! interchange's delimiters from its ISA and cutting the file at IEA boundaries, and builds
+//! one [`Interchange`] at a time so each can be decided on its own.
+//!
+//! ```
+//! let file = b"ISA*00*          *00*          *ZZ*SENDER         *ZZ*RECEIVER       *240101*1200*^*00501*000000001*0*P*:~\
+//! GS*PO*SENDER*RECEIVER*20240101*1200*1*X*005010~ST*850*0001~BEG*00*SA*PO1**20240101~SE*3*0001~GE*1*1~IEA*1*000000001~";
+//! let mut interchanges = x12::Interchanges::new(file, x12::Limits::default());
+//! let ic = interchanges.next().unwrap().unwrap();
+//! assert_eq!(ic.isa.control_number(), "000000001");
+//! let set = ic.groups[0].sets.get(0).unwrap();
+//! assert_eq!(set.st.element(1), Some(&b"850"[..]));
+//! assert_eq!(set.counted_segments(), 3);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod envelope;
 mod isa;
 mod position;
+mod quote;
 mod segment;
+mod writer;
 
 pub use envelope::{
     likely_interchange_start, Body, Group, Inside, Interchange, InterchangeEnd, Interchanges,
@@ -22,6 +39,8 @@ pub use envelope::{
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
+pub use quote::{bounded, quoted, QUOTED};
+pub use writer::SegmentWriter;
 
 /// A count or control number element (IEA01, GE01, SE01) as a number; `None` unless it is
 /// all digits and fits.

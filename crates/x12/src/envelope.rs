@@ -13,8 +13,9 @@ use super::isa::{parse_isa, IsaError, ISA_SCAN_LIMIT};
 use super::{skip_leading, Delimiters, Isa, Position, Segment, Segments};
 
 /// Bounds on untrusted input. A breach is recorded in the tree and becomes a rejection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct Limits {
     /// Files larger than this are rejected before being read.
     pub max_file_bytes: u64,
@@ -55,23 +56,33 @@ impl Default for Limits {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which of the [`Limits`] an interchange broke.
 pub enum LimitKind {
+    /// More segments in one set than `max_segments_per_set`.
     SegmentsPerSet,
+    /// An element longer than `max_element_len`.
     ElementLength,
+    /// A set of more bytes than `max_set_bytes`.
     SetBytes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One limit broken, where, and by how much: recorded in the tree, rejected by the caller.
 pub struct LimitBreach {
+    /// Which limit.
     pub kind: LimitKind,
+    /// Where it was broken (the set's ST, or the element).
     pub position: Position,
+    /// The limit in force.
     pub limit: u64,
+    /// What the input held.
     pub actual: u64,
 }
 
 /// How an interchange ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterchangeEnd {
+    /// Its IEA was read.
     Iea,
     /// The input ended before an IEA.
     EndOfInput,
@@ -92,6 +103,7 @@ pub struct Body<'a> {
 }
 
 impl<'a> Body<'a> {
+    /// The body's segments, cut again from the input (zero-copy).
     pub fn segments(&self) -> Segments<'a> {
         Segments::new(
             self.input,
@@ -108,15 +120,20 @@ impl<'a> Body<'a> {
         self.range.1.saturating_sub(self.range.0)
     }
 
+    /// Whether the body holds no segment.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One transaction set, ST to SE.
 pub struct TransactionSet<'a> {
+    /// Its ST.
     pub st: Segment<'a>,
+    /// The segments between ST and SE.
     pub body: Body<'a>,
+    /// Its SE; `None` when the set ended without one.
     pub se: Option<Segment<'a>>,
     /// The body segments whose id is not 2 or 3 capital letters or digits, the first
     /// [`MAX_BAD_IDS`] of them (past that the set is rejected anyway).
@@ -165,9 +182,13 @@ impl<'a> TransactionSet<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One functional group, GS to GE.
 pub struct Group<'a> {
+    /// Its GS.
     pub gs: Segment<'a>,
+    /// Its transaction sets.
     pub sets: Sets<'a>,
+    /// Its GE; `None` when the group ended without one.
     pub ge: Option<Segment<'a>>,
 }
 
@@ -281,14 +302,17 @@ impl<'a> Sets<'a> {
         }
     }
 
+    /// How many sets.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether there is no set.
     pub fn is_empty(&self) -> bool {
         self.entries.len() == 0
     }
 
+    /// Set `i` (0-based), cut again from the input.
     pub fn get(&self, i: usize) -> Option<TransactionSet<'a>> {
         let e = self.entries.get(i)?;
         let cut = |at: usize, ordinal: u32| {
@@ -324,6 +348,7 @@ impl<'a> Sets<'a> {
         })
     }
 
+    /// Every set, in order.
     pub fn iter(&self) -> impl Iterator<Item = TransactionSet<'a>> + '_ {
         (0..self.len()).filter_map(|i| self.get(i))
     }
@@ -344,11 +369,14 @@ impl<'a> Sets<'a> {
 /// One interchange, borrowed from the file it was read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interchange<'a> {
+    /// Its ISA, with the delimiters it declares.
     pub isa: Isa<'a>,
+    /// Its functional groups, in order.
     pub groups: Vec<Group<'a>>,
     /// ISB (grade of service request) and ISE (deferred delivery request): the optional
     /// interchange control segments of X12.5 (from 00305), right after the ISA.
     pub isb: Option<Segment<'a>>,
+    /// Its ISE, if any (see `isb`).
     pub ise: Option<Segment<'a>>,
     /// TA1 segments at interchange level (an interchange may hold only these).
     pub ta1: Vec<Segment<'a>>,
@@ -356,8 +384,11 @@ pub struct Interchange<'a> {
     pub first_blank: Option<usize>,
     /// Segments outside any envelope, at most `STRAY_KEPT` (100) of them.
     pub stray: Vec<Segment<'a>>,
+    /// Segments outside any envelope, all of them (`stray` keeps the first 100).
     pub stray_count: u32,
+    /// Its IEA; `None` when it ended without one (see `end`).
     pub iea: Option<Segment<'a>>,
+    /// How it ended.
     pub end: InterchangeEnd,
     /// Bytes of the interchange in the input it was read from, from `I` to the end of the
     /// IEA's line ending; `base + span.start` is where it begins in the file.
@@ -368,6 +399,7 @@ pub struct Interchange<'a> {
     input: &'a [u8],
     /// The line ending after the ISA's terminator (empty, CR, LF or CRLF), kept for rendering.
     pub suffix: &'a [u8],
+    /// The [`Limits`] it broke.
     pub breaches: Vec<LimitBreach>,
     /// Segments read, ISA and IEA included (in a part: up to its end, from the ISA).
     pub segment_count: u32,
@@ -394,6 +426,7 @@ pub struct Part {
     pub groups_before: usize,
     /// Its first group was opened in an earlier part, which read `sets_before` of its sets.
     pub continued: bool,
+    /// Sets of the continued group read in earlier parts.
     pub sets_before: usize,
     /// Its last group goes on in the next part (its GE, if any, is there).
     pub continues: bool,
@@ -447,6 +480,7 @@ impl<'a> Interchange<'a> {
         self.input.get(self.span.clone()).unwrap_or_default()
     }
 
+    /// The delimiters its ISA declares.
     pub fn delimiters(&self) -> Delimiters {
         self.isa.delimiters
     }
@@ -473,17 +507,28 @@ impl<'a> Interchange<'a> {
 pub const STRAY_KEPT: usize = 100;
 
 /// Why part of a file could not be read as an interchange at all.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("byte {offset}: {message}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReadError {
+    /// What went wrong.
     pub kind: ReadErrorKind,
+    /// Byte offset in the file.
     pub offset: usize,
+    /// What went wrong, in words.
     pub message: String,
 }
 
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "byte {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for ReadError {}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+/// What kind of [`ReadError`].
 pub enum ReadErrorKind {
     /// Something other than an ISA where an interchange should start.
     NotAnInterchange,
@@ -543,6 +588,7 @@ pub const PIECE_MARGIN: usize = 2 * ISA_SCAN_LIMIT;
 /// which begins `consumed` bytes into this one, needs to know of what came before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Resume {
+    /// Bytes of the piece read; the next piece begins here.
     pub consumed: usize,
     seen_any: bool,
     skipping: bool,

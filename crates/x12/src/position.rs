@@ -8,19 +8,26 @@ use std::fmt;
 /// 1-based, as X12 counts them: `segment` is the segment's ordinal in its interchange (the ISA
 /// is 1), `set_segment` its ordinal in its transaction set (the ST is 1, the number AK302 and
 /// IK302 carry), `element` and `component` the positions AK401/IK401 carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Position {
+    /// Byte offset in the file, 0-based.
     pub byte: usize,
+    /// The segment's ordinal in its interchange (the ISA is 1).
     pub segment: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    /// The segment's ordinal in its transaction set (the ST is 1).
     pub set_segment: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    /// The element's position in its segment (1-based).
     pub element: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    /// The component's position in its element (1-based).
     pub component: Option<u16>,
 }
 
 impl Position {
+    /// The same place, at element `element`.
     pub fn with_element(mut self, element: u16) -> Self {
         self.element = Some(element);
         self

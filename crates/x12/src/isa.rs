@@ -25,6 +25,7 @@ pub(crate) const ISA_SCAN_LIMIT: usize = 512;
 pub struct Isa<'a> {
     /// ISA01..ISA16; `fields[0]` is ISA01. ISA16 is the one-byte component separator.
     pub fields: [&'a [u8]; 16],
+    /// The delimiters it declares: the byte after `ISA`, ISA11, ISA16 and the byte after it.
     pub delimiters: Delimiters,
     /// The ISA as a segment (ordinal 1), terminator excluded.
     pub segment: Segment<'a>,
@@ -46,10 +47,12 @@ impl<'a> Isa<'a> {
         std::str::from_utf8(self.field(n)).unwrap_or("").trim()
     }
 
+    /// ISA13, the interchange control number, trimmed.
     pub fn control_number(&self) -> &'a str {
         self.trimmed(13)
     }
 
+    /// ISA12, the interchange control version, trimmed.
     pub fn version(&self) -> &'a str {
         self.trimmed(12)
     }

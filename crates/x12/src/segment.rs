@@ -10,12 +10,16 @@ use memchr::memchr;
 use super::Position;
 
 /// The four delimiters an ISA declares. X12 assumes none of them; every interchange brings its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Delimiters {
+    /// Separates elements (the byte after `ISA`).
     pub element: u8,
+    /// Separates components within an element (ISA16).
     pub component: u8,
     /// `None` before 00402 and when ISA11 is a letter or digit (real 00501 files still send `U`).
     pub repetition: Option<u8>,
+    /// Ends a segment (the byte after ISA16).
     pub segment: u8,
 }
 
@@ -53,6 +57,7 @@ pub struct Segment<'a> {
     pub ordinal: u32,
     /// False only for a segment cut short by the end of the input.
     pub terminated: bool,
+    /// The delimiters of its interchange.
     pub delimiters: Delimiters,
 }
 
@@ -62,12 +67,13 @@ impl<'a> Segment<'a> {
         String::from_utf8_lossy(self.id).into_owned()
     }
 
-    /// The id as a message or a finding quotes it ([`crate::text::quoted`]): a segment
+    /// The id as a message or a finding quotes it ([`crate::quoted`]): a segment
     /// without separators is all id.
     pub fn id_shown(&self) -> String {
-        crate::text::quoted(&String::from_utf8_lossy(self.id)).into_owned()
+        crate::quoted(&String::from_utf8_lossy(self.id)).into_owned()
     }
 
+    /// Whether its id is `id`.
     pub fn is(&self, id: &[u8]) -> bool {
         self.id == id
     }
@@ -110,10 +116,12 @@ impl<'a> Segment<'a> {
         self.offset
     }
 
+    /// How many elements follow the id.
     pub fn element_count(&self) -> usize {
         self.elements().count()
     }
 
+    /// Where it is in the file.
     pub fn position(&self) -> Position {
         Position {
             byte: self.offset,
@@ -126,7 +134,9 @@ impl<'a> Segment<'a> {
 /// One element's bytes, with the delimiters needed to look inside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Element<'a> {
+    /// The element's bytes, components and repetitions included.
     pub value: &'a [u8],
+    /// The delimiters of its interchange.
     pub delimiters: Delimiters,
 }
 
@@ -147,10 +157,12 @@ impl<'a> Element<'a> {
         self.value.split(move |b| *b == c)
     }
 
+    /// Whether it holds a component separator.
     pub fn is_composite(&self) -> bool {
         memchr(self.delimiters.component, self.value).is_some()
     }
 
+    /// Whether it holds a repetition separator.
     pub fn is_repeated(&self) -> bool {
         self.delimiters
             .repetition
