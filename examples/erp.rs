@@ -1,4 +1,4 @@
-//! A stand-in for an ERP's inbound endpoint, for the README's worked example and the
+//! A stand-in for an ERP's inbound endpoint, for the session in docs/delivery.md and the
 //! delivery benchmark: it books each document once by its `Idempotency-Key`, answers
 //! `{"order_id": "SO-n"}`, and answers 409 with the same body for a key it booked before.
 //! `--fail-rate` answers that share of requests 503 (to watch retries and the circuit).
