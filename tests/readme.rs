@@ -322,3 +322,55 @@ fn the_command_tables_name_every_subcommand() {
         }
     }
 }
+
+/// Each `toml` block of the docs that declares partners or destinations is a configuration
+/// that loads: under a minimal `[gateway]`, `x12gate check` finds no problem in it. (A
+/// block of `[gateway]` keys for PostgreSQL needs a server, and is left to the nodes' tests.)
+#[test]
+fn every_configuration_example_of_the_docs_loads() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (_, rest) in text
+            .match_indices("```toml\n")
+            .map(|(i, _)| text.split_at(i + 8))
+        {
+            let block = rest.split_once("\n```").map_or(rest, |(b, _)| b);
+            if block.contains("[gateway]") || block.contains("postgres://") {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let config = dir.path().join("partners.toml");
+            std::fs::write(
+                &config,
+                format!("[gateway]\nid_qualifier = \"ZZ\"\nid = \"X12GATE\"\n\n{block}\n"),
+            )
+            .unwrap();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_x12gate"))
+                .arg("--config")
+                .arg(&config)
+                .arg("check")
+                .current_dir(dir.path())
+                .env("ERP_TOKEN", "Bearer example")
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: a configuration example does not load: {}{}",
+                path.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 2,
+        "the delivery chapter lost its configuration examples"
+    );
+}
