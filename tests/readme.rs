@@ -374,3 +374,35 @@ fn every_configuration_example_of_the_docs_loads() {
         "the delivery chapter lost its configuration examples"
     );
 }
+
+/// The generic form's example in docs/json.md is exactly what `parse --raw` makes of the X12
+/// that `render` writes from it: the example is a real document, not a sketch of one.
+#[test]
+fn the_json_chapters_generic_example_round_trips() {
+    let text = std::fs::read_to_string(root().join("docs/json.md")).unwrap();
+    let example = text
+        .split_once("```json\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(block, _)| block)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("example.json"), example).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_x12gate"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        out.stdout
+    };
+    let x12 = run(&["render", "example.json"]);
+    std::fs::write(dir.path().join("example.x12"), x12).unwrap();
+    let parsed: serde_json::Value =
+        serde_json::from_slice(&run(&["parse", "--raw", "example.x12"])).unwrap();
+    let shown: serde_json::Value = serde_json::from_str(example).unwrap();
+    assert_eq!(
+        parsed, shown,
+        "docs/json.md's example is not what parse makes"
+    );
+}
