@@ -295,7 +295,7 @@ impl Intake {
                         .or_else(|_| fs::metadata(&dir))
                         .and_then(|m| m.modified())
                         .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok());
+                        .and_then(|t| crate::time::now().duration_since(t).ok());
                     beat.is_some_and(|age| age > self.lease)
                 }
             };

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::outputs::safe_name;
@@ -59,7 +59,7 @@ fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
 
 fn age_days(path: &Path) -> Option<u64> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-    let age = SystemTime::now()
+    let age = crate::time::now()
         .duration_since(modified)
         .unwrap_or(Duration::ZERO);
     Some(age.as_secs() / 86_400)

@@ -366,8 +366,6 @@ fn two_watchers_on_one_inbox_take_each_file_once() {
 /// where pairs land in different batches of different workers.
 #[test]
 fn the_earlier_arrival_wins_a_reused_control_number() {
-    // Arrivals 10 ms apart: a machine loaded by the three-node test reorders them.
-    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings {
         settle_ms: 200,
         poll_ms: 50,
@@ -376,19 +374,34 @@ fn the_earlier_arrival_wins_a_reused_control_number() {
     });
     let inbox = gate.inbox();
     let mut w = gate.start(&[]);
+    // The arrival order is the modification time, which the kernel takes from a coarse
+    // clock that a loaded machine lets lag: two writes 10 ms apart may get one time, and
+    // the name that sorts first wins the tie. Each file gets its time from the test, 10 ms
+    // after the one before, and is renamed into the inbox whole.
+    let arrive = |name: String, text: String, at: std::time::SystemTime| {
+        let tmp = gate.dir().join(&name);
+        fs::write(&tmp, text).unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .and_then(|f| f.set_modified(at))
+            .unwrap();
+        fs::rename(&tmp, inbox.join(name)).unwrap();
+    };
     let pair = |round: u32| {
         let n = 400_000 + round;
-        fs::write(
-            inbox.join(format!("z-original-{round:02}.x12")),
+        let at = std::time::SystemTime::now();
+        arrive(
+            format!("z-original-{round:02}.x12"),
             interchange(n, "PO-ORIGINAL"),
-        )
-        .unwrap();
+            at,
+        );
         std::thread::sleep(Duration::from_millis(10));
-        fs::write(
-            inbox.join(format!("a-reused-{round:02}.x12")),
+        arrive(
+            format!("a-reused-{round:02}.x12"),
             interchange(n, "PO-REUSED"),
-        )
-        .unwrap();
+            at + Duration::from_millis(10),
+        );
     };
     for round in 0..10 {
         pair(round);

@@ -1376,13 +1376,17 @@ mod crash {
             assert_crashed(&crash);
             files.push((isa13, file));
         }
-        std::thread::sleep(Duration::from_millis(1200));
+        // The reruns' clock is a minute ahead: past the crashed processes' one-second leases.
+        let clock = crate::util::TestClock::new(gate.root());
+        clock.advance(60_000);
         let children: Vec<(u32, Child)> = files
             .iter()
             .flat_map(|(isa13, file)| {
                 (0..PROCESSES).map(|_| {
+                    let (var, value) = clock.env();
                     let child = gate
                         .process_command(&rerun_config, &[], None, &[file])
+                        .env(var, value)
                         .spawn()
                         .unwrap();
                     (*isa13, child)
@@ -1472,7 +1476,8 @@ mod crash {
     }
 
     /// Starts `file` in a process that stalls (sleep failpoint) right after its claim, waits
-    /// until the claim is in the registry and its lease has expired, and returns the child.
+    /// until the claim is in the registry, and stops the process there (SIGSTOP) until
+    /// [`resume`]: however loaded the machine, it does nothing more until the test says so.
     fn stalled_owner(gate: &Gate, file: &Path) -> Child {
         let child = gate
             .process_command(&gate.config, &[], Some("claim.after=sleep(8000)"), &[file])
@@ -1499,8 +1504,54 @@ mod crash {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(1200)); // lease_seconds = 1
+        signal(&child, "STOP");
         child
+    }
+
+    /// Lets a stalled owner go on from where it stopped, and waits for its end.
+    fn resume(stalled: Child) -> Run {
+        signal(&stalled, "CONT");
+        finish(stalled)
+    }
+
+    fn signal(child: &Child, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", child.id());
+    }
+
+    /// `file` processed with `config` by a process whose clock is a minute ahead: past the
+    /// stalled owner's lease (`lease_seconds = 1`) without waiting for it.
+    fn after_the_lease(gate: &Gate, config: &Path, file: &Path) -> Run {
+        let clock = crate::util::TestClock::new(gate.root());
+        clock.advance(60_000);
+        let mut c = gate.process_command(config, &[], None, &[file]);
+        let (var, value) = clock.env();
+        c.env(var, value);
+        run(c)
+    }
+
+    /// The clock of [`after_the_lease`] is the one the process decides by: what it records
+    /// is dated a day ahead when the test clock says so.
+    #[test]
+    fn a_process_on_the_test_clock_records_its_time() {
+        let gate = Gate::new(300, "reject");
+        let file = gate.write("po.x12", po("ACME", 101, 101));
+        let clock = crate::util::TestClock::new(gate.root());
+        clock.advance(86_400_000);
+        let before = chrono::Utc::now();
+        let mut c = gate.process_command(&gate.config, &[], None, &[&file]);
+        let (var, value) = clock.env();
+        c.env(var, value);
+        let r = run(c);
+        assert_eq!(r.report()["disposition"], "accepted", "{r}");
+        let events = gate.events("ZZ:ACME:000000101");
+        let at = events[0]["time"].as_str().unwrap_or_default();
+        let at = chrono::DateTime::parse_from_rfc3339(at).unwrap();
+        assert!(at >= before + chrono::Duration::hours(24), "{events:?}");
     }
 
     /// A process that stalls past its lease while a resend with *different* content arrives:
@@ -1516,8 +1567,8 @@ mod crash {
         let second = gate.write("second.x12", changed_po1(&text));
 
         let stalled = stalled_owner(&gate, &first);
-        let other = run(gate.process_command(&rerun_config, &[], None, &[&second]));
-        let stalled = finish(stalled);
+        let other = after_the_lease(&gate, &rerun_config, &second);
+        let stalled = resume(stalled);
         assert_eq!(other.report()["disposition"], "conflict", "{other}");
         assert_eq!(other.report()["reason_code"], "025", "{other}");
         assert_eq!(stalled.report()["disposition"], "accepted", "{stalled}");
@@ -1541,14 +1592,13 @@ stalled: {stalled}"
     /// may report `accepted`; the stalled one's completion was never recorded.
     #[test]
     fn a_stalled_owner_and_the_process_that_took_over_do_not_both_report_accepted() {
-        let _heavy = crate::util::heavy();
         let gate = Gate::new(1, "reject");
         let rerun_config = gate.other_config("rerun.toml", 60, "reject");
         let file = gate.write("po.x12", po("ACME", 101, 101));
 
         let stalled = stalled_owner(&gate, &file);
-        let taker = run(gate.process_command(&rerun_config, &[], None, &[&file]));
-        let stalled = finish(stalled);
+        let taker = after_the_lease(&gate, &rerun_config, &file);
+        let stalled = resume(stalled);
         let t = taker.report();
         assert_eq!(t["disposition"], "accepted", "{taker}");
         assert_eq!(t["attempt"], 2, "{taker}");

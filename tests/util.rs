@@ -14,6 +14,41 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A clock for the processes a test starts (binaries built with `failpoints`): each process
+/// given [`TestClock::env`] reads the file it names whenever it asks the time (see
+/// `x12gate::time`), so the test moves their leases, retries and windows along by
+/// [`TestClock::advance`] instead of sleeping through them.
+pub struct TestClock {
+    file: PathBuf,
+    ahead_ms: std::cell::Cell<i64>,
+}
+
+impl TestClock {
+    /// A clock in `dir`, at the wall's time until advanced.
+    pub fn new(dir: &std::path::Path) -> TestClock {
+        let clock = TestClock {
+            file: dir.join("test-clock"),
+            ahead_ms: std::cell::Cell::new(0),
+        };
+        clock.advance(0);
+        clock
+    }
+
+    /// The variable and value that put a process on this clock.
+    pub fn env(&self) -> (&'static str, &std::path::Path) {
+        ("X12GATE_TEST_CLOCK", &self.file)
+    }
+
+    /// Moves the clock `ms` further ahead of the wall, for every process on it at once.
+    pub fn advance(&self, ms: i64) {
+        self.ahead_ms.set(self.ahead_ms.get() + ms);
+        // Renamed over the old file, so that a process never reads half a number.
+        let tmp = self.file.with_extension("new");
+        std::fs::write(&tmp, self.ahead_ms.get().to_string()).expect("write the test clock");
+        std::fs::rename(&tmp, &self.file).expect("move the test clock");
+    }
+}
+
 /// The repository root (where Cargo.toml is).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

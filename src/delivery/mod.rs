@@ -603,8 +603,8 @@ mod tests {
     /// registry's clock, moved by hand: each retry waits its longest, each attempt takes a
     /// millisecond. When each delivery died, in ms after it was queued.
     fn outage(d: &Destination, documents: i64, horizon_ms: i64) -> Vec<Option<i64>> {
-        use crate::registry::{Identity, Queue, CLOCK_SHIFT_MS};
-        let shift = |ms: i64| CLOCK_SHIFT_MS.with(|c| c.set(ms));
+        use crate::registry::{Identity, Queue};
+        let shift = crate::time::shift_this_thread;
         shift(0);
         let mut r = Registry::in_memory(Identity {
             qualifier: "ZZ",

@@ -13,20 +13,8 @@ use super::counters::MAX_CONTROL_NUMBER;
 use super::{ClaimState, EventKind, Registry, RegistryError};
 use crate::disposition::Disposition;
 
-/// Milliseconds since the Unix epoch, the registry's clock.
-pub fn now_ms() -> i64 {
-    let now = chrono::Utc::now().timestamp_millis();
-    #[cfg(test)]
-    let now = now.saturating_add(CLOCK_SHIFT_MS.with(std::cell::Cell::get));
-    now
-}
-
-#[cfg(test)]
-thread_local! {
-    /// How far unit tests moved this thread's registry clock ahead: hours of retries and
-    /// cool-downs simulated in a moment.
-    pub(crate) static CLOCK_SHIFT_MS: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
-}
+/// The registry's clock: [`crate::time::now_ms`], which tests drive.
+pub use crate::time::now_ms;
 
 /// What a process asks for when it opens an interchange's envelope.
 #[derive(Clone)]

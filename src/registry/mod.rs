@@ -11,8 +11,6 @@
 //! statement, so two processes never hand out the same number.
 
 mod claims;
-#[cfg(test)]
-pub(crate) use claims::CLOCK_SHIFT_MS;
 mod counters;
 pub(crate) mod db;
 mod deliveries;
