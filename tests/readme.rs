@@ -18,6 +18,10 @@ const EXECUTED: &[(&str, &str)] = &[
         "### Example: a partner we had not configured yet",
     ),
     ("docs/documents.md", "### Example: a PO sent again"),
+    (
+        "docs/documents.md",
+        "### Example: an old archive scanned, then backfilled",
+    ),
     ("docs/guides.md", "### Example: ACME's guide"),
 ];
 
@@ -197,6 +201,14 @@ fn the_operations_chapter_prints_what_it_says() {
 #[test]
 fn the_documents_chapter_prints_what_it_says() {
     run("docs/documents.md", "### Example: a PO sent again");
+}
+
+#[test]
+fn the_documents_chapters_scan_prints_what_it_says() {
+    run(
+        "docs/documents.md",
+        "### Example: an old archive scanned, then backfilled",
+    );
 }
 
 #[test]
