@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use crate::config::Config;
 use crate::disposition::Disposition;
 use crate::pipeline::{self, ProcessError, ProcessOptions, Report, Source};
-use crate::registry::{ClaimState, Event, EventFilter, EventKind, Record, Registry, RegistryError};
+use crate::registry::{
+    ClaimState, Event, EventFilter, EventKind, Record, Registry, RegistryError, Resolved,
+};
 use crate::schema::Schemas;
 
 /// Why a key cannot be shown or reprocessed.
@@ -34,22 +36,14 @@ pub enum DeskError {
 /// The registry key an operator means: `QUAL:ID:ISA13`, or `ID:ISA13` when only one sender
 /// with that id sent that number; the number may be unpadded.
 pub fn resolve(registry: &Registry, given: &str) -> Result<String, DeskError> {
-    let typed = pipeline::typed_key(given);
-    if registry.record(&typed)?.is_some() {
-        return Ok(typed);
+    match registry.resolve(given)? {
+        Resolved::One(key) => Ok(key),
+        Resolved::Unknown => Err(DeskError::Unknown(given.to_string())),
+        Resolved::Several(keys) => Err(DeskError::Ambiguous {
+            given: given.to_string(),
+            keys,
+        }),
     }
-    if let Some((id, number)) = typed.split_once(':').filter(|(_, n)| !n.contains(':')) {
-        let mut keys = registry.keys_of(id, number)?;
-        return match keys.len() {
-            0 => Err(DeskError::Unknown(given.to_string())),
-            1 => Ok(keys.remove(0)),
-            _ => Err(DeskError::Ambiguous {
-                given: given.to_string(),
-                keys,
-            }),
-        };
-    }
-    Err(DeskError::Unknown(given.to_string()))
 }
 
 /// One acknowledgment as sent: its kind, file name, and our control numbers in it.
@@ -344,7 +338,7 @@ fn read_in_pieces(
 ) -> Option<(Vec<String>, String)> {
     let partner_of = |ic: &crate::x12::Interchange<'_>| pipeline::partner_of(ic, config).0;
     let key_of = |ic: &crate::x12::Interchange<'_>| {
-        pipeline::interchange_key(ic, partner_of(ic).interchange_scope)
+        crate::keys::interchange_key(ic, partner_of(ic).interchange_scope)
     };
     let shown = |findings: Vec<crate::finding::Finding>| -> Vec<String> {
         findings.iter().map(ToString::to_string).collect()

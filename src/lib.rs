@@ -30,8 +30,14 @@
 //! - [`translate`]: the lossless JSON form, both ways.
 //! - [`fingerprint`]: what makes a resend "the same interchange".
 //! - [`registry`]: every SQL statement: claims, leases, control numbers, the audit trail.
-//! - [`config`], [`input`], [`outputs`]: `partners.toml`, bounded reads (a file in pieces of
-//!   whole interchanges), atomic writes.
+//! - [`config`]: `partners.toml`, read into a checked [`config::Config`]; also the words
+//!   the file speaks that lower layers cannot (the registry's location, the JSON form, the
+//!   output model of destinations in `config/output.rs`).
+//! - [`input`], [`outputs`]: bounded reads (a file in pieces of whole interchanges), atomic
+//!   writes.
+//! - [`keys`]: an interchange's registry key, a key as an operator types it, the correlation
+//!   id of log lines.
+//! - [`usage`]: production or test (ISA15), as documents, destinations and keys speak it.
 //! - [`pipeline`]: files end to end: read → claim → validate/decide → write → complete; and
 //!   `ack`'s preview (decided and written in memory, nothing taken).
 //! - [`intake`], [`inbound`], [`watch`]: the watcher's work folders (a file is taken by
@@ -66,9 +72,37 @@
 //! (`registry` reserves control numbers) → `ack` writers + `translate` → `outputs` →
 //! (`registry` completion).
 //!
-//! Dependencies run one way: `x12` → `finding` → {`validate`, `schema`} → `check` → `ack`
-//! → `pipeline` → {`watch`, `desk`, the binary}; `registry` depends on none of the checking
-//! or answering modules (only on `disposition`, `owner`, `x12`).
+//! # Layers
+//!
+//! Lowest first. A module may use (`crate::...`) only modules on the rows above its own:
+//! never one below, nor a peer on its own row. The `layers` test (`tests/layers.rs`) reads
+//! this table and fails on any `crate::` path in `src/` (tests included) that points the
+//! other way, and on a module the table does not name.
+//!
+//! | row | modules | why here |
+//! |----:|---------|----------|
+//! | 1 | `text` `words` `time` `cores` `owner` | leaves: text from input, word enums, times, the core count, process owners |
+//! | 2 | `x12` | the syntax: what every later row reads |
+//! | 3 | `finding` `usage` `disposition` | the words later rows speak: problems, production or test, what became of an interchange |
+//! | 4 | `schema` | set definitions and their walker (places its findings with `finding`) |
+//! | 5 | `validate` | the envelope and routing rules, over the definitions |
+//! | 6 | `config` | `partners.toml`: a leaf over the syntax and the words (the registry's location, the JSON form and the output model are its own) |
+//! | 7 | `input` `guides` | bounded reads; partners' own definitions (read where `config` says) |
+//! | 8 | `fingerprint` `sef` `translate` | what makes a resend the same; SEF guides; the JSON form |
+//! | 9 | `document` `keys` `check` | business documents, interchange keys, an interchange's findings put together |
+//! | 10 | `ack` `outputs` | what to answer and the writers; atomic writes |
+//! | 11 | `registry` | every SQL statement |
+//! | 12 | `sent` `audit` `retention` | over the registry: numbers already sent, one event as printed, what is past retention |
+//! | 13 | `delivery` | the outbox's deliverer |
+//! | 14 | `setup` | the checks before any work, `init` |
+//! | 15 | `pipeline` | files end to end |
+//! | 16 | `intake` `scan` | the watcher's work folders; the retrofit of old archives |
+//! | 17 | `inbound` | where a processed file goes (its work folder is `intake`'s) |
+//! | 18 | `rejected` | files leave `rejected/` once accepted |
+//! | 19 | `desk` | `show`, `reprocess`, `claims release` (a reprocessed file leaves `rejected/`) |
+//! | 20 | `web` | the EDI desk's page (the desk's tools behind its buttons) |
+//! | 21 | `metrics` | `/metrics` and `/healthz`, serving the page beside them |
+//! | 22 | `watch` | the directory watcher: everything above, composed |
 #![forbid(unsafe_code)]
 
 pub mod ack;
@@ -86,6 +120,7 @@ pub mod guides;
 pub mod inbound;
 pub mod input;
 pub mod intake;
+pub mod keys;
 pub mod metrics;
 pub mod outputs;
 pub mod owner;
@@ -101,6 +136,7 @@ pub mod setup;
 pub mod text;
 pub mod time;
 pub mod translate;
+pub mod usage;
 pub mod validate;
 pub mod watch;
 pub mod web;

@@ -105,8 +105,9 @@ pub fn resolve(
             file
         }
         None => {
-            let key = crate::desk::resolve(registry, given)
-                .map_err(|_| RejectedError::NoFile(given.to_string()))?;
+            let Ok(crate::registry::Resolved::One(key)) = registry.resolve(given) else {
+                return Err(RejectedError::NoFile(given.to_string()));
+            };
             rejected_files_of(config, registry, &key)?
                 .into_iter()
                 .next()
@@ -176,7 +177,7 @@ fn keys_in(file: &Path, config: &Config) -> Option<Vec<String>> {
     for ic in crate::x12::Interchanges::new(&bytes, config.limits) {
         let ic = ic.ok()?;
         let scope = crate::pipeline::partner_of(&ic, config).0.interchange_scope;
-        keys.push(crate::pipeline::interchange_key(&ic, scope));
+        keys.push(crate::keys::interchange_key(&ic, scope));
     }
     Some(keys)
 }

@@ -240,7 +240,7 @@ fn read_file(
                 .partner(qualifier, id)
                 .cloned()
                 .unwrap_or_else(|| Partner::unknown(qualifier, id));
-            let key = crate::pipeline::interchange_key(&ic, partner.interchange_scope);
+            let key = crate::keys::interchange_key(&ic, partner.interchange_scope);
             // What `process` would have accepted: a rejected set was never booked.
             let decision = crate::pipeline::decide(&ic, config, schemas);
             let accepted = |gi: usize, si: usize| {

@@ -26,6 +26,17 @@ pub fn printable(s: &str) -> Cow<'_, str> {
 // Quoting is the syntax crate's (a segment id is quoted where it is read); one definition.
 pub use x12::{bounded, quoted, QUOTED};
 
+/// Bytes from input as a message quotes them: escaped, and at most their first [`QUOTED`]
+/// (an element may be 64 KiB, a segment without separators a whole set's "id"), with `...`
+/// when there was more.
+pub fn shown(bytes: &[u8]) -> String {
+    let escaped = |b: &[u8]| -> String { String::from_utf8_lossy(b).escape_debug().collect() };
+    match bytes.get(..QUOTED) {
+        Some(head) if bytes.len() > QUOTED => format!("{}...", escaped(head)),
+        _ => escaped(bytes),
+    }
+}
+
 /// `s` cut to about `max` bytes for a reason or a log line, saying how much was left out.
 pub fn shortened(s: &str, max: usize) -> Cow<'_, str> {
     if s.len() <= max {

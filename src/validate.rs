@@ -15,8 +15,12 @@ use std::collections::HashSet;
 
 use chrono::{NaiveDate, NaiveTime};
 
-use crate::finding::{release, Code, Finding, Release, Rule, Ta105};
+use crate::finding::{
+    at_element as at, group_finding, release, Code, Finding, Release, Rule, Ta105,
+};
+pub use crate::schema::names_a_set;
 use crate::schema::Schemas;
+use crate::text::shown;
 use crate::x12::{
     number, Group, Interchange, InterchangeEnd, LimitKind, Position, ReadError, ReadErrorKind,
     Segment, TransactionSet,
@@ -111,21 +115,6 @@ pub fn group_seen_before_at(gi: usize, gs: &Segment<'_>) -> Finding {
         shown(gs.element(2).unwrap_or_default())
     );
     group_finding(gi, gs, Rule::GsSeenBefore, gs, 6, message)
-}
-
-/// A finding of a group rule at element `element` of `segment` (its GS or GE), with the
-/// code for the release its GS08 declares.
-pub(crate) fn group_finding(
-    gi: usize,
-    gs: &Segment<'_>,
-    rule: Rule,
-    segment: &Segment<'_>,
-    element: usize,
-    message: String,
-) -> Finding {
-    Finding::new(rule, at(segment, element), segment.id_str(), message)
-        .in_group(gi)
-        .in_release(release(gs.element(8).unwrap_or_default()))
 }
 
 /// The functional identifier codes (GS01) of the group a transaction set (ST01) belongs to,
@@ -269,15 +258,6 @@ impl Validator<'_> {
     }
 }
 
-fn at(segment: &Segment<'_>, element: usize) -> Position {
-    let mut p = segment.position();
-    if element > 0 {
-        p.byte = segment.element_offset(element);
-        p.element = u16::try_from(element).ok();
-    }
-    p
-}
-
 /// Where ISA element `n` (1-based) starts.
 fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
     let mut p = isa.segment.position();
@@ -291,24 +271,6 @@ fn isa_position(isa: &crate::x12::Isa<'_>, n: usize) -> Position {
             .map(|f| f.len() + 1)
             .sum::<usize>();
     p
-}
-
-/// A value as a message quotes it: escaped, and at most its first [`crate::text::QUOTED`]
-/// bytes (an element may be 64 KiB, a segment without separators a whole set's "id"), with
-/// `...` when there was more.
-pub(crate) fn shown(bytes: &[u8]) -> String {
-    use crate::text::QUOTED;
-    let escaped = |b: &[u8]| -> String { String::from_utf8_lossy(b).escape_debug().collect() };
-    match bytes.get(..QUOTED) {
-        Some(head) if bytes.len() > QUOTED => format!("{}...", escaped(head)),
-        _ => escaped(bytes),
-    }
-}
-
-/// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
-/// every release.
-pub fn names_a_set(st01: &[u8]) -> bool {
-    st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
 }
 
 fn all_digits(s: &[u8]) -> bool {

@@ -9,6 +9,7 @@ mod fixtures;
 mod fuzz_corpus;
 mod guides;
 mod intake;
+mod layers;
 mod pg_server;
 mod postgres;
 mod process;

@@ -14,6 +14,7 @@ mod parts;
 pub use parts::{segments as part_segments, Part, Role as PartRole};
 
 use crate::schema::{DocumentSpec, Field, SetDef};
+pub use crate::usage::Usage;
 use crate::x12::{Group, Interchange, Segment, TransactionSet};
 
 crate::words::words! {
@@ -41,57 +42,6 @@ crate::words::words! {
         Original = "original",
         Change = "change",
         Copy = "copy",
-    }
-}
-
-/// Whether a document came in a production interchange (ISA15 `P`) or not: a test (`T`) or
-/// information (`I`) interchange's documents are test documents, known by keys of their own
-/// and sent only to test destinations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub enum Usage {
-    #[default]
-    #[serde(rename = "P")]
-    Production,
-    #[serde(rename = "T")]
-    Test,
-}
-
-/// What ends the key (and subject) of a test document: one part more than any production
-/// key has (its parts escape `:`), so the two namespaces never meet.
-const TEST_MARK: &str = ":test";
-
-impl Usage {
-    /// The usage of the interchange `ic` (its ISA15).
-    pub fn of(ic: &Interchange<'_>) -> Usage {
-        if ic.isa.field(15).trim_ascii() == b"P" {
-            Usage::Production
-        } else {
-            Usage::Test
-        }
-    }
-
-    /// The usage of a document key: a test key is a production key's six parts and `test`.
-    pub fn of_key(key: &str) -> Usage {
-        if key.ends_with(TEST_MARK) && key.bytes().filter(|b| *b == b':').count() == 6 {
-            Usage::Test
-        } else {
-            Usage::Production
-        }
-    }
-
-    /// `P` or `T`, as the document's JSON (`envelope.usage`) and reports say it.
-    pub fn letter(self) -> &'static str {
-        match self {
-            Usage::Production => "P",
-            Usage::Test => "T",
-        }
-    }
-
-    fn mark(self) -> &'static str {
-        match self {
-            Usage::Production => "",
-            Usage::Test => TEST_MARK,
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::fmt;
 
 pub use code::{release, Ak304, Ak403, Ak502, Ak905, Code, CodeList, Release, Ta105};
 
-use crate::x12::Position;
+use crate::x12::{Position, Segment};
 
 crate::words::words! {
     /// The rules a file can break. Names are stable: tests, `--json` output and operators
@@ -285,6 +285,37 @@ impl fmt::Display for Finding {
         }
         write!(f, "]")
     }
+}
+
+/// Where element `element` (1-based; 0 for the segment itself) of `segment` starts.
+pub(crate) fn at_element(segment: &Segment<'_>, element: usize) -> Position {
+    let mut p = segment.position();
+    if element > 0 {
+        p.byte = segment.element_offset(element);
+        p.element = u16::try_from(element).ok();
+    }
+    p
+}
+
+/// A finding of a group rule at element `element` of `segment` (its GS or GE), with the
+/// code for the release its GS08 declares. Here, not in `validate`, because the envelope
+/// rules and the definitions' "read at envelope level only" both place findings this way.
+pub(crate) fn group_finding(
+    gi: usize,
+    gs: &Segment<'_>,
+    rule: Rule,
+    segment: &Segment<'_>,
+    element: usize,
+    message: String,
+) -> Finding {
+    Finding::new(
+        rule,
+        at_element(segment, element),
+        segment.id_str(),
+        message,
+    )
+    .in_group(gi)
+    .in_release(release(gs.element(8).unwrap_or_default()))
 }
 
 #[cfg(test)]

@@ -83,11 +83,6 @@ pub(super) struct Progress {
 /// and `documents_new` count them all, and the registry has every one.
 pub const REPORTED: usize = 1_000;
 
-/// Documents decided in one transaction and written in one round of fsyncs: a run ends at
-/// the first set boundary once it holds this many (a set is never split between runs, so
-/// one of many claims makes its run that much longer).
-pub const RUN_DOCUMENTS: usize = 2_000;
-
 impl Progress {
     /// Nothing planned yet; `planned`: whether there is anything to plan (the interchange
     /// was not rejected).

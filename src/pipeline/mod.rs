@@ -9,13 +9,15 @@ use chrono::NaiveDateTime;
 
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
 use crate::check::{self, Checks};
-use crate::config::{Config, InterchangeScope, Layout, Partner, UnknownPartners, Validation};
+use crate::config::{Config, Layout, Partner, UnknownPartners, Validation};
 use crate::finding::Finding;
 use crate::outputs;
 use crate::registry::{Counter, Registry, RegistryError};
 use crate::schema::Schemas;
 use crate::validate::Routing;
 use crate::x12::Interchange;
+
+pub use crate::keys::{correlation_id, interchange_key, key_part, typed_key};
 
 /// Everything decided about one interchange before anything is written.
 #[derive(Debug, Clone)]
@@ -26,16 +28,6 @@ pub struct Decision {
     pub findings: Vec<Finding>,
     /// Shared: a large interchange's 997/999 is made from it when it is written.
     pub response: std::sync::Arc<InterchangeResponse>,
-}
-
-/// `QUAL:ID:ISA13`, the id that ties every log line and record of an interchange together.
-pub fn correlation_id(ic: &Interchange<'_>) -> String {
-    format!(
-        "{}:{}:{}",
-        ic.isa.trimmed(5),
-        ic.isa.trimmed(6),
-        ic.isa.control_number()
-    )
 }
 
 /// Checks an interchange (envelope rules, routing, and with the partner's `validation =
@@ -531,71 +523,6 @@ impl From<&std::path::Path> for Source {
     }
 }
 
-/// A key as an operator types it: `QUAL:ID:ISA13` with the control number perhaps not
-/// padded (`ZZ:ACME:101` is `ZZ:ACME:000000101`).
-pub fn typed_key(key: &str) -> String {
-    match key.rsplit_once(':') {
-        Some((head, n))
-            if !n.is_empty() && n.len() < 9 && n.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            format!("{head}:{n:0>9}")
-        }
-        _ => key.to_string(),
-    }
-}
-
-/// The registry key of an interchange: sender + ISA13, or sender + receiver + ISA13.
-/// Each part is escaped ([`key_part`]), so that no two interchanges share a key unless their
-/// parts are equal: ISA05 `ZZ:A` with ISA06 `B` is not ISA05 `ZZ` with ISA06 `A:B`.
-pub fn interchange_key(ic: &Interchange<'_>, scope: InterchangeScope) -> String {
-    let p = |n: usize| key_part(ic.isa.field(n));
-    match scope {
-        InterchangeScope::Sender => format!("{}:{}:{}", p(5), p(6), p(13)),
-        InterchangeScope::SenderReceiver => {
-            format!("{}:{}>{}:{}:{}", p(5), p(6), p(7), p(8), p(13))
-        }
-    }
-}
-
-/// One ISA field as a part of a key, its padding trimmed: the key's separators (`:`, `>`)
-/// and the escape itself (`%`) written as `%3A`, `%3E`, `%25`, and the bytes of a field that
-/// is not UTF-8 as `%XX` (two such fields used to read as the same empty text). Fields
-/// without any of these, every real partner's, are left as they are, so keys already in a
-/// registry stay the keys of their interchanges.
-pub fn key_part(field: &[u8]) -> std::borrow::Cow<'_, str> {
-    use std::borrow::Cow;
-    let special = |b: &u8| matches!(b, b':' | b'>' | b'%');
-    // Trimmed as keys always were (any Unicode blank), so existing keys stay the same.
-    match std::str::from_utf8(field).map(str::trim) {
-        Ok(text) if !text.bytes().any(|b| special(&b)) => Cow::Borrowed(text),
-        Ok(text) => {
-            let mut out = String::with_capacity(text.len() + 6);
-            for c in text.chars() {
-                match c {
-                    ':' => out.push_str("%3A"),
-                    '>' => out.push_str("%3E"),
-                    '%' => out.push_str("%25"),
-                    c => out.push(c),
-                }
-            }
-            Cow::Owned(out)
-        }
-        Err(_) => Cow::Owned(
-            field
-                .trim_ascii()
-                .iter()
-                .map(|b| {
-                    if b.is_ascii_graphic() && !special(b) || *b == b' ' {
-                        char::from(*b).to_string()
-                    } else {
-                        format!("%{b:02X}")
-                    }
-                })
-                .collect(),
-        ),
-    }
-}
-
 /// Outputs are named by key, and by content when the key was first claimed for other content:
 /// a takeover of the same content rewrites the same names (nothing doubles), while a
 /// corrected resend after a rejection gets names of its own (its 997 never replaces the
@@ -626,28 +553,13 @@ mod batch;
 mod documents;
 mod large;
 
+/// The default of `gateway.documents_per_run`, kept where the configuration can name it.
+pub use crate::config::RUN_DOCUMENTS;
 pub use batch::{
     process_file, process_files, process_files_into, process_files_keeping, FileOutcome, Settled,
     BATCH_BYTES, BATCH_FILES, RECORDED,
 };
 pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
-    REPORTED, RUN_DOCUMENTS,
+    REPORTED,
 };
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_parts_cannot_run_into_each_other() {
-        assert_eq!(key_part(b"ACME           "), "ACME");
-        assert_eq!(key_part(b"ZZ:A"), "ZZ%3AA");
-        assert_eq!(key_part(b"A:B"), "A%3AB");
-        assert_eq!(key_part(b"50%>"), "50%25%3E");
-        // Two different fields that are not UTF-8 no longer read as the same empty text.
-        assert_eq!(key_part(b"\xff\xfeX "), "%FF%FEX");
-        assert_ne!(key_part(b"\xff"), key_part(b"\xfe"));
-        assert_eq!(key_part(b"\xc3\xa9T"), "\u{e9}T");
-    }
-}

@@ -297,6 +297,15 @@ pub struct Batch<'r> {
     path: &'r str,
 }
 
+/// What a key an operator typed names ([`Registry::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    One(String),
+    Unknown,
+    /// Several senders with that id sent that number: the keys, in order.
+    Several(Vec<String>),
+}
+
 impl Registry {
     /// Runs `f` in one immediate transaction and commits it; nothing is committed on `Err`.
     pub fn batch<T, E: From<RegistryError>>(
@@ -1051,6 +1060,25 @@ impl Registry {
             params![id, control_number],
             |r| r.get(0),
         )
+    }
+
+    /// The key an operator means: `QUAL:ID:ISA13`, or `ID:ISA13` when only one sender with
+    /// that id sent that number; the number may be unpadded. Here, not in the desk, because
+    /// the desk and the rejected folder's `resolve` both read keys this way.
+    pub fn resolve(&self, given: &str) -> Result<Resolved, RegistryError> {
+        let typed = crate::keys::typed_key(given);
+        if self.record(&typed)?.is_some() {
+            return Ok(Resolved::One(typed));
+        }
+        if let Some((id, number)) = typed.split_once(':').filter(|(_, n)| !n.contains(':')) {
+            let mut keys = self.keys_of(id, number)?;
+            return Ok(match keys.len() {
+                0 => Resolved::Unknown,
+                1 => Resolved::One(keys.remove(0)),
+                _ => Resolved::Several(keys),
+            });
+        }
+        Ok(Resolved::Unknown)
     }
 
     /// Opens a completed interchange for another attempt (`reprocess`): marked failed, with

@@ -1,14 +1,21 @@
 //! The registry: the one place that holds SQL.
 //!
-//! Everything the gateway must remember across processes and crashes lives in one SQLite
-//! database: today the outbound control-number counters, later the interchange claims. Methods
-//! speak the domain (`next_control_number`), never SQL, so that another store (several gateway
-//! nodes sharing PostgreSQL) can implement the same traits.
+//! Everything the gateway must remember across processes and crashes: interchange claims
+//! and their completions (`claims`), our outbound control numbers (`counters`), business
+//! documents and what was decided for them (`documents`), the outbox of deliveries
+//! (`deliveries`), the audit trail, and the desk page's reads (`overview`). Methods speak
+//! the domain (`claim_interchange`, `complete`, `take_control_numbers`), never SQL; one
+//! store type runs the same statements on SQLite (the default) or a PostgreSQL server
+//! several nodes share (`db`, `postgres`), with one append-only list of migrations.
 //!
-//! Durability: WAL with `synchronous = FULL`, so a committed transaction survives power loss,
-//! not only a process crash (`NORMAL` in WAL mode may lose the last commits on power loss).
-//! Concurrency: a busy timeout lets several processes share the file; every counter step is one
-//! statement, so two processes never hand out the same number.
+//! Where the registry is comes from the configuration (`config::Database`); what it
+//! stores is spoken in the lower layers' words (dispositions, document keys), never in the
+//! pipeline's or the deliverer's types, which sit above it.
+//!
+//! Durability: SQLite in WAL mode with `synchronous = FULL`, so a committed transaction
+//! survives power loss, not only a process crash. Concurrency: a busy timeout lets several
+//! processes share the file; every write runs under the writers' lock, so two processes never
+//! hand out the same number or both see a key absent.
 
 mod claims;
 mod counters;
@@ -20,18 +27,19 @@ mod overview;
 mod postgres;
 mod vocabulary;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use db::{Conn, OptionalExtension};
 use rusqlite::Connection;
 
+pub use crate::config::{Database, Postgres};
 pub use db::WRITER_LOCK;
-pub use postgres::Postgres;
 
 pub use claims::{
     now_ms, AckBytes, AckToStore, Batch, Claim, ClaimRequest, Completed, Completion, Event,
-    EventFilter, GroupKey, Previous, Record, Renewed, Reservation, Snapshot, StoredAck, Unfinished,
+    EventFilter, GroupKey, Previous, Record, Renewed, Reservation, Resolved, Snapshot, StoredAck,
+    Unfinished,
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{
@@ -43,45 +51,6 @@ pub use documents::{
 };
 pub use overview::{Found, Listed, Search};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
-
-/// Where the registry is: an SQLite file (the default), or a PostgreSQL database that
-/// several gateway nodes share.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Database {
-    Sqlite(PathBuf),
-    Postgres(Postgres),
-}
-
-impl Database {
-    /// The SQLite file, if the registry is one.
-    pub fn file(&self) -> Option<&Path> {
-        match self {
-            Database::Sqlite(p) => Some(p),
-            Database::Postgres(_) => None,
-        }
-    }
-}
-
-impl From<&PathBuf> for Database {
-    fn from(path: &PathBuf) -> Self {
-        Database::Sqlite(path.clone())
-    }
-}
-
-impl From<&Path> for Database {
-    fn from(path: &Path) -> Self {
-        Database::Sqlite(path.to_path_buf())
-    }
-}
-
-impl std::fmt::Display for Database {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Database::Sqlite(p) => write!(f, "{}", p.display()),
-            Database::Postgres(pg) => f.write_str(&pg.shown()),
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

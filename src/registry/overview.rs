@@ -221,7 +221,7 @@ impl Registry {
     pub fn search(&self, s: &Search) -> Result<Found, RegistryError> {
         let text = s.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
         let number = text.and_then(control_number);
-        let key = text.map(crate::pipeline::typed_key);
+        let key = text.map(crate::keys::typed_key);
         // A part of a document key or file name; for a number, a whole part of a key.
         let part = match (text, &number) {
             (Some(t), Some(_)) => Some(format!(":{t}:")),

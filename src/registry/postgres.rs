@@ -6,57 +6,19 @@
 //! schema's version is kept in `x12gate_schema`, migrated under the writers' lock so that
 //! several nodes starting at once migrate once.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::db::{Conn, Pg};
+use crate::config::Postgres;
 
 /// How long the server lets a session sit idle inside a transaction. The registry's
 /// transactions run statements back to back; only a node that stopped in the middle of one
 /// (power, network) leaves it idle.
 const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
 
-/// Where a PostgreSQL registry is: `database = "postgres://user@host/db"`, with the password
-/// in the URL, in the environment variable `database_password_env` names, or in `PGPASSWORD`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Postgres {
-    pub url: String,
-    pub password_env: Option<String>,
-    /// A PEM file of the certificate authorities to trust besides the system's (a managed
-    /// service's own CA).
-    pub ca_file: Option<PathBuf>,
-}
-
+/// Connecting: the location ([`Postgres`]) is the configuration's.
 impl Postgres {
-    /// The URL with any password replaced (in the user part and in the query), for
-    /// messages and logs.
-    pub fn shown(&self) -> String {
-        let (head, query) = match self.url.split_once('?') {
-            Some((h, q)) => (h, Some(q)),
-            None => (self.url.as_str(), None),
-        };
-        let mut out = match (head.find("://"), head.rfind('@')) {
-            (Some(s), Some(at)) if at > s && head[s + 3..at].contains(':') => {
-                let user = head[s + 3..at].split(':').next().unwrap_or("");
-                format!("{}{user}:***{}", &head[..s + 3], &head[at..])
-            }
-            _ => head.to_string(),
-        };
-        if let Some(query) = query {
-            let parts: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            out.push('?');
-            out.push_str(&parts.join("&"));
-        }
-        out
-    }
-
     fn config(&self, read_only: bool) -> Result<tokio_postgres::Config, String> {
         let mut config: tokio_postgres::Config = self
             .url

@@ -430,7 +430,7 @@ impl<'a> Walker<'_, 'a> {
                 format!(
                     "{name} is unexpected here: its {} \"{}\" is the qualifier of none of its positions in the open loops",
                     q.shown,
-                    crate::validate::shown(value)
+                    crate::text::shown(value)
                 ),
             )
         } else if self.def.places(id).iter().any(|p| fits(p) && open_here(p)) {

@@ -95,9 +95,7 @@ pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Fin
                     }
                     // A GS08 that names no release, or an ST01 that names no set, is an
                     // envelope error of its own.
-                    Reading::EnvelopeOnly
-                        if names_a_release(version) && crate::validate::names_a_set(id) =>
-                    {
+                    Reading::EnvelopeOnly if names_a_release(version) && names_a_set(id) => {
                         unread.unread(gi, &group.gs, version, id);
                     }
                     Reading::EnvelopeOnly => {}
@@ -113,6 +111,12 @@ pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Fin
         all.absorb(unread);
     }
     (out, all)
+}
+
+/// Whether ST01 has the shape of a transaction set identifier: three digits, 100 to 999, in
+/// every release.
+pub fn names_a_set(st01: &[u8]) -> bool {
+    st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
 }
 
 /// Whether GS08 begins with a six-digit release (`004010`, `005010X222A1`).
@@ -137,7 +141,7 @@ pub struct Unread {
 impl Unread {
     fn unread(&mut self, gi: usize, gs: &crate::x12::Segment<'_>, version: &[u8], id: &[u8]) {
         if self.first.is_none() {
-            let at = crate::validate::group_finding(
+            let at = crate::finding::group_finding(
                 gi,
                 gs,
                 Rule::EnvelopeLevelOnly,
@@ -148,8 +152,8 @@ impl Unread {
             self.first = Some(at);
         }
         let at = (
-            crate::validate::shown(version.get(..6).unwrap_or_default()),
-            crate::validate::shown(id),
+            crate::text::shown(version.get(..6).unwrap_or_default()),
+            crate::text::shown(id),
         );
         self.note(at);
     }

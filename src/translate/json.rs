@@ -75,16 +75,9 @@ pub struct JsonSet {
     pub se: Option<Vec<JsonElement>>,
 }
 
-/// Which JSON form sets with a definition take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Form {
-    /// Loops and named elements where a definition exists; the generic form elsewhere.
-    #[default]
-    Structured,
-    /// The generic form everywhere.
-    Raw,
-}
+/// Which JSON form sets with a definition take: a partner's `translation`, so the
+/// configuration owns the word.
+pub use crate::config::Form;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,330 @@
+//! The output model: where documents go (`[[destination]]`), how each destination is
+//! reached and how hard it is tried, read and checked one key at a time.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Where documents are delivered, as `[[destination]]` declares it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDestination {
+    name: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default = "destination_defaults::timeout_ms")]
+    timeout_ms: u64,
+    #[serde(default = "destination_defaults::max_attempts")]
+    max_attempts: u32,
+    #[serde(default = "destination_defaults::max_age_hours")]
+    max_age_hours: u32,
+    #[serde(default)]
+    result_ref: Option<String>,
+    #[serde(default)]
+    owner: Option<String>,
+    #[serde(default = "destination_defaults::backoff_ms")]
+    backoff_ms: u64,
+    #[serde(default = "destination_defaults::backoff_max_ms")]
+    backoff_max_ms: u64,
+    #[serde(default = "destination_defaults::circuit_failures")]
+    circuit_failures: u32,
+    #[serde(default = "destination_defaults::circuit_cooldown_ms")]
+    circuit_cooldown_ms: u64,
+    #[serde(default = "destination_defaults::concurrency")]
+    concurrency: usize,
+    #[serde(default)]
+    usage: Option<String>,
+}
+
+/// The defaults of a destination's settings (docs/delivery.md's table states what they add up to).
+pub(crate) mod destination_defaults {
+    pub fn timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn max_attempts() -> u32 {
+        12
+    }
+    pub fn max_age_hours() -> u32 {
+        72
+    }
+    pub fn backoff_ms() -> u64 {
+        1_000
+    }
+    pub fn backoff_max_ms() -> u64 {
+        300_000
+    }
+    pub fn circuit_failures() -> u32 {
+        5
+    }
+    pub fn circuit_cooldown_ms() -> u64 {
+        30_000
+    }
+    pub fn concurrency() -> usize {
+        4
+    }
+}
+
+/// A destination's documents: where they go and how hard to try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub name: String,
+    pub kind: DestinationKind,
+    /// One attempt's limit (the request, or the command's run).
+    pub timeout_ms: u64,
+    /// After this many failed attempts a delivery is dead-lettered...
+    pub max_attempts: u32,
+    /// ...or once it was first queued this long ago.
+    pub max_age_hours: u32,
+    /// A JSON pointer into the answer's body: the business system's reference for the
+    /// document (an order number), stored and reported to the senders of duplicates.
+    pub result_ref: Option<String>,
+    /// Who answers for its dead deliveries when the partner names no `contact`.
+    pub owner: Option<String>,
+    /// The upper bound of the first retry's delay (full jitter), doubled per attempt...
+    pub backoff_ms: u64,
+    /// ...up to this.
+    pub backoff_max_ms: u64,
+    /// Consecutive failures that open the circuit...
+    pub circuit_failures: u32,
+    /// ...for this long; then one probe per cool-down until one succeeds.
+    pub circuit_cooldown_ms: u64,
+    /// Requests in flight at once, per deliverer.
+    pub concurrency: usize,
+    /// Which documents it takes: production ones (the default), or only test ones (named
+    /// by a partner's `test_destinations`).
+    pub usage: crate::usage::Usage,
+}
+
+/// How a destination is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestinationKind {
+    /// Document files in a folder: `out/` itself (written by the interchange's round, as
+    /// without any destination), or another folder they are copied into from `out/`.
+    Folder { path: Option<PathBuf> },
+    /// A POST of the document's JSON.
+    Http {
+        url: String,
+        headers: Vec<(String, HeaderValue)>,
+    },
+    /// A program given the document on stdin.
+    Command { argv: Vec<String> },
+}
+
+/// A header's value: as written, or read from the environment when sent (`env:NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    Literal(String),
+    Env(String),
+}
+
+/// Requests in flight at once to one destination, per deliverer: each is a thread.
+const MAX_CONCURRENCY: usize = 64;
+
+/// Headers x12gate sets itself: a destination's own value would send every document under
+/// one key, or with a wrong length.
+const RESERVED_HEADERS: &[&str] = &[
+    "idempotency-key",
+    "x-correlation-id",
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+];
+
+/// Headers that carry secrets: their values must come from the environment.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+];
+
+impl Destination {
+    /// Whether the interchange's round delivers it (files in `out/`), so that nothing is
+    /// queued for it.
+    pub fn is_out(&self, out: &Path) -> bool {
+        matches!(&self.kind, DestinationKind::Folder { path } if path.as_deref().is_none_or(|p| p == out))
+    }
+}
+
+/// The longest `timeout_ms` of a destination: a day.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+// One paragraph per key, as `partner` is read.
+pub(super) fn destination(
+    raw: RawDestination,
+    line: usize,
+    base: &Path,
+) -> Result<Destination, String> {
+    let at = |key: &str, problem: String| {
+        format!(
+            "line {line}: destination {:?}, key `{key}`: {problem}",
+            raw.name
+        )
+    };
+    if raw.name.is_empty()
+        || raw.name.len() > 64
+        || !raw
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return Err(at(
+            "name",
+            "expected 1 to 64 letters, digits, '-', '_' or '.'".into(),
+        ));
+    }
+    let unused = |key: &str, given: bool, kind: &str| {
+        if given {
+            Err(at(key, format!("not used by kind = \"{kind}\"")))
+        } else {
+            Ok(())
+        }
+    };
+    let kind = match raw.kind.as_deref().unwrap_or("folder") {
+        "folder" => {
+            unused("url", raw.url.is_some(), "folder")?;
+            unused("command", raw.command.is_some(), "folder")?;
+            unused("headers", !raw.headers.is_empty(), "folder")?;
+            DestinationKind::Folder {
+                path: raw
+                    .path
+                    .map(|p| if p.is_absolute() { p } else { base.join(p) }),
+            }
+        }
+        "http" => {
+            unused("path", raw.path.is_some(), "http")?;
+            unused("command", raw.command.is_some(), "http")?;
+            let url = raw
+                .url
+                .ok_or_else(|| at("url", "required with kind = \"http\"".into()))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(at(
+                    "url",
+                    format!("{url:?}: expected an http:// or https:// address"),
+                ));
+            }
+            let mut headers = Vec::new();
+            for (name, value) in raw.headers {
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+                {
+                    return Err(at("headers", format!("{name:?}: not a header name")));
+                }
+                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                    return Err(at(
+                        "headers",
+                        format!("{name}: x12gate sets this header itself (the document's key, its correlation id, its length)"),
+                    ));
+                }
+                let value = match value.strip_prefix("env:") {
+                    Some(var) if !var.is_empty() => HeaderValue::Env(var.to_string()),
+                    _ if SECRET_HEADERS.contains(&name.to_ascii_lowercase().as_str()) => {
+                        return Err(at(
+                            "headers",
+                            format!("{name}: a secret is never written in this file; give \"env:VARIABLE\" and set the variable in the gateway's environment"),
+                        ))
+                    }
+                    _ => HeaderValue::Literal(value),
+                };
+                headers.push((name, value));
+            }
+            DestinationKind::Http { url, headers }
+        }
+        "command" => {
+            unused("path", raw.path.is_some(), "command")?;
+            unused("url", raw.url.is_some(), "command")?;
+            unused("headers", !raw.headers.is_empty(), "command")?;
+            let argv = raw.command.unwrap_or_default();
+            if argv.first().is_none_or(String::is_empty) {
+                return Err(at(
+                    "command",
+                    "required with kind = \"command\": the program and its arguments, as a list"
+                        .into(),
+                ));
+            }
+            DestinationKind::Command { argv }
+        }
+        other => {
+            return Err(at(
+                "kind",
+                format!("{other:?}: expected \"folder\", \"http\" or \"command\""),
+            ))
+        }
+    };
+    if let Some(p) = &raw.result_ref {
+        if !p.starts_with('/') {
+            return Err(at(
+                "result_ref",
+                format!("{p:?}: expected a JSON pointer such as \"/order_id\""),
+            ));
+        }
+    }
+    for (key, value) in [
+        ("timeout_ms", raw.timeout_ms),
+        ("max_attempts", u64::from(raw.max_attempts)),
+        ("circuit_failures", u64::from(raw.circuit_failures)),
+        ("concurrency", raw.concurrency as u64),
+        ("max_age_hours", u64::from(raw.max_age_hours)),
+    ] {
+        if value == 0 {
+            return Err(at(key, "expected 1 or more".into()));
+        }
+    }
+    // A deadline past the end of time cannot be computed (it panicked).
+    if raw.timeout_ms > MAX_TIMEOUT_MS {
+        return Err(at(
+            "timeout_ms",
+            format!("expected at most {MAX_TIMEOUT_MS} (a day)"),
+        ));
+    }
+    let usage = match raw.usage.as_deref() {
+        None | Some("production") => crate::usage::Usage::Production,
+        Some("test") => crate::usage::Usage::Test,
+        Some(other) => {
+            return Err(at(
+                "usage",
+                format!("{other:?}: expected \"production\" or \"test\""),
+            ))
+        }
+    };
+    if usage == crate::usage::Usage::Test
+        && matches!(&kind, DestinationKind::Folder { path } if path.is_none())
+    {
+        return Err(at(
+            "usage",
+            "a test folder destination needs a `path` of its own: `out/` is production's (test documents are written in out/test/ in any case)".into(),
+        ));
+    }
+    if raw.concurrency > MAX_CONCURRENCY {
+        return Err(at(
+            "concurrency",
+            format!("{}: at most {MAX_CONCURRENCY}", raw.concurrency),
+        ));
+    }
+    Ok(Destination {
+        name: raw.name,
+        kind,
+        timeout_ms: raw.timeout_ms,
+        max_attempts: raw.max_attempts,
+        max_age_hours: raw.max_age_hours,
+        result_ref: raw.result_ref,
+        owner: raw.owner,
+        backoff_ms: raw.backoff_ms,
+        backoff_max_ms: raw.backoff_max_ms.max(raw.backoff_ms),
+        circuit_failures: raw.circuit_failures,
+        circuit_cooldown_ms: raw.circuit_cooldown_ms,
+        concurrency: raw.concurrency,
+        usage,
+    })
+}
