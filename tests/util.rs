@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 
-/// Held by the tests whose timing a loaded machine breaks (SIGKILLs at random moments,
-/// leases, many processes at once) and by the browser tests, which load the machine most:
-/// they run one at a time, beside the rest of the suite. A test that failed while holding it
-/// does not stop the others (the poison is ignored).
+/// Held by the tests that load the machine most (thousands of files through several
+/// processes SIGKILLed at random moments, three nodes on one PostgreSQL server, Chromium):
+/// two of them at once on a small machine outlast their own deadlines. Timing is not what
+/// it guards: leases, retries and windows run on a clock the test drives ([`TestClock`]),
+/// and arrival order on modification times the test sets. A test that failed while holding
+/// it does not stop the others (the poison is ignored).
 pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
     static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
     HEAVY
