@@ -65,6 +65,27 @@ fn age_days(path: &Path) -> Option<u64> {
     Some(age.as_secs() / 86_400)
 }
 
+/// Where the watcher placed each inbound file, with its keys and partner (a file may hold
+/// several interchanges: it stays while any of them is live).
+fn placed_files(
+    registry: &Registry,
+) -> Result<HashMap<PathBuf, (Vec<String>, String)>, RegistryError> {
+    let mut placed: HashMap<PathBuf, (Vec<String>, String)> = HashMap::new();
+    for e in registry.history(&EventFilter::default())? {
+        if e.event != EventKind::Placed {
+            continue;
+        }
+        let at = serde_json::from_str::<serde_json::Value>(&e.detail)
+            .ok()
+            .and_then(|v| v["placed"].as_str().map(PathBuf::from));
+        if let (Some(at), Some(key), Some(partner)) = (at, e.key, e.partner) {
+            let entry = placed.entry(at).or_insert_with(|| (Vec::new(), partner));
+            entry.0.push(key);
+        }
+    }
+    Ok(placed)
+}
+
 /// What is past retention now.
 pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError> {
     let g = &config.gateway;
@@ -100,21 +121,7 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
         })
         .collect();
     let live: HashSet<String> = live_keys.iter().map(|k| safe_name(k)).collect();
-    // Where the watcher placed each inbound file, and for which keys (a file may hold
-    // several interchanges: it stays while any of them is live).
-    let mut placed: HashMap<PathBuf, (Vec<String>, String)> = HashMap::new();
-    for e in registry.history(&EventFilter::default())? {
-        if e.event != EventKind::Placed {
-            continue;
-        }
-        let at = serde_json::from_str::<serde_json::Value>(&e.detail)
-            .ok()
-            .and_then(|v| v["placed"].as_str().map(PathBuf::from));
-        if let (Some(at), Some(key), Some(partner)) = (at, e.key, e.partner) {
-            let entry = placed.entry(at).or_insert_with(|| (Vec::new(), partner));
-            entry.0.push(key);
-        }
-    }
+    let placed = placed_files(registry)?;
     let retention = |partner: &str| {
         config
             .partners

@@ -918,6 +918,12 @@ impl Validator<'_> {
                 format!("segment id \"{}\" is not 2 or 3 capital letters or digits (AK304 1: unrecognized segment id)", shown(bad.id)),
             );
         }
+        self.set_trailer(at, set, st02);
+    }
+
+    /// The SE that closes `set`: present, counting the set's segments, and naming its ST02.
+    fn set_trailer(&mut self, at: SetAt, set: &TransactionSet<'_>, st02: &[u8]) {
+        let st = &set.st;
         let Some(se) = &set.se else {
             self.set_finding(
                 at,

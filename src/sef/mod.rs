@@ -495,8 +495,18 @@ impl SetConversion<'_> {
                 let _ = writeln!(seg_out, "syntax = [{}]", syntax.join(", "));
             }
         }
+        let com_out = self.composites(&composites)?;
+        Ok((seg_out, com_out, places))
+    }
+
+    /// `[composites.C]` tables of the composites the segments use, each with the mask it is
+    /// used with (`None`: unmasked).
+    fn composites(
+        &mut self,
+        used: &BTreeMap<String, Option<usize>>,
+    ) -> Result<String, ImportError> {
         let mut com_out = String::new();
-        for (cid, mask) in &composites {
+        for (cid, mask) in used {
             let Some(def) = self.sef.composites.get(cid) else {
                 continue;
             };
@@ -521,7 +531,7 @@ impl SetConversion<'_> {
                 let _ = writeln!(com_out, "syntax = [{}]", syntax.join(", "));
             }
         }
-        Ok((seg_out, com_out, places))
+        Ok(com_out)
     }
 
     /// The requirement of position `i` of `owner` under the attribute that rules it, with a

@@ -171,26 +171,8 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
         if l.trim().is_empty() {
             continue;
         }
-        if let Some(head) = section_header(l) {
-            let (name, rest) = head;
-            match name.as_str() {
-                ".PRIVATE" => private = true,
-                ".PUBLIC" => private = false,
-                ".VER" => {
-                    let v = rest.trim();
-                    if !v.starts_with("1.") {
-                        return Err(err(format!(
-                            "SEF version {v:?}: only SEF 1.x files are read"
-                        )));
-                    }
-                    sef.sef_version = Some(v.to_string());
-                }
-                ".STD" if !private => sef.warnings.push(format!(
-                    "line {line} (.STD): the standard's options {:?} are not read (repeating elements are read from each element's repeat count)",
-                    rest.trim()
-                )),
-                _ => {}
-            }
+        if let Some((name, rest)) = section_header(l) {
+            header(&mut sef, &name, &rest, line, &mut private).map_err(err)?;
             section = name;
             continue;
         }
@@ -199,79 +181,19 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             // definition.
             continue;
         }
-        match section.as_str() {
-            ".INI" => {
-                if ini_seen {
-                    return Err(err(
-                        "a second .INI record (a record is one line; is the first one wrapped?)"
-                            .into(),
-                    ));
-                }
-                ini(&mut sef, l).map_err(err)?;
-                ini_seen = true;
-            }
-            ".SETS" => {
-                let (id, body) = record(l).map_err(&err)?;
-                let items = sets_body(body).map_err(|(col, m)| {
-                    err(format!("set {id}, column {}: {m}", col + id.len() + 2))
-                })?;
-                if sef
-                    .sets
-                    .insert(id.to_string(), SetStructure { line, items })
-                    .is_some()
-                {
-                    return Err(err(format!("set {id} is defined twice")));
-                }
-            }
-            ".SEGS" | ".COMS" => {
-                let (id, body) = record(l).map_err(&err)?;
-                let (mut s, warnings) = structure(body)
-                    .map_err(|(col, m)| err(format!("{id}, column {}: {m}", col + id.len() + 2)))?;
-                s.line = line;
-                for w in warnings {
-                    sef.warnings
-                        .push(format!("line {line} ({section}): {id}: {w}"));
-                }
-                let map = if section == ".SEGS" {
-                    &mut sef.segments
-                } else {
-                    &mut sef.composites
-                };
-                if map.insert(id.to_string(), s).is_some() {
-                    return Err(err(format!("{id} is defined twice")));
-                }
-            }
-            ".ELMS" => {
-                let (id, body) = record(l).map_err(&err)?;
-                let e = element(body).map_err(|m| err(format!("element {id}: {m}")))?;
-                if body.split(',').count() > 3 {
-                    sef.warnings.push(format!(
-                        "line {line} (.ELMS): element {id}: fields after TYPE,MIN,MAX are not read"
-                    ));
-                }
-                sef.elements
-                    .insert(id.to_string(), ElementDef { line, ..e });
-            }
-            ".CODES" => {
-                let (id, body) = record(l).map_err(&err)?;
-                let (mut list, warnings) =
-                    code_list(body).map_err(|m| err(format!("element {id}: {m}")))?;
-                list.line = line;
-                for w in warnings {
-                    sef.warnings
-                        .push(format!("line {line} (.CODES): element {id}: {w}"));
-                }
-                sef.codes.insert(id.to_string(), list);
-            }
-            "file" => {
+        if section == ".INI" {
+            if ini_seen {
                 return Err(err(
-                    "expected a section (.VER or .INI) before any record".into()
-                ))
+                    "a second .INI record (a record is one line; is the first one wrapped?)".into(),
+                ));
             }
-            other => {
-                let e = ignored.entry(other.to_string()).or_insert((line, 0));
-                e.1 += 1;
-            }
+            ini(&mut sef, l).map_err(err)?;
+            ini_seen = true;
+            continue;
+        }
+        if !read_record(&mut sef, &section, l, line).map_err(err)? {
+            let e = ignored.entry(section.clone()).or_insert((line, 0));
+            e.1 += 1;
         }
     }
     if !ini_seen {
@@ -281,6 +203,101 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             message: "no .INI record: the file does not say which standard it narrows".into(),
         });
     }
+    note_ignored(&mut sef, ignored);
+    Ok(sef)
+}
+
+/// A section header's own effect: `.PRIVATE`/`.PUBLIC` switch what follows off and on,
+/// `.VER` must be 1.x, `.STD`'s options are noted as not read.
+fn header(
+    sef: &mut Sef,
+    name: &str,
+    rest: &str,
+    line: usize,
+    private: &mut bool,
+) -> Result<(), String> {
+    match name {
+        ".PRIVATE" => *private = true,
+        ".PUBLIC" => *private = false,
+        ".VER" => {
+            let v = rest.trim();
+            if !v.starts_with("1.") {
+                return Err(format!("SEF version {v:?}: only SEF 1.x files are read"));
+            }
+            sef.sef_version = Some(v.to_string());
+        }
+        ".STD" if !*private => sef.warnings.push(format!(
+            "line {line} (.STD): the standard's options {:?} are not read (repeating elements are read from each element's repeat count)",
+            rest.trim()
+        )),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// One record of a section other than `.INI` into `sef`: `false` when x12gate does not
+/// read the section (counted by the caller, noted once).
+fn read_record(sef: &mut Sef, section: &str, l: &str, line: usize) -> Result<bool, String> {
+    match section {
+        ".SETS" => {
+            let (id, body) = record(l)?;
+            let items = sets_body(body)
+                .map_err(|(col, m)| format!("set {id}, column {}: {m}", col + id.len() + 2))?;
+            if sef
+                .sets
+                .insert(id.to_string(), SetStructure { line, items })
+                .is_some()
+            {
+                return Err(format!("set {id} is defined twice"));
+            }
+        }
+        ".SEGS" | ".COMS" => {
+            let (id, body) = record(l)?;
+            let (mut s, warnings) = structure(body)
+                .map_err(|(col, m)| format!("{id}, column {}: {m}", col + id.len() + 2))?;
+            s.line = line;
+            for w in warnings {
+                sef.warnings
+                    .push(format!("line {line} ({section}): {id}: {w}"));
+            }
+            let map = if section == ".SEGS" {
+                &mut sef.segments
+            } else {
+                &mut sef.composites
+            };
+            if map.insert(id.to_string(), s).is_some() {
+                return Err(format!("{id} is defined twice"));
+            }
+        }
+        ".ELMS" => {
+            let (id, body) = record(l)?;
+            let e = element(body).map_err(|m| format!("element {id}: {m}"))?;
+            if body.split(',').count() > 3 {
+                sef.warnings.push(format!(
+                    "line {line} (.ELMS): element {id}: fields after TYPE,MIN,MAX are not read"
+                ));
+            }
+            sef.elements
+                .insert(id.to_string(), ElementDef { line, ..e });
+        }
+        ".CODES" => {
+            let (id, body) = record(l)?;
+            let (mut list, warnings) = code_list(body).map_err(|m| format!("element {id}: {m}"))?;
+            list.line = line;
+            for w in warnings {
+                sef.warnings
+                    .push(format!("line {line} (.CODES): element {id}: {w}"));
+            }
+            sef.codes.insert(id.to_string(), list);
+        }
+        "file" => return Err("expected a section (.VER or .INI) before any record".into()),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// One warning per section x12gate does not read: where it starts, how many records, why.
+fn note_ignored(sef: &mut Sef, ignored: BTreeMap<String, (usize, usize)>) {
     for (name, (first, count)) in ignored {
         let why = UNSUPPORTED
             .iter()
@@ -297,7 +314,6 @@ pub fn parse(text: &str) -> Result<Sef, SefError> {
             "line {first} ({name}): {count} record(s) not supported: {why}"
         ));
     }
-    Ok(sef)
 }
 
 /// `.NAME rest` when the line opens a section (an upper-case name after the dot).

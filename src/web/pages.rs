@@ -944,6 +944,28 @@ struct InterchangePage {
     can_reprocess: bool,
 }
 
+fn event_view(e: &crate::registry::Event) -> EventView {
+    EventView {
+        at: time(e.at_ms),
+        event: e.event.to_string(),
+        disposition: e.disposition.map_or("", Disposition::as_str).to_string(),
+        facts: crate::text::bounded(&crate::audit::line(e), 4096)
+            .trim_end()
+            .to_string(),
+        detail: p(crate::text::bounded(&e.detail, 4096)),
+    }
+}
+
+/// The `.reason.json` beside a rejected file, shown; empty when there is none.
+fn reason_file(config: &Config, file_now: Option<&std::path::Path>) -> String {
+    file_now
+        .filter(|f| f.starts_with(&config.gateway.rejected))
+        .map(|f| format!("{}.reason.json", f.display()))
+        .filter(|f| std::path::Path::new(f).exists())
+        .map(|f| p(&f))
+        .unwrap_or_default()
+}
+
 async fn interchange(
     State(site): State<Arc<Site>>,
     headers: HeaderMap,
@@ -965,14 +987,7 @@ async fn interchange(
         let s = crate::desk::show(config, schemas, &r, &key).map_err(refused)?;
         let rec = &s.record;
         let file_now = s.file_now.as_ref().map(|f| p(&f.display().to_string()));
-        let reason_file = s
-            .file_now
-            .as_ref()
-            .filter(|f| f.starts_with(&config.gateway.rejected))
-            .map(|f| format!("{}.reason.json", f.display()))
-            .filter(|f| std::path::Path::new(f).exists())
-            .map(|f| p(&f))
-            .unwrap_or_default();
+        let reason_file = reason_file(config, s.file_now.as_deref());
         let acknowledged = s
             .layers
             .acknowledged
@@ -985,15 +1000,7 @@ async fn interchange(
             .rev()
             .take(SHOWN)
             .rev()
-            .map(|e| EventView {
-                at: time(e.at_ms),
-                event: e.event.to_string(),
-                disposition: e.disposition.map_or("", Disposition::as_str).to_string(),
-                facts: crate::text::bounded(&crate::audit::line(e), 4096)
-                    .trim_end()
-                    .to_string(),
-                detail: p(crate::text::bounded(&e.detail, 4096)),
-            })
+            .map(event_view)
             .collect();
         let can_reprocess = frame.can_act()
             && rec.state == crate::registry::ClaimState::Completed
@@ -1309,6 +1316,32 @@ enum Back {
     List(&'static str),
 }
 
+/// The web's reprocess action on `key`, as `resolution` resolved it: the outcome in a line.
+fn reprocess(
+    config: &Config,
+    schemas: Option<&crate::schema::Schemas>,
+    registry: &mut Registry,
+    key: &str,
+    resolution: Option<&Result<String, crate::desk::DeskError>>,
+) -> Result<(String, Back), String> {
+    let schemas = schemas.map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)?;
+    if let Some(Err(e)) = resolution {
+        return Err(e.to_string());
+    }
+    let options = crate::pipeline::ProcessOptions::new(false);
+    let r = crate::desk::reprocess(config, schemas, registry, key, None, false, &options)
+        .map_err(|e| e.to_string())?;
+    Ok((
+        format!(
+            "{key}: attempt {} {}{}",
+            r.attempt.unwrap_or(0),
+            r.disposition.as_str(),
+            r.reason.map(|x| format!(" ({x})")).unwrap_or_default()
+        ),
+        Back::Interchange(key.to_string()),
+    ))
+}
+
 /// One action through the same library calls as the CLI's, recorded in the audit trail
 /// with the operator's name, whatever its outcome. Returns what happened and where to look.
 fn act(
@@ -1330,33 +1363,7 @@ fn act(
     let resolved = resolution.as_ref().and_then(|r| r.as_ref().ok()).cloned();
     let key = resolved.clone().unwrap_or(given);
     let outcome: Result<(String, Back), String> = match what {
-        "reprocess" => schemas
-            .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)
-            .and_then(|schemas| {
-                if let Some(Err(e)) = &resolution {
-                    return Err(e.to_string());
-                }
-                let options = crate::pipeline::ProcessOptions::new(false);
-                let r = crate::desk::reprocess(
-                    config,
-                    schemas,
-                    &mut registry,
-                    &key,
-                    None,
-                    false,
-                    &options,
-                )
-                .map_err(|e| e.to_string())?;
-                Ok((
-                    format!(
-                        "{key}: attempt {} {}{}",
-                        r.attempt.unwrap_or(0),
-                        r.disposition.as_str(),
-                        r.reason.map(|x| format!(" ({x})")).unwrap_or_default()
-                    ),
-                    Back::Interchange(key.clone()),
-                ))
-            }),
+        "reprocess" => reprocess(config, schemas, &mut registry, &key, resolution.as_ref()),
         "release" => crate::desk::release_documents(config, &mut registry, &key)
             .map_err(|e| e.to_string())
             .and_then(|(done, sent)| {
