@@ -17,7 +17,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry as Exposition;
 
 use crate::config::Config;
-use crate::registry::{ClaimState, EventKind, Registry, RegistryError};
+use crate::registry::{ClaimState, EventKind, Readers, Registry, RegistryError};
 
 type Labels = Vec<(String, String)>;
 
@@ -76,12 +76,22 @@ pub fn rejected_backlog(config: &Config) -> usize {
 }
 
 /// The exposition text: the registry's counts, the folders' backlog, and `live` when given.
+pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryError> {
+    let registry = Registry::open_read_only(&config.gateway.database)?;
+    exposition(config, registry.as_ref(), live)
+}
+
+/// [`render`] from `registry` (`None`: there is none yet), which the caller opened: `x12gate
+/// metrics` its own, `/metrics` one of the connections it shares with the web page.
 // One paragraph per metric family, in the order `/metrics` prints them (the dashboard and
 // the alert rules in `contrib/` follow it).
 #[allow(clippy::too_many_lines)]
-pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryError> {
-    let g = &config.gateway;
-    let (snap, protocol_errors) = match Registry::open_read_only(&g.database)? {
+fn exposition(
+    config: &Config,
+    registry: Option<&Registry>,
+    live: Option<&Live>,
+) -> Result<String, RegistryError> {
+    let (snap, protocol_errors) = match registry {
         Some(r) => (r.snapshot()?, r.protocol_errors()?),
         None => Default::default(),
     };
@@ -261,13 +271,19 @@ pub fn health(config: &Config) -> Result<(), Vec<String>> {
 struct State {
     config: Arc<Config>,
     live: Arc<Live>,
+    /// Shared with the web page when it is served.
+    readers: Arc<Readers>,
 }
 
 async fn metrics_page(
     axum::extract::State(s): axum::extract::State<State>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let rendered = tokio::task::spawn_blocking(move || render(&s.config, Some(&s.live))).await;
+    let rendered = tokio::task::spawn_blocking(move || {
+        let reader = s.readers.get()?;
+        exposition(&s.config, reader.as_deref(), Some(&s.live))
+    })
+    .await;
     match rendered {
         Ok(Ok(text)) => (
             [(
@@ -332,10 +348,18 @@ pub async fn bind(
     site: Option<Arc<crate::web::Site>>,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    let readers = site.as_ref().map_or_else(
+        || Arc::new(Readers::new(config.gateway.database.clone())),
+        |s| s.readers.clone(),
+    );
     let mut app = axum::Router::new()
         .route("/metrics", axum::routing::get(metrics_page))
         .route("/healthz", axum::routing::get(health_page))
-        .with_state(State { config, live });
+        .with_state(State {
+            config,
+            live,
+            readers,
+        });
     if let Some(site) = site {
         app = app.merge(crate::web::router(site));
     }

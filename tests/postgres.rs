@@ -653,3 +653,57 @@ fn gateway_on(database: &str, extra: &str) -> tempfile::TempDir {
     .unwrap();
     dir
 }
+
+/// The sessions on the database of `url` but the caller's: their process ids.
+fn sessions(url: &str) -> std::collections::BTreeSet<i32> {
+    let server = crate::pg_server::server().expect("the test server");
+    let db = url.rsplit('/').next().unwrap_or_default().to_string();
+    crate::pg_server::admin(server)
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// `serve` opens its read-only connections once and its pages and `/metrics` share them:
+/// scrape after scrape and page after page run on the same server sessions, instead of a
+/// connection (a runtime, a TCP connection, a TLS handshake) each.
+#[test]
+fn the_pages_and_the_metrics_share_the_connections_opened_once() {
+    use x12gate::registry::Registry;
+    let Some(url) = crate::pg_server::database() else {
+        return;
+    };
+    let gate =
+        crate::watch::Gate::with_database(crate::watch::Settings::default(), Some(url.clone()));
+    drop(Registry::create(&gate.database(), WHO).unwrap());
+    let served = crate::web::Served::start(gate.dir(), &[], None);
+    let get = |path: &str| {
+        let (status, _, body) = crate::web::request("GET", &served.url(path), &[], None);
+        assert_eq!(status, 200, "{path}: {body}");
+    };
+    get("/metrics");
+    let first = sessions(&url);
+    assert!(!first.is_empty(), "the scrape left no session open");
+    for _ in 0..5 {
+        for path in [
+            "/metrics",
+            "/",
+            "/rejected",
+            "/held",
+            "/dead",
+            "/search?q=1",
+        ] {
+            get(path);
+        }
+    }
+    assert_eq!(
+        sessions(&url),
+        first,
+        "a scrape or page view opened a connection of its own"
+    );
+}

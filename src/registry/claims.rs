@@ -6,7 +6,7 @@
 //! work, so every other process sees it; the completion commits after the outputs are in
 //! place, together with the acknowledgment bytes that a duplicate will replay.
 
-use crate::registry::db::{params, OptionalExtension};
+use crate::registry::db::{from_row, params, read, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::counters::MAX_CONTROL_NUMBER;
@@ -57,6 +57,12 @@ pub struct StoredAck {
     pub path: String,
     pub bytes: Vec<u8>,
 }
+
+from_row!(StoredAck, STORED_ACK {
+    kind: "kind",
+    path: "path",
+    bytes: "bytes",
+});
 
 /// The outcome recorded for a completed interchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,6 +215,18 @@ pub struct Event {
     pub detail: String,
 }
 
+from_row!(Event, EVENT {
+    at_ms: "at",
+    event: "event",
+    key: "key",
+    partner: "partner",
+    control_number: "control_number",
+    // A development build (83737b4) recorded `released` with the disposition `failed`,
+    // which is none; a release has been a note ever since, and such a row reads as one.
+    disposition: "CASE WHEN event = 'released' THEN NULL ELSE disposition END",
+    detail: "detail",
+});
+
 /// A claim not completed: in flight (perhaps with a dead owner) or failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unfinished {
@@ -226,6 +244,20 @@ pub struct Unfinished {
     /// Why it failed, for a failed claim.
     pub reason: Option<String>,
 }
+
+from_row!(Unfinished, UNFINISHED {
+    key: "key",
+    partner: "partner",
+    control_number: "control_number",
+    state: "state",
+    owner: "owner",
+    lease_expires_ms: "lease_expires",
+    attempts: "attempts",
+    file: "file",
+    first_seen_ms: "first_seen",
+    last_seen_ms: "last_seen",
+    reason: "reason",
+});
 
 /// Everything the registry holds about one interchange key, for `show`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -251,6 +283,23 @@ pub struct Record {
     pub acks: Vec<StoredAck>,
     pub outputs: Vec<String>,
 }
+
+from_row!(Record, RECORD {
+    key: "key",
+    partner: "partner",
+    control_number: "control_number",
+    state: "state",
+    disposition: "disposition",
+    reason_code: "reason_code",
+    reason: "reason",
+    attempts: "attempts",
+    owner: "owner",
+    lease_expires_ms: "lease_expires",
+    file: "file",
+    first_seen_ms: "first_seen",
+    last_seen_ms: "last_seen";
+    fingerprints, acks, outputs
+});
 
 /// The registry's part of `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -678,7 +727,7 @@ fn after_insert(
     }
     let (state, fingerprint, owner, lease, attempts, disposition): (ClaimState, String, Option<String>, Option<i64>, u32, Option<Disposition>) = tx.prepare_cached("SELECT state, fingerprint, owner, lease_expires, attempts, disposition FROM interchanges WHERE key = ?1")?.query_row(
         [req.key],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+        read,
     )?;
     tx.prepare_cached("UPDATE interchanges SET last_seen = ?2 WHERE key = ?1")?
         .write(params![req.key, now])?;
@@ -706,7 +755,7 @@ fn after_insert(
             .prepare_cached(
                 "SELECT fingerprint FROM fingerprints WHERE key = ?1 ORDER BY attempt LIMIT 1",
             )?
-            .query_row([req.key], |r| r.get(0))?;
+            .query_row([req.key], read)?;
         Ok(Claim::Owned {
             attempt,
             previous,
@@ -855,7 +904,7 @@ fn complete_many(
          WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
          RETURNING partner, control_number",
         &runs,
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        read,
     )?;
     completions
         .iter()
@@ -960,59 +1009,22 @@ impl Registry {
     ) -> Result<Vec<Unfinished>, RegistryError> {
         self.all(
             &format!(
-                "SELECT key, partner, control_number, state, owner, lease_expires, attempts, file,
-                        first_seen, last_seen, reason
-                 FROM interchanges WHERE {condition} ORDER BY first_seen, key"
+                "SELECT {UNFINISHED} FROM interchanges WHERE {condition} ORDER BY first_seen, key"
             ),
             args,
-            |r| {
-                Ok(Unfinished {
-                    key: r.get(0)?,
-                    partner: r.get(1)?,
-                    control_number: r.get(2)?,
-                    state: r.get(3)?,
-                    owner: r.get(4)?,
-                    lease_expires_ms: r.get(5)?,
-                    attempts: r.get(6)?,
-                    file: r.get(7)?,
-                    first_seen_ms: r.get(8)?,
-                    last_seen_ms: r.get(9)?,
-                    reason: r.get(10)?,
-                })
-            },
+            read,
         )
     }
 
     /// Everything about `key`, if the registry has it.
     pub fn record(&self, key: &str) -> Result<Option<Record>, RegistryError> {
         let sql = |e| self.sql(e);
-        let row = self
+        let row: Option<Record> = self
             .conn
             .query_row(
-                "SELECT key, partner, control_number, state, disposition, reason_code, reason,
-                        attempts, owner, lease_expires, file, first_seen, last_seen
-                 FROM interchanges WHERE key = ?1",
+                &format!("SELECT {RECORD} FROM interchanges WHERE key = ?1"),
                 [key],
-                |r| {
-                    Ok(Record {
-                        key: r.get(0)?,
-                        partner: r.get(1)?,
-                        control_number: r.get(2)?,
-                        state: r.get(3)?,
-                        disposition: r.get(4)?,
-                        reason_code: r.get(5)?,
-                        reason: r.get(6)?,
-                        attempts: r.get(7)?,
-                        owner: r.get(8)?,
-                        lease_expires_ms: r.get(9)?,
-                        file: r.get(10)?,
-                        first_seen_ms: r.get(11)?,
-                        last_seen_ms: r.get(12)?,
-                        fingerprints: Vec::new(),
-                        acks: Vec::new(),
-                        outputs: Vec::new(),
-                    })
-                },
+                read,
             )
             .optional()
             .map_err(sql)?;
@@ -1024,7 +1036,7 @@ impl Registry {
             .prepare("SELECT attempt, fingerprint, seen FROM fingerprints WHERE key = ?1 ORDER BY attempt")
             .map_err(sql)?;
         record.fingerprints = stmt
-            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map([key], read)
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
@@ -1036,7 +1048,7 @@ impl Registry {
 
     /// Every key the registry holds (completed or not).
     pub fn keys(&self) -> Result<Vec<String>, RegistryError> {
-        self.all("SELECT key FROM interchanges", [], |r| r.get(0))
+        self.all("SELECT key FROM interchanges", [], read)
     }
 
     /// Every row `query` answers, each made by `row`: the one way lists are read.
@@ -1058,7 +1070,7 @@ impl Registry {
             "SELECT key FROM interchanges WHERE control_number = ?2
                AND substr(partner, instr(partner, ':') + 1) = ?1 ORDER BY key",
             params![id, control_number],
-            |r| r.get(0),
+            read,
         )
     }
 
@@ -1097,7 +1109,7 @@ impl Registry {
                 .query_row(
                     "SELECT state, disposition, partner, control_number FROM interchanges WHERE key = ?1",
                     [key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                    read,
                 )
                 .optional()
                 .map_err(|e| b.sql(e))?;
@@ -1167,7 +1179,7 @@ impl Registry {
                     b.tx.query_row(
                         "SELECT partner, control_number FROM interchanges WHERE key = ?1",
                         [key],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
+                        read,
                     )
                     .map_err(|e| b.sql(e))?;
                 b.record_note(
@@ -1190,13 +1202,13 @@ impl Registry {
                 // A development build (83737b4) recorded `released` with the disposition
                 // `failed`, which is none; a release has been a note ever since, and such a
                 // row reads as one.
-                "SELECT at, event, key, partner, control_number,
-                        CASE WHEN event = 'released' THEN NULL ELSE disposition END, detail
-                 FROM events
+                &format!(
+                    "SELECT {EVENT} FROM events
                  WHERE (partner = ?1 OR ?1 IS NULL) AND (control_number = ?2 OR ?2 IS NULL)
                    AND (disposition = ?3 OR ?3 IS NULL) AND (at >= ?4 OR ?4 IS NULL)
                    AND (at <= ?5 OR ?5 IS NULL) AND (key = ?6 OR ?6 IS NULL)
-                 ORDER BY id",
+                 ORDER BY id"
+                ),
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -1209,17 +1221,7 @@ impl Registry {
                     f.until_ms,
                     f.key
                 ],
-                |r| {
-                    Ok(Event {
-                        at_ms: r.get(0)?,
-                        event: r.get(1)?,
-                        key: r.get(2)?,
-                        partner: r.get(3)?,
-                        control_number: r.get(4)?,
-                        disposition: r.get(5)?,
-                        detail: r.get(6)?,
-                    })
-                },
+                read,
             )
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))
@@ -1233,7 +1235,7 @@ impl Registry {
             "SELECT partner, CASE WHEN state = 'completed' THEN disposition ELSE state END AS d, COUNT(*)
              FROM interchanges GROUP BY partner, d ORDER BY partner, d",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -1246,7 +1248,7 @@ impl Registry {
              WHERE disposition IS NOT NULL
              GROUP BY 1, event ORDER BY 1, event",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -1254,7 +1256,7 @@ impl Registry {
     pub fn snapshot(&self) -> Result<Snapshot, RegistryError> {
         let sql = |e| self.sql(e);
         let rows3 = |query: &str| -> Result<Vec<(String, String, u64)>, RegistryError> {
-            self.all(query, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            self.all(query, [], read)
         };
         let decisions = self.decisions()?;
         // The acknowledgments an event lists: SQLite's JSON functions, or the function the
@@ -1285,7 +1287,7 @@ impl Registry {
             .prepare("SELECT state, COUNT(*), MIN(last_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
             .map_err(sql)?;
         let unfinished: Vec<(ClaimState, u64, i64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map([], read)
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
@@ -1297,7 +1299,7 @@ impl Registry {
             )
             .map_err(sql)?;
         let last_received: Vec<(String, i64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map([], read)
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
@@ -1309,7 +1311,7 @@ impl Registry {
             )
             .map_err(sql)?;
         let documents_open: Vec<(String, super::Delivery, u64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map([], read)
             .map_err(sql)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql)?;
@@ -1351,7 +1353,7 @@ impl Registry {
                 )
                 .map_err(sql)?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .query_map([], read)
                 .map_err(sql)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(sql)?
         };
@@ -1364,7 +1366,7 @@ impl Registry {
                     "SELECT count(*) FROM deliveries WHERE interchange_key = ?1
                      AND state != 'delivered'",
                     [&key],
-                    |r| r.get(0),
+                    read,
                 )
                 .map_err(sql)?;
             if open > 0 {
@@ -1452,23 +1454,25 @@ fn load_completed(
     tx: &crate::registry::db::Conn,
     key: &str,
 ) -> Result<Completed, crate::registry::db::Error> {
-    let (disposition, reason_code, reason, fingerprint, outputs, attempts): (Option<Disposition>, Option<String>, Option<String>, String, Option<String>, u32) = tx.prepare_cached("SELECT disposition, reason_code, reason, fingerprint, outputs, attempts FROM interchanges WHERE key = ?1")?.query_row(
-        [key],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-    )?;
-    let mut stmt =
-        tx.prepare("SELECT seq, kind, path, bytes FROM acks WHERE key = ?1 ORDER BY seq")?;
-    let mut acks = stmt
-        .query_map([key], |r| {
-            Ok((
-                r.get::<i64>(0)?,
-                StoredAck {
-                    kind: r.get(1)?,
-                    path: r.get(2)?,
-                    bytes: r.get(3)?,
-                },
-            ))
-        })?
+    type Outcome = (
+        Option<Disposition>,
+        Option<String>,
+        Option<String>,
+        String,
+        Option<String>,
+        u32,
+    );
+    let (disposition, reason_code, reason, fingerprint, outputs, attempts): Outcome = tx
+        .prepare_cached(
+            "SELECT disposition, reason_code, reason, fingerprint, outputs, attempts
+             FROM interchanges WHERE key = ?1",
+        )?
+        .query_row([key], read)?;
+    let mut stmt = tx.prepare(&format!(
+        "SELECT seq, {STORED_ACK} FROM acks WHERE key = ?1 ORDER BY seq"
+    ))?;
+    let mut acks: Vec<(i64, StoredAck)> = stmt
+        .query_map([key], read)?
         .collect::<Result<Vec<_>, _>>()?;
     // Room for the parts at once: grown part by part, a 25 MB 997 took 32.
     let mut sizes = tx.prepare_cached(
@@ -1476,7 +1480,7 @@ fn load_completed(
     )?;
     let counts = sizes
         .query_map([key], |r| {
-            let (seq, size, count) = (r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?);
+            let (seq, size, count): (i64, i64, i64) = read(r)?;
             if let Some((_, ack)) = acks.iter_mut().find(|(s, _)| *s == seq) {
                 ack.bytes
                     .reserve_exact(usize::try_from(size).unwrap_or_default());
@@ -1493,7 +1497,7 @@ fn load_completed(
             continue;
         };
         for n in 1..=count {
-            let bytes: Vec<u8> = part.query_row(params![key, seq, n], |r| r.get(0))?;
+            let bytes: Vec<u8> = part.query_row(params![key, seq, n], read)?;
             ack.bytes.extend_from_slice(&bytes);
         }
     }

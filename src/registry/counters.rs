@@ -3,7 +3,7 @@
 //! Numbers run from 1 to 999999999 and wrap to 1, as X12 allows once a trading partner
 //! agreement's window has passed.
 
-use crate::registry::db::{params, OptionalExtension};
+use crate::registry::db::{params, read, OptionalExtension};
 
 use super::{Registry, RegistryError};
 
@@ -117,7 +117,7 @@ pub(super) fn take_many(
         .iter()
         .map(|(sql, values, ..)| (*sql, values.as_slice()))
         .collect();
-    let rows: Vec<Vec<(String, i64)>> = conn.query_batch(&runs, |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let rows: Vec<Vec<(String, i64)>> = conn.query_batch(&runs, read)?;
     let mut out: Vec<Numbers> = wants
         .iter()
         .map(|(_, a, b)| (Vec::with_capacity(*a), Vec::with_capacity(*b)))
@@ -174,7 +174,7 @@ impl Registry {
             .query_row(
                 "SELECT value FROM counters WHERE partner = ?1 AND kind = ?2",
                 params![partner, counter.name()],
-                |r| r.get(0),
+                read,
             )
             .optional()
             .map_err(|e| self.sql(e))
@@ -185,7 +185,7 @@ impl Registry {
         let rows: Vec<(String, String, u32)> = self.all(
             "SELECT partner, kind, value FROM counters ORDER BY partner, kind",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )?;
         Ok(rows
             .into_iter()

@@ -355,6 +355,84 @@ impl Row<'_> {
     }
 }
 
+/// The columns of a row read one after another, each where the one before it ended, so
+/// that no reading code names a column by its position.
+pub struct Columns<'r, 'a> {
+    row: &'r Row<'a>,
+    at: usize,
+}
+
+impl Columns<'_, '_> {
+    /// The next column read as `T`.
+    pub fn next<T: FromValue>(&mut self) -> Result<T> {
+        let v = self.row.get(self.at);
+        self.at += 1;
+        v
+    }
+}
+
+/// What a row (or the next columns of one) can be read as: a column's value, a row struct
+/// with its column list (see [`from_row!`]), or a tuple of those, read in order.
+pub trait FromRow: Sized {
+    fn read(c: &mut Columns<'_, '_>) -> Result<Self>;
+}
+
+impl<T: FromValue> FromRow for T {
+    fn read(c: &mut Columns<'_, '_>) -> Result<Self> {
+        c.next()
+    }
+}
+
+macro_rules! tuple_from_row {
+    ($($t:ident),+) => {
+        impl<$($t: FromRow),+> FromRow for ($($t,)+) {
+            fn read(c: &mut Columns<'_, '_>) -> Result<Self> {
+                Ok(($($t::read(c)?,)+))
+            }
+        }
+    };
+}
+
+tuple_from_row!(A, B);
+tuple_from_row!(A, B, C);
+tuple_from_row!(A, B, C, D);
+tuple_from_row!(A, B, C, D, E);
+tuple_from_row!(A, B, C, D, E, F);
+tuple_from_row!(A, B, C, D, E, F, G);
+tuple_from_row!(A, B, C, D, E, F, G, H);
+
+/// The row read as `T` from its first column on: `conn.query_map(sql, params, read)`.
+pub fn read<T: FromRow>(r: &Row<'_>) -> Result<T> {
+    T::read(&mut Columns { row: r, at: 0 })
+}
+
+/// A row struct's column list and its reading, from one list of `field: "column"` pairs,
+/// so that the two cannot drift apart: `$columns` is the list for `SELECT {$columns} FROM`,
+/// and each field is read from its column, in the list's order. Fields named after a `;`
+/// are not columns: they start empty (`Default`), for the caller to fill.
+macro_rules! from_row {
+    ($row:ty, $vis:vis $columns:ident {
+        $first:ident: $first_column:literal $(, $field:ident: $column:literal)* $(,)?
+        $(; $($empty:ident),+ $(,)?)?
+    }) => {
+        $vis const $columns: &str = concat!($first_column $(, ", ", $column)*);
+
+        impl $crate::registry::db::FromRow for $row {
+            fn read(
+                c: &mut $crate::registry::db::Columns<'_, '_>,
+            ) -> $crate::registry::db::Result<Self> {
+                // Fields are evaluated in the order written: the columns' order.
+                Ok(Self {
+                    $first: c.next()?,
+                    $($field: c.next()?,)*
+                    $($($empty: Default::default(),)+)?
+                })
+            }
+        }
+    };
+}
+pub(crate) use from_row;
+
 fn pg_value(r: &postgres::Row, i: usize) -> Result<Value> {
     let Some(column) = r.columns().get(i) else {
         return Err(Error::decode(i, "no such column"));
@@ -437,33 +515,98 @@ impl postgres::types::ToSql for Value {
     postgres::types::to_sql_checked!();
 }
 
-/// `?N` as PostgreSQL's `$N`, outside quoted text.
+/// `?N` (and a bare `?`, numbered in order) as PostgreSQL's `$N`, everywhere but where a
+/// `?` is not a parameter: quoted text (`'…'`), quoted names (`"…"`), comments (`-- …` to
+/// the line's end, `/* … */`, which PostgreSQL nests) and dollar-quoted text (`$$…$$`,
+/// `$tag$…$tag$`). Everything is copied as it is; only the parameters change.
 fn dollar_parameters(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
-    let mut quoted = false;
     let mut next = 0usize;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                quoted = !quoted;
-                out.push(c);
-            }
-            '?' if !quoted => {
+    let mut rest = sql;
+    // After a name or keyword a `$` belongs to it (`a$1`), as PostgreSQL reads it.
+    let mut in_word = false;
+    while let Some(c) = rest.chars().next() {
+        let verbatim = match c {
+            '\'' | '"' => quoted(rest, c),
+            '-' if rest.starts_with("--") => rest.find('\n').unwrap_or(rest.len()),
+            '/' if rest.starts_with("/*") => block_comment(rest),
+            '$' if !in_word => dollar_quoted(rest).unwrap_or(1),
+            '?' => {
                 out.push('$');
-                if chars.peek().is_some_and(char::is_ascii_digit) {
-                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                        out.push(d);
-                    }
-                } else {
+                let digits = rest[1..]
+                    .find(|d: char| !d.is_ascii_digit())
+                    .unwrap_or(rest.len() - 1);
+                if digits == 0 {
                     next += 1;
                     out.push_str(&next.to_string());
                 }
+                out.push_str(&rest[1..1 + digits]);
+                rest = &rest[1 + digits..];
+                in_word = false;
+                continue;
             }
-            _ => out.push(c),
-        }
+            c => c.len_utf8(),
+        };
+        in_word = verbatim == c.len_utf8() && (c.is_alphanumeric() || c == '_' || c == '$');
+        let (copied, after) = rest.split_at(verbatim.min(rest.len()));
+        out.push_str(copied);
+        rest = after;
     }
     out
+}
+
+/// The length of the quoted text or name `rest` begins with, its closing quote included (a
+/// doubled quote inside is one quote character); all of `rest` when it is never closed.
+fn quoted(rest: &str, quote: char) -> usize {
+    let mut at = quote.len_utf8();
+    while let Some(end) = rest[at..].find(quote) {
+        at += end + 1;
+        if !rest[at..].starts_with(quote) {
+            return at;
+        }
+        at += 1;
+    }
+    rest.len()
+}
+
+/// The length of the comment `/* … */` that `rest` begins with, the comments nested in it
+/// included, as PostgreSQL reads them; all of `rest` when it is never closed.
+fn block_comment(rest: &str) -> usize {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < rest.len() {
+        if rest[at..].starts_with("/*") {
+            depth += 1;
+            at += 2;
+        } else if rest[at..].starts_with("*/") {
+            depth -= 1;
+            at += 2;
+            if depth == 0 {
+                return at;
+            }
+        } else {
+            at += rest[at..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    rest.len()
+}
+
+/// The length of the dollar-quoted text `rest` begins with (`$$…$$` or `$tag$…$tag$`, a tag
+/// being a name: letters, digits and `_`, not beginning with a digit), both delimiters
+/// included; all of `rest` when it is never closed. `None` when `rest` does not begin one
+/// (a `$1` parameter, a `$` inside a name).
+fn dollar_quoted(rest: &str) -> Option<usize> {
+    let tag_len = rest[1..].find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    if !rest[1 + tag_len..].starts_with('$') || rest[1..].starts_with(|c: char| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let tag = &rest[..tag_len + 2];
+    Some(
+        rest[tag.len()..]
+            .find(tag)
+            .map_or(rest.len(), |end| tag.len() + end + tag.len()),
+    )
 }
 
 /// Runs `f`, which blocks on the connection's own small runtime, also where it is called
@@ -1237,6 +1380,47 @@ mod tests {
         assert_eq!(
             dollar_parameters("SELECT a FROM t WHERE a = ? AND b = ?"),
             "SELECT a FROM t WHERE a = $1 AND b = $2"
+        );
+    }
+
+    #[test]
+    fn quoted_text_and_names_keep_their_question_marks() {
+        assert_eq!(
+            dollar_parameters("SELECT 'it''s ?1', \"a?\"\"b\", ?2"),
+            "SELECT 'it''s ?1', \"a?\"\"b\", $2"
+        );
+        // Unclosed: the rest is quoted, as the server will say.
+        assert_eq!(dollar_parameters("SELECT ?1, 'x ?2"), "SELECT $1, 'x ?2");
+    }
+
+    #[test]
+    fn comments_keep_their_question_marks() {
+        assert_eq!(
+            dollar_parameters("SELECT ?1 -- why ?2\n, ?3 /* a ?4 /* nested ?5 */ ?6 */ , ?7"),
+            "SELECT $1 -- why ?2\n, $3 /* a ?4 /* nested ?5 */ ?6 */ , $7"
+        );
+        assert_eq!(dollar_parameters("SELECT ? -- ?"), "SELECT $1 -- ?");
+        assert_eq!(
+            dollar_parameters("SELECT 1 - ?1, 2 / ?2"),
+            "SELECT 1 - $1, 2 / $2"
+        );
+    }
+
+    #[test]
+    fn dollar_quoted_text_keeps_its_question_marks() {
+        assert_eq!(
+            dollar_parameters("SELECT $$ ?1 $$, $f$ ? $$ ?2 $f$, ?3"),
+            "SELECT $$ ?1 $$, $f$ ? $$ ?2 $f$, $3"
+        );
+        // `$1` is a parameter already and `a$b` a name, neither a quote.
+        assert_eq!(
+            dollar_parameters("SELECT $1, a$b$ + ?2, ?3"),
+            "SELECT $1, a$b$ + $2, $3"
+        );
+        assert_eq!(dollar_parameters("SELECT ?1, $$ ?2"), "SELECT $1, $$ ?2");
+        assert_eq!(
+            dollar_parameters("SELECT 'é?', ?1 $é$ ? $é$"),
+            "SELECT 'é?', $1 $é$ ? $é$"
         );
     }
 }

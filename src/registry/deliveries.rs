@@ -6,7 +6,7 @@
 //! has one circuit, shared by every process on the registry, so that an outage costs one
 //! probe per cool-down however many deliverers run.
 
-use crate::registry::db::{params, OptionalExtension};
+use crate::registry::db::{from_row, params, read, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
@@ -418,8 +418,22 @@ fn result_refs(
         .collect())
 }
 
-const CLAIMED: &str = "id, document_id, key, destination, partner, interchange_key,
-    correlation_id, file, attempts, created, idempotency_key, failures, subject, sequence";
+from_row!(Claimed, CLAIMED {
+    id: "id",
+    document_id: "document_id",
+    key: "key",
+    destination: "destination",
+    partner: "partner",
+    interchange_key: "interchange_key",
+    correlation_id: "correlation_id",
+    file: "file",
+    attempts: "attempts",
+    created_ms: "created",
+    idempotency_key: "idempotency_key",
+    failures: "failures",
+    subject: "subject",
+    sequence: "sequence",
+});
 
 /// A row's turn at its destination: no earlier document of its PO is still to be settled
 /// there (a row queued, retrying, in flight, blocked or dead), nor still being written (its
@@ -433,7 +447,7 @@ fn dead_places(b: &Batch<'_>, key: Option<&str>) -> Result<Vec<(String, String)>
          WHERE state = 'dead' AND (key = ?1 OR ?1 IS NULL)",
     )
     .and_then(|mut s| {
-        s.query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
+        s.query_map(params![key], read)?
             .collect::<Result<Vec<_>, _>>()
     })
     .map_err(|e| b.sql(e))
@@ -469,55 +483,29 @@ const IN_TURN: &str = "NOT EXISTS (SELECT 1 FROM deliveries e
     AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.subject = deliveries.subject
         AND d.sequence < deliveries.sequence AND d.delivery = 'pending')";
 
-fn claimed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Claimed> {
-    Ok(Claimed {
-        id: r.get(0)?,
-        document_id: r.get(1)?,
-        key: r.get(2)?,
-        destination: r.get(3)?,
-        partner: r.get(4)?,
-        interchange_key: r.get(5)?,
-        correlation_id: r.get(6)?,
-        file: r.get(7)?,
-        attempts: r.get(8)?,
-        created_ms: r.get(9)?,
-        idempotency_key: r.get(10)?,
-        failures: r.get(11)?,
-        subject: r.get(12)?,
-        sequence: r.get(13)?,
-    })
-}
-
-pub(super) const ROW: &str =
-    "id, key, destination, partner, interchange_key, correlation_id, state,
-    attempts, last_status, last_error, result_ref, file, created, next_at, last_at, delivered_at,
-    owner, idempotency_key, subject, sequence, failures";
-
-pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DeliveryRow> {
-    Ok(DeliveryRow {
-        id: r.get(0)?,
-        key: r.get(1)?,
-        destination: r.get(2)?,
-        partner: r.get(3)?,
-        interchange: r.get(4)?,
-        correlation_id: r.get(5)?,
-        state: r.get(6)?,
-        attempts: r.get(7)?,
-        last_status: r.get(8)?,
-        last_error: r.get(9)?,
-        result_ref: r.get(10)?,
-        file: r.get(11)?,
-        created_ms: r.get(12)?,
-        next_ms: r.get(13)?,
-        last_ms: r.get(14)?,
-        delivered_ms: r.get(15)?,
-        claimed_by: r.get(16)?,
-        idempotency_key: r.get(17)?,
-        subject: r.get(18)?,
-        sequence: r.get(19)?,
-        failures: r.get(20)?,
-    })
-}
+from_row!(DeliveryRow, pub(super) ROW {
+    id: "id",
+    key: "key",
+    destination: "destination",
+    partner: "partner",
+    interchange: "interchange_key",
+    correlation_id: "correlation_id",
+    state: "state",
+    attempts: "attempts",
+    last_status: "last_status",
+    last_error: "last_error",
+    result_ref: "result_ref",
+    file: "file",
+    created_ms: "created",
+    next_ms: "next_at",
+    last_ms: "last_at",
+    delivered_ms: "delivered_at",
+    claimed_by: "owner",
+    idempotency_key: "idempotency_key",
+    subject: "subject",
+    sequence: "sequence",
+    failures: "failures",
+});
 
 impl Registry {
     /// Claims up to `limit` deliveries of `destination` due by `due_ms` for `owner`, leased
@@ -548,7 +536,7 @@ impl Registry {
                 .and_then(|mut s| {
                     s.query_map(
                         params![destination, now, queued_by, limit, due_ms.min(now)],
-                        |r| Ok((claimed(r)?, r.get(14)?)),
+                        read,
                     )?
                     .collect::<Result<Vec<_>, _>>()
                 })
@@ -562,7 +550,7 @@ impl Registry {
                          AND owner IS NOT NULL AND lease_expires >= ?2 AND owner != ?3",
                     )
                     .and_then(|mut s| {
-                        s.query_map(params![destination, now, owner], |r| r.get(0))?
+                        s.query_map(params![destination, now, owner], read)?
                             .collect::<Result<Vec<_>, _>>()
                     })
                     .map_err(|e| b.sql(e))?;
@@ -582,7 +570,7 @@ impl Registry {
                         .and_then(|mut s| {
                             s.query_map(
                                 params![destination, due_ms.min(now), dead, queued_by, more],
-                                |r| Ok((claimed(r)?, r.get(14)?)),
+                                read,
                             )?
                             .collect::<Result<Vec<_>, _>>()
                         })
@@ -656,9 +644,7 @@ impl Registry {
                      GROUP BY holder"
                 ))
                 .and_then(|mut s| {
-                    s.query_map(params![d, queued_by, now], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })?
+                    s.query_map(params![d, queued_by, now], read)?
                     .collect::<Result<Vec<_>, _>>()
                 })
                 .map_err(|e| self.sql(e))?;
@@ -676,7 +662,7 @@ impl Registry {
                     "SELECT state, open_until, probe_expires FROM circuits WHERE destination = ?1",
                 )
                 .and_then(|mut s| {
-                    s.query_row([d], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    s.query_row([d], read)
                         .optional()
                 })
                 .map_err(|e| self.sql(e))?;
@@ -738,9 +724,7 @@ impl Registry {
                      WHERE destination = ?1",
                 )
                 .and_then(|mut s| {
-                    s.query_row([destination], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                    })
+                    s.query_row([destination], read)
                     .optional()
                 })
                 .map_err(|e| b.sql(e))?;
@@ -812,7 +796,7 @@ impl Registry {
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map(params![state, partner, key], row)
+            .query_map(params![state, partner, key], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -832,7 +816,7 @@ impl Registry {
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map(params![interchange_key, last_document], row)
+            .query_map(params![interchange_key, last_document], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -847,7 +831,7 @@ impl Registry {
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map([], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -861,7 +845,7 @@ impl Registry {
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_map([], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -942,7 +926,7 @@ impl Registry {
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map([key], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -966,7 +950,7 @@ impl Registry {
                      WHERE key = ?1 AND delivery = 'delivered' ORDER BY id LIMIT 1",
                 )
                 .and_then(|mut s| {
-                    s.query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    s.query_row([key], read)
                         .optional()
                 })
                 .map_err(|e| b.sql(e))?;
@@ -1018,7 +1002,7 @@ impl Registry {
             "SELECT detail FROM events WHERE event = 'delivery_attempt'
              AND detail LIKE '%\"status\":\"protocol\"%'",
             [],
-            |r| r.get(0),
+            read,
         )?;
         let mut counts = std::collections::BTreeMap::<String, u64>::new();
         for detail in details {
@@ -1042,7 +1026,7 @@ fn read_circuit(
 ) -> crate::registry::db::Result<(CircuitState, u32, Option<String>)> {
     Ok(tx
         .prepare_cached("SELECT state, failures, probe_owner FROM circuits WHERE destination = ?1")?
-        .query_row([destination], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row([destination], read)
         .optional()?
         .unwrap_or((CircuitState::Closed, 0, None)))
 }

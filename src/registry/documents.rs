@@ -12,7 +12,7 @@
 //! finishes a release), `delivered`, `none` (a duplicate skipped, a stale change), `held` (a
 //! conflict, for an operator), `parked` (a change waiting for its original) or `discarded`.
 
-use crate::registry::db::{params, OptionalExtension};
+use crate::registry::db::{params, read, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
@@ -194,7 +194,7 @@ impl Batch<'_> {
                 "SELECT id, delivery FROM documents WHERE interchange_key = ?1
                  AND seen >= COALESCE((SELECT first_seen FROM interchanges WHERE key = ?1), 0)",
                 &runs,
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                read,
             )
             .map_err(|e| self.sql(e))
     }
@@ -236,7 +236,7 @@ impl Batch<'_> {
             .and_then(|mut st| {
                 st.query_row(
                     params![s.key, s.interchange_key, s.position, s.fingerprint],
-                    |r| r.get(0),
+                    read,
                 )
                 .optional()
             })
@@ -394,7 +394,7 @@ impl Registry {
             .query_row(
                 "SELECT count(*) FROM documents WHERE interchange_key = ?1",
                 [interchange_key],
-                |r| r.get(0),
+                read,
             )
             .map_err(|e| self.sql(e))?;
         Ok((rows, usize::try_from(total).unwrap_or(usize::MAX)))
@@ -623,7 +623,7 @@ fn insert(
             placed,
             now
         ],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        read,
     )
 }
 
@@ -634,7 +634,7 @@ const NEXT_SEQUENCE: &str = "INSERT INTO document_sequence (one, value) VALUES (
 
 fn next_sequence(tx: &crate::registry::db::Conn) -> Result<i64, crate::registry::db::Error> {
     tx.prepare_cached(&format!("{NEXT_SEQUENCE} RETURNING value"))?
-        .query_row([], |r| r.get(0))
+        .query_row([], read)
 }
 
 /// A parked sighting: its id, role and version.
@@ -682,7 +682,7 @@ fn interchange_of(
 ) -> Result<Option<String>, crate::registry::db::Error> {
     let Some(id) = id else { return Ok(None) };
     tx.prepare_cached("SELECT interchange_key FROM documents WHERE id = ?1")?
-        .query_row([id], |r| r.get(0))
+        .query_row([id], read)
         .optional()
 }
 
@@ -692,7 +692,7 @@ fn fingerprint_of(
 ) -> Result<Option<String>, crate::registry::db::Error> {
     let Some(id) = id else { return Ok(None) };
     tx.prepare_cached("SELECT fingerprint FROM documents WHERE id = ?1")?
-        .query_row([id], |r| r.get(0))
+        .query_row([id], read)
         .optional()
 }
 
@@ -703,7 +703,7 @@ fn is_first(
 ) -> Result<bool, crate::registry::db::Error> {
     let first: Option<i64> = tx
         .prepare_cached("SELECT MIN(id) FROM documents WHERE key = ?1")?
-        .query_row([key], |r| r.get(0))?;
+        .query_row([key], read)?;
     Ok(first == Some(id))
 }
 
@@ -717,7 +717,7 @@ fn original_of(
         "SELECT id FROM documents WHERE subject = ?1 AND role = 'original'
          AND (?2 = 0 OR delivery IN ('pending', 'delivered')) ORDER BY id LIMIT 1",
     )?
-    .query_row(params![subject, delivered], |r| r.get(0))
+    .query_row(params![subject, delivered], read)
     .optional()
 }
 
@@ -735,7 +735,7 @@ fn is_stale(
             "SELECT version FROM documents WHERE subject = ?1 AND role = 'change'
              AND version IS NOT NULL AND delivery IN ('pending', 'delivered')",
         )?
-        .query_map([subject], |r| r.get(0))?
+        .query_map([subject], read)?
         .collect::<Result<_, _>>()?;
     Ok(delivered
         .iter()
@@ -827,7 +827,7 @@ fn released_by(
             "SELECT id FROM documents WHERE released_by = ?1 AND delivery = 'pending'
              ORDER BY sequence",
         )?
-        .query_map([original], |r| r.get(0))?
+        .query_map([original], read)?
         .collect::<Result<_, _>>()?;
     ids.into_iter().map(|id| load_released(tx, id)).collect()
 }
@@ -901,18 +901,7 @@ fn release(
     let by = format!("{kind}:{owner}");
     let mut candidates: Vec<Candidate> = tx
         .prepare_cached(sql)?
-        .query_map([key], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })?
+        .query_map([key], read)?
         .collect::<Result<_, _>>()?;
     // Per document, oldest change first, so that a later one never goes out before it.
     candidates.sort_by_cached_key(|c| (c.6.clone(), version_rank(c.7.as_deref(), c.0)));

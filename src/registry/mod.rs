@@ -25,12 +25,13 @@ mod documents;
 mod migrations;
 mod overview;
 mod postgres;
+mod readers;
 mod vocabulary;
 
 use std::path::Path;
 use std::time::Duration;
 
-use db::{Conn, OptionalExtension};
+use db::{read, Conn, OptionalExtension};
 use rusqlite::Connection;
 
 pub use crate::config::{Database, Postgres};
@@ -50,6 +51,7 @@ pub use documents::{
     Decided, Delivery, DocumentRow, Release, Released, Sighting, NO_TEST_DESTINATION,
 };
 pub use overview::{Found, Listed, Search};
+pub use readers::{Reader, Readers};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +208,7 @@ fn recorded_identity(conn: &Conn) -> db::Result<Option<(String, String, String)>
     conn.query_row(
         "SELECT id_qualifier, id, installation FROM gateway WHERE one = 1",
         [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        read,
     )
     .optional()
 }

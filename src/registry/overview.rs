@@ -2,7 +2,7 @@
 //! time, traffic in time buckets, a search across interchanges and documents, and the
 //! rejected interchanges oldest first. Reads only.
 
-use crate::registry::db::params;
+use crate::registry::db::{params, read};
 use serde::Serialize;
 
 use super::{ClaimState, Delivery, DeliveryRow, DocumentRow, EventKind, Registry, RegistryError};
@@ -83,7 +83,7 @@ impl Registry {
              WHERE disposition IS NOT NULL AND at >= ?1
              GROUP BY 1, event ORDER BY 1, event",
             [since_ms],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -98,7 +98,7 @@ impl Registry {
              WHERE seen >= ?1 AND by != 'backfill'
              GROUP BY 1, 2 ORDER BY 1, 2",
             [since_ms],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -113,7 +113,7 @@ impl Registry {
              WHERE disposition IS NOT NULL AND at >= ?1
              GROUP BY b, event ORDER BY b, event",
             [since_ms, bucket_ms.max(1)],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -123,7 +123,7 @@ impl Registry {
             "SELECT partner, delivery, COUNT(*) FROM documents
              WHERE delivery IN ('held', 'parked') GROUP BY 1, 2 ORDER BY 1, 2",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            read,
         )
     }
 
@@ -134,7 +134,7 @@ impl Registry {
                 "SELECT at FROM events WHERE partner = ?1 AND disposition IS NOT NULL
                  ORDER BY at DESC LIMIT 1",
                 [partner],
-                |r| r.get(0),
+                read,
             )?
             .into_iter()
             .next())
@@ -146,7 +146,7 @@ impl Registry {
             .all(
                 "SELECT COUNT(*) FROM interchanges WHERE state != 'completed'",
                 [],
-                |r| r.get(0),
+                read,
             )?
             .into_iter()
             .next()
@@ -174,7 +174,7 @@ impl Registry {
                 super::deliveries::ROW
             ),
             [i64::try_from(limit).unwrap_or(i64::MAX)],
-            super::deliveries::row,
+            read,
         )
     }
 
@@ -184,7 +184,7 @@ impl Registry {
             .all(
                 "SELECT partner FROM documents WHERE key = ?1 LIMIT 1",
                 [key],
-                |r| r.get(0),
+                read,
             )?
             .into_iter()
             .next())
@@ -196,7 +196,7 @@ impl Registry {
             "SELECT partner, COUNT(*) FROM deliveries WHERE state = 'dead'
              GROUP BY 1 ORDER BY 1",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            read,
         )
     }
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::db::{Conn, Pg};
+use super::db::{read, Conn, Pg};
 use crate::config::Postgres;
 
 /// How long the server lets a session sit idle inside a transaction. The registry's
@@ -325,7 +325,7 @@ pub(super) fn version(conn: &Conn) -> super::db::Result<i64> {
     let present: Option<String> = conn.query_row(
         "SELECT CAST(to_regclass('x12gate_schema') AS TEXT)",
         [],
-        |r| r.get(0),
+        read,
     )?;
     if present.is_none() {
         return Ok(0);

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::registry::Readers;
 pub use auth::{TokenError, Tokens, Who};
 
 /// Why the web page cannot be served as asked.
@@ -45,6 +46,8 @@ pub struct Site {
     pub schemas: Option<&'static crate::schema::Schemas>,
     /// Wrong tokens wait here, one at a time.
     pub penalty: auth::Penalty,
+    /// The read-only registry connections the pages share with `/metrics`.
+    pub readers: Arc<Readers>,
 }
 
 impl Site {
@@ -63,11 +66,12 @@ impl Site {
             return Err(WebError::ActionsWithoutToken);
         }
         Ok(Site {
-            config,
             tokens,
             actions,
             schemas: None,
             penalty: auth::Penalty::default(),
+            readers: Arc::new(Readers::new(config.gateway.database.clone())),
+            config,
         })
     }
 

@@ -18,7 +18,7 @@ use super::Site;
 use crate::config::Config;
 use crate::disposition::Disposition;
 use crate::document::DocumentDisposition;
-use crate::registry::{Delivery, EventKind, Registry, Retry, Search};
+use crate::registry::{Delivery, EventKind, Reader, Registry, Retry, Search};
 
 /// At most this many rows in a list or a search (the search says when there are more).
 const LIMIT: usize = 500;
@@ -239,13 +239,15 @@ where
     }
 }
 
-fn reader(config: &Config) -> Result<Registry, String> {
-    Registry::open_read_only(&config.gateway.database)
+/// A read-only connection of the site's shared ones.
+fn reader(site: &Site) -> Result<Reader<'_>, String> {
+    site.readers
+        .get()
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
             format!(
                 "there is no registry at {} yet (x12gate init creates it)",
-                config.gateway.database
+                site.config.gateway.database
             )
         })
 }
@@ -336,7 +338,7 @@ struct OverviewPage {
 
 async fn overview(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     page(site, headers, |site, frame| {
-        build_overview(&site.config, frame.clone())
+        build_overview(site, frame.clone())
     })
     .await
 }
@@ -351,8 +353,9 @@ fn day_start(date: chrono::NaiveDate) -> Option<i64> {
     })
 }
 
-fn build_overview(config: &Config, frame: Frame) -> Result<String, Refused> {
-    let r = reader(config)?;
+fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
+    let config = &site.config;
+    let r = reader(site)?;
     let e = |e: crate::registry::RegistryError| Refused::from(e.to_string());
     let now = crate::registry::now_ms();
     let today = chrono::Local::now().date_naive();
@@ -798,7 +801,7 @@ async fn search(
                 return rendered(pg);
             }
         };
-        let r = reader(config)?;
+        let r = reader(site)?;
         let found = r
             .search(&Search {
                 text: Some(bounded(&q.q)).filter(|s| !s.is_empty()),
@@ -973,7 +976,7 @@ async fn interchange(
 ) -> Response {
     page(site, headers, move |site, frame| {
         let config = &site.config;
-        let r = reader(config)?;
+        let r = reader(site)?;
         let schemas = site
             .schemas
             .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)?;
@@ -1080,7 +1083,7 @@ struct RejectedPage {
 async fn rejected(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     page(site, headers, |site, frame| {
         let config = &site.config;
-        let r = reader(config)?;
+        let r = reader(site)?;
         let interchanges = r
             .rejected_interchanges(LIMIT)
             .map_err(|e| e.to_string())?
@@ -1106,7 +1109,7 @@ struct HeldPage {
 async fn held(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     page(site, headers, |site, frame| {
         let config = &site.config;
-        let r = reader(config)?;
+        let r = reader(site)?;
         let documents = r
             .open_document_rows(LIMIT)
             .map_err(|e| e.to_string())?
@@ -1131,7 +1134,7 @@ struct DeadPage {
 async fn dead(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     page(site, headers, |site, frame| {
         let config = &site.config;
-        let r = reader(config)?;
+        let r = reader(site)?;
         let deliveries = r
             .dead_deliveries(LIMIT)
             .map_err(|e| e.to_string())?
