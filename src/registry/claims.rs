@@ -58,11 +58,14 @@ pub struct StoredAck {
     pub bytes: Vec<u8>,
 }
 
-from_row!(StoredAck, STORED_ACK {
-    kind: "kind",
-    path: "path",
-    bytes: "bytes",
-});
+from_row!(
+    StoredAck,
+    STORED_ACK {
+        kind: "kind",
+        path: "path",
+        bytes: "bytes",
+    }
+);
 
 /// The outcome recorded for a completed interchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,17 +218,20 @@ pub struct Event {
     pub detail: String,
 }
 
-from_row!(Event, EVENT {
-    at_ms: "at",
-    event: "event",
-    key: "key",
-    partner: "partner",
-    control_number: "control_number",
-    // A development build (83737b4) recorded `released` with the disposition `failed`,
-    // which is none; a release has been a note ever since, and such a row reads as one.
-    disposition: "CASE WHEN event = 'released' THEN NULL ELSE disposition END",
-    detail: "detail",
-});
+from_row!(
+    Event,
+    EVENT {
+        at_ms: "at",
+        event: "event",
+        key: "key",
+        partner: "partner",
+        control_number: "control_number",
+        // A development build (83737b4) recorded `released` with the disposition `failed`,
+        // which is none; a release has been a note ever since, and such a row reads as one.
+        disposition: "CASE WHEN event = 'released' THEN NULL ELSE disposition END",
+        detail: "detail",
+    }
+);
 
 /// A claim not completed: in flight (perhaps with a dead owner) or failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -245,19 +251,22 @@ pub struct Unfinished {
     pub reason: Option<String>,
 }
 
-from_row!(Unfinished, UNFINISHED {
-    key: "key",
-    partner: "partner",
-    control_number: "control_number",
-    state: "state",
-    owner: "owner",
-    lease_expires_ms: "lease_expires",
-    attempts: "attempts",
-    file: "file",
-    first_seen_ms: "first_seen",
-    last_seen_ms: "last_seen",
-    reason: "reason",
-});
+from_row!(
+    Unfinished,
+    UNFINISHED {
+        key: "key",
+        partner: "partner",
+        control_number: "control_number",
+        state: "state",
+        owner: "owner",
+        lease_expires_ms: "lease_expires",
+        attempts: "attempts",
+        file: "file",
+        first_seen_ms: "first_seen",
+        last_seen_ms: "last_seen",
+        reason: "reason",
+    }
+);
 
 /// Everything the registry holds about one interchange key, for `show`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -640,7 +649,7 @@ impl Batch<'_> {
                 "UPDATE interchanges SET lease_expires = ?3 WHERE key = ?1 AND owner = ?2 AND state = 'in_flight'
                  RETURNING reservation",
                 &runs,
-                |r| r.get::<Option<String>>(0),
+                read::<Option<String>>,
             )
             .map_err(|e| self.sql(e))?;
         Ok(rows
@@ -1352,9 +1361,7 @@ impl Registry {
                     "SELECT key, partner, last_seen FROM interchanges WHERE state != 'in_flight'",
                 )
                 .map_err(sql)?;
-            let rows = stmt
-                .query_map([], read)
-                .map_err(sql)?;
+            let rows = stmt.query_map([], read).map_err(sql)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(sql)?
         };
         let mut removed = Vec::new();

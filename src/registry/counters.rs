@@ -205,9 +205,7 @@ impl Registry {
     /// a registry of millions).
     pub fn recorded_ack_heads(&self, head: usize) -> Result<Vec<Vec<u8>>, RegistryError> {
         let partners: Vec<String> =
-            self.all("SELECT DISTINCT partner FROM interchanges", [], |r| {
-                r.get(0)
-            })?;
+            self.all("SELECT DISTINCT partner FROM interchanges", [], read)?;
         let mut heads = Vec::new();
         for partner in partners {
             heads.extend(self.all(
@@ -217,7 +215,7 @@ impl Registry {
                            ORDER BY last_seen DESC LIMIT {RECENT_ACKS}) i ON i.key = a.key"
                 ),
                 params![partner],
-                |r| r.get::<Vec<u8>>(0),
+                read::<Vec<u8>>,
             )?);
         }
         Ok(heads)
@@ -236,7 +234,7 @@ impl Registry {
                     b.tx.query_row(
                         "SELECT value FROM counters WHERE partner = ?1 AND kind = ?2",
                         params![partner, counter.name()],
-                        |r| r.get::<u32>(0),
+                        read::<u32>,
                     )
                     .optional()
                     .map_err(|e| b.sql(e))?;

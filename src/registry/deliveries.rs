@@ -411,29 +411,32 @@ fn result_refs(
         .iter()
         .map(|k| vec![crate::registry::db::Value::Text((*k).to_string())])
         .collect();
-    let found = conn.query_each(RESULT_REF, &runs, |r| r.get::<String>(0))?;
+    let found = conn.query_each(RESULT_REF, &runs, read::<String>)?;
     Ok(found
         .into_iter()
         .map(|rows| rows.into_iter().next())
         .collect())
 }
 
-from_row!(Claimed, CLAIMED {
-    id: "id",
-    document_id: "document_id",
-    key: "key",
-    destination: "destination",
-    partner: "partner",
-    interchange_key: "interchange_key",
-    correlation_id: "correlation_id",
-    file: "file",
-    attempts: "attempts",
-    created_ms: "created",
-    idempotency_key: "idempotency_key",
-    failures: "failures",
-    subject: "subject",
-    sequence: "sequence",
-});
+from_row!(
+    Claimed,
+    CLAIMED {
+        id: "id",
+        document_id: "document_id",
+        key: "key",
+        destination: "destination",
+        partner: "partner",
+        interchange_key: "interchange_key",
+        correlation_id: "correlation_id",
+        file: "file",
+        attempts: "attempts",
+        created_ms: "created",
+        idempotency_key: "idempotency_key",
+        failures: "failures",
+        subject: "subject",
+        sequence: "sequence",
+    }
+);
 
 /// A row's turn at its destination: no earlier document of its PO is still to be settled
 /// there (a row queued, retrying, in flight, blocked or dead), nor still being written (its
@@ -645,7 +648,7 @@ impl Registry {
                 ))
                 .and_then(|mut s| {
                     s.query_map(params![d, queued_by, now], read)?
-                    .collect::<Result<Vec<_>, _>>()
+                        .collect::<Result<Vec<_>, _>>()
                 })
                 .map_err(|e| self.sql(e))?;
             let due = rows
@@ -661,10 +664,7 @@ impl Registry {
                 .prepare_cached(
                     "SELECT state, open_until, probe_expires FROM circuits WHERE destination = ?1",
                 )
-                .and_then(|mut s| {
-                    s.query_row([d], read)
-                        .optional()
-                })
+                .and_then(|mut s| s.query_row([d], read).optional())
                 .map_err(|e| self.sql(e))?;
             match gate {
                 Some((CircuitState::Open, until, _)) => due = due.max(until.unwrap_or(0)),
@@ -723,10 +723,7 @@ impl Registry {
                     "SELECT state, open_until, probe_owner, probe_expires FROM circuits
                      WHERE destination = ?1",
                 )
-                .and_then(|mut s| {
-                    s.query_row([destination], read)
-                    .optional()
-                })
+                .and_then(|mut s| s.query_row([destination], read).optional())
                 .map_err(|e| b.sql(e))?;
             let probe = match found {
                 None | Some((CircuitState::Closed, ..)) => return Ok(Gate::Closed),
@@ -830,9 +827,7 @@ impl Registry {
                  GROUP BY destination, state ORDER BY destination, state",
             )
             .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([], read)
-            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([], read).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
@@ -844,9 +839,7 @@ impl Registry {
                 "SELECT destination, state, failures, open_until FROM circuits ORDER BY destination",
             )
             .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([], read)
-            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([], read).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
@@ -925,9 +918,7 @@ impl Registry {
                  ORDER BY e.key, e.destination",
             )
             .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([key], read)
-            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([key], read).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 

@@ -12,7 +12,7 @@
 //! finishes a release), `delivered`, `none` (a duplicate skipped, a stale change), `held` (a
 //! conflict, for an operator), `parked` (a change waiting for its original) or `discarded`.
 
-use crate::registry::db::{params, read, OptionalExtension};
+use crate::registry::db::{params, read, Columns, FromRow, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
@@ -266,46 +266,49 @@ pub enum Release<'a> {
     Due(&'a dyn Fn(&str, i64) -> bool),
 }
 
-pub(super) const COLUMNS: &str =
-    "id, key, partner, set_id, st02, interchange_key, disposition, delivery,
-    (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
+/// The columns of a [`DocumentRow`], in the order its [`FromRow`] reads them.
+pub(super) const COLUMNS: &str = "id, key, partner, set_id, st02, interchange_key, disposition,
+    delivery, (SELECT d.interchange_key FROM documents d WHERE d.id = documents.duplicate_of),
     sequence, original_missing, output, fingerprint, seen, delivered_at, result_ref,
     (SELECT COUNT(*) FROM deliveries q WHERE q.document_id = documents.id)";
 
-pub(super) fn row(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<DocumentRow> {
-    let key: String = r.get(1)?;
-    let usage = Usage::of_key(&key);
-    let mut delivery: Delivery = r.get(7)?;
-    let mut delivered_ms: Option<i64> = r.get(14)?;
-    let queued: i64 = r.get(16)?;
-    // A test document's file in `out/test/` is no delivery: with no test destination it
-    // went nowhere.
-    let undelivered = (usage == Usage::Test && delivery == Delivery::Delivered && queued == 0)
-        .then_some(NO_TEST_DESTINATION);
-    if undelivered.is_some() {
-        delivery = Delivery::None;
-        delivered_ms = None;
+impl FromRow for DocumentRow {
+    fn read(c: &mut Columns<'_, '_>) -> crate::registry::db::Result<DocumentRow> {
+        let (id, key, partner, set, st02, interchange, disposition): (_, String, _, _, _, _, _) =
+            FromRow::read(c)?;
+        let (mut delivery, duplicate_of, sequence, original_missing, output) = FromRow::read(c)?;
+        let (fingerprint, seen_ms, mut delivered_ms, result_ref, queued): (_, _, _, _, i64) =
+            FromRow::read(c)?;
+        let usage = Usage::of_key(&key);
+        // A test document's file in `out/test/` is no delivery: with no test destination it
+        // went nowhere.
+        let undelivered = (usage == Usage::Test && delivery == Delivery::Delivered && queued == 0)
+            .then_some(NO_TEST_DESTINATION);
+        if undelivered.is_some() {
+            delivery = Delivery::None;
+            delivered_ms = None;
+        }
+        Ok(DocumentRow {
+            id,
+            key,
+            partner,
+            set,
+            st02,
+            interchange,
+            disposition,
+            usage,
+            delivery,
+            undelivered,
+            duplicate_of,
+            sequence,
+            original_missing,
+            output,
+            fingerprint,
+            seen_ms,
+            delivered_ms,
+            result_ref,
+        })
     }
-    Ok(DocumentRow {
-        id: r.get(0)?,
-        key,
-        partner: r.get(2)?,
-        set: r.get(3)?,
-        st02: r.get(4)?,
-        interchange: r.get(5)?,
-        disposition: r.get(6)?,
-        usage,
-        delivery,
-        undelivered,
-        duplicate_of: r.get(8)?,
-        sequence: r.get(9)?,
-        original_missing: r.get(10)?,
-        output: r.get(11)?,
-        fingerprint: r.get(12)?,
-        seen_ms: r.get(13)?,
-        delivered_ms,
-        result_ref: r.get(15)?,
-    })
 }
 
 impl Registry {
@@ -341,8 +344,8 @@ impl Registry {
             ))
             .map_err(|e| self.sql(e))?;
         let rows = match key {
-            Some(k) => stmt.query_map([k], row),
-            None => stmt.query_map([], row),
+            Some(k) => stmt.query_map([k], read),
+            None => stmt.query_map([], read),
         }
         .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
@@ -355,7 +358,7 @@ impl Registry {
             .prepare("SELECT output FROM documents WHERE output IS NOT NULL")
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([], |r| r.get::<String>(0))
+            .query_map([], read::<String>)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -377,7 +380,7 @@ impl Registry {
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
-            .query_map([interchange_key], row)
+            .query_map([interchange_key], read)
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -459,22 +462,7 @@ fn record(
                 s.subject,
                 s.role == Role::Original
             ],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    (
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                    ),
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                ))
-            },
+            read,
         )?
         .collect::<Result<_, _>>()?;
     let earlier = rows
@@ -838,26 +826,31 @@ fn load_released(
 ) -> Result<Released, crate::registry::db::Error> {
     let (mut r, of) = tx
         .prepare_cached(
-            "SELECT id, key, set_id, st02, interchange_key, disposition, sequence,
-                 original_missing, duplicate_of, body, partner
+            "SELECT id, key, partner, set_id, st02, interchange_key, disposition, sequence,
+                 original_missing, duplicate_of, body
              FROM documents WHERE id = ?1",
         )?
         .query_row([id], |r| {
+            let (head, (sequence, original_missing, of, body)): (
+                _,
+                (Option<i64>, _, Option<i64>, Option<Vec<u8>>),
+            ) = read(r)?;
+            let (id, key, partner, set_id, st02, interchange_key, disposition) = head;
             let released = Released {
-                id: r.get(0)?,
-                key: r.get(1)?,
-                partner: r.get(10)?,
-                set_id: r.get(2)?,
-                st02: r.get(3)?,
-                interchange_key: r.get(4)?,
-                disposition: r.get(5)?,
-                sequence: r.get::<Option<i64>>(6)?.unwrap_or(0),
+                id,
+                key,
+                partner,
+                set_id,
+                st02,
+                interchange_key,
+                disposition,
+                sequence: sequence.unwrap_or(0),
                 first: false,
-                original_missing: r.get(7)?,
+                original_missing,
                 duplicate_of: None,
-                body: r.get::<Option<Vec<u8>>>(9)?.unwrap_or_default(),
+                body: body.unwrap_or_default(),
             };
-            Ok((released, r.get::<Option<i64>>(8)?))
+            Ok((released, of))
         })?;
     r.first = is_first(tx, &r.key, r.id)?;
     r.duplicate_of = interchange_of(tx, of)?;

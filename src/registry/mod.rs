@@ -642,9 +642,7 @@ impl Registry {
     /// The installation id recorded when the registry was created.
     pub fn installation(&self) -> Result<String, RegistryError> {
         self.conn
-            .query_row("SELECT installation FROM gateway WHERE one = 1", [], |r| {
-                r.get(0)
-            })
+            .query_row("SELECT installation FROM gateway WHERE one = 1", [], read)
             .map_err(|e| self.sql(e))
     }
 

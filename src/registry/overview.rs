@@ -2,7 +2,7 @@
 //! time, traffic in time buckets, a search across interchanges and documents, and the
 //! rejected interchanges oldest first. Reads only.
 
-use crate::registry::db::{params, read};
+use crate::registry::db::{from_row, params, read};
 use serde::Serialize;
 
 use super::{ClaimState, Delivery, DeliveryRow, DocumentRow, EventKind, Registry, RegistryError};
@@ -48,22 +48,20 @@ pub struct Found {
     pub more_documents: bool,
 }
 
-const LISTED: &str =
-    "key, partner, control_number, state, disposition, reason, file, first_seen, last_seen";
-
-fn listed(r: &crate::registry::db::Row<'_>) -> crate::registry::db::Result<Listed> {
-    Ok(Listed {
-        key: r.get(0)?,
-        partner: r.get(1)?,
-        control_number: r.get(2)?,
-        state: r.get(3)?,
-        disposition: r.get(4)?,
-        reason: r.get(5)?,
-        file: r.get(6)?,
-        first_seen_ms: r.get(7)?,
-        last_seen_ms: r.get(8)?,
-    })
-}
+from_row!(
+    Listed,
+    LISTED {
+        key: "key",
+        partner: "partner",
+        control_number: "control_number",
+        state: "state",
+        disposition: "disposition",
+        reason: "reason",
+        file: "file",
+        first_seen_ms: "first_seen",
+        last_seen_ms: "last_seen",
+    }
+);
 
 /// `000000101`, `101` and `0101` are one control number; `None` for text that is not one.
 fn control_number(text: &str) -> Option<String> {
@@ -162,7 +160,7 @@ impl Registry {
                 super::documents::COLUMNS
             ),
             [i64::try_from(limit).unwrap_or(i64::MAX)],
-            super::documents::row,
+            read,
         )
     }
 
@@ -209,7 +207,7 @@ impl Registry {
                  ORDER BY last_seen, key LIMIT ?1"
             ),
             [i64::try_from(limit).unwrap_or(i64::MAX)],
-            listed,
+            read,
         )
     }
 
@@ -257,7 +255,7 @@ impl Registry {
                 limit,
                 files
             ],
-            listed,
+            read,
         )?;
         // A disposition is an interchange's: the documents shown are those of such
         // interchanges.
@@ -281,7 +279,7 @@ impl Registry {
                 limit,
                 s.disposition
             ],
-            super::documents::row,
+            read,
         )?;
         let more_interchanges = interchanges.len() > s.limit;
         let more_documents = documents.len() > s.limit;

@@ -330,9 +330,11 @@ pub(super) fn version(conn: &Conn) -> super::db::Result<i64> {
     if present.is_none() {
         return Ok(0);
     }
-    conn.query_row("SELECT max(version) FROM x12gate_schema", [], |r| {
-        r.get::<Option<i64>>(0)
-    })
+    conn.query_row(
+        "SELECT max(version) FROM x12gate_schema",
+        [],
+        read::<Option<i64>>,
+    )
     .map(|v| v.unwrap_or(0))
 }
 
