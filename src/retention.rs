@@ -86,41 +86,97 @@ fn placed_files(
     Ok(placed)
 }
 
+/// Partners by the prefix `prefix` gives their files' names or keys: (prefix, partner,
+/// retention).
+type Prefixes = Vec<(String, String, Option<u32>)>;
+
+fn prefixes(config: &Config, prefix: impl Fn(&crate::config::Partner) -> String) -> Prefixes {
+    config
+        .partners
+        .iter()
+        .map(|p| (prefix(p), p.key(), p.retention_days))
+        .collect()
+}
+
+/// What is live in the registry: the keys, their files' stems, and the document files.
+struct Live {
+    keys: HashSet<String>,
+    stems: HashSet<String>,
+    documents: HashSet<String>,
+}
+
+/// The partner (with its retention) of a file in `out/` or `outbox/`, and whether the
+/// registry still refers to it. A document file is its sender's, by the key it holds, and
+/// live while its document is recorded (it goes with its interchange's key); any other is
+/// named after its interchange's key.
+fn output_owner(
+    path: &Path,
+    partners: &Prefixes,
+    senders: &Prefixes,
+    live: &Live,
+) -> (Option<(String, Option<u32>)>, bool) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(key) = crate::document::key_in_file(path) {
+        let partner = senders
+            .iter()
+            .find(|(prefix, ..)| key.starts_with(prefix.as_str()))
+            .map(|(_, key, days)| (key.clone(), *days));
+        return (partner, live.documents.contains(&name));
+    }
+    let stem = name.split('.').next().unwrap_or_default().to_string();
+    // Exactly `QUAL_ID_` and nine digits: `ZZ_ACME_EU_...` is not ACME's.
+    let partner = partners
+        .iter()
+        .find(|(prefix, ..)| {
+            stem.strip_prefix(prefix.as_str())
+                .is_some_and(|n| n.len() == 9 && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|(_, key, days)| (key.clone(), *days));
+    (partner, live.stems.contains(&stem))
+}
+
+impl Plan {
+    /// Counts `path` kept, or lists it for deletion when it is past its partner's retention.
+    fn consider(&mut self, path: PathBuf, partner: Option<(String, Option<u32>)>, is_live: bool) {
+        if is_live {
+            self.live += 1;
+            return;
+        }
+        let Some((partner, days)) = partner else {
+            self.unattributed += 1;
+            return;
+        };
+        if let (Some(days), Some(age)) = (days, age_days(&path)) {
+            if age >= u64::from(days) {
+                self.delete.push((path, partner, age));
+            }
+        }
+    }
+}
+
 /// What is past retention now.
 pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError> {
     let g = &config.gateway;
     // Partners by the name their keys start with (`ZZ_ACME_`), and their retention.
-    let partners: Vec<(String, String, Option<u32>)> = config
-        .partners
-        .iter()
-        .map(|p| {
-            (
-                format!("{}_", safe_name(&p.key())),
-                p.key(),
-                p.retention_days,
-            )
-        })
-        .collect();
-    let live_keys: HashSet<String> = registry.keys()?.into_iter().collect();
-    // Document files are live while their document is recorded (it goes with its
-    // interchange's key), and are a partner's by the sender their key starts with.
-    let live_documents: HashSet<String> = registry.document_outputs()?;
-    let senders: Vec<(String, String, Option<u32>)> = config
-        .partners
-        .iter()
-        .map(|p| {
-            (
-                format!(
-                    "{}:{}:",
-                    crate::document::part(p.id_qualifier.as_bytes()),
-                    crate::document::part(p.id.as_bytes())
-                ),
-                p.key(),
-                p.retention_days,
-            )
-        })
-        .collect();
-    let live: HashSet<String> = live_keys.iter().map(|k| safe_name(k)).collect();
+    let partners = prefixes(config, |p| format!("{}_", safe_name(&p.key())));
+    let keys: HashSet<String> = registry.keys()?.into_iter().collect();
+    let documents: HashSet<String> = registry.document_outputs()?;
+    // Document keys start with their sender's.
+    let senders = prefixes(config, |p| {
+        format!(
+            "{}:{}:",
+            crate::document::part(p.id_qualifier.as_bytes()),
+            crate::document::part(p.id.as_bytes())
+        )
+    });
+    let live = Live {
+        stems: keys.iter().map(|k| safe_name(k)).collect(),
+        keys,
+        documents,
+    };
     let placed = placed_files(registry)?;
     let retention = |partner: &str| {
         config
@@ -130,47 +186,12 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
             .and_then(|p| p.retention_days)
     };
     let mut plan = Plan::default();
-    let mut consider = |path: PathBuf, partner: Option<(String, Option<u32>)>, is_live: bool| {
-        if is_live {
-            plan.live += 1;
-            return;
-        }
-        let Some((partner, days)) = partner else {
-            plan.unattributed += 1;
-            return;
-        };
-        if let (Some(days), Some(age)) = (days, age_days(&path)) {
-            if age >= u64::from(days) {
-                plan.delete.push((path, partner, age));
-            }
-        }
-    };
     for dir in [&g.out, &g.outbox] {
         let mut found = Vec::new();
         files_under(dir, &mut found);
         for path in found {
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if let Some(key) = crate::document::key_in_file(&path) {
-                let partner = senders
-                    .iter()
-                    .find(|(prefix, ..)| key.starts_with(prefix.as_str()))
-                    .map(|(_, key, days)| (key.clone(), *days));
-                consider(path, partner, live_documents.contains(&name));
-                continue;
-            }
-            let stem = name.split('.').next().unwrap_or_default().to_string();
-            // Exactly `QUAL_ID_` and nine digits: `ZZ_ACME_EU_...` is not ACME's.
-            let partner = partners
-                .iter()
-                .find(|(prefix, ..)| {
-                    stem.strip_prefix(prefix.as_str())
-                        .is_some_and(|n| n.len() == 9 && n.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .map(|(_, key, days)| (key.clone(), *days));
-            consider(path, partner, live.contains(&stem));
+            let (partner, is_live) = output_owner(&path, &partners, &senders, &live);
+            plan.consider(path, partner, is_live);
         }
     }
     let mut archived = Vec::new();
@@ -179,13 +200,10 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
         match placed.get(&path) {
             Some((keys, partner)) => {
                 let days = retention(partner);
-                consider(
-                    path.clone(),
-                    Some((partner.clone(), days)),
-                    keys.iter().any(|k| live_keys.contains(k)),
-                )
+                let is_live = keys.iter().any(|k| live.keys.contains(k));
+                plan.consider(path.clone(), Some((partner.clone(), days)), is_live);
             }
-            None => consider(path, None, false),
+            None => plan.consider(path, None, false),
         }
     }
     plan.delete.sort();

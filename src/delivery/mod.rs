@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::config::{Config, Destination};
 use crate::registry::{
     Attempted, CircuitState, Claimed, DeliveryState, Gate, Policy, Recorded, Registry,
-    RegistryError,
+    RegistryError, Wanted,
 };
 
 pub use crate::registry::PROTOCOL_ERROR;
@@ -225,16 +225,15 @@ impl<'c> Deliverer<'c> {
             // Sent `wave` at a time: the last wave's rows wait for the ones before.
             let waves = limit.div_ceil(wave) as u64;
             let lease = ms((d.timeout_ms.saturating_add(LEASE_MARGIN_MS)).saturating_mul(waves));
-            let claimed: Vec<Claimed> = registry.claim_deliveries(
-                &d.name,
-                &self.owner,
-                lease,
+            let wanted = Wanted {
+                destination: &d.name,
                 limit,
                 // Due when the pass began: a row retried in this pass waits for the next.
-                started,
-                scope.queued_by(),
-                &crate::owner::is_dead,
-            )?;
+                due_ms: started,
+                queued_by: scope.queued_by(),
+            };
+            let claimed: Vec<Claimed> =
+                registry.claim_deliveries(wanted, &self.owner, lease, &crate::owner::is_dead)?;
             if claimed.is_empty() {
                 if gate == Gate::Probe {
                     registry.abandon_probe(&d.name, &self.owner)?;
@@ -652,7 +651,17 @@ mod tests {
                 Gate::Closed => CLAIM,
             };
             let claimed = r
-                .claim_deliveries("erp", "sim", 60_000, limit, now, None, &|_| false)
+                .claim_deliveries(
+                    Wanted {
+                        destination: "erp",
+                        limit,
+                        due_ms: now,
+                        queued_by: None,
+                    },
+                    "sim",
+                    60_000,
+                    &|_| false,
+                )
                 .unwrap();
             if claimed.is_empty() {
                 r.abandon_probe("erp", "sim").unwrap();

@@ -453,17 +453,13 @@ impl Batch<'_> {
         disposition: Disposition,
         detail: &str,
     ) -> Result<(), RegistryError> {
-        insert_event(
-            &self.tx,
-            now_ms(),
-            event,
+        let about = About {
             key,
             partner,
             control_number,
-            Some(disposition),
-            detail,
-        )
-        .map_err(|e| self.sql(e))
+        };
+        insert_event(&self.tx, now_ms(), event, about, Some(disposition), detail)
+            .map_err(|e| self.sql(e))
     }
 
     /// An event that records no decision (where a file was placed, a claim released): no
@@ -476,17 +472,12 @@ impl Batch<'_> {
         control_number: Option<&str>,
         detail: &str,
     ) -> Result<(), RegistryError> {
-        insert_event(
-            &self.tx,
-            now_ms(),
-            event,
+        let about = About {
             key,
             partner,
             control_number,
-            None,
-            detail,
-        )
-        .map_err(|e| self.sql(e))
+        };
+        insert_event(&self.tx, now_ms(), event, about, None, detail).map_err(|e| self.sql(e))
     }
 
     /// A control number taken inside the batch (it commits with it).
@@ -963,16 +954,12 @@ fn completed(
         }
     }
     release_groups(tx, key, partner, c.released_groups)?;
-    insert_event(
-        tx,
-        now,
-        c.event,
-        Some(key),
-        Some(partner),
-        Some(control),
-        Some(c.disposition),
-        c.detail,
-    )
+    let about = About {
+        key: Some(key),
+        partner: Some(partner),
+        control_number: Some(control),
+    };
+    insert_event(tx, now, c.event, about, Some(c.disposition), c.detail)
 }
 
 /// Deletes the rows of `groups` that `key` holds (another key's stay).
@@ -1408,7 +1395,7 @@ impl Registry {
             }
         }
         let detail = json(&serde_json::json!({ "removed": removed }));
-        insert_event(&tx, now, EventKind::Prune, None, None, None, None, &detail).map_err(sql)?;
+        insert_event(&tx, now, EventKind::Prune, About::default(), None, &detail).map_err(sql)?;
         tx.commit().map_err(sql)?;
         Ok(removed)
     }
@@ -1441,20 +1428,40 @@ fn record_fingerprint(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The interchange an audit event is about, as far as it is known.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct About<'a> {
+    pub key: Option<&'a str>,
+    pub partner: Option<&'a str>,
+    pub control_number: Option<&'a str>,
+}
+
 pub(super) fn insert_event(
     conn: &crate::registry::db::Conn,
     at: i64,
     event: EventKind,
-    key: Option<&str>,
-    partner: Option<&str>,
-    control_number: Option<&str>,
+    about: About<'_>,
     disposition: Option<Disposition>,
     detail: &str,
 ) -> Result<(), crate::registry::db::Error> {
-    conn.prepare_cached("INSERT INTO events (at, event, key, partner, control_number, disposition, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.write(
-        params![at, event, key, partner, control_number, disposition, detail],
-    )
+    let About {
+        key,
+        partner,
+        control_number,
+    } = about;
+    conn.prepare_cached(
+        "INSERT INTO events (at, event, key, partner, control_number, disposition, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .write(params![
+        at,
+        event,
+        key,
+        partner,
+        control_number,
+        disposition,
+        detail
+    ])
 }
 
 fn load_completed(

@@ -104,6 +104,16 @@ pub enum Attempted {
     },
 }
 
+/// Which deliveries [`Registry::claim_deliveries`] takes: up to `limit` of `destination`
+/// due by `due_ms`; with `queued_by`, only those that process queued.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub destination: &'a str,
+    pub limit: usize,
+    pub due_ms: i64,
+    pub queued_by: Option<&'a str>,
+}
+
 /// The limits an outcome is judged by: the destination's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
@@ -194,6 +204,45 @@ fn kept(text: &str) -> String {
     crate::text::shortened(&crate::text::printable(text), KEPT).into_owned()
 }
 
+/// What an attempt's `outcome` makes of its row: (state, status, error, the business
+/// system's reference), each as stored. A failure that may pass is retried unless the row
+/// `dies` of it (out of attempts, or too old).
+fn settled(
+    outcome: &Attempted,
+    dies: bool,
+) -> (DeliveryState, String, Option<String>, Option<String>) {
+    let (state, status, error, reference) = match outcome {
+        Attempted::Delivered { status, result_ref } => (
+            DeliveryState::Delivered,
+            status,
+            None,
+            result_ref.as_deref().map(kept),
+        ),
+        Attempted::Refused { status, error }
+        | Attempted::Unsent {
+            status,
+            error,
+            permanent: true,
+        } => (DeliveryState::Dead, status, Some(kept(error)), None),
+        Attempted::Failed { status, error }
+        | Attempted::Unsent {
+            status,
+            error,
+            permanent: false,
+        } => (
+            if dies {
+                DeliveryState::Dead
+            } else {
+                DeliveryState::Retrying
+            },
+            status,
+            Some(kept(error)),
+            None,
+        ),
+    };
+    (state, kept(status), error, reference)
+}
+
 /// What `confirm` did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Confirmed {
@@ -234,36 +283,8 @@ impl Batch<'_> {
             }
             _ => c.failures,
         };
-        let (state, status, error, reference) = match outcome {
-            Attempted::Delivered { status, result_ref } => (
-                DeliveryState::Delivered,
-                status,
-                None,
-                result_ref.as_deref().map(kept),
-            ),
-            Attempted::Refused { status, error }
-            | Attempted::Unsent {
-                status,
-                error,
-                permanent: true,
-            } => (DeliveryState::Dead, status, Some(kept(error)), None),
-            Attempted::Failed { status, error }
-            | Attempted::Unsent {
-                status,
-                error,
-                permanent: false,
-            } => (
-                if failures >= policy.max_attempts || old {
-                    DeliveryState::Dead
-                } else {
-                    DeliveryState::Retrying
-                },
-                status,
-                Some(kept(error)),
-                None,
-            ),
-        };
-        let status = kept(status);
+        let dies = failures >= policy.max_attempts || old;
+        let (state, status, error, reference) = settled(outcome, dies);
         let changed =
             b.tx.prepare_cached(
                 "UPDATE deliveries SET state = ?3, attempts = ?4, last_at = ?5,
@@ -511,20 +532,21 @@ from_row!(DeliveryRow, pub(super) ROW {
 });
 
 impl Registry {
-    /// Claims up to `limit` deliveries of `destination` due by `due_ms` for `owner`, leased
-    /// for `lease_ms`: unclaimed ones, ones whose lease ran out, and ones of a dead process.
-    /// With `queued_by`, only those that process queued.
-    #[allow(clippy::too_many_arguments)]
+    /// Claims the deliveries `wanted` for `owner`, leased for `lease_ms`: unclaimed ones,
+    /// ones whose lease ran out, and ones of a dead process.
     pub fn claim_deliveries(
         &mut self,
-        destination: &str,
+        wanted: Wanted<'_>,
         owner: &str,
         lease_ms: i64,
-        limit: usize,
-        due_ms: i64,
-        queued_by: Option<&str>,
         is_dead: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<Claimed>, RegistryError> {
+        let Wanted {
+            destination,
+            limit,
+            due_ms,
+            queued_by,
+        } = wanted;
         self.batch(|b| {
             let now = now_ms();
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -1089,6 +1111,20 @@ mod tests {
         })
     }
 
+    fn wanted<'a>(
+        destination: &'a str,
+        limit: usize,
+        due_ms: i64,
+        queued_by: Option<&'a str>,
+    ) -> Wanted<'a> {
+        Wanted {
+            destination,
+            limit,
+            due_ms,
+            queued_by,
+        }
+    }
+
     fn queue(r: &mut Registry, document_id: i64, key: &str) {
         r.batch(|b| {
             b.queue_delivery(&Queue {
@@ -1121,7 +1157,7 @@ mod tests {
     }
 
     fn claim(r: &mut Registry, owner: &str) -> Vec<Claimed> {
-        r.claim_deliveries("erp", owner, 60_000, 10, i64::MAX, None, &|_| false)
+        r.claim_deliveries(wanted("erp", 10, i64::MAX, None), owner, 60_000, &|_| false)
             .unwrap()
     }
 
@@ -1202,7 +1238,7 @@ mod tests {
             queue(&mut r, 2, "K2");
             assert_eq!(claim(&mut r, "dead").len(), 1);
             let taken = r
-                .claim_deliveries("erp", "b", 60_000, 10, i64::MAX, None, &|o| o == "dead")
+                .claim_deliveries(wanted("erp", 10, i64::MAX, None), "b", 60_000, &|o| o == "dead")
                 .unwrap();
             assert_eq!(taken.len(), 1);
             assert_eq!(taken[0].key, "K2");
@@ -1317,7 +1353,7 @@ mod tests {
                 Gate::Probe
             );
             let probe = r
-                .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+                .claim_deliveries(wanted("erp", 1, i64::MAX, None), "b", 60_000, &|_| false)
                 .unwrap();
             let ok = Attempted::Delivered {
                 status: "200".into(),
@@ -1373,7 +1409,7 @@ mod tests {
                 .execute("UPDATE deliveries SET next_at = 0", [])
                 .unwrap();
             let probe = r
-                .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                .claim_deliveries(wanted("erp", 1, i64::MAX, None), "a", 60_000, &|_| false)
                 .unwrap();
             let unreadable = Attempted::Unsent {
                 status: "unreadable".into(),
@@ -1406,7 +1442,7 @@ mod tests {
                 .execute("UPDATE deliveries SET lease_expires = 0", [])
                 .unwrap();
             let taken = r
-                .claim_deliveries("erp", "b", 60_000, 1, i64::MAX, None, &|_| false)
+                .claim_deliveries(wanted("erp", 1, i64::MAX, None), "b", 60_000, &|_| false)
                 .unwrap();
             assert_eq!(taken.len(), 1);
             assert!(r.renew_deliveries("a", &ids, 60_000).unwrap().is_empty());
@@ -1641,7 +1677,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(), Gate::Probe);
                 let p = r
-                    .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                    .claim_deliveries(wanted("erp", 1, i64::MAX, None), "a", 60_000, &|_| false)
                     .unwrap();
                 let rec = record(&mut r, &p[0], "a", &failed());
                 assert_eq!(rec.state, DeliveryState::Retrying);
@@ -1659,7 +1695,7 @@ mod tests {
                 .unwrap();
             assert_eq!(r.circuit_gate("erp", "a", 60_000, &|_| false).unwrap(), Gate::Probe);
             let p = r
-                .claim_deliveries("erp", "a", 60_000, 1, i64::MAX, None, &|_| false)
+                .claim_deliveries(wanted("erp", 1, i64::MAX, None), "a", 60_000, &|_| false)
                 .unwrap();
             assert_eq!(record(&mut r, &p[0], "a", &failed()).state, DeliveryState::Dead);
             // A failure while the circuit is closed counts again.
@@ -1729,9 +1765,12 @@ mod tests {
         let destination = ["erp", "wms"][usize::from(to)];
         let owner = ["a", "b"][usize::from(by)];
         let got = r
-            .claim_deliveries(destination, owner, 60_000, limit, i64::MAX, None, &|_| {
-                false
-            })
+            .claim_deliveries(
+                wanted(destination, limit, i64::MAX, None),
+                owner,
+                60_000,
+                &|_| false,
+            )
             .unwrap();
         let rows = r.deliveries(None, None, None).unwrap();
         for c in &got {

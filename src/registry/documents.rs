@@ -439,6 +439,32 @@ const ASKED: &str = "SELECT 0, id, disposition, delivery, sequence, original_mis
              FROM documents WHERE subject = ?5 AND ?6 = 1 AND role = 'copy'
                  AND delivery IN ('pending', 'delivered')";
 
+/// The decision on a sighting of content recorded at its place before (`earlier`): the
+/// one taken then, and what that sighting let go, unless delivered already.
+fn seen_again(
+    tx: &crate::registry::db::Conn,
+    s: &Sighting<'_>,
+    earlier: AtPlace,
+) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
+    let (id, disposition, delivery, sequence, original_missing, of) = earlier;
+    let decided = Decided {
+        id,
+        disposition,
+        delivery,
+        duplicate_of: interchange_of(tx, of)?,
+        sequence,
+        first: is_first(tx, s.key, id)?,
+        original_missing,
+        again: true,
+        earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
+            fingerprint_of(tx, of)?
+        } else {
+            None
+        },
+    };
+    Ok((decided, released_by(tx, id)?))
+}
+
 fn record(
     tx: &crate::registry::db::Conn,
     s: &Sighting<'_>,
@@ -475,25 +501,8 @@ fn record(
         .find(|(row, ..)| *row == 1)
         .or_else(|| rows.iter().find(|(row, ..)| *row == 3))
         .map(|(_, (id, _, delivery, ..), fingerprint, ..)| (*id, *delivery, fingerprint.as_str()));
-    if let Some((id, disposition, delivery, sequence, original_missing, of)) = earlier {
-        let decided = Decided {
-            id,
-            disposition,
-            delivery,
-            duplicate_of: interchange_of(tx, of)?,
-            sequence,
-            first: is_first(tx, s.key, id)?,
-            original_missing,
-            again: true,
-            earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
-                fingerprint_of(tx, of)?
-            } else {
-                None
-            },
-        };
-        // What this sighting let go the first time, unless delivered already.
-        let released = released_by(tx, id)?;
-        return Ok((decided, released));
+    if let Some(earlier) = earlier {
+        return seen_again(tx, s, earlier);
     }
     let same = first
         .filter(|(_, _, fingerprint)| *fingerprint == s.fingerprint)
@@ -567,7 +576,6 @@ fn record(
     Ok((decided, released))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn insert(
     tx: &crate::registry::db::Conn,
     s: &Sighting<'_>,
@@ -831,10 +839,8 @@ fn load_released(
              FROM documents WHERE id = ?1",
         )?
         .query_row([id], |r| {
-            let (head, (sequence, original_missing, of, body)): (
-                _,
-                (Option<i64>, _, Option<i64>, Option<Vec<u8>>),
-            ) = read(r)?;
+            type Tail = (Option<i64>, bool, Option<i64>, Option<Vec<u8>>);
+            let (head, (sequence, original_missing, of, body)): (_, Tail) = read(r)?;
             let (id, key, partner, set_id, st02, interchange_key, disposition) = head;
             let released = Released {
                 id,

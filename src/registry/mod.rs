@@ -45,7 +45,7 @@ pub use claims::{
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{
     Attempted, CircuitState, Claimed, Confirmed, DeliveryRow, DeliveryState, Gate, Policy, Queue,
-    Recorded, Retry, PROTOCOL_ERROR,
+    Recorded, Retry, Wanted, PROTOCOL_ERROR,
 };
 pub use documents::{
     Decided, Delivery, DocumentRow, Release, Released, Sighting, NO_TEST_DESTINATION,
@@ -631,8 +631,15 @@ impl Registry {
             let detail =
                 serde_json::json!({ "gateway": who.to_string(), "installation": installation })
                     .to_string();
-            claims::insert_event(&tx, now, EventKind::Init, None, None, None, None, &detail)
-                .map_err(sql)?;
+            claims::insert_event(
+                &tx,
+                now,
+                EventKind::Init,
+                claims::About::default(),
+                None,
+                &detail,
+            )
+            .map_err(sql)?;
         }
         let recorded = recorded_identity(&tx).map_err(sql)?;
         tx.commit().map_err(sql)?;
