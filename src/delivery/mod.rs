@@ -348,22 +348,21 @@ impl<'c> Deliverer<'c> {
                 .collect::<Result<Vec<_>, RegistryError>>()
         })?;
         let mut open = false;
-        for (((c, (outcome, took)), retry_in), recorded) in
+        for (((c, sent), retry_in), recorded) in
             claimed.iter().zip(sent).zip(&retries).zip(recorded)
         {
-            open |= self.said(d, c, outcome, *took, *retry_in, recorded, summary);
+            open |= self.said(d, c, sent, *retry_in, recorded, summary);
         }
         Ok(open)
     }
 
-    /// Logs and counts one recorded attempt; whether the circuit is open after it.
-    #[allow(clippy::too_many_arguments)]
+    /// Logs and counts one recorded attempt (what came back, and how long it took); whether
+    /// the circuit is open after it.
     fn said(
         &self,
         d: &Destination,
         c: &Claimed,
-        outcome: &Attempted,
-        took: u64,
+        (outcome, took): &(Attempted, u64),
         retry_in: i64,
         recorded: Option<Recorded>,
         summary: &mut Summary,

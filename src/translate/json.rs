@@ -910,7 +910,6 @@ fn readable_delimiters<W: Write>(r: &Renderer<'_, W>, place: &str) -> Result<(),
 /// delimiters, its line ending after every segment.
 // The envelope written in the order X12 puts it (ISA, each GS, each ST..SE, GE, IEA), each
 // level checked where it is written so an error names its place.
-#[allow(clippy::too_many_lines)]
 pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderError> {
     let doc: Document = serde_json::from_slice(json)?;
     for (n, ic) in doc.interchanges.iter().enumerate() {
@@ -942,29 +941,7 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
                 format!("the ISA needs 16 elements, found {}", ic.isa.len()),
             ));
         }
-        let isa: Vec<JsonElement> = ic
-            .isa
-            .iter()
-            .map(|s| JsonElement::Simple(s.clone()))
-            .collect();
-        // The ISA is read by its element separators alone (ISA11 and ISA16 *are* delimiters,
-        // and other fields may hold the others), so only the element separator is refused.
-        let mut line = b"ISA".to_vec();
-        for (i, f) in isa.iter().enumerate() {
-            line.push(r.element);
-            let JsonElement::Simple(s) = f else { continue };
-            let bytes = r.encode(s, &place)?;
-            if bytes.contains(&r.element) {
-                return Err(invalid(
-                    format!("{place} ISA{:02}", i + 1),
-                    format!("value {s:?} contains the element separator"),
-                ));
-            }
-            line.extend(bytes);
-        }
-        line.push(r.segment);
-        line.extend_from_slice(&r.line_ending);
-        r.out.write_all(&line)?;
+        render_isa(&mut r, &ic.isa, &place)?;
         if let Some(isb) = &ic.isb {
             r.segment("ISB", isb, &format!("{place} ISB"))?;
         }
@@ -980,42 +957,7 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
             for (s, set) in group.sets.iter().enumerate() {
                 let splace = format!("{gplace} set {}", s + 1);
                 r.segment("ST", &set.st, &splace)?;
-                let from_content = match (&set.schema, &set.content) {
-                    (Some(schema), Some(content)) => structured_segments(schema, content, &splace)?,
-                    (None, None) => Vec::new(),
-                    _ => {
-                        return Err(invalid(
-                            &splace,
-                            "a structured set needs both `schema` and `content`",
-                        ))
-                    }
-                };
-                let generic = set.segments.as_deref().unwrap_or_default();
-                if set.content.is_some() && set.segments.is_some() {
-                    return Err(invalid(
-                        &splace,
-                        "a set has either `segments` (generic) or `content` (structured), not both",
-                    ));
-                }
-                for (k, seg) in from_content.iter().chain(generic).enumerate() {
-                    if CONTROL_IDS.contains(&seg.id.as_str()) {
-                        return Err(invalid(
-                            format!("{splace} segment {}", k + 2),
-                            format!(
-                                "{} is an envelope segment and cannot stand in a set's body",
-                                seg.id
-                            ),
-                        ));
-                    }
-                    r.segment(
-                        &seg.id,
-                        &seg.elements,
-                        &format!("{splace} segment {} ({})", k + 2, seg.id),
-                    )?;
-                }
-                if let Some(se) = &set.se {
-                    r.segment("SE", se, &splace)?;
-                }
+                render_set_body(&mut r, set, &splace)?;
             }
             if let Some(ge) = &group.ge {
                 r.segment("GE", ge, &gplace)?;
@@ -1024,6 +966,82 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
         if let Some(iea) = &ic.iea {
             r.segment("IEA", iea, &place)?;
         }
+    }
+    Ok(())
+}
+
+/// The ISA, read by its element separators alone (ISA11 and ISA16 *are* delimiters, and
+/// other fields may hold the others), so only the element separator is refused in a value.
+fn render_isa<W: Write>(
+    r: &mut Renderer<'_, W>,
+    fields: &[String],
+    place: &str,
+) -> Result<(), RenderError> {
+    let isa: Vec<JsonElement> = fields
+        .iter()
+        .map(|s| JsonElement::Simple(s.clone()))
+        .collect();
+    let mut line = b"ISA".to_vec();
+    for (i, f) in isa.iter().enumerate() {
+        line.push(r.element);
+        let JsonElement::Simple(s) = f else { continue };
+        let bytes = r.encode(s, place)?;
+        if bytes.contains(&r.element) {
+            return Err(invalid(
+                format!("{place} ISA{:02}", i + 1),
+                format!("value {s:?} contains the element separator"),
+            ));
+        }
+        line.extend(bytes);
+    }
+    line.push(r.segment);
+    line.extend_from_slice(&r.line_ending);
+    r.out.write_all(&line)?;
+    Ok(())
+}
+
+/// A set after its ST: its body (the structured content's segments or the generic ones,
+/// never both, none of them an envelope segment), then its SE.
+fn render_set_body<W: Write>(
+    r: &mut Renderer<'_, W>,
+    set: &JsonSet,
+    splace: &str,
+) -> Result<(), RenderError> {
+    let from_content = match (&set.schema, &set.content) {
+        (Some(schema), Some(content)) => structured_segments(schema, content, splace)?,
+        (None, None) => Vec::new(),
+        _ => {
+            return Err(invalid(
+                splace,
+                "a structured set needs both `schema` and `content`",
+            ))
+        }
+    };
+    let generic = set.segments.as_deref().unwrap_or_default();
+    if set.content.is_some() && set.segments.is_some() {
+        return Err(invalid(
+            splace,
+            "a set has either `segments` (generic) or `content` (structured), not both",
+        ));
+    }
+    for (k, seg) in from_content.iter().chain(generic).enumerate() {
+        if CONTROL_IDS.contains(&seg.id.as_str()) {
+            return Err(invalid(
+                format!("{splace} segment {}", k + 2),
+                format!(
+                    "{} is an envelope segment and cannot stand in a set's body",
+                    seg.id
+                ),
+            ));
+        }
+        r.segment(
+            &seg.id,
+            &seg.elements,
+            &format!("{splace} segment {} ({})", k + 2, seg.id),
+        )?;
+    }
+    if let Some(se) = &set.se {
+        r.segment("SE", se, splace)?;
     }
     Ok(())
 }
