@@ -12,7 +12,7 @@ use chrono::NaiveDateTime;
 use crate::config::{AckKind, Gateway, Partner};
 use crate::finding::Ak403;
 use crate::text::bounded;
-use crate::x12::{Delimiters, Interchange, Sets, MAX_CONTROL_NUMBER};
+use crate::x12::{Delimiters, Interchange, SegmentWriter, Sets, MAX_CONTROL_NUMBER};
 
 use super::{GroupResponse, InterchangeResponse, SegmentError, SetResponse, Ta1};
 
@@ -68,11 +68,11 @@ struct Envelope {
     now: NaiveDateTime,
 }
 
-/// Writes segments with the envelope's delimiters and counts them for SE01.
+/// Writes segments with the envelope's delimiters (through [`SegmentWriter`], which also
+/// counts them for SE01), applying an acknowledgment's policies to what it copies.
 struct Writer<'e, 's> {
     env: &'e Envelope,
-    out: Vec<u8>,
-    set_segments: u32,
+    w: SegmentWriter<'static>,
     /// Where `out` goes once it holds [`SPILL`] bytes (none: it holds everything).
     sink: Option<&'s mut dyn std::io::Write>,
     failed: Option<std::io::Error>,
@@ -85,8 +85,7 @@ impl<'e, 's> Writer<'e, 's> {
     fn new(env: &'e Envelope, sink: Option<&'s mut dyn std::io::Write>) -> Self {
         Writer {
             env,
-            out: Vec::new(),
-            set_segments: 0,
+            w: SegmentWriter::new(env.delimiters, env.line_ending),
             sink,
             failed: None,
         }
@@ -94,16 +93,16 @@ impl<'e, 's> Writer<'e, 's> {
 
     /// Hands what is made to the sink, if any; the first error stops every later write.
     fn spill(&mut self, at_least: usize) {
-        if self.out.len() < at_least {
+        if self.w.len() < at_least {
             return;
         }
         if let Some(sink) = self.sink.as_mut() {
             if self.failed.is_none() {
-                if let Err(e) = sink.write_all(&self.out) {
+                if let Err(e) = sink.write_all(self.w.bytes()) {
                     self.failed = Some(e);
                 }
             }
-            self.out.clear();
+            self.w.clear();
         }
     }
 
@@ -112,7 +111,7 @@ impl<'e, 's> Writer<'e, 's> {
         self.spill(0);
         match self.failed {
             Some(e) => Err(e),
-            None => Ok(self.out),
+            None => Ok(self.w.into_bytes()),
         }
     }
 
@@ -125,20 +124,18 @@ impl<'e, 's> Writer<'e, 's> {
             .iter()
             .rposition(|e| !e.is_empty())
             .map_or(0, |i| i + 1);
-        self.out.extend_from_slice(id.as_bytes());
+        self.w.start(id.as_bytes());
         for e in elements.iter().take(used) {
-            self.out.push(d.element);
+            self.w.element(b"");
             // Nothing copied from input grows an acknowledgment: no element of TA1, 997 or
             // 999 is longer than AK404's 99 bytes.
-            self.out.extend(
+            self.w.value(
                 bounded(e, MAX_ELEMENT)
                     .bytes()
                     .filter(|b| *b != d.element && *b != d.segment && Some(*b) != d.repetition),
             );
         }
-        self.out.push(d.segment);
-        self.out.extend_from_slice(self.env.line_ending);
-        self.set_segments += 1;
+        self.w.end();
         self.spill(SPILL);
     }
 
@@ -198,15 +195,12 @@ impl<'e, 's> Writer<'e, 's> {
             e.usage.clone(),
             char::from(e.delimiters.component).to_string(),
         ];
-        // ISA11 and ISA16 are delimiters themselves, so this segment is written raw.
-        let d = e.delimiters;
-        self.out.extend_from_slice(b"ISA");
+        // ISA11 and ISA16 are delimiters themselves, so this segment is written unfiltered.
+        self.w.start(b"ISA");
         for f in &fields {
-            self.out.push(d.element);
-            self.out.extend_from_slice(f.as_bytes());
+            self.w.element(f.as_bytes());
         }
-        self.out.push(d.segment);
-        self.out.extend_from_slice(e.line_ending);
+        self.w.end();
     }
 
     fn iea(&mut self, groups: usize, control: u32) {
@@ -541,12 +535,12 @@ fn ta1_interchange(env: &Envelope, ta1: &Ta1, control: u32) -> Vec<u8> {
 }
 
 fn start_set(w: &mut Writer<'_, '_>, id: &str, st02: &str, convention: Option<&str>) {
-    w.set_segments = 0;
+    w.w.begin_set();
     w.segment("ST", &[id, st02, convention.unwrap_or("")]);
 }
 
 fn end_set(w: &mut Writer<'_, '_>, st02: &str) {
-    let count = (w.set_segments + 1).to_string();
+    let count = w.w.se01().to_string();
     w.segment("SE", &[&count, st02]);
 }
 

@@ -10,7 +10,7 @@
 
 use crate::schema::check::walk;
 use crate::schema::{PerLoop, SetDef};
-use crate::x12::{Delimiters, Interchange, Segment, Segments, TransactionSet};
+use crate::x12::{Delimiters, Interchange, Segment, SegmentWriter, Segments, TransactionSet};
 
 /// What a run of a part's segments is to the document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,22 +259,19 @@ pub fn as_set_bytes(ic: &Interchange<'_>, set: &TransactionSet<'_>, part: &Part)
         .iter()
         .map(|r| r.end.saturating_sub(r.start) + 1)
         .sum();
-    let mut out = Vec::with_capacity(size + set.st.raw.len() + 32);
-    out.extend_from_slice(set.st.raw);
-    out.push(d.segment);
-    let mut count: u32 = 2;
+    let out = Vec::with_capacity(size + set.st.raw.len() + 32);
+    let mut w = SegmentWriter::appending(out, d, b"");
+    w.begin_set();
+    w.raw(set.st.raw);
     for (s, _) in segments(ic, part) {
-        out.extend_from_slice(s.raw);
-        out.push(d.segment);
-        count = count.saturating_add(1);
+        w.raw(s.raw);
     }
-    out.extend_from_slice(b"SE");
-    out.push(d.element);
-    out.extend_from_slice(count.to_string().as_bytes());
-    out.push(d.element);
-    out.extend_from_slice(set.st.element(2).unwrap_or_default());
-    out.push(d.segment);
-    out
+    let count = w.se01().to_string();
+    w.segment(
+        b"SE",
+        &[count.as_bytes(), set.st.element(2).unwrap_or_default()],
+    );
+    w.into_bytes()
 }
 
 #[cfg(test)]

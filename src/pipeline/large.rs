@@ -18,7 +18,7 @@ use crate::config::Partner;
 use crate::finding::Finding;
 use crate::fingerprint::Fingerprint;
 use crate::input::{FileStamp, InputError, Reader};
-use crate::x12::{Group, Interchange, Limits, Segment, Segments, TransactionSet};
+use crate::x12::{Group, Interchange, Limits, Segment, SegmentWriter, Segments, TransactionSet};
 
 use super::ProcessError;
 
@@ -146,44 +146,48 @@ impl<'c> FirstReading<'c> {
         self.fingerprint.part(part, &self.ignore);
         self.found.add(part, &self.checks);
         self.utf8 &= std::str::from_utf8(part.bytes()).is_ok();
-        let t = part.delimiters().segment;
+        let d = part.delimiters();
         let p = part.part;
         for ta1 in &part.ta1 {
+            let mut one = SegmentWriter::new(d, b"");
+            one.raw(ta1.raw);
             if self.ta1.is_empty() {
                 // Before the groups, where a whole reading puts every TA1: it makes an
                 // interchange of acknowledgments only one that is never answered.
                 let at = self.after_isa;
-                self.outline.splice(at..at, [ta1.raw, &[t]].concat());
-                self.after_isa += ta1.raw.len() + 1;
+                self.outline.splice(at..at, one.bytes().iter().copied());
+                self.after_isa += one.len();
             }
-            self.ta1.extend_from_slice(ta1.raw);
-            self.ta1.push(t);
+            self.ta1.extend_from_slice(one.bytes());
         }
+        // GS, GE and IEA as they are (one a group at most, and their values are group
+        // keys); each ST cut when it is long, and an SE without elements.
+        let mut outline = SegmentWriter::appending(std::mem::take(&mut self.outline), d, b"");
         for (gi, g) in part.groups.iter().enumerate() {
             if p.opens(gi) {
-                whole_segment(&mut self.outline, &g.gs, t);
+                outline.raw(g.gs.raw);
                 self.gs_at.push((g.gs.offset, g.gs.ordinal));
                 self.sets.push(0);
             }
             for set in g.sets.iter() {
-                st_segment(&mut self.outline, &set.st, t);
-                self.outline.extend_from_slice(b"SE");
-                self.outline.push(t);
+                st_segment(&mut outline, &set.st);
+                outline.segment(b"SE", &[]);
             }
             if let Some(n) = self.sets.last_mut() {
                 *n += g.sets.len();
             }
             if p.closes(gi, part.groups.len()) {
                 if let Some(ge) = &g.ge {
-                    whole_segment(&mut self.outline, ge, t);
+                    outline.raw(ge.raw);
                 }
             }
         }
         if p.last {
             if let Some(iea) = &part.iea {
-                whole_segment(&mut self.outline, iea, t);
+                outline.raw(iea.raw);
             }
         }
+        self.outline = outline.into_bytes();
     }
 
     /// Everything the first reading took, once it has read the last part.
@@ -204,25 +208,17 @@ impl<'c> FirstReading<'c> {
     }
 }
 
-/// `segment` into the outline as it is (a GS, GE, IEA: one a group at most, and their
-/// values are group keys).
-fn whole_segment(out: &mut Vec<u8>, segment: &Segment<'_>, terminator: u8) {
-    out.extend_from_slice(segment.raw);
-    out.push(terminator);
-}
-
 /// A set's ST into the outline, each element cut when it is long (see [`OUTLINE_ST`]).
-fn st_segment(out: &mut Vec<u8>, st: &Segment<'_>, terminator: u8) {
+fn st_segment(out: &mut SegmentWriter<'_>, st: &Segment<'_>) {
     if st.raw.len() <= OUTLINE_ST {
-        out.extend_from_slice(st.raw);
+        out.raw(st.raw);
     } else {
-        out.extend_from_slice(b"ST");
+        out.start(b"ST");
         for e in st.elements().take(3) {
-            out.push(st.delimiters.element);
-            out.extend_from_slice(e.value.get(..OUTLINE_ST_ELEMENT).unwrap_or(e.value));
+            out.element(e.value.get(..OUTLINE_ST_ELEMENT).unwrap_or(e.value));
         }
+        out.end();
     }
-    out.push(terminator);
 }
 
 /// Shows `visit` the sets of `part` from `from` on; whether it said to stop.

@@ -5,7 +5,10 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::x12::{Element, Interchange, Interchanges, Limits, ReadError, Segment, TransactionSet};
+use crate::x12::{
+    Delimiters, Element, Interchange, Interchanges, Limits, ReadError, Segment, SegmentWriter,
+    TransactionSet,
+};
 
 use super::structured;
 use crate::schema::Schemas;
@@ -691,14 +694,12 @@ pub fn parse_document_as(input: &[u8], limits: Limits, form: Form) -> Result<Doc
     serde_json::from_slice(&buf).map_err(|e| ParseError::Io(e.into()))
 }
 
+/// Writes one interchange: each segment is made in `w` and handed to `out` once whole, so
+/// a segment refused half-way is never written.
 struct Renderer<'o, W: Write> {
     out: &'o mut W,
     encoding: Encoding,
-    element: u8,
-    component: u8,
-    repetition: Option<u8>,
-    segment: u8,
-    line_ending: Vec<u8>,
+    w: SegmentWriter<'static>,
 }
 
 fn invalid(place: impl Into<String>, problem: impl Into<String>) -> RenderError {
@@ -725,8 +726,9 @@ impl<W: Write> Renderer<'_, W> {
     /// A value's bytes, refused when they hold one of the interchange's delimiters.
     fn value(&self, s: &str, place: &str) -> Result<Vec<u8>, RenderError> {
         let bytes = self.encode(s, place)?;
-        let mut delims = vec![self.element, self.component, self.segment];
-        delims.extend(self.repetition);
+        let d = self.w.delimiters();
+        let mut delims = vec![d.element, d.component, d.segment];
+        delims.extend(d.repetition);
         if let Some(b) = bytes.iter().find(|b| delims.contains(b)) {
             return Err(invalid(
                 place,
@@ -736,35 +738,51 @@ impl<W: Write> Renderer<'_, W> {
         Ok(bytes)
     }
 
+    /// The element's value after its separator: components and repetitions joined by theirs.
     fn element(
-        &self,
+        &mut self,
         e: &JsonElement,
         place: &str,
         allow_repeat: bool,
-    ) -> Result<Vec<u8>, RenderError> {
+    ) -> Result<(), RenderError> {
         match e {
-            JsonElement::Simple(s) => self.value(s, place),
+            JsonElement::Simple(s) => {
+                let v = self.value(s, place)?;
+                self.w.value(v);
+            }
             JsonElement::Composite { components } => {
-                let parts = components
-                    .iter()
-                    .map(|c| self.value(c, place))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(parts.join(&self.component))
+                for (i, c) in components.iter().enumerate() {
+                    let v = self.value(c, place)?;
+                    if i == 0 {
+                        self.w.value(v);
+                    } else {
+                        self.w.component(&v);
+                    }
+                }
             }
             JsonElement::Repeated { repeats } => {
-                let Some(r) = self.repetition.filter(|_| allow_repeat) else {
+                if !allow_repeat || self.w.delimiters().repetition.is_none() {
                     return Err(invalid(
                         place,
                         "repeats need a repetition separator and cannot nest",
                     ));
-                };
-                let parts = repeats
-                    .iter()
-                    .map(|x| self.element(x, place, false))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(parts.join(&r))
+                }
+                for (i, x) in repeats.iter().enumerate() {
+                    if i > 0 {
+                        self.w.repetition(b"");
+                    }
+                    self.element(x, place, false)?;
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Hands the segment made to the output.
+    fn flush(&mut self) -> Result<(), RenderError> {
+        self.out.write_all(self.w.bytes())?;
+        self.w.clear();
+        Ok(())
     }
 
     fn segment(
@@ -773,7 +791,7 @@ impl<W: Write> Renderer<'_, W> {
         elements: &[JsonElement],
         place: &str,
     ) -> Result<(), RenderError> {
-        let mut line = self.value(id, place)?;
+        let id_bytes = self.value(id, place)?;
         // An empty id is written as read (`*A*B~`: a finding, not a reason to lose the
         // segment); one that begins with a line break or a blank would be skipped by the
         // reader as layout, so it could not come back the same.
@@ -783,21 +801,20 @@ impl<W: Write> Renderer<'_, W> {
                 format!("segment id {id:?} must not start with a line break, space or tab"),
             ));
         }
+        self.w.start(&id_bytes);
         for (i, e) in elements.iter().enumerate() {
-            line.push(self.element);
-            line.extend(self.element(e, &format!("{place} element {:02}", i + 1), true)?);
+            self.w.element(b"");
+            self.element(e, &format!("{place} element {:02}", i + 1), true)?;
         }
-        if self.segment == b'\n' && line.last() == Some(&b'\r') {
+        if self.w.delimiters().segment == b'\n' && self.w.bytes().last() == Some(&b'\r') {
             // It would read back as part of the line ending.
             return Err(invalid(
                 place,
                 "a segment cannot end in CR when segments end at LF",
             ));
         }
-        line.push(self.segment);
-        line.extend_from_slice(&self.line_ending);
-        self.out.write_all(&line)?;
-        Ok(())
+        self.w.end();
+        self.flush()
     }
 }
 
@@ -867,14 +884,14 @@ fn one_byte(s: &str, encoding: Encoding, what: &str, place: &str) -> Result<u8, 
 
 /// Delimiters a reader can tell apart, by the rules the ISA is read with: X12 written with
 /// an element separator equal to the terminator (or any two the same) cannot be read back.
-fn readable_delimiters<W: Write>(r: &Renderer<'_, W>, place: &str) -> Result<(), RenderError> {
+fn readable_delimiters(d: Delimiters, place: &str) -> Result<(), RenderError> {
     let shown = |b: u8| format!("{:?}", char::from(b));
     let mut named = vec![
-        ("element", r.element),
-        ("component", r.component),
-        ("segment", r.segment),
+        ("element", d.element),
+        ("component", d.component),
+        ("segment", d.segment),
     ];
-    named.extend(r.repetition.map(|b| ("repetition", b)));
+    named.extend(d.repetition.map(|b| ("repetition", b)));
     for (what, b) in &named {
         if b.is_ascii_alphanumeric() || *b == b' ' {
             return Err(invalid(
@@ -897,7 +914,7 @@ fn readable_delimiters<W: Write>(r: &Renderer<'_, W>, place: &str) -> Result<(),
             ));
         }
     }
-    if matches!(r.element, b'\r' | b'\n') {
+    if matches!(d.element, b'\r' | b'\n') {
         return Err(invalid(
             place,
             "the element delimiter may not be a line ending",
@@ -914,34 +931,12 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
     let doc: Document = serde_json::from_slice(json)?;
     for (n, ic) in doc.interchanges.iter().enumerate() {
         let place = format!("interchange {}", n + 1);
-        let d = &ic.delimiters;
         let mut r = Renderer {
             out: &mut *out,
             encoding: doc.encoding,
-            element: one_byte(&d.element, doc.encoding, "element", &place)?,
-            component: one_byte(&d.component, doc.encoding, "component", &place)?,
-            repetition: d
-                .repetition
-                .as_deref()
-                .map(|s| one_byte(s, doc.encoding, "repetition", &place))
-                .transpose()?,
-            segment: one_byte(&d.segment, doc.encoding, "segment", &place)?,
-            line_ending: d.line_ending.as_bytes().to_vec(),
+            w: writer_for(&ic.delimiters, doc.encoding, &place)?,
         };
-        readable_delimiters(&r, &place)?;
-        if !matches!(d.line_ending.as_str(), "" | "\n" | "\r\n" | "\r") {
-            return Err(invalid(
-                &place,
-                "line_ending must be \"\", \"\\n\", \"\\r\\n\" or \"\\r\"",
-            ));
-        }
-        if ic.isa.len() != 16 {
-            return Err(invalid(
-                &place,
-                format!("the ISA needs 16 elements, found {}", ic.isa.len()),
-            ));
-        }
-        render_isa(&mut r, &ic.isa, &place)?;
+        r.isa(&ic.isa, &place)?;
         if let Some(isb) = &ic.isb {
             r.segment("ISB", isb, &format!("{place} ISB"))?;
         }
@@ -955,9 +950,7 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
             let gplace = format!("{place} group {}", g + 1);
             r.segment("GS", &group.gs, &gplace)?;
             for (s, set) in group.sets.iter().enumerate() {
-                let splace = format!("{gplace} set {}", s + 1);
-                r.segment("ST", &set.st, &splace)?;
-                render_set_body(&mut r, set, &splace)?;
+                r.set(set, &format!("{gplace} set {}", s + 1))?;
             }
             if let Some(ge) = &group.ge {
                 r.segment("GE", ge, &gplace)?;
@@ -970,80 +963,106 @@ pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderEr
     Ok(())
 }
 
-/// The ISA, read by its element separators alone (ISA11 and ISA16 *are* delimiters, and
-/// other fields may hold the others), so only the element separator is refused in a value.
-fn render_isa<W: Write>(
-    r: &mut Renderer<'_, W>,
-    fields: &[String],
+/// A writer in the interchange's delimiters and line ending, once they are known to read back.
+fn writer_for(
+    d: &JsonDelimiters,
+    encoding: Encoding,
     place: &str,
-) -> Result<(), RenderError> {
-    let isa: Vec<JsonElement> = fields
-        .iter()
-        .map(|s| JsonElement::Simple(s.clone()))
-        .collect();
-    let mut line = b"ISA".to_vec();
-    for (i, f) in isa.iter().enumerate() {
-        line.push(r.element);
-        let JsonElement::Simple(s) = f else { continue };
-        let bytes = r.encode(s, place)?;
-        if bytes.contains(&r.element) {
-            return Err(invalid(
-                format!("{place} ISA{:02}", i + 1),
-                format!("value {s:?} contains the element separator"),
-            ));
-        }
-        line.extend(bytes);
-    }
-    line.push(r.segment);
-    line.extend_from_slice(&r.line_ending);
-    r.out.write_all(&line)?;
-    Ok(())
-}
-
-/// A set after its ST: its body (the structured content's segments or the generic ones,
-/// never both, none of them an envelope segment), then its SE.
-fn render_set_body<W: Write>(
-    r: &mut Renderer<'_, W>,
-    set: &JsonSet,
-    splace: &str,
-) -> Result<(), RenderError> {
-    let from_content = match (&set.schema, &set.content) {
-        (Some(schema), Some(content)) => structured_segments(schema, content, splace)?,
-        (None, None) => Vec::new(),
+) -> Result<SegmentWriter<'static>, RenderError> {
+    let delimiters = Delimiters {
+        element: one_byte(&d.element, encoding, "element", place)?,
+        component: one_byte(&d.component, encoding, "component", place)?,
+        repetition: d
+            .repetition
+            .as_deref()
+            .map(|s| one_byte(s, encoding, "repetition", place))
+            .transpose()?,
+        segment: one_byte(&d.segment, encoding, "segment", place)?,
+    };
+    readable_delimiters(delimiters, place)?;
+    let line_ending: &'static [u8] = match d.line_ending.as_str() {
+        "" => b"",
+        "\n" => b"\n",
+        "\r\n" => b"\r\n",
+        "\r" => b"\r",
         _ => {
             return Err(invalid(
-                splace,
-                "a structured set needs both `schema` and `content`",
+                place,
+                "line_ending must be \"\", \"\\n\", \"\\r\\n\" or \"\\r\"",
             ))
         }
     };
-    let generic = set.segments.as_deref().unwrap_or_default();
-    if set.content.is_some() && set.segments.is_some() {
-        return Err(invalid(
-            splace,
-            "a set has either `segments` (generic) or `content` (structured), not both",
-        ));
-    }
-    for (k, seg) in from_content.iter().chain(generic).enumerate() {
-        if CONTROL_IDS.contains(&seg.id.as_str()) {
+    Ok(SegmentWriter::new(delimiters, line_ending))
+}
+
+impl<W: Write> Renderer<'_, W> {
+    /// The ISA, read by its element separators alone (ISA11 and ISA16 *are* delimiters, and
+    /// other fields may hold the others), so only the element separator is refused.
+    fn isa(&mut self, isa: &[String], place: &str) -> Result<(), RenderError> {
+        if isa.len() != 16 {
             return Err(invalid(
-                format!("{splace} segment {}", k + 2),
-                format!(
-                    "{} is an envelope segment and cannot stand in a set's body",
-                    seg.id
-                ),
+                place,
+                format!("the ISA needs 16 elements, found {}", isa.len()),
             ));
         }
-        r.segment(
-            &seg.id,
-            &seg.elements,
-            &format!("{splace} segment {} ({})", k + 2, seg.id),
-        )?;
+        let element = self.w.delimiters().element;
+        self.w.start(b"ISA");
+        for (i, s) in isa.iter().enumerate() {
+            self.w.element(b"");
+            let bytes = self.encode(s, place)?;
+            if bytes.contains(&element) {
+                return Err(invalid(
+                    format!("{place} ISA{:02}", i + 1),
+                    format!("value {s:?} contains the element separator"),
+                ));
+            }
+            self.w.value(bytes);
+        }
+        self.w.end();
+        self.flush()
     }
-    if let Some(se) = &set.se {
-        r.segment("SE", se, splace)?;
+
+    /// One set, ST to SE: its body from `content` (structured) or `segments` (generic).
+    fn set(&mut self, set: &JsonSet, splace: &str) -> Result<(), RenderError> {
+        self.segment("ST", &set.st, splace)?;
+        let from_content = match (&set.schema, &set.content) {
+            (Some(schema), Some(content)) => structured_segments(schema, content, splace)?,
+            (None, None) => Vec::new(),
+            _ => {
+                return Err(invalid(
+                    splace,
+                    "a structured set needs both `schema` and `content`",
+                ))
+            }
+        };
+        let generic = set.segments.as_deref().unwrap_or_default();
+        if set.content.is_some() && set.segments.is_some() {
+            return Err(invalid(
+                splace,
+                "a set has either `segments` (generic) or `content` (structured), not both",
+            ));
+        }
+        for (k, seg) in from_content.iter().chain(generic).enumerate() {
+            if CONTROL_IDS.contains(&seg.id.as_str()) {
+                return Err(invalid(
+                    format!("{splace} segment {}", k + 2),
+                    format!(
+                        "{} is an envelope segment and cannot stand in a set's body",
+                        seg.id
+                    ),
+                ));
+            }
+            self.segment(
+                &seg.id,
+                &seg.elements,
+                &format!("{splace} segment {} ({})", k + 2, seg.id),
+            )?;
+        }
+        if let Some(se) = &set.se {
+            self.segment("SE", se, splace)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

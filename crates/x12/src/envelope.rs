@@ -821,58 +821,20 @@ impl<'a> Interchanges<'a> {
             }));
         }
         self.seen_any = true;
-        let tail = self.input.get(start..).unwrap_or_default();
-        if !tail.starts_with(b"ISA") {
-            // Bytes as ASCII, the rest as \xNN: a binary file's bytes never reach a reason
-            // or a terminal as they are.
-            let shown: String = tail
-                .get(..12)
-                .unwrap_or(tail)
-                .iter()
-                .flat_map(|b| std::ascii::escape_default(*b))
-                .map(char::from)
-                .collect();
-            self.resync(start);
-            self.skip_on(start);
-            return Some(Err(ReadError {
-                kind: ReadErrorKind::NotAnInterchange,
-                offset: self.base + start,
-                message: format!(
-                    "expected ISA to open an interchange, found \"{shown}\" \
-                     (only whitespace may stand between interchanges)"
-                ),
-            }));
+        if !self
+            .input
+            .get(start..)
+            .unwrap_or_default()
+            .starts_with(b"ISA")
+        {
+            return Some(Err(self.not_an_isa(start)));
         }
         let isa = match parse_isa(self.input, start) {
             Ok(mut isa) => {
                 isa.segment.offset += self.base;
                 isa
             }
-            Err(e) => {
-                self.resync(start);
-                self.skip_on(start);
-                let (kind, message) = match e {
-                    IsaError::Unreadable => (
-                        ReadErrorKind::IsaUnreadable,
-                        "ISA: cannot find its 16 elements, the component separator and the \
-                         segment terminator",
-                    ),
-                    IsaError::ElementSeparator => (
-                        ReadErrorKind::ElementSeparator,
-                        "ISA: the element separator (4th byte) is a letter, digit or space",
-                    ),
-                    IsaError::SegmentTerminator => (
-                        ReadErrorKind::SegmentTerminator,
-                        "ISA: the segment terminator (after ISA16) is a letter, digit, space, \
-                         or the element or component separator",
-                    ),
-                };
-                return Some(Err(ReadError {
-                    kind,
-                    offset: self.base + start,
-                    message: message.into(),
-                }));
-            }
+            Err(e) => return Some(Err(self.unreadable_isa(start, e))),
         };
         let opening = Opening::Isa(isa);
         if !self.last && !self.may_end(start + isa.len) {
@@ -894,6 +856,59 @@ impl<'a> Interchanges<'a> {
         }
         self.pos = built.next;
         Some(Ok(built.ic))
+    }
+
+    /// The error for what stands at `start` where an ISA should; the reading goes on at the
+    /// next ISA.
+    fn not_an_isa(&mut self, start: usize) -> ReadError {
+        let tail = self.input.get(start..).unwrap_or_default();
+        // Bytes as ASCII, the rest as \xNN: a binary file's bytes never reach a reason
+        // or a terminal as they are.
+        let shown: String = tail
+            .get(..12)
+            .unwrap_or(tail)
+            .iter()
+            .flat_map(|b| std::ascii::escape_default(*b))
+            .map(char::from)
+            .collect();
+        self.resync(start);
+        self.skip_on(start);
+        ReadError {
+            kind: ReadErrorKind::NotAnInterchange,
+            offset: self.base + start,
+            message: format!(
+                "expected ISA to open an interchange, found \"{shown}\" \
+                 (only whitespace may stand between interchanges)"
+            ),
+        }
+    }
+
+    /// The error for an ISA at `start` that cannot be read; the reading goes on at the next
+    /// ISA.
+    fn unreadable_isa(&mut self, start: usize, e: IsaError) -> ReadError {
+        self.resync(start);
+        self.skip_on(start);
+        let (kind, message) = match e {
+            IsaError::Unreadable => (
+                ReadErrorKind::IsaUnreadable,
+                "ISA: cannot find its 16 elements, the component separator and the \
+                 segment terminator",
+            ),
+            IsaError::ElementSeparator => (
+                ReadErrorKind::ElementSeparator,
+                "ISA: the element separator (4th byte) is a letter, digit or space",
+            ),
+            IsaError::SegmentTerminator => (
+                ReadErrorKind::SegmentTerminator,
+                "ISA: the segment terminator (after ISA16) is a letter, digit, space, \
+                 or the element or component separator",
+            ),
+        };
+        ReadError {
+            kind,
+            offset: self.base + start,
+            message: message.into(),
+        }
     }
 
     /// The next part of the interchange this piece begins inside.
@@ -1139,9 +1154,134 @@ struct Builder<'a> {
     /// Strays kept by earlier parts (an interchange keeps `STRAY_KEPT` in all).
     kept_before: usize,
     breaches: Vec<LimitBreach>,
+    iea: Option<Segment<'a>>,
+    isb: Option<Segment<'a>>,
+    ise: Option<Segment<'a>>,
+    /// Segments read, ISA included (in a part: from the ISA, as the interchange counts).
+    count: u32,
 }
 
 impl<'a> Builder<'a> {
+    fn new(
+        input: &'a [u8],
+        base: usize,
+        delimiters: Delimiters,
+        limits: Limits,
+        before: Option<(Inside, Option<Segment<'a>>)>,
+    ) -> Self {
+        Builder {
+            input,
+            base,
+            delimiters,
+            limits,
+            groups: Vec::new(),
+            open_group: before.and_then(|(_, gs)| gs).map(|gs| Group {
+                gs,
+                sets: Sets::new(input, base, delimiters),
+                ge: None,
+            }),
+            open_set: None,
+            ta1: Vec::new(),
+            stray: Vec::new(),
+            stray_count: 0,
+            kept_before: before.map_or(0, |(i, _)| i.stray_kept),
+            breaches: Vec::new(),
+            iea: None,
+            isb: None,
+            ise: None,
+            count: before.map_or(1, |(i, _)| i.ordinal.saturating_sub(1)),
+        }
+    }
+
+    /// Reads `segments` into the tree up to the IEA, the next ISA (left unread) or the end.
+    fn read(&mut self, segments: &mut Segments<'a>) -> InterchangeEnd {
+        loop {
+            let before = segments.clone();
+            let Some(segment) = segments.next() else {
+                return InterchangeEnd::EndOfInput;
+            };
+            if segment.id == b"ISA" {
+                *segments = before;
+                return InterchangeEnd::NextIsa;
+            }
+            self.count = self.count.saturating_add(1);
+            // An ST, GS or GE is looked at once the set or group it opens or closes is (its
+            // element's breach is then in its own set, or none, not in the set before it).
+            let after = matches!(segment.id, b"ST" | b"GS" | b"GE");
+            if !after {
+                self.check_element_length(&segment);
+            }
+            if segment.id == b"IEA" {
+                self.iea = Some(segment);
+                return InterchangeEnd::Iea;
+            }
+            self.place(segment, segments.offset());
+            if after {
+                self.check_element_length(&segment);
+            }
+        }
+    }
+
+    /// Puts a segment other than ISA and IEA where it belongs; `next` is where the segment
+    /// after it begins.
+    fn place(&mut self, segment: Segment<'a>, next: usize) {
+        match segment.id {
+            b"GS" => {
+                self.close_group(None);
+                self.open_group = Some(Group {
+                    gs: segment,
+                    sets: Sets::new(self.input, self.base, self.delimiters),
+                    ge: None,
+                });
+            }
+            b"GE" if self.open_group.is_some() => self.close_group(Some(segment)),
+            b"ST" if self.open_group.is_some() => {
+                self.close_set(None);
+                self.open_set = Some(OpenSet {
+                    st: segment,
+                    body: (next, next),
+                    count: 0,
+                    over_limit: false,
+                    over_bytes: false,
+                    bad_ids: Vec::new(),
+                });
+            }
+            b"SE" if self.open_set.is_some() => self.close_set(Some(segment)),
+            // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
+            b"ISB" if self.isb.is_none() && self.ise.is_none() && self.nothing_yet() => {
+                self.isb = Some(segment);
+            }
+            b"ISE" if self.ise.is_none() && self.nothing_yet() => self.ise = Some(segment),
+            b"TA1" if self.open_group.is_none() => self.ta1.push(segment),
+            b"GE" | b"ST" | b"SE" => self.stray(segment),
+            _ => self.body_segment(segment, next),
+        }
+    }
+
+    /// What the part after this one needs to know (see [`Inside`]), once the reading ended
+    /// and its open set was closed, before its open group is.
+    fn inside_after(&self, isa: &Isa<'a>, suffix: &[u8], before: Option<(Inside, bool)>) -> Inside {
+        let (groups_before, sets_before, continued) = match before {
+            Some((inside, continued)) => (inside.groups, inside.sets, continued),
+            None => (0, 0, false),
+        };
+        let open = self.open_group.as_ref().map(|g| (g.gs, g.sets.len()));
+        let opened = (self.groups.len() + usize::from(open.is_some()))
+            .saturating_sub(usize::from(continued));
+        Inside {
+            isa: (isa.segment.offset, isa.len + suffix.len()),
+            gs: open.map(|(gs, _)| (gs.offset, gs.raw.len(), gs.ordinal)),
+            ordinal: self.count.saturating_add(1),
+            groups: groups_before + opened,
+            sets: match open {
+                Some((_, sets)) if continued && self.groups.is_empty() => sets_before + sets,
+                Some((_, sets)) => sets,
+                None => 0,
+            },
+            stray_kept: self.kept_before + self.stray.len(),
+        }
+    }
+
     fn close_set(&mut self, se: Option<Segment<'a>>) {
         let Some(open) = self.open_set.take() else {
             return;
@@ -1346,101 +1486,14 @@ fn build<'a>(
             (segments, suffix, Some((inside, gs)))
         }
     };
-    let mut b = Builder {
-        input,
-        base,
-        delimiters,
-        limits,
-        groups: Vec::new(),
-        open_group: before.and_then(|(_, gs)| gs).map(|gs| Group {
-            gs,
-            sets: Sets::new(input, base, delimiters),
-            ge: None,
-        }),
-        open_set: None,
-        ta1: Vec::new(),
-        stray: Vec::new(),
-        stray_count: 0,
-        kept_before: before.map_or(0, |(i, _)| i.stray_kept),
-        breaches: Vec::new(),
-    };
-    let mut iea = None;
-    let (mut isb, mut ise) = (None, None);
-    let mut count = before.map_or(1, |(i, _)| i.ordinal.saturating_sub(1));
-    let end = loop {
-        let before = segments.clone();
-        let Some(segment) = segments.next() else {
-            break InterchangeEnd::EndOfInput;
-        };
-        if segment.id == b"ISA" {
-            segments = before;
-            break InterchangeEnd::NextIsa;
-        }
-        count = count.saturating_add(1);
-        // An ST, GS or GE is looked at once the set or group it opens or closes is (its
-        // element's breach is then in its own set, or none, not in the set before it).
-        let after = matches!(segment.id, b"ST" | b"GS" | b"GE");
-        if !after {
-            b.check_element_length(&segment);
-        }
-        match segment.id {
-            b"IEA" => {
-                iea = Some(segment);
-                break InterchangeEnd::Iea;
-            }
-            b"GS" => {
-                b.close_group(None);
-                b.open_group = Some(Group {
-                    gs: segment,
-                    sets: Sets::new(input, base, delimiters),
-                    ge: None,
-                });
-            }
-            b"GE" if b.open_group.is_some() => b.close_group(Some(segment)),
-            b"ST" if b.open_group.is_some() => {
-                b.close_set(None);
-                let body_start = segments.offset();
-                b.open_set = Some(OpenSet {
-                    st: segment,
-                    body: (body_start, body_start),
-                    count: 0,
-                    over_limit: false,
-                    over_bytes: false,
-                    bad_ids: Vec::new(),
-                });
-            }
-            b"SE" if b.open_set.is_some() => b.close_set(Some(segment)),
-            // Only where X12.5 puts them: after the ISA, before any TA1 or group, once each.
-            b"ISB" if isb.is_none() && ise.is_none() && b.nothing_yet() => isb = Some(segment),
-            b"ISE" if ise.is_none() && b.nothing_yet() => ise = Some(segment),
-            b"TA1" if b.open_group.is_none() => b.ta1.push(segment),
-            b"GE" | b"ST" | b"SE" => b.stray(segment),
-            _ => b.body_segment(segment, segments.offset()),
-        }
-        if after {
-            b.check_element_length(&segment);
-        }
-    };
+    let mut b = Builder::new(input, base, delimiters, limits, before);
+    let end = b.read(&mut segments);
     b.close_set(None);
     let (groups_before, sets_before, continued) = match before {
         Some((inside, gs)) => (inside.groups, inside.sets, gs.is_some()),
         None => (0, 0, false),
     };
-    let open = b.open_group.as_ref().map(|g| (g.gs, g.sets.len()));
-    let opened =
-        (b.groups.len() + usize::from(open.is_some())).saturating_sub(usize::from(continued));
-    let after = Inside {
-        isa: (isa.segment.offset, isa.len + suffix.len()),
-        gs: open.map(|(gs, _)| (gs.offset, gs.raw.len(), gs.ordinal)),
-        ordinal: count.saturating_add(1),
-        groups: groups_before + opened,
-        sets: match open {
-            Some((_, sets)) if continued && b.groups.is_empty() => sets_before + sets,
-            Some((_, sets)) => sets,
-            None => 0,
-        },
-        stray_kept: b.kept_before + b.stray.len(),
-    };
+    let after = b.inside_after(&isa, suffix, before.map(|(i, _)| (i, continued)));
     b.close_group(None);
     // Blanks after the IEA, between interchanges, are not this interchange's layout.
     let first_blank = segments.first_blank();
@@ -1448,20 +1501,20 @@ fn build<'a>(
     let ic = Interchange {
         isa,
         groups: b.groups,
-        isb,
-        ise,
+        isb: b.isb,
+        ise: b.ise,
         first_blank,
         ta1: b.ta1,
         stray: b.stray,
         stray_count: b.stray_count,
-        iea,
+        iea: b.iea,
         end,
         span: start..next,
         base,
         input,
         suffix,
         breaches: b.breaches,
-        segment_count: count,
+        segment_count: b.count,
         part: Part {
             first: before.is_none(),
             last: true,
