@@ -5,7 +5,9 @@
 //! and reports AK3/AK4 errors, and tells the structured JSON where each segment stands.
 
 pub mod check;
-pub mod definition;
+/// The definitions and their compiler: the `x12-schema` crate (crates/x12-schema), shared
+/// with the build script.
+pub use x12_schema as definition;
 
 pub use definition::{
     Codes, DataType, DocumentSpec, ElementDef, Field, Kind, Node, PerLoop, Reading, Req, Schemas,
@@ -445,5 +447,34 @@ mod tests {
         assert_eq!(found.len(), 13, "{found:?}");
         assert_eq!(found.last().map(|f| f.group), Some(Some(0)));
         assert!(found.last().is_some_and(|f| f.message.contains(", ... ")));
+    }
+
+    // The built-in definitions are the gateway's (embedded by its build script), so these
+    // tests of the definitions crate's compiler over all of them live here.
+    #[test]
+    fn grouped_conditions_answer_as_the_conditions_one_by_one() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for def in builtin().unwrap().all() {
+            for seg in &def.segments {
+                for _ in 0..64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let one_by_one = seg.syntax.iter().any(|n| n.violated(x));
+                    assert_eq!(seg.quick.violated(x), one_by_one, "{} {x:#x}", seg.id);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_builtin_definitions_load() {
+        let s = builtin().unwrap();
+        // Compiled when first asked for at run time: here every one, so a broken file fails.
+        s.check().unwrap();
+        assert!(s.all().len() >= 70, "{}", s.all().len());
+        for def in s.all() {
+            assert!(!def.segments.is_empty(), "{}", def.name_key());
+        }
     }
 }
