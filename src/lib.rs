@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //!
-//! - [`x12`]: the syntax layer on `&[u8]`: delimiters, segments, the borrowing envelope tree.
+//! - [`x12`]: the syntax layer on `&[u8]` (the `x12` crate, `crates/x12`): delimiters, segments,
+//!   the borrowing envelope tree, the segment writer.
 //! - [`finding`]: the vocabulary of problems: rules, levels, findings, and the X12 code
 //!   lists (TA105, AK905, AK502, AK304, AK403) as types, with the one rule-to-code table.
 //! - [`validate`]: the envelope (ISA/GS/ST) and routing rules, the ISB, ISE and received
