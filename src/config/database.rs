@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Problem;
+
 /// Where the registry is: an SQLite file (the default), or a PostgreSQL database that
 /// several gateway nodes share.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,25 +92,33 @@ pub(super) fn database(
     password_env: Option<String>,
     ca: Option<PathBuf>,
     abs: &dyn Fn(PathBuf) -> PathBuf,
-) -> Result<Database, String> {
+) -> Result<Database, Problem> {
+    let refused = |key: &'static str, why: String| Problem::Gateway {
+        key,
+        value: None,
+        why,
+    };
     let text = written.to_string_lossy();
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let url = text.into_owned();
         if url.contains("sslmode=verify") {
-            return Err(
-                "gateway.database: sslmode=verify-ca and verify-full are not supported; sslmode=require verifies the server's certificate and host name".into(),
-            );
+            return Err(refused(
+                "database",
+                "sslmode=verify-ca and verify-full are not supported; sslmode=require verifies the server's certificate and host name".into(),
+            ));
         }
         match url.parse::<postgres::Config>() {
             Err(e) => {
-                return Err(format!(
-                    "gateway.database: the PostgreSQL URL does not parse: {e}; expected postgres://USER@HOST[:PORT]/DATABASE"
+                return Err(refused(
+                    "database",
+                    format!("the PostgreSQL URL does not parse: {e}; expected postgres://USER@HOST[:PORT]/DATABASE"),
                 ))
             }
             Ok(c) if c.get_hosts().is_empty() => {
-                return Err(
-                    "gateway.database: the PostgreSQL URL names no host; expected postgres://USER@HOST[:PORT]/DATABASE".into(),
-                )
+                return Err(refused(
+                    "database",
+                    "the PostgreSQL URL names no host; expected postgres://USER@HOST[:PORT]/DATABASE".into(),
+                ))
             }
             Ok(_) => {}
         }
@@ -123,8 +133,9 @@ pub(super) fn database(
         ("database_ca", ca.is_some()),
     ] {
         if set {
-            return Err(format!(
-                "gateway.{key}: only a PostgreSQL database (database = \"postgres://...\") takes it"
+            return Err(refused(
+                key,
+                "only a PostgreSQL database (database = \"postgres://...\") takes it".into(),
             ));
         }
     }

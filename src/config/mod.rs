@@ -10,26 +10,19 @@ use serde::Deserialize;
 use crate::x12::Limits;
 
 mod database;
+mod error;
 mod output;
+mod places;
 
 use database::database;
 pub use database::{Database, Postgres};
+pub use error::{ConfigError, KeyProblem, Problem};
 #[cfg(test)]
 pub(crate) use output::destination_defaults;
 use output::{destination, RawDestination};
 pub use output::{Destination, DestinationKind, HeaderValue, MAX_TIMEOUT_MS};
-
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    #[error("{path}: {cause}")]
-    Io {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
+pub use places::Place;
+use places::Places;
 
 /// Documents decided in one transaction and written in one round of fsyncs: a run ends at
 /// the first set boundary once it holds this many (a set is never split between runs, so
@@ -444,39 +437,21 @@ fn in_words(text: &str, e: &toml::de::Error) -> String {
     message
 }
 
-/// The 1-based line of byte `offset` in `text`.
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()
-        .iter()
-        .take(offset)
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
-}
-
 const FINGERPRINT_FIELDS: &[&str] = &[
     "ISA01", "ISA02", "ISA03", "ISA04", "ISA09", "ISA10", "ISA11", "ISA12", "ISA14", "ISA15",
     "ISA16", "GS01", "GS02", "GS03", "GS04", "GS05", "GS07", "GS08",
 ];
 
-// One paragraph per `[[partner]]` key, each checked with the line it came from; read top
-// to bottom like the table it reads.
-#[allow(clippy::too_many_lines)]
-fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
-    let at = |key: &str, problem: String| {
-        format!(
-            "line {line}: partner {:?}, key `{key}`: {problem}",
-            raw.name
-        )
-    };
+/// Reads one `[[partner]]`, a paragraph per key, top to bottom like the table it reads.
+fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
     if raw.id_qualifier.len() != 2 {
-        return Err(at(
+        return Err(KeyProblem::new(
             "id_qualifier",
             format!("{:?}: expected 2 characters (ISA05)", raw.id_qualifier),
         ));
     }
     if raw.id.trim().is_empty() || raw.id.len() > 15 || raw.id != raw.id.trim() {
-        return Err(at(
+        return Err(KeyProblem::new(
             "id",
             format!(
                 "{:?}: expected 1 to 15 characters without padding (ISA06, trimmed)",
@@ -486,7 +461,7 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
     }
     for f in &raw.fingerprint_ignore {
         if !FINGERPRINT_FIELDS.contains(&f.as_str()) {
-            return Err(at(
+            return Err(KeyProblem::new(
                 "fingerprint_ignore",
                 format!("{f:?}: expected one of {}", FINGERPRINT_FIELDS.join(", ")),
             ));
@@ -494,61 +469,13 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
     }
     if let Some(v) = &raw.ack_version {
         if !matches!(v.as_str(), "004010" | "005010") {
-            return Err(at(
+            return Err(KeyProblem::new(
                 "ack_version",
                 format!("{v:?}: expected \"004010\" or \"005010\""),
             ));
         }
     }
-    let delimiters = match &raw.delimiters {
-        None => None,
-        Some(d) => {
-            let byte = |c: char, key: &str| {
-                u8::try_from(c)
-                    .ok()
-                    .filter(|b| b.is_ascii() && !b.is_ascii_alphanumeric() && *b != b' ')
-                    .ok_or_else(|| {
-                        at(
-                            key,
-                            format!("{c:?}: expected one ASCII punctuation character"),
-                        )
-                    })
-            };
-            let delims = crate::x12::Delimiters {
-                element: byte(d.element, "delimiters.element")?,
-                component: byte(d.component, "delimiters.component")?,
-                repetition: Some(byte(d.repetition, "delimiters.repetition")?),
-                segment: byte(d.segment, "delimiters.segment").or_else(|e| {
-                    if d.segment == '\n' {
-                        Ok(b'\n')
-                    } else {
-                        Err(e)
-                    }
-                })?,
-            };
-            if !delims.are_distinct() {
-                return Err(at(
-                    "delimiters",
-                    "the four delimiters must all differ".into(),
-                ));
-            }
-            let line_ending = match d.line_ending.as_str() {
-                "" => "",
-                "\n" => "\n",
-                "\r\n" => "\r\n",
-                other => {
-                    return Err(at(
-                        "delimiters.line_ending",
-                        format!("{other:?}: expected \"\", \"\\n\" or \"\\r\\n\""),
-                    ))
-                }
-            };
-            Some(OutboundDelimiters {
-                delimiters: delims,
-                line_ending,
-            })
-        }
-    };
+    let delimiters = raw.delimiters.as_ref().map(outbound).transpose()?;
     Ok(Partner {
         name: raw.name,
         id_qualifier: raw.id_qualifier,
@@ -573,6 +500,54 @@ fn partner(raw: RawPartner, line: usize) -> Result<Partner, String> {
         destinations: raw.destinations,
         test_destinations: raw.test_destinations,
         definitions: raw.definitions,
+    })
+}
+
+/// The delimiters a partner asks our acknowledgments to use.
+fn outbound(d: &RawDelimiters) -> Result<OutboundDelimiters, KeyProblem> {
+    let byte = |c: char, key: &str| {
+        u8::try_from(c)
+            .ok()
+            .filter(|b| b.is_ascii() && !b.is_ascii_alphanumeric() && *b != b' ')
+            .ok_or_else(|| {
+                KeyProblem::new(
+                    key,
+                    format!("{c:?}: expected one ASCII punctuation character"),
+                )
+            })
+    };
+    let delimiters = crate::x12::Delimiters {
+        element: byte(d.element, "delimiters.element")?,
+        component: byte(d.component, "delimiters.component")?,
+        repetition: Some(byte(d.repetition, "delimiters.repetition")?),
+        segment: byte(d.segment, "delimiters.segment").or_else(|e| {
+            if d.segment == '\n' {
+                Ok(b'\n')
+            } else {
+                Err(e)
+            }
+        })?,
+    };
+    if !delimiters.are_distinct() {
+        return Err(KeyProblem::new(
+            "delimiters",
+            "the four delimiters must all differ",
+        ));
+    }
+    let line_ending = match d.line_ending.as_str() {
+        "" => "",
+        "\n" => "\n",
+        "\r\n" => "\r\n",
+        other => {
+            return Err(KeyProblem::new(
+                "delimiters.line_ending",
+                format!("{other:?}: expected \"\", \"\\n\" or \"\\r\\n\""),
+            ))
+        }
+    };
+    Ok(OutboundDelimiters {
+        delimiters,
+        line_ending,
     })
 }
 
@@ -614,6 +589,145 @@ pub struct Gateway {
     pub documents_per_run: usize,
 }
 
+/// `[gateway]`, its folders made absolute by `abs`.
+fn gateway(g: RawGateway, abs: &dyn Fn(PathBuf) -> PathBuf) -> Result<Gateway, Problem> {
+    if g.id.trim().is_empty() || g.id.len() > 15 {
+        return Err(Problem::Gateway {
+            key: "id",
+            value: Some(g.id),
+            why: "expected 1 to 15 characters (it becomes ISA06/ISA08)".into(),
+        });
+    }
+    if g.id_qualifier.len() != 2 {
+        return Err(Problem::Gateway {
+            key: "id_qualifier",
+            value: Some(g.id_qualifier),
+            why: "expected 2 characters (ISA05/ISA07)".into(),
+        });
+    }
+    let (inbox, work) = (abs(g.inbox), abs(g.work));
+    let database = database(g.database, g.database_password_env, g.database_ca, abs)?;
+    let metrics = match g.metrics {
+        None => None,
+        Some(a) => Some(
+            a.parse::<std::net::SocketAddr>()
+                .map_err(|e| Problem::Gateway {
+                    key: "metrics",
+                    why: format!("{e}; expected an address and port such as \"127.0.0.1:9101\""),
+                    value: Some(a.clone()),
+                })?,
+        ),
+    };
+    Ok(Gateway {
+        id_qualifier: g.id_qualifier,
+        id: g.id,
+        inbox,
+        work,
+        outbox: abs(g.outbox),
+        test_out: abs(g.out.clone()).join("test"),
+        out: abs(g.out),
+        archive: abs(g.archive),
+        rejected: abs(g.rejected),
+        database,
+        lease_seconds: g.lease_seconds,
+        unknown_partners: g.unknown_partners,
+        workers: g.workers.filter(|w| *w > 0).unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+        }),
+        settle_ms: g.settle_ms,
+        poll_ms: g.poll_ms.max(10),
+        summary_seconds: g.summary_seconds,
+        documents_per_run: g.documents_per_run.max(1),
+        retry_max_seconds: g.retry_max_seconds.max(1),
+        metrics,
+    })
+}
+
+/// Every `[[destination]]`, each named once; a test folder destination is never `out`.
+fn destinations(
+    raw: Vec<toml::Spanned<RawDestination>>,
+    text: &str,
+    base: &Path,
+    out: &Path,
+) -> Result<Vec<Destination>, Problem> {
+    let mut destinations: Vec<Destination> = Vec::new();
+    for spanned in raw {
+        let line = Place::of(text, spanned.span().start).line;
+        let raw = spanned.into_inner();
+        let name = raw.name.clone();
+        let refused = |problem: KeyProblem| Problem::Destination {
+            line,
+            destination: name.clone(),
+            problem,
+        };
+        let d = destination(raw, base).map_err(refused)?;
+        if destinations.iter().any(|e| e.name == d.name) {
+            return Err(Problem::DestinationTwice {
+                line,
+                destination: d.name,
+            });
+        }
+        if d.usage == crate::usage::Usage::Test && d.is_out(out) {
+            return Err(refused(KeyProblem::new(
+                "path",
+                format!("{} is gateway.out, production's folder; a test folder destination needs a folder of its own (test documents are written in out/test/ in any case)", out.display()),
+            )));
+        }
+        destinations.push(d);
+    }
+    Ok(destinations)
+}
+
+/// The destinations partner `p` names exist, production ones for its documents and test
+/// ones for its test documents.
+fn check_destinations(p: &Partner, destinations: &[Destination]) -> Result<(), KeyProblem> {
+    use crate::usage::Usage;
+    let named = p
+        .destination
+        .iter()
+        .map(|n| ("destination".to_string(), n))
+        .chain(
+            p.destinations
+                .iter()
+                .map(|(set, n)| (format!("destinations.{set}"), n)),
+        );
+    for (key, name) in named {
+        match destinations.iter().find(|d| &d.name == name) {
+            None => {
+                return Err(KeyProblem::new(
+                    &key,
+                    format!("no [[destination]] is named {name:?}"),
+                ))
+            }
+            Some(d) if d.usage == Usage::Test => {
+                return Err(KeyProblem::new(
+                    &key,
+                    format!("{name:?} is a test destination (usage = \"test\"): production documents never go there; name it in `test_destinations`"),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    for name in &p.test_destinations {
+        match destinations.iter().find(|d| &d.name == name) {
+            None => {
+                return Err(KeyProblem::new(
+                    "test_destinations",
+                    format!("no [[destination]] is named {name:?}"),
+                ))
+            }
+            Some(d) if d.usage != Usage::Test => {
+                return Err(KeyProblem::new(
+                    "test_destinations",
+                    format!("{name:?} is a production destination; a test destination says usage = \"test\" (test documents never go to production)"),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// A loaded, checked configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -622,23 +736,8 @@ pub struct Config {
     pub limits: Limits,
     pub partners: Vec<Partner>,
     pub destinations: Vec<Destination>,
-    /// The file's text, so that later checks can name a key's line.
-    source: String,
-}
-
-/// Whether `line` sets `key` (`key = ...`, blanks allowed).
-fn sets_key(line: &str, key: &str) -> bool {
-    line.trim_start()
-        .strip_prefix(key)
-        .is_some_and(|rest| rest.trim_start().starts_with('='))
-}
-
-/// The table a header line opens (`[gateway]`, `[[partner]]`), if it is one.
-fn header(line: &str) -> Option<&str> {
-    let t = line.trim();
-    t.strip_prefix('[')
-        .and_then(|t| t.split(']').next())
-        .map(|t| t.trim_start_matches('[').trim())
+    /// Where each key is written, so that later checks can name a key's line.
+    places: Places,
 }
 
 impl Config {
@@ -652,144 +751,51 @@ impl Config {
 
     /// Parses `text` as if read from `path`; relative paths resolve against `path`'s folder.
     pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
+        let invalid = |problem: Problem| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
+            problem,
         };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| invalid(in_words(text, &e)))?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| invalid(Problem::Toml(in_words(text, &e))))?;
         let base = std::path::absolute(path)
             .ok()
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .unwrap_or_default();
         let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-        let g = raw.gateway;
-        if g.id.trim().is_empty() || g.id.len() > 15 {
-            return Err(invalid(format!(
-                "gateway.id {:?}: expected 1 to 15 characters (it becomes ISA06/ISA08)",
-                g.id
-            )));
-        }
-        if g.id_qualifier.len() != 2 {
-            return Err(invalid(format!(
-                "gateway.id_qualifier {:?}: expected 2 characters (ISA05/ISA07)",
-                g.id_qualifier
-            )));
-        }
-        let (inbox, work) = (abs(g.inbox), abs(g.work));
-        let database =
-            database(g.database, g.database_password_env, g.database_ca, &abs).map_err(invalid)?;
-        let metrics = match &g.metrics {
-            None => None,
-            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|e| {
-                invalid(format!(
-                    "gateway.metrics {a:?}: {e}; expected an address and port such as \"127.0.0.1:9101\""
-                ))
-            })?),
-        };
-        let mut destinations: Vec<Destination> = Vec::new();
-        for spanned in raw.destinations {
-            let line = line_of(text, spanned.span().start);
-            let d = destination(spanned.into_inner(), line, &base).map_err(invalid)?;
-            if destinations.iter().any(|e| e.name == d.name) {
-                return Err(invalid(format!(
-                    "line {line}: destination {:?} is declared twice",
-                    d.name
-                )));
-            }
-            let out = abs(g.out.clone());
-            if d.usage == crate::usage::Usage::Test && d.is_out(&out) {
-                return Err(invalid(format!(
-                    "line {line}: destination {:?}, key `path`: {} is gateway.out, production's folder; a test folder destination needs a folder of its own (test documents are written in out/test/ in any case)",
-                    d.name,
-                    out.display()
-                )));
-            }
-            destinations.push(d);
-        }
+        let gateway = gateway(raw.gateway, &abs).map_err(invalid)?;
+        let destinations =
+            destinations(raw.destinations, text, &base, &gateway.out).map_err(invalid)?;
         let mut partners: Vec<Partner> = Vec::new();
         for spanned in raw.partners {
-            let line = line_of(text, spanned.span().start);
-            let mut p = partner(spanned.into_inner(), line).map_err(invalid)?;
+            let line = Place::of(text, spanned.span().start).line;
+            let raw = spanned.into_inner();
+            let name = raw.name.clone();
+            let refused = |problem: KeyProblem| {
+                invalid(Problem::Partner {
+                    line,
+                    partner: name.clone(),
+                    problem,
+                })
+            };
+            let mut p = partner(raw).map_err(refused)?;
             p.definitions = p.definitions.take().map(abs);
-            for (key, name) in p
-                .destination
-                .iter()
-                .map(|n| ("destination".to_string(), n))
-                .chain(
-                    p.destinations
-                        .iter()
-                        .map(|(set, n)| (format!("destinations.{set}"), n)),
-                )
-            {
-                match destinations.iter().find(|d| &d.name == name) {
-                    None => {
-                        return Err(invalid(format!(
-                            "line {line}: partner {:?}, key `{key}`: no [[destination]] is named {name:?}",
-                            p.name
-                        )))
-                    }
-                    Some(d) if d.usage == crate::usage::Usage::Test => {
-                        return Err(invalid(format!(
-                            "line {line}: partner {:?}, key `{key}`: {name:?} is a test destination (usage = \"test\"): production documents never go there; name it in `test_destinations`",
-                            p.name
-                        )))
-                    }
-                    Some(_) => {}
-                }
-            }
-            for name in &p.test_destinations {
-                match destinations.iter().find(|d| &d.name == name) {
-                    None => {
-                        return Err(invalid(format!(
-                            "line {line}: partner {:?}, key `test_destinations`: no [[destination]] is named {name:?}",
-                            p.name
-                        )))
-                    }
-                    Some(d) if d.usage != crate::usage::Usage::Test => {
-                        return Err(invalid(format!(
-                            "line {line}: partner {:?}, key `test_destinations`: {name:?} is a production destination; a test destination says usage = \"test\" (test documents never go to production)",
-                            p.name
-                        )))
-                    }
-                    Some(_) => {}
-                }
-            }
+            check_destinations(&p, &destinations).map_err(refused)?;
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
-                return Err(invalid(format!(
-                    "line {line}: partner {:?}, key `id`: {} is already declared by partner {:?}",
-                    p.name,
-                    p.key(),
-                    first.name
+                return Err(refused(KeyProblem::new(
+                    "id",
+                    format!(
+                        "{} is already declared by partner {:?}",
+                        p.key(),
+                        first.name
+                    ),
                 )));
             }
             partners.push(p);
         }
         Ok(Config {
-            source: text.to_string(),
+            places: Places::read(text),
             path: path.to_path_buf(),
-            gateway: Gateway {
-                id_qualifier: g.id_qualifier,
-                id: g.id,
-                inbox,
-                work,
-                outbox: abs(g.outbox),
-                test_out: abs(g.out.clone()).join("test"),
-                out: abs(g.out),
-                archive: abs(g.archive),
-                rejected: abs(g.rejected),
-                database,
-                lease_seconds: g.lease_seconds,
-                unknown_partners: g.unknown_partners,
-                workers: g.workers.filter(|w| *w > 0).unwrap_or_else(|| {
-                    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-                }),
-                settle_ms: g.settle_ms,
-                poll_ms: g.poll_ms.max(10),
-                summary_seconds: g.summary_seconds,
-                documents_per_run: g.documents_per_run.max(1),
-                retry_max_seconds: g.retry_max_seconds.max(1),
-                metrics,
-            },
+            gateway,
             limits: raw.limits,
             partners,
             destinations,
@@ -799,53 +805,23 @@ impl Config {
     /// The value `key` has in table `table` as the file writes it (before defaults and
     /// clamping), for checks that must see what the operator wrote.
     pub fn written(&self, table: &str, key: &str) -> Option<toml::Value> {
-        let doc: toml::Table = self.source.parse().ok()?;
-        doc.get(table)?.get(key).cloned()
+        self.places.key(table, key).map(|(_, value)| value.clone())
+    }
+
+    /// Where `key` is written in table `table` (`gateway`, `limits`).
+    pub fn place_of(&self, table: &str, key: &str) -> Option<Place> {
+        self.places.key(table, key).map(|(place, _)| *place)
     }
 
     /// The 1-based line that sets `key` in table `table` (`gateway`, `limits`).
     pub fn line_of(&self, table: &str, key: &str) -> Option<usize> {
-        let mut current = None;
-        for (i, line) in self.source.lines().enumerate() {
-            if let Some(h) = header(line) {
-                current = Some(h);
-            } else if current == Some(table) && sets_key(line, key) {
-                return Some(i + 1);
-            }
-        }
-        None
+        self.place_of(table, key).map(|p| p.line)
     }
 
     /// The line that sets `key` in the `[[partner]]` named `name`, or else that table's
     /// header line (the key takes its default).
     pub fn line_of_partner(&self, name: &str, key: &str) -> Option<usize> {
-        let lines: Vec<&str> = self.source.lines().collect();
-        let starts: Vec<usize> = (0..lines.len())
-            .filter(|i| header(lines[*i]) == Some("partner"))
-            .collect();
-        for start in &starts {
-            let end = lines
-                .iter()
-                .enumerate()
-                .skip(*start + 1)
-                .find(|(_, l)| header(l).is_some())
-                .map_or(lines.len(), |(i, _)| i);
-            let block = &lines[start + 1..end];
-            let named = block.iter().any(|l| {
-                sets_key(l, "name")
-                    && l.split_once('=')
-                        .is_some_and(|(_, v)| v.trim().trim_matches('"') == name)
-            });
-            if named {
-                return Some(
-                    block
-                        .iter()
-                        .position(|l| sets_key(l, key))
-                        .map_or(start + 1, |i| start + 2 + i),
-                );
-            }
-        }
-        None
+        self.places.partner_key(name, key).map(|p| p.line)
     }
 
     /// Where `partner`'s documents of set `set` (ST01) go; `None`: files in `out/`, written

@@ -5,11 +5,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::KeyProblem;
+use crate::usage::Usage;
+
 /// Where documents are delivered, as `[[destination]]` declares it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDestination {
-    name: String,
+    pub(super) name: String,
     #[serde(default)]
     kind: Option<String>,
     #[serde(default)]
@@ -100,7 +103,7 @@ pub struct Destination {
     pub concurrency: usize,
     /// Which documents it takes: production ones (the default), or only test ones (named
     /// by a partner's `test_destinations`).
-    pub usage: crate::usage::Usage,
+    pub usage: Usage,
 }
 
 /// How a destination is reached.
@@ -158,156 +161,23 @@ impl Destination {
 /// The longest `timeout_ms` of a destination: a day.
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
-// One paragraph per key, as `partner` is read.
-pub(super) fn destination(
-    raw: RawDestination,
-    line: usize,
-    base: &Path,
-) -> Result<Destination, String> {
-    let at = |key: &str, problem: String| {
-        format!(
-            "line {line}: destination {:?}, key `{key}`: {problem}",
-            raw.name
-        )
-    };
-    if raw.name.is_empty()
-        || raw.name.len() > 64
-        || !raw
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    {
-        return Err(at(
-            "name",
-            "expected 1 to 64 letters, digits, '-', '_' or '.'".into(),
-        ));
-    }
-    let unused = |key: &str, given: bool, kind: &str| {
-        if given {
-            Err(at(key, format!("not used by kind = \"{kind}\"")))
-        } else {
-            Ok(())
-        }
-    };
-    let kind = match raw.kind.as_deref().unwrap_or("folder") {
-        "folder" => {
-            unused("url", raw.url.is_some(), "folder")?;
-            unused("command", raw.command.is_some(), "folder")?;
-            unused("headers", !raw.headers.is_empty(), "folder")?;
-            DestinationKind::Folder {
-                path: raw
-                    .path
-                    .map(|p| if p.is_absolute() { p } else { base.join(p) }),
-            }
-        }
-        "http" => {
-            unused("path", raw.path.is_some(), "http")?;
-            unused("command", raw.command.is_some(), "http")?;
-            let url = raw
-                .url
-                .ok_or_else(|| at("url", "required with kind = \"http\"".into()))?;
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(at(
-                    "url",
-                    format!("{url:?}: expected an http:// or https:// address"),
-                ));
-            }
-            let mut headers = Vec::new();
-            for (name, value) in raw.headers {
-                if name.is_empty()
-                    || !name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-                {
-                    return Err(at("headers", format!("{name:?}: not a header name")));
-                }
-                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                    return Err(at(
-                        "headers",
-                        format!("{name}: x12gate sets this header itself (the document's key, its correlation id, its length)"),
-                    ));
-                }
-                let value = match value.strip_prefix("env:") {
-                    Some(var) if !var.is_empty() => HeaderValue::Env(var.to_string()),
-                    _ if SECRET_HEADERS.contains(&name.to_ascii_lowercase().as_str()) => {
-                        return Err(at(
-                            "headers",
-                            format!("{name}: a secret is never written in this file; give \"env:VARIABLE\" and set the variable in the gateway's environment"),
-                        ))
-                    }
-                    _ => HeaderValue::Literal(value),
-                };
-                headers.push((name, value));
-            }
-            DestinationKind::Http { url, headers }
-        }
-        "command" => {
-            unused("path", raw.path.is_some(), "command")?;
-            unused("url", raw.url.is_some(), "command")?;
-            unused("headers", !raw.headers.is_empty(), "command")?;
-            let argv = raw.command.unwrap_or_default();
-            if argv.first().is_none_or(String::is_empty) {
-                return Err(at(
-                    "command",
-                    "required with kind = \"command\": the program and its arguments, as a list"
-                        .into(),
-                ));
-            }
-            DestinationKind::Command { argv }
-        }
-        other => {
-            return Err(at(
-                "kind",
-                format!("{other:?}: expected \"folder\", \"http\" or \"command\""),
-            ))
-        }
-    };
+/// Reads one `[[destination]]`, a paragraph per key as `partner` is read; a relative
+/// folder resolves against `base`.
+pub(super) fn destination(raw: RawDestination, base: &Path) -> Result<Destination, KeyProblem> {
+    check_name(&raw.name)?;
+    let kind = kind(&raw, base)?;
     if let Some(p) = &raw.result_ref {
         if !p.starts_with('/') {
-            return Err(at(
+            return Err(KeyProblem::new(
                 "result_ref",
                 format!("{p:?}: expected a JSON pointer such as \"/order_id\""),
             ));
         }
     }
-    for (key, value) in [
-        ("timeout_ms", raw.timeout_ms),
-        ("max_attempts", u64::from(raw.max_attempts)),
-        ("circuit_failures", u64::from(raw.circuit_failures)),
-        ("concurrency", raw.concurrency as u64),
-        ("max_age_hours", u64::from(raw.max_age_hours)),
-    ] {
-        if value == 0 {
-            return Err(at(key, "expected 1 or more".into()));
-        }
-    }
-    // A deadline past the end of time cannot be computed (it panicked).
-    if raw.timeout_ms > MAX_TIMEOUT_MS {
-        return Err(at(
-            "timeout_ms",
-            format!("expected at most {MAX_TIMEOUT_MS} (a day)"),
-        ));
-    }
-    let usage = match raw.usage.as_deref() {
-        None | Some("production") => crate::usage::Usage::Production,
-        Some("test") => crate::usage::Usage::Test,
-        Some(other) => {
-            return Err(at(
-                "usage",
-                format!("{other:?}: expected \"production\" or \"test\""),
-            ))
-        }
-    };
-    if usage == crate::usage::Usage::Test
-        && matches!(&kind, DestinationKind::Folder { path } if path.is_none())
-    {
-        return Err(at(
-            "usage",
-            "a test folder destination needs a `path` of its own: `out/` is production's (test documents are written in out/test/ in any case)".into(),
-        ));
-    }
+    check_counts(&raw)?;
+    let usage = usage(raw.usage.as_deref(), &kind)?;
     if raw.concurrency > MAX_CONCURRENCY {
-        return Err(at(
+        return Err(KeyProblem::new(
             "concurrency",
             format!("{}: at most {MAX_CONCURRENCY}", raw.concurrency),
         ));
@@ -327,4 +197,155 @@ pub(super) fn destination(
         concurrency: raw.concurrency,
         usage,
     })
+}
+
+fn check_name(name: &str) -> Result<(), KeyProblem> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.';
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(allowed) {
+        return Err(KeyProblem::new(
+            "name",
+            "expected 1 to 64 letters, digits, '-', '_' or '.'",
+        ));
+    }
+    Ok(())
+}
+
+/// How the destination is reached, refusing the keys its kind does not use.
+fn kind(raw: &RawDestination, base: &Path) -> Result<DestinationKind, KeyProblem> {
+    let unused = |key: &str, given: bool, kind: &str| {
+        if given {
+            Err(KeyProblem::new(
+                key,
+                format!("not used by kind = \"{kind}\""),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match raw.kind.as_deref().unwrap_or("folder") {
+        "folder" => {
+            unused("url", raw.url.is_some(), "folder")?;
+            unused("command", raw.command.is_some(), "folder")?;
+            unused("headers", !raw.headers.is_empty(), "folder")?;
+            Ok(DestinationKind::Folder {
+                path: raw
+                    .path
+                    .clone()
+                    .map(|p| if p.is_absolute() { p } else { base.join(p) }),
+            })
+        }
+        "http" => {
+            unused("path", raw.path.is_some(), "http")?;
+            unused("command", raw.command.is_some(), "http")?;
+            let url = raw
+                .url
+                .clone()
+                .ok_or_else(|| KeyProblem::new("url", "required with kind = \"http\""))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(KeyProblem::new(
+                    "url",
+                    format!("{url:?}: expected an http:// or https:// address"),
+                ));
+            }
+            let headers = raw
+                .headers
+                .iter()
+                .map(|(name, value)| header(name, value))
+                .collect::<Result<_, _>>()?;
+            Ok(DestinationKind::Http { url, headers })
+        }
+        "command" => {
+            unused("path", raw.path.is_some(), "command")?;
+            unused("url", raw.url.is_some(), "command")?;
+            unused("headers", !raw.headers.is_empty(), "command")?;
+            let argv = raw.command.clone().unwrap_or_default();
+            if argv.first().is_none_or(String::is_empty) {
+                return Err(KeyProblem::new(
+                    "command",
+                    "required with kind = \"command\": the program and its arguments, as a list",
+                ));
+            }
+            Ok(DestinationKind::Command { argv })
+        }
+        other => Err(KeyProblem::new(
+            "kind",
+            format!("{other:?}: expected \"folder\", \"http\" or \"command\""),
+        )),
+    }
+}
+
+/// One of an HTTP destination's `headers`: never one x12gate sets, never a secret in clear.
+fn header(name: &str, value: &str) -> Result<(String, HeaderValue), KeyProblem> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+    {
+        return Err(KeyProblem::new(
+            "headers",
+            format!("{name:?}: not a header name"),
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if RESERVED_HEADERS.contains(&lower.as_str()) {
+        return Err(KeyProblem::new(
+            "headers",
+            format!("{name}: x12gate sets this header itself (the document's key, its correlation id, its length)"),
+        ));
+    }
+    let value = match value.strip_prefix("env:") {
+        Some(var) if !var.is_empty() => HeaderValue::Env(var.to_string()),
+        _ if SECRET_HEADERS.contains(&lower.as_str()) => {
+            return Err(KeyProblem::new(
+                "headers",
+                format!("{name}: a secret is never written in this file; give \"env:VARIABLE\" and set the variable in the gateway's environment"),
+            ))
+        }
+        _ => HeaderValue::Literal(value.to_string()),
+    };
+    Ok((name.to_string(), value))
+}
+
+/// Counts and times that must be 1 or more, and a timeout whose deadline can be computed.
+fn check_counts(raw: &RawDestination) -> Result<(), KeyProblem> {
+    for (key, value) in [
+        ("timeout_ms", raw.timeout_ms),
+        ("max_attempts", u64::from(raw.max_attempts)),
+        ("circuit_failures", u64::from(raw.circuit_failures)),
+        ("concurrency", raw.concurrency as u64),
+        ("max_age_hours", u64::from(raw.max_age_hours)),
+    ] {
+        if value == 0 {
+            return Err(KeyProblem::new(key, "expected 1 or more"));
+        }
+    }
+    // A deadline past the end of time cannot be computed (it panicked).
+    if raw.timeout_ms > MAX_TIMEOUT_MS {
+        return Err(KeyProblem::new(
+            "timeout_ms",
+            format!("expected at most {MAX_TIMEOUT_MS} (a day)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Which documents it takes; a test folder destination needs a folder of its own.
+fn usage(written: Option<&str>, kind: &DestinationKind) -> Result<Usage, KeyProblem> {
+    let usage = match written {
+        None | Some("production") => Usage::Production,
+        Some("test") => Usage::Test,
+        Some(other) => {
+            return Err(KeyProblem::new(
+                "usage",
+                format!("{other:?}: expected \"production\" or \"test\""),
+            ))
+        }
+    };
+    if usage == Usage::Test && matches!(kind, DestinationKind::Folder { path } if path.is_none()) {
+        return Err(KeyProblem::new(
+            "usage",
+            "a test folder destination needs a `path` of its own: `out/` is production's (test documents are written in out/test/ in any case)",
+        ));
+    }
+    Ok(usage)
 }
