@@ -530,8 +530,8 @@ impl<'a> Walker<'_, 'a> {
     }
 
     // The hot loop of schema validation: one pass over the segment's bytes with the state
-    // in locals the closure shares; cut into functions it measured slower.
-    #[allow(clippy::too_many_lines)]
+    // in locals the closure shares; cut into functions it measured slower (what comes after
+    // the last element, once per segment, is `segment_end`).
     fn elements<'s>(&mut self, segment: &Segment<'s>, def: &SegmentDef) {
         if self.segment_errors >= MAX_SEGMENT_ERRORS {
             return;
@@ -604,41 +604,7 @@ impl<'a> Walker<'_, 'a> {
                 Class { acc, digits },
             );
         }
-        // Mandatory elements after the last one sent are missing too.
-        let missing_at_end = def
-            .elements
-            .get(seen..def.last_mandatory)
-            .unwrap_or_default();
-        for (i, edef) in missing_at_end.iter().enumerate() {
-            let i = seen + i;
-            if edef.req == Req::M {
-                errors.push(
-                    i + 1,
-                    None,
-                    None,
-                    edef.reference_number(),
-                    Ak403::MandatoryMissing,
-                    "mandatory element missing",
-                    b"",
-                );
-            }
-        }
-        if let Some((position, value)) = extra {
-            errors.push(
-                position,
-                None,
-                None,
-                None,
-                Ak403::TooMany,
-                "more elements than the definition's",
-                value,
-            );
-        }
-        if def.quick.violated(present) {
-            for s in &def.syntax {
-                syntax_note(&mut errors, s, present, None, &def.elements);
-            }
-        }
+        segment_end(&mut errors, def, seen, extra, present);
         if !errors.list.is_empty() {
             self.report_elements(segment, def, errors);
         }
@@ -793,12 +759,53 @@ struct Class {
     digits: usize,
 }
 
+/// What only the whole segment shows, after its last element: mandatory elements after the
+/// last one sent, an element beyond the definition's (`extra`), the relational conditions.
+// Out of the hot loop of `Walker::elements`: once per segment, not per byte.
+#[inline]
+fn segment_end(
+    errors: &mut BadElements,
+    def: &SegmentDef,
+    seen: usize,
+    extra: Option<(usize, &[u8])>,
+    present: u64,
+) {
+    // Mandatory elements after the last one sent are missing too.
+    let missing_at_end = def
+        .elements
+        .get(seen..def.last_mandatory)
+        .unwrap_or_default();
+    for (i, edef) in missing_at_end.iter().enumerate() {
+        let i = seen + i;
+        if edef.req == Req::M {
+            errors.push(
+                At::element(i + 1, edef.reference_number()),
+                Ak403::MandatoryMissing,
+                "mandatory element missing",
+                b"",
+            );
+        }
+    }
+    if let Some((position, value)) = extra {
+        errors.push(
+            At::element(position, None),
+            Ak403::TooMany,
+            "more elements than the definition's",
+            value,
+        );
+    }
+    if def.quick.violated(present) {
+        for s in &def.syntax {
+            syntax_note(errors, s, present, None, &def.elements);
+        }
+    }
+}
+
 /// Checks element `position` of `segment` (its bytes `value`, classified as `class`): the
 /// full check, for values the shortcut did not clear.
 #[cold]
-// One case per kind of value (missing, repeated, composite, simple), each short; apart,
-// they would pass the same six arguments around.
-#[allow(clippy::too_many_lines)]
+// One case per kind of value (missing, not used, one value, repeated or with components);
+// the one-value case, the commonest, is [`one_value`].
 fn element(
     errors: &mut BadElements,
     segment: &Segment<'_>,
@@ -810,10 +817,7 @@ fn element(
     if value.is_empty() {
         if edef.req == Req::M {
             errors.push(
-                position,
-                None,
-                None,
-                edef.reference_number(),
+                At::element(position, edef.reference_number()),
                 Ak403::MandatoryMissing,
                 "mandatory element missing",
                 b"",
@@ -825,10 +829,7 @@ fn element(
         // The guide's "Not Used" element, sent: one finding for the whole element, however
         // many repetitions or components it carries.
         errors.push(
-            position,
-            None,
-            None,
-            edef.reference_number(),
+            At::element(position, edef.reference_number()),
             Ak403::NotUsed,
             "the implementation guide does not use this element here",
             value,
@@ -837,44 +838,7 @@ fn element(
     }
     if class.acc & SEPARATOR == 0 {
         // The common case: one value, no components, no repetitions.
-        match &edef.kind {
-            Kind::Simple(simple) => {
-                let length = if simple.plan == Shortcut::Digits {
-                    class.digits
-                } else {
-                    value.len()
-                };
-                let clear = match simple.plan {
-                    Shortcut::Text => class.acc & CONTROL == 0,
-                    Shortcut::Digits => class.acc == DIGIT,
-                    Shortcut::Full => false,
-                };
-                if clear && (usize::from(simple.min)..=usize::from(simple.max)).contains(&length) {
-                    return;
-                }
-                if let Some((code, why)) = check_scanned(simple, value, class) {
-                    errors.push(
-                        position,
-                        None,
-                        None,
-                        edef.reference_number(),
-                        code,
-                        why,
-                        value,
-                    );
-                }
-            }
-            Kind::Composite { components, syntax } => {
-                composite(
-                    errors,
-                    position,
-                    None,
-                    components,
-                    syntax,
-                    std::iter::once(value),
-                );
-            }
-        }
+        one_value(errors, position, value, edef, class);
         return;
     }
     let d = segment.delimiters;
@@ -886,10 +850,7 @@ fn element(
         Some(r) if memchr(r, value).is_some() => {
             if edef.repeat <= 1 {
                 errors.push(
-                    position,
-                    None,
-                    None,
-                    edef.reference_number(),
+                    At::element(position, edef.reference_number()),
                     Ak403::InvalidCharacter,
                     "the repetition separator in an element that does not repeat",
                     value,
@@ -904,10 +865,7 @@ fn element(
         let repetition = repeats.then(|| u16::try_from(r + 1).unwrap_or(u16::MAX));
         if r >= edef.repeat as usize {
             errors.push(
-                position,
-                None,
-                repetition,
-                edef.reference_number(),
+                At::element(position, edef.reference_number()).repeated(repetition),
                 Ak403::InvalidCharacter,
                 "more repetitions than the element allows",
                 rep.value,
@@ -918,20 +876,14 @@ fn element(
             Kind::Simple(simple) => {
                 if memchr(d.component, rep.value).is_some() {
                     errors.push(
-                        position,
-                        None,
-                        repetition,
-                        edef.reference_number(),
+                        At::element(position, edef.reference_number()).repeated(repetition),
                         Ak403::InvalidCharacter,
                         "the component separator in a simple element",
                         rep.value,
                     );
                 } else if let Some((code, why)) = check_value(simple, rep.value) {
                     errors.push(
-                        position,
-                        None,
-                        repetition,
-                        edef.reference_number(),
+                        At::element(position, edef.reference_number()).repeated(repetition),
                         code,
                         why,
                         rep.value,
@@ -952,6 +904,52 @@ fn element(
     }
 }
 
+/// [`element`]'s common case: a value with no separator in it (no components, no
+/// repetitions), its bytes classified as `class` as they were scanned.
+fn one_value(
+    errors: &mut BadElements,
+    position: usize,
+    value: &[u8],
+    edef: &ElementDef,
+    class: Class,
+) {
+    match &edef.kind {
+        Kind::Simple(simple) => {
+            let length = if simple.plan == Shortcut::Digits {
+                class.digits
+            } else {
+                value.len()
+            };
+            let clear = match simple.plan {
+                Shortcut::Text => class.acc & CONTROL == 0,
+                Shortcut::Digits => class.acc == DIGIT,
+                Shortcut::Full => false,
+            };
+            if clear && (usize::from(simple.min)..=usize::from(simple.max)).contains(&length) {
+                return;
+            }
+            if let Some((code, why)) = check_scanned(simple, value, class) {
+                errors.push(
+                    At::element(position, edef.reference_number()),
+                    code,
+                    why,
+                    value,
+                );
+            }
+        }
+        Kind::Composite { components, syntax } => {
+            composite(
+                errors,
+                position,
+                None,
+                components,
+                syntax,
+                std::iter::once(value),
+            );
+        }
+    }
+}
+
 struct BadElement {
     position: u16,
     component: Option<u16>,
@@ -967,18 +965,39 @@ struct BadElements {
     list: Vec<BadElement>,
 }
 
+/// Where an element error is, as AK4 (IK4) says it: the element's position, the component
+/// and the repetition within it where it has them, and the dictionary's reference number.
+#[derive(Clone, Copy)]
+struct At {
+    position: usize,
+    component: Option<usize>,
+    repetition: Option<u16>,
+    reference: Option<u32>,
+}
+
+impl At {
+    fn element(position: usize, reference: Option<u32>) -> At {
+        At {
+            position,
+            component: None,
+            repetition: None,
+            reference,
+        }
+    }
+
+    fn repeated(self, repetition: Option<u16>) -> At {
+        At { repetition, ..self }
+    }
+}
+
 impl BadElements {
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        position: usize,
-        component: Option<usize>,
-        repetition: Option<u16>,
-        reference: Option<u32>,
-        code: Ak403,
-        why: &str,
-        value: &[u8],
-    ) {
+    fn push(&mut self, at: At, code: Ak403, why: &str, value: &[u8]) {
+        let At {
+            position,
+            component,
+            repetition,
+            reference,
+        } = at;
         // AK404 is not a copy of a missing value, nor of an invalid character.
         let bad_value = (!value.is_empty() && code != Ak403::InvalidCharacter).then(|| {
             let text = String::from_utf8_lossy(value);
@@ -1006,14 +1025,18 @@ fn composite<'a>(
 ) {
     let mut present: u64 = 0;
     let mut seen = 0;
+    // Component `i + 1` of this element (and repetition).
+    let at = |i: usize, reference: Option<u32>| At {
+        position,
+        component: Some(i + 1),
+        repetition,
+        reference,
+    };
     for (i, value) in values.enumerate() {
         seen = i + 1;
         let Some(cdef) = components.get(i) else {
             errors.push(
-                position,
-                Some(i + 1),
-                repetition,
-                None,
+                at(i, None),
                 Ak403::TooMany,
                 "more components than the composite's",
                 value,
@@ -1023,10 +1046,7 @@ fn composite<'a>(
         if value.is_empty() {
             if cdef.req == Req::M {
                 errors.push(
-                    position,
-                    Some(i + 1),
-                    repetition,
-                    cdef.reference_number(),
+                    at(i, cdef.reference_number()),
                     Ak403::MandatoryMissing,
                     "mandatory component missing",
                     b"",
@@ -1039,10 +1059,7 @@ fn composite<'a>(
         }
         if cdef.req == Req::N {
             errors.push(
-                position,
-                Some(i + 1),
-                repetition,
-                cdef.reference_number(),
+                at(i, cdef.reference_number()),
                 Ak403::NotUsed,
                 "the implementation guide does not use this component here",
                 value,
@@ -1051,25 +1068,14 @@ fn composite<'a>(
         }
         if let Kind::Simple(simple) = &cdef.kind {
             if let Some((code, why)) = check_value(simple, value) {
-                errors.push(
-                    position,
-                    Some(i + 1),
-                    repetition,
-                    cdef.reference_number(),
-                    code,
-                    why,
-                    value,
-                );
+                errors.push(at(i, cdef.reference_number()), code, why, value);
             }
         }
     }
     for (i, cdef) in components.iter().enumerate().skip(seen) {
         if cdef.req == Req::M {
             errors.push(
-                position,
-                Some(i + 1),
-                repetition,
-                cdef.reference_number(),
+                at(i, cdef.reference_number()),
                 Ak403::MandatoryMissing,
                 "mandatory component missing",
                 b"",
@@ -1106,7 +1112,17 @@ fn syntax_note(
             Some(e) => (e, Some(usize::from(p))),
             None => (usize::from(p), None),
         };
-        errors.push(position, component, None, reference(p), code, &why, b"");
+        errors.push(
+            At {
+                position,
+                component,
+                repetition: None,
+                reference: reference(p),
+            },
+            code,
+            &why,
+            b"",
+        );
     };
     let list = || {
         ps.iter()
