@@ -338,7 +338,7 @@ fn read_in_pieces(
 ) -> Option<(Vec<String>, String)> {
     let partner_of = |ic: &crate::x12::Interchange<'_>| pipeline::partner_of(ic, config).0;
     let key_of = |ic: &crate::x12::Interchange<'_>| {
-        crate::keys::interchange_key(ic, partner_of(ic).interchange_scope)
+        crate::keys::interchange_key(ic, partner_of(ic).duplicates.interchange_scope)
     };
     let shown = |findings: Vec<crate::finding::Finding>| -> Vec<String> {
         findings.iter().map(ToString::to_string).collect()
@@ -356,7 +356,7 @@ fn read_in_pieces(
             };
             if ic.part == crate::x12::Part::WHOLE {
                 if key_of(&ic) == key {
-                    let ignore = partner_of(&ic).fingerprint_ignore;
+                    let ignore = partner_of(&ic).duplicates.fingerprint_ignore;
                     let fingerprint = crate::fingerprint::fingerprint(&ic, &ignore);
                     return Some((shown(pipeline::findings(&ic, config, schemas)), fingerprint));
                 }

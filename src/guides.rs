@@ -134,7 +134,7 @@ pub fn for_config(config: &Config) -> Result<Option<Schemas>, GuideError> {
     let mut loaded: BTreeMap<PathBuf, Arc<Schemas>> = BTreeMap::new();
     let mut guides: HashMap<String, Arc<Schemas>> = HashMap::new();
     for partner in &config.partners {
-        let Some(dir) = &partner.definitions else {
+        let Some(dir) = &partner.checks.definitions else {
             continue;
         };
         let schemas = match loaded.get(dir) {

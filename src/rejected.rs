@@ -176,7 +176,10 @@ fn keys_in(file: &Path, config: &Config) -> Option<Vec<String>> {
     let mut keys = Vec::new();
     for ic in crate::x12::Interchanges::new(&bytes, config.limits) {
         let ic = ic.ok()?;
-        let scope = crate::pipeline::partner_of(&ic, config).0.interchange_scope;
+        let scope = crate::pipeline::partner_of(&ic, config)
+            .0
+            .duplicates
+            .interchange_scope;
         keys.push(crate::keys::interchange_key(&ic, scope));
     }
     Some(keys)

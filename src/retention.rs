@@ -25,7 +25,7 @@ pub fn prune_keys(config: &Config, registry: &mut Registry) -> Result<Vec<String
             .partners
             .iter()
             .find(|p| p.key() == partner)
-            .map_or(30, |p| p.duplicate_window_days)
+            .map_or(30, |p| p.duplicates.window_days)
     };
     registry.prune(&windows)
 }
@@ -94,7 +94,7 @@ fn prefixes(config: &Config, prefix: impl Fn(&crate::config::Partner) -> String)
     config
         .partners
         .iter()
-        .map(|p| (prefix(p), p.key(), p.retention_days))
+        .map(|p| (prefix(p), p.key(), p.retention.days))
         .collect()
 }
 
@@ -183,7 +183,7 @@ pub fn plan(config: &Config, registry: &Registry) -> Result<Plan, RegistryError>
             .partners
             .iter()
             .find(|p| p.key() == partner)
-            .and_then(|p| p.retention_days)
+            .and_then(|p| p.retention.days)
     };
     let mut plan = Plan::default();
     for dir in [&g.out, &g.outbox] {

@@ -240,7 +240,7 @@ fn read_file(
                 .partner(qualifier, id)
                 .cloned()
                 .unwrap_or_else(|| Partner::unknown(qualifier, id));
-            let key = crate::keys::interchange_key(&ic, partner.interchange_scope);
+            let key = crate::keys::interchange_key(&ic, partner.duplicates.interchange_scope);
             // What `process` would have accepted: a rejected set was never booked.
             let decision = crate::pipeline::decide(&ic, config, schemas);
             let accepted = |gi: usize, si: usize| {
@@ -257,7 +257,10 @@ fn read_file(
                 key: key.clone(),
                 partner: partner.key(),
                 control_number: ic.isa.control_number().to_string(),
-                fingerprint: crate::fingerprint::fingerprint(&ic, &partner.fingerprint_ignore),
+                fingerprint: crate::fingerprint::fingerprint(
+                    &ic,
+                    &partner.duplicates.fingerprint_ignore,
+                ),
                 file: std::path::absolute(path)
                     .map_or_else(|_| shown.to_string(), |p| p.display().to_string()),
                 disposition: decision.response.disposition,

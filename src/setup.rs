@@ -302,7 +302,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
         }
     }
     for p in &config.partners {
-        if p.duplicate_window_days < 1 {
+        if p.duplicates.window_days < 1 {
             problems.push(Problem {
                 key: format!("partner {:?}.duplicate_window_days", p.name),
                 line: config.line_of_partner(&p.name, "duplicate_window_days"),

@@ -80,7 +80,7 @@ fn golden_acknowledgments_for_every_fixture() {
     // golden, `<case>.999`, made with every partner on `ack = "999"`.
     let mut config_999 = config();
     for p in &mut config_999.partners {
-        p.ack = AckKind::ImplementationAck;
+        p.ack.kind = AckKind::ImplementationAck;
     }
     let mut cases = Vec::new();
     for file in files {
@@ -175,7 +175,7 @@ fn an_acknowledgment_is_never_acknowledged() {
     for name in ["997-004010.x12", "997-005010.x12", "ta1-only.x12"] {
         let mut config = config();
         for p in &mut config.partners {
-            p.ta1 = Ta1Policy::Always;
+            p.ack.ta1 = Ta1Policy::Always;
         }
         let (out, _) = acks_with(&std::fs::read(fixture(name)).unwrap(), &config);
         assert!(out.is_empty(), "{name} was answered: {out:?}");
@@ -210,7 +210,7 @@ fn a_broken_received_ta1_rejects_its_interchange_and_is_never_answered() {
     // partner's `ta1`; a valid one (any ack code, any note code of the list) is accepted.
     let mut config = config();
     for p in &mut config.partners {
-        p.ta1 = Ta1Policy::Always;
+        p.ack.ta1 = Ta1Policy::Always;
     }
     for name in [
         "broken/ta1-control-number-invalid.x12",
@@ -282,7 +282,7 @@ fn a_005010_group_gets_ak103_and_a_004010_group_does_not() {
 fn a_999_carries_ik5_and_ak9_in_005010x231() {
     let mut config = config();
     for p in &mut config.partners {
-        p.ack = AckKind::ImplementationAck;
+        p.ack.kind = AckKind::ImplementationAck;
     }
     let (out, _) = acks_with(
         &std::fs::read(fixture("broken/se-segment-count.x12")).unwrap(),
@@ -310,7 +310,7 @@ fn ta1_policy_and_test_usage() {
     ] {
         let mut config = config();
         for p in &mut config.partners {
-            p.ta1 = policy;
+            p.ack.ta1 = policy;
         }
         let (out, _) = acks_with(isa14(flag).as_bytes(), &config);
         let ta1: Vec<&Outbound> = out.iter().filter(|o| o.kind == OutboundKind::Ta1).collect();
@@ -534,7 +534,7 @@ fn accepted_sets_get_ak2_loops_unless_the_partner_says_no() {
     assert_eq!(with.matches("AK2*").count(), 3, "{with}");
     let mut config = config();
     for p in &mut config.partners {
-        p.ack_accepted_sets = false;
+        p.ack.accepted_sets = false;
     }
     let without = text(&config);
     // Only the rejected set is reported; the counts in AK9 still cover all three.
@@ -568,7 +568,7 @@ fn acknowledging_many_broken_sets_costs_about_what_validating_them_does() {
     write!(x12, "GE*{SETS}*101~IEA*1*000000101~").unwrap();
     let mut config = config();
     for p in &mut config.partners {
-        p.validation = x12gate::config::Validation::Envelope;
+        p.checks.validation = x12gate::config::Validation::Envelope;
     }
     let limits = Limits::default();
     let time = |f: &mut dyn FnMut()| {

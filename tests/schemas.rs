@@ -1011,8 +1011,8 @@ fn render_names_the_place_of_a_bad_structured_key() {
 fn config_with(validation: Validation, ack: AckKind) -> Config {
     let mut config = Config::load(&root().join("partners.toml")).unwrap();
     for p in &mut config.partners {
-        p.validation = validation;
-        p.ack = ack;
+        p.checks.validation = validation;
+        p.ack.kind = ack;
     }
     config
 }

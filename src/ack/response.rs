@@ -174,7 +174,7 @@ pub fn respond(
             reason,
             ta1,
             groups: Vec::new(),
-            kind: partner.ack,
+            kind: partner.ack.kind,
             accepted_sets: ic
                 .groups
                 .iter()
@@ -206,7 +206,7 @@ pub fn respond(
         _ => Disposition::Partial,
     };
     let reason = reason.or_else(|| first_set_problem.map(|text| Reason { code: None, text }));
-    if partner.ack == AckKind::None {
+    if partner.ack.kind == AckKind::None {
         groups.clear();
     }
     InterchangeResponse {
@@ -214,7 +214,7 @@ pub fn respond(
         reason,
         ta1,
         groups,
-        kind: partner.ack,
+        kind: partner.ack.kind,
         accepted_sets,
     }
 }
@@ -247,7 +247,7 @@ fn interchange_answer(
     let only_acks = (!ic.groups.is_empty() || !ic.ta1.is_empty())
         && ic.groups.iter().all(|g| g.gs.element(1) == Some(b"FA"));
     let send_ta1 = !only_acks
-        && match partner.ta1 {
+        && match partner.ack.ta1 {
             Ta1Policy::Always => true,
             Ta1Policy::OnError => ta1_status != Status::Accepted,
             Ta1Policy::Requested => ic.isa.field(14) == b"1",
@@ -385,7 +385,7 @@ fn answer_group(
         codes,
         index: gi,
         sets,
-        lists_accepted: partner.ack_accepted_sets,
+        lists_accepted: partner.ack.accepted_sets,
     };
     (response, group_sets)
 }
@@ -410,7 +410,7 @@ fn answer_set(
     // Envelope errors in a set (counts, control numbers, trailer, segment ids) all reject
     // it; schema errors reject it or only note it, by their severity.
     let envelope_rejects = !codes.is_empty();
-    let segment_errors = segment_errors(set_findings, partner.ack);
+    let segment_errors = segment_errors(set_findings, partner.ack.kind);
     let schema_rejects = set_findings
         .iter()
         .filter(|f| f.detail.is_some())
@@ -519,7 +519,7 @@ pub fn conflict(
     partner: &Partner,
     earlier_fingerprint: &str,
 ) -> InterchangeResponse {
-    let ta1 = (partner.ta1 != Ta1Policy::Never).then(|| Ta1 {
+    let ta1 = (partner.ack.ta1 != Ta1Policy::Never).then(|| Ta1 {
         control_number: text(ic.isa.field(13)),
         date: text(ic.isa.field(9)),
         time: text(ic.isa.field(10)),
@@ -538,7 +538,7 @@ pub fn conflict(
         }),
         ta1,
         groups: Vec::new(),
-        kind: partner.ack,
+        kind: partner.ack.kind,
         accepted_sets: ic.groups.iter().map(|g| vec![false; g.sets.len()]).collect(),
     }
 }

@@ -212,7 +212,7 @@ impl<'e, 's> Writer<'e, 's> {
 /// translator expects a 999 inside the 00401 envelope it speaks), unless it is one we rejected
 /// (TA105 017): then 00401.
 fn isa_version(partner: &Partner, inbound: &str) -> String {
-    match partner.ack_version.as_deref() {
+    match partner.ack.version.as_deref() {
         Some("004010") => "00401".into(),
         Some(_) => "00501".into(),
         None if crate::x12::is_control_version(inbound.as_bytes()) => inbound.into(),
@@ -222,7 +222,7 @@ fn isa_version(partner: &Partner, inbound: &str) -> String {
 
 /// The 997's version (GS08): the partner's choice, else the release of the group answered.
 fn functional_ack_version(partner: &Partner, group_version: &str) -> String {
-    if let Some(v) = &partner.ack_version {
+    if let Some(v) = &partner.ack.version {
         return v.clone();
     }
     let release: String = group_version.chars().take(6).collect();
@@ -236,7 +236,7 @@ fn functional_ack_version(partner: &Partner, group_version: &str) -> String {
 /// The delimiters to answer with: the partner's choice, else the ones it sent; a repetition
 /// separator is invented when it sent none, taken from bytes it did not use.
 fn outbound_delimiters(partner: &Partner, ic: &Interchange<'_>) -> (Delimiters, &'static [u8]) {
-    if let Some(d) = &partner.delimiters {
+    if let Some(d) = &partner.ack.delimiters {
         return (d.delimiters, d.line_ending.as_bytes());
     }
     let mut d = ic.delimiters();
@@ -810,7 +810,7 @@ mod tests {
     fn write(kind: AckKind) -> Vec<String> {
         let ic = read(INBOUND.as_bytes());
         let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
-        partner.ack = kind;
+        partner.ack.kind = kind;
         let now = when();
         let out = write_acknowledgments(
             &response(kind),
@@ -883,7 +883,7 @@ mod tests {
         text += "IEA*2*000000007~";
         let ic = read(text.as_bytes());
         let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
-        partner.ack_accepted_sets = true;
+        partner.ack.accepted_sets = true;
         let now = when();
         let response = crate::ack::respond(&ic, &[], &partner);
         let numbers = Numbers::following(numbers_needed(&response, &partner), Some(40), None);
@@ -1007,8 +1007,8 @@ mod tests {
         let kind = AckKind::ImplementationAck;
         let isa = |ack_version: Option<&str>| {
             let mut partner = crate::config::Partner::unknown("ZZ", "ACME");
-            partner.ack = kind;
-            partner.ack_version = ack_version.map(String::from);
+            partner.ack.kind = kind;
+            partner.ack.version = ack_version.map(String::from);
             let needed = numbers_needed(&response(kind), &partner);
             let out = write_acknowledgments(
                 &response(kind),

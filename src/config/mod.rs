@@ -313,49 +313,90 @@ pub struct OutboundDelimiters {
     pub line_ending: &'static str,
 }
 
-/// One trading partner, as `[[partner]]` declares it, defaults filled in.
+/// One trading partner, as `[[partner]]` declares it, defaults filled in. The file is flat
+/// (one table of keys); here the settings are grouped by what reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partner {
     pub name: String,
     pub id_qualifier: String,
     pub id: String,
-    pub duplicate_window_days: u32,
-    pub ack: AckKind,
-    pub ta1: Ta1Policy,
-    pub check_group_duplicates: bool,
-    /// Fields blanked before fingerprinting: `ISA01`..`ISA16`, `GS01`..`GS08`.
-    pub fingerprint_ignore: Vec<String>,
+    /// Who answers for its dead deliveries (before a destination's `owner`).
     pub contact: Option<String>,
-    /// How long this partner's files stay in `archive/`, `out/` and `outbox/` once their key
-    /// was pruned (`prune --files`); `None` keeps them.
-    pub retention_days: Option<u32>,
-    pub interchange_scope: InterchangeScope,
-    /// Whether accepted sets get their own AK2/AK5 (IK5) loop in a 997/999.
-    pub ack_accepted_sets: bool,
-    /// Version of our acknowledgments (`004010`, `005010`); default: the inbound group's.
-    pub ack_version: Option<String>,
-    /// Delimiters of our acknowledgments; default: the inbound interchange's.
+    pub ack: PartnerAck,
+    pub duplicates: PartnerDuplicates,
+    pub checks: PartnerChecks,
+    pub output: PartnerOutput,
+    pub retention: PartnerRetention,
+}
+
+/// What a partner is answered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerAck {
+    /// `ack`: 997, 999 or none for its functional groups.
+    pub kind: AckKind,
+    /// `ta1`: when it gets a TA1.
+    pub ta1: Ta1Policy,
+    /// `ack_accepted_sets`: whether accepted sets get their own AK2/AK5 (IK5) loop.
+    pub accepted_sets: bool,
+    /// `ack_version`: `004010` or `005010`; default: the inbound group's.
+    pub version: Option<String>,
+    /// `delimiters`: ours to it; default: the inbound interchange's.
     pub delimiters: Option<OutboundDelimiters>,
-    /// Envelope only, or sets against their definitions too (the default).
+}
+
+/// What makes a resend the same, and how long it is remembered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerDuplicates {
+    /// `duplicate_window_days`.
+    pub window_days: u32,
+    /// `check_group_duplicates`: whether a GS06 used before is a finding.
+    pub check_groups: bool,
+    /// `fingerprint_ignore`: fields blanked before fingerprinting (`ISA01`..`ISA16`,
+    /// `GS01`..`GS08`).
+    pub fingerprint_ignore: Vec<String>,
+    /// `interchange_scope`: what makes two interchanges the same interchange.
+    pub interchange_scope: InterchangeScope,
+    /// `duplicate_documents`: a business document resent with the same content, skipped
+    /// (the default) or delivered.
+    pub documents: DuplicateDocuments,
+}
+
+/// How deeply its interchanges are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerChecks {
+    /// `validation`: envelope only, or sets against their definitions too (the default).
     pub validation: Validation,
-    /// Blanks before segments and a missing final terminator: warnings, or rejections.
+    /// `layout`: blanks before segments and a missing final terminator, warnings or
+    /// rejections.
     pub layout: Layout,
-    /// The JSON form of translations: structured where a definition exists (the default), or raw.
-    pub translation: Form,
-    /// A business document resent with the same content: skipped (the default) or delivered.
-    pub duplicate_documents: DuplicateDocuments,
-    /// How long a change (or copy) waits for its original before it is delivered without.
-    pub order_wait_hours: u32,
-    /// The `[[destination]]` its documents go to (none: files in `out/`)...
-    pub destination: Option<String>,
-    /// ...or, for these sets (ST01), another one.
-    pub destinations: std::collections::BTreeMap<String, String>,
-    /// Where its test documents (ISA15 `T` or `I`) go: destinations declared with
-    /// `usage = "test"`; none: they are recorded, written in out/test/ and sent nowhere.
-    pub test_destinations: Vec<String>,
-    /// A folder of the partner's own set definitions (its implementation guide), layered
-    /// over the built-in ones for its interchanges; absolute. Read by `crate::guides`.
+    /// `definitions`: a folder of its own set definitions (its implementation guide),
+    /// layered over the built-in ones for its interchanges; absolute. Read by `guides`.
     pub definitions: Option<PathBuf>,
+}
+
+/// What becomes of its documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerOutput {
+    /// `translation`: structured where a definition exists (the default), or raw.
+    pub translation: Form,
+    /// `destination`: the `[[destination]]` its documents go to (none: files in `out/`)...
+    pub destination: Option<String>,
+    /// `destinations`: ...or, for these sets (ST01), another one.
+    pub destinations: std::collections::BTreeMap<String, String>,
+    /// `test_destinations`: where its test documents (ISA15 `T` or `I`) go, destinations
+    /// declared with `usage = "test"`; none: recorded, written in out/test/, sent nowhere.
+    pub test_destinations: Vec<String>,
+    /// `order_wait_hours`: how long a change (or copy) waits for its original before it
+    /// is delivered without.
+    pub order_wait_hours: u32,
+}
+
+/// How long its files are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerRetention {
+    /// `retention_days`: how long its files stay in `archive/`, `out/` and `outbox/` once
+    /// their key was pruned (`prune --files`); `None` keeps them.
+    pub days: Option<u32>,
 }
 
 impl Partner {
@@ -365,26 +406,34 @@ impl Partner {
             name: format!("unknown partner {id_qualifier}:{id}"),
             id_qualifier: id_qualifier.to_string(),
             id: id.to_string(),
-            duplicate_window_days: partner_defaults::duplicate_window_days(),
-            ack: partner_defaults::ack(),
-            ta1: partner_defaults::ta1(),
-            check_group_duplicates: true,
-            fingerprint_ignore: partner_defaults::fingerprint_ignore(),
             contact: None,
-            retention_days: None,
-            interchange_scope: partner_defaults::scope(),
-            ack_accepted_sets: true,
-            ack_version: None,
-            delimiters: None,
-            validation: partner_defaults::validation(),
-            layout: Layout::default(),
-            translation: Form::default(),
-            duplicate_documents: DuplicateDocuments::default(),
-            order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
-            destination: None,
-            destinations: std::collections::BTreeMap::new(),
-            test_destinations: Vec::new(),
-            definitions: None,
+            ack: PartnerAck {
+                kind: partner_defaults::ack(),
+                ta1: partner_defaults::ta1(),
+                accepted_sets: true,
+                version: None,
+                delimiters: None,
+            },
+            duplicates: PartnerDuplicates {
+                window_days: partner_defaults::duplicate_window_days(),
+                check_groups: true,
+                fingerprint_ignore: partner_defaults::fingerprint_ignore(),
+                interchange_scope: partner_defaults::scope(),
+                documents: DuplicateDocuments::default(),
+            },
+            checks: PartnerChecks {
+                validation: partner_defaults::validation(),
+                layout: Layout::default(),
+                definitions: None,
+            },
+            output: PartnerOutput {
+                translation: Form::default(),
+                destination: None,
+                destinations: std::collections::BTreeMap::new(),
+                test_destinations: Vec::new(),
+                order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
+            },
+            retention: PartnerRetention { days: None },
         }
     }
 
@@ -480,26 +529,36 @@ fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
         name: raw.name,
         id_qualifier: raw.id_qualifier,
         id: raw.id,
-        duplicate_window_days: raw.duplicate_window_days,
-        ack: raw.ack,
-        ta1: raw.ta1,
-        check_group_duplicates: raw.check_group_duplicates,
-        fingerprint_ignore: raw.fingerprint_ignore,
         contact: raw.contact,
-        retention_days: raw.retention_days,
-        interchange_scope: raw.interchange_scope,
-        ack_accepted_sets: raw.ack_accepted_sets,
-        ack_version: raw.ack_version,
-        delimiters,
-        validation: raw.validation,
-        layout: raw.layout,
-        translation: raw.translation,
-        duplicate_documents: raw.duplicate_documents,
-        order_wait_hours: raw.order_wait_hours,
-        destination: raw.destination,
-        destinations: raw.destinations,
-        test_destinations: raw.test_destinations,
-        definitions: raw.definitions,
+        ack: PartnerAck {
+            kind: raw.ack,
+            ta1: raw.ta1,
+            accepted_sets: raw.ack_accepted_sets,
+            version: raw.ack_version,
+            delimiters,
+        },
+        duplicates: PartnerDuplicates {
+            window_days: raw.duplicate_window_days,
+            check_groups: raw.check_group_duplicates,
+            fingerprint_ignore: raw.fingerprint_ignore,
+            interchange_scope: raw.interchange_scope,
+            documents: raw.duplicate_documents,
+        },
+        checks: PartnerChecks {
+            validation: raw.validation,
+            layout: raw.layout,
+            definitions: raw.definitions,
+        },
+        output: PartnerOutput {
+            translation: raw.translation,
+            destination: raw.destination,
+            destinations: raw.destinations,
+            test_destinations: raw.test_destinations,
+            order_wait_hours: raw.order_wait_hours,
+        },
+        retention: PartnerRetention {
+            days: raw.retention_days,
+        },
     })
 }
 
@@ -683,11 +742,13 @@ fn destinations(
 fn check_destinations(p: &Partner, destinations: &[Destination]) -> Result<(), KeyProblem> {
     use crate::usage::Usage;
     let named = p
+        .output
         .destination
         .iter()
         .map(|n| ("destination".to_string(), n))
         .chain(
-            p.destinations
+            p.output
+                .destinations
                 .iter()
                 .map(|(set, n)| (format!("destinations.{set}"), n)),
         );
@@ -708,7 +769,7 @@ fn check_destinations(p: &Partner, destinations: &[Destination]) -> Result<(), K
             Some(_) => {}
         }
     }
-    for name in &p.test_destinations {
+    for name in &p.output.test_destinations {
         match destinations.iter().find(|d| &d.name == name) {
             None => {
                 return Err(KeyProblem::new(
@@ -778,7 +839,7 @@ impl Config {
                 })
             };
             let mut p = partner(raw).map_err(refused)?;
-            p.definitions = p.definitions.take().map(abs);
+            p.checks.definitions = p.checks.definitions.take().map(abs);
             check_destinations(&p, &destinations).map_err(refused)?;
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
                 return Err(refused(KeyProblem::new(
@@ -828,9 +889,10 @@ impl Config {
     /// by the interchange's round.
     pub fn destination_for(&self, partner: &Partner, set: &str) -> Option<&Destination> {
         let name = partner
+            .output
             .destinations
             .get(set)
-            .or(partner.destination.as_ref())?;
+            .or(partner.output.destination.as_ref())?;
         self.destinations
             .iter()
             .find(|d| &d.name == name)
@@ -851,6 +913,7 @@ impl Config {
                 self.destination_for(partner, set).into_iter().collect()
             }
             crate::usage::Usage::Test => partner
+                .output
                 .test_destinations
                 .iter()
                 .filter_map(|name| self.destination(name))
@@ -892,7 +955,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.partners[0].definitions,
+            c.partners[0].checks.definitions,
             Some(PathBuf::from("/etc/x12/guides/a"))
         );
         assert_eq!(c.line_of_partner("a", "definitions"), Some(8));
@@ -921,10 +984,13 @@ mod tests {
         let c =
             load("[[partner]]\nname = \"Acme\"\nid_qualifier = \"ZZ\"\nid = \"ACME\"\n").unwrap();
         let p = c.partner("ZZ", "ACME").unwrap();
-        assert_eq!(p.duplicate_window_days, 30);
-        assert_eq!(p.ack, AckKind::FunctionalAck);
-        assert_eq!(p.ta1, Ta1Policy::OnError);
-        assert_eq!(p.fingerprint_ignore, vec!["ISA09", "ISA10", "GS04", "GS05"]);
+        assert_eq!(p.duplicates.window_days, 30);
+        assert_eq!(p.ack.kind, AckKind::FunctionalAck);
+        assert_eq!(p.ack.ta1, Ta1Policy::OnError);
+        assert_eq!(
+            p.duplicates.fingerprint_ignore,
+            vec!["ISA09", "ISA10", "GS04", "GS05"]
+        );
         assert!(c.partner("01", "ACME").is_none());
     }
 

@@ -579,7 +579,7 @@ impl<'a, 'c> Window<'a, 'c> {
         if ic.part.first {
             self.first = None;
             let (partner, _) = super::partner_of(ic, self.config);
-            let key = super::interchange_key(ic, partner.interchange_scope);
+            let key = super::interchange_key(ic, partner.duplicates.interchange_scope);
             if self
                 .options
                 .only
@@ -750,7 +750,7 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         .partner(qualifier, id)
         .cloned()
         .unwrap_or_else(|| Partner::unknown(qualifier, id));
-    let key = interchange_key(&ic, partner.interchange_scope);
+    let key = interchange_key(&ic, partner.duplicates.interchange_scope);
     let report = Report {
         file: name.to_string(),
         correlation_id: Some(correlation_id(&ic)),
@@ -790,7 +790,7 @@ fn fingerprint_all(items: &mut [Item<'_>]) {
             .map(|it| {
                 let ic = &it.ic;
                 let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
-                let fp = fingerprint::fingerprint(ic, &it.partner.fingerprint_ignore);
+                let fp = fingerprint::fingerprint(ic, &it.partner.duplicates.fingerprint_ignore);
                 (utf8, fp)
             })
             .collect()
@@ -1404,7 +1404,7 @@ fn prepare_all(
             .zip(&renewed)
             .zip(&groups)
             .map(|((it, renewed), groups)| {
-                renewed.is_some() && it.partner.check_group_duplicates && !groups.is_empty()
+                renewed.is_some() && it.partner.duplicates.check_groups && !groups.is_empty()
             })
             .collect();
         let claims: Vec<(&str, &str, &[GroupKey], u32)> = owned
@@ -1419,7 +1419,7 @@ fn prepare_all(
                     *key,
                     partner.as_str(),
                     groups.as_slice(),
-                    it.partner.duplicate_window_days,
+                    it.partner.duplicates.window_days,
                 )
             })
             .collect();
@@ -2064,7 +2064,7 @@ impl Shared {
             .iter()
             .filter_map(|gi| groups.get(*gi).cloned())
             .collect();
-        let found = b.claim_groups(&it.key, partner, &these, it.partner.duplicate_window_days)?;
+        let found = b.claim_groups(&it.key, partner, &these, it.partner.duplicates.window_days)?;
         for ((gi, g), taken) in again.iter().zip(these).zip(found) {
             if let Some(s) = seen.get_mut(*gi) {
                 *s = taken;
@@ -2246,7 +2246,7 @@ fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
                 dir: Folder::out(crate::document::Usage::of(ic)),
                 name: format!("{}.json", p.stem),
                 content: Content::Translation {
-                    form: p.decision.partner.translation,
+                    form: p.decision.partner.output.translation,
                     keep: ic
                         .groups
                         .iter()

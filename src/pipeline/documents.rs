@@ -298,7 +298,7 @@ fn plan_run(
                 interchange_key: &it.key,
                 position: &position,
                 st02: &st02,
-                deliver_duplicates: it.partner.duplicate_documents
+                deliver_duplicates: it.partner.duplicates.documents
                     == crate::config::DuplicateDocuments::Deliver,
             })?;
             if again {
@@ -313,7 +313,7 @@ fn plan_run(
                     &document::Written {
                         correlation_id: &correlation,
                         utf8: it.utf8,
-                        form: it.partner.translation,
+                        form: it.partner.output.translation,
                         schemas: Some(schemas),
                     },
                     out,
@@ -488,7 +488,7 @@ pub(super) fn write_document(
         &document::Written {
             correlation_id: it.report.correlation_id.as_deref().unwrap_or_default(),
             utf8: it.utf8,
-            form: it.partner.translation,
+            form: it.partner.output.translation,
             schemas: Some(schemas),
         },
         out,
@@ -740,7 +740,7 @@ pub fn release(
             .iter()
             .find(|p| p.key() == partner)
             .map_or(crate::config::DEFAULT_ORDER_WAIT_HOURS, |p| {
-                p.order_wait_hours
+                p.output.order_wait_hours
             });
         now.saturating_sub(seen) >= i64::from(hours) * 3_600_000
     };

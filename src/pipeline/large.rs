@@ -118,7 +118,7 @@ impl<'c> FirstReading<'c> {
         let outline = [isa_bytes, first.suffix].concat();
         let mut reading = FirstReading {
             checks,
-            ignore: partner.fingerprint_ignore.clone(),
+            ignore: partner.duplicates.fingerprint_ignore.clone(),
             fingerprint: Fingerprint::default(),
             found: InParts::default(),
             utf8: true,

@@ -67,13 +67,13 @@ fn checks<'c>(ic: &Interchange<'_>, config: &'c Config, schemas: &'c Schemas) ->
     let (partner, known) = partner_of(ic, config);
     let accept_unknown = config.gateway.unknown_partners == UnknownPartners::Accept;
     Checks {
-        schemas: (partner.validation == Validation::Schema).then_some(schemas),
+        schemas: (partner.checks.validation == Validation::Schema).then_some(schemas),
         routing: Some(Routing {
             qualifier: &config.gateway.id_qualifier,
             id: &config.gateway.id,
             sender_known: known || accept_unknown,
         }),
-        strict_layout: partner.layout == Layout::Strict,
+        strict_layout: partner.checks.layout == Layout::Strict,
     }
 }
 

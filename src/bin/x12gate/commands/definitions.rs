@@ -113,7 +113,7 @@ fn list(config: Option<&Config>, out: &mut impl Write) -> Result<u8, Failure> {
     }
     let mut code = exit::OK;
     for partner in config.map_or(&[][..], |c| c.partners.as_slice()) {
-        let Some(dir) = &partner.definitions else {
+        let Some(dir) = &partner.checks.definitions else {
             continue;
         };
         writeln!(
