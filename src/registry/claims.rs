@@ -1250,10 +1250,6 @@ impl Registry {
 
     /// What `/metrics` reports from the registry, read in one go.
     pub fn snapshot(&self) -> Result<Snapshot, RegistryError> {
-        let sql = |e| self.sql(e);
-        let rows3 = |query: &str| -> Result<Vec<(String, String, u64)>, RegistryError> {
-            self.all(query, [], read)
-        };
         let decisions = self.decisions()?;
         // The acknowledgments an event lists: SQLite's JSON functions, or the function the
         // PostgreSQL schema defines for the same (an unreadable detail lists none).
@@ -1267,8 +1263,9 @@ impl Registry {
         } else {
             "AND json_valid(e.detail)"
         };
-        let acks_sent = rows3(&format!(
-            "SELECT e.partner,
+        let acks_sent: Vec<(String, String, u64)> = self.all(
+            &format!(
+                "SELECT e.partner,
                     CASE WHEN j.value LIKE '%.997.x12' THEN '997'
                          WHEN j.value LIKE '%.999.x12' THEN '999'
                          WHEN j.value LIKE '%.ta1.x12' THEN 'ta1' ELSE 'other' END,
@@ -1276,41 +1273,29 @@ impl Registry {
              FROM events e, {acks}
              WHERE e.partner IS NOT NULL AND e.disposition IS NOT NULL {readable}
              GROUP BY 1, 2 ORDER BY 1, 2",
-        ))?;
-        let mut stmt = self
-            .conn
+            ),
+            [],
+            read,
+        )?;
+        let unfinished: Vec<(ClaimState, u64, i64)> = self.all(
             // last_seen: when the claim was last taken (first_seen may be days older).
-            .prepare("SELECT state, COUNT(*), MIN(last_seen) FROM interchanges WHERE state != 'completed' GROUP BY state")
-            .map_err(sql)?;
-        let unfinished: Vec<(ClaimState, u64, i64)> = stmt
-            .query_map([], read)
-            .map_err(sql)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql)?;
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT partner, MAX(at) FROM events
-                 WHERE partner IS NOT NULL AND disposition IS NOT NULL GROUP BY partner ORDER BY partner",
-            )
-            .map_err(sql)?;
-        let last_received: Vec<(String, i64)> = stmt
-            .query_map([], read)
-            .map_err(sql)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql)?;
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT partner, delivery, COUNT(*) FROM documents
-                 WHERE delivery IN ('pending', 'held', 'parked') GROUP BY 1, 2 ORDER BY 1, 2",
-            )
-            .map_err(sql)?;
-        let documents_open: Vec<(String, super::Delivery, u64)> = stmt
-            .query_map([], read)
-            .map_err(sql)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql)?;
+            "SELECT state, COUNT(*), MIN(last_seen) FROM interchanges
+             WHERE state != 'completed' GROUP BY state",
+            [],
+            read,
+        )?;
+        let last_received: Vec<(String, i64)> = self.all(
+            "SELECT partner, MAX(at) FROM events
+             WHERE partner IS NOT NULL AND disposition IS NOT NULL GROUP BY partner ORDER BY partner",
+            [],
+            read,
+        )?;
+        let documents_open: Vec<(String, super::Delivery, u64)> = self.all(
+            "SELECT partner, delivery, COUNT(*) FROM documents
+             WHERE delivery IN ('pending', 'held', 'parked') GROUP BY 1, 2 ORDER BY 1, 2",
+            [],
+            read,
+        )?;
         let deliveries = self.delivery_counts()?;
         let circuits = self
             .circuits()?

@@ -1,10 +1,12 @@
 //! One connection to the registry's store, SQLite or PostgreSQL, behind the small API the
-//! registry's modules are written against: statements with `?N` parameters, rows read by
-//! column, and write transactions that exclude every other writer.
+//! registry's modules are written against: statements with `?N` parameters, rows read in
+//! their columns' order through [`FromRow`] (a row struct's column list and its reading
+//! written once, by [`from_row!`]), and write transactions that exclude every other writer.
 //!
 //! Both backends run the same SQL text, written in the dialect both accept (`ON CONFLICT`,
-//! `RETURNING`, `CASE`, `substr`); PostgreSQL gets `$N` for `?N`. The few statements that
-//! cannot be shared ask [`Conn::is_postgres`].
+//! `RETURNING`, `CASE`, `substr`); PostgreSQL gets `$N` for `?N` (not inside quoted text,
+//! comments or dollar-quoted text). The few statements that cannot be shared ask
+//! [`Conn::is_postgres`].
 //!
 //! On PostgreSQL the client is `tokio-postgres`, driven by a small runtime of the
 //! connection's own, so that requests can be pipelined: a write whose outcome nobody reads

@@ -73,6 +73,30 @@ pub struct Decided {
     pub earlier_fingerprint: Option<String>,
 }
 
+impl Decided {
+    /// The decision `(id, disposition, delivery, sequence)` on a sighting, with what is
+    /// read of the sighting `of` that it repeats or conflicts with; neither the key's first,
+    /// nor delivered without its original, nor made before, unless the caller says so.
+    fn on(
+        tx: &crate::registry::db::Conn,
+        (id, disposition, delivery, sequence): (i64, DocumentDisposition, Delivery, Option<i64>),
+        of: Option<i64>,
+    ) -> Result<Decided, crate::registry::db::Error> {
+        let (duplicate_of, earlier_fingerprint) = earlier_of(tx, of, disposition)?;
+        Ok(Decided {
+            id,
+            disposition,
+            delivery,
+            duplicate_of,
+            sequence,
+            first: false,
+            original_missing: false,
+            again: false,
+            earlier_fingerprint,
+        })
+    }
+}
+
 /// A parked or held sighting let go: its stored body is to be written now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Released {
@@ -448,19 +472,10 @@ fn seen_again(
 ) -> Result<(Decided, Vec<Released>), crate::registry::db::Error> {
     let (id, disposition, delivery, sequence, original_missing, of) = earlier;
     let decided = Decided {
-        id,
-        disposition,
-        delivery,
-        duplicate_of: interchange_of(tx, of)?,
-        sequence,
         first: is_first(tx, s.key, id)?,
         original_missing,
         again: true,
-        earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
-            fingerprint_of(tx, of)?
-        } else {
-            None
-        },
+        ..Decided::on(tx, (id, disposition, delivery, sequence), of)?
     };
     Ok((decided, released_by(tx, id)?))
 }
@@ -553,20 +568,9 @@ fn record(
     };
     let (id, sequence) = insert(tx, s, disposition, delivery, of, s.interchange_key, now)?;
     let decided = Decided {
-        id,
-        disposition,
-        delivery,
-        duplicate_of: interchange_of(tx, of)?,
-        sequence,
         // Ids only grow: the new row is the key's first when the key had none.
         first: first.is_none(),
-        original_missing: false,
-        again: false,
-        earlier_fingerprint: if disposition == DocumentDisposition::Conflict {
-            fingerprint_of(tx, of)?
-        } else {
-            None
-        },
+        ..Decided::on(tx, (id, disposition, delivery, sequence), of)?
     };
     let released = if s.role == Role::Original && disposition == DocumentDisposition::New {
         let_go_parked(tx, s.subject, parked, s.interchange_key, id)?
@@ -676,20 +680,26 @@ fn interchange_of(
     tx: &crate::registry::db::Conn,
     id: Option<i64>,
 ) -> Result<Option<String>, crate::registry::db::Error> {
-    let Some(id) = id else { return Ok(None) };
-    tx.prepare_cached("SELECT interchange_key FROM documents WHERE id = ?1")?
-        .query_row([id], read)
-        .optional()
+    Ok(earlier_of(tx, id, DocumentDisposition::New)?.0)
 }
 
-fn fingerprint_of(
+/// The interchange of the sighting `id` (the one a duplicate or a conflict is of) and, for
+/// a `disposition` of conflict, that sighting's content fingerprint, read together.
+fn earlier_of(
     tx: &crate::registry::db::Conn,
     id: Option<i64>,
-) -> Result<Option<String>, crate::registry::db::Error> {
-    let Some(id) = id else { return Ok(None) };
-    tx.prepare_cached("SELECT fingerprint FROM documents WHERE id = ?1")?
+    disposition: DocumentDisposition,
+) -> Result<(Option<String>, Option<String>), crate::registry::db::Error> {
+    let Some(id) = id else {
+        return Ok((None, None));
+    };
+    let found: Option<(Option<String>, Option<String>)> = tx
+        .prepare_cached("SELECT interchange_key, fingerprint FROM documents WHERE id = ?1")?
         .query_row([id], read)
-        .optional()
+        .optional()?;
+    let (interchange, fingerprint) = found.unwrap_or_default();
+    let conflict = disposition == DocumentDisposition::Conflict;
+    Ok((interchange, fingerprint.filter(|_| conflict)))
 }
 
 fn is_first(

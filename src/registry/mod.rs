@@ -6,7 +6,10 @@
 //! (`deliveries`), the audit trail, and the desk page's reads (`overview`). Methods speak
 //! the domain (`claim_interchange`, `complete`, `take_control_numbers`), never SQL; one
 //! store type runs the same statements on SQLite (the default) or a PostgreSQL server
-//! several nodes share (`db`, `postgres`), with one append-only list of migrations.
+//! several nodes share (`db`, `postgres`), with one append-only list of migrations. Rows
+//! are read through `db::FromRow`: each row struct's column list is written once, beside
+//! the reading of its fields. The web page and `/metrics` share a few read-only
+//! connections (`readers`) instead of opening the registry per page view and scrape.
 //!
 //! Where the registry is comes from the configuration (`config::Database`); what it
 //! stores is spoken in the lower layers' words (dispositions, document keys), never in the
