@@ -1475,6 +1475,17 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         guide_with(crate::schema::sample::GUIDE, body)
     }
 
+    /// Each case: a text of [`GUIDED`], what replaces it, and the findings expected.
+    fn guided(cases: &[(&str, &str, &[&str])]) {
+        for (from, to, want) in cases {
+            assert_eq!(
+                guide(&GUIDED.replace(from, to)),
+                *want,
+                "{from:?} -> {to:?}"
+            );
+        }
+    }
+
     /// [`guide`] with another guide file.
     fn guide_with(guide: &str, body: &str) -> Vec<String> {
         let files = [
@@ -1522,46 +1533,24 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         // Vendor before department: the guide splits one position of the table, so either
         // order is the standard's; the mandatory vendor REF is not reported missing.
         assert_eq!(guide(GUIDED), Vec::<String>::new());
-        assert_eq!(
-            guide(&GUIDED.replace("REF*IA*V1~REF*DP*D1~", "REF*DP*D1~REF*VR*V1~")),
-            Vec::<String>::new()
-        );
-        // A qualifier no position takes: an unexpected segment (AK304 2).
-        assert_eq!(
-            guide(&GUIDED.replace("REF*DP*D1~", "REF*ZZ*D1~")),
-            ["REF@4:2 in -"]
-        );
-        // The mandatory one missing, reported where the walk noticed it.
-        assert_eq!(guide(&GUIDED.replace("REF*IA*V1~", "")), ["REF@4:3 in -"]);
-        // The vendor met again after the department: its second use, over its maximum.
-        assert_eq!(
-            guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1~REF*VR*V2~")),
-            ["REF@5:5 in -"]
-        );
-        // The loops are told apart by their triggers' qualifiers, and named by guide ids; a
-        // missing one is named by its trigger, where the walk noticed it (at PO1).
-        assert_eq!(
-            guide(&GUIDED.replace("N1*ST*X~N3*A~", "")),
-            Vec::<String>::new()
-        );
-        assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*12~", "")),
-            ["N1@7:3 in -"]
-        );
-        assert_eq!(
-            guide(&GUIDED.replace("N3*A~", "N3*A~N3*B~")),
-            ["N3@7:5 in SHIPTO"]
-        );
-        // A narrowed list at one position only: N103 is 92 in the bill-to loop.
-        assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y*91*12~")),
-            ["N1@7:7/3 in BILLTO"]
-        );
-        // The declared business unit (the LINE loop's PO101) is the context, only inside.
-        assert_eq!(
-            guide(&GUIDED.replace("PID*F~", "PID*FF~")),
-            ["PID@9:5/1 in LINE ctx PO101=1"]
-        );
+        guided(&[
+            ("REF*IA*V1~REF*DP*D1~", "REF*DP*D1~REF*VR*V1~", &[]),
+            // A qualifier no position takes: an unexpected segment (AK304 2).
+            ("REF*DP*D1~", "REF*ZZ*D1~", &["REF@4:2 in -"]),
+            // The mandatory one missing, reported where the walk noticed it.
+            ("REF*IA*V1~", "", &["REF@4:3 in -"]),
+            // The vendor met again after the department: its second use, over its maximum.
+            ("REF*DP*D1~", "REF*DP*D1~REF*VR*V2~", &["REF@5:5 in -"]),
+            // The loops are told apart by their triggers' qualifiers, and named by guide ids; a
+            // missing one is named by its trigger, where the walk noticed it (at PO1).
+            ("N1*ST*X~N3*A~", "", &[]),
+            ("N1*BT*Y*92*12~", "", &["N1@7:3 in -"]),
+            ("N3*A~", "N3*A~N3*B~", &["N3@7:5 in SHIPTO"]),
+            // A narrowed list at one position only: N103 is 92 in the bill-to loop.
+            ("N1*BT*Y*92*12~", "N1*BT*Y*91*12~", &["N1@7:7/3 in BILLTO"]),
+            // The declared business unit (the LINE loop's PO101) is the context, only inside.
+            ("PID*F~", "PID*FF~", &["PID@9:5/1 in LINE ctx PO101=1"]),
+        ]);
     }
 
     #[test]
@@ -1569,40 +1558,25 @@ GS*PO*A*B*20240101*1200*1*X*{gs08}~ST*850*0001~{body}SE*{count}*0001~GE*1*1~IEA*
         use crate::finding::Rule;
         // Not used at the vendor's position: 10 in a 004010 guide (I10, the 999's code, exists
         // from 005010 on, below)...
-        assert_eq!(
-            guide(&GUIDED.replace("REF*IA*V1~", "REF*IA*V1*NOTE~")),
-            ["REF@3:10/3 in -"]
-        );
-        // ... the same segment at the department's position keeps the dictionary's usage.
-        assert_eq!(
-            guide(&GUIDED.replace("REF*DP*D1~", "REF*DP*D1*NOTE~")),
-            Vec::<String>::new()
-        );
-        // Required at the bill-to's position: missing is a missing mandatory element (1),
-        // whether the segment stops before it or leaves it empty.
-        assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y~")),
-            ["N1@7:1/4 in BILLTO"]
-        );
-        assert_eq!(
-            guide(&GUIDED.replace("N1*BT*Y*92*12~", "N1*BT*Y**~")),
-            ["N1@7:1/4 in BILLTO"]
-        );
-        // ... and the ship-to's N1 (the same segment, another position) does not need it.
-        assert_eq!(
-            guide(&GUIDED.replace("N1*ST*X~", "N1*ST*X*92~")),
-            ["N1@5:2/4 in SHIPTO"]
-        );
-        // A component not used: the finding names the element and the component; a
-        // repetition or a value however well-formed is still one finding.
-        assert_eq!(
-            guide(&GUIDED.replace("PO1*1~", "PO1*1**EA:2~")),
-            ["PO1@8:10/3-2 in LINE ctx PO101=1"]
-        );
-        assert_eq!(
-            guide(&GUIDED.replace("PO1*1~", "PO1*1**EA~")),
-            Vec::<String>::new()
-        );
+        guided(&[
+            ("REF*IA*V1~", "REF*IA*V1*NOTE~", &["REF@3:10/3 in -"]),
+            // ... the same segment at the department's position keeps the dictionary's usage.
+            ("REF*DP*D1~", "REF*DP*D1*NOTE~", &[]),
+            // Required at the bill-to's position: missing is a missing mandatory element (1),
+            // whether the segment stops before it or leaves it empty.
+            ("N1*BT*Y*92*12~", "N1*BT*Y~", &["N1@7:1/4 in BILLTO"]),
+            ("N1*BT*Y*92*12~", "N1*BT*Y**~", &["N1@7:1/4 in BILLTO"]),
+            // ... and the ship-to's N1 (the same segment, another position) does not need it.
+            ("N1*ST*X~", "N1*ST*X*92~", &["N1@5:2/4 in SHIPTO"]),
+            // A component not used: the finding names the element and the component; a
+            // repetition or a value however well-formed is still one finding.
+            (
+                "PO1*1~",
+                "PO1*1**EA:2~",
+                &["PO1@8:10/3-2 in LINE ctx PO101=1"],
+            ),
+            ("PO1*1~", "PO1*1**EA~", &[]),
+        ]);
         // A whole composite not used, and a run of elements.
         let composite = GUIDE_USAGES.replace("-PO103-2", "-PO103");
         assert_eq!(
