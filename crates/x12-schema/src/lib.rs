@@ -1289,7 +1289,6 @@ fn parse_max(s: &str) -> Option<u32> {
 /// The nodes of a set's `structure` text (one line per segment or `loop`, nesting by
 /// indentation) and the definitions of the segments it names, each once.
 // One pass over the lines; each check names the line it fails on.
-#[allow(clippy::too_many_lines)]
 fn read_structure(
     lookup: &Lookup<'_>,
     first_line: usize,
@@ -1297,25 +1296,10 @@ fn read_structure(
 ) -> Result<(Vec<Node>, Vec<SegmentDef>), String> {
     let path = lookup.path;
     let mut nodes = vec![Node {
-        id: String::new(),
-        req: Req::M,
-        max: 1,
-        parent: 0,
-        segment: 0,
-        children: Vec::new(),
-        depth: 0,
-        key: String::new(),
         tag: u32::MAX,
-        next_mandatory: Vec::new(),
-        child_tags: Vec::new(),
-        tag_filter: 0,
-        name: String::new(),
-        qualifier: None,
-        narrowed: Vec::new(),
-        group_start: Vec::new(),
+        ..node(String::new(), Req::M, 1, 0, 0)
     }];
-    let mut segments: Vec<SegmentDef> = Vec::new();
-    let mut seg_index: HashMap<String, usize> = HashMap::new();
+    let mut placed = Placed::default();
     // (indent, node) of the loops open at this point of the text.
     let mut open: Vec<(usize, usize)> = vec![(0, 0)];
     let mut expect_deeper = false;
@@ -1347,88 +1331,25 @@ fn read_structure(
             }
         }
         let parent = open.last().map_or(0, |o| o.1);
-        let depth = nodes[parent].depth + 1;
+        let depth = nodes.get(parent).map_or(0, |p| p.depth) + 1;
         let (is_loop, rest) = match words.first() {
             Some(Word::Plain("loop")) => (true, words.get(1..).unwrap_or_default()),
             _ => (false, &words[..]),
         };
         let line = Line::read(rest).map_err(|e| at(&e))?;
-        if is_loop && !line.constraints.is_empty() {
-            return Err(at(
-                "a loop takes its trigger's qualifier: write `when` on the trigger segment",
-            ));
-        }
-        if is_loop && !line.usages.is_empty() {
-            return Err(at(
-                "element usages (+SEGnn, -SEGnn) belong on the trigger segment, not the loop",
-            ));
-        }
+        let (req, max) = line.bounds(is_loop).map_err(&at)?;
         let name = line.id;
-        let req = match line.req {
-            "M" => Req::M,
-            "O" => Req::O,
-            "X" => Req::X,
-            _ => return Err(at("requirement must be M, O or X")),
-        };
-        let max =
-            parse_max(line.max).ok_or_else(|| at("maximum must be a positive number or >1"))?;
         let index = nodes.len();
-        let mut qualifier = None;
-        let mut narrowed = Vec::new();
-        let segment = if is_loop {
-            0
-        } else if line.constraints.is_empty() && line.usages.is_empty() {
-            match seg_index.get(name) {
-                Some(i) => *i,
-                None => {
-                    segments.push(lookup.segment_def(name)?);
-                    seg_index.insert(name.to_string(), segments.len() - 1);
-                    segments.len() - 1
-                }
-            }
-        } else {
-            // A guide's position narrows the segment's code lists: its own copy of the
-            // definition, so the same segment elsewhere keeps the dictionary's lists.
-            let mut def = lookup.segment_def(name)?;
-            for (i, c) in line.constraints.iter().enumerate() {
-                let is_qualifier = i == 0 && line.when;
-                let q = narrow(&mut def, c, is_qualifier).map_err(|e| at(&e))?;
-                if is_qualifier {
-                    qualifier = Some(q.clone());
-                }
-                narrowed.push(q);
-            }
-            // ... and its element usages: required or not used at this position only.
-            let mut named = HashSet::new();
-            for u in &line.usages {
-                for place in usage(&mut def, u).map_err(|e| at(&e))? {
-                    if !named.insert(place) {
-                        return Err(at(&format!("{u}: an element is given a usage twice")));
-                    }
-                }
-            }
-            segments.push(def);
-            segments.len() - 1
-        };
-        nodes.push(Node {
-            id: name.to_string(),
-            req,
-            max,
-            parent,
-            segment,
-            children: Vec::new(),
-            depth,
-            key: String::new(),
-            tag: tag(name.as_bytes()),
-            next_mandatory: Vec::new(),
-            child_tags: Vec::new(),
-            tag_filter: 0,
-            name: line.name.unwrap_or_default().to_string(),
-            qualifier,
-            narrowed,
-            group_start: Vec::new(),
-        });
-        nodes[parent].children.push(index);
+        let mut n = node(name.to_string(), req, max, parent, depth);
+        n.name = line.name.unwrap_or_default().to_string();
+        n.tag = tag(name.as_bytes());
+        if !is_loop {
+            (n.segment, n.qualifier, n.narrowed) = placed.segment(lookup, &line, &at)?;
+        }
+        nodes.push(n);
+        if let Some(p) = nodes.get_mut(parent) {
+            p.children.push(index);
+        }
         if is_loop {
             open.push((indent, index));
             expect_deeper = true;
@@ -1439,7 +1360,83 @@ fn read_structure(
             "schemas/{path}: structure ends with a loop that has no segments"
         ));
     }
-    Ok((nodes, segments))
+    Ok((nodes, placed.segments))
+}
+
+/// A node of a structure before it is linked: no children, key, tags or groups yet.
+fn node(id: String, req: Req, max: u32, parent: usize, depth: u16) -> Node {
+    Node {
+        id,
+        req,
+        max,
+        parent,
+        segment: 0,
+        children: Vec::new(),
+        depth,
+        key: String::new(),
+        tag: 0,
+        next_mandatory: Vec::new(),
+        child_tags: Vec::new(),
+        tag_filter: 0,
+        name: String::new(),
+        qualifier: None,
+        narrowed: Vec::new(),
+        group_start: Vec::new(),
+    }
+}
+
+/// The segment definitions a structure's positions use: one per segment id, and one of its
+/// own for a position a guide narrows.
+#[derive(Default)]
+struct Placed {
+    segments: Vec<SegmentDef>,
+    index: HashMap<String, usize>,
+}
+
+impl Placed {
+    /// The segment a structure line places (its index in `segments`), with the qualifier
+    /// and the narrowed code lists of its position; `at` names the line in an error.
+    fn segment(
+        &mut self,
+        lookup: &Lookup<'_>,
+        line: &Line<'_>,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(usize, Option<Qualifier>, Vec<Qualifier>), String> {
+        let name = line.id;
+        if line.constraints.is_empty() && line.usages.is_empty() {
+            if let Some(i) = self.index.get(name) {
+                return Ok((*i, None, Vec::new()));
+            }
+            self.segments.push(lookup.segment_def(name)?);
+            let i = self.segments.len() - 1;
+            self.index.insert(name.to_string(), i);
+            return Ok((i, None, Vec::new()));
+        }
+        // A guide's position narrows the segment's code lists: its own copy of the
+        // definition, so the same segment elsewhere keeps the dictionary's lists.
+        let mut def = lookup.segment_def(name)?;
+        let mut qualifier = None;
+        let mut narrowed = Vec::new();
+        for (i, c) in line.constraints.iter().enumerate() {
+            let is_qualifier = i == 0 && line.when;
+            let q = narrow(&mut def, c, is_qualifier).map_err(|e| at(&e))?;
+            if is_qualifier {
+                qualifier = Some(q.clone());
+            }
+            narrowed.push(q);
+        }
+        // ... and its element usages: required or not used at this position only.
+        let mut named = HashSet::new();
+        for u in &line.usages {
+            for place in usage(&mut def, u).map_err(|e| at(&e))? {
+                if !named.insert(place) {
+                    return Err(at(&format!("{u}: an element is given a usage twice")));
+                }
+            }
+        }
+        self.segments.push(def);
+        Ok((self.segments.len() - 1, qualifier, narrowed))
+    }
 }
 
 /// A word of a structure line: plain, or a quoted name (which may hold spaces).
@@ -1485,6 +1482,29 @@ struct Line<'t> {
 }
 
 impl<'t> Line<'t> {
+    /// The line's requirement and maximum, once a loop's line is known to carry neither
+    /// qualifier nor usages (they belong on its trigger).
+    fn bounds(&self, is_loop: bool) -> Result<(Req, u32), &'static str> {
+        if is_loop && !self.constraints.is_empty() {
+            return Err(
+                "a loop takes its trigger's qualifier: write `when` on the trigger segment",
+            );
+        }
+        if is_loop && !self.usages.is_empty() {
+            return Err(
+                "element usages (+SEGnn, -SEGnn) belong on the trigger segment, not the loop",
+            );
+        }
+        let req = match self.req {
+            "M" => Req::M,
+            "O" => Req::O,
+            "X" => Req::X,
+            _ => return Err("requirement must be M, O or X"),
+        };
+        let max = parse_max(self.max).ok_or("maximum must be a positive number or >1")?;
+        Ok((req, max))
+    }
+
     fn read(words: &[Word<'t>]) -> Result<Line<'t>, String> {
         const SHAPE: &str =
             "expected `ID [\"Name\"] REQ MAX [when SEGnn=CODE,..] [SEGnn=CODE,..] [+SEGnn] [-SEGnn]` \
