@@ -18,7 +18,7 @@ use crate::registry::{
 
 use crate::x12::{Group, Interchange, TransactionSet};
 
-use super::batch::{Content, Folder, Item, Output, Round};
+use super::flight::{Content, Folder, Item, Output, Round};
 use super::ProcessError;
 
 /// One document of an interchange, as `process --json` and the history report it.

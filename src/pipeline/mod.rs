@@ -551,6 +551,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 mod batch;
 mod documents;
+mod flight;
 mod large;
 
 /// The default of `gateway.documents_per_run`, kept where the configuration can name it.
