@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 use crate::disposition::Disposition;
-use crate::pipeline::{self, ProcessError, ProcessOptions, Report, Source};
+use crate::pipeline::{self, Gateway, ProcessError, ProcessOptions, Report, Source};
 use crate::registry::{
     ClaimState, Event, EventFilter, EventKind, Record, Registry, RegistryError, Resolved,
 };
@@ -542,26 +542,23 @@ pub fn reprocess(
         only: Some(vec![key.to_string()]),
         ..options.clone()
     };
-    let outcome = pipeline::process_files(
-        &[Source::from(source.as_path())],
-        config,
-        schemas,
-        registry,
-        &only,
-        None,
-    )
-    .map_err(DeskError::from)
-    .and_then(|outcomes| {
-        let reports = outcomes
-            .into_iter()
-            .next()
-            .map(|o| o.result)
-            .transpose()?
-            .unwrap_or_default();
-        Ok(reports
-            .into_iter()
-            .find(|rep| rep.key.as_deref() == Some(key)))
-    });
+    let sources = [Source::from(source.as_path())];
+    let mut outcomes = pipeline::Outcomes::all();
+    let outcome = Gateway::new(config, schemas, registry, only)
+        .process(&sources, &mut |settled| outcomes.add(&sources, settled))
+        .map_err(DeskError::from)
+        .and_then(|()| {
+            let reports = outcomes
+                .into_vec()
+                .into_iter()
+                .next()
+                .map(|o| o.result)
+                .transpose()?
+                .unwrap_or_default();
+            Ok(reports
+                .into_iter()
+                .find(|rep| rep.key.as_deref() == Some(key)))
+        });
     match outcome {
         Ok(Some(report)) => {
             if report.disposition.is_success() {

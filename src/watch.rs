@@ -26,7 +26,7 @@ use crate::ack::Disposition;
 use crate::config::Config;
 use crate::inbound::{self, Destination};
 use crate::intake::{Intake, IntakeError, Taken};
-use crate::pipeline::{self, ClaimOrder, ProcessOptions, Report, Source, Turn};
+use crate::pipeline::{self, ClaimOrder, Gateway, Outcomes, ProcessOptions, Report, Source, Turn};
 use crate::registry::{EventKind, Registry, RegistryError};
 use crate::schema::Schemas;
 
@@ -243,17 +243,12 @@ fn process_batch_timed(
         .collect();
     // The watcher needs each interchange's outcome, not each document's: a large file's
     // reports keep the first documents, as the history does.
-    let result = pipeline::process_files_keeping(
-        &sources,
-        config,
-        schemas,
-        &mut registry,
-        &options,
-        Some(turn),
-        pipeline::RECORDED,
-    );
+    let mut kept = Outcomes::keeping(pipeline::RECORDED);
+    let result = Gateway::new(config, schemas, &mut registry, options)
+        .in_turn(turn)
+        .process(&sources, &mut |settled| kept.add(&sources, settled));
     let mut results = match result {
-        Ok(results) => results.into_iter(),
+        Ok(()) => kept.into_vec().into_iter(),
         Err(e) => {
             if let Ok(mut p) = pool.lock() {
                 p.push(registry);
@@ -1012,12 +1007,7 @@ impl Watcher {
         let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
             return false;
         };
-        match crate::pipeline::release_documents(
-            &self.config,
-            &mut registry,
-            None,
-            &self.options.owner,
-        ) {
+        match self.gateway(&mut registry).release_due() {
             Ok(done) if !done.is_empty() => {
                 tracing::warn!(
                     documents = done.len(),
@@ -1040,15 +1030,26 @@ impl Watcher {
         let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
             return;
         };
-        let deliverer = crate::delivery::Deliverer::new(&self.config, &self.options.owner);
-        if let Err(e) = deliverer.pass(&mut registry, crate::delivery::Scope::All, &|| {
-            self.options.stop.abandoned()
-        }) {
+        let stop = self.options.stop.clone();
+        if let Err(e) = self
+            .gateway(&mut registry)
+            .deliver_due(&|| stop.abandoned())
+        {
             tracing::error!(error = %e, "deliveries: registry error; they wait for the next run");
         }
         if let Ok(mut p) = self.pool.lock() {
             p.push(registry);
         }
+    }
+
+    /// The gateway of this watcher, working in `registry`.
+    fn gateway<'g>(&'g self, registry: &'g mut Registry) -> Gateway<'g> {
+        Gateway::new(
+            &self.config,
+            self.schemas,
+            registry,
+            ProcessOptions::clone(&self.options),
+        )
     }
 
     /// After the loop: the last summary, the files left undecided in the work folder (the

@@ -247,18 +247,7 @@ fn plan_run(
         return Ok(planned);
     };
     let mut in_run = 0usize;
-    // Only a later attempt withdraws what an earlier one recorded and it did not decide
-    // again: a first attempt keeps no ids (8 bytes a document, 8 MB for a million).
-    let again = it.report.attempt.is_some_and(|a| a > 1);
-    let partner = it.partner.key();
-    let correlation = it.report.correlation_id.clone().unwrap_or_default();
-    let (shared_partner, shared_interchange, shared_correlation): (Arc<str>, Arc<str>, Arc<str>) = (
-        partner.as_str().into(),
-        it.key.as_str().into(),
-        correlation.as_str().into(),
-    );
-    // The sender's guide, when it has one, names its documents as it read them.
-    let schemas = r.schemas.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6));
+    let run = RunOf::new(r, item, it);
     let mut visit = |gi: usize,
                      si: usize,
                      ic: &Interchange<'_>,
@@ -273,7 +262,10 @@ fn plan_run(
             return Ok(true);
         }
         let version = group.gs.element(8).unwrap_or_default();
-        let Some(def) = schemas.find(version, set.st.element(1).unwrap_or_default()) else {
+        let Some(def) = run
+            .schemas
+            .find(version, set.st.element(1).unwrap_or_default())
+        else {
             return Ok(true);
         };
         let found = document::identify_all(ic, set, def);
@@ -284,151 +276,254 @@ fn plan_run(
             *k = true;
         }
         in_run += found.len();
-        let st02 = document::part(set.st.element(2).unwrap_or_default()).into_owned();
+        let at = At {
+            gi,
+            si,
+            ic,
+            group,
+            set,
+            st02: document::part(set.st.element(2).unwrap_or_default()).into_owned(),
+        };
         for d in found {
-            let position = d.position(gi, si);
-            let (decided, released) = b.record_document(&Sighting {
-                key: &d.key,
-                subject: &d.subject,
-                partner: &partner,
-                set_id: &d.set_id,
-                role: d.role,
-                version: d.version.as_deref(),
-                fingerprint: &d.fingerprint,
-                interchange_key: &it.key,
-                position: &position,
-                st02: &st02,
-                deliver_duplicates: it.partner.duplicates.documents
-                    == crate::config::DuplicateDocuments::Deliver,
-            })?;
-            if again {
-                progress.recorded.push(decided.id);
-            }
-            let rest = |out: &mut dyn std::io::Write| {
-                document::write_rest(
-                    ic,
-                    group,
-                    set,
-                    &d,
-                    &document::Written {
-                        correlation_id: &correlation,
-                        utf8: it.utf8,
-                        form: it.partner.output.translation,
-                        schemas: Some(schemas),
-                    },
-                    out,
-                )
-            };
-            if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
-                let mut body = Vec::new();
-                rest(&mut body).map_err(|cause| ProcessError::Io {
-                    path: it.report.file.clone(),
-                    cause,
-                })?;
-                b.keep_document_body(decided.id, &body)?;
-            }
-            log_decision(&d, &decided);
-            let mut output = None;
-            // A waiting or held document is written by whoever lets it go (from its stored
-            // rest), never by its own interchange: a takeover writes it once.
-            let own = matches!(
-                decided.disposition,
-                DocumentDisposition::New | DocumentDisposition::Duplicate
-            );
-            let mut undelivered = None;
-            if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
-                let name = file_name(&d.key, decided.first, decided.id);
-                let dir = Folder::out(d.usage);
-                output = Some(shown(dir.path(&r.config.gateway), &name));
-                if d.usage == Usage::Test
-                    && r.config
-                        .destinations_for(&it.partner, &d.set_id, Usage::Test)
-                        .is_empty()
-                {
-                    undelivered = Some(NO_TEST_DESTINATION.to_string());
-                }
-                planned.named.push(Named {
-                    id: decided.id,
-                    name: name.clone(),
-                    key: d.key.clone(),
-                    set: d.set_id.clone(),
-                    partner: shared_partner.clone(),
-                    interchange: shared_interchange.clone(),
-                    correlation: shared_correlation.clone(),
-                    idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
-                });
-                let content = if it.large.is_some() {
-                    // Read again only now: written from memory with the run.
-                    let mut bytes = document::head(&d.key, &delivery_of(&decided, &it.key));
-                    rest(&mut bytes).map_err(|cause| ProcessError::Io {
-                        path: it.report.file.clone(),
-                        cause,
-                    })?;
-                    bytes.extend_from_slice(document::END);
-                    Content::Bytes(bytes)
-                } else {
-                    Content::Document {
-                        group: gi,
-                        set: si,
-                        part: d.part.clone(),
-                        decided: decided.clone(),
-                    }
-                };
-                planned.outputs.push(Output {
-                    item,
-                    dir,
-                    name,
-                    content,
-                    ack: None,
-                    isa13: None,
-                });
-            }
-            progress.report(decided.disposition, || {
-                Ok(DocumentReport {
-                    set: d.set_id.clone(),
-                    st02: st02.clone(),
-                    key: d.key.clone(),
-                    disposition: decided.disposition,
-                    usage: d.usage,
-                    undelivered,
-                    duplicate_of: decided.duplicate_of.clone(),
-                    output,
-                    // A duplicate's, asked for with the run's others (see `plan`).
-                    result_ref: None,
-                })
-            })?;
-            for rel in released {
-                let name = file_name(&rel.key, rel.first, rel.id);
-                planned.named.push(Named {
-                    id: rel.id,
-                    name: name.clone(),
-                    key: rel.key.clone(),
-                    set: rel.set_id.clone(),
-                    partner: shared_partner.clone(),
-                    interchange: rel.interchange_key.as_str().into(),
-                    correlation: correlation_of(&rel.interchange_key).into(),
-                    idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
-                });
-                planned.outputs.push(Output {
-                    item,
-                    dir: folder_of(&rel.key),
-                    name,
-                    content: Content::Bytes(released_file(&rel)),
-                    ack: None,
-                    isa13: None,
-                });
-                tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
-                planned.released.push(rel);
-            }
+            run.document(b, &at, &d, &mut planned, progress)?;
         }
         Ok(true)
     };
     match it.large {
         Some(large) => large.each_set((first_group, first_set), &mut visit)?,
-        None => each_set(&it.ic, (first_group, first_set), &mut visit)?,
+        None => each_set(ic, (first_group, first_set), &mut visit)?,
     }
     planned.decided = in_run;
     Ok(shrunk(planned))
+}
+
+/// What each document of an interchange's run is planned with.
+struct RunOf<'a, 'c, 'i> {
+    r: &'a Round<'c>,
+    item: usize,
+    it: &'a Item<'i>,
+    /// Only a later attempt withdraws what an earlier one recorded and it did not decide
+    /// again: a first attempt keeps no ids (8 bytes a document, 8 MB for a million).
+    again: bool,
+    partner: String,
+    correlation: String,
+    /// The partner, interchange and correlation id every file of the run names, shared.
+    shared: (Arc<str>, Arc<str>, Arc<str>),
+    /// The sender's guide, when it has one, names its documents as it read them.
+    schemas: &'c crate::schema::Schemas,
+}
+
+/// The set a document is cut from, and where it is.
+struct At<'s, 'x> {
+    gi: usize,
+    si: usize,
+    ic: &'s Interchange<'x>,
+    group: &'s Group<'x>,
+    set: &'s TransactionSet<'x>,
+    st02: String,
+}
+
+impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
+    fn new(r: &'a Round<'c>, item: usize, it: &'a Item<'i>) -> Self {
+        let partner = it.partner.key();
+        let correlation = it.report.correlation_id.clone().unwrap_or_default();
+        let shared = (
+            partner.as_str().into(),
+            it.key.as_str().into(),
+            correlation.as_str().into(),
+        );
+        RunOf {
+            r,
+            item,
+            it,
+            again: it.report.attempt.is_some_and(|a| a > 1),
+            schemas: r
+                .schemas
+                .for_sender(it.ic.isa.trimmed(5), it.ic.isa.trimmed(6)),
+            partner,
+            correlation,
+            shared,
+        }
+    }
+
+    /// One document recorded and decided, its file planned, its report kept, and the
+    /// parked documents its original lets go planned too.
+    fn document(
+        &self,
+        b: &Batch<'_>,
+        at: &At<'_, '_>,
+        d: &Identified,
+        planned: &mut Planned,
+        progress: &mut Progress,
+    ) -> Result<(), ProcessError> {
+        let it = self.it;
+        let position = d.position(at.gi, at.si);
+        let (decided, released) = b.record_document(&Sighting {
+            key: &d.key,
+            subject: &d.subject,
+            partner: &self.partner,
+            set_id: &d.set_id,
+            role: d.role,
+            version: d.version.as_deref(),
+            fingerprint: &d.fingerprint,
+            interchange_key: &it.key,
+            position: &position,
+            st02: &at.st02,
+            deliver_duplicates: it.partner.duplicates.documents
+                == crate::config::DuplicateDocuments::Deliver,
+        })?;
+        if self.again {
+            progress.recorded.push(decided.id);
+        }
+        if matches!(decided.delivery, Delivery::Held | Delivery::Parked) && !decided.again {
+            let mut body = Vec::new();
+            self.rest(at, d, &mut body)
+                .map_err(|cause| ProcessError::Io {
+                    path: it.report.file.clone(),
+                    cause,
+                })?;
+            b.keep_document_body(decided.id, &body)?;
+        }
+        log_decision(d, &decided);
+        // A waiting or held document is written by whoever lets it go (from its stored
+        // rest), never by its own interchange: a takeover writes it once.
+        let own = matches!(
+            decided.disposition,
+            DocumentDisposition::New | DocumentDisposition::Duplicate
+        );
+        let (output, undelivered) =
+            if own && matches!(decided.delivery, Delivery::Pending | Delivery::Delivered) {
+                self.deliver_now(at, d, &decided, planned)?
+            } else {
+                (None, None)
+            };
+        progress.report(decided.disposition, || {
+            Ok(DocumentReport {
+                set: d.set_id.clone(),
+                st02: at.st02.clone(),
+                key: d.key.clone(),
+                disposition: decided.disposition,
+                usage: d.usage,
+                undelivered,
+                duplicate_of: decided.duplicate_of.clone(),
+                output,
+                // A duplicate's, asked for with the run's others (see `plan`).
+                result_ref: None,
+            })
+        })?;
+        for rel in released {
+            self.let_go(rel, planned);
+        }
+        Ok(())
+    }
+
+    /// The rest of a document's file (all but its head), written to `out`.
+    fn rest(
+        &self,
+        at: &At<'_, '_>,
+        d: &Identified,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        document::write_rest(
+            at.ic,
+            at.group,
+            at.set,
+            d,
+            &document::Written {
+                correlation_id: &self.correlation,
+                utf8: self.it.utf8,
+                form: self.it.partner.output.translation,
+                schemas: Some(self.schemas),
+            },
+            out,
+        )
+    }
+
+    /// The file that delivers a document now, planned; where it goes, and why it goes to
+    /// no destination when it does not.
+    fn deliver_now(
+        &self,
+        at: &At<'_, '_>,
+        d: &Identified,
+        decided: &Decided,
+        planned: &mut Planned,
+    ) -> Result<(Option<String>, Option<String>), ProcessError> {
+        let (r, it) = (self.r, self.it);
+        let name = file_name(&d.key, decided.first, decided.id);
+        let dir = Folder::out(d.usage);
+        let output = Some(shown(dir.path(&r.config.gateway), &name));
+        let mut undelivered = None;
+        if d.usage == Usage::Test
+            && r.config
+                .destinations_for(&it.partner, &d.set_id, Usage::Test)
+                .is_empty()
+        {
+            undelivered = Some(NO_TEST_DESTINATION.to_string());
+        }
+        let (partner, interchange, correlation) = &self.shared;
+        planned.named.push(Named {
+            id: decided.id,
+            name: name.clone(),
+            key: d.key.clone(),
+            set: d.set_id.clone(),
+            partner: partner.clone(),
+            interchange: interchange.clone(),
+            correlation: correlation.clone(),
+            idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
+        });
+        let content = if it.large.is_some() {
+            // Read again only now: written from memory with the run.
+            let mut bytes = document::head(&d.key, &delivery_of(decided, &it.key));
+            self.rest(at, d, &mut bytes)
+                .map_err(|cause| ProcessError::Io {
+                    path: it.report.file.clone(),
+                    cause,
+                })?;
+            bytes.extend_from_slice(document::END);
+            Content::Bytes(bytes)
+        } else {
+            Content::Document {
+                group: at.gi,
+                set: at.si,
+                part: d.part.clone(),
+                decided: decided.clone(),
+            }
+        };
+        planned.outputs.push(Output {
+            item: self.item,
+            dir,
+            name,
+            content,
+            ack: None,
+            isa13: None,
+        });
+        Ok((output, undelivered))
+    }
+
+    /// A parked document this one's original lets go: its file planned.
+    fn let_go(&self, rel: Released, planned: &mut Planned) {
+        let name = file_name(&rel.key, rel.first, rel.id);
+        planned.named.push(Named {
+            id: rel.id,
+            name: name.clone(),
+            key: rel.key.clone(),
+            set: rel.set_id.clone(),
+            partner: self.shared.0.clone(),
+            interchange: rel.interchange_key.as_str().into(),
+            correlation: correlation_of(&rel.interchange_key).into(),
+            idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
+        });
+        planned.outputs.push(Output {
+            item: self.item,
+            dir: folder_of(&rel.key),
+            name,
+            content: Content::Bytes(released_file(&rel)),
+            ack: None,
+            isa13: None,
+        });
+        tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
+        planned.released.push(rel);
+    }
 }
 
 /// [`super::large::Large::each_set`] for an interchange read whole.

@@ -552,15 +552,14 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 mod batch;
 mod documents;
 mod flight;
+mod gateway;
 mod large;
 
 /// The default of `gateway.documents_per_run`, kept where the configuration can name it.
 pub use crate::config::RUN_DOCUMENTS;
-pub use batch::{
-    process_file, process_files, process_files_into, process_files_keeping, FileOutcome, Settled,
-    BATCH_BYTES, BATCH_FILES, RECORDED,
-};
+pub use batch::{FileOutcome, Settled, BATCH_BYTES, BATCH_FILES, RECORDED};
 pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
     REPORTED,
 };
+pub use gateway::{process_files, process_files_into, Gateway, Outcomes};

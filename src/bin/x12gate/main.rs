@@ -137,23 +137,41 @@ fn required(config: Option<Config>) -> Result<Config, Failure> {
 /// One command, with its arguments: the commands that need no registry (parse, render,
 /// validate) take only the limits, and work without a configuration file.
 fn run(cli: Cli) -> Result<u8, Failure> {
-    use commands::{deliveries, desk, documents, inspect, process, registry, setup};
     let config = configuration(cli.config.as_deref())?;
-    let limits = config.as_ref().map_or_else(Limits::default, |c| c.limits);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let code = match cli.command {
-        Command::Parse { file, raw } => inspect::parse(&file, raw, config.as_ref(), &mut out)?,
-        Command::Render { file } => inspect::render(&file, limits, &mut out)?,
+    let code = offline(cli.command, config, &mut out)?;
+    out.flush()?;
+    Ok(code)
+}
+
+type Out<'a> = std::io::BufWriter<std::io::StdoutLock<'a>>;
+
+/// The commands that work without a configuration file; every other one is refused
+/// without it ([`required`]).
+fn offline(command: Command, config: Option<Config>, out: &mut Out<'_>) -> Result<u8, Failure> {
+    use commands::inspect;
+    let limits = config.as_ref().map_or_else(Limits::default, |c| c.limits);
+    Ok(match command {
+        Command::Parse { file, raw } => inspect::parse(&file, raw, config.as_ref(), out)?,
+        Command::Render { file } => inspect::render(&file, limits, out)?,
         Command::Definitions { action } => {
-            commands::definitions::run(action, config.as_ref(), &mut out)?
+            commands::definitions::run(action, config.as_ref(), out)?
         }
         Command::Validate {
             files,
             json,
             envelope,
-        } => inspect::validate(&files, json, envelope, config.as_ref(), &mut out)?,
-        Command::Ack { file } => inspect::ack(&file, &required(config)?, &mut out)?,
+        } => inspect::validate(&files, json, envelope, config.as_ref(), out)?,
+        Command::Ack { file } => inspect::ack(&file, &required(config)?, out)?,
+        command => gateway(command, required(config)?, out)?,
+    })
+}
+
+/// The commands that run the gateway: processing, delivery, the watcher and the page.
+fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Failure> {
+    use commands::{deliveries, process, setup};
+    Ok(match command {
         Command::Process {
             files,
             json,
@@ -162,49 +180,40 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             window,
             repair_counters,
         } => {
-            let config = required(config)?;
             if repair_counters {
                 setup::repair_counters(&config)?;
             }
-            process::process(
-                &files,
-                json,
-                (no_wait, window),
-                no_deliver,
-                &config,
-                &mut out,
-            )?
+            process::process(&files, json, (no_wait, window), no_deliver, &config, out)?
         }
         Command::Deliver {
             drain,
             timeout,
             json,
-        } => deliveries::deliver(&required(config)?, drain, timeout, json, &mut out)?,
+        } => deliveries::deliver(&config, drain, timeout, json, out)?,
         Command::Deliveries {
             action,
             state,
             partner,
             json,
         } => deliveries::deliveries(
-            &required(config)?,
+            &config,
             action,
             state.as_deref(),
             partner.as_deref(),
             json,
-            &mut out,
+            out,
         )?,
         Command::Confirm {
             key,
             reference,
             force,
-        } => deliveries::confirm(&required(config)?, &key, &reference, force, &mut out)?,
+        } => deliveries::confirm(&config, &key, &reference, force, out)?,
         Command::Watch {
             poll,
             once,
             allow_actions,
             repair_counters,
         } => {
-            let config = required(config)?;
             if repair_counters {
                 setup::repair_counters(&config)?;
             }
@@ -213,7 +222,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Serve {
             listen,
             allow_actions,
-        } => process::serve(required(config)?, listen, allow_actions)?,
+        } => process::serve(config, listen, allow_actions)?,
+        command => records(command, &config, out)?,
+    })
+}
+
+/// The commands over the registry's records: history, counters, set-up.
+fn records(command: Command, config: &Config, out: &mut Out<'_>) -> Result<u8, Failure> {
+    use commands::{registry, setup};
+    Ok(match command {
         Command::History {
             partner,
             control_number,
@@ -222,44 +239,42 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             until,
             json,
         } => {
-            let config = required(config)?;
             let filter = registry::history_filter(
-                &config,
+                config,
                 partner,
                 control_number,
                 disposition,
                 since.as_deref(),
                 until.as_deref(),
             )?;
-            registry::history(&config, &filter, json, &mut out)?
+            registry::history(config, &filter, json, out)?
         }
-        Command::Stats { json } => registry::stats(&required(config)?, json, &mut out)?,
-        Command::Prune { files: true, apply } => {
-            registry::prune_files(&required(config)?, apply, &mut out)?
-        }
-        Command::Prune { .. } => registry::prune_keys(&required(config)?, &mut out)?,
-        Command::Counter { action } => registry::counter(action, &required(config)?, &mut out)?,
-        Command::Metrics => registry::metrics(&required(config)?, &mut out)?,
-        Command::Backup { dest } => registry::backup(&required(config)?, &dest, &mut out)?,
+        Command::Stats { json } => registry::stats(config, json, out)?,
+        Command::Prune { files: true, apply } => registry::prune_files(config, apply, out)?,
+        Command::Prune { .. } => registry::prune_keys(config, out)?,
+        Command::Counter { action } => registry::counter(action, config, out)?,
+        Command::Metrics => registry::metrics(config, out)?,
+        Command::Backup { dest } => registry::backup(config, &dest, out)?,
         Command::Init {
             isa13_from,
             gs06_from,
-        } => setup::init(&required(config)?, isa13_from, gs06_from, &mut out)?,
-        Command::Check => setup::check(&required(config)?, &mut out)?,
-        Command::Show { key, json } => desk::show(&required(config)?, &key, json, &mut out)?,
+        } => setup::init(config, isa13_from, gs06_from, out)?,
+        Command::Check => setup::check(config, out)?,
+        command => desk(command, config, out)?,
+    })
+}
+
+/// The operator's desk: one interchange or document shown, reprocessed, released.
+fn desk(command: Command, config: &Config, out: &mut Out<'_>) -> Result<u8, Failure> {
+    use commands::{desk, documents};
+    Ok(match command {
+        Command::Show { key, json } => desk::show(config, &key, json, out)?,
         Command::Reprocess {
             keys,
             file,
             force,
             json,
-        } => desk::reprocess(
-            &required(config)?,
-            &keys,
-            file.as_deref(),
-            force,
-            json,
-            &mut out,
-        )?,
+        } => desk::reprocess(config, &keys, file.as_deref(), force, json, out)?,
         Command::Documents {
             action,
             held,
@@ -269,7 +284,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             interchange,
             json,
         } => documents::documents(
-            &required(config)?,
+            config,
             action,
             &documents::Listing {
                 held,
@@ -279,20 +294,18 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 interchange,
                 json,
             },
-            &mut out,
+            out,
         )?,
         Command::Scan {
             paths,
             json,
             backfill,
-        } => documents::scan(&required(config)?, &paths, json, backfill, &mut out)?,
-        Command::Claims { action, json } => {
-            desk::claims(&required(config)?, action, json, &mut out)?
-        }
+        } => documents::scan(config, &paths, json, backfill, out)?,
+        Command::Claims { action, json } => desk::claims(config, action, json, out)?,
         Command::Rejected {
             action: RejectedAction::Resolve { target, note },
-        } => desk::resolve_rejected(&required(config)?, &target, note.as_deref(), &mut out)?,
-    };
-    out.flush()?;
-    Ok(code)
+        } => desk::resolve_rejected(config, &target, note.as_deref(), out)?,
+        // invariant: every command is matched by `offline`, `gateway`, `records` or here.
+        _ => exit::USAGE,
+    })
 }

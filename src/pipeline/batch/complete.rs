@@ -5,7 +5,9 @@
 use crate::ack::Disposition;
 use crate::pipeline::flight::{bounded_reason, span, Item, Kept, Round};
 use crate::pipeline::{json, ProcessError, Report};
-use crate::registry::{AckBytes, AckToStore, Completion, EventKind, Registry};
+use std::collections::{HashMap, HashSet};
+
+use crate::registry::{AckBytes, AckToStore, Batch, Completion, EventKind, GroupKey, Registry};
 
 use super::claim::AfterClaim;
 use super::decide::{released_groups, Prepared};
@@ -16,11 +18,11 @@ pub(super) fn complete_all(
     r: &Round<'_>,
     prepared: &mut [Prepared],
     plans: &[(usize, AfterClaim)],
-    stored: &std::collections::HashMap<usize, Vec<Kept>>,
+    stored: &HashMap<usize, Vec<Kept>>,
     any_owned: bool,
     items: &mut [Item<'_>],
     registry: &mut Registry,
-) -> Result<std::collections::HashSet<usize>, ProcessError> {
+) -> Result<HashSet<usize>, ProcessError> {
     for p in prepared.iter_mut() {
         let it = &mut items[p.item];
         let response = &p.decision.response;
@@ -48,142 +50,204 @@ pub(super) fn complete_all(
             _ => Some(recorded_detail(&mut items[*i].report)),
         })
         .collect();
+    let items_now: &[Item<'_>] = items;
     let completed: Vec<(usize, bool)> = registry.batch_again(|b| {
-        let mut completed = Vec::new();
+        let mut completed: Vec<(usize, bool)> = prepared
+            .iter()
+            .filter(|p| p.lost)
+            .map(|p| (p.item, false))
+            .collect();
         // The claims still ours, each with the group keys its groups not wholly accepted
         // release.
-        let mut ours = Vec::new();
-        for (p, detail) in prepared.iter().zip(&details) {
-            if p.lost {
-                completed.push((p.item, false));
-                continue;
-            }
-            let released = released_groups(&p.decision, &p.group_keys);
-            ours.push((p, detail, released));
-        }
-        // What makes each acknowledgment not held (a large interchange's 997/999), then
-        // every acknowledgment as the registry stores it.
-        type Make<'m> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + 'm>;
-        let kept_of = |p: &Prepared| stored.get(&p.item).map_or(&[][..], Vec::as_slice);
-        let makers: Vec<Vec<Make<'_>>> = ours
+        let ours: Vec<Ours<'_>> = prepared
             .iter()
-            .map(|(p, ..)| {
-                let ic = &items[p.item].ic;
-                kept_of(p)
-                    .iter()
-                    .filter_map(|k| match k {
-                        Kept::Made { made, .. } => {
-                            Some(Box::new(move |out: &mut dyn std::io::Write| {
-                                made.write(ic, &r.config.gateway, out)
-                            }) as Make<'_>)
-                        }
-                        Kept::Held(_) => None,
-                    })
-                    .collect()
-            })
-            .collect();
-        let to_store: Vec<Vec<AckToStore<'_>>> = ours
-            .iter()
-            .zip(&makers)
-            .map(|((p, ..), makers)| {
-                let mut makers = makers.iter();
-                kept_of(p)
-                    .iter()
-                    .filter_map(|k| match k {
-                        Kept::Held(a) => Some(a.to_store()),
-                        // One maker each, in order (made just above).
-                        Kept::Made { kind, path, .. } => makers.next().map(|make| AckToStore {
-                            kind,
-                            path,
-                            bytes: AckBytes::Made(make.as_ref()),
-                        }),
-                    })
-                    .collect()
-            })
-            .collect();
-        let completions: Vec<(&str, Completion<'_>)> = ours
-            .iter()
-            .zip(&to_store)
-            .map(|((p, detail, released), acks)| {
-                let it = &items[p.item];
-                let response = &p.decision.response;
-                (
-                    it.key.as_str(),
-                    Completion {
-                        disposition: response.disposition,
-                        reason_code: it.report.reason_code.as_deref(),
-                        reason: it.report.reason.as_deref(),
-                        acks,
-                        outputs: it
-                            .report
-                            .outputs
-                            .get(..it.report.outputs.len().min(RECORDED))
-                            .unwrap_or_default(),
-                        released_groups: released,
-                        event: response.disposition.into(),
-                        detail,
-                    },
-                )
-            })
-            .collect();
-        let done = b.complete_many(&r.options.owner, &completions)?;
-        // Only a later attempt can find sightings an earlier one recorded and this one did
-        // not; a first attempt's (a key never seen, or pruned) are all its own, and reading
-        // them back would cost a million ids for a large interchange.
-        let again: Vec<bool> = ours
-            .iter()
-            .map(|(p, ..)| items[p.item].report.attempt.is_some_and(|a| a > 1))
-            .collect();
-        let keys: Vec<&str> = completions
-            .iter()
-            .zip(&again)
-            .filter(|(_, again)| **again)
-            .map(|((key, _), _)| *key)
-            .collect();
-        let mut recorded = b.recorded_documents(&keys)?.into_iter();
-        for (((p, ..), done), again) in ours.iter().zip(done).zip(again) {
-            let recorded = if again {
-                recorded.next().unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            if done {
-                let key = &items[p.item].key;
-                crate::pipeline::documents::complete(
-                    b,
-                    r.config,
-                    &r.options.owner,
-                    key,
-                    &recorded,
-                    &p.documents,
-                    &p.progress,
-                )?;
-            }
-            completed.push((p.item, done));
-        }
-        for ((i, plan), detail) in plans.iter().zip(&noted) {
-            let event = match plan {
-                AfterClaim::Replay(_) => EventKind::Duplicate,
-                AfterClaim::Refuse(_) => EventKind::Conflict,
-                AfterClaim::Event(event) => *event,
-                AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
-            };
-            let Some(detail) = detail else {
-                continue;
-            };
-            let it = &items[*i];
-            b.record_event(
-                event,
-                Some(&it.key),
-                Some(&it.partner.key()),
-                it.report.control_number.as_deref(),
-                it.report.disposition,
+            .zip(&details)
+            .filter(|(p, _)| !p.lost)
+            .map(|(p, detail)| Ours {
+                p,
                 detail,
-            )?;
-        }
+                released: released_groups(&p.decision, &p.group_keys),
+            })
+            .collect();
+        completed.extend(complete_ours(b, r, &ours, stored, items_now)?);
+        record_others(b, plans, &noted, items_now)?;
         Ok::<_, ProcessError>(completed)
     })?;
-    let mut recorded = std::collections::HashSet::new();
+    Ok(told(completed, items))
+}
+
+/// A claim still ours at the completion: what was prepared for it, the detail its event
+/// records, and the group keys it releases.
+struct Ours<'p> {
+    p: &'p Prepared,
+    detail: &'p str,
+    released: Vec<GroupKey>,
+}
+
+/// Writes an acknowledgment that is not held (a large interchange's 997/999).
+type Make<'m> = Box<dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + 'm>;
+
+/// The claims still ours completed (inside the completion's transaction), with their
+/// acknowledgments stored and their documents handed over; whether each was still ours.
+fn complete_ours(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    ours: &[Ours<'_>],
+    stored: &HashMap<usize, Vec<Kept>>,
+    items: &[Item<'_>],
+) -> Result<Vec<(usize, bool)>, ProcessError> {
+    let kept_of = |p: &Prepared| stored.get(&p.item).map_or(&[][..], Vec::as_slice);
+    let makers: Vec<Vec<Make<'_>>> = ours
+        .iter()
+        .map(|o| {
+            let ic = &items[o.p.item].ic;
+            kept_of(o.p)
+                .iter()
+                .filter_map(|k| match k {
+                    Kept::Made { made, .. } => Some(Box::new(move |out: &mut dyn std::io::Write| {
+                        made.write(ic, &r.config.gateway, out)
+                    }) as Make<'_>),
+                    Kept::Held(_) => None,
+                })
+                .collect()
+        })
+        .collect();
+    let to_store: Vec<Vec<AckToStore<'_>>> = ours
+        .iter()
+        .zip(&makers)
+        .map(|(o, makers)| {
+            let mut makers = makers.iter();
+            kept_of(o.p)
+                .iter()
+                .filter_map(|k| match k {
+                    Kept::Held(a) => Some(a.to_store()),
+                    // One maker each, in order (made just above).
+                    Kept::Made { kind, path, .. } => makers.next().map(|make| AckToStore {
+                        kind,
+                        path,
+                        bytes: AckBytes::Made(make.as_ref()),
+                    }),
+                })
+                .collect()
+        })
+        .collect();
+    let completions: Vec<(&str, Completion<'_>)> = ours
+        .iter()
+        .zip(&to_store)
+        .map(|(o, acks)| completion(o, acks, items))
+        .collect();
+    let done = b.complete_many(&r.options.owner, &completions)?;
+    hand_over(b, r, ours, done, items)
+}
+
+/// What the registry records of a claim still ours.
+fn completion<'a>(
+    o: &'a Ours<'_>,
+    acks: &'a [AckToStore<'a>],
+    items: &'a [Item<'_>],
+) -> (&'a str, Completion<'a>) {
+    let it = &items[o.p.item];
+    let response = &o.p.decision.response;
+    (
+        it.key.as_str(),
+        Completion {
+            disposition: response.disposition,
+            reason_code: it.report.reason_code.as_deref(),
+            reason: it.report.reason.as_deref(),
+            acks,
+            outputs: it
+                .report
+                .outputs
+                .get(..it.report.outputs.len().min(RECORDED))
+                .unwrap_or_default(),
+            released_groups: &o.released,
+            event: response.disposition.into(),
+            detail: o.detail,
+        },
+    )
+}
+
+/// The documents of the claims completed (`done`) handed over; whether each was.
+fn hand_over(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    ours: &[Ours<'_>],
+    done: Vec<bool>,
+    items: &[Item<'_>],
+) -> Result<Vec<(usize, bool)>, ProcessError> {
+    // Only a later attempt can find sightings an earlier one recorded and this one did not;
+    // a first attempt's (a key never seen, or pruned) are all its own, and reading them back
+    // would cost a million ids for a large interchange.
+    let again: Vec<bool> = ours
+        .iter()
+        .map(|o| items[o.p.item].report.attempt.is_some_and(|a| a > 1))
+        .collect();
+    let keys: Vec<&str> = ours
+        .iter()
+        .zip(&again)
+        .filter(|(_, again)| **again)
+        .map(|(o, _)| items[o.p.item].key.as_str())
+        .collect();
+    let mut recorded = b.recorded_documents(&keys)?.into_iter();
+    let mut completed = Vec::with_capacity(ours.len());
+    for ((o, done), again) in ours.iter().zip(done).zip(again) {
+        let recorded = if again {
+            recorded.next().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        if done {
+            let key = &items[o.p.item].key;
+            crate::pipeline::documents::complete(
+                b,
+                r.config,
+                &r.options.owner,
+                key,
+                &recorded,
+                &o.p.documents,
+                &o.p.progress,
+            )?;
+        }
+        completed.push((o.p.item, done));
+    }
+    Ok(completed)
+}
+
+/// The events of the decisions that complete no claim of ours (replays, refusals, waits
+/// not taken), with their details (`noted`, by plan).
+fn record_others(
+    b: &Batch<'_>,
+    plans: &[(usize, AfterClaim)],
+    noted: &[Option<String>],
+    items: &[Item<'_>],
+) -> Result<(), ProcessError> {
+    for ((i, plan), detail) in plans.iter().zip(noted) {
+        let event = match plan {
+            AfterClaim::Replay(_) => EventKind::Duplicate,
+            AfterClaim::Refuse(_) => EventKind::Conflict,
+            AfterClaim::Event(event) => *event,
+            AfterClaim::Busy(_) | AfterClaim::Own(_) => continue,
+        };
+        let Some(detail) = detail else {
+            continue;
+        };
+        let it = &items[*i];
+        b.record_event(
+            event,
+            Some(&it.key),
+            Some(&it.partner.key()),
+            it.report.control_number.as_deref(),
+            it.report.disposition,
+            detail,
+        )?;
+    }
+    Ok(())
+}
+
+/// Each completion logged, and each claim lost reported so; the items whose decisions were
+/// recorded.
+fn told(completed: Vec<(usize, bool)>, items: &mut [Item<'_>]) -> HashSet<usize> {
+    let mut recorded = HashSet::new();
     for (i, done) in completed {
         let it = &mut items[i];
         let _enter = span(it).entered();
@@ -199,7 +263,7 @@ pub(super) fn complete_all(
             lost_claim(&mut it.report);
         }
     }
-    Ok(recorded)
+    recorded
 }
 
 /// The documents and outputs an audit event (and the claim's row) lists: the first ones of

@@ -48,220 +48,330 @@ pub(super) fn prepare_all(
     registry: &mut Registry,
 ) -> Result<(Vec<Prepared>, Vec<Output>), ProcessError> {
     registry.batch(|b| {
-        let mut prepared = Vec::new();
-        let mut outputs = Vec::new();
-        // The fences first, all at once (a fence touches only its own key); then the group
-        // keys of the interchanges still ours, all at once too, in order (a key two of them
-        // carry is the second one's duplicate, as one after the other).
-        let owned: Vec<&Item<'_>> = plans
-            .iter()
-            .filter(|(_, plan)| matches!(plan, AfterClaim::Own(_)))
-            .filter_map(|(i, _)| items.get(*i))
-            .collect();
-        let keys: Vec<&str> = owned.iter().map(|it| it.key.as_str()).collect();
-        let renewed = b.renew_many(&keys, &r.options.owner, r.lease_ms)?;
-        let groups: Vec<Vec<GroupKey>> = owned.iter().map(|it| group_keys(&it.ic)).collect();
-        let partners: Vec<String> = owned.iter().map(|it| it.partner.key()).collect();
-        let checked: Vec<bool> = owned
-            .iter()
-            .zip(&renewed)
-            .zip(&groups)
-            .map(|((it, renewed), groups)| {
-                renewed.is_some() && it.partner.duplicates.check_groups && !groups.is_empty()
-            })
-            .collect();
-        let claims: Vec<(&str, &str, &[GroupKey], u32)> = owned
-            .iter()
-            .zip(&keys)
-            .zip(&partners)
-            .zip(&groups)
-            .zip(&checked)
-            .filter(|(_, checked)| **checked)
-            .map(|((((it, key), partner), groups), _)| {
-                (
-                    *key,
-                    partner.as_str(),
-                    groups.as_slice(),
-                    it.partner.duplicates.window_days,
-                )
-            })
-            .collect();
-        let mut seen = b.claim_groups_many(&claims)?.into_iter();
-        let mut shared = Shared::of(&claims);
-        drop(claims);
-        let mut ready = renewed.into_iter().zip(groups).zip(checked).zip(found);
-        // Into the outbox of the configuration in force, whatever folder the first answer
-        // went to (a restored or moved gateway): rows store the name, older rows an absolute
-        // path of which only the name counts. The bytes are moved, not copied: a replayed 997
-        // of a million sets is 22 MB.
-        for (i, plan) in plans.iter_mut() {
-            let AfterClaim::Replay(acks) = plan else {
-                continue;
-            };
-            outputs.extend(acks.iter_mut().map(|a| {
-                Output {
-                    item: *i,
-                    dir: Folder::Outbox,
-                    name: Path::new(&a.path)
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    content: Content::Bytes(std::mem::take(&mut a.bytes)),
-                    ack: Some(a.kind.clone()),
-                    isa13: None,
-                }
-            }));
-        }
-        // Each interchange decided; then the control numbers all of them need, taken
-        // together in their order (as one after the other would take them).
-        let mut stages = Vec::new();
-        for (i, plan) in plans.iter() {
-            let it = &items[*i];
-            match plan {
-                AfterClaim::Own(first) => {
-                    let (((renewed, groups), checked), found) = ready
-                        .next()
-                        .unwrap_or((((None, Vec::new()), false), Vec::new()));
-                    let mut seen_before = if checked {
-                        seen.next().unwrap_or_default()
-                    } else {
-                        Vec::new()
-                    };
-                    let partner = it.partner.key();
-                    if checked {
-                        shared.claim_freed(b, it, &partner, &groups, &mut seen_before)?;
-                    }
-                    stages.push(match renewed {
-                        Some(renewed) => {
-                            let owned = decide_owned(r, it, renewed, found, groups, &seen_before);
-                            if checked {
-                                shared.release(b, it, &partner, &owned)?;
-                            }
-                            Stage::Own(first, Box::new(owned))
-                        }
-                        None => Stage::Lost,
-                    });
-                }
-                AfterClaim::Refuse(decision) => stages.push(Stage::Refuse(decision)),
-                AfterClaim::Replay(_) | AfterClaim::Busy(_) | AfterClaim::Event(_) => {
-                    stages.push(Stage::Done)
-                }
-            }
-        }
-        let partners: Vec<String> = stages
-            .iter()
-            .map(|stage| match stage {
-                Stage::Own(_, owned) => owned.decision.partner.key(),
-                Stage::Refuse(decision) => decision.partner.key(),
-                Stage::Lost | Stage::Done => String::new(),
-            })
-            .collect();
-        // A content refused before whose TA1 is still in the outbox (a redo after a crash
-        // cut the placing of its file short): that TA1 again, no new number.
-        let earlier: Vec<Option<Vec<u8>>> = plans
-            .iter()
-            .zip(&stages)
-            .map(|((i, _), stage)| match stage {
-                Stage::Refuse(_) => std::fs::read(
-                    r.config
-                        .gateway
-                        .outbox
-                        .join(refusal_name(&items[*i], ack::OutboundKind::Ta1)),
-                )
-                .ok(),
-                _ => None,
-            })
-            .collect();
-        let wants: Vec<(&str, usize, usize)> = stages
-            .iter()
-            .zip(&partners)
-            .zip(&earlier)
-            .map(|((stage, partner), earlier)| {
-                let needed = match stage {
-                    Stage::Own(_, owned) if owned.reserved.is_none() => {
-                        numbers_needed(&owned.decision)
-                    }
-                    Stage::Refuse(decision) if earlier.is_none() => numbers_needed(decision),
-                    _ => ack::NumbersNeeded { isa13: 0, gs06: 0 },
-                };
-                (partner.as_str(), needed.isa13, needed.gs06)
-            })
-            .collect();
-        let mut taken = b.take_control_numbers(&wants)?.into_iter();
-        // Documents are decided in file order, a run's worth in this transaction (across the
-        // batch's interchanges): once the run is full, the rest wait for `more_runs`, which
-        // decides them in order, a run at a time.
-        let mut budget = r.run_documents;
-        let mut earlier = earlier.into_iter();
-        for ((i, _), stage) in plans.iter().zip(stages) {
-            let earlier = earlier.next().flatten();
-            let it = &items[*i];
-            let (isa13, gs06) = taken.next().unwrap_or_default();
-            match stage {
-                Stage::Own(first, mut owned) => {
-                    let reservation = match owned.reserved.take() {
-                        Some(earlier) => earlier,
-                        None => {
-                            // Reserved with the claim, so a takeover of this claim writes
-                            // the very same bytes.
-                            let reservation = Reservation {
-                                at_ms: crate::registry::now_ms(),
-                                isa13,
-                                gs06,
-                            };
-                            b.keep_reservation(&it.key, &reservation)?;
-                            reservation
-                        }
-                    };
-                    let mut p = prepare(r, *i, it, first, *owned, reservation)?;
-                    if budget > 0 {
-                        budget = next_run(b, r, &mut p, it, budget)?;
-                    }
-                    // An interchange with nothing to decide (a rejected one) is answered now,
-                    // whether it waits or not.
-                    p.files = run_files(&mut p, &it.ic);
-                    prepared.push(p);
-                }
-                Stage::Lost => prepared.push(Prepared {
-                    item: *i,
-                    decision: decide_with(&it.ic, r.config, r.schemas, Vec::new()),
-                    files: Vec::new(),
-                    group_keys: Vec::new(),
-                    documents: Planned::default(),
-                    progress: Progress::new(&it.ic, false),
-                    acks: Vec::new(),
-                    stem: String::new(),
-                    lost: true,
-                }),
-                Stage::Refuse(_) if earlier.is_some() => outputs.push(Output {
-                    item: *i,
-                    dir: Folder::Outbox,
-                    name: refusal_name(it, ack::OutboundKind::Ta1),
-                    content: Content::Bytes(earlier.unwrap_or_default()),
-                    ack: Some(ack::OutboundKind::Ta1.extension().to_string()),
-                    isa13: None,
-                }),
-                Stage::Refuse(decision) => {
-                    let now = chrono::Local::now().naive_local();
-                    // Not reserved: nothing is claimed, and a resend once the first answer
-                    // has left the outbox is refused afresh.
-                    let numbers = ack::Numbers { isa13, gs06 };
-                    for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
-                        outputs.push(Output {
-                            item: *i,
-                            dir: Folder::Outbox,
-                            name: refusal_name(it, o.kind),
-                            content: Content::Bytes(o.bytes),
-                            ack: Some(o.kind.extension().to_string()),
-                            isa13: Some(o.control_number),
-                        });
-                    }
-                }
-                Stage::Done => {}
-            }
-        }
+        let (fenced, mut shared) = fence(b, r, plans, items, found)?;
+        let mut outputs = replayed(plans);
+        let plans: &[(usize, AfterClaim)] = plans;
+        let stages = decide_each(b, r, plans, items, fenced, &mut shared)?;
+        let numbered = number(b, r, plans, items, stages)?;
+        let prepared = prepare_each(b, r, items, numbered, &mut outputs)?;
         Ok::<_, ProcessError>((prepared, outputs))
     })
+}
+
+/// What the fence found for one owned interchange: its lease renewed (`None`: lost), its
+/// groups' keys, whether they are checked for duplicates and which of them were seen before,
+/// and its own findings.
+struct Fenced {
+    renewed: Option<Renewed>,
+    groups: Vec<GroupKey>,
+    checked: bool,
+    seen: Vec<bool>,
+    found: Vec<Finding>,
+}
+
+/// The fences of the owned interchanges, all at once (a fence touches only its own key);
+/// then the group keys of those still ours, all at once too, in order (a key two of them
+/// carry is the second one's duplicate, as one after the other). In plan order.
+fn fence(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    plans: &[(usize, AfterClaim)],
+    items: &[Item<'_>],
+    found: Vec<Vec<Finding>>,
+) -> Result<(Vec<Fenced>, Shared), ProcessError> {
+    let owned: Vec<&Item<'_>> = plans
+        .iter()
+        .filter(|(_, plan)| matches!(plan, AfterClaim::Own(_)))
+        .filter_map(|(i, _)| items.get(*i))
+        .collect();
+    let keys: Vec<&str> = owned.iter().map(|it| it.key.as_str()).collect();
+    let renewed = b.renew_many(&keys, &r.options.owner, r.lease_ms)?;
+    let groups: Vec<Vec<GroupKey>> = owned.iter().map(|it| group_keys(&it.ic)).collect();
+    let partners: Vec<String> = owned.iter().map(|it| it.partner.key()).collect();
+    let checked: Vec<bool> = owned
+        .iter()
+        .zip(&renewed)
+        .zip(&groups)
+        .map(|((it, renewed), groups)| {
+            renewed.is_some() && it.partner.duplicates.check_groups && !groups.is_empty()
+        })
+        .collect();
+    let claims: Vec<(&str, &str, &[GroupKey], u32)> = owned
+        .iter()
+        .zip(&keys)
+        .zip(&partners)
+        .zip(&groups)
+        .zip(&checked)
+        .filter(|(_, checked)| **checked)
+        .map(|((((it, key), partner), groups), _)| {
+            (
+                *key,
+                partner.as_str(),
+                groups.as_slice(),
+                it.partner.duplicates.window_days,
+            )
+        })
+        .collect();
+    let mut seen = b.claim_groups_many(&claims)?.into_iter();
+    let shared = Shared::of(&claims);
+    drop(claims);
+    let fenced = renewed
+        .into_iter()
+        .zip(groups)
+        .zip(checked)
+        .zip(found)
+        .map(|(((renewed, groups), checked), found)| Fenced {
+            renewed,
+            groups,
+            checked,
+            seen: if checked {
+                seen.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            },
+            found,
+        })
+        .collect();
+    Ok((fenced, shared))
+}
+
+/// The stored answers of the duplicates, to place again. Into the outbox of the
+/// configuration in force, whatever folder the first answer went to (a restored or moved
+/// gateway): rows store the name, older rows an absolute path of which only the name counts.
+/// The bytes are moved, not copied: a replayed 997 of a million sets is 22 MB.
+fn replayed(plans: &mut [(usize, AfterClaim)]) -> Vec<Output> {
+    let mut outputs = Vec::new();
+    for (i, plan) in plans.iter_mut() {
+        let AfterClaim::Replay(acks) = plan else {
+            continue;
+        };
+        outputs.extend(acks.iter_mut().map(|a| {
+            Output {
+                item: *i,
+                dir: Folder::Outbox,
+                name: Path::new(&a.path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                content: Content::Bytes(std::mem::take(&mut a.bytes)),
+                ack: Some(a.kind.clone()),
+                isa13: None,
+            }
+        }));
+    }
+    outputs
+}
+
+/// Each plan's stage: the owned interchanges whose fence held decided, in plan order (the
+/// group keys an earlier one of the round freed claimed again first).
+fn decide_each<'p>(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    plans: &'p [(usize, AfterClaim)],
+    items: &[Item<'_>],
+    fenced: Vec<Fenced>,
+    shared: &mut Shared,
+) -> Result<Vec<Stage<'p>>, ProcessError> {
+    let mut fenced = fenced.into_iter();
+    let mut stages = Vec::with_capacity(plans.len());
+    for (i, plan) in plans {
+        let it = &items[*i];
+        let first = match plan {
+            AfterClaim::Own(first) => first,
+            AfterClaim::Refuse(decision) => {
+                stages.push(Stage::Refuse(decision));
+                continue;
+            }
+            AfterClaim::Replay(_) | AfterClaim::Busy(_) | AfterClaim::Event(_) => {
+                stages.push(Stage::Done);
+                continue;
+            }
+        };
+        let Fenced {
+            renewed,
+            groups,
+            checked,
+            mut seen,
+            found,
+        } = fenced.next().unwrap_or(Fenced {
+            renewed: None,
+            groups: Vec::new(),
+            checked: false,
+            seen: Vec::new(),
+            found: Vec::new(),
+        });
+        let partner = it.partner.key();
+        if checked {
+            shared.claim_freed(b, it, &partner, &groups, &mut seen)?;
+        }
+        stages.push(match renewed {
+            Some(renewed) => {
+                let owned = decide_owned(r, it, renewed, found, groups, &seen);
+                if checked {
+                    shared.release(b, it, &partner, &owned)?;
+                }
+                Stage::Own(first, Box::new(owned))
+            }
+            None => Stage::Lost,
+        });
+    }
+    Ok(stages)
+}
+
+/// One plan's stage with what numbers its acknowledgments: the TA1 of a content refused
+/// before that is still in the outbox, or the control numbers taken for it.
+struct Numbered<'p> {
+    item: usize,
+    stage: Stage<'p>,
+    earlier: Option<Vec<u8>>,
+    taken: (Vec<u32>, Vec<u32>),
+}
+
+/// The control numbers all the stages need, taken together in their order (as one after
+/// the other would take them). A content refused before whose TA1 is still in the outbox (a
+/// redo after a crash cut the placing of its file short) takes none: that TA1 again.
+fn number<'p>(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    plans: &[(usize, AfterClaim)],
+    items: &[Item<'_>],
+    stages: Vec<Stage<'p>>,
+) -> Result<Vec<Numbered<'p>>, ProcessError> {
+    let partners: Vec<String> = stages
+        .iter()
+        .map(|stage| match stage {
+            Stage::Own(_, owned) => owned.decision.partner.key(),
+            Stage::Refuse(decision) => decision.partner.key(),
+            Stage::Lost | Stage::Done => String::new(),
+        })
+        .collect();
+    let earlier: Vec<Option<Vec<u8>>> = plans
+        .iter()
+        .zip(&stages)
+        .map(|((i, _), stage)| match stage {
+            Stage::Refuse(_) => std::fs::read(
+                r.config
+                    .gateway
+                    .outbox
+                    .join(refusal_name(&items[*i], ack::OutboundKind::Ta1)),
+            )
+            .ok(),
+            _ => None,
+        })
+        .collect();
+    let wants: Vec<(&str, usize, usize)> = stages
+        .iter()
+        .zip(&partners)
+        .zip(&earlier)
+        .map(|((stage, partner), earlier)| {
+            let needed = match stage {
+                Stage::Own(_, owned) if owned.reserved.is_none() => numbers_needed(&owned.decision),
+                Stage::Refuse(decision) if earlier.is_none() => numbers_needed(decision),
+                _ => ack::NumbersNeeded { isa13: 0, gs06: 0 },
+            };
+            (partner.as_str(), needed.isa13, needed.gs06)
+        })
+        .collect();
+    let mut taken = b.take_control_numbers(&wants)?.into_iter();
+    Ok(plans
+        .iter()
+        .zip(stages)
+        .zip(earlier)
+        .map(|(((item, _), stage), earlier)| Numbered {
+            item: *item,
+            stage,
+            earlier,
+            taken: taken.next().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Each stage prepared: the owned interchanges' numbers reserved, their acknowledgments made
+/// and their first run of documents decided; the refusals' TA1s into `outputs`. Documents
+/// are decided in file order, a run's worth in this transaction (across the batch's
+/// interchanges): once the run is full, the rest wait for `more_runs`, which decides them in
+/// order, a run at a time.
+fn prepare_each(
+    b: &Batch<'_>,
+    r: &Round<'_>,
+    items: &[Item<'_>],
+    numbered: Vec<Numbered<'_>>,
+    outputs: &mut Vec<Output>,
+) -> Result<Vec<Prepared>, ProcessError> {
+    let mut prepared = Vec::new();
+    let mut budget = r.run_documents;
+    for Numbered {
+        item: i,
+        stage,
+        earlier,
+        taken: (isa13, gs06),
+    } in numbered
+    {
+        let it = &items[i];
+        match stage {
+            Stage::Own(first, mut owned) => {
+                let reservation = match owned.reserved.take() {
+                    Some(earlier) => earlier,
+                    None => {
+                        // Reserved with the claim, so a takeover of this claim writes the
+                        // very same bytes.
+                        let reservation = Reservation {
+                            at_ms: crate::registry::now_ms(),
+                            isa13,
+                            gs06,
+                        };
+                        b.keep_reservation(&it.key, &reservation)?;
+                        reservation
+                    }
+                };
+                let mut p = prepare(r, i, it, first, *owned, reservation)?;
+                if budget > 0 {
+                    budget = next_run(b, r, &mut p, it, budget)?;
+                }
+                // An interchange with nothing to decide (a rejected one) is answered now,
+                // whether it waits or not.
+                p.files = run_files(&mut p, &it.ic);
+                prepared.push(p);
+            }
+            Stage::Lost => prepared.push(Prepared {
+                item: i,
+                decision: decide_with(&it.ic, r.config, r.schemas, Vec::new()),
+                files: Vec::new(),
+                group_keys: Vec::new(),
+                documents: Planned::default(),
+                progress: Progress::new(&it.ic, false),
+                acks: Vec::new(),
+                stem: String::new(),
+                lost: true,
+            }),
+            Stage::Refuse(_) if earlier.is_some() => outputs.push(Output {
+                item: i,
+                dir: Folder::Outbox,
+                name: refusal_name(it, ack::OutboundKind::Ta1),
+                content: Content::Bytes(earlier.unwrap_or_default()),
+                ack: Some(ack::OutboundKind::Ta1.extension().to_string()),
+                isa13: None,
+            }),
+            Stage::Refuse(decision) => {
+                let now = chrono::Local::now().naive_local();
+                // Not reserved: nothing is claimed, and a resend once the first answer has
+                // left the outbox is refused afresh.
+                let numbers = ack::Numbers { isa13, gs06 };
+                for o in acknowledgments(&it.ic, decision, r.config, &numbers, now)? {
+                    outputs.push(Output {
+                        item: i,
+                        dir: Folder::Outbox,
+                        name: refusal_name(it, o.kind),
+                        content: Content::Bytes(o.bytes),
+                        ack: Some(o.kind.extension().to_string()),
+                        isa13: Some(o.control_number),
+                    });
+                }
+            }
+            Stage::Done => {}
+        }
+    }
+    Ok(prepared)
 }
 
 /// The file name of the TA1 refusing `it`'s content (a conflict).

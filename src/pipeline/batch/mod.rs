@@ -31,6 +31,7 @@ use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 
 use super::flight::{bounded_reason, Item, Output, Round};
+use super::gateway::Gateway;
 use super::large::FirstReading;
 use super::{
     correlation_id, interchange_key, json, ProcessError, ProcessOptions, Report, Source, Turn,
@@ -59,112 +60,7 @@ pub struct FileOutcome {
     pub result: Result<Vec<Report>, ProcessError>,
 }
 
-/// Processes one file (a batch of one): what `watch` does for each file it takes.
-pub fn process_file(
-    path: &Path,
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
-) -> Result<Vec<Report>, ProcessError> {
-    let mut outcomes = process_files(
-        &[Source::from(path)],
-        config,
-        schemas,
-        registry,
-        options,
-        None,
-    )?;
-    match outcomes.pop() {
-        Some(o) => o.result,
-        None => Ok(Vec::new()),
-    }
-}
-
-/// Processes files in batches. `Err` only for what stops the run (the registry, outputs that
-/// cannot be written, a stop mid-batch); a file that cannot be read is an `Err` in its own
-/// outcome. With a `turn`, the first batch claims its keys in that turn (see
-/// [`super::ClaimOrder`]); callers that need the order for every file pass at most
-/// [`BATCH_FILES`] files of at most [`BATCH_BYTES`] together. After a stop request that
-/// abandons work, the files not yet begun are left out of the outcomes.
-///
-/// A file of at most a window ([`ProcessOptions::window`]) is read whole and batched with its neighbours;
-/// a larger one is read in pieces of whole interchanges ([`input::Reader`]), each piece a
-/// batch of its own, so that memory is a window (or the largest interchange), not the file.
-pub fn process_files(
-    sources: &[Source],
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
-    turn: Option<Turn>,
-) -> Result<Vec<FileOutcome>, ProcessError> {
-    process_files_keeping(
-        sources,
-        config,
-        schemas,
-        registry,
-        options,
-        turn,
-        usize::MAX,
-    )
-}
-
-/// [`process_files`], each report keeping at most `kept` of its documents and outputs
-/// ([`Report::keep_first`]) as soon as it is settled: what a caller that needs every
-/// interchange's outcome but not every document's (the watcher) holds of a large file.
-pub fn process_files_keeping(
-    sources: &[Source],
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
-    turn: Option<Turn>,
-    kept: usize,
-) -> Result<Vec<FileOutcome>, ProcessError> {
-    let mut outcomes: Vec<(usize, FileOutcome)> = Vec::with_capacity(sources.len());
-    process_files_into(
-        sources,
-        config,
-        schemas,
-        registry,
-        options,
-        turn,
-        &mut |settled| {
-            let (file, result) = match settled {
-                Settled::Reports {
-                    file, mut reports, ..
-                } => {
-                    for report in &mut reports {
-                        report.keep_first(kept);
-                    }
-                    (file, Ok(reports))
-                }
-                Settled::Failed { file, error } => (file, Err(error)),
-            };
-            match outcomes.last_mut() {
-                // A large file's later pieces, or the failure that ended it.
-                Some((last, outcome)) if *last == file => match (&mut outcome.result, result) {
-                    (Ok(had), Ok(more)) => had.extend(more),
-                    (had, result) => *had = result,
-                },
-                _ => outcomes.push((
-                    file,
-                    FileOutcome {
-                        path: sources
-                            .get(file)
-                            .map(|s| s.read.clone())
-                            .unwrap_or_default(),
-                        result,
-                    },
-                )),
-            }
-        },
-    )?;
-    Ok(outcomes.into_iter().map(|(_, o)| o).collect())
-}
-
-/// What [`process_files_into`] hands over as soon as it is settled, in file order.
+/// What [`Gateway::process`] hands over as soon as it is settled, in file order.
 pub enum Settled {
     /// Reports of the file `sources[file]`: all of them, or for a file read in pieces those
     /// of one piece (its next piece's follow); `last` once the file is done.
@@ -177,19 +73,20 @@ pub enum Settled {
     Failed { file: usize, error: ProcessError },
 }
 
-/// [`process_files`], each file's reports handed to `settled` as soon as they are settled
-/// (a large file's a piece at a time) instead of gathered: a caller that prints them holds a
-/// piece's reports, not a file's, however many interchanges and documents the file carries.
-/// Every file begun gets at least one hand-over.
-pub fn process_files_into(
+/// [`Gateway::process`]: the files read and cut (a file of at most a window,
+/// [`ProcessOptions::window`], whole and batched with its neighbours; a larger one in pieces
+/// of whole interchanges, [`input::Reader`], each piece a batch of its own, so that memory is
+/// a window or the largest interchange, not the file), each file's reports handed to
+/// `settled` as soon as they are settled: a caller that prints them holds a piece's reports,
+/// not a file's, however many interchanges and documents the file carries. With a `turn`,
+/// the first batch claims its keys in that turn.
+pub(super) fn process(
+    gw: &mut Gateway<'_>,
     sources: &[Source],
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
     mut turn: Option<Turn>,
     settled: &mut dyn FnMut(Settled),
 ) -> Result<(), ProcessError> {
+    let (config, options) = (gw.config, gw.options.clone());
     let mut start = 0;
     let mut large: Option<(usize, Box<Reader>)> = None;
     while (start < sources.len() || large.is_some()) && !options.stop.abandoned() {
@@ -204,9 +101,7 @@ pub fn process_files_into(
                     last,
                 })
             };
-            let failure = in_pieces(
-                source, *reader, config, schemas, registry, options, &mut turn, &mut piece,
-            )?;
+            let failure = in_pieces(gw, source, *reader, &mut turn, &mut piece)?;
             if let Err(error) = failure {
                 settled(Settled::Failed { file, error });
             }
@@ -249,15 +144,7 @@ pub fn process_files_into(
         let first = start;
         start += inputs.len() + usize::from(large.is_some());
         if !inputs.is_empty() {
-            let outcomes = run_batch(
-                batch,
-                inputs,
-                config,
-                schemas,
-                registry,
-                options,
-                turn.take(),
-            )?;
+            let outcomes = run_batch(gw, batch, inputs, turn.take())?;
             for (n, outcome) in outcomes.into_iter().enumerate() {
                 let file = first + n;
                 settled(match outcome.result {
@@ -278,17 +165,15 @@ pub fn process_files_into(
 /// before the next piece is read, and their reports handed to `settled` with whether they
 /// are the file's last (at least once). The inner `Err` is why the rest of the file could not
 /// be read.
-#[allow(clippy::too_many_arguments)]
 fn in_pieces(
+    gw: &mut Gateway<'_>,
     source: &Source,
     mut reader: Reader,
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
     turn: &mut Option<Turn>,
     settled: &mut dyn FnMut(Vec<Report>, bool),
 ) -> Result<Result<(), ProcessError>, ProcessError> {
+    let (config, schemas, options) = (gw.config, gw.schemas, &gw.options);
+    let registry = &mut *gw.registry;
     let mut reports = Vec::new();
     // A stop that came while waiting in one piece holds for the pieces after it.
     let mut stopped = false;
@@ -410,14 +295,13 @@ fn in_order(slots: Vec<Slot>, settled: &mut [Option<Report>]) -> Vec<Report> {
 }
 
 fn run_batch(
+    gw: &mut Gateway<'_>,
     sources: &[Source],
     inputs: Vec<Result<Vec<u8>, crate::input::InputError>>,
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
     mut turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
+    let (config, schemas, options) = (gw.config, gw.schemas, &gw.options);
+    let registry = &mut *gw.registry;
     let shown: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
     // Buffers first, so that the interchanges can borrow them for the whole batch.
     let mut failures: Vec<Option<ProcessError>> = Vec::with_capacity(inputs.len());
@@ -1039,13 +923,11 @@ mod tests {
         let run = |registry: &mut Registry| {
             let reader = Reader::open(&path, config.limits, options.window).unwrap();
             let mut reports = Vec::new();
+            let mut gw = Gateway::new(&config, schemas, registry, options.clone());
             in_pieces(
+                &mut gw,
                 &source,
                 reader,
-                &config,
-                schemas,
-                registry,
-                &options,
                 &mut None,
                 &mut |piece, _| reports.extend(piece),
             )

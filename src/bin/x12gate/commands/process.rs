@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use indicatif::ProgressBar;
 use x12gate::config::Config;
 use x12gate::disposition::Disposition;
-use x12gate::pipeline::{ProcessError, Report, Settled, Source};
+use x12gate::pipeline::{Gateway, ProcessError, Report, Settled, Source};
 
 use super::{definitions, preflight};
 use crate::exit::{self, registry_failure, Failure};
@@ -55,17 +55,62 @@ pub fn process(
         options.window = window;
     }
     stop_on_signals(&options.stop)?;
+    let stop = options.stop.clone();
     x12gate::outputs::clean_stale_outputs(&config.gateway);
-    let progress = progress_bar(files.len());
-    let mut tally = Tally::default();
-    let mut accepted_again: Vec<String> = Vec::new();
+    let mut gateway = Gateway::new(config, schemas, &mut registry, options);
+    let mut printer = Printer {
+        json,
+        progress: progress_bar(files.len()),
+        tally: Tally::default(),
+        accepted_again: Vec::new(),
+        out,
+    };
     for chunk in files.chunks(x12gate::pipeline::BATCH_FILES) {
-        if options.stop.abandoned() {
+        if stop.abandoned() {
             break;
         }
+        if !printer.batch(&mut gateway, chunk)? {
+            break;
+        }
+    }
+    if let Some(bar) = printer.progress.take() {
+        bar.finish_and_clear();
+    }
+    follow_rejected(&mut gateway, &printer.accepted_again);
+    if !stop.abandoned() {
+        release_due(&mut gateway)?;
+    }
+    if !stop.abandoned() && !no_deliver {
+        deliver_due(&mut gateway)?;
+    }
+    if stop.abandoned() {
+        printer.out.flush()?;
+        say!("WARN", 
+            "x12gate: stopped by a signal: {} of {} file(s) not processed; claims cut short were marked failed, so a rerun takes them over at once",
+            files.len().saturating_sub(printer.tally.done),
+            files.len()
+        );
+        return Ok(exit::INTERRUPTED);
+    }
+    Ok(printer.tally.code())
+}
+
+/// What `process` prints each settled file's reports with, and what it has counted.
+struct Printer<'o, W: Write> {
+    json: bool,
+    progress: Option<ProgressBar>,
+    tally: Tally,
+    /// Interchanges accepted on a later attempt: their files may wait in `rejected/`.
+    accepted_again: Vec<String>,
+    out: &'o mut W,
+}
+
+impl<W: Write> Printer<'_, W> {
+    /// One batch of files through the gateway, each file's reports printed as they are
+    /// settled (a large file's a piece at a time), so a file of any size costs the memory of
+    /// a piece's reports. `false` when a stop cut the run short.
+    fn batch(&mut self, gateway: &mut Gateway<'_>, chunk: &[PathBuf]) -> Result<bool, Failure> {
         let sources: Vec<Source> = chunk.iter().map(|p| Source::from(p.as_path())).collect();
-        // Each file's reports are printed as they are settled (a large file's a piece at a
-        // time), so a file of any size costs the memory of a piece's reports.
         let mut printed: Result<(), Failure> = Ok(());
         let mut last = None;
         let mut print = |settled: Settled| {
@@ -77,57 +122,60 @@ pub fn process(
             };
             if done && last != Some(file) {
                 last = Some(file);
-                tally.done += 1;
+                self.tally.done += 1;
             }
-            if printed.is_err() {
-                return;
+            if printed.is_ok() {
+                printed = self.settled(settled, chunk);
             }
-            printed = match settled {
-                Settled::Reports { reports, .. } => {
-                    accepted_again.extend(
-                        reports
-                            .iter()
-                            .filter(|r| {
-                                r.disposition == Disposition::Accepted
-                                    && r.attempt.is_some_and(|a| a > 1)
-                            })
-                            .filter_map(|r| r.key.clone()),
-                    );
-                    report(&reports, json, progress.as_ref(), &mut tally, out)
-                }
-                Settled::Failed { error, .. } => match chunk.get(file) {
-                    Some(path) => unreadable(path, &error, json, &mut tally, out),
-                    None => Ok(()),
-                },
-            };
         };
         // An unusable database, or outputs that cannot be written, stop the run with nothing
         // of the failing batch marked done.
-        match x12gate::pipeline::process_files_into(
-            &sources,
-            config,
-            schemas,
-            &mut registry,
-            &options,
-            None,
-            &mut print,
-        ) {
+        match gateway.process(&sources, &mut print) {
             Ok(()) => printed?,
             Err(ProcessError::Interrupted) => {
                 printed?;
-                break;
+                return Ok(false);
             }
             Err(e) => return Err(Failure::Operational(e.into())),
         }
-        if let Some(bar) = &progress {
+        if let Some(bar) = &self.progress {
             bar.inc(chunk.len() as u64);
         }
+        Ok(true)
     }
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
+
+    /// What was settled of one file of `chunk`, printed.
+    fn settled(&mut self, settled: Settled, chunk: &[PathBuf]) -> Result<(), Failure> {
+        match settled {
+            Settled::Reports { reports, .. } => {
+                self.accepted_again.extend(
+                    reports
+                        .iter()
+                        .filter(|r| {
+                            r.disposition == Disposition::Accepted
+                                && r.attempt.is_some_and(|a| a > 1)
+                        })
+                        .filter_map(|r| r.key.clone()),
+                );
+                report(
+                    &reports,
+                    self.json,
+                    self.progress.as_ref(),
+                    &mut self.tally,
+                    self.out,
+                )
+            }
+            Settled::Failed { file, error } => match chunk.get(file) {
+                Some(path) => unreadable(path, &error, self.json, &mut self.tally, self.out),
+                None => Ok(()),
+            },
+        }
     }
-    // Files of these interchanges that a watcher left in `rejected/` follow the decision.
-    match x12gate::rejected::follow(config, &mut registry, &accepted_again) {
+}
+
+/// Files of these interchanges that a watcher left in `rejected/` follow the decision.
+fn follow_rejected(gateway: &mut Gateway<'_>, accepted_again: &[String]) {
+    match x12gate::rejected::follow(gateway.config, gateway.registry, accepted_again) {
         Ok(moved) => {
             for m in moved {
                 say!(
@@ -143,62 +191,52 @@ pub fn process(
             "x12gate: could not move files out of rejected/: {e}"
         ),
     }
-    if !options.stop.abandoned() {
-        // Changes that waited longer than their partner's order_wait_hours for an original.
-        match x12gate::pipeline::release_documents(config, &mut registry, None, &options.owner) {
-            Ok(done) if !done.is_empty() => {
-                say!(
-                    "WARN",
-                    "x12gate: delivered {} waiting document(s) whose original never came",
-                    done.len()
-                );
-            }
-            Ok(_) => {}
-            // The lines above stand (each was printed after its decision committed): say so,
-            // or an operator reads "accepted" and exit 1 as a contradiction.
-            Err(e) => {
-                return Err(Failure::Operational(anyhow::Error::from(e).context(
-                    "the interchanges above were decided and recorded; then releasing the documents that waited for their original failed",
-                )))
-            }
-        }
-    }
-    if !options.stop.abandoned() && !no_deliver && x12gate::delivery::Deliverer::has_work(config) {
-        // What is due (this run's documents, and earlier runs' retries), attempted once;
-        // what fails waits for the next run, `deliver` or `watch`.
-        let deliverer = x12gate::delivery::Deliverer::new(config, &options.owner);
-        let done = deliverer
-            .pass(&mut registry, x12gate::delivery::Scope::All, &|| {
-                options.stop.abandoned()
-            })
-            .map_err(|e| match registry_failure(e) {
-                Failure::Operational(e) => Failure::Operational(e.context(
-                    "the interchanges above were decided and recorded; then delivering their documents failed",
-                )),
-                other => other,
-            })?;
-        // Said only when something is left to do: a clean run stays quiet.
-        if done.retrying > 0 || done.dead > 0 {
-            let level = if done.dead > 0 { "ERROR" } else { "WARN" };
+}
+
+/// Changes that waited longer than their partner's order_wait_hours for an original.
+fn release_due(gateway: &mut Gateway<'_>) -> Result<(), Failure> {
+    match gateway.release_due() {
+        Ok(done) if !done.is_empty() => {
             say!(
-                level,
-                "x12gate: deliveries: {} delivered, {} to retry (x12gate deliver, or a running watch), {} dead (x12gate deliveries --state dead)",
-                done.delivered,
-                done.retrying,
-                done.dead
+                "WARN",
+                "x12gate: delivered {} waiting document(s) whose original never came",
+                done.len()
             );
+            Ok(())
         }
+        Ok(_) => Ok(()),
+        // The lines above stand (each was printed after its decision committed): say so, or
+        // an operator reads "accepted" and exit 1 as a contradiction.
+        Err(e) => Err(Failure::Operational(anyhow::Error::from(e).context(
+            "the interchanges above were decided and recorded; then releasing the documents that waited for their original failed",
+        ))),
     }
-    if options.stop.abandoned() {
-        out.flush()?;
-        say!("WARN", 
-            "x12gate: stopped by a signal: {} of {} file(s) not processed; claims cut short were marked failed, so a rerun takes them over at once",
-            files.len().saturating_sub(tally.done),
-            files.len()
+}
+
+/// What is due (this run's documents, and earlier runs' retries), attempted once; what
+/// fails waits for the next run, `deliver` or `watch`.
+fn deliver_due(gateway: &mut Gateway<'_>) -> Result<(), Failure> {
+    let stop = gateway.options.stop.clone();
+    let done = gateway
+        .deliver_due(&|| stop.abandoned())
+        .map_err(|e| match registry_failure(e) {
+            Failure::Operational(e) => Failure::Operational(e.context(
+                "the interchanges above were decided and recorded; then delivering their documents failed",
+            )),
+            other => other,
+        })?;
+    // Said only when something is left to do: a clean run stays quiet.
+    if let Some(done) = done.filter(|d| d.retrying > 0 || d.dead > 0) {
+        let level = if done.dead > 0 { "ERROR" } else { "WARN" };
+        say!(
+            level,
+            "x12gate: deliveries: {} delivered, {} to retry (x12gate deliver, or a running watch), {} dead (x12gate deliveries --state dead)",
+            done.delivered,
+            done.retrying,
+            done.dead
         );
-        return Ok(exit::INTERRUPTED);
     }
-    Ok(tally.code())
+    Ok(())
 }
 
 /// A progress bar on stderr, for a run long enough to want one and a terminal to show it.
