@@ -1929,7 +1929,7 @@ fn mixed_interchange() -> String {
 
 #[test]
 fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
-    use x12gate::pipeline::{process_files_into, ProcessOptions, Settled, Source};
+    use x12gate::pipeline::{Gateway, ProcessOptions, Settled, Source};
     // Every valid fixture, a resend, a conflicting copy, garbage and a broken ISA between.
     let mut file = Vec::new();
     for (i, name) in [
@@ -1977,23 +1977,19 @@ fn a_file_read_in_pieces_is_processed_as_it_is_whole() {
         let schemas = x12gate::schema::builtin().unwrap();
         // Handed over as they are settled: a piece's reports at a time.
         let mut handed = Vec::new();
-        process_files_into(
-            &[Source::from(path.as_path())],
-            &config,
-            schemas,
-            &mut registry,
-            &options,
-            None,
-            &mut |settled| match settled {
-                Settled::Reports {
-                    file,
-                    reports,
-                    last,
-                } => handed.push((file, reports, last)),
-                Settled::Failed { error, .. } => panic!("{error}"),
-            },
-        )
-        .unwrap();
+        Gateway::new(&config, schemas, &mut registry, options.clone())
+            .process(
+                &[Source::from(path.as_path())],
+                &mut |settled| match settled {
+                    Settled::Reports {
+                        file,
+                        reports,
+                        last,
+                    } => handed.push((file, reports, last)),
+                    Settled::Failed { error, .. } => panic!("{error}"),
+                },
+            )
+            .unwrap();
         assert!(handed.iter().all(|(file, ..)| *file == 0));
         // Only the file's final hand-over says it is done.
         let lasts: Vec<bool> = handed.iter().map(|(.., last)| *last).collect();

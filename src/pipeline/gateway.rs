@@ -166,18 +166,3 @@ pub fn process_files(
     gateway.process(sources, &mut |settled| outcomes.add(sources, settled))?;
     Ok(outcomes.into_vec())
 }
-
-/// [`Gateway::process`], for callers of the path this had before the gateway.
-pub fn process_files_into(
-    sources: &[Source],
-    config: &Config,
-    schemas: &Schemas,
-    registry: &mut Registry,
-    options: &ProcessOptions,
-    turn: Option<Turn>,
-    on_settled: &mut dyn FnMut(Settled),
-) -> Result<(), ProcessError> {
-    let mut gateway = Gateway::new(config, schemas, registry, options.clone());
-    gateway.turn = turn;
-    gateway.process(sources, on_settled)
-}

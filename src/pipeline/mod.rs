@@ -562,4 +562,4 @@ pub use documents::{
     discard as discard_documents, release as release_documents, DocumentReport, ReleaseOutcome,
     REPORTED,
 };
-pub use gateway::{process_files, process_files_into, Gateway, Outcomes};
+pub use gateway::{process_files, Gateway, Outcomes};

@@ -10,7 +10,8 @@ use std::collections::{HashMap, HashSet};
 use crate::registry::{AckBytes, AckToStore, Batch, Completion, EventKind, GroupKey, Registry};
 
 use super::claim::AfterClaim;
-use super::decide::{released_groups, Prepared};
+use super::decide::released_groups;
+use super::Prepared;
 
 /// Step (5), in one transaction: every owned claim completed with what was written for it,
 /// every other decision recorded.

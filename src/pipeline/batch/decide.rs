@@ -18,24 +18,7 @@ use crate::x12::Interchange;
 use crate::{outputs, validate};
 
 use super::claim::AfterClaim;
-
-/// An owned interchange once decided, with the outputs of its first run of documents (all
-/// of them, for most) built in memory.
-pub(super) struct Prepared {
-    pub item: usize,
-    pub decision: Decision,
-    pub files: Vec<Output>,
-    pub group_keys: Vec<GroupKey>,
-    /// The run of documents being written, handed over in the next run's transaction or the
-    /// completion's.
-    pub documents: Planned,
-    pub progress: Progress,
-    /// The acknowledgments, written with the last run of documents (so that none is sent
-    /// before every document of the interchange is recorded), and the outputs' names' stem.
-    pub acks: Vec<Output>,
-    pub stem: String,
-    pub lost: bool,
-}
+use super::Prepared;
 
 /// Step (3), in one transaction: the owned interchanges decided (from `found`, their own
 /// findings, in plan order), their control numbers reserved and their leases renewed; the

@@ -26,15 +26,17 @@ use crate::ack::Disposition;
 use crate::config::{Config, Partner};
 use crate::fingerprint;
 use crate::input::{self, Reader};
-use crate::registry::{EventKind, Registry};
+use crate::registry::{EventKind, GroupKey, Registry};
 use crate::schema::Schemas;
 use crate::x12::{Interchange, Interchanges};
 
+use super::documents::{Planned, Progress};
 use super::flight::{bounded_reason, Item, Output, Round};
 use super::gateway::Gateway;
 use super::large::FirstReading;
 use super::{
-    correlation_id, interchange_key, json, ProcessError, ProcessOptions, Report, Source, Turn,
+    correlation_id, interchange_key, json, Decision, ProcessError, ProcessOptions, Report, Source,
+    Turn,
 };
 
 mod claim;
@@ -58,6 +60,25 @@ pub const BATCH_BYTES: usize = 64 << 20;
 pub struct FileOutcome {
     pub path: PathBuf,
     pub result: Result<Vec<Report>, ProcessError>,
+}
+
+/// An owned interchange once decided, with the outputs of its first run of documents (all
+/// of them, for most) built in memory: the record the
+/// steps after the decision (`decide`, `write`, `complete`) hand on.
+struct Prepared {
+    item: usize,
+    decision: Decision,
+    files: Vec<Output>,
+    group_keys: Vec<GroupKey>,
+    /// The run of documents being written, handed over in the next run's transaction or the
+    /// completion's.
+    documents: Planned,
+    progress: Progress,
+    /// The acknowledgments, written with the last run of documents (so that none is sent
+    /// before every document of the interchange is recorded), and the outputs' names' stem.
+    acks: Vec<Output>,
+    stem: String,
+    lost: bool,
 }
 
 /// What [`Gateway::process`] hands over as soon as it is settled, in file order.
@@ -924,13 +945,9 @@ mod tests {
             let reader = Reader::open(&path, config.limits, options.window).unwrap();
             let mut reports = Vec::new();
             let mut gw = Gateway::new(&config, schemas, registry, options.clone());
-            in_pieces(
-                &mut gw,
-                &source,
-                reader,
-                &mut None,
-                &mut |piece, _| reports.extend(piece),
-            )
+            in_pieces(&mut gw, &source, reader, &mut None, &mut |piece, _| {
+                reports.extend(piece)
+            })
             .unwrap()
             .unwrap();
             reports

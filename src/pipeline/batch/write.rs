@@ -10,7 +10,8 @@ use crate::pipeline::ProcessError;
 use crate::registry::{Registry, StoredAck};
 use crate::{input, outputs};
 
-use super::decide::{next_run, run_files, Prepared};
+use super::decide::{next_run, run_files};
+use super::Prepared;
 
 /// The acknowledgments in `acks` listed in their interchanges' reports (the completions
 /// record where they go), and those after the first `replays` (already stored) kept for
@@ -90,22 +91,31 @@ pub(super) fn place_acks(
             }
         })
         .collect();
-    let files: Vec<(&Path, &str, &outputs::Content<'_>)> = acks
-        .iter()
-        .zip(&writers)
-        .map(|(a, write)| {
-            (
-                a.dir.path(&r.config.gateway),
-                a.name.as_str(),
-                write.as_ref(),
-            )
-        })
-        .collect();
-    outputs::write_many(&files, &r.options.owner).map_err(|e| ProcessError::Io {
+    write_each(r, &acks, &writers).map_err(|e| ProcessError::Io {
         path: e.path.display().to_string(),
         cause: e.cause,
     })?;
     Ok(())
+}
+
+/// Each output written by its writer, durably, into its folder of the gateway.
+fn write_each(
+    r: &Round<'_>,
+    these: &[Output],
+    writers: &[Writer<'_>],
+) -> Result<Vec<std::path::PathBuf>, outputs::WriteError> {
+    let files: Vec<(&Path, &str, &outputs::Content<'_>)> = these
+        .iter()
+        .zip(writers)
+        .map(|(o, write)| {
+            (
+                o.dir.path(&r.config.gateway),
+                o.name.as_str(),
+                write.as_ref(),
+            )
+        })
+        .collect();
+    outputs::write_many(&files, &r.options.owner)
 }
 
 /// Step (4): every translation and document written durably, each report told where.
@@ -175,18 +185,7 @@ pub(super) fn write_all(
                 }
             })
             .collect();
-        let files: Vec<(&Path, &str, &outputs::Content<'_>)> = writes
-            .iter()
-            .zip(&writers)
-            .map(|(w, write)| {
-                (
-                    w.dir.path(&r.config.gateway),
-                    w.name.as_str(),
-                    write.as_ref(),
-                )
-            })
-            .collect();
-        outputs::write_many(&files, &r.options.owner)
+        write_each(r, &writes, &writers)
     };
     let written = written.map_err(|outputs::WriteError { path, cause }| {
         // The file read again for a translation is not the one read first: it fails alone.

@@ -130,66 +130,14 @@ pub fn deliveries(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     let mut registry = open_registry(config)?;
-    if let Some(DeliveriesAction::Discard { key, note }) = &action {
-        let (n, released) = registry
-            .discard_deliveries(key, note.as_deref())
-            .map_err(registry_failure)?;
-        if n == 0 {
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "{}: no dead delivery to discard (x12gate deliveries --state dead lists them)",
-                x12gate::text::printable(key)
-            )));
+    match action {
+        Some(DeliveriesAction::Discard { key, note }) => {
+            return discard(&mut registry, &key, note.as_deref(), out)
         }
-        let followers = match released {
-            0 => String::new(),
-            r => format!("; {r} blocked behind it released, to follow in order"),
-        };
-        writeln!(
-            out,
-            "{n} dead delivery(ies) of {} discarded, never to be sent{followers}",
-            x12gate::text::printable(key)
-        )?;
-        return Ok(exit::OK);
-    }
-    if let Some(DeliveriesAction::Retry { key, all_dead }) = action {
-        let which = match (&key, all_dead) {
-            (Some(k), false) => Retry::Key(k),
-            _ => Retry::AllDead,
-        };
-        let (n, released) = registry
-            .retry_deliveries(&which)
-            .map_err(registry_failure)?;
-        if n == 0 {
-            let behind = match &key {
-                Some(k) => registry.blocking(k).map_err(registry_failure)?,
-                None => Vec::new(),
-            };
-            if !behind.is_empty() {
-                let names: Vec<String> = behind
-                    .iter()
-                    .map(|(k, d)| format!("{} (to {d})", x12gate::text::printable(k)))
-                    .collect();
-                return Err(Failure::Usage(anyhow::anyhow!(
-                    "{}: blocked behind the dead delivery of {}: retry that one, and this follows it",
-                    key.as_deref().map(x12gate::text::printable).unwrap_or_default(),
-                    names.join(", ")
-                )));
-            }
-            return Err(Failure::Usage(anyhow::anyhow!(
-                "{}: no dead delivery (x12gate deliveries --state dead lists them)",
-                key.as_deref()
-                    .map_or("--all-dead".into(), x12gate::text::printable)
-            )));
+        Some(DeliveriesAction::Retry { key, all_dead }) => {
+            return retry(&mut registry, key.as_deref(), all_dead, out)
         }
-        let followers = match released {
-            0 => String::new(),
-            r => format!(" and {r} blocked behind them released, to follow in order"),
-        };
-        writeln!(
-            out,
-            "{n} delivery(ies) queued again{followers}; `x12gate deliver` or a running watch sends them"
-        )?;
-        return Ok(exit::OK);
+        None => {}
     }
     let state = state.and_then(DeliveryState::parse);
     let rows = registry
@@ -247,6 +195,81 @@ pub fn deliveries(
             }
         }
     }
+    Ok(exit::OK)
+}
+
+/// `deliveries discard KEY`: the dead deliveries of `key` never to be sent, and those
+/// blocked behind them released.
+fn discard(
+    registry: &mut Registry,
+    key: &str,
+    note: Option<&str>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let (n, released) = registry
+        .discard_deliveries(key, note)
+        .map_err(registry_failure)?;
+    if n == 0 {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{}: no dead delivery to discard (x12gate deliveries --state dead lists them)",
+            x12gate::text::printable(key)
+        )));
+    }
+    let followers = match released {
+        0 => String::new(),
+        r => format!("; {r} blocked behind it released, to follow in order"),
+    };
+    writeln!(
+        out,
+        "{n} dead delivery(ies) of {} discarded, never to be sent{followers}",
+        x12gate::text::printable(key)
+    )?;
+    Ok(exit::OK)
+}
+
+/// `deliveries retry`: the dead deliveries of `key` (or all of them) queued again.
+fn retry(
+    registry: &mut Registry,
+    key: Option<&str>,
+    all_dead: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let which = match (key, all_dead) {
+        (Some(k), false) => Retry::Key(k),
+        _ => Retry::AllDead,
+    };
+    let (n, released) = registry
+        .retry_deliveries(&which)
+        .map_err(registry_failure)?;
+    if n == 0 {
+        let behind = match key {
+            Some(k) => registry.blocking(k).map_err(registry_failure)?,
+            None => Vec::new(),
+        };
+        if !behind.is_empty() {
+            let names: Vec<String> = behind
+                .iter()
+                .map(|(k, d)| format!("{} (to {d})", x12gate::text::printable(k)))
+                .collect();
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "{}: blocked behind the dead delivery of {}: retry that one, and this follows it",
+                key.map(x12gate::text::printable).unwrap_or_default(),
+                names.join(", ")
+            )));
+        }
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{}: no dead delivery (x12gate deliveries --state dead lists them)",
+            key.map_or("--all-dead".into(), x12gate::text::printable)
+        )));
+    }
+    let followers = match released {
+        0 => String::new(),
+        r => format!(" and {r} blocked behind them released, to follow in order"),
+    };
+    writeln!(
+        out,
+        "{n} delivery(ies) queued again{followers}; `x12gate deliver` or a running watch sends them"
+    )?;
     Ok(exit::OK)
 }
 

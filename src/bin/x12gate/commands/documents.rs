@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use x12gate::config::Config;
 use x12gate::registry::{Delivery, DocumentRow};
+use x12gate::scan::Scan;
 
 use super::{definitions, local_time, open_registry};
 use crate::args::DocumentsAction;
@@ -162,102 +163,124 @@ pub fn scan(
         x12gate::scan::ScanError::Registry(e) => registry_failure(e),
     })?;
     if let Some(registry) = registry.as_mut() {
-        let detail = serde_json::json!({
-            "paths": paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-            "interchanges": found.backfilled_interchanges,
-            "documents": found.backfilled_documents,
-        })
-        .to_string();
-        registry
-            .batch(|b| {
-                b.record_note(
-                    x12gate::registry::EventKind::Backfilled,
-                    None,
-                    None,
-                    None,
-                    &detail,
-                )
-            })
-            .map_err(registry_failure)?;
+        note_backfill(registry, paths, &found)?;
     }
     if json {
-        for r in &found.repeated {
-            writeln!(out, "{}", serde_json::json!({ "repeated": r }))?;
-        }
-        for t in &found.summary {
-            writeln!(out, "{}", serde_json::json!({ "summary": t }))?;
-        }
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({ "files": found.files, "interchanges": found.interchanges,
-                "documents": found.documents, "unreadable": found.unreadable,
-                "backfilled_interchanges": found.backfilled_interchanges,
-                "backfilled_documents": found.backfilled_documents })
-        )?;
+        scan_json(&found, out)?;
     } else {
-        for r in &found.repeated {
-            writeln!(
-                out,
-                "{} {} ({} sightings)",
-                r.kind.to_uppercase(),
-                x12gate::text::printable(&r.key),
-                r.sightings.len()
-            )?;
-            for s in &r.sightings {
-                writeln!(
-                    out,
-                    "  {} byte {} interchange {} ST02 {} content {}",
-                    x12gate::text::printable(&s.file),
-                    s.offset,
-                    x12gate::text::printable(&s.interchange),
-                    x12gate::text::printable(&s.st02),
-                    s.fingerprint.get(..12).unwrap_or_default()
-                )?;
-            }
-        }
-        writeln!(
-            out,
-            "partner              set  documents  keys  duplicates  conflicts"
-        )?;
-        for t in &found.summary {
-            writeln!(
-                out,
-                "{:<20} {:<4} {:>9}  {:>4}  {:>10}  {:>9}",
-                x12gate::text::printable(&t.partner),
-                t.set,
-                t.documents,
-                t.keys,
-                t.duplicates,
-                t.conflicts
-            )?;
-        }
-        writeln!(
-            out,
-            "{} file(s), {} interchange(s), {} document(s){}",
-            found.files,
-            found.interchanges,
-            found.documents,
-            if backfill {
-                format!(
-                    "; backfilled {} interchange(s) and {} document(s)",
-                    found.backfilled_interchanges, found.backfilled_documents
-                )
-            } else {
-                String::new()
-            }
-        )?;
-        for (file, why) in &found.unreadable {
-            say!(
-                "WARN",
-                "x12gate: {}: not read: {why}",
-                x12gate::text::printable(file)
-            );
-        }
+        scan_text(&found, backfill, out)?;
     }
     Ok(if found.repeated.is_empty() {
         exit::OK
     } else {
         exit::FINDINGS
     })
+}
+
+/// What a backfill added, in the history.
+fn note_backfill(
+    registry: &mut x12gate::registry::Registry,
+    paths: &[PathBuf],
+    found: &Scan,
+) -> Result<(), Failure> {
+    let detail = serde_json::json!({
+        "paths": paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "interchanges": found.backfilled_interchanges,
+        "documents": found.backfilled_documents,
+    })
+    .to_string();
+    registry
+        .batch(|b| {
+            b.record_note(
+                x12gate::registry::EventKind::Backfilled,
+                None,
+                None,
+                None,
+                &detail,
+            )
+        })
+        .map_err(registry_failure)?;
+    Ok(())
+}
+
+/// `scan --json`: each repeated key, each partner's summary, then the totals.
+fn scan_json(found: &Scan, out: &mut impl Write) -> Result<(), Failure> {
+    for r in &found.repeated {
+        writeln!(out, "{}", serde_json::json!({ "repeated": r }))?;
+    }
+    for t in &found.summary {
+        writeln!(out, "{}", serde_json::json!({ "summary": t }))?;
+    }
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({ "files": found.files, "interchanges": found.interchanges,
+            "documents": found.documents, "unreadable": found.unreadable,
+            "backfilled_interchanges": found.backfilled_interchanges,
+            "backfilled_documents": found.backfilled_documents })
+    )?;
+    Ok(())
+}
+
+/// `scan`: each repeated key with its sightings, the summary table, then the totals.
+fn scan_text(found: &Scan, backfill: bool, out: &mut impl Write) -> Result<(), Failure> {
+    for r in &found.repeated {
+        writeln!(
+            out,
+            "{} {} ({} sightings)",
+            r.kind.to_uppercase(),
+            x12gate::text::printable(&r.key),
+            r.sightings.len()
+        )?;
+        for s in &r.sightings {
+            writeln!(
+                out,
+                "  {} byte {} interchange {} ST02 {} content {}",
+                x12gate::text::printable(&s.file),
+                s.offset,
+                x12gate::text::printable(&s.interchange),
+                x12gate::text::printable(&s.st02),
+                s.fingerprint.get(..12).unwrap_or_default()
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "partner              set  documents  keys  duplicates  conflicts"
+    )?;
+    for t in &found.summary {
+        writeln!(
+            out,
+            "{:<20} {:<4} {:>9}  {:>4}  {:>10}  {:>9}",
+            x12gate::text::printable(&t.partner),
+            t.set,
+            t.documents,
+            t.keys,
+            t.duplicates,
+            t.conflicts
+        )?;
+    }
+    writeln!(
+        out,
+        "{} file(s), {} interchange(s), {} document(s){}",
+        found.files,
+        found.interchanges,
+        found.documents,
+        if backfill {
+            format!(
+                "; backfilled {} interchange(s) and {} document(s)",
+                found.backfilled_interchanges, found.backfilled_documents
+            )
+        } else {
+            String::new()
+        }
+    )?;
+    for (file, why) in &found.unreadable {
+        say!(
+            "WARN",
+            "x12gate: {}: not read: {why}",
+            x12gate::text::printable(file)
+        );
+    }
+    Ok(())
 }
