@@ -1107,19 +1107,29 @@ struct HeldPage {
 }
 
 async fn held(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
-    page(site, headers, |site, frame| {
-        let config = &site.config;
+    let rows = |r: &Registry| r.open_document_rows(LIMIT);
+    list_page(site, headers, rows, document_view, |frame, documents| {
+        HeldPage { frame, documents }
+    })
+    .await
+}
+
+/// A page that lists the rows `read` finds (at most [`LIMIT`]), each shown by `view`.
+async fn list_page<T: 'static, V: 'static, P>(
+    site: Arc<Site>,
+    headers: HeaderMap,
+    read: impl FnOnce(&Registry) -> Result<Vec<T>, crate::registry::RegistryError> + Send + 'static,
+    view: fn(&Config, &T) -> V,
+    page_of: impl FnOnce(Frame, Vec<V>) -> P + Send + 'static,
+) -> Response
+where
+    P: Template,
+{
+    page(site, headers, move |site, frame| {
         let r = reader(site)?;
-        let documents = r
-            .open_document_rows(LIMIT)
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|d| document_view(config, d))
-            .collect();
-        rendered(HeldPage {
-            frame: frame.clone(),
-            documents,
-        })
+        let rows = read(&r).map_err(|e| e.to_string())?;
+        let views = rows.iter().map(|row| view(&site.config, row)).collect();
+        rendered(page_of(frame.clone(), views))
     })
     .await
 }
@@ -1132,19 +1142,9 @@ struct DeadPage {
 }
 
 async fn dead(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
-    page(site, headers, |site, frame| {
-        let config = &site.config;
-        let r = reader(site)?;
-        let deliveries = r
-            .dead_deliveries(LIMIT)
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|d| delivery_view(config, d))
-            .collect();
-        rendered(DeadPage {
-            frame: frame.clone(),
-            deliveries,
-        })
+    let rows = |r: &Registry| r.dead_deliveries(LIMIT);
+    list_page(site, headers, rows, delivery_view, |frame, deliveries| {
+        DeadPage { frame, deliveries }
     })
     .await
 }
