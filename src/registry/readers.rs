@@ -125,3 +125,56 @@ impl Readers {
         self.opened.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Identity;
+
+    const WHO: Identity<'static> = Identity {
+        qualifier: "ZZ",
+        id: "X12GATE",
+    };
+
+    fn installation(readers: &Readers) -> String {
+        readers.get().unwrap().unwrap().installation().unwrap()
+    }
+
+    #[test]
+    fn a_connection_is_kept_until_its_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x12gate.db");
+        let readers = Readers::new(Database::Sqlite(path.clone()));
+        // No registry yet: nothing is opened, and it is looked for again next time.
+        assert!(readers.get().unwrap().is_none());
+        let first = Registry::create(&Database::Sqlite(path.clone()), WHO)
+            .unwrap()
+            .installation()
+            .unwrap();
+        assert_eq!(installation(&readers), first);
+        assert_eq!(installation(&readers), first);
+        assert_eq!(readers.opened(), 1, "the second borrow reused the first's");
+        // Two at once: a second connection, and both kept.
+        {
+            let a = readers.get().unwrap().unwrap();
+            let b = readers.get().unwrap().unwrap();
+            assert_eq!(a.installation().unwrap(), b.installation().unwrap());
+        }
+        assert_eq!(readers.opened(), 2);
+        installation(&readers);
+        installation(&readers);
+        assert_eq!(readers.opened(), 2);
+        // A restore puts another file in its place: read, not the old one.
+        let other = dir.path().join("other.db");
+        let second = Registry::create(&Database::Sqlite(other.clone()), WHO)
+            .unwrap()
+            .installation()
+            .unwrap();
+        assert_ne!(first, second);
+        std::fs::rename(&other, &path).unwrap();
+        assert_eq!(installation(&readers), second);
+        // Gone: none, as before there was one.
+        std::fs::remove_file(&path).unwrap();
+        assert!(readers.get().unwrap().is_none());
+    }
+}
