@@ -1478,7 +1478,7 @@ mod crash {
     /// Starts `file` in a process that stalls (sleep failpoint) right after its claim, waits
     /// until the claim is in the registry, and stops the process there (SIGSTOP) until
     /// [`resume`]: however loaded the machine, it does nothing more until the test says so.
-    fn stalled_owner(gate: &Gate, file: &Path) -> Child {
+    fn stalled_owner(gate: &Gate, file: &Path) -> Stalled {
         let child = gate
             .process_command(&gate.config, &[], Some("claim.after=sleep(8000)"), &[file])
             .spawn()
@@ -1505,13 +1505,27 @@ mod crash {
             std::thread::sleep(Duration::from_millis(20));
         }
         signal(&child, "STOP");
-        child
+        Stalled(Some(child))
+    }
+
+    /// A stopped process; killed if the test ends without [`resume`] (a failed assertion),
+    /// so that it does not stay stopped after the tests.
+    struct Stalled(Option<Child>);
+
+    impl Drop for Stalled {
+        fn drop(&mut self) {
+            if let Some(child) = &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 
     /// Lets a stalled owner go on from where it stopped, and waits for its end.
-    fn resume(stalled: Child) -> Run {
-        signal(&stalled, "CONT");
-        finish(stalled)
+    fn resume(mut stalled: Stalled) -> Run {
+        let child = stalled.0.take().expect("stopped once, resumed once");
+        signal(&child, "CONT");
+        finish(child)
     }
 
     fn signal(child: &Child, signal: &str) {
