@@ -334,8 +334,9 @@ pub enum Row<'a> {
 }
 
 impl Row<'_> {
-    /// Column `i` read as `T`.
-    pub fn get<T: FromValue>(&self, i: usize) -> Result<T> {
+    /// Column `i` read as `T`. Outside the registry rows are read through [`FromRow`], in
+    /// the order of their column lists; the registry's own tests read a column by place.
+    pub(super) fn get<T: FromValue>(&self, i: usize) -> Result<T> {
         let value = match self {
             Row::Sqlite(r) => {
                 use rusqlite::types::ValueRef;
