@@ -35,7 +35,7 @@ mod writer;
 pub use envelope::{
     likely_interchange_start, Body, Group, Inside, Interchange, InterchangeEnd, Interchanges,
     LimitBreach, LimitKind, Limits, Part, ReadError, ReadErrorKind, Resume, Sets, TransactionSet,
-    PIECE_MARGIN,
+    MAX_BAD_IDS, PIECE_MARGIN, STRAY_KEPT,
 };
 pub use isa::{Isa, ISA_LEN};
 pub use position::Position;
