@@ -183,7 +183,14 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
             if repair_counters {
                 setup::repair_counters(&config)?;
             }
-            process::process(&files, json, (no_wait, window), no_deliver, &config, out)?
+            let args = process::ProcessArgs {
+                files,
+                json,
+                no_wait,
+                no_deliver,
+                window,
+            };
+            process::process(&args, &config, out)?
         }
         Command::Deliver {
             drain,

@@ -37,16 +37,30 @@ impl Tally {
     }
 }
 
+/// What `process` is asked to do, from its command line.
+pub struct ProcessArgs {
+    pub files: Vec<PathBuf>,
+    /// One JSON object a line instead of the text lines.
+    pub json: bool,
+    /// Report `in_progress` instead of waiting for another process's live lease.
+    pub no_wait: bool,
+    /// Leave what is due to the next `deliver` or `watch`.
+    pub no_deliver: bool,
+    /// Files larger than this are read in pieces of about this many bytes.
+    pub window: Option<usize>,
+}
+
 /// `process`: every file through the registry; per-file problems are counted and the run
 /// goes on, operational failures stop it with nothing of the failing interchange marked done.
-pub fn process(
-    files: &[PathBuf],
-    json: bool,
-    (no_wait, window): (bool, Option<usize>),
-    no_deliver: bool,
-    config: &Config,
-    out: &mut impl Write,
-) -> Result<u8, Failure> {
+pub fn process(args: &ProcessArgs, config: &Config, out: &mut impl Write) -> Result<u8, Failure> {
+    let ProcessArgs {
+        files,
+        json,
+        no_wait,
+        no_deliver,
+        window,
+    } = args;
+    let (json, no_wait, no_deliver, window) = (*json, *no_wait, *no_deliver, *window);
     preflight(config)?;
     let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
