@@ -75,6 +75,14 @@ impl Waiting {
     }
 }
 
+/// One interchange of a round in flight once its claim answered: its place in the window
+/// (its [`Item`]), and what the round does with it. The steps after the claim take and hand
+/// on these records, one an interchange, instead of lists joined by position.
+pub(super) struct InFlight {
+    pub item: usize,
+    pub plan: AfterClaim,
+}
+
 /// What a round does with an interchange once its claim is answered.
 pub(super) enum AfterClaim {
     /// Retry in a later round (another process holds it).
@@ -95,7 +103,7 @@ pub(super) fn claim_all(
     round: &[usize],
     items: &mut [Item<'_>],
     registry: &mut Registry,
-) -> Result<Vec<(usize, AfterClaim)>, ProcessError> {
+) -> Result<Vec<InFlight>, ProcessError> {
     // The registry keeps where the file was, whatever folder `process` was run from.
     let files: std::collections::HashMap<usize, String> = round
         .iter()
@@ -137,7 +145,7 @@ pub(super) fn claim_all(
         .zip(claims)
         .map(|(&i, claim)| {
             let plan = after_claim(&mut items[i], claim, r.options.no_wait, &mut takeovers);
-            (i, plan)
+            InFlight { item: i, plan }
         })
         .collect();
     for (from, n) in &takeovers {

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::registry::{AckBytes, AckToStore, Batch, Completion, EventKind, GroupKey, Registry};
 
-use super::claim::AfterClaim;
+use super::claim::{AfterClaim, InFlight};
 use super::decide::released_groups;
 use super::Prepared;
 
@@ -18,7 +18,7 @@ use super::Prepared;
 pub(super) fn complete_all(
     r: &Round<'_>,
     prepared: &mut [Prepared],
-    plans: &[(usize, AfterClaim)],
+    plans: &[InFlight],
     stored: &HashMap<usize, Vec<Kept>>,
     any_owned: bool,
     items: &mut [Item<'_>],
@@ -46,7 +46,7 @@ pub(super) fn complete_all(
     // The other decisions' events, as small (a replay lists its original's documents).
     let noted: Vec<Option<String>> = plans
         .iter()
-        .map(|(i, plan)| match plan {
+        .map(|InFlight { item: i, plan }| match plan {
             AfterClaim::Busy(_) | AfterClaim::Own(_) => None,
             _ => Some(recorded_detail(&mut items[*i].report)),
         })
@@ -218,11 +218,11 @@ fn hand_over(
 /// not taken), with their details (`noted`, by plan).
 fn record_others(
     b: &Batch<'_>,
-    plans: &[(usize, AfterClaim)],
+    plans: &[InFlight],
     noted: &[Option<String>],
     items: &[Item<'_>],
 ) -> Result<(), ProcessError> {
-    for ((i, plan), detail) in plans.iter().zip(noted) {
+    for (InFlight { item: i, plan }, detail) in plans.iter().zip(noted) {
         let event = match plan {
             AfterClaim::Replay(_) => EventKind::Duplicate,
             AfterClaim::Refuse(_) => EventKind::Conflict,

@@ -17,7 +17,7 @@ use crate::registry::{Batch, GroupKey, Registry, Renewed, Reservation};
 use crate::x12::Interchange;
 use crate::{outputs, validate};
 
-use super::claim::AfterClaim;
+use super::claim::{AfterClaim, InFlight};
 use super::Prepared;
 
 /// Step (3), in one transaction: the owned interchanges decided (from `found`, their own
@@ -25,7 +25,7 @@ use super::Prepared;
 /// stored answers of duplicates, and the TA1s of conflicts numbered.
 pub(super) fn prepare_all(
     r: &Round<'_>,
-    plans: &mut [(usize, AfterClaim)],
+    plans: &mut [InFlight],
     items: &[Item<'_>],
     found: Vec<Vec<Finding>>,
     registry: &mut Registry,
@@ -33,7 +33,7 @@ pub(super) fn prepare_all(
     registry.batch(|b| {
         let (fenced, mut shared) = fence(b, r, plans, items, found)?;
         let mut outputs = replayed(plans);
-        let plans: &[(usize, AfterClaim)] = plans;
+        let plans: &[InFlight] = plans;
         let stages = decide_each(b, r, plans, items, fenced, &mut shared)?;
         let numbered = number(b, r, plans, items, stages)?;
         let prepared = prepare_each(b, r, items, numbered, &mut outputs)?;
@@ -58,14 +58,14 @@ struct Fenced {
 fn fence(
     b: &Batch<'_>,
     r: &Round<'_>,
-    plans: &[(usize, AfterClaim)],
+    plans: &[InFlight],
     items: &[Item<'_>],
     found: Vec<Vec<Finding>>,
 ) -> Result<(Vec<Fenced>, Shared), ProcessError> {
     let owned: Vec<&Item<'_>> = plans
         .iter()
-        .filter(|(_, plan)| matches!(plan, AfterClaim::Own(_)))
-        .filter_map(|(i, _)| items.get(*i))
+        .filter(|InFlight { plan, .. }| matches!(plan, AfterClaim::Own(_)))
+        .filter_map(|InFlight { item: i, .. }| items.get(*i))
         .collect();
     let keys: Vec<&str> = owned.iter().map(|it| it.key.as_str()).collect();
     let renewed = b.renew_many(&keys, &r.options.owner, r.lease_ms)?;
@@ -122,9 +122,9 @@ fn fence(
 /// configuration in force, whatever folder the first answer went to (a restored or moved
 /// gateway): rows store the name, older rows an absolute path of which only the name counts.
 /// The bytes are moved, not copied: a replayed 997 of a million sets is 22 MB.
-fn replayed(plans: &mut [(usize, AfterClaim)]) -> Vec<Output> {
+fn replayed(plans: &mut [InFlight]) -> Vec<Output> {
     let mut outputs = Vec::new();
-    for (i, plan) in plans.iter_mut() {
+    for InFlight { item: i, plan } in plans.iter_mut() {
         let AfterClaim::Replay(acks) = plan else {
             continue;
         };
@@ -150,14 +150,14 @@ fn replayed(plans: &mut [(usize, AfterClaim)]) -> Vec<Output> {
 fn decide_each<'p>(
     b: &Batch<'_>,
     r: &Round<'_>,
-    plans: &'p [(usize, AfterClaim)],
+    plans: &'p [InFlight],
     items: &[Item<'_>],
     fenced: Vec<Fenced>,
     shared: &mut Shared,
 ) -> Result<Vec<Stage<'p>>, ProcessError> {
     let mut fenced = fenced.into_iter();
     let mut stages = Vec::with_capacity(plans.len());
-    for (i, plan) in plans {
+    for InFlight { item: i, plan } in plans {
         let it = &items[*i];
         let first = match plan {
             AfterClaim::Own(first) => first,
@@ -216,7 +216,7 @@ struct Numbered<'p> {
 fn number<'p>(
     b: &Batch<'_>,
     r: &Round<'_>,
-    plans: &[(usize, AfterClaim)],
+    plans: &[InFlight],
     items: &[Item<'_>],
     stages: Vec<Stage<'p>>,
 ) -> Result<Vec<Numbered<'p>>, ProcessError> {
@@ -231,7 +231,7 @@ fn number<'p>(
     let earlier: Vec<Option<Vec<u8>>> = plans
         .iter()
         .zip(&stages)
-        .map(|((i, _), stage)| match stage {
+        .map(|(InFlight { item: i, .. }, stage)| match stage {
             Stage::Refuse(_) => std::fs::read(
                 r.config
                     .gateway
@@ -260,7 +260,7 @@ fn number<'p>(
         .iter()
         .zip(stages)
         .zip(earlier)
-        .map(|(((item, _), stage), earlier)| Numbered {
+        .map(|((InFlight { item, .. }, stage), earlier)| Numbered {
             item: *item,
             stage,
             earlier,

@@ -44,7 +44,7 @@ mod complete;
 mod decide;
 mod write;
 
-use claim::{claim_all, AfterClaim, Holder, Waiting};
+use claim::{claim_all, AfterClaim, Holder, InFlight, Waiting};
 use complete::complete_all;
 pub use complete::RECORDED;
 use decide::prepare_all;
@@ -731,15 +731,15 @@ fn run_round(
     let mut plans = claim_all(&r, round, items, registry)?;
     let busy: Vec<(usize, Holder)> = plans
         .iter()
-        .filter_map(|(i, p)| match p {
+        .filter_map(|InFlight { item: i, plan: p }| match p {
             AfterClaim::Busy(h) => Some((*i, h.clone())),
             _ => None,
         })
         .collect();
     let owned: Vec<usize> = plans
         .iter()
-        .filter(|(_, p)| matches!(p, AfterClaim::Own(_)))
-        .map(|(i, _)| *i)
+        .filter(|InFlight { plan: p, .. }| matches!(p, AfterClaim::Own(_)))
+        .map(|f| f.item)
         .collect();
     if !owned.is_empty() {
         fail::fail_point!("claim.after", |_| std::process::abort());
@@ -765,7 +765,7 @@ fn run_round(
         Ok(p) => p,
         Err(e) => return Err(fail_all(registry, &owned, items, options, e)),
     };
-    for (i, plan) in &plans {
+    for InFlight { item: i, plan } in &plans {
         if matches!(plan, AfterClaim::Replay(_)) {
             // The sender of a resend learns what the first execution produced.
             let it = &mut items[*i];
