@@ -17,7 +17,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry as Exposition;
 
 use crate::config::Config;
-use crate::registry::{ClaimState, EventKind, Readers, Registry, RegistryError};
+use crate::registry::{ClaimState, EventKind, Readers, Registry, RegistryError, Snapshot};
 
 type Labels = Vec<(String, String)>;
 
@@ -83,9 +83,8 @@ pub fn render(config: &Config, live: Option<&Live>) -> Result<String, RegistryEr
 
 /// [`render`] from `registry` (`None`: there is none yet), which the caller opened: `x12gate
 /// metrics` its own, `/metrics` one of the connections it shares with the web page.
-// One paragraph per metric family, in the order `/metrics` prints them (the dashboard and
-// the alert rules in `contrib/` follow it).
-#[allow(clippy::too_many_lines)]
+// The families are registered in the order `/metrics` prints them (the dashboard and the
+// alert rules in `contrib/` follow it): interchanges, claims, documents and deliveries.
 fn exposition(
     config: &Config,
     registry: Option<&Registry>,
@@ -96,7 +95,30 @@ fn exposition(
         None => Default::default(),
     };
     let mut reg = Exposition::with_prefix("x12gate");
+    interchange_families(&mut reg, config, &snap);
+    claim_families(&mut reg, config, &snap);
+    delivery_families(&mut reg, config, &snap, &protocol_errors);
+    let info = Family::<Labels, Gauge>::default();
+    info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
+        .set(1);
+    reg.register("build_info", "The x12gate version running", info);
+    if let Some(live) = live {
+        reg.register(
+            "batch_seconds",
+            "Time to process one batch of files, from claim to completion",
+            live.batch_seconds.clone(),
+        );
+    }
+    let mut text = String::new();
+    encode(&mut text, &reg).map_err(|e| RegistryError::Io {
+        path: "metrics".into(),
+        cause: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(text)
+}
 
+/// What was decided on interchanges and answered, and the files waiting in `rejected/`.
+fn interchange_families(reg: &mut Exposition, config: &Config, snap: &Snapshot) {
     let decisions = Family::<Labels, Counter>::default();
     let conflicts = Family::<Labels, Counter>::default();
     for (partner, decision, n) in &snap.decisions {
@@ -141,6 +163,10 @@ fn exposition(
         "Files in rejected/ waiting for someone",
         backlog,
     );
+}
+
+/// Claims not completed, and when each partner last sent.
+fn claim_families(reg: &mut Exposition, config: &Config, snap: &Snapshot) {
     let unfinished = Family::<Labels, Gauge>::default();
     for state in [ClaimState::InFlight, ClaimState::Failed] {
         let n = snap
@@ -180,6 +206,15 @@ fn exposition(
         "When each partner's latest interchange was decided (Unix time), for inactivity alerts",
         last,
     );
+}
+
+/// Business documents still open, the outbox by state, circuits and protocol errors.
+fn delivery_families(
+    reg: &mut Exposition,
+    config: &Config,
+    snap: &Snapshot,
+    protocol_errors: &[(String, u64)],
+) {
     let open = Family::<Labels, Gauge>::default();
     for (partner, delivery, n) in &snap.documents_open {
         let partner = partner_label(config, partner);
@@ -238,23 +273,6 @@ fn exposition(
         "Delivery attempts whose answer was not a whole HTTP answer to its request (cut off, malformed), by destination: not delivered, tried again on a new connection",
         protocol,
     );
-    let info = Family::<Labels, Gauge>::default();
-    info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
-        .set(1);
-    reg.register("build_info", "The x12gate version running", info);
-    if let Some(live) = live {
-        reg.register(
-            "batch_seconds",
-            "Time to process one batch of files, from claim to completion",
-            live.batch_seconds.clone(),
-        );
-    }
-    let mut text = String::new();
-    encode(&mut text, &reg).map_err(|e| RegistryError::Io {
-        path: "metrics".into(),
-        cause: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(text)
 }
 
 /// Whether the gateway can work: the checks of `x12gate check`. `Err` carries the problems.

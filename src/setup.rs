@@ -173,18 +173,31 @@ pub const MAX_LEASE_SECONDS: u64 = 86_400;
 
 /// Every problem of `config` that would make `process` or `watch` lose, double or misplace
 /// a file, without changing anything.
-// A list of independent checks, one paragraph each, in the order `x12gate check` reports
-// them.
-#[allow(clippy::too_many_lines)]
+// Independent checks, in the order `x12gate check` reports them.
 pub fn check(config: &Config) -> Vec<Problem> {
-    let g = &config.gateway;
     let mut problems = Vec::new();
-    let gateway_key = |key: &str, message: String| Problem {
+    folder_checks(config, &mut problems);
+    registry_checks(config, &mut problems);
+    setting_checks(config, &mut problems);
+    destination_checks(config, &mut problems);
+    problems
+}
+
+/// A problem with the gateway's `key`, at its line.
+fn gateway_key(config: &Config, key: &str, message: String) -> Problem {
+    Problem {
         key: format!("gateway.{key}"),
         line: config.line_of("gateway", key),
         message,
         operational: false,
-    };
+    }
+}
+
+/// The gateway's folders: each usable, none the same as or inside another, the ones files
+/// move between on the inbox's file system.
+fn folder_checks(config: &Config, problems: &mut Vec<Problem>) {
+    let g = &config.gateway;
+    let gateway_key = |key: &str, message: String| gateway_key(config, key, message);
     let named = folders(g);
     for (key, path) in named {
         if let Some(m) = folder_problem(path) {
@@ -244,6 +257,12 @@ pub fn check(config: &Config) -> Vec<Problem> {
             }
         }
     }
+}
+
+/// Where the registry is: not among the work, not a folder, and readable.
+fn registry_checks(config: &Config, problems: &mut Vec<Problem>) {
+    let g = &config.gateway;
+    let gateway_key = |key: &str, message: String| gateway_key(config, key, message);
     let file = g.database.file();
     if file.is_some_and(|f| f.starts_with(&g.inbox) || f.starts_with(&g.work)) {
         problems.push(gateway_key(
@@ -263,6 +282,13 @@ pub fn check(config: &Config) -> Vec<Problem> {
             ..gateway_key("database", e.to_string())
         });
     }
+}
+
+/// Numbers the loader would take but that cannot work: zero workers, leases out of range,
+/// zero limits, duplicate windows shorter than a day.
+fn setting_checks(config: &Config, problems: &mut Vec<Problem>) {
+    let g = &config.gateway;
+    let gateway_key = |key: &str, message: String| gateway_key(config, key, message);
     // The loader makes 0 workers "one per core" and lifts a short poll to 10 ms; a 0 the
     // operator wrote is still a mistake to report.
     for key in ["workers", "poll_ms", "summary_seconds", "retry_max_seconds"] {
@@ -311,6 +337,11 @@ pub fn check(config: &Config) -> Vec<Problem> {
             });
         }
     }
+}
+
+/// Each destination's folder usable and outside the inbox, its environment set.
+fn destination_checks(config: &Config, problems: &mut Vec<Problem>) {
+    let g = &config.gateway;
     for d in &config.destinations {
         let key = |k: &str| format!("destination {:?}.{k}", d.name);
         if let crate::config::DestinationKind::Folder { path: Some(path) } = &d.kind {
@@ -347,7 +378,6 @@ pub fn check(config: &Config) -> Vec<Problem> {
             });
         }
     }
-    problems
 }
 
 /// The counters numbers already sent are ahead of, as problems (`gateway.outbox`): for
