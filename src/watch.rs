@@ -158,7 +158,7 @@ impl Outcome {
 }
 
 /// Processes a batch of taken files (one transaction per step for all of them, see
-/// `pipeline::process_files`) and places each where it belongs.
+/// `pipeline::Gateway::process`) and places each where it belongs.
 fn process_batch(
     batch: Vec<Queued>,
     turn: Turn,

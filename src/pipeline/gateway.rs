@@ -65,7 +65,13 @@ impl<'g> Gateway<'g> {
         on_settled: &mut dyn FnMut(Settled),
     ) -> Result<(), ProcessError> {
         let turn = self.turn.take();
-        batch::process(self, sources, turn, on_settled)
+        let mut run = batch::Run {
+            config: self.config,
+            schemas: self.schemas,
+            registry: &mut *self.registry,
+            options: &self.options,
+        };
+        batch::process(&mut run, sources, turn, on_settled)
     }
 
     /// The documents that waited longer than their partner's `order_wait_hours` for an

@@ -1,9 +1,15 @@
 //! Inbound files end to end, synchronously: read, split into interchanges, validate, decide
-//! the answer, write the translation and the acknowledgments (the registry flow is in `batch`).
+//! the answer, write the translation and the acknowledgments.
 //!
 //! `ack` decides and prints, writing nothing. `process` claims each interchange's key in the
 //! registry before anything else, decides, writes the translation and the acknowledgments
 //! atomically under names derived from the key, and only then completes the claim.
+//!
+//! Rooms, each importing only those after it: `gateway` (one run: process, release what
+//! waited, deliver; what `process`, `watch` and the desk drive), `batch` (the registry flow,
+//! a file of each step: claim, decide, write, complete), `documents` (business documents
+//! within a round), `flight` (one interchange in flight and the outputs it makes), `large`
+//! (an interchange read in parts); this file holds the decision itself and the report.
 
 use chrono::NaiveDateTime;
 

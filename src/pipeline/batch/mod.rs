@@ -32,7 +32,6 @@ use crate::x12::{Interchange, Interchanges};
 
 use super::documents::{Planned, Progress};
 use super::flight::{bounded_reason, Item, Output, Round};
-use super::gateway::Gateway;
 use super::large::FirstReading;
 use super::{
     correlation_id, interchange_key, json, Decision, ProcessError, ProcessOptions, Report, Source,
@@ -81,7 +80,16 @@ struct Prepared {
     lost: bool,
 }
 
-/// What [`Gateway::process`] hands over as soon as it is settled, in file order.
+/// What a run of batches works by: a gateway's configuration, definitions, registry
+/// connection and options (lent by [`super::Gateway`], which this module does not know).
+pub(super) struct Run<'r> {
+    pub config: &'r Config,
+    pub schemas: &'r Schemas,
+    pub registry: &'r mut Registry,
+    pub options: &'r ProcessOptions,
+}
+
+/// What [`super::Gateway::process`] hands over as soon as it is settled, in file order.
 pub enum Settled {
     /// Reports of the file `sources[file]`: all of them, or for a file read in pieces those
     /// of one piece (its next piece's follow); `last` once the file is done.
@@ -94,7 +102,7 @@ pub enum Settled {
     Failed { file: usize, error: ProcessError },
 }
 
-/// [`Gateway::process`]: the files read and cut (a file of at most a window,
+/// [`super::Gateway::process`]: the files read and cut (a file of at most a window,
 /// [`ProcessOptions::window`], whole and batched with its neighbours; a larger one in pieces
 /// of whole interchanges, [`input::Reader`], each piece a batch of its own, so that memory is
 /// a window or the largest interchange, not the file), each file's reports handed to
@@ -102,7 +110,7 @@ pub enum Settled {
 /// not a file's, however many interchanges and documents the file carries. With a `turn`,
 /// the first batch claims its keys in that turn.
 pub(super) fn process(
-    gw: &mut Gateway<'_>,
+    gw: &mut Run<'_>,
     sources: &[Source],
     mut turn: Option<Turn>,
     settled: &mut dyn FnMut(Settled),
@@ -187,13 +195,13 @@ pub(super) fn process(
 /// are the file's last (at least once). The inner `Err` is why the rest of the file could not
 /// be read.
 fn in_pieces(
-    gw: &mut Gateway<'_>,
+    gw: &mut Run<'_>,
     source: &Source,
     mut reader: Reader,
     turn: &mut Option<Turn>,
     settled: &mut dyn FnMut(Vec<Report>, bool),
 ) -> Result<Result<(), ProcessError>, ProcessError> {
-    let (config, schemas, options) = (gw.config, gw.schemas, &gw.options);
+    let (config, schemas, options) = (gw.config, gw.schemas, gw.options);
     let registry = &mut *gw.registry;
     let mut reports = Vec::new();
     // A stop that came while waiting in one piece holds for the pieces after it.
@@ -316,12 +324,12 @@ fn in_order(slots: Vec<Slot>, settled: &mut [Option<Report>]) -> Vec<Report> {
 }
 
 fn run_batch(
-    gw: &mut Gateway<'_>,
+    gw: &mut Run<'_>,
     sources: &[Source],
     inputs: Vec<Result<Vec<u8>, crate::input::InputError>>,
     mut turn: Option<Turn>,
 ) -> Result<Vec<FileOutcome>, ProcessError> {
-    let (config, schemas, options) = (gw.config, gw.schemas, &gw.options);
+    let (config, schemas, options) = (gw.config, gw.schemas, gw.options);
     let registry = &mut *gw.registry;
     let shown: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
     // Buffers first, so that the interchanges can borrow them for the whole batch.
@@ -944,7 +952,12 @@ mod tests {
         let run = |registry: &mut Registry| {
             let reader = Reader::open(&path, config.limits, options.window).unwrap();
             let mut reports = Vec::new();
-            let mut gw = Gateway::new(&config, schemas, registry, options.clone());
+            let mut gw = Run {
+                config: &config,
+                schemas,
+                registry,
+                options: &options,
+            };
             in_pieces(&mut gw, &source, reader, &mut None, &mut |piece, _| {
                 reports.extend(piece)
             })
