@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::util::{output_progressing, wait_progressing, STALL};
+
 const BIN: &str = env!("CARGO_BIN_EXE_x12gate");
 
 // ---------------------------------------------------------------------------------------
@@ -148,6 +150,24 @@ impl Erp {
 
     fn seen(&self) -> Vec<Seen> {
         self.books.lock().unwrap().seen.clone()
+    }
+
+    /// How many requests this ERP has received: the progress a deliverer makes.
+    fn received(&self) -> usize {
+        self.books.lock().unwrap().seen.len()
+    }
+
+    /// `deliver --drain` at `gate` until nothing is left to send, with no deadline of its
+    /// own: it fails only when this ERP receives nothing for [`STALL`] (a hang, not a slow
+    /// machine). (status, stdout, stderr)
+    fn drain(&self, gate: &Gate, what: &str) -> (ExitStatus, String, String) {
+        let child = gate.command(&["deliver", "--drain"]).spawn().unwrap();
+        let out = output_progressing(child, STALL, what, || self.received());
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     fn booked(&self) -> BTreeMap<String, String> {
@@ -457,11 +477,17 @@ id = "ACME"
 
     /// `watch` in the background, its stderr (RUST_LOG=warn) in a log file.
     fn watch(&self) -> Watcher {
+        self.watch_on(None)
+    }
+
+    /// `watch`, on the test's `clock` when there is one.
+    fn watch_on(&self, clock: Option<&crate::util::TestClock>) -> Watcher {
         let n = self.runs.get() + 1;
         self.runs.set(n);
         let log = self.root().join(format!("watch-{n}.log"));
         let err = fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .current_dir(self.root())
             .arg("watch")
             .env_remove("FAILPOINTS")
@@ -471,9 +497,11 @@ id = "ACME"
             )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("start x12gate watch");
+            .stderr(err);
+        if let Some((var, file)) = clock.map(crate::util::TestClock::env) {
+            command.env(var, file);
+        }
+        let child = command.spawn().expect("start x12gate watch");
         Watcher { child, log }
     }
 }
@@ -889,64 +917,78 @@ fn a_flaky_erp_books_each_of_a_thousand_documents_exactly_once() {
 
 /// An ERP that is down: after `circuit_failures` failures in a row the circuit opens and
 /// only one probe goes per cooldown; nothing goes dead meanwhile; once the ERP is back,
-/// everything is delivered.
+/// everything is delivered. The cool-down is an hour of the watcher's clock, which the test
+/// moves one cool-down at a time: no real time between two steps can pass for a cool-down,
+/// so each step must bring exactly one probe, however slow the machine.
+#[cfg(feature = "failpoints")]
 #[test]
 fn an_open_circuit_sends_one_probe_per_cooldown_until_the_erp_is_back() {
+    const COOLDOWN_MS: i64 = 3_600_000;
     let erp = Erp::start(Mode::Down);
     let gate = Gate::to(&http(
         &erp.url(),
-        &[("circuit_failures", "3"), ("circuit_cooldown_ms", "1000")],
+        &[
+            ("circuit_failures", "3"),
+            ("circuit_cooldown_ms", &COOLDOWN_MS.to_string()),
+        ],
     ));
     let (files, expected) = load(&gate, 2000, 5, |_| 4);
     new_documents(&gate.process(&["--no-deliver"], &files));
-    let mut watch = gate.watch();
-    wait_for(
-        Duration::from_secs(15),
-        "the first request",
-        || !erp.seen().is_empty(),
+    let clock = crate::util::TestClock::new(gate.root());
+    let mut watch = gate.watch_on(Some(&clock));
+    let opened = |log: &str| {
+        log.lines().any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("warn") && l.contains("circuit")
+        })
+    };
+    // Every request the ERP received is an attempt recorded: none is still in flight.
+    let recorded = || -> u64 {
+        gate.deliveries(&[])
+            .iter()
+            .filter_map(|d| d["attempts"].as_u64())
+            .sum()
+    };
+    wait_progressing(
+        STALL,
+        "the circuit opening",
+        || erp.received() >= 3 && opened(&watch.log()) && recorded() == erp.received() as u64,
+        || erp.received(),
         || watch.log(),
     );
-    let t0 = erp.seen()[0].at;
-    let window = Duration::from_millis(6000);
-    std::thread::sleep((t0 + window).saturating_duration_since(Instant::now()));
-    let seen: Vec<Seen> = erp
-        .seen()
-        .into_iter()
-        .filter(|s| s.at <= t0 + window)
-        .collect();
-    let times: Vec<u128> = seen.iter().map(|s| (s.at - t0).as_millis()).collect();
-    eprintln!("circuit: requests at ms {times:?}");
-    assert!(seen.iter().all(|s| s.status == 503));
-    assert!(
-        seen.len() <= 3 + 6 + 1,
-        "{} requests in 6 s against an open circuit, at ms {times:?}",
-        seen.len()
-    );
-    assert!(
-        seen.len() >= 3 + 3,
-        "too few probes: {} requests in 6 s (cooldown 1 s), at ms {times:?}",
-        seen.len()
-    );
+    // The watcher looks at the circuit at least once a second: two of its rounds with the
+    // circuit open and the clock still, in which a wrong probe would show.
+    std::thread::sleep(Duration::from_millis(2_000));
     // After the third failure the circuit is open: a request sent with those three (in
-    // flight together) aside, each one is a probe a cooldown after the one before.
-    let third = seen[2].at;
-    let later: Vec<Instant> = seen[3..]
-        .iter()
-        .map(|s| s.at)
-        .filter(|at| *at > third + Duration::from_millis(50))
-        .collect();
+    // flight together) aside, nothing goes until a cool-down has passed.
+    let at_open = erp.received();
     assert!(
-        seen.len() - 3 - later.len() <= 1,
-        "requests right after the circuit opened, at ms {times:?}"
+        at_open <= 3 + 1,
+        "requests right after the circuit opened: {at_open}"
     );
-    let mut before = third;
-    for at in &later {
-        assert!(
-            *at - before >= Duration::from_millis(800),
-            "probes closer than the cooldown, at ms {times:?}"
+    for step in 1..=5 {
+        assert_eq!(
+            erp.received(),
+            at_open + step - 1,
+            "step {step}: a request without a cool-down passing"
         );
-        before = *at;
+        clock.advance(COOLDOWN_MS);
+        wait_progressing(
+            STALL,
+            &format!("step {step}: the probe after a cool-down"),
+            || erp.received() > at_open + step - 1,
+            || erp.received(),
+            || watch.log(),
+        );
+        std::thread::sleep(Duration::from_millis(2_000));
+        assert_eq!(
+            erp.received(),
+            at_open + step,
+            "step {step}: more than one probe in one cool-down"
+        );
     }
+    let seen = erp.seen();
+    assert!(seen.iter().all(|s| s.status == 503));
     let rows = gate.deliveries(&[]);
     assert_eq!(rows.len(), 20);
     for d in &rows {
@@ -955,26 +997,20 @@ fn an_open_circuit_sends_one_probe_per_cooldown_until_the_erp_is_back() {
             "nothing dies while the circuit is open: {d}"
         );
     }
-    let log = watch.log();
-    assert!(
-        log.lines().any(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("warn") && l.contains("circuit")
-        }),
-        "no warning of the circuit opening:\n{log}"
-    );
 
     erp.set_mode(Mode::Healthy);
-    wait_for(
-        Duration::from_secs(15),
+    clock.advance(COOLDOWN_MS);
+    wait_progressing(
+        STALL,
         "all 20 delivered after the ERP came back",
         || gate.deliveries(&["--state", "delivered"]).len() == 20,
+        || erp.received(),
         || states(&gate),
     );
     check_requests(&erp.seen(), &expected);
     check_booked_once(&gate, &erp, &expected);
     watch.sigterm();
-    let status = watch.wait(Duration::from_secs(20));
+    let status = watch.wait(STALL);
     assert_eq!(
         status.code(),
         Some(0),
@@ -1076,7 +1112,6 @@ fn retry_all_dead_puts_back_every_dead_delivery_and_only_those() {
 /// booked exactly once, under its own key and its interchange's correlation id.
 #[test]
 fn sigkills_of_watch_during_deliveries_book_each_document_once() {
-    let _heavy = crate::util::heavy();
     let erp = Erp::start(Mode::Slow(Duration::from_millis(30)));
     let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "2000")]));
     // Four requests in flight at once (the default concurrency): 800 documents outlast
@@ -1091,10 +1126,11 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
     for round in 0..20u64 {
         let before = erp.seen().len();
         let mut watch = gate.watch();
-        wait_for(
-            Duration::from_secs(20),
+        wait_progressing(
+            STALL,
             &format!("round {round}: the watcher's first request"),
-            || erp.seen().len() > before || gate.deliveries(&["--state", "delivered"]).len() == 800,
+            || erp.received() > before || gate.deliveries(&["--state", "delivered"]).len() == 800,
+            || erp.received(),
             || watch.log(),
         );
         std::thread::sleep(Duration::from_millis((round * 149) % 401));
@@ -1130,7 +1166,7 @@ fn sigkills_of_watch_during_deliveries_book_each_document_once() {
         left > 0,
         "everything was delivered before the last kill: the kills prove little"
     );
-    let (status, stdout, stderr) = gate.run(&["deliver", "--drain", "--timeout", "60"]);
+    let (status, stdout, stderr) = erp.drain(&gate, "the last drain");
     assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
     let seen = erp.seen();
     let by_key = check_requests(&seen, &expected);
@@ -1537,21 +1573,16 @@ fn process_makes_one_attempt_at_what_is_due_and_leaves_failures_queued() {
 /// lease per delivery), none twice in parallel.
 #[test]
 fn four_deliverers_at_once_send_each_document_once() {
-    let _heavy = crate::util::heavy();
     let erp = Erp::start(Mode::Slow(Duration::from_millis(10)));
     let gate = Gate::to(&http(&erp.url(), &[("timeout_ms", "5000")]));
     let (files, expected) = load(&gate, 4000, 40, |_| 4);
     new_documents(&gate.process(&["--no-deliver"], &files));
     let mut watch = gate.watch();
     let drains: Vec<Child> = (0..3)
-        .map(|_| {
-            gate.command(&["deliver", "--drain", "--timeout", "60"])
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| gate.command(&["deliver", "--drain"]).spawn().unwrap())
         .collect();
     for d in drains {
-        let out = d.wait_with_output().unwrap();
+        let out = output_progressing(d, STALL, "a drain", || erp.received());
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -1559,14 +1590,15 @@ fn four_deliverers_at_once_send_each_document_once() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    wait_for(
-        Duration::from_secs(30),
+    wait_progressing(
+        STALL,
         "all 160 delivered",
         || gate.deliveries(&["--state", "delivered"]).len() == 160,
+        || erp.received(),
         || states(&gate),
     );
     watch.sigterm();
-    assert_eq!(watch.wait(Duration::from_secs(20)).code(), Some(0));
+    assert_eq!(watch.wait(STALL).code(), Some(0));
     let by_key = check_requests(&erp.seen(), &expected);
     let twice: Vec<_> = by_key
         .iter()
@@ -2782,7 +2814,6 @@ fn a_test_interchanges_translation_is_written_in_out_test() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn each_pos_change_reaches_the_erp_after_its_original_across_deliverers_and_kills() {
-    let _heavy = crate::util::heavy();
     let erp = Erp::start(Mode::FailFirst {
         prefix: "ZZ:ACME:850:",
         n: 2,
@@ -2825,24 +2856,20 @@ fn each_pos_change_reaches_the_erp_after_its_original_across_deliverers_and_kill
     );
 
     let aborting = || {
-        let mut c = gate.command(&["deliver", "--drain", "--timeout", "60"]);
+        let mut c = gate.command(&["deliver", "--drain"]);
         c.env("FAILPOINTS", "deliver.sent=20%return");
         c.spawn().unwrap()
     };
-    let plain = || {
-        gate.command(&["deliver", "--drain", "--timeout", "60"])
-            .spawn()
-            .unwrap()
-    };
+    let plain = || gate.command(&["deliver", "--drain"]).spawn().unwrap();
     let mut other = plain();
     std::thread::sleep(Duration::from_millis(300));
     other.kill().expect("SIGKILL a deliverer");
     other.wait().unwrap();
-    let mut other = plain();
+    let other = plain();
     let (mut aborts, mut runs) = (0, 0);
     loop {
         runs += 1;
-        let out = aborting().wait_with_output().unwrap();
+        let out = output_progressing(aborting(), STALL, "an aborting drain", || erp.received());
         if out.status.success() {
             break;
         }
@@ -2853,10 +2880,11 @@ fn each_pos_change_reaches_the_erp_after_its_original_across_deliverers_and_kill
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = other.wait().unwrap();
-    assert_eq!(out.code(), Some(0));
+    let out = output_progressing(other, STALL, "the plain drain", || erp.received());
+    assert_eq!(out.status.code(), Some(0));
     // What the last abort left leased to a dead process.
-    gate.ok(&["deliver", "--drain", "--timeout", "60"]);
+    let (status, stdout, stderr) = erp.drain(&gate, "the last drain");
+    assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
     eprintln!(
         "order: {aborts} deliverer(s) aborted between sending and recording, {} requests",
         erp.seen().len()

@@ -241,7 +241,6 @@ fn a_file_replaced_under_its_name_while_processed_is_processed_too() {
 /// no temporary or unfinished file is left.
 #[test]
 fn fifty_kills_while_draining_2000_files_lose_and_double_nothing() {
-    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings {
         settle_ms: 50,
         poll_ms: 50,
@@ -293,18 +292,20 @@ fn fifty_kills_while_draining_2000_files_lose_and_double_nothing() {
         gate.inbox_names().len(),
         gate.leftovers().len()
     );
+    // The last run drains what the lives left: it must keep placing files until it exits
+    // (a stall is a hang), however slowly a loaded machine lets it go.
     let finish = Instant::now();
-    let (status, log) = gate.once();
+    let mut last = gate.start(&["--once"]);
+    let status =
+        crate::util::exit_progressing(&mut last.child, crate::util::STALL, "the last run", || {
+            gate.moved().count()
+        });
+    let log = last.log();
     assert!(
         matches!(status.code(), Some(0 | 3)),
         "{status:?}; log:\n{log}"
     );
     eprintln!("the last run took {:?}", finish.elapsed());
-    assert!(
-        finish.elapsed() < Duration::from_secs(120),
-        "the last run took {:?}",
-        finish.elapsed()
-    );
     check_end_state(&gate, &files, Run::Killed);
 }
 

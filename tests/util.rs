@@ -1,19 +1,96 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Output};
+use std::time::{Duration, Instant};
 
-/// Held by the tests that load the machine most (thousands of files through several
-/// processes SIGKILLed at random moments, three nodes on one PostgreSQL server, Chromium):
-/// two of them at once on a small machine outlast their own deadlines. Timing is not what
-/// it guards: leases, retries and windows run on a clock the test drives ([`TestClock`]),
-/// and arrival order on modification times the test sets. A test that failed while holding
-/// it does not stop the others (the poison is ignored).
-pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
-    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    HEAVY
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// How long a test waits while nothing it watches moves (files placed, requests the ERP
+/// received, a process exiting) before it calls the run hung. A total deadline would fail a
+/// slow but working run on a loaded machine; a stall limit fails only a run that stopped.
+pub const STALL: Duration = Duration::from_secs(120);
+
+/// Polls `done` until it holds; fails with `state()` only when `progress()` has not changed
+/// for `stall` (however long the whole wait takes while it keeps changing).
+pub fn wait_progressing<P: PartialEq + std::fmt::Debug>(
+    stall: Duration,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+    mut progress: impl FnMut() -> P,
+    state: impl Fn() -> String,
+) {
+    let mut last = progress();
+    let mut since = Instant::now();
+    while !done() {
+        let now = progress();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+        assert!(
+            since.elapsed() < stall,
+            "nothing progressed for {stall:?} (still at {last:?}) waiting for {what}; {}",
+            state()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for `child` to exit; kills it and fails only when `progress()` has not changed for
+/// `stall`.
+pub fn exit_progressing<P: PartialEq + std::fmt::Debug>(
+    child: &mut Child,
+    stall: Duration,
+    what: &str,
+    progress: impl FnMut() -> P,
+) -> ExitStatus {
+    let mut status = None;
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_progressing(
+            stall,
+            what,
+            || {
+                status = child.try_wait().expect("poll a child process");
+                status.is_some()
+            },
+            progress,
+            String::new,
+        )
+    }));
+    if let Err(hung) = waited {
+        let _ = child.kill();
+        let _ = child.wait();
+        std::panic::resume_unwind(hung);
+    }
+    status.expect("the child exited")
+}
+
+/// [`exit_progressing`] for a child whose stdout and stderr are piped: both are read while
+/// it runs, so that a full pipe never stops it.
+pub fn output_progressing<P: PartialEq + std::fmt::Debug>(
+    mut child: Child,
+    stall: Duration,
+    what: &str,
+    progress: impl FnMut() -> P,
+) -> Output {
+    fn drain(from: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut from) = from {
+                let _ = from.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let status = exit_progressing(&mut child, stall, what, progress);
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
 
 /// A clock for the processes a test starts (binaries built with `failpoints`): each process

@@ -31,7 +31,7 @@ fn free_port() -> u16 {
 
 fn wait_port(addr: &str, what: &str, log: &dyn Fn() -> String) {
     wait_for(
-        Duration::from_secs(60),
+        crate::util::STALL,
         what,
         || std::net::TcpStream::connect(addr).is_ok(),
         log,
@@ -246,14 +246,15 @@ impl Browser {
             .unwrap_or_else(|e| panic!("type into {css}: {e}"));
     }
 
-    /// Waits for `css` to appear (a page loaded after a click or a submit).
-    async fn wait_for(&self, css: &str, seconds: u64) {
+    /// Waits for `css` to appear (a page loaded after a click or a submit): one event, so
+    /// the wait fails only after the stall limit, not after a page's usual time.
+    async fn wait_for(&self, css: &str) {
         self.c()
             .wait()
-            .at_most(Duration::from_secs(seconds))
+            .at_most(crate::util::STALL)
             .for_element(Locator::Css(css))
             .await
-            .unwrap_or_else(|e| panic!("{css} within {seconds} s: {e}"));
+            .unwrap_or_else(|e| panic!("{css} within {:?}: {e}", crate::util::STALL));
     }
 
     async fn count(&self, css: &str) -> usize {
@@ -306,12 +307,8 @@ const HOSTILE_NAME: &str = "<img src=x onerror=alert(1)>\u{1b}[31m.x12";
 /// partner's decisions; searching `101` in the page's search box finds ZZ:ACME:000000101,
 /// whose page shows the 997 sent; the rejected list gives the reason; hostile values are
 /// text, never markup.
-// The guard is held on purpose for the whole test, across its awaits: it keeps the
-// timing-sensitive tests off the machine while Chromium runs (its own runtime, one task).
-#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_browser() {
-    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings::default());
     let addr = format!("127.0.0.1:{}", free_port());
     listen_on(&gate, &addr);
@@ -337,7 +334,7 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
         fs::write(gate.inbox().join(name), body).unwrap();
         let want = i + 1;
         wait_for(
-            Duration::from_secs(60),
+            crate::util::STALL,
             "the file placed",
             || gate.moved().count() == want,
             || format!("{}\n{}", gate.state(), w.log()),
@@ -481,7 +478,7 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     // "Did you get my 850 101, and where is my 997?": typed into the search box.
     // U+E007 is WebDriver's Enter key: the form is submitted as an operator submits it.
     b.type_into("nav input[name=q]", "101\u{E007}").await;
-    b.wait_for("a.interchange", 10).await;
+    b.wait_for("a.interchange").await;
     assert!(b
         .c()
         .current_url()
@@ -494,7 +491,7 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     assert!(!found.contains("ZZ:ACME:000000102"), "only 101: {found}");
     b.shot("search.png").await;
     b.click_link("ZZ:ACME:000000101").await;
-    b.wait_for("pre.ack-bytes", 10).await;
+    b.wait_for("pre.ack-bytes").await;
     assert_eq!(b.text("#key").await, "ZZ:ACME:000000101");
     assert_eq!(b.text("#disposition").await, "accepted");
     // Its file is the archived resend of its content (the newest), not the reused number's
@@ -554,7 +551,7 @@ async fn the_desk_finds_an_interchange_its_997_and_the_rejected_reasons_in_a_bro
     assert_eq!(b.count("#none").await, 1, "nothing held");
     b.close().await;
     w.signal("TERM");
-    w.wait(Duration::from_secs(60));
+    w.wait(crate::util::STALL);
 }
 
 /// An 850 without its BEG: rejected by its definition (AK3/AK4) under the default validation.
@@ -567,12 +564,8 @@ fn without_beg(n: u32) -> String {
 /// Actions are refused without `--allow-actions`, without a token, and across sites; with
 /// both, an operator signs in through the form, reprocesses a rejected interchange (after its
 /// partner's configuration was fixed) by its button, and the history names her.
-// The guard is held on purpose for the whole test, across its awaits: it keeps the
-// timing-sensitive tests off the machine while Chromium runs (its own runtime, one task).
-#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
-    let _heavy = crate::util::heavy();
     let gate = Gate::new(Settings::default());
     let file = gate.dir().join("po-fix.x12");
     fs::write(&file, without_beg(301)).unwrap();
@@ -746,12 +739,12 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
         .ends_with("/login"));
     b.type_into("#token", SECRET).await;
     b.click("#signin").await;
-    b.wait_for("#who", 10).await;
+    b.wait_for("#who").await;
     assert_eq!(b.text("#who").await, "alice");
     b.goto(&s.url(&format!("/interchange/{key}"))).await;
     assert_eq!(b.text("#disposition").await, "rejected");
     b.click("#reprocess button").await;
-    b.wait_for("#message", 30).await;
+    b.wait_for("#message").await;
     let answer = b.text("#message").await;
     assert!(
         answer.contains("attempt 2 accepted"),
@@ -760,7 +753,7 @@ async fn actions_need_the_flag_and_a_token_and_are_audited_with_the_operator() {
     );
     b.shot("reprocessed.png").await;
     b.click("#back").await;
-    b.wait_for("#history", 10).await;
+    b.wait_for("#history").await;
     assert_eq!(b.text("#disposition").await, "accepted");
     assert_eq!(b.count("tr[data-event=\"web_action\"]").await, 1);
     assert!(b
