@@ -611,8 +611,13 @@ fn settle(
             t.wait(lease.min(Duration::from_secs(60)));
         }
         let round_result = run_round(&round, items, config, schemas, registry, options);
-        // The turn ends with the first claim transaction, whatever its outcome.
-        *turn = None;
+        // The turn ends once every interchange of the window has met its first claim,
+        // whatever the outcome: a key repeated in the window puts the interchanges after it
+        // in a later round, and a batch dispatched after this one must not claim their keys
+        // first (the earlier arrival wins a reused control number).
+        if later.is_empty() {
+            *turn = None;
+        }
         let busy = round_result?;
         if !busy.is_empty() && later.is_empty() {
             waiting.log(&busy, items);
