@@ -8,7 +8,7 @@ use crate::finding::{Code, Finding, Ta105};
 use crate::input::{InputError, Piece, Reader};
 use crate::schema::{Schemas, Unread};
 use crate::validate::{self, Carried, Routing};
-use crate::x12::{Interchange, Interchanges, Limits, Part, Resume};
+use crate::x12::{Interchange, Interchanges, Limits, Resume};
 
 /// What an interchange is checked against.
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,7 +49,9 @@ pub fn interchange(
 /// stands in the interchange's report (see [`Found::finish`]): the parts of an interchange
 /// read in parts are appended one to the other, and read as it would whole.
 struct Found<'c> {
-    part: Part,
+    /// Whether it holds its interchange's beginning, and its end (both when read whole).
+    first: bool,
+    last: bool,
     routing: Vec<Finding>,
     envelope: validate::Envelope,
     content: Vec<Finding>,
@@ -63,18 +65,18 @@ impl<'c> Found<'c> {
     fn checked(ic: &Interchange<'_>, checks: &Checks<'c>, carried: &mut Carried) -> Found<'c> {
         let mut found = Found::of(ic, checks, carried);
         found.walk(ic);
-        found.renumber();
+        found.renumber(ic);
         found
     }
 
     /// The cheap part of [`Found::checked`]: routing and envelopes; [`Found::walk`] and
     /// [`Found::renumber`] are left to the caller (another thread).
     fn of(ic: &Interchange<'_>, checks: &Checks<'c>, carried: &mut Carried) -> Found<'c> {
-        if ic.part.first {
+        if ic.is_first_part() {
             *carried = Carried::default();
         }
         let routing = match checks.routing {
-            Some(us) if ic.part.first => validate::routing(ic, &us),
+            Some(us) if ic.is_first_part() => validate::routing(ic, &us),
             _ => Vec::new(),
         };
         // GS01 is checked against the release's 479 list only with the definitions: a
@@ -91,7 +93,8 @@ impl<'c> Found<'c> {
             .schemas
             .map(|s| s.for_sender(ic.isa.trimmed(5), ic.isa.trimmed(6)));
         Found {
-            part: ic.part,
+            first: ic.is_first_part(),
+            last: ic.is_last_part(),
             routing,
             envelope,
             content: Vec::new(),
@@ -109,16 +112,16 @@ impl<'c> Found<'c> {
         }
     }
 
-    /// Group and set indexes as the interchange counts them, not the part.
-    fn renumber(&mut self) {
-        let part = self.part;
-        if part == Part::WHOLE {
+    /// Group and set indexes as the interchange counts them, not the part `ic` (the one
+    /// this was found of).
+    fn renumber(&mut self, ic: &Interchange<'_>) {
+        if ic.is_whole() {
             return;
         }
         let renumber = |f: &mut Finding| {
             if let Some(g) = f.group {
-                f.set = f.set.map(|s| part.set(g, s));
-                f.group = Some(part.group(g));
+                f.set = f.set.map(|s| ic.set_index(g, s));
+                f.group = Some(ic.group_index(g));
             }
         };
         for section in self.envelope.sections_mut() {
@@ -136,7 +139,7 @@ impl<'c> Found<'c> {
         self.envelope.append(later.envelope);
         self.content.append(&mut later.content);
         self.unread.absorb(later.unread);
-        self.part.last = later.part.last;
+        self.last = later.last;
     }
 
     /// In the order the interchange's answer reads them (it matters: the TA1 answers with
@@ -165,7 +168,7 @@ impl<'c> InParts<'c> {
     pub fn add(&mut self, ic: &Interchange<'_>, checks: &Checks<'c>) {
         let found = Found::checked(ic, checks, &mut self.carried);
         self.found = Some(match self.found.take() {
-            Some(mut earlier) if !ic.part.first => {
+            Some(mut earlier) if !ic.is_first_part() => {
                 earlier.append(found);
                 earlier
             }
@@ -199,21 +202,21 @@ impl<'c> Gather<'c> {
         match item {
             Item::Found(found) => {
                 debug_assert!(
-                    found.part.first || self.pending.is_some(),
+                    found.first || self.pending.is_some(),
                     "a part that goes on an interchange not begun"
                 );
                 debug_assert!(
-                    !found.part.first || self.pending.is_none(),
+                    !found.first || self.pending.is_none(),
                     "an interchange begun before the last one ended"
                 );
                 let found = match self.pending.take() {
-                    Some(mut earlier) if !found.part.first => {
+                    Some(mut earlier) if !found.first => {
                         earlier.append(*found);
                         earlier
                     }
                     _ => *found,
                 };
-                if found.part.last {
+                if found.last {
                     into.extend(found.finish());
                 } else {
                     self.pending = Some(found);
@@ -375,7 +378,7 @@ fn in_parallel<'c>(
                 };
                 let Ok((i, ic, mut found)) = job else { return };
                 found.walk(&ic);
-                found.renumber();
+                found.renumber(&ic);
                 if done.send((i, found)).is_err() {
                     return;
                 }
@@ -388,10 +391,10 @@ fn in_parallel<'c>(
                     let found = Found::of(&ic, checks, carried);
                     items.push(None);
                     // No worker left (one panicked): what was found of it stands, unwalked.
-                    if let Err(mpsc::SendError((_, _, mut found))) =
+                    if let Err(mpsc::SendError((_, ic, mut found))) =
                         jobs.send((items.len() - 1, ic, found))
                     {
-                        found.renumber();
+                        found.renumber(&ic);
                         items.pop();
                         items.push(Some(Item::Found(Box::new(found))));
                         break;
@@ -603,7 +606,11 @@ mod tests {
         let mut cut = 0;
         while let Some(piece) = reader.next_piece().unwrap() {
             let mut read = piece.interchanges();
-            cut += read.by_ref().flatten().filter(|ic| !ic.part.last).count();
+            cut += read
+                .by_ref()
+                .flatten()
+                .filter(|ic| !ic.is_last_part())
+                .count();
             let resume = read.resume();
             reader.advance(resume);
         }

@@ -354,7 +354,7 @@ fn read_in_pieces(
                 parts = None;
                 continue;
             };
-            if ic.part == crate::x12::Part::WHOLE {
+            if ic.is_whole() {
                 if key_of(&ic) == key {
                     let ignore = partner_of(&ic).duplicates.fingerprint_ignore;
                     let fingerprint = crate::fingerprint::fingerprint(&ic, &ignore);
@@ -362,13 +362,13 @@ fn read_in_pieces(
                 }
                 continue;
             }
-            if ic.part.first {
+            if ic.is_first_part() {
                 parts = (key_of(&ic) == key)
                     .then(|| pipeline::PartsPreview::begin(&ic, config, schemas));
             } else if let Some(p) = &mut parts {
                 p.add(&ic);
             }
-            if let Some(p) = parts.take_if(|_| ic.part.last) {
+            if let Some(p) = parts.take_if(|_| ic.is_last_part()) {
                 let (found, fingerprint) = p.found();
                 return Some((shown(found), fingerprint));
             }

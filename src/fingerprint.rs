@@ -16,8 +16,8 @@ pub fn fingerprint(ic: &Interchange<'_>, ignore: &[String]) -> String {
     f.finish()
 }
 
-/// The fingerprint taken a part at a time ([`crate::x12::Part`]): fed an interchange's
-/// parts in order, it is the fingerprint of the interchange read whole (a part is cut where
+/// The fingerprint taken a part at a time ([`crate::x12::Interchanges::in_parts`]): fed an
+/// interchange's parts in order, it is the fingerprint of the interchange read whole (a part is cut where
 /// a segment begins, so the segments are the same).
 #[derive(Default)]
 pub struct Fingerprint {
@@ -28,7 +28,7 @@ impl Fingerprint {
     /// Adds an interchange, or its next part, leaving out the fields `ignore` lists.
     pub fn part(&mut self, ic: &Interchange<'_>, ignore: &[String]) {
         let mut start = ic.span.start;
-        if ic.part.first {
+        if ic.is_first_part() {
             self.h.piece(b'S', b"ISA");
             let isa11_is_delimiter = ic.delimiters().repetition.is_some();
             for n in 1..=16 {

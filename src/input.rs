@@ -313,8 +313,8 @@ impl Reader {
         self.stamp
     }
 
-    /// Gives an interchange larger than a piece in parts ([`crate::x12::Part`]) instead of
-    /// growing the piece to hold it: memory is then the window (or the largest set), however
+    /// Gives an interchange larger than a piece in parts
+    /// ([`crate::x12::Interchanges::in_parts`]) instead of growing the piece to hold it: memory is then the window (or the largest set), however
     /// large an interchange. Only for a reader that puts the parts together
     /// (`check::pieces`, `pipeline::large`).
     pub fn in_parts(mut self) -> Reader {

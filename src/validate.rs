@@ -137,8 +137,9 @@ pub fn interchange_with(ic: &Interchange<'_>, dictionaries: Option<&Schemas>) ->
     part(ic, dictionaries, &mut Carried::default()).into_findings()
 }
 
-/// The envelope findings of `ic`, one part of its interchange ([`crate::x12::Part`]; a
-/// whole interchange is its one part), given what the earlier parts left in `carried`.
+/// The envelope findings of `ic`, one part of its interchange
+/// ([`crate::x12::Interchanges::in_parts`]; a whole interchange is its one part), given
+/// what the earlier parts left in `carried`.
 /// Group and set indexes are the part's own.
 pub fn part(
     ic: &Interchange<'_>,
@@ -150,7 +151,7 @@ pub fn part(
         dictionaries,
     };
     let mut out = Envelope::default();
-    if ic.part.first {
+    if ic.is_first_part() {
         v.isa(ic);
     }
     v.findings.extend(control_segments::findings(ic));
@@ -161,7 +162,7 @@ pub fn part(
     out.strays = v.take();
     v.breaches(ic);
     out.breaches = v.take();
-    if ic.part.last {
+    if ic.is_last_part() {
         v.trailer(ic);
     }
     out.trailer = v.take();
@@ -627,7 +628,7 @@ impl Validator<'_> {
             return;
         };
         let declared = iea.element(1).unwrap_or_default();
-        let groups = ic.part.group(ic.groups.len());
+        let groups = ic.group_index(ic.groups.len());
         if number(declared) != Some(groups as u64) {
             self.interchange_finding(
                 Rule::IeaGroupCount,
@@ -667,7 +668,7 @@ impl Validator<'_> {
         let gs01 = gs.element(1).unwrap_or_default();
         let gs06 = gs.element(6).unwrap_or_default();
         let version = release(gs.element(8).unwrap_or_default());
-        if ic.part.opens(gi) {
+        if ic.opens_group(gi) {
             self.gs(gi, gs, carried);
             carried.seen_st02.clear();
         }
@@ -676,8 +677,8 @@ impl Validator<'_> {
         for (si, set) in group.sets.iter().enumerate() {
             self.set(gi, si, &set, gs01, version, &mut carried.seen_st02);
         }
-        if ic.part.closes(gi, ic.groups.len()) {
-            let sets = ic.part.set(gi, group.sets.len());
+        if ic.closes_group(gi) {
+            let sets = ic.set_index(gi, group.sets.len());
             self.ge(gi, gs, group.ge.as_ref(), gs06, sets);
         }
     }

@@ -1,5 +1,5 @@
 //! An interchange larger than a piece, processed without ever being held whole: `process`
-//! reads it twice from its file, a part at a time ([`crate::x12::Part`]).
+//! reads it twice from its file, a part at a time ([`crate::x12::Interchanges::in_parts`]).
 //!
 //! The first reading, before the claim, takes what the claim and the decision need: the
 //! fingerprint (folded over the parts), the findings (put together as a whole reading gives
@@ -147,7 +147,6 @@ impl<'c> FirstReading<'c> {
         self.found.add(part, &self.checks);
         self.utf8 &= std::str::from_utf8(part.bytes()).is_ok();
         let d = part.delimiters();
-        let p = part.part;
         for ta1 in &part.ta1 {
             let mut one = SegmentWriter::new(d, b"");
             one.raw(ta1.raw);
@@ -164,7 +163,7 @@ impl<'c> FirstReading<'c> {
         // keys); each ST cut when it is long, and an SE without elements.
         let mut outline = SegmentWriter::appending(std::mem::take(&mut self.outline), d, b"");
         for (gi, g) in part.groups.iter().enumerate() {
-            if p.opens(gi) {
+            if part.opens_group(gi) {
                 outline.raw(g.gs.raw);
                 self.gs_at.push((g.gs.offset, g.gs.ordinal));
                 self.sets.push(0);
@@ -176,13 +175,13 @@ impl<'c> FirstReading<'c> {
             if let Some(n) = self.sets.last_mut() {
                 *n += g.sets.len();
             }
-            if p.closes(gi, part.groups.len()) {
+            if part.closes_group(gi) {
                 if let Some(ge) = &g.ge {
                     outline.raw(ge.raw);
                 }
             }
         }
-        if p.last {
+        if part.is_last_part() {
             if let Some(iea) = &part.iea {
                 outline.raw(iea.raw);
             }
@@ -229,7 +228,7 @@ fn visit_part(
 ) -> Result<bool, ProcessError> {
     for (lgi, g) in part.groups.iter().enumerate() {
         for (lsi, set) in g.sets.iter().enumerate() {
-            let (gi, si) = (part.part.group(lgi), part.part.set(lgi, lsi));
+            let (gi, si) = (part.group_index(lgi), part.set_index(lgi, lsi));
             if (gi, si) >= from && !visit(gi, si, part, g, &set)? {
                 return Ok(true);
             }
@@ -340,11 +339,12 @@ impl Large {
                 let mut read = piece.interchanges();
                 match read.next() {
                     Some(Ok(part)) => {
-                        if part.part.first && part.isa.segment.raw != self.place.isa.as_slice() {
+                        if part.is_first_part() && part.isa.segment.raw != self.place.isa.as_slice()
+                        {
                             return Err(self.changed());
                         }
                         let stopped = visit_part(&part, from, visit)?;
-                        (stopped, part.part.last, read.resume())
+                        (stopped, part.is_last_part(), read.resume())
                     }
                     // Nothing to cut at yet: the piece grows.
                     None if !piece.last => (false, false, read.resume()),
@@ -395,13 +395,13 @@ impl Large {
                     Some(Ok(part)) => {
                         // Every TA1 goes with the first part, before the groups.
                         let d = part.delimiters();
-                        let ta1: Vec<Segment<'_>> = match part.part.first {
+                        let ta1: Vec<Segment<'_>> = match part.is_first_part() {
                             true => Segments::new(&self.ta1, 0, self.ta1.len(), 2, d).collect(),
                             false => Vec::new(),
                         };
                         doc.interchange_part(&part, keep, &ta1, &mut out)
                             .map_err(translating)?;
-                        (part.part.last, read.resume())
+                        (part.is_last_part(), read.resume())
                     }
                     None if !piece.last => (false, read.resume()),
                     _ => return Err(failed(self.changed())),
@@ -419,7 +419,7 @@ impl Large {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x12::{Interchanges, Part};
+    use crate::x12::Interchanges;
 
     /// The decision on `input`'s interchange read whole, and on its outline read in parts
     /// of `window` bytes (with its findings put together from the parts).
@@ -468,7 +468,7 @@ mod tests {
         }
         let large = first.unwrap().finish();
         let outline = large.read_outline().unwrap();
-        assert_eq!(outline.part, Part::WHOLE);
+        assert!(outline.is_whole());
         let got = crate::ack::respond(&outline, &large.found, &partner);
         (as_written(want), as_written(got), parts)
     }

@@ -388,7 +388,8 @@ pub fn write_interchange_document_with(
     Ok(())
 }
 
-/// How far the JSON of an interchange read in parts ([`crate::x12::Part`]) was written.
+/// How far the JSON of an interchange read in parts
+/// ([`crate::x12::Interchanges::in_parts`]) was written.
 #[derive(Debug, Default)]
 struct Written {
     /// Groups opened so far, and sets written so far of the open one.
@@ -419,15 +420,18 @@ impl Text<'_> {
                 id: s.id_str(),
             });
         }
-        if let Some(s) = ic.ta1.first().filter(|_| !ic.part.first && ta1.is_none()) {
+        if let Some(s) = ic
+            .ta1
+            .first()
+            .filter(|_| !ic.is_first_part() && ta1.is_none())
+        {
             return Err(ParseError::LateTa1 {
                 offset: s.offset,
                 ordinal: s.ordinal,
             });
         }
         let json = |out: &mut dyn Write, v: &dyn erased::Value| v.write(out);
-        let part = ic.part;
-        if part.first {
+        if ic.is_first_part() {
             *written = Written::default();
             let d = ic.delimiters();
             let ch = |b: u8| self.decode(&[b]);
@@ -459,7 +463,7 @@ impl Text<'_> {
         }
         let mut buf = Vec::new();
         for (gi, g) in ic.groups.iter().enumerate() {
-            if part.opens(gi) {
+            if ic.opens_group(gi) {
                 if written.groups > 0 {
                     out.write_all(b",")?;
                 }
@@ -471,7 +475,7 @@ impl Text<'_> {
             }
             let version = g.gs.element(8).unwrap_or_default();
             for (si, set) in g.sets.iter().enumerate() {
-                if !keep(part.group(gi), part.set(gi, si)) {
+                if !keep(ic.group_index(gi), ic.set_index(gi, si)) {
                     continue;
                 }
                 // One write per set: serde_json writes a token at a time.
@@ -483,13 +487,13 @@ impl Text<'_> {
                 self.set(version, &set).write_to(&mut buf)?;
                 out.write_all(&buf)?;
             }
-            if part.closes(gi, ic.groups.len()) {
+            if ic.closes_group(gi) {
                 out.write_all(b"],\"ge\":")?;
                 json(out, &g.ge.as_ref().map(|s| self.elements(s)))?;
                 out.write_all(b"}")?;
             }
         }
-        if part.last {
+        if ic.is_last_part() {
             out.write_all(b"],\"iea\":")?;
             json(out, &ic.iea.as_ref().map(|s| self.elements(s)))?;
             out.write_all(b"}")?;
@@ -664,7 +668,7 @@ impl<'s> DocumentWriter<'s> {
         ta1: Option<&[Segment<'_>]>,
         out: &mut impl Write,
     ) -> Result<(), ParseError> {
-        if ic.part.first {
+        if ic.is_first_part() {
             if self.written > 0 {
                 out.write_all(b",")?;
             }
@@ -1162,7 +1166,7 @@ mod tests {
             let mut read = piece.interchanges();
             for ic in read.by_ref() {
                 let ic = ic.unwrap();
-                cut += usize::from(!ic.part.last);
+                cut += usize::from(!ic.is_last_part());
                 doc.interchange(&ic, &mut out).unwrap();
             }
             let resume = read.resume();

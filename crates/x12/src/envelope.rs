@@ -17,8 +17,9 @@ use super::isa::{parse_isa, IsaError, ISA_SCAN_LIMIT};
 mod parts;
 
 use super::{skip_leading, Delimiters, Isa, Position, Segment, Segments};
+pub use parts::Inside;
 use parts::Opening;
-pub use parts::{Inside, Part};
+pub(crate) use parts::Part;
 
 /// Bounds on untrusted input. A breach is recorded in the tree and becomes a rejection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,11 +412,50 @@ pub struct Interchange<'a> {
     pub breaches: Vec<LimitBreach>,
     /// Segments read, ISA and IEA included (in a part: up to its end, from the ISA).
     pub segment_count: u32,
-    /// Which part of its interchange this is ([`Part::WHOLE`] unless read in parts).
-    pub part: Part,
+    /// Which part of its interchange this is ([`Part::WHOLE`] unless read in parts); asked
+    /// through the `*_part`, `*_index` and `*_group` methods below.
+    pub(crate) part: Part,
 }
 
 impl<'a> Interchange<'a> {
+    /// Whether it was read whole: not one of several parts ([`Interchanges::in_parts`]).
+    pub fn is_whole(&self) -> bool {
+        self.part == Part::WHOLE
+    }
+
+    /// Whether it is its interchange's first part (it holds the ISA, and the ISB and ISE if
+    /// any); an interchange read whole is its own first and last part.
+    pub fn is_first_part(&self) -> bool {
+        self.part.first
+    }
+
+    /// Whether its interchange ends in it (it holds the IEA, if any).
+    pub fn is_last_part(&self) -> bool {
+        self.part.last
+    }
+
+    /// The interchange's index of this part's group `gi` (the part's indexes are its own);
+    /// `gi` may be `groups.len()`, giving the groups the interchange opened up to its end.
+    pub fn group_index(&self, gi: usize) -> usize {
+        self.part.group(gi)
+    }
+
+    /// The interchange's index, in its group, of set `si` of this part's group `gi`.
+    pub fn set_index(&self, gi: usize, si: usize) -> usize {
+        self.part.set(gi, si)
+    }
+
+    /// Whether this part's group `gi` was opened in it: its GS is this part's to judge.
+    pub fn opens_group(&self, gi: usize) -> bool {
+        self.part.opens(gi)
+    }
+
+    /// Whether this part's group `gi` is closed in it: its GE, or its missing GE, is this
+    /// part's to judge.
+    pub fn closes_group(&self, gi: usize) -> bool {
+        self.part.closes(gi, self.groups.len())
+    }
+
     /// The input it was read from (`span` indexes it).
     pub fn input(&self) -> &'a [u8] {
         self.input
@@ -619,7 +659,7 @@ impl<'a> Interchanges<'a> {
         }
     }
 
-    /// Gives an interchange that does not end in this piece as a part (see [`Part`]) rather
+    /// Gives an interchange that does not end in this piece as a part (see [`Interchange::is_whole`]) rather
     /// than stopping for a larger piece; `head` is what the reader kept of the interchange
     /// this piece begins inside (see [`Inside`]), empty if none.
     pub fn in_parts(mut self, head: &'a [u8]) -> Self {

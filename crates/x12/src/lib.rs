@@ -36,7 +36,7 @@ mod writer;
 
 pub use envelope::{
     likely_interchange_start, Body, Group, Inside, Interchange, InterchangeEnd, Interchanges,
-    LimitBreach, LimitKind, Limits, Part, ReadError, ReadErrorKind, Resume, Sets, TransactionSet,
+    LimitBreach, LimitKind, Limits, ReadError, ReadErrorKind, Resume, Sets, TransactionSet,
     MAX_BAD_IDS, PIECE_MARGIN, STRAY_KEPT,
 };
 pub use isa::{Isa, ISA_LEN};

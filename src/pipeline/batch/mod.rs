@@ -429,7 +429,7 @@ impl<'a, 'c> Window<'a, 'c> {
         let only = self.options.only.as_ref();
         for result in read {
             match result {
-                Ok(ic) if ic.part != crate::x12::Part::WHOLE => {
+                Ok(ic) if !ic.is_whole() => {
                     if let Some(path) = path {
                         self.part(name, path, &ic, slots, registry, turn)?;
                     }
@@ -469,7 +469,7 @@ impl<'a, 'c> Window<'a, 'c> {
         registry: &mut Registry,
         turn: &mut Option<Turn>,
     ) -> Result<(), ProcessError> {
-        if ic.part.first {
+        if ic.is_first_part() {
             self.first = None;
             let (partner, _) = super::partner_of(ic, self.config);
             let key = super::interchange_key(ic, partner.duplicates.interchange_scope);
@@ -494,7 +494,7 @@ impl<'a, 'c> Window<'a, 'c> {
         } else if let Some(first) = &mut self.first {
             first.add(ic);
         }
-        if !ic.part.last {
+        if !ic.is_last_part() {
             return Ok(());
         }
         let Some(first) = self.first.take() else {

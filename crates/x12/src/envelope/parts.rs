@@ -13,7 +13,8 @@ use super::{
 use crate::isa::parse_isa;
 use crate::{Delimiters, Isa, Segment, Segments};
 
-/// Which part of its interchange an [`Interchange`] is. A file read in parts
+/// Which part of its interchange an [`Interchange`] is (private to the reader: callers ask
+/// the interchange, e.g. [`Interchange::is_first_part`], [`Interchange::group_index`]). A file read in parts
 /// ([`Interchanges::in_parts`]) gives an interchange larger than a piece as several, each
 /// cut where a transaction set begins, so that memory is a piece and not the interchange;
 /// every other reading gives each interchange as its one part.
@@ -23,24 +24,24 @@ use crate::{Delimiters, Isa, Segment, Segments};
 /// [`Part::group`] and [`Part::set`] say what the interchange counts them as. A part that is
 /// not the last has no IEA and ends as if its input did (`InterchangeEnd::EndOfInput`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Part {
+pub(crate) struct Part {
     /// It holds the ISA, and the ISB and ISE if any: it is the interchange's first.
-    pub first: bool,
+    pub(crate) first: bool,
     /// The interchange ends in it.
-    pub last: bool,
+    pub(crate) last: bool,
     /// Groups the interchange opened in earlier parts.
-    pub groups_before: usize,
+    pub(crate) groups_before: usize,
     /// Its first group was opened in an earlier part, which read `sets_before` of its sets.
-    pub continued: bool,
+    pub(crate) continued: bool,
     /// Sets of the continued group read in earlier parts.
-    pub sets_before: usize,
+    pub(crate) sets_before: usize,
     /// Its last group goes on in the next part (its GE, if any, is there).
-    pub continues: bool,
+    pub(crate) continues: bool,
 }
 
 impl Part {
     /// An interchange read whole.
-    pub const WHOLE: Part = Part {
+    pub(crate) const WHOLE: Part = Part {
         first: true,
         last: true,
         groups_before: 0,
@@ -50,12 +51,12 @@ impl Part {
     };
 
     /// The interchange's index of this part's group `gi`.
-    pub fn group(&self, gi: usize) -> usize {
+    pub(crate) fn group(&self, gi: usize) -> usize {
         (self.groups_before + gi).saturating_sub(usize::from(self.continued))
     }
 
     /// The interchange's index of set `si` of this part's group `gi` (in its group).
-    pub fn set(&self, gi: usize, si: usize) -> usize {
+    pub(crate) fn set(&self, gi: usize, si: usize) -> usize {
         if gi == 0 && self.continued {
             self.sets_before + si
         } else {
@@ -65,12 +66,12 @@ impl Part {
 
     /// Whether this part's group `gi` (of `groups`) is closed in it: its GE, or its missing
     /// GE, is this part's to judge.
-    pub fn closes(&self, gi: usize, groups: usize) -> bool {
+    pub(crate) fn closes(&self, gi: usize, groups: usize) -> bool {
         !(self.continues && gi + 1 == groups)
     }
 
     /// Whether this part's group `gi` was opened in it: its GS is this part's to judge.
-    pub fn opens(&self, gi: usize) -> bool {
+    pub(crate) fn opens(&self, gi: usize) -> bool {
         !(self.continued && gi == 0)
     }
 }

@@ -65,7 +65,7 @@ pub fn parse(
 }
 
 /// `f` on each interchange of `file`, read in pieces (a large one in parts, see
-/// `x12gate::x12::Part`), or of `whole`, when it is held.
+/// `x12gate::x12::Interchanges::in_parts`), or of `whole`, when it is held.
 fn each_interchange(
     file: &Path,
     whole: Option<&[u8]>,
@@ -216,13 +216,13 @@ pub fn ack(file: &Path, config: &Config, out: &mut impl Write) -> Result<u8, Fai
         let mut read = piece.interchanges();
         for result in read.by_ref() {
             let worst = match result {
-                Ok(ic) if ic.part != x12gate::x12::Part::WHOLE => {
-                    if ic.part.first {
+                Ok(ic) if !ic.is_whole() => {
+                    if ic.is_first_part() {
                         parts = Some(PartsPreview::begin(&ic, config, schemas));
                     } else if let Some(p) = &mut parts {
                         p.add(&ic);
                     }
-                    match parts.take_if(|_| ic.part.last) {
+                    match parts.take_if(|_| ic.is_last_part()) {
                         Some(p) => {
                             let id = x12gate::pipeline::correlation_id(&ic);
                             // Written as it is made: the 997 of a million sets is 22 MB.
