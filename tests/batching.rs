@@ -183,3 +183,82 @@ fn a_correction_in_the_same_call_as_its_broken_original_is_accepted() {
         assert_eq!(decided, expected, "{calls:?}");
     }
 }
+
+/// Two batches of one process in claim order, as `watch` dispatches them to two workers: the
+/// first holds one interchange twice, which puts what follows it in a second round; the
+/// batch dispatched after it must not claim those keys before that round has. So the
+/// earlier arrival wins a reused control number whichever worker runs first.
+#[test]
+fn a_later_batch_claims_after_every_first_claim_of_the_batch_before_it() {
+    use x12gate::pipeline::ClaimOrder;
+    let dir = tempfile::tempdir().unwrap();
+    let config = gateway(dir.path());
+    let schemas = x12gate::schema::builtin().unwrap();
+    let order = std::sync::Arc::new(ClaimOrder::default());
+    let (first, second) = (ClaimOrder::turn(&order), ClaimOrder::turn(&order));
+    let sent = |isa13, po| Ic {
+        isa13,
+        gs06: isa13,
+        po,
+        broken: false,
+    };
+    let write = |name: &str, i: &Ic| {
+        let path = dir.path().join(name);
+        fs::write(&path, text(i)).unwrap();
+        path
+    };
+    let earlier = [
+        write("a0.x12", &sent(1, 0)),
+        write("a1.x12", &sent(1, 0)),
+        write("a2.x12", &sent(2, 0)),
+    ];
+    // ISA13 2 again, for another PO: a reused control number.
+    let later = write("b0.x12", &sent(2, 1));
+    let mut registry = x12gate::setup::open_registry(&config).unwrap();
+    let options = ProcessOptions::new(true);
+    let decided = |outcomes: Vec<x12gate::pipeline::FileOutcome>| -> Vec<String> {
+        outcomes
+            .into_iter()
+            .flat_map(|o| o.result.unwrap())
+            .map(|r| r.disposition.as_str().to_string())
+            .collect()
+    };
+    // The earlier batch pauses once between its rounds, long enough for the later one to
+    // overtake it if its turn had ended with the first round. Whatever the timing, the
+    // decisions below hold with the turn kept.
+    #[cfg(feature = "failpoints")]
+    fail::cfg("round.between", "1*sleep(300)").unwrap();
+    std::thread::scope(|s| {
+        // Started first, so it is waiting for its turn while the earlier batch works.
+        let worker = s.spawn(|| {
+            let mut registry = x12gate::setup::open_registry(&config).unwrap();
+            let sources = [Source::from(later.as_path())];
+            decided(
+                process_files(
+                    &sources,
+                    &config,
+                    schemas,
+                    &mut registry,
+                    &options,
+                    Some(second),
+                )
+                .unwrap(),
+            )
+        });
+        let sources: Vec<Source> = earlier.iter().map(|p| Source::from(p.as_path())).collect();
+        let mine = decided(
+            process_files(
+                &sources,
+                &config,
+                schemas,
+                &mut registry,
+                &options,
+                Some(first),
+            )
+            .unwrap(),
+        );
+        let theirs = worker.join().unwrap();
+        assert_eq!(mine, ["accepted", "duplicate", "accepted"], "{theirs:?}");
+        assert_eq!(theirs, ["conflict"], "{mine:?}");
+    });
+}

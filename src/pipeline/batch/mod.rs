@@ -618,6 +618,10 @@ fn settle(
         if later.is_empty() {
             *turn = None;
         }
+        if !later.is_empty() {
+            // Between two rounds of a window: where a later batch would overtake its claims.
+            fail::fail_point!("round.between");
+        }
         let busy = round_result?;
         if !busy.is_empty() && later.is_empty() {
             waiting.log(&busy, items);
