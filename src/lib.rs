@@ -58,7 +58,8 @@
 //! - [`scan`]: the retrofit: old archives read for document keys seen more than once, and
 //!   optionally recorded as processed before.
 //! - [`text`]: text from input made safe for terminals and logs.
-//! - [`time`]: registry times as operators read them.
+//! - [`time`]: the one clock every time-based decision reads (tests drive it), and registry
+//!   times as operators read them.
 //! - [`setup`]: the checks before any work (`check`), `init`, and when a registry may be
 //!   created.
 //!

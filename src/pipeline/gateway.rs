@@ -1,7 +1,10 @@
-//! One gateway run, composed once: files processed through the registry, the documents
-//! whose original never came released, and what is due delivered. `process`, `watch` and
-//! the desk's reprocess each drive a [`Gateway`] and only print or log what it hands back,
-//! so the order of these steps, and what each needs, is written here and nowhere else.
+//! The steps of a gateway run, each composed once: files processed through the registry,
+//! the documents whose original never came released, and what is due delivered. `process`,
+//! `watch` and the desk's reprocess each drive a [`Gateway`] and print or log what it hands
+//! back; what each step needs is written here and nowhere else. When the steps run is the
+//! caller's: `process` runs them once, in that order, with `rejected/` followed between the
+//! first and the second (`rejected` sits above this layer); the watcher processes each batch
+//! as it comes and releases and delivers on its own timers; the desk processes one file.
 //!
 //! A gateway borrows its registry: `process` holds one connection for the run, the watcher
 //! lends one of its pool to each batch, and the desk works in the caller's.
