@@ -247,14 +247,20 @@ impl Browser {
     }
 
     /// Waits for `css` to appear (a page loaded after a click or a submit): one event, so
-    /// the wait fails only after the stall limit, not after a page's usual time.
+    /// the wait fails only after the stall limit, not after a page's usual time. A look that
+    /// the navigation itself cuts off (ChromeDriver answers "aborted by navigation" while the
+    /// submitted page replaces the old one) is looked again, as a missing element is.
     async fn wait_for(&self, css: &str) {
-        self.c()
-            .wait()
-            .at_most(crate::util::STALL)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css} within {:?}: {e}", crate::util::STALL));
+        let until = Instant::now() + crate::util::STALL;
+        loop {
+            match self.c().find(Locator::Css(css)).await {
+                Ok(_) => return,
+                Err(e) if Instant::now() >= until => {
+                    panic!("{css} within {:?}: {e}", crate::util::STALL)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     async fn count(&self, css: &str) -> usize {
