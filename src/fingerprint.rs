@@ -27,6 +27,20 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Adds an interchange, or its next part, leaving out the fields `ignore` lists.
     pub fn part(&mut self, ic: &Interchange<'_>, ignore: &[String]) {
+        self.part_and_sets(ic, ignore, None);
+    }
+
+    /// [`Fingerprint::part`], and each set's own fingerprint ([`set_fingerprint`]) into
+    /// `sets`, from the same pass: a body segment's canonical form in a set is a prefix of its
+    /// form in the interchange (up to its last element that is not empty), so each segment is
+    /// cut once and its set's bytes copied, not cut again. A set cut by the end of the part
+    /// or lacking its SE gets no entry (its documents are fingerprinted from the set).
+    pub fn part_and_sets(
+        &mut self,
+        ic: &Interchange<'_>,
+        ignore: &[String],
+        mut sets: Option<&mut SetPrints>,
+    ) {
         let mut start = ic.span.start;
         if ic.is_first_part() {
             self.h.piece(b'S', b"ISA");
@@ -42,14 +56,47 @@ impl Fingerprint {
             }
             start += ic.isa.len;
         }
-        for segment in Segments::new(ic.input(), start, ic.span.end, 2, ic.delimiters()) {
+        let mut open: Option<OpenSet> = None;
+        let segments = Segments::new(ic.input(), start, ic.span.end, 2, ic.delimiters());
+        for segment in segments.in_file_at(ic.base) {
             let gs = segment.id == b"GS";
-            hash_segment(
+            let from = self.h.buf.len();
+            let used = hash_segment(
                 &mut self.h,
                 &segment,
                 &|n| gs && ignored(ignore, "GS", n),
                 usize::MAX,
             );
+            if let Some(sets) = sets.as_deref_mut() {
+                match segment.id {
+                    b"ST" => {
+                        open = Some(OpenSet {
+                            st: segment.offset,
+                            count: 0,
+                            h: Canonical::default(),
+                        });
+                    }
+                    b"SE" => {
+                        if let Some(set) = open.take() {
+                            sets.0.push(SetPrint {
+                                st: set.st,
+                                se: segment.offset,
+                                count: set.count,
+                                hash: set.h.hash(),
+                            });
+                        }
+                    }
+                    b"GS" | b"GE" | b"IEA" | b"ISA" => open = None,
+                    _ => {
+                        if let Some(set) = open.as_mut() {
+                            let own = self.h.buf.get(from..used).unwrap_or_default();
+                            set.h.bytes(own);
+                            set.count = set.count.saturating_add(1);
+                        }
+                    }
+                }
+            }
+            self.h.flush_if_full();
         }
     }
 
@@ -74,6 +121,46 @@ pub fn set_fingerprint(set: &crate::x12::TransactionSet<'_>) -> String {
     content_fingerprint(set.body.segments(), &|_, _| false)
 }
 
+/// Each set's own fingerprint ([`set_fingerprint`]), by where its ST and SE are, taken with
+/// its interchange's ([`Fingerprint::part_and_sets`]).
+#[derive(Debug, Default)]
+pub struct SetPrints(Vec<SetPrint>);
+
+#[derive(Debug)]
+struct SetPrint {
+    st: usize,
+    se: usize,
+    count: u32,
+    hash: blake3::Hash,
+}
+
+/// A set being hashed: where its ST is, how many body segments so far.
+struct OpenSet {
+    st: usize,
+    count: u32,
+    h: Canonical,
+}
+
+impl SetPrints {
+    /// The fingerprint of `set` when it was taken: `set_fingerprint(set)`. `None` for a set
+    /// it has no entry for, or whose ST, SE or count differ from the entry's (a set read
+    /// otherwise than the pass cut it).
+    pub fn of(&self, set: &crate::x12::TransactionSet<'_>) -> Option<String> {
+        let se = set.se.as_ref()?;
+        let i = self.0.binary_search_by_key(&set.st.offset, |p| p.st).ok()?;
+        let p = self.0.get(i)?;
+        (p.se == se.offset && p.count == set.body.count).then(|| p.hash.to_hex().to_string())
+    }
+}
+
+/// The fingerprint of an interchange read whole ([`fingerprint`]) and each of its sets'.
+pub fn with_sets(ic: &Interchange<'_>, ignore: &[String]) -> (String, SetPrints) {
+    let mut f = Fingerprint::default();
+    let mut sets = SetPrints::default();
+    f.part_and_sets(ic, ignore, Some(&mut sets));
+    (f.finish(), sets)
+}
+
 /// Hex blake3 of these segments in the canonical form of [`set_fingerprint`] (a document
 /// that is a part of a set: its own segments and those of the loops around it), the
 /// elements `ignored` (segment id, position) left empty.
@@ -92,6 +179,7 @@ pub fn content_fingerprint<'a>(
             .last()
             .unwrap_or(0);
         hash_segment(&mut h, &segment, &|n| ignored(id, n), used);
+        h.flush_if_full();
     }
     h.finish()
 }
@@ -117,26 +205,45 @@ impl Canonical {
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         self.buf.extend_from_slice(&len.to_le_bytes());
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Canonical bytes already made (a set's segment, copied from its interchange's form).
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        self.flush_if_full();
+    }
+
+    /// Hashes what is gathered once it is large; only between segments, so that a segment's
+    /// form stays in the buffer while it is copied (the hash does not depend on where the
+    /// updates are cut).
+    fn flush_if_full(&mut self) {
         if self.buf.len() >= Self::FLUSH {
             self.hasher.update(&self.buf);
             self.buf.clear();
         }
     }
 
-    fn finish(mut self) -> String {
+    fn hash(mut self) -> blake3::Hash {
         self.hasher.update(&self.buf);
-        self.hasher.finalize().to_hex().to_string()
+        self.hasher.finalize()
+    }
+
+    fn finish(self) -> String {
+        self.hash().to_hex().to_string()
     }
 }
 
-/// One segment, its first `elements` elements (all of them for an interchange's fingerprint).
+/// One segment, its first `elements` elements (all of them for an interchange's fingerprint);
+/// returns where in the buffer its last element that is not empty ends (its id's piece when
+/// none is): the end of the segment's form in a set's fingerprint.
 fn hash_segment(
     h: &mut Canonical,
     segment: &Segment<'_>,
     ignored: &dyn Fn(usize) -> bool,
     elements: usize,
-) {
+) -> usize {
     h.piece(b'S', segment.id);
+    let mut used = h.buf.len();
     for (i, element) in segment.elements().take(elements).enumerate() {
         if ignored(i + 1) {
             h.piece(b'E', b"");
@@ -149,7 +256,11 @@ fn hash_segment(
                 h.piece(b'C', component);
             }
         }
+        if !element.value.is_empty() {
+            used = h.buf.len();
+        }
     }
+    used
 }
 
 #[cfg(test)]
@@ -229,6 +340,41 @@ mod tests {
             );
             assert_eq!(f.finish(), whole, "window {window}");
         }
+    }
+
+    /// Taken in the interchange's pass, each set's fingerprint is the one taken of the set
+    /// alone: trailing empty elements, repetitions and components, several groups; a set
+    /// without its SE has none.
+    #[test]
+    fn sets_taken_with_their_interchange_are_those_taken_alone() {
+        let text = A.replace(
+            "~GE*1*1~",
+            "~ST*850*0002~BEG*00*SA*PO-2***~PO1*1*10*EA*A:B^C:~REF*ZZ**~SE*5*0002~GE*2*1~GS*PO*ACME*X12GATE*20240101*1200*2*X*005010~ST*850*0003~PO1*2~SE*3*0003~GE*1*2~",
+        );
+        let ignore: Vec<String> = DEFAULT.iter().map(|s| s.to_string()).collect();
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let (whole, sets) = with_sets(&ic, &ignore);
+        assert_eq!(whole, fingerprint(&ic, &ignore));
+        let mut n = 0;
+        for group in &ic.groups {
+            for set in group.sets.iter() {
+                assert_eq!(sets.of(&set), Some(set_fingerprint(&set)));
+                n += 1;
+            }
+        }
+        assert_eq!(n, 3);
+        let broken = A.replace("~SE*3*0001~", "~");
+        let ic = Interchanges::new(broken.as_bytes(), Limits::default())
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, sets) = with_sets(&ic, &ignore);
+        let set = ic.groups[0].sets.get(0).unwrap();
+        assert!(set.se.is_none());
+        assert_eq!(sets.of(&set), None);
     }
 
     #[test]

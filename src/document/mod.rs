@@ -97,9 +97,21 @@ pub fn identify_all(
     set: &TransactionSet<'_>,
     def: &SetDef,
 ) -> Vec<Identified> {
+    identify_all_known(ic, set, def, None)
+}
+
+/// [`identify_all`], given the set's fingerprint when it is known already (taken with its
+/// interchange's, [`crate::fingerprint::SetPrints`]): a set that is one document is then
+/// not hashed again.
+pub fn identify_all_known(
+    ic: &Interchange<'_>,
+    set: &TransactionSet<'_>,
+    def: &SetDef,
+    fingerprint: Option<String>,
+) -> Vec<Identified> {
     let (qualifier, id) = (ic.isa.field(5), ic.isa.field(6));
     let Some(per) = def.document.as_ref().and_then(|d| d.per.as_ref()) else {
-        return identify_as(qualifier, id, Usage::of(ic), set, def)
+        return identify_as(qualifier, id, Usage::of(ic), set, def, fingerprint)
             .into_iter()
             .collect();
     };
@@ -207,7 +219,7 @@ pub fn identify(
     set: &TransactionSet<'_>,
     def: &SetDef,
 ) -> Option<Identified> {
-    identify_as(qualifier, id, Usage::Production, set, def)
+    identify_as(qualifier, id, Usage::Production, set, def, None)
 }
 
 fn identify_as(
@@ -216,10 +228,11 @@ fn identify_as(
     usage: Usage,
     set: &TransactionSet<'_>,
     def: &SetDef,
+    fingerprint: Option<String>,
 ) -> Option<Identified> {
     let spec = def.document.as_ref()?;
     let heading = Heading::of(set.body.segments(), spec);
-    let fingerprint = crate::fingerprint::set_fingerprint(set);
+    let fingerprint = fingerprint.unwrap_or_else(|| crate::fingerprint::set_fingerprint(set));
     named(
         (qualifier, id, usage),
         def,

@@ -268,7 +268,7 @@ fn plan_run(
         else {
             return Ok(true);
         };
-        let found = document::identify_all(ic, set, def);
+        let found = document::identify_all_known(ic, set, def, it.sets.of(set));
         if found.is_empty() {
             return Ok(true);
         }

@@ -23,6 +23,8 @@ pub(super) struct Item<'a> {
     pub partner: Partner,
     pub key: String,
     pub fingerprint: String,
+    /// Its sets' fingerprints, taken with its own (none for a large interchange).
+    pub sets: crate::fingerprint::SetPrints,
     pub report: Report,
     /// For an interchange larger than a piece: what its first reading took (its `ic` is
     /// then the outline), and its second reading.

@@ -679,27 +679,30 @@ fn item<'a>(name: &str, ic: Interchange<'a>, config: &Config) -> Item<'a> {
         partner,
         key,
         fingerprint: String::new(),
+        sets: Default::default(),
         report,
         large: None,
     }
 }
 
-/// Each item's fingerprint, and whether it is UTF-8 (per interchange: its translation is a
-/// document of its own), taken on every core.
+/// Each item's fingerprint and its sets', and whether it is UTF-8 (per interchange: its
+/// translation is a document of its own), taken on every core.
 fn fingerprint_all(items: &mut [Item<'_>]) {
     let taken = crate::cores::in_ranges(items.len(), crate::cores::available(), |run| {
         run.filter_map(|i| items.get(i))
             .map(|it| {
                 let ic = &it.ic;
                 let utf8 = std::str::from_utf8(ic.bytes()).is_ok();
-                let fp = fingerprint::fingerprint(ic, &it.partner.duplicates.fingerprint_ignore);
-                (utf8, fp)
+                let (fp, sets) =
+                    fingerprint::with_sets(ic, &it.partner.duplicates.fingerprint_ignore);
+                (utf8, fp, sets)
             })
             .collect()
     });
-    for (it, (utf8, fp)) in items.iter_mut().zip(taken) {
+    for (it, (utf8, fp, sets)) in items.iter_mut().zip(taken) {
         it.utf8 = utf8;
         it.fingerprint = fp;
+        it.sets = sets;
     }
 }
 
