@@ -254,6 +254,23 @@ pub enum Confirmed {
     Kept(String),
 }
 
+/// A delivery queued for a document, blocked when an earlier one of its subject is dead or
+/// blocked (read by `deliveries_order`, see [`IN_TURN`]).
+const QUEUE: &str =
+    "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
+             correlation_id, file, state, queued_by, next_at, created, idempotency_key,
+             subject, sequence)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+             CASE WHEN EXISTS (SELECT 1 FROM deliveries e, documents d
+                 WHERE d.id = ?1 AND e.destination = ?3 AND e.subject = d.subject
+                 AND e.sequence < d.sequence AND e.state IN ('dead', 'blocked')
+                 AND e.state != 'delivered')
+             THEN 'blocked' ELSE 'queued' END,
+             ?8, ?9, ?9, ?10,
+             COALESCE((SELECT subject FROM documents WHERE id = ?1), ?2),
+             (SELECT sequence FROM documents WHERE id = ?1))
+         ON CONFLICT (document_id, destination) DO NOTHING";
+
 impl Batch<'_> {
     /// Records one attempt at `c`, if `owner` still holds its lease (`None` otherwise: the
     /// row was taken over, and its new owner records its own attempt). The next retry, if
@@ -377,20 +394,7 @@ impl Batch<'_> {
     pub fn queue_delivery(&self, q: &Queue<'_>) -> Result<(), RegistryError> {
         let now = now_ms();
         self.tx
-            .prepare_cached(
-                "INSERT INTO deliveries (document_id, key, destination, partner, interchange_key,
-                     correlation_id, file, state, queued_by, next_at, created, idempotency_key,
-                     subject, sequence)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
-                     CASE WHEN EXISTS (SELECT 1 FROM deliveries e, documents d
-                         WHERE d.id = ?1 AND e.destination = ?3 AND e.subject = d.subject
-                         AND e.sequence < d.sequence AND e.state IN ('dead', 'blocked'))
-                     THEN 'blocked' ELSE 'queued' END,
-                     ?8, ?9, ?9, ?10,
-                     COALESCE((SELECT subject FROM documents WHERE id = ?1), ?2),
-                     (SELECT sequence FROM documents WHERE id = ?1))
-                 ON CONFLICT (document_id, destination) DO NOTHING",
-            )
+            .prepare_cached(QUEUE)
             .and_then(|mut s| {
                 s.execute(params![
                     q.document_id,
@@ -490,10 +494,12 @@ fn release_blocked(
             b.tx.prepare_cached(
                 "UPDATE deliveries SET state = 'queued', next_at = ?3, created = ?3
                  WHERE destination = ?1 AND subject = ?2 AND state = 'blocked'
+                 AND state != 'delivered'
                  AND NOT EXISTS (SELECT 1 FROM deliveries e
                      WHERE e.destination = deliveries.destination
                      AND e.subject = deliveries.subject
-                     AND e.sequence < deliveries.sequence AND e.state = 'dead')",
+                     AND e.sequence < deliveries.sequence AND e.state = 'dead'
+                     AND e.state != 'delivered')",
             )
             .and_then(|mut s| s.execute(params![destination, subject, now]))
             .map_err(|e| b.sql(e))?;
@@ -501,9 +507,15 @@ fn release_blocked(
     Ok(released)
 }
 
+/// Whether a delivery's turn has come. Every read of the earlier deliveries of a subject
+/// says `state != 'delivered'`, though its other terms imply it: SQLite uses the partial index
+/// `deliveries_order` only for a query that names the index's own condition, and without it
+/// each delivery queued or claimed scanned every delivery (quadratic in the outbox: 132 s
+/// instead of 14 s for `process --no-deliver` of 28,728 documents to one HTTP destination).
 const IN_TURN: &str = "NOT EXISTS (SELECT 1 FROM deliveries e
         WHERE e.destination = deliveries.destination AND e.subject = deliveries.subject
-        AND e.sequence < deliveries.sequence AND e.state NOT IN ('delivered', 'discarded'))
+        AND e.sequence < deliveries.sequence AND e.state NOT IN ('delivered', 'discarded')
+        AND e.state != 'delivered')
     AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.subject = deliveries.subject
         AND d.sequence < deliveries.sequence AND d.delivery = 'pending')";
 
@@ -1109,6 +1121,38 @@ mod tests {
             qualifier: "ZZ",
             id: "US",
         })
+    }
+
+    /// Queueing a delivery and asking whose turn it is read the earlier deliveries of the
+    /// subject by index: a scan of every delivery made `process` to an HTTP destination
+    /// quadratic in the outbox.
+    #[test]
+    fn the_earlier_deliveries_of_a_subject_are_read_by_index() {
+        let r = registry();
+        let plan = |sql: &str| -> Vec<String> {
+            r.conn
+                .query_map(
+                    &format!("EXPLAIN QUERY PLAN {sql}"),
+                    params![1, "k", "erp", "p", "i", "c", "f", "q", 0, "idem"],
+                    |row| row.get(3),
+                )
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let claim = format!(
+            "SELECT id FROM deliveries WHERE destination = ?3 AND state IN ('queued', 'retrying')
+             AND ?1 + ?2 + ?4 + ?5 + ?6 + ?7 + ?8 + ?9 + ?10 IS NOT NULL AND {IN_TURN}"
+        );
+        for sql in [QUEUE, claim.as_str()] {
+            let plan = plan(sql);
+            assert!(
+                plan.iter()
+                    .any(|l| l.contains("USING INDEX deliveries_order")),
+                "{plan:#?}"
+            );
+            assert!(!plan.iter().any(|l| l.starts_with("SCAN")), "{plan:#?}");
+        }
     }
 
     fn wanted<'a>(
