@@ -117,6 +117,8 @@ struct Walker<'d, 'a> {
     contexts: Vec<(usize, usize, Segment<'a>)>,
     /// Byte classes under this interchange's delimiters.
     table: [u8; 256],
+    /// The current segment's id and elements, as the scan cut them.
+    cells: Vec<Cell>,
 }
 
 /// What a finding keeps of a context's value (CTX01-2 holds at most 35 characters): every
@@ -147,14 +149,28 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
         segment_errors: 0,
         contexts: Vec::new(),
         table: byte_table(ts.st.delimiters),
+        cells: Vec::with_capacity(32),
     };
     let mut placed = Vec::new();
-    for segment in ts.body.segments() {
-        // Past the cap the walk goes on placing segments (for the structured form and for
-        // honest "missing" answers at the end) but records nothing more.
-        let place = w.segment(&segment);
-        if places {
-            placed.push(place);
+    // Past the cap the walk goes on placing segments (for the structured form and for
+    // honest "missing" answers at the end) but records nothing more.
+    match Cutter::of(ts) {
+        Some(mut cutter) => {
+            while let Some(segment) = cutter.next(&w.table, &mut w.cells) {
+                let place = w.segment(&segment);
+                if places {
+                    placed.push(place);
+                }
+            }
+        }
+        None => {
+            for segment in ts.body.segments() {
+                scan(&w.table, segment.raw, &mut w.cells);
+                let place = w.segment(&segment);
+                if places {
+                    placed.push(place);
+                }
+            }
         }
     }
     // SE closes every open loop: what they still required is missing.
@@ -529,82 +545,61 @@ impl<'a> Walker<'_, 'a> {
         self.findings.push(f);
     }
 
-    // The hot loop of schema validation: one pass over the segment's bytes with the state
-    // in locals the closure shares; cut into functions it measured slower (what comes after
-    // the last element, once per segment, is `segment_end`).
+    // The hot loop of schema validation, with the scan ([`Cutter::next`]) that cut the
+    // segment into `cells`: each element is cleared by its few-byte shortcut when it can be,
+    // else checked in full (what comes after the last element, once per segment, is
+    // `segment_end`).
     fn elements<'s>(&mut self, segment: &Segment<'s>, def: &SegmentDef) {
         if self.segment_errors >= MAX_SEGMENT_ERRORS {
             return;
         }
         let mut errors = BadElements::default();
         let mut present: u64 = 0;
-        // One pass over the segment's bytes: each element's value is cut at the element
-        // separator while its bytes are classified, so each byte is looked at once.
-        let body = segment.raw.get(segment.id.len() + 1..);
         let mut extra: Option<(usize, &'s [u8])> = None;
-        let mut seen = 0;
-        // Each element: cleared by its shortcut when it can be, else checked in full.
-        let mut finish = |position: usize, value: &'s [u8], class: Class| {
-            seen = position;
-            let Some(fast) = def.fast.get(position - 1) else {
+        let raw = segment.raw;
+        // Cell 0 is the id; element n ends where cell n does.
+        let mut start = self.cells.first().map_or(0, |c| c.end + 1);
+        let elements = self.cells.get(1..).unwrap_or_default();
+        for (i, cell) in elements.iter().enumerate() {
+            let position = i + 1;
+            let value = raw.get(start..cell.end).unwrap_or_default();
+            start = cell.end + 1;
+            let Some(fast) = def.fast.get(i) else {
                 if extra.is_none() && !value.is_empty() {
                     extra = Some((position, value));
                 }
-                return;
+                continue;
             };
             if value.is_empty() {
                 if !fast.mandatory {
-                    return;
+                    continue;
                 }
             } else {
                 if position <= 64 {
-                    present |= 1 << (position - 1);
+                    present |= 1 << i;
                 }
-                let length = if fast.plan == Shortcut::Digits {
-                    class.digits
-                } else {
-                    value.len()
-                };
+                // A number's length is its digits: with nothing but digits, its length.
                 let forbidden = match fast.plan {
                     Shortcut::Text => CONTROL | SEPARATOR,
                     Shortcut::Digits => !DIGIT,
                     Shortcut::Full => u8::MAX,
                 };
-                if class.acc & forbidden == 0
-                    && length >= usize::from(fast.min)
-                    && length <= usize::from(fast.max)
+                if cell.acc & forbidden == 0
+                    && value.len() >= usize::from(fast.min)
+                    && value.len() <= usize::from(fast.max)
                 {
-                    return;
-                }
-            }
-            if let Some(edef) = def.elements.get(position - 1) {
-                element(&mut errors, segment, position, value, edef, class);
-            }
-        };
-        if let Some(body) = body {
-            let table = &self.table;
-            let (mut start, mut acc, mut digits, mut position) = (0, 0u8, 0usize, 1usize);
-            for (i, b) in body.iter().enumerate() {
-                let t = table[usize::from(*b)];
-                if t & ELEMENT == 0 {
-                    acc |= t;
-                    digits += usize::from(t & DIGIT);
                     continue;
                 }
-                finish(
-                    position,
-                    body.get(start..i).unwrap_or_default(),
-                    Class { acc, digits },
-                );
-                (start, acc, digits, position) = (i + 1, 0, 0, position + 1);
             }
-            finish(
-                position,
-                body.get(start..).unwrap_or_default(),
-                Class { acc, digits },
-            );
+            if let Some(edef) = def.elements.get(i) {
+                let class = Class {
+                    acc: cell.acc,
+                    digits: digits(&self.table, value),
+                };
+                element(&mut errors, segment, position, value, edef, class);
+            }
         }
-        segment_end(&mut errors, def, seen, extra, present);
+        segment_end(&mut errors, def, elements.len(), extra, present);
         if !errors.list.is_empty() {
             self.report_elements(segment, def, errors);
         }
@@ -722,6 +717,8 @@ const SEPARATOR: u8 = 16;
 const ELEMENT: u8 = 32;
 /// Any other byte: letters, spaces, punctuation.
 const OTHER: u8 = 64;
+/// The interchange's segment terminator.
+const END: u8 = 128;
 
 /// The class of every byte value, delimiters aside.
 const CLASSES: [u8; 256] = {
@@ -748,7 +745,123 @@ fn byte_table(d: crate::x12::Delimiters) -> [u8; 256] {
         t[usize::from(r)] = SEPARATOR;
     }
     t[usize::from(d.element)] = ELEMENT;
+    t[usize::from(d.segment)] = END;
     t
+}
+
+/// How many of `value`'s bytes are digits (off the hot path: the scan does not count them).
+fn digits(table: &[u8; 256], value: &[u8]) -> usize {
+    value
+        .iter()
+        .filter(|b| table[usize::from(**b)] & DIGIT != 0)
+        .count()
+}
+
+/// Where one piece of a segment (its id, or an element) ends in the segment's bytes, and
+/// the union of its bytes' classes.
+#[derive(Clone, Copy)]
+struct Cell {
+    end: usize,
+    acc: u8,
+}
+
+/// Cuts `raw` (a segment without its terminator) into cells: the id, then each element.
+fn scan(table: &[u8; 256], raw: &[u8], cells: &mut Vec<Cell>) {
+    cells.clear();
+    let mut acc = 0;
+    for (i, b) in raw.iter().enumerate() {
+        let t = table[usize::from(*b)];
+        if t & ELEMENT == 0 {
+            acc |= t;
+            continue;
+        }
+        cells.push(Cell { end: i, acc });
+        acc = 0;
+    }
+    cells.push(Cell {
+        end: raw.len(),
+        acc,
+    });
+}
+
+/// A set's body cut into segments the way [`crate::x12::Body::segments`] cuts it, in the
+/// same pass that classifies each byte and cuts the elements (a memchr per segment and a
+/// second pass over its bytes cost more than the segment's walk). Not for a terminator
+/// that is a line feed (a CR before it belongs to the line ending): those bodies are cut
+/// by `Body::segments` and scanned after.
+struct Cutter<'a> {
+    bytes: &'a [u8],
+    /// The next byte to read.
+    pos: usize,
+    /// Where `bytes` begin in the file.
+    base: usize,
+    ordinal: u32,
+    delimiters: crate::x12::Delimiters,
+}
+
+impl<'a> Cutter<'a> {
+    fn of(ts: &TransactionSet<'a>) -> Option<Cutter<'a>> {
+        let delimiters = ts.st.delimiters;
+        if delimiters.segment == b'\n' {
+            return None;
+        }
+        let (bytes, base, ordinal) = ts.body.bytes();
+        Some(Cutter {
+            bytes,
+            pos: 0,
+            base,
+            ordinal,
+            delimiters,
+        })
+    }
+
+    /// The next segment, its cells in `cells`.
+    #[inline]
+    fn next(&mut self, table: &[u8; 256], cells: &mut Vec<Cell>) -> Option<Segment<'a>> {
+        // The line endings and blanks `Segments` skips before a segment.
+        let element = self.delimiters.element;
+        while let Some(b) = self.bytes.get(self.pos) {
+            if !matches!(b, b'\r' | b'\n') && !((*b == b' ' || *b == b'\t') && *b != element) {
+                break;
+            }
+            self.pos += 1;
+        }
+        let start = self.pos;
+        let window = self.bytes.get(start..).filter(|w| !w.is_empty())?;
+        cells.clear();
+        let mut acc = 0;
+        let mut length = window.len();
+        for (i, b) in window.iter().enumerate() {
+            let t = table[usize::from(*b)];
+            if t & (ELEMENT | END) == 0 {
+                acc |= t;
+                continue;
+            }
+            cells.push(Cell { end: i, acc });
+            acc = 0;
+            if t & END != 0 {
+                length = i;
+                break;
+            }
+        }
+        let terminated = length < window.len();
+        if !terminated {
+            cells.push(Cell { end: length, acc });
+        }
+        self.pos = start + length + usize::from(terminated);
+        let raw = window.get(..length).unwrap_or_default();
+        let id_len = cells.first().map_or(length, |c| c.end);
+        let segment = Segment {
+            id: raw.get(..id_len).unwrap_or_default(),
+            raw,
+            offset: self.base + start,
+            ordinal: self.ordinal,
+            terminated,
+            delimiters: self.delimiters,
+        };
+        self.ordinal = self.ordinal.saturating_add(1);
+        Some(segment)
+    }
 }
 
 /// What the scan learned about one element's bytes: the union of their classes, and how

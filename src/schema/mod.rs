@@ -83,15 +83,23 @@ pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Fin
         let mut unread = Unread::default();
         for (gi, (group, start)) in ic.groups.iter().zip(&starts).enumerate() {
             let first = run.start.saturating_sub(*start);
-            let last = run.end.saturating_sub(*start).min(group.sets.len());
-            if first >= last {
+            let last_set = run.end.saturating_sub(*start).min(group.sets.len());
+            if first >= last_set {
                 continue;
             }
             let version = group.gs.element(8).unwrap_or_default();
-            for si in first..last {
+            // The reading of the set id before: a group's sets are mostly of one id, and
+            // looking a definition up builds its key (a few allocations a set).
+            let mut last: Option<(&[u8], Reading<'_>)> = None;
+            for si in first..last_set {
                 let Some(set) = group.sets.get(si) else { break };
                 let id = set.st.element(1).unwrap_or_default();
-                match schemas.reading(version, id) {
+                let reading = match last {
+                    Some((seen, reading)) if seen == id => reading,
+                    _ => schemas.reading(version, id),
+                };
+                last = Some((id, reading));
+                match reading {
                     Reading::Own(def) | Reading::As(def) => {
                         found.extend(check::walk(def, &set, gi, si, false).findings);
                     }

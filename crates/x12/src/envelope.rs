@@ -124,6 +124,18 @@ impl<'a> Body<'a> {
         .in_file_at(self.base)
     }
 
+    /// The body's bytes, from its first segment to the end of the last one's terminator,
+    /// with where they begin in the file and the first segment's ordinal: for a reader
+    /// that cuts them itself, as [`Body::segments`] does (the schema walker cuts each
+    /// segment in the same pass that classifies its bytes).
+    pub fn bytes(&self) -> (&'a [u8], usize, u32) {
+        let bytes = self
+            .input
+            .get(self.range.0..self.range.1)
+            .unwrap_or_default();
+        (bytes, self.base + self.range.0, self.first_ordinal)
+    }
+
     /// Bytes from the first body segment to the end of the last one's terminator.
     pub fn len(&self) -> usize {
         self.range.1.saturating_sub(self.range.0)
@@ -1178,11 +1190,18 @@ impl<'a> Builder<'a> {
         }
     }
 
+    // Inlined: every segment comes here, nearly none goes further.
+    #[inline]
     fn check_element_length(&mut self, segment: &Segment<'a>) {
         // A segment no longer than the limit cannot hold a longer element: skip the split.
-        if segment.raw.len() <= self.limits.max_element_len {
-            return;
+        if segment.raw.len() > self.limits.max_element_len {
+            self.long_segment(segment);
         }
+    }
+
+    /// [`Builder::check_element_length`] for a segment longer than an element may be.
+    #[cold]
+    fn long_segment(&mut self, segment: &Segment<'a>) {
         if let Some((i, e)) = segment
             .elements()
             .enumerate()
