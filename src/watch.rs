@@ -875,14 +875,12 @@ impl Watcher {
             .map_err(|cause| WatchError::Metrics { addr, cause })?;
             w.metrics = Some(tokio::spawn(server));
         }
-        if crate::delivery::Deliverer::has_work(&config) {
-            let registry = crate::setup::open_registry(&config)?;
-            w.deliverer = crate::delivery::Background::start(
-                config.clone(),
-                registry,
-                format!("{}:deliver", w.options.owner),
-            );
-        }
+        let registry = crate::setup::open_registry(&config)?;
+        w.deliverer = crate::delivery::Background::start(
+            config.clone(),
+            registry,
+            format!("{}:deliver", w.options.owner),
+        );
         let adopted = w.intake.adopt();
         tracing::info!(
             config = %config.path.display(),

@@ -26,7 +26,7 @@ pub use error::{ConfigError, KeyProblem, Problem};
 #[cfg(test)]
 pub(crate) use output::destination_defaults;
 use output::{destination, RawDestination};
-pub use output::{Destination, DestinationKind, HeaderValue, MAX_TIMEOUT_MS};
+pub use output::{Destination, DestinationKind, HeaderValue, MAX_TIMEOUT_MS, OUT};
 use partner::{partner, RawPartner};
 pub use partner::{
     AckKind, DuplicateDocuments, Form, InterchangeScope, Layout, OutboundDelimiters, Partner,
@@ -380,6 +380,8 @@ pub struct Config {
     pub limits: Limits,
     pub partners: Vec<Partner>,
     pub destinations: Vec<Destination>,
+    /// [`OUT`]: the folder destination of the partners (and sets) that name none.
+    pub out_destination: Destination,
     /// Where each key is written, so that later checks can name a key's line.
     places: Places,
 }
@@ -443,6 +445,7 @@ impl Config {
             limits: raw.limits,
             partners,
             destinations,
+            out_destination: Destination::out(),
         })
     }
 
@@ -468,46 +471,76 @@ impl Config {
         self.places.partner_key(name, key).map(|p| p.line)
     }
 
-    /// Where `partner`'s documents of set `set` (ST01) go; `None`: files in `out/`, written
-    /// by the interchange's round.
-    pub fn destination_for(&self, partner: &Partner, set: &str) -> Option<&Destination> {
-        let name = partner
+    /// Where `partner`'s production documents of set `set` (ST01) go: the destination it
+    /// names for them, or else `out/` ([`OUT`]).
+    pub fn destination_for(&self, partner: &Partner, set: &str) -> &Destination {
+        partner
             .output
             .destinations
             .get(set)
-            .or(partner.output.destination.as_ref())?;
-        self.destinations
-            .iter()
-            .find(|d| &d.name == name)
+            .or(partner.output.destination.as_ref())
+            .and_then(|name| self.destinations.iter().find(|d| &d.name == name))
             .filter(|d| !d.is_out(&self.gateway.out))
+            .unwrap_or(&self.out_destination)
     }
 
-    /// Where `partner`'s documents of set `set` and `usage` go, `out/` itself left out (its
-    /// files are written by the interchange's round): a production document's destination
-    /// ([`Config::destination_for`]), a test document's test destinations (none: nowhere).
+    /// Where `partner`'s documents of set `set` and `usage` go: a production document's
+    /// destination ([`Config::destination_for`]); a test document's test destinations, or
+    /// `out/` (its `test/` folder) when its production ones would go there too, or else
+    /// none (it goes nowhere, [`crate::registry::NO_TEST_DESTINATION`]).
     pub fn destinations_for(
         &self,
         partner: &Partner,
         set: &str,
         usage: crate::usage::Usage,
     ) -> Vec<&Destination> {
+        let production = self.destination_for(partner, set);
         match usage {
-            crate::usage::Usage::Production => {
-                self.destination_for(partner, set).into_iter().collect()
+            crate::usage::Usage::Production => vec![production],
+            crate::usage::Usage::Test => {
+                let named: Vec<&Destination> = partner
+                    .output
+                    .test_destinations
+                    .iter()
+                    .filter_map(|name| self.destination(name))
+                    .filter(|d| d.usage == crate::usage::Usage::Test)
+                    .collect();
+                if named.is_empty() && production.name == OUT {
+                    return vec![production];
+                }
+                named
             }
-            crate::usage::Usage::Test => partner
-                .output
-                .test_destinations
-                .iter()
-                .filter_map(|name| self.destination(name))
-                .filter(|d| d.usage == crate::usage::Usage::Test)
-                .collect(),
         }
     }
 
-    /// The destination named `name`.
+    /// The destination named `name` ([`OUT`] included).
     pub fn destination(&self, name: &str) -> Option<&Destination> {
+        if name == OUT {
+            return Some(&self.out_destination);
+        }
         self.destinations.iter().find(|d| d.name == name)
+    }
+
+    /// Every destination documents can be queued for: [`OUT`] first, then the declared ones
+    /// that are not `out/` itself.
+    pub fn sendable_destinations(&self) -> impl Iterator<Item = &Destination> {
+        std::iter::once(&self.out_destination).chain(
+            self.destinations
+                .iter()
+                .filter(|d| !d.is_out(&self.gateway.out)),
+        )
+    }
+
+    /// The partner whose key ([`Partner::key`], `QUAL:ID`) is `key`, or an unconfigured
+    /// sender's defaults ([`Partner::unknown`]).
+    pub fn partner_by_key(&self, key: &str) -> std::borrow::Cow<'_, Partner> {
+        match self.partners.iter().find(|p| p.key() == key) {
+            Some(p) => std::borrow::Cow::Borrowed(p),
+            None => {
+                let (qualifier, id) = key.split_once(':').unwrap_or(("", key));
+                std::borrow::Cow::Owned(Partner::unknown(qualifier, id))
+            }
+        }
     }
 
     /// The partner that sent an interchange, by ISA05/ISA06 (trimmed).

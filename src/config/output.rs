@@ -109,8 +109,8 @@ pub struct Destination {
 /// How a destination is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DestinationKind {
-    /// Document files in a folder: `out/` itself (written by the interchange's round, as
-    /// without any destination), or another folder they are copied into from `out/`.
+    /// Document files in a folder: `out/` itself (`path` none, or `gateway.out`), or another
+    /// folder, each written from the registry's copy of the document.
     Folder { path: Option<PathBuf> },
     /// A POST of the document's JSON.
     Http {
@@ -150,11 +150,36 @@ const SECRET_HEADERS: &[&str] = &[
     "x-api-key",
 ];
 
+/// The name of the folder destination every configuration has: the gateway's `out/` (and
+/// `out/test/` for test documents), where a partner's documents go when it names no
+/// destination. A declared name cannot be it (a `/` is not allowed in one).
+pub const OUT: &str = "out/";
+
 impl Destination {
-    /// Whether the interchange's round delivers it (files in `out/`), so that nothing is
-    /// queued for it.
+    /// Whether it is `out/` itself: [`OUT`], or a declared folder destination without a
+    /// `path` (or with `gateway.out`), which stands for it.
     pub fn is_out(&self, out: &Path) -> bool {
         matches!(&self.kind, DestinationKind::Folder { path } if path.as_deref().is_none_or(|p| p == out))
+    }
+
+    /// [`OUT`], with every setting at its default.
+    pub(super) fn out() -> Destination {
+        use destination_defaults as d;
+        Destination {
+            name: OUT.to_string(),
+            kind: DestinationKind::Folder { path: None },
+            timeout_ms: d::timeout_ms(),
+            max_attempts: d::max_attempts(),
+            max_age_hours: d::max_age_hours(),
+            result_ref: None,
+            owner: None,
+            backoff_ms: d::backoff_ms(),
+            backoff_max_ms: d::backoff_max_ms(),
+            circuit_failures: d::circuit_failures(),
+            circuit_cooldown_ms: d::circuit_cooldown_ms(),
+            concurrency: d::concurrency(),
+            usage: Usage::Production,
+        }
     }
 }
 

@@ -29,6 +29,10 @@ pub use send::{missing_environment, COMMAND_REFUSED};
 /// unclaimed, and a deliverer that dies holds few leases.
 const CLAIM: usize = 8;
 
+/// Rows of a folder destination claimed, written and recorded together: one round of
+/// fsyncs and one transaction for them all.
+const FOLDER_BATCH: usize = 512;
+
 /// Beyond a destination's timeout, how long a claimed row stays leased to its deliverer.
 const LEASE_MARGIN_MS: u64 = 30_000;
 
@@ -102,14 +106,12 @@ impl<'c> Deliverer<'c> {
         }
     }
 
-    /// The destinations this deliverer can send to: declared, not `out/` itself, and with
-    /// every environment variable their headers need (one that lacks some is said once).
+    /// The destinations this deliverer can send to: `out/`, and the declared ones with every
+    /// environment variable their headers need (one that lacks some is said once).
     fn sendable(&self) -> Vec<&'c Destination> {
         let config: &'c Config = self.config;
         config
-            .destinations
-            .iter()
-            .filter(|d| !d.is_out(&config.gateway.out))
+            .sendable_destinations()
             .filter(|d| {
                 let missing = send::missing_environment(d);
                 if missing.is_empty() {
@@ -139,23 +141,12 @@ impl<'c> Deliverer<'c> {
         registry.next_sendable(&names, scope.queued_by(), &crate::owner::is_dead)
     }
 
-    /// Whether any destination is reached through the outbox (not `out/` itself).
-    pub fn has_work(config: &Config) -> bool {
-        config
-            .destinations
-            .iter()
-            .any(|d| !d.is_out(&config.gateway.out))
-    }
-
     /// Says (at error level) which queued or retrying deliveries no configured destination
     /// will send: their destination was renamed or removed from `partners.toml`.
     pub fn warn_unconfigured(&self, registry: &Registry) -> Result<(), RegistryError> {
         for (name, state, n) in registry.delivery_counts()? {
             let open = matches!(state, DeliveryState::Queued | DeliveryState::Retrying);
-            let sent = self
-                .config
-                .destination(&name)
-                .is_some_and(|d| !d.is_out(&self.config.gateway.out));
+            let sent = self.config.sendable_destinations().any(|d| d.name == name);
             if open && !sent {
                 tracing::error!(destination = %name, %state, deliveries = n, "deliveries wait for a destination that partners.toml no longer declares; declare it again (or x12gate deliveries lists them)");
             }
@@ -214,7 +205,10 @@ impl<'c> Deliverer<'c> {
             }
             let gate =
                 registry.circuit_gate(&d.name, &self.owner, probe_ms, &crate::owner::is_dead)?;
+            let batch = matches!(d.kind, crate::config::DestinationKind::Folder { .. });
             let (limit, wave) = match gate {
+                // A folder's files are written a batch at a time, one round of fsyncs each.
+                Gate::Closed if batch => (FOLDER_BATCH, FOLDER_BATCH),
                 Gate::Closed => (CLAIM.max(d.concurrency), d.concurrency.max(1)),
                 Gate::Probe => (1, 1),
                 Gate::Wait { .. } => {
@@ -266,7 +260,9 @@ impl<'c> Deliverer<'c> {
                     }
                     continue;
                 }
-                let sent = self.send_all(d, &chunk);
+                let ids: Vec<i64> = chunk.iter().map(|c| c.document_id).collect();
+                let bodies = registry.document_bodies(&ids)?;
+                let sent = self.send_all(d, &chunk, bodies);
                 // Sent, not recorded: the next attempt sends them again with the same keys.
                 fail::fail_point!("deliver.sent", |_| std::process::abort());
                 opened |= self.record(registry, d, &chunk, &sent, &mut summary)?;
@@ -280,24 +276,35 @@ impl<'c> Deliverer<'c> {
         }
     }
 
-    /// One attempt at each of `claimed`, at once (each on a thread of its own): what came
-    /// back and how long it took, in order.
-    fn send_all(&self, d: &Destination, claimed: &[Claimed]) -> Vec<(Attempted, u64)> {
-        let one = |c: &Claimed| {
+    /// One attempt at each of `claimed`, at once (each on a thread of its own; a folder's
+    /// as one batch of files), given their JSON: what came back and how long it took, in
+    /// order.
+    fn send_all(
+        &self,
+        d: &Destination,
+        claimed: &[Claimed],
+        bodies: Vec<Option<Vec<u8>>>,
+    ) -> Vec<(Attempted, u64)> {
+        let began = Instant::now();
+        let took = |began: Instant| u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if matches!(d.kind, crate::config::DestinationKind::Folder { .. }) {
+            let written = send::folder(d, claimed, bodies, &self.owner);
+            let took = took(began);
+            return written.into_iter().map(|a| (a, took)).collect();
+        }
+        let one = |c: &Claimed, body: Option<Vec<u8>>| {
             let began = Instant::now();
-            let outcome = send::send(&self.agent, d, c, &self.owner);
-            (
-                outcome,
-                u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
-            )
+            let outcome = send::send(&self.agent, d, c, body);
+            (outcome, took(began))
         };
-        if let [c] = claimed {
-            return vec![one(c)];
+        if let ([c], [body]) = (claimed, bodies.as_slice()) {
+            return vec![one(c, body.clone())];
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = claimed
                 .iter()
-                .map(|c| scope.spawn(move || one(c)))
+                .zip(bodies)
+                .map(|(c, body)| scope.spawn(move || one(c, body)))
                 .collect();
             handles
                 .into_iter()
@@ -476,15 +483,12 @@ pub struct Background {
 }
 
 impl Background {
-    /// Starts it, unless no destination goes through the outbox.
+    /// Starts it.
     pub fn start(
         config: std::sync::Arc<Config>,
         registry: Registry,
         owner: String,
     ) -> Option<Background> {
-        if !Deliverer::has_work(&config) {
-            return None;
-        }
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (nudge, nudged) = std::sync::mpsc::channel::<()>();
         let stopping = stop.clone();

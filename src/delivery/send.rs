@@ -36,25 +36,30 @@ pub fn missing_environment(d: &Destination) -> Vec<String> {
     }
 }
 
-/// Sends `c` to `d` once.
-pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, owner: &str) -> Attempted {
+/// Sends `c`, whose JSON the registry keeps as `body`, to `d` once (a folder destination
+/// is written a batch at a time, by [`folder`]).
+pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, body: Option<Vec<u8>>) -> Attempted {
     if let Some(refused) = mixed(d, c) {
         return refused;
     }
     match &d.kind {
-        DestinationKind::Http { url, headers } => http(agent, d, url, headers, c),
-        DestinationKind::Command { argv } => command(d, argv, c),
-        DestinationKind::Folder { path } => folder(path.as_deref(), c, owner),
+        DestinationKind::Http { url, headers } => http(agent, d, url, headers, c, body),
+        DestinationKind::Command { argv } => command(d, argv, c, body),
+        DestinationKind::Folder { .. } => Attempted::Unsent {
+            status: "folder".into(),
+            error: "a folder destination is written a batch at a time".into(),
+            permanent: false,
+        },
     }
 }
 
 /// A row whose document's usage is not its destination's (the destination's `usage`
 /// changed in `partners.toml` after the row was queued): never sent, dead at once, since
-/// test and production never mix.
+/// test and production never mix. `out/` takes both, each into its own folder.
 fn mixed(d: &Destination, c: &Claimed) -> Option<Attempted> {
     use crate::document::Usage;
     let usage = Usage::of_key(&c.key);
-    (usage != d.usage).then(|| {
+    (usage != d.usage && d.name != crate::config::OUT).then(|| {
         let (document, destination) = match usage {
             Usage::Test => ("a test document", "a production destination"),
             Usage::Production => ("a production document", "a test destination"),
@@ -74,9 +79,15 @@ fn mixed(d: &Destination, c: &Claimed) -> Option<Attempted> {
     })
 }
 
-/// The document's file, which the round that queued it wrote: gone, it can never be sent;
+/// What a delivery hands over: the document's JSON as the registry keeps it, or for a row
+/// queued before the registry kept documents (schema version 10 and before), the file in
+/// `out/` that the round which queued it wrote. That file gone, it can never be sent;
 /// unreadable for another reason (no descriptors left, a disk error), it may be later.
-fn open(c: &Claimed) -> Result<(std::fs::File, u64), Attempted> {
+fn open(c: &Claimed, body: Option<Vec<u8>>) -> Result<(Box<dyn Read + Send>, u64), Attempted> {
+    if let Some(body) = body {
+        let len = body.len() as u64;
+        return Ok((Box::new(std::io::Cursor::new(body)), len));
+    }
     let file = std::fs::File::open(&c.file).map_err(|e| {
         let gone = e.kind() == std::io::ErrorKind::NotFound;
         Attempted::Unsent {
@@ -94,7 +105,7 @@ fn open(c: &Claimed) -> Result<(std::fs::File, u64), Attempted> {
         }
     })?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    Ok((file, len))
+    Ok((Box::new(file), len))
 }
 
 /// A header value is visible ASCII: a key with other bytes is sent with them as `%XX`.
@@ -121,8 +132,9 @@ fn http(
     url: &str,
     headers: &[(String, HeaderValue)],
     c: &Claimed,
+    body: Option<Vec<u8>>,
 ) -> Attempted {
-    let (file, len) = match open(c) {
+    let (file, len) = match open(c, body) {
         Ok(f) => f,
         Err(refused) => return refused,
     };
@@ -270,8 +282,8 @@ fn reference(d: &Destination, body: &[u8]) -> Option<String> {
     }
 }
 
-fn command(d: &Destination, argv: &[String], c: &Claimed) -> Attempted {
-    let (mut file, _) = match open(c) {
+fn command(d: &Destination, argv: &[String], c: &Claimed, body: Option<Vec<u8>>) -> Attempted {
+    let (mut file, _) = match open(c, body) {
         Ok(f) => f,
         Err(refused) => return refused,
     };
@@ -423,41 +435,103 @@ fn kill_group(child: &std::process::Child) {
     }
 }
 
-/// A copy of the document's file into another folder, atomically, under the same name.
-fn folder(path: Option<&Path>, c: &Claimed, owner: &str) -> Attempted {
-    let Some(dir) = path else {
-        // Delivered by the round itself: never queued.
-        return Attempted::Delivered {
-            status: "written".into(),
-            result_ref: None,
-        };
+/// A batch of documents written into `d`'s folder (`out/`'s own, by usage, for [`crate::config::OUT`];
+/// its `path` for another), each under the name its row records: every file to a temporary
+/// name, synced, renamed, and each folder synced once ([`crate::outputs::write_many`]), so
+/// that a batch costs one round of fsyncs. A failure fails the batch (tried again; a file
+/// written again over itself has the same bytes). `bodies` are the registry's JSON, by row.
+pub fn folder(
+    d: &Destination,
+    claimed: &[Claimed],
+    bodies: Vec<Option<Vec<u8>>>,
+    owner: &str,
+) -> Vec<Attempted> {
+    let DestinationKind::Folder { path } = &d.kind else {
+        return claimed
+            .iter()
+            .map(|_| Attempted::Unsent {
+                status: "not a folder".into(),
+                error: format!("{} is not a folder destination", d.name),
+                permanent: false,
+            })
+            .collect();
     };
-    let source = Path::new(&c.file);
-    let name = source
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let copy = |w: &mut dyn Write| -> std::io::Result<()> {
-        let mut f = std::fs::File::open(source)?;
-        std::io::copy(&mut f, w).map(drop)
-    };
-    if !source.exists() {
-        return Attempted::Unsent {
-            status: "no file".into(),
-            error: format!("{}: the document's file is gone", c.file),
-            permanent: true,
+    let mut outcomes: Vec<Option<Attempted>> = Vec::with_capacity(claimed.len());
+    let mut files: Vec<(std::path::PathBuf, String, Vec<u8>)> = Vec::new();
+    let mut at: Vec<usize> = Vec::new();
+    for (n, (c, body)) in claimed.iter().zip(bodies).enumerate() {
+        let target = Path::new(&c.file);
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let dir = match (path, target.parent()) {
+            (Some(p), _) => p.clone(),
+            (None, Some(parent)) => parent.to_path_buf(),
+            (None, None) => std::path::PathBuf::new(),
         };
+        let read = match (mixed(d, c), body) {
+            (Some(refused), _) => Err(refused),
+            (None, Some(body)) => Ok(body),
+            (None, None) => open(c, None).and_then(|(mut f, _)| {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes)
+                    .map(|_| bytes)
+                    .map_err(|e| Attempted::Unsent {
+                        status: "unreadable".into(),
+                        error: format!("{}: {e}", c.file),
+                        permanent: false,
+                    })
+            }),
+        };
+        match read {
+            Ok(bytes) => {
+                at.push(n);
+                files.push((dir, name, bytes));
+                outcomes.push(None);
+            }
+            Err(unsent) => outcomes.push(Some(unsent)),
+        }
     }
-    match crate::outputs::write_many(&[(dir, name.as_str(), &copy)], owner) {
-        Ok(_) => Attempted::Delivered {
-            status: "written".into(),
-            result_ref: None,
-        },
-        Err(e) => Attempted::Failed {
-            status: "io".into(),
-            error: e.to_string(),
-        },
+    let writers: Vec<Box<crate::outputs::Content<'_>>> = files
+        .iter()
+        .map(|(_, _, bytes)| -> Box<crate::outputs::Content<'_>> {
+            Box::new(move |w: &mut dyn Write| w.write_all(bytes))
+        })
+        .collect();
+    let list: Vec<(&Path, &str, &crate::outputs::Content<'_>)> = files
+        .iter()
+        .zip(&writers)
+        .map(|((dir, name, _), w)| (dir.as_path(), name.as_str(), w.as_ref()))
+        .collect();
+    let written = if list.is_empty() {
+        Ok(Vec::new())
+    } else {
+        crate::outputs::write_many(&list, owner)
+    };
+    for n in at {
+        if let Some(slot) = outcomes.get_mut(n) {
+            *slot = Some(match &written {
+                Ok(_) => Attempted::Delivered {
+                    status: "written".into(),
+                    result_ref: None,
+                },
+                Err(e) => Attempted::Failed {
+                    status: "io".into(),
+                    error: e.to_string(),
+                },
+            });
+        }
     }
+    outcomes
+        .into_iter()
+        .map(|o| {
+            o.unwrap_or(Attempted::Failed {
+                status: "io".into(),
+                error: "not written".into(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -510,7 +584,7 @@ mod tests {
         // Sent through `send`, the file is never opened: the row is dead for its usage.
         let agent = ureq::AgentBuilder::new().build();
         assert!(matches!(
-            send(&agent, erp, &test, "me"),
+            send(&agent, erp, &test, None),
             Attempted::Unsent { status, .. } if status == "usage"
         ));
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, Partner};
 use crate::document::{self, DocumentDisposition, Identified, Usage};
 use crate::outputs;
 use crate::registry::{
@@ -18,7 +18,7 @@ use crate::registry::{
 
 use crate::x12::{Group, Interchange, TransactionSet};
 
-use super::flight::{Content, Folder, Item, Output, Round};
+use super::flight::{Folder, Item, Round};
 use super::ProcessError;
 
 /// One document of an interchange, as `process --json` and the history report it.
@@ -45,14 +45,13 @@ pub struct DocumentReport {
     pub result_ref: Option<String>,
 }
 
-/// One run of an interchange's documents, decided: the files that deliver them and what
-/// they hand over. A large interchange is decided, written and handed over a run at a
-/// time, so that what it holds of its documents is one run's.
+/// One run of an interchange's documents, decided: what they hand over. A large
+/// interchange is decided, made and handed over a run at a time, so that what it holds of
+/// its documents is one run's.
 #[derive(Default)]
 pub(super) struct Planned {
-    pub outputs: Vec<Output>,
-    /// The files that deliver documents, recorded (and queued for their destinations) with
-    /// the next run's transaction, or the completion's for the last run.
+    /// The documents, kept (and queued for their destinations) with the next run's
+    /// transaction, or the completion's for the last run.
     pub named: Vec<Named>,
     /// Parked documents of this partner that this interchange's original let go.
     pub released: Vec<Released>,
@@ -143,12 +142,14 @@ impl Progress {
     }
 }
 
-/// A document's file, as its completion records it and hands it to its destination.
+/// A document as its completion keeps it and hands it to its destinations.
 #[derive(Debug, Clone)]
 pub(super) struct Named {
     pub id: i64,
-    /// In `out/`.
+    /// Its file's name, in `out/` (`out/test/`) or a folder destination's folder.
     pub name: String,
+    /// Its JSON.
+    pub body: Body,
     pub key: String,
     pub set: String,
     /// Shared by every document of an interchange.
@@ -157,6 +158,20 @@ pub(super) struct Named {
     pub correlation: Arc<str>,
     /// What its destination dedupes it by.
     pub idempotency: String,
+}
+
+/// A document's JSON: made, or to be made when its run is (its set read again from the
+/// interchange in memory, so that a run's documents hold a few numbers each until then).
+#[derive(Debug, Clone)]
+pub(super) enum Body {
+    Made(Vec<u8>),
+    ToMake {
+        group: usize,
+        set: usize,
+        /// For a set cut by loop: the part.
+        part: Option<crate::document::Part>,
+        decided: crate::registry::Decided,
+    },
 }
 
 /// What a destination dedupes a sighting by: its document key, so that a resend is booked
@@ -205,13 +220,13 @@ fn file_name(key: &str, first: bool, sighting: i64) -> String {
 pub(super) fn plan(
     b: &Batch<'_>,
     r: &Round<'_>,
-    (item, it): (usize, &Item<'_>),
+    it: &Item<'_>,
     accepted: &dyn Fn(usize, usize) -> bool,
     progress: &mut Progress,
     budget: usize,
 ) -> Result<Planned, ProcessError> {
     let reported = progress.reports.len();
-    let planned = plan_run(b, r, (item, it), accepted, progress, budget)?;
+    let planned = plan_run(b, r, it, accepted, progress, budget)?;
     // What the first delivery of each duplicate produced, for the sender of a repeat: asked
     // for once for the run's reports (one round trip on PostgreSQL, where it was one each).
     let duplicates: Vec<(usize, &str)> = progress
@@ -236,7 +251,7 @@ pub(super) fn plan(
 fn plan_run(
     b: &Batch<'_>,
     r: &Round<'_>,
-    (item, it): (usize, &Item<'_>),
+    it: &Item<'_>,
     accepted: &dyn Fn(usize, usize) -> bool,
     progress: &mut Progress,
     budget: usize,
@@ -247,7 +262,7 @@ fn plan_run(
         return Ok(planned);
     };
     let mut in_run = 0usize;
-    let run = RunOf::new(r, item, it);
+    let run = RunOf::new(r, it);
     let mut visit = |gi: usize,
                      si: usize,
                      ic: &Interchange<'_>,
@@ -300,7 +315,6 @@ fn plan_run(
 /// What each document of an interchange's run is planned with.
 struct RunOf<'a, 'c, 'i> {
     r: &'a Round<'c>,
-    item: usize,
     it: &'a Item<'i>,
     /// Only a later attempt withdraws what an earlier one recorded and it did not decide
     /// again: a first attempt keeps no ids (8 bytes a document, 8 MB for a million).
@@ -324,7 +338,7 @@ struct At<'s, 'x> {
 }
 
 impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
-    fn new(r: &'a Round<'c>, item: usize, it: &'a Item<'i>) -> Self {
+    fn new(r: &'a Round<'c>, it: &'a Item<'i>) -> Self {
         let partner = it.partner.key();
         let correlation = it.report.correlation_id.clone().unwrap_or_default();
         let shared = (
@@ -334,7 +348,6 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
         );
         RunOf {
             r,
-            item,
             it,
             again: it.report.attempt.is_some_and(|a| a > 1),
             schemas: r
@@ -439,8 +452,8 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
         )
     }
 
-    /// The file that delivers a document now, planned; where it goes, and why it goes to
-    /// no destination when it does not.
+    /// A document delivered now, planned; its file in `out/` when it goes there, and why it
+    /// goes to no destination when it does not.
     fn deliver_now(
         &self,
         at: &At<'_, '_>,
@@ -450,28 +463,13 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
     ) -> Result<(Option<String>, Option<String>), ProcessError> {
         let (r, it) = (self.r, self.it);
         let name = file_name(&d.key, decided.first, decided.id);
-        let dir = Folder::out(d.usage);
-        let output = Some(shown(dir.path(&r.config.gateway), &name));
-        let mut undelivered = None;
-        if d.usage == Usage::Test
-            && r.config
-                .destinations_for(&it.partner, &d.set_id, Usage::Test)
-                .is_empty()
-        {
-            undelivered = Some(NO_TEST_DESTINATION.to_string());
-        }
-        let (partner, interchange, correlation) = &self.shared;
-        planned.named.push(Named {
-            id: decided.id,
-            name: name.clone(),
-            key: d.key.clone(),
-            set: d.set_id.clone(),
-            partner: partner.clone(),
-            interchange: interchange.clone(),
-            correlation: correlation.clone(),
-            idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
-        });
-        let content = if it.large.is_some() {
+        let goes = r.config.destinations_for(&it.partner, &d.set_id, d.usage);
+        let output = goes
+            .iter()
+            .any(|g| g.name == crate::config::OUT)
+            .then(|| shown(Folder::out(d.usage).path(&r.config.gateway), &name));
+        let undelivered = (goes.is_empty()).then(|| NO_TEST_DESTINATION.to_string());
+        let body = if it.large.is_some() {
             // Read again only now: written from memory with the run.
             let mut bytes = document::head(&d.key, &delivery_of(decided, &it.key));
             self.rest(at, d, &mut bytes)
@@ -480,46 +478,42 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
                     cause,
                 })?;
             bytes.extend_from_slice(document::END);
-            Content::Bytes(bytes)
+            Body::Made(bytes)
         } else {
-            Content::Document {
+            Body::ToMake {
                 group: at.gi,
                 set: at.si,
                 part: d.part.clone(),
                 decided: decided.clone(),
             }
         };
-        planned.outputs.push(Output {
-            item: self.item,
-            dir,
+        let (partner, interchange, correlation) = &self.shared;
+        planned.named.push(Named {
+            id: decided.id,
             name,
-            content,
-            ack: None,
-            isa13: None,
+            body,
+            key: d.key.clone(),
+            set: d.set_id.clone(),
+            partner: partner.clone(),
+            interchange: interchange.clone(),
+            correlation: correlation.clone(),
+            idempotency: idempotency_key(&d.key, decided.disposition, decided.id),
         });
         Ok((output, undelivered))
     }
 
-    /// A parked document this one's original lets go: its file planned.
+    /// A parked document this one's original lets go, planned.
     fn let_go(&self, rel: Released, planned: &mut Planned) {
-        let name = file_name(&rel.key, rel.first, rel.id);
         planned.named.push(Named {
             id: rel.id,
-            name: name.clone(),
+            name: file_name(&rel.key, rel.first, rel.id),
+            body: Body::Made(released_file(&rel)),
             key: rel.key.clone(),
             set: rel.set_id.clone(),
             partner: self.shared.0.clone(),
             interchange: rel.interchange_key.as_str().into(),
             correlation: correlation_of(&rel.interchange_key).into(),
             idempotency: idempotency_key(&rel.key, rel.disposition, rel.id),
-        });
-        planned.outputs.push(Output {
-            item: self.item,
-            dir: folder_of(&rel.key),
-            name,
-            content: Content::Bytes(released_file(&rel)),
-            ack: None,
-            isa13: None,
         });
         tracing::info!(document = %crate::text::printable(&rel.key), waited_in = %crate::text::printable(&rel.interchange_key), "delivering a waiting document after its original");
         planned.released.push(rel);
@@ -546,9 +540,18 @@ fn each_set(
     Ok(())
 }
 
-/// A run's lists are held until its files are written: without their growth's spare room.
+/// The file in `out/` (`out/test/`) that will deliver `n`, when `out/` is one of its
+/// destinations.
+pub(super) fn out_file(config: &Config, partner: &Partner, n: &Named) -> Option<String> {
+    config
+        .destinations_for(partner, &n.set, Usage::of_key(&n.key))
+        .iter()
+        .any(|d| d.name == crate::config::OUT)
+        .then(|| shown(folder_of(&n.key).path(&config.gateway), &n.name))
+}
+
+/// A run's lists are held until it is handed over: without their growth's spare room.
 fn shrunk(mut planned: Planned) -> Planned {
-    planned.outputs.shrink_to_fit();
     planned.named.shrink_to_fit();
     planned
 }
@@ -691,9 +694,9 @@ pub(super) fn replayed(
     Ok(())
 }
 
-/// Records that these documents' files are in `out/` and queues each for its destination
-/// (none is queued for `out/` itself: the file is the delivery), in the transaction that
-/// completes the round or the release that wrote them.
+/// Keeps these documents' JSON and queues each for its destinations (`out/` among them,
+/// whose files the deliverer writes), in the transaction that completes the round or the
+/// release that let them go: the document is durable once, with the decision.
 fn hand_over(
     b: &Batch<'_>,
     config: &Config,
@@ -702,6 +705,13 @@ fn hand_over(
 ) -> Result<(), ProcessError> {
     for n in named {
         b.document_output(n.id, &n.name)?;
+        let Body::Made(body) = &n.body else {
+            return Err(ProcessError::Translate(format!(
+                "document {} was recorded before it was made",
+                crate::text::printable(&n.key)
+            )));
+        };
+        b.keep_body(n.id, body)?;
     }
     let written: Vec<i64> = named.iter().map(|n| n.id).collect();
     b.documents_delivered(&written)?;
@@ -709,12 +719,12 @@ fn hand_over(
         return Ok(());
     }
     // Looked up by key once, not once per document and partner.
-    let partners: std::collections::HashMap<String, &crate::config::Partner> =
-        config.partners.iter().map(|p| (p.key(), p)).collect();
+    let mut partners: std::collections::HashMap<&str, std::borrow::Cow<'_, Partner>> =
+        std::collections::HashMap::new();
     for n in named {
-        let Some(partner) = partners.get(&*n.partner) else {
-            continue;
-        };
+        let partner = partners
+            .entry(&n.partner)
+            .or_insert_with(|| config.partner_by_key(&n.partner));
         // A test document only to its partner's test destinations, a production one never.
         let folder = folder_of(&n.key);
         let usage = Usage::of_key(&n.key);
@@ -815,6 +825,7 @@ pub struct ReleaseOutcome {
     pub st02: String,
     pub sequence: i64,
     pub original_missing: bool,
+    /// Its file in `out/`, or the destinations it is queued for.
     pub output: String,
 }
 
@@ -848,35 +859,14 @@ pub fn release(
     if released.is_empty() {
         return Ok(Vec::new());
     }
-    // Marked pending, nothing written yet: the next release or sweep finishes it.
+    // Marked pending, nothing kept yet: the next release or sweep finishes it.
     fail::fail_point!("release.marked", |_| std::process::abort());
-    let files: Vec<(String, Vec<u8>)> = released
-        .iter()
-        .map(|rel| (file_name(&rel.key, rel.first, rel.id), released_file(rel)))
-        .collect();
-    let writers: Vec<Box<outputs::Content<'_>>> = files
-        .iter()
-        .map(|(_, bytes)| -> Box<outputs::Content<'_>> { Box::new(move |w| w.write_all(bytes)) })
-        .collect();
-    let list: Vec<(&Path, &str, &outputs::Content<'_>)> = files
-        .iter()
-        .zip(&writers)
-        .zip(&released)
-        .map(|(((name, _), w), rel)| {
-            let dir = folder_of(&rel.key).path(&config.gateway);
-            (dir, name.as_str(), w.as_ref())
-        })
-        .collect();
-    let written = outputs::write_many(&list, owner).map_err(|e| ProcessError::Io {
-        path: e.path.display().to_string(),
-        cause: e.cause,
-    })?;
     let named: Vec<Named> = released
         .iter()
-        .zip(&files)
-        .map(|(rel, (name, _))| Named {
+        .map(|rel| Named {
             id: rel.id,
-            name: name.clone(),
+            name: file_name(&rel.key, rel.first, rel.id),
+            body: Body::Made(released_file(rel)),
             key: rel.key.clone(),
             set: rel.set_id.clone(),
             partner: rel.partner.as_str().into(),
@@ -898,16 +888,34 @@ pub fn release(
     }
     Ok(released
         .into_iter()
-        .zip(written)
-        .map(|(rel, path)| ReleaseOutcome {
+        .zip(named)
+        .map(|(rel, n)| ReleaseOutcome {
+            output: goes_to(config, &n),
             key: rel.key,
             interchange: rel.interchange_key,
             st02: rel.st02,
             sequence: rel.sequence,
             original_missing: rel.original_missing,
-            output: path.display().to_string(),
         })
         .collect())
+}
+
+/// Where a document handed over goes, in words: its file in `out/`, or its destinations.
+fn goes_to(config: &Config, n: &Named) -> String {
+    let partner = config.partner_by_key(&n.partner);
+    let usage = Usage::of_key(&n.key);
+    let names: Vec<String> = config
+        .destinations_for(&partner, &n.set, usage)
+        .iter()
+        .map(|d| match d.name == crate::config::OUT {
+            true => shown(folder_of(&n.key).path(&config.gateway), &n.name),
+            false => d.name.clone(),
+        })
+        .collect();
+    match names.is_empty() {
+        true => format!("nowhere ({NO_TEST_DESTINATION})"),
+        false => names.join(", "),
+    }
 }
 
 /// Discards the held or parked documents of `key` (an operator's decision); how many.

@@ -87,7 +87,8 @@ impl Folder {
 
 /// What an output holds: bytes made already (acknowledgments), or a translation written
 /// straight into its file when the outputs are written, so that a large interchange's JSON
-/// is never held in memory.
+/// is never held in memory. (A business document is no file of the round's: its JSON is
+/// kept in the registry, [`super::documents::Body`].)
 pub(super) enum Content {
     Bytes(Vec<u8>),
     /// A large interchange's 997/999, made as it is written.
@@ -96,15 +97,6 @@ pub(super) enum Content {
     Translation {
         form: crate::translate::Form,
         keep: Vec<Vec<bool>>,
-    },
-    /// A business document's file, made when it is written (its set read again, so that a
-    /// large interchange's documents hold a few numbers each until then).
-    Document {
-        group: usize,
-        set: usize,
-        /// For a set cut by loop: the part.
-        part: Option<crate::document::Part>,
-        decided: crate::registry::Decided,
     },
 }
 

@@ -84,18 +84,9 @@ impl<'g> Gateway<'g> {
     }
 
     /// One delivery pass over everything due (this run's documents and earlier runs'
-    /// retries), each attempted once unless `stop` says to stop; `None` when no destination
-    /// is configured beyond `out/`.
-    pub fn deliver_due(
-        &mut self,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Option<Summary>, RegistryError> {
-        if !Deliverer::has_work(self.config) {
-            return Ok(None);
-        }
-        Deliverer::new(self.config, &self.options.owner)
-            .pass(self.registry, Scope::All, stop)
-            .map(Some)
+    /// retries, `out/`'s files among them), each attempted once unless `stop` says to stop.
+    pub fn deliver_due(&mut self, stop: &dyn Fn() -> bool) -> Result<Summary, RegistryError> {
+        Deliverer::new(self.config, &self.options.owner).pass(self.registry, Scope::All, stop)
     }
 }
 

@@ -163,6 +163,19 @@ impl Batch<'_> {
             .map_err(|e| self.sql(e))
     }
 
+    /// Keeps a document's JSON, durable with this transaction's commit: its destinations
+    /// read it from here (a folder destination writes it out). A takeover that decides the
+    /// interchange again keeps the same bytes again.
+    pub fn keep_body(&self, id: i64, body: &[u8]) -> Result<(), RegistryError> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO document_bodies (document_id, body) VALUES (?1, ?2)
+                 ON CONFLICT (document_id) DO UPDATE SET body = excluded.body",
+            )
+            .and_then(|mut s| s.write(params![id, body]))
+            .map_err(|e| self.sql(e))
+    }
+
     /// Records where a sighting's delivery was written.
     pub fn document_output(&self, id: i64, output: &str) -> Result<(), RegistryError> {
         self.tx
@@ -373,6 +386,27 @@ impl Registry {
         }
         .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// The JSON kept for each of `ids`, in order; `None` for a document kept only as its
+    /// file (recorded before the registry kept documents, version 11) or pruned since.
+    pub fn document_bodies(&self, ids: &[i64]) -> Result<Vec<Option<Vec<u8>>>, RegistryError> {
+        let runs: Vec<Vec<crate::registry::db::Value>> = ids
+            .iter()
+            .map(|id| vec![crate::registry::db::Value::Int(*id)])
+            .collect();
+        let found = self
+            .conn
+            .query_each(
+                "SELECT body FROM document_bodies WHERE document_id = ?1",
+                &runs,
+                read::<Vec<u8>>,
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(found
+            .into_iter()
+            .map(|rows| rows.into_iter().next())
+            .collect())
     }
 
     /// The file names (in `out/`) of every recorded document delivered.

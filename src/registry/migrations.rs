@@ -255,6 +255,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_document ON deliveries (document_id);
     CREATE INDEX deliveries_order ON deliveries (destination, subject, sequence)
         WHERE state != 'delivered';",
+    // 11: every document's JSON, made durable in the transaction that records where it goes
+    // (one commit per batch), instead of a file per document fsynced before it: the
+    // destinations read it from here, a folder destination writes it out as a file.
+    "CREATE TABLE document_bodies (
+        document_id INTEGER PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE,
+        body        BLOB NOT NULL
+    ) STRICT;",
 ];
 
 pub enum Error {

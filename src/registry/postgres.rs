@@ -314,6 +314,12 @@ ALTER TABLE deliveries ADD CONSTRAINT deliveries_state_check
 CREATE INDEX deliveries_order ON deliveries (destination, subject, sequence)
     WHERE state != 'delivered';
 "#,
+    r#"
+CREATE TABLE document_bodies (
+    document_id BIGINT PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE,
+    body        BYTEA NOT NULL
+);
+"#,
 ];
 
 pub(super) fn known() -> i64 {

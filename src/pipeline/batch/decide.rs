@@ -627,8 +627,7 @@ pub(super) fn next_run(
     budget: usize,
 ) -> Result<usize, ProcessError> {
     let accepted = accepted_by(&p.decision);
-    p.documents =
-        crate::pipeline::documents::plan(b, r, (p.item, it), &accepted, &mut p.progress, budget)?;
+    p.documents = crate::pipeline::documents::plan(b, r, it, &accepted, &mut p.progress, budget)?;
     Ok(if p.progress.next.is_some() {
         0
     } else {
@@ -690,7 +689,5 @@ pub(super) fn run_files(p: &mut Prepared, ic: &Interchange<'_>) -> Vec<Output> {
         }
         files.append(&mut p.acks);
     }
-    files.reserve_exact(p.documents.outputs.len());
-    files.append(&mut p.documents.outputs);
     files
 }

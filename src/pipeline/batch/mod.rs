@@ -47,7 +47,7 @@ use claim::{claim_all, AfterClaim, Holder, InFlight, Waiting};
 use complete::complete_all;
 pub use complete::RECORDED;
 use decide::prepare_all;
-use write::{more_runs, place_acks, to_store, write_all};
+use write::{make_documents, more_runs, place_acks, to_store, write_all};
 
 /// Files read per batch, and the bytes they may hold together.
 pub const BATCH_FILES: usize = 256;
@@ -815,7 +815,9 @@ fn run_round(
         .flat_map(|p| std::mem::take(&mut p.files))
         .partition(|o| o.ack.is_none());
     acks.extend(owned_acks);
-    if let Err(e) = write_all(&r, documents, items) {
+    if let Err(e) =
+        make_documents(&r, &mut prepared, items).and_then(|()| write_all(&r, documents, items))
+    {
         return Err(fail_all(registry, &owned, items, options, e));
     }
     if !owned.is_empty() {

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crate::pipeline::documents::Body;
 use crate::pipeline::flight::{Content, Item, Kept, Output, Round, Writer};
 use crate::pipeline::ProcessError;
 use crate::registry::{Registry, StoredAck};
@@ -45,7 +46,7 @@ pub(super) fn to_store(
                 bytes: bytes.clone(),
             }),
             // invariant: an acknowledgment's content is made or held, never a translation.
-            Content::Translation { .. } | Content::Document { .. } => continue,
+            Content::Translation { .. } => continue,
         };
         stored.entry(a.item).or_default().push(kept);
     }
@@ -87,7 +88,7 @@ pub(super) fn place_acks(
                     Box::new(move |out| made.write(&it.ic, &r.config.gateway, out))
                 }
                 Content::Bytes(bytes) => Box::new(move |out| out.write_all(bytes)),
-                Content::Translation { .. } | Content::Document { .. } => Box::new(|_| Ok(())),
+                Content::Translation { .. } => Box::new(|_| Ok(())),
             }
         })
         .collect();
@@ -118,7 +119,85 @@ fn write_each(
     outputs::write_many(&files, &r.options.owner)
 }
 
-/// Step (4): every translation and document written durably, each report told where.
+/// Step (4), first: the JSON of every document of the run just decided made, on every
+/// core, for the transaction that keeps it (the next run's, or the completion's); each
+/// report told where the files of those bound for `out/` will be.
+pub(super) fn make_documents(
+    r: &Round<'_>,
+    prepared: &mut [Prepared],
+    items: &mut [Item<'_>],
+) -> Result<(), ProcessError> {
+    {
+        let items: &[Item<'_>] = items;
+        let mut to_make: Vec<(&Item<'_>, &mut Body)> = prepared
+            .iter_mut()
+            .filter(|p| !p.lost)
+            .flat_map(|p| {
+                let it = &items[p.item];
+                p.documents.named.iter_mut().map(move |n| (it, &mut n.body))
+            })
+            .filter(|(_, body)| matches!(body, Body::ToMake { .. }))
+            .collect();
+        let threads = crate::cores::available().clamp(1, to_make.len().max(1));
+        let chunk = to_make.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = to_make
+                .chunks_mut(chunk)
+                .map(|run| {
+                    scope.spawn(move || run.iter_mut().try_for_each(|(it, body)| make(r, it, body)))
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ProcessError::Translate("a document maker panicked".into()))
+                })
+            })
+        })?;
+    }
+    for p in prepared.iter().filter(|p| !p.lost) {
+        let report = &mut items[p.item].report;
+        for d in &p.documents.named {
+            if report.outputs.len() >= crate::pipeline::documents::REPORTED {
+                break;
+            }
+            if let Some(path) =
+                crate::pipeline::documents::out_file(r.config, &p.decision.partner, d)
+            {
+                report.outputs.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One document's JSON, made from its set.
+fn make(r: &Round<'_>, it: &Item<'_>, body: &mut Body) -> Result<(), ProcessError> {
+    let Body::ToMake {
+        group,
+        set,
+        part,
+        decided,
+    } = body
+    else {
+        return Ok(());
+    };
+    let mut bytes = Vec::new();
+    crate::pipeline::documents::write_document(
+        r.schemas,
+        it,
+        (*group, *set, part.as_ref()),
+        decided,
+        &mut bytes,
+    )
+    .map_err(|cause| ProcessError::Io {
+        path: it.report.file.clone(),
+        cause,
+    })?;
+    *body = Body::Made(bytes);
+    Ok(())
+}
+
+/// Step (4): every translation written durably, each report told where.
 pub(super) fn write_all(
     r: &Round<'_>,
     writes: Vec<Output>,
@@ -141,23 +220,6 @@ pub(super) fn write_all(
                     Content::Made(made) => {
                         let it = &items[w.item];
                         Box::new(move |out| made.write(&it.ic, &r.config.gateway, out))
-                    }
-                    Content::Document {
-                        group,
-                        set,
-                        part,
-                        decided,
-                    } => {
-                        let it = &items[w.item];
-                        Box::new(move |out| {
-                            crate::pipeline::documents::write_document(
-                                r.schemas,
-                                it,
-                                (*group, *set, part.as_ref()),
-                                decided,
-                                out,
-                            )
-                        })
                     }
                     Content::Translation { form, keep } => {
                         let it = &items[w.item];
@@ -209,8 +271,7 @@ pub(super) fn write_all(
         let report = &mut items[w.item].report;
         match w.content {
             // The interchange's translation first (with a large interchange's last run, after
-            // thousands of documents), then the first documents' files: each document's
-            // report says where it went.
+            // thousands of documents), then the first documents' files.
             Content::Translation { .. } => report.outputs.insert(0, path),
             _ if report.outputs.len() < crate::pipeline::documents::REPORTED => {
                 report.outputs.push(path)
@@ -280,6 +341,7 @@ pub(super) fn more_runs(
             .filter(|p| !p.lost)
             .flat_map(|p| std::mem::take(&mut p.files))
             .partition(|o| o.ack.is_none());
+        make_documents(r, prepared, items)?;
         write_all(r, files, items)?;
         acks.extend(last_acks);
         fail::fail_point!("run.after", |_| std::process::abort());

@@ -240,7 +240,7 @@ fn deliver_due(gateway: &mut Gateway<'_>) -> Result<(), Failure> {
             other => other,
         })?;
     // Said only when something is left to do: a clean run stays quiet.
-    if let Some(done) = done.filter(|d| d.retrying > 0 || d.dead > 0) {
+    if done.retrying > 0 || done.dead > 0 {
         let level = if done.dead > 0 { "ERROR" } else { "WARN" };
         say!(
             level,
