@@ -566,6 +566,16 @@ pub fn reprocess(
                 if let Err(e) = crate::rejected::follow(config, registry, &[key.to_string()]) {
                     tracing::warn!(error = %e, "could not move the file out of rejected/");
                 }
+                // Its documents handed over as `process` hands them (their files in `out/`
+                // written now); what fails waits for `deliver` or a watcher.
+                let sent = crate::delivery::Deliverer::new(config, &options.owner).pass(
+                    registry,
+                    crate::delivery::Scope::QueuedBy(&options.owner),
+                    &|| false,
+                );
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, "delivering the reprocessed documents failed; they wait for the next pass");
+                }
             }
             Ok(report)
         }

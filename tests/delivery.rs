@@ -2243,8 +2243,9 @@ fn the_dead_queue_depth_is_in_stats_and_logged_when_it_grows() {
     );
 }
 
-/// A folder destination with a path of its own gets a copy of each document file, made
-/// atomically; a folder it cannot write to is retried, not lost.
+/// A folder destination with a path of its own gets each document's file, made atomically
+/// from the JSON the registry keeps (and none in `out/`, which the partner does not name); a
+/// folder it cannot write to is retried, not lost.
 #[test]
 fn a_folder_destination_gets_each_document_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -2270,10 +2271,9 @@ fn a_folder_destination_gets_each_document_file() {
         .file_name()
         .unwrap()
         .to_owned();
-    assert_eq!(
-        fs::read(target.join(&name)).unwrap(),
-        fs::read(gate.root().join("data/out").join(&name)).unwrap()
-    );
+    let kept = gate.ok(&["documents", "body", d["key"].as_str().unwrap()]);
+    assert_eq!(fs::read(target.join(&name)).unwrap(), kept.as_bytes());
+    assert!(!gate.root().join("data/out").join(&name).exists());
 }
 
 /// `prune` keeps an interchange while a destination has yet to take its documents, and
@@ -2654,9 +2654,10 @@ fn test_key(po: &str) -> String {
     format!("{}:test", key(po))
 }
 
-/// A partner's onboarding PO in a test interchange is answered with a test 997, written in
-/// `out/test/` and sent to no production destination; the first production PO of the same
-/// number is `new` and booked, with `"usage":"P"`.
+/// A partner's onboarding PO in a test interchange is answered with a test 997, kept in the
+/// registry (no file: its partner names no test destination, and its production documents
+/// go to the ERP, not to `out/`) and sent to no production destination; the first
+/// production PO of the same number is `new` and booked, with `"usage":"P"`.
 #[test]
 fn a_test_interchange_reaches_no_production_destination_and_its_po_number_stays_new() {
     let erp = Erp::start(Mode::Healthy);
@@ -2676,17 +2677,20 @@ fn a_test_interchange_reaches_no_production_destination_and_its_po_number_stays_
     // Answered in a test interchange, as the standard requires.
     let ack = fs::read_to_string(r[0]["acks"][0].as_str().unwrap()).unwrap();
     assert!(ack.lines().next().unwrap().contains("*0*T*"), "{ack}");
-    // Its file is in out/test/, not where production's are read, and says `T`.
-    let file = PathBuf::from(doc["output"].as_str().unwrap());
-    assert_eq!(file.parent().unwrap(), gate.root().join("data/out/test"));
-    let body: Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    // No file anywhere; the registry keeps its JSON, which says `T`.
+    assert!(doc.get("output").is_none(), "{doc}");
+    let kept = gate.ok(&["documents", "body", &test_key("PO-7001")]);
+    let body: Value = serde_json::from_str(&kept).unwrap();
     assert_eq!(body["envelope"]["usage"], "T");
     assert_eq!(body["document_key"], test_key("PO-7001").as_str());
-    let production_files = fs::read_dir(gate.root().join("data/out"))
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().is_file())
-        .count();
-    assert_eq!(production_files, 0, "a test file in out/");
+    let out = gate.root().join("data/out");
+    let files: Vec<PathBuf> = [out.clone(), out.join("test")]
+        .iter()
+        .flat_map(|d| fs::read_dir(d).into_iter().flatten())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(files.is_empty(), "a test document's file: {files:?}");
     gate.ok(&["deliver", "--drain", "--timeout", "5"]);
     assert!(erp.seen().is_empty(), "a test PO reached production");
     assert!(gate.deliveries(&[]).is_empty());

@@ -80,7 +80,7 @@ fn outbox(dir: &Path) -> String {
 fn process(dir: &Path, file: &Path) -> (Option<i32>, serde_json::Value) {
     x12gate(dir).arg("init").assert().success();
     let out = x12gate(dir)
-        .args(["process", "--json", "--no-deliver"])
+        .args(["process", "--json"])
         .arg(file)
         .output()
         .unwrap();

@@ -218,6 +218,13 @@ impl Gate {
         run(self.process_command(&self.config, &[], None, files))
     }
 
+    /// Any other command, on this gateway's configuration.
+    fn cli(&self, args: &[&str]) -> Run {
+        let mut c = self.command(&self.config);
+        c.args(args);
+        run(c)
+    }
+
     fn history(&self) -> Vec<Value> {
         let r = run({
             let mut c = self.command(&self.config);
@@ -818,9 +825,11 @@ fn stale_temporary_files_are_removed_once_older_than_the_lease() {
     assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
 }
 
-/// An output that cannot be placed in `out/` (here its name is taken by a folder; a full
-/// disk fails the same way) is reported with the file in `out/`, not as the outbox, and
-/// leaves no temporary behind; once the name is free the rerun writes it.
+/// A document file that cannot be placed in `out/` (here its name is taken by a folder; a
+/// full disk fails the same way) leaves the decision recorded, the document kept in the
+/// registry and its acknowledgment sent: its delivery to `out/` is retried, names the file in
+/// `out/` as its error, and leaves no temporary behind; once the name is free the next pass
+/// writes it.
 #[test]
 fn a_failed_write_names_its_own_folder_and_leaves_no_temporary() {
     let gate = Gate::new(300, "reject");
@@ -828,22 +837,28 @@ fn a_failed_write_names_its_own_folder_and_leaves_no_temporary() {
     let blocker = gate.out().join(order_file("ACME", PO));
     fs::create_dir_all(blocker.join("taken")).unwrap();
     let r = gate.process(&[&file]);
-    assert_eq!(r.code(), Some(1), "{r}");
+    assert_eq!(r.code(), Some(0), "{r}");
+    assert_eq!(r.report()["disposition"], "accepted", "{r}");
+    assert!(r.stderr.contains("1 to retry"), "{r}");
+    let retrying = gate.cli(&["deliveries", "--json"]).reports();
+    assert_eq!(retrying.len(), 1, "{retrying:?}");
+    assert_eq!(retrying[0]["state"], "retrying", "{retrying:?}");
+    let error = retrying[0]["last_error"].as_str().unwrap();
     assert!(
-        r.stderr.contains(&format!("{}: ", blocker.display())),
-        "the error names another place: {r}"
+        error.contains(&format!("{}: ", blocker.display())),
+        "the error names another place: {error}"
     );
-    assert!(
-        !r.stderr.contains(&gate.outbox().display().to_string()),
-        "{r}"
-    );
+    assert!(!error.contains(&gate.outbox().display().to_string()), "{error}");
     for dir in [gate.out(), gate.outbox()] {
         assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
     }
+    assert_eq!(visible(&gate.outbox()), ["ZZ_ACME_000000101.997.x12"]);
     fs::remove_dir_all(&blocker).unwrap();
-    let r = gate.process(&[&file]);
-    assert_eq!(r.report()["disposition"], "accepted", "{r}");
+    let r = gate.cli(&["deliver", "--drain", "--timeout", "30"]);
+    assert_eq!(r.code(), Some(0), "{r}");
     assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+    let (key, _) = acme(101);
+    assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1184,9 +1199,9 @@ mod crash {
         ));
         assert_crashed(&crash);
         let after_crash = (contents(&gate.out()), contents(&gate.outbox()));
-        if point == "claim.after" {
-            assert!(after_crash.0.is_empty());
-        }
+        // Documents reach `out/` only through their delivery, after their decision is
+        // recorded: a crash before it leaves none there.
+        assert!(after_crash.0.is_empty(), "{point}: {:?}", visible(&gate.out()));
         // No acknowledgment is placed before its decision is recorded.
         assert!(
             after_crash.1.is_empty(),
@@ -1220,15 +1235,11 @@ mod crash {
         let docs = r["documents"].as_array().expect("documents");
         assert_eq!(docs.len(), 1, "{rerun}");
         assert_eq!(docs[0]["disposition"], "new", "{rerun}");
-        // Outputs are deterministic: the rerun wrote the very bytes the crashed run had, and
-        // took no new control number for its acknowledgment.
+        // The rerun took no new control number for its acknowledgment, and the file in
+        // `out/` is the document the registry keeps, byte for byte.
         let final_files = (contents(&gate.out()), contents(&gate.outbox()));
-        if point != "claim.after" {
-            assert!(
-                final_files.0 == after_crash.0,
-                "the rerun rewrote different bytes"
-            );
-        }
+        let kept = gate.cli(&["documents", "body", &format!("ZZ:ACME:850:{PO}:00:")]);
+        assert_eq!(final_files.0[0].1, kept.stdout.as_bytes(), "{point}");
         let ack = segments(&final_files.1[0].1);
         assert_eq!(segment(&ack, "ISA")[13], "000000001");
 
@@ -1305,8 +1316,9 @@ mod crash {
     }
 
     /// A crash once the decision is recorded but before its acknowledgment is placed: the
-    /// documents are there, the outbox is empty, and the rerun (a duplicate) places the
-    /// stored acknowledgment, once, with the number it was recorded with.
+    /// documents are kept in the registry (their files not written yet), the outbox is
+    /// empty, and the rerun (a duplicate) places the stored acknowledgment, once, with the
+    /// number it was recorded with, and writes the document's file.
     #[test]
     fn crash_before_the_acknowledgment_is_placed_is_answered_by_the_rerun() {
         let gate = Gate::new(300, "reject");
@@ -1315,8 +1327,9 @@ mod crash {
         let crash =
             run(gate.process_command(&gate.config, &[], Some("acks.before=return"), &[&file]));
         assert_crashed(&crash);
-        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
-        assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
+        assert_eq!(visible(&gate.out()), Vec::<String>::new());
+        let kept = gate.cli(&["documents", "body", &format!("ZZ:ACME:850:{PO}:00:")]);
+        assert_eq!(kept.code(), Some(0), "{kept}");
         assert_eq!(visible(&gate.outbox()), Vec::<String>::new());
         let rerun = gate.process(&[&file]);
         assert_eq!(rerun.code(), Some(0), "{rerun}");
@@ -1324,6 +1337,10 @@ mod crash {
         assert_eq!(rerun.report()["replayed"], "accepted", "{rerun}");
         let acks = visible(&gate.outbox());
         assert_eq!(acks, [format!("{stem}.997.x12")]);
+        assert_eq!(visible(&gate.out()), [order_file("ACME", PO)]);
+        let written = fs::read(gate.out().join(order_file("ACME", PO))).unwrap();
+        assert_eq!(written, kept.stdout.as_bytes());
+        assert_order_delivered(&document(&gate.out().join(order_file("ACME", PO))), &key);
         let bytes = fs::read(gate.outbox().join(&acks[0])).unwrap();
         assert_complete_interchange(&bytes);
         let ack = segments(&bytes);
@@ -1437,6 +1454,7 @@ mod crash {
 
     /// Downstream readers take every non-hidden file of out/ and outbox/: after a crash, what
     /// they find must be whole, final files (or nothing), never a partial or temporary one.
+    /// A document's file comes only with its delivery, after its decision and acknowledgment.
     #[test]
     fn after_a_crash_the_output_folders_hold_only_whole_files() {
         for point in [
@@ -1444,6 +1462,7 @@ mod crash {
             "outputs.after",
             "complete.before",
             "acks.before",
+            "deliver.sent",
         ] {
             let gate = Gate::new(300, "reject");
             let file = gate.write("po.x12", po("ACME", 101, 101));
@@ -1455,23 +1474,33 @@ mod crash {
             ));
             assert_crashed(&crash);
             let (out, outbox) = (visible(&gate.out()), visible(&gate.outbox()));
-            if point == "claim.after" {
+            for dir in [gate.out(), gate.outbox()] {
+                assert_eq!(leftovers(&dir), Vec::<String>::new(), "{point}");
+            }
+            if point != "deliver.sent" {
+                // The acknowledgment only once the decision is recorded (then placed by the
+                // rerun: see `crash_before_the_acknowledgment_is_placed_is_answered_by_the_rerun`).
                 assert!(
                     out.is_empty() && outbox.is_empty(),
                     "{point}: {out:?} {outbox:?}"
                 );
                 continue;
             }
+            // Written, its delivery not yet recorded: whole, and written again (the same
+            // bytes) by the next pass, which records it.
             assert_eq!(out, [order_file("ACME", PO)], "{point}");
-            // The acknowledgment only once the decision is recorded (then placed by the
-            // rerun: see `crash_before_the_acknowledgment_is_placed_is_answered_by_the_rerun`).
-            assert_eq!(outbox, Vec::<String>::new(), "{point}");
+            assert_eq!(outbox, ["ZZ_ACME_000000101.997.x12"], "{point}");
             let doc = document(&gate.out().join(&out[0]));
             assert_order_delivered(&doc, "ZZ:ACME:000000101");
             assert_eq!(first_po1_quantity(&doc), "120");
-            for dir in [gate.out(), gate.outbox()] {
-                assert_eq!(leftovers(&dir), Vec::<String>::new(), "{point}");
-            }
+            let before = fs::read(gate.out().join(&out[0])).unwrap();
+            let rerun = gate.process(&[&file]);
+            assert_eq!(rerun.code(), Some(0), "{rerun}");
+            let delivered = gate.cli(&["deliveries", "--json"]).reports();
+            assert_eq!(delivered.len(), 1, "{delivered:?}");
+            assert_eq!(delivered[0]["state"], "delivered", "{delivered:?}");
+            assert_eq!(visible(&gate.out()), out);
+            assert_eq!(fs::read(gate.out().join(&out[0])).unwrap(), before);
         }
     }
 
@@ -2121,9 +2150,10 @@ fn accepted_by_acks(dir: &Path) -> Vec<u32> {
 
 #[test]
 fn a_full_out_folder_never_lets_an_acceptance_out_before_its_documents() {
-    // `out/` on a 2 MB file system that fills during the second batch of 256 files: every
-    // 997 in the outbox accepts an interchange whose document is there whole, and the rerun
-    // (on room again) answers every interchange once.
+    // `out/` on a 2 MB file system that fills during the second batch of 256 files: the
+    // documents are durable in the registry before their 997s go out, so every interchange
+    // is answered once; what `out/` holds is whole, and once there is room again the next
+    // pass writes the rest, each document once.
     let gate = Gate::new(300, "reject");
     let Some(mounted) = Mounted::tmpfs(&gate.out(), "2m") else {
         return;
@@ -2139,26 +2169,37 @@ fn a_full_out_folder_never_lets_an_acceptance_out_before_its_documents() {
         .collect();
     let all: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let full = gate.process(&all);
-    assert_eq!(full.code(), Some(1), "the disk filled: {full}");
+    assert_eq!(full.code(), Some(0), "the disk filled: {full}");
+    assert!(full.stderr.contains("to retry"), "{full}");
+    let retrying = gate.cli(&["deliveries", "--json", "--state", "retrying"]).reports();
+    assert!(!retrying.is_empty(), "filled mid-run: {full}");
     assert!(
-        full.stderr.contains("data/out"),
-        "the full folder is named: {full}"
+        retrying.iter().all(|d| d["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("data/out"))),
+        "the full folder is named: {retrying:?}"
     );
-    let placed = accepted_by_acks(&gate.outbox());
+    let written = visible(&gate.out());
     assert!(
-        !placed.is_empty() && placed.len() < FILES as usize,
-        "filled mid-run: {} acknowledged",
-        placed.len()
+        !written.is_empty() && written.len() < FILES as usize,
+        "filled mid-run: {} written",
+        written.len()
     );
-    for n in &placed {
-        let doc = gate.out().join(order_file("ACME", &format!("PO-{n}")));
-        let doc = read_json(&doc).unwrap_or_else(|| panic!("997 for {n} without its document"));
-        assert_eq!(doc["delivery"]["interchange"], format!("ZZ:ACME:{n:09}"));
+    for name in &written {
+        let doc = read_json(&gate.out().join(name)).unwrap_or_else(|| panic!("{name} is not whole"));
         assert_eq!(doc["set"]["se"][0], "13", "a whole set: {doc}");
     }
+    assert_eq!(gate.cli(&["documents", "--all", "--json"]).reports().len(), FILES as usize);
     mounted.resize("64m");
     let rerun = gate.process(&all);
     assert_eq!(rerun.code(), Some(0), "{rerun}");
+    let drained = gate.cli(&["deliver", "--drain", "--timeout", "120"]);
+    assert_eq!(drained.code(), Some(0), "{drained}");
+    for n in 1..=FILES {
+        let doc = gate.out().join(order_file("ACME", &format!("PO-{n}")));
+        let doc = read_json(&doc).unwrap_or_else(|| panic!("PO-{n} never written"));
+        assert_eq!(doc["delivery"]["interchange"], format!("ZZ:ACME:{n:09}"));
+    }
     let mut answered = accepted_by_acks(&gate.outbox());
     answered.sort_unstable();
     assert_eq!(

@@ -371,14 +371,19 @@ impl Batch<'_> {
         } else {
             EventKind::DeliveryAttempt
         };
-        // Under its interchange's control number too, so `history --control-number` has it.
-        b.record_note(
-            kind,
-            Some(&c.interchange_key),
-            Some(&c.partner),
-            c.interchange_key.rsplit(':').next(),
-            &detail.to_string(),
-        )?;
+        // A file written into `out/` is no event of its own: the interchange's names it
+        // already, and a history of one line per document would hide what happened.
+        let quiet = kind == EventKind::Delivered && c.destination == crate::config::OUT;
+        if !quiet {
+            // Under its interchange's control number too, so `history --control-number` has it.
+            b.record_note(
+                kind,
+                Some(&c.interchange_key),
+                Some(&c.partner),
+                c.interchange_key.rsplit(':').next(),
+                &detail.to_string(),
+            )?;
+        }
         Ok(Some(Recorded {
             state,
             attempts,

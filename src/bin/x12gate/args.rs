@@ -395,6 +395,15 @@ pub enum DocumentsAction {
         /// The document key
         key: String,
     },
+    /// Print the JSON of KEY's latest sighting, byte for byte as its destinations are
+    /// given it (the registry keeps every document's JSON)
+    Body {
+        /// The document key
+        key: String,
+        /// Another sighting of it: its `id`, as `documents --json` gives it
+        #[arg(long)]
+        id: Option<i64>,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -65,6 +65,46 @@ pub fn documents(
             )?;
             Ok(exit::OK)
         }
+        Some(DocumentsAction::Body { key, id }) => {
+            let rows = registry
+                .documents(&[], Some(&key))
+                .map_err(registry_failure)?;
+            let Some(row) = rows.iter().rev().find(|r| id.is_none_or(|id| r.id == id)) else {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: no sighting of this document key{} (x12gate documents --all lists them)",
+                    x12gate::text::printable(&key),
+                    id.map(|id| format!(" has id {id}")).unwrap_or_default()
+                )));
+            };
+            let kept = registry
+                .document_bodies(&[row.id])
+                .map_err(registry_failure)?
+                .into_iter()
+                .next()
+                .flatten();
+            match kept {
+                Some(body) => out.write_all(&body)?,
+                // Recorded before the registry kept documents: its file, if still there.
+                None => match row.output.as_deref().map(|name| {
+                    let g = &config.gateway;
+                    let dir = match row.usage {
+                        x12gate::document::Usage::Test => &g.test_out,
+                        x12gate::document::Usage::Production => &g.out,
+                    };
+                    std::fs::read(dir.join(name))
+                }) {
+                    Some(Ok(body)) => out.write_all(&body)?,
+                    _ => {
+                        return Err(Failure::Usage(anyhow::anyhow!(
+                            "{}: sighting {} has no JSON kept (a duplicate keeps none; one recorded before version 11 of the registry only had its file)",
+                            x12gate::text::printable(&key),
+                            row.id
+                        )))
+                    }
+                },
+            }
+            Ok(exit::OK)
+        }
         None => {
             if let Some(interchange) = &listing.interchange {
                 let rows = registry
