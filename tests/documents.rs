@@ -155,7 +155,11 @@ id = "ACME"
             }
             let doc: Value = serde_json::from_slice(&fs::read(e.path()).unwrap())
                 .unwrap_or_else(|err| panic!("{name}: not whole JSON: {err}"));
-            assert_eq!(found.get(&name), Some(&doc), "{name}: a file of no document handed over");
+            assert_eq!(
+                found.get(&name),
+                Some(&doc),
+                "{name}: a file of no document handed over"
+            );
         }
         found
     }

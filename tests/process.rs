@@ -848,7 +848,10 @@ fn a_failed_write_names_its_own_folder_and_leaves_no_temporary() {
         error.contains(&format!("{}: ", blocker.display())),
         "the error names another place: {error}"
     );
-    assert!(!error.contains(&gate.outbox().display().to_string()), "{error}");
+    assert!(
+        !error.contains(&gate.outbox().display().to_string()),
+        "{error}"
+    );
     for dir in [gate.out(), gate.outbox()] {
         assert_eq!(leftovers(&dir), Vec::<String>::new(), "{}", dir.display());
     }
@@ -1201,7 +1204,11 @@ mod crash {
         let after_crash = (contents(&gate.out()), contents(&gate.outbox()));
         // Documents reach `out/` only through their delivery, after their decision is
         // recorded: a crash before it leaves none there.
-        assert!(after_crash.0.is_empty(), "{point}: {:?}", visible(&gate.out()));
+        assert!(
+            after_crash.0.is_empty(),
+            "{point}: {:?}",
+            visible(&gate.out())
+        );
         // No acknowledgment is placed before its decision is recorded.
         assert!(
             after_crash.1.is_empty(),
@@ -2171,7 +2178,9 @@ fn a_full_out_folder_never_lets_an_acceptance_out_before_its_documents() {
     let full = gate.process(&all);
     assert_eq!(full.code(), Some(0), "the disk filled: {full}");
     assert!(full.stderr.contains("to retry"), "{full}");
-    let retrying = gate.cli(&["deliveries", "--json", "--state", "retrying"]).reports();
+    let retrying = gate
+        .cli(&["deliveries", "--json", "--state", "retrying"])
+        .reports();
     assert!(!retrying.is_empty(), "filled mid-run: {full}");
     assert!(
         retrying.iter().all(|d| d["last_error"]
@@ -2186,10 +2195,14 @@ fn a_full_out_folder_never_lets_an_acceptance_out_before_its_documents() {
         written.len()
     );
     for name in &written {
-        let doc = read_json(&gate.out().join(name)).unwrap_or_else(|| panic!("{name} is not whole"));
+        let doc =
+            read_json(&gate.out().join(name)).unwrap_or_else(|| panic!("{name} is not whole"));
         assert_eq!(doc["set"]["se"][0], "13", "a whole set: {doc}");
     }
-    assert_eq!(gate.cli(&["documents", "--all", "--json"]).reports().len(), FILES as usize);
+    assert_eq!(
+        gate.cli(&["documents", "--all", "--json"]).reports().len(),
+        FILES as usize
+    );
     mounted.resize("64m");
     let rerun = gate.process(&all);
     assert_eq!(rerun.code(), Some(0), "{rerun}");
