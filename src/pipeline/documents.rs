@@ -261,7 +261,7 @@ fn plan_run(
     let Some((first_group, first_set)) = progress.next.take() else {
         return Ok(planned);
     };
-    let mut in_run = 0usize;
+    let (mut in_run, mut in_bytes) = (0usize, 0usize);
     let run = RunOf::new(r, it);
     let mut visit = |gi: usize,
                      si: usize,
@@ -269,7 +269,7 @@ fn plan_run(
                      group: &Group<'_>,
                      set: &TransactionSet<'_>|
      -> Result<bool, ProcessError> {
-        if in_run >= budget {
+        if in_run >= budget || in_bytes >= RUN_BYTES {
             progress.next = Some((gi, si));
             return Ok(false);
         }
@@ -291,6 +291,7 @@ fn plan_run(
             *k = true;
         }
         in_run += found.len();
+        in_bytes = in_bytes.saturating_add(set.body.len());
         let at = At {
             gi,
             si,
@@ -308,9 +309,18 @@ fn plan_run(
         Some(large) => large.each_set((first_group, first_set), &mut visit)?,
         None => each_set(ic, (first_group, first_set), &mut visit)?,
     }
-    planned.decided = in_run;
+    // A run full by its bytes is full for the interchanges after this one too.
+    planned.decided = match in_bytes >= RUN_BYTES {
+        true => budget.max(in_run),
+        false => in_run,
+    };
     Ok(shrunk(planned))
 }
+
+/// The X12 bytes of the sets one run decides, at most (the first set of a run whatever its
+/// size): a run's documents' JSON (about five times their X12) is held until the transaction
+/// that keeps it, so this bounds that memory where `documents_per_run` counts documents.
+const RUN_BYTES: usize = 4 << 20;
 
 /// What each document of an interchange's run is planned with.
 struct RunOf<'a, 'c, 'i> {
