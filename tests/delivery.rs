@@ -2276,6 +2276,40 @@ fn a_folder_destination_gets_each_document_file() {
     assert!(!gate.root().join("data/out").join(&name).exists());
 }
 
+/// A partner whose documents go to an ERP gets no file in `out/`: each document is durable
+/// in the registry with its decision, and the ERP receives exactly the JSON kept there.
+#[test]
+fn a_document_sent_to_an_erp_is_kept_in_the_registry_and_never_written_to_out() {
+    let erp = Erp::start(Mode::Healthy);
+    let gate = Gate::to(&http(&erp.url(), &[]));
+    let file = gate.write("a.x12", &an_850(561, &["PO-561", "PO-562"]));
+    let r = gate.process(&[], &[file]);
+    assert_eq!(r[0]["disposition"], "accepted", "{}", r[0]);
+    assert_eq!(r[0]["outputs"], json!([]), "{}", r[0]);
+    for doc in r[0]["documents"].as_array().unwrap() {
+        assert!(doc.get("output").is_none(), "{doc}");
+    }
+    let out: Vec<_> = fs::read_dir(gate.root().join("data/out"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| !n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(out.is_empty(), "{out:?}");
+    let seen = erp.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for po in ["PO-561", "PO-562"] {
+        let kept = gate.ok(&["documents", "body", &key(po)]);
+        let sent = seen
+            .iter()
+            .find(|s| s.key.as_deref() == Some(key(po).as_str()))
+            .unwrap();
+        assert_eq!(sent.raw, kept.as_bytes(), "{po}: byte for byte");
+        let kept: Value = serde_json::from_str(&kept).unwrap();
+        assert_eq!(kept["document_key"], key(po).as_str());
+    }
+}
+
 /// `prune` keeps an interchange while a destination has yet to take its documents, and
 /// removes it with its deliveries once they are delivered.
 #[test]
