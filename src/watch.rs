@@ -819,7 +819,7 @@ impl Watcher {
         let first = crate::setup::open_registry(&config)?;
         let intake = Intake::open(g)?;
         let lease = Duration::from_secs(g.lease_seconds);
-        crate::outputs::clean_stale_outputs(g);
+        crate::delivery::clean_stale_folders(&config);
         let settle = Duration::from_millis(g.settle_ms);
         let now = Instant::now();
         let mut w = Watcher {
@@ -985,7 +985,7 @@ impl Watcher {
             self.enqueue(adopted);
             // A watcher killed mid-write (here or on another node sharing the folders)
             // leaves temporary files that only a start would otherwise clear.
-            crate::outputs::clean_stale_outputs(&self.config.gateway);
+            crate::delivery::clean_stale_folders(&self.config);
         }
         self.dispatch(now);
         if now.duration_since(self.last_due) >= DUE_EVERY && self.deliver_due() {

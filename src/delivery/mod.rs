@@ -447,6 +447,18 @@ impl<'c> Deliverer<'c> {
     }
 }
 
+/// Removes what writers that died mid-write left in the gateway's folders and in every
+/// folder destination's ([`crate::outputs::clean_stale`]): a deliverer writes there too.
+pub fn clean_stale_folders(config: &Config) {
+    crate::outputs::clean_stale_outputs(&config.gateway);
+    let lease = Duration::from_secs(config.gateway.lease_seconds);
+    for d in &config.destinations {
+        if let crate::config::DestinationKind::Folder { path: Some(path) } = &d.kind {
+            crate::outputs::clean_stale(path, lease);
+        }
+    }
+}
+
 /// The delay before attempt `attempt + 1` after `attempt` failed: full jitter.
 fn retry_delay(d: &Destination, attempt: u32) -> i64 {
     ms(fastrand::u64(1..=retry_ceiling(d, attempt)))

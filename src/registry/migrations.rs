@@ -346,7 +346,7 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 10);
+        assert_eq!(known(), 11);
     }
 
     #[test]

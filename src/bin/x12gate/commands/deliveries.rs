@@ -21,6 +21,7 @@ pub fn deliver(
     out: &mut impl Write,
 ) -> Result<u8, Failure> {
     let mut registry = open_registry(config)?;
+    x12gate::delivery::clean_stale_folders(config);
     let options = x12gate::pipeline::ProcessOptions::new(false);
     super::process::stop_on_signals(&options.stop)?;
     let stopped = || options.stop.abandoned();

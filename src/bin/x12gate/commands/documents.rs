@@ -65,46 +65,7 @@ pub fn documents(
             )?;
             Ok(exit::OK)
         }
-        Some(DocumentsAction::Body { key, id }) => {
-            let rows = registry
-                .documents(&[], Some(&key))
-                .map_err(registry_failure)?;
-            let Some(row) = rows.iter().rev().find(|r| id.is_none_or(|id| r.id == id)) else {
-                return Err(Failure::Usage(anyhow::anyhow!(
-                    "{}: no sighting of this document key{} (x12gate documents --all lists them)",
-                    x12gate::text::printable(&key),
-                    id.map(|id| format!(" has id {id}")).unwrap_or_default()
-                )));
-            };
-            let kept = registry
-                .document_bodies(&[row.id])
-                .map_err(registry_failure)?
-                .into_iter()
-                .next()
-                .flatten();
-            match kept {
-                Some(body) => out.write_all(&body)?,
-                // Recorded before the registry kept documents: its file, if still there.
-                None => match row.output.as_deref().map(|name| {
-                    let g = &config.gateway;
-                    let dir = match row.usage {
-                        x12gate::document::Usage::Test => &g.test_out,
-                        x12gate::document::Usage::Production => &g.out,
-                    };
-                    std::fs::read(dir.join(name))
-                }) {
-                    Some(Ok(body)) => out.write_all(&body)?,
-                    _ => {
-                        return Err(Failure::Usage(anyhow::anyhow!(
-                            "{}: sighting {} has no JSON kept (a duplicate keeps none; one recorded before version 11 of the registry only had its file)",
-                            x12gate::text::printable(&key),
-                            row.id
-                        )))
-                    }
-                },
-            }
-            Ok(exit::OK)
-        }
+        Some(DocumentsAction::Body { key, id }) => print_body(config, &registry, &key, id, out),
         None => {
             if let Some(interchange) = &listing.interchange {
                 let rows = registry
@@ -142,6 +103,54 @@ pub fn documents(
             Ok(exit::OK)
         }
     }
+}
+
+/// `documents body KEY [--id ID]`: the JSON kept of KEY's latest sighting (or of `id`).
+fn print_body(
+    config: &Config,
+    registry: &x12gate::registry::Registry,
+    key: &str,
+    id: Option<i64>,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let rows = registry
+        .documents(&[], Some(key))
+        .map_err(registry_failure)?;
+    let Some(row) = rows.iter().rev().find(|r| id.is_none_or(|id| r.id == id)) else {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{}: no sighting of this document key{} (x12gate documents --all lists them)",
+            x12gate::text::printable(key),
+            id.map(|id| format!(" has id {id}")).unwrap_or_default()
+        )));
+    };
+    let kept = registry
+        .document_bodies(&[row.id])
+        .map_err(registry_failure)?
+        .into_iter()
+        .next()
+        .flatten();
+    match kept {
+        Some(body) => out.write_all(&body)?,
+        // Recorded before the registry kept documents: its file, if still there.
+        None => match row.output.as_deref().map(|name| {
+            let g = &config.gateway;
+            let dir = match row.usage {
+                x12gate::document::Usage::Test => &g.test_out,
+                x12gate::document::Usage::Production => &g.out,
+            };
+            std::fs::read(dir.join(name))
+        }) {
+            Some(Ok(body)) => out.write_all(&body)?,
+            _ => {
+                return Err(Failure::Usage(anyhow::anyhow!(
+                    "{}: sighting {} has no JSON kept (a duplicate keeps none; one recorded before version 11 of the registry only had its file)",
+                    x12gate::text::printable(key),
+                    row.id
+                )))
+            }
+        },
+    }
+    Ok(exit::OK)
 }
 
 /// A release or discard of a key with nothing held or waiting: the operator's mistake.

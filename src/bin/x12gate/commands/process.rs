@@ -70,7 +70,7 @@ pub fn process(args: &ProcessArgs, config: &Config, out: &mut impl Write) -> Res
     }
     stop_on_signals(&options.stop)?;
     let stop = options.stop.clone();
-    x12gate::outputs::clean_stale_outputs(&config.gateway);
+    x12gate::delivery::clean_stale_folders(config);
     let mut gateway = Gateway::new(config, schemas, &mut registry, options);
     let mut printer = Printer {
         json,
