@@ -714,17 +714,14 @@ fn hand_over(
     named: &[Named],
 ) -> Result<(), ProcessError> {
     for n in named {
-        b.document_output(n.id, &n.name)?;
         let Body::Made(body) = &n.body else {
             return Err(ProcessError::Translate(format!(
                 "document {} was recorded before it was made",
                 crate::text::printable(&n.key)
             )));
         };
-        b.keep_body(n.id, body)?;
+        b.hand_over(n.id, &n.name, body)?;
     }
-    let written: Vec<i64> = named.iter().map(|n| n.id).collect();
-    b.documents_delivered(&written)?;
     if named.is_empty() {
         return Ok(());
     }

@@ -126,7 +126,7 @@ pub struct DocumentRow {
     pub disposition: DocumentDisposition,
     /// `P`, or `T` for a test document (its key ends in `:test`).
     pub usage: Usage,
-    /// `none` for a test document written (in `out/test/`) but queued for no destination,
+    /// `none` for a test document kept but queued for no destination,
     /// which `undelivered` says.
     pub delivery: Delivery,
     /// Why a document written went nowhere ([`NO_TEST_DESTINATION`]).
@@ -163,24 +163,27 @@ impl Batch<'_> {
             .map_err(|e| self.sql(e))
     }
 
-    /// Keeps a document's JSON, durable with this transaction's commit: its destinations
-    /// read it from here (a folder destination writes it out). A takeover that decides the
-    /// interchange again keeps the same bytes again.
-    pub fn keep_body(&self, id: i64, body: &[u8]) -> Result<(), RegistryError> {
+    /// Hands a sighting over: keeps its JSON, durable with this transaction's commit (its
+    /// destinations read it from here; a folder destination writes it out as `output`), and
+    /// marks it delivered if it was pending ([`Batch::documents_delivered`]), in two
+    /// statements. A takeover that decides the interchange again keeps the same bytes again.
+    pub fn hand_over(&self, id: i64, output: &str, body: &[u8]) -> Result<(), RegistryError> {
         self.tx
             .prepare_cached(
                 "INSERT INTO document_bodies (document_id, body) VALUES (?1, ?2)
                  ON CONFLICT (document_id) DO UPDATE SET body = excluded.body",
             )
             .and_then(|mut s| s.write(params![id, body]))
-            .map_err(|e| self.sql(e))
-    }
-
-    /// Records where a sighting's delivery was written.
-    pub fn document_output(&self, id: i64, output: &str) -> Result<(), RegistryError> {
+            .map_err(|e| self.sql(e))?;
         self.tx
-            .prepare_cached("UPDATE documents SET output = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.write(params![id, output]))
+            .prepare_cached(
+                "UPDATE documents SET output = ?2,
+                     delivered_at = CASE WHEN delivery = 'pending' THEN ?3 ELSE delivered_at END,
+                     body = CASE WHEN delivery = 'pending' THEN NULL ELSE body END,
+                     delivery = CASE WHEN delivery = 'pending' THEN 'delivered' ELSE delivery END
+                 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.write(params![id, output, now_ms()]))
             .map_err(|e| self.sql(e))
     }
 
