@@ -164,7 +164,8 @@ pub(super) struct Named {
 /// interchange in memory, so that a run's documents hold a few numbers each until then).
 #[derive(Debug, Clone)]
 pub(super) enum Body {
-    Made(Vec<u8>),
+    /// Packed as the registry keeps it (on the core that made it).
+    Made(crate::registry::Packed),
     ToMake {
         group: usize,
         set: usize,
@@ -488,7 +489,7 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
                     cause,
                 })?;
             bytes.extend_from_slice(document::END);
-            Body::Made(bytes)
+            Body::Made(crate::registry::Packed::pack(&bytes))
         } else {
             Body::ToMake {
                 group: at.gi,
@@ -517,7 +518,7 @@ impl<'a, 'c, 'i> RunOf<'a, 'c, 'i> {
         planned.named.push(Named {
             id: rel.id,
             name: file_name(&rel.key, rel.first, rel.id),
-            body: Body::Made(released_file(&rel)),
+            body: Body::Made(crate::registry::Packed::pack(&released_file(&rel))),
             key: rel.key.clone(),
             set: rel.set_id.clone(),
             partner: self.shared.0.clone(),
@@ -873,7 +874,7 @@ pub fn release(
         .map(|rel| Named {
             id: rel.id,
             name: file_name(&rel.key, rel.first, rel.id),
-            body: Body::Made(released_file(rel)),
+            body: Body::Made(crate::registry::Packed::pack(&released_file(rel))),
             key: rel.key.clone(),
             set: rel.set_id.clone(),
             partner: rel.partner.as_str().into(),

@@ -16,7 +16,7 @@ use crate::registry::db::{params, read, Columns, FromRow, OptionalExtension};
 use serde::Serialize;
 
 use super::claims::now_ms;
-use super::{Batch, Registry, RegistryError};
+use super::{Batch, Packed, Registry, RegistryError};
 use crate::document::{version_order, DocumentDisposition, Role, Usage};
 
 /// Why a test document is delivered nowhere: its partner names no test destination (its
@@ -167,13 +167,14 @@ impl Batch<'_> {
     /// destinations read it from here; a folder destination writes it out as `output`), and
     /// marks it delivered if it was pending ([`Batch::documents_delivered`]), in two
     /// statements. A takeover that decides the interchange again keeps the same bytes again.
-    pub fn hand_over(&self, id: i64, output: &str, body: &[u8]) -> Result<(), RegistryError> {
+    pub fn hand_over(&self, id: i64, output: &str, body: &Packed) -> Result<(), RegistryError> {
         self.tx
             .prepare_cached(
-                "INSERT INTO document_bodies (document_id, body) VALUES (?1, ?2)
-                 ON CONFLICT (document_id) DO UPDATE SET body = excluded.body",
+                "INSERT INTO document_bodies (document_id, body, packing) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (document_id) DO UPDATE
+                 SET body = excluded.body, packing = excluded.packing",
             )
-            .and_then(|mut s| s.write(params![id, body]))
+            .and_then(|mut s| s.write(params![id, body.bytes(), super::bodies::LZ4]))
             .map_err(|e| self.sql(e))?;
         self.tx
             .prepare_cached(
@@ -401,15 +402,21 @@ impl Registry {
         let found = self
             .conn
             .query_each(
-                "SELECT body FROM document_bodies WHERE document_id = ?1",
+                "SELECT body, packing FROM document_bodies WHERE document_id = ?1",
                 &runs,
-                read::<Vec<u8>>,
+                read::<(Vec<u8>, String)>,
             )
             .map_err(|e| self.sql(e))?;
-        Ok(found
+        found
             .into_iter()
-            .map(|rows| rows.into_iter().next())
-            .collect())
+            .zip(ids)
+            .map(|(rows, id)| {
+                rows.into_iter()
+                    .next()
+                    .map(|(body, packing)| super::bodies::unpack(&self.path, *id, body, &packing))
+                    .transpose()
+            })
+            .collect()
     }
 
     /// The file names (in `out/`) of every recorded document delivered.

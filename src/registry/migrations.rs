@@ -262,6 +262,9 @@ const MIGRATIONS: &[&str] = &[
         document_id INTEGER PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE,
         body        BLOB NOT NULL
     ) STRICT;",
+    // 12: a document's JSON kept compressed (registry/bodies.rs); rows kept before stay plain.
+    "ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
+        CHECK (packing IN ('none', 'lz4'));",
 ];
 
 pub enum Error {
@@ -346,7 +349,33 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 11);
+        assert_eq!(known(), 12);
+    }
+
+    #[test]
+    fn a_body_kept_plain_by_version_11_reads_as_it_was() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, sql) in MIGRATIONS.iter().take(11).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", i as i64 + 1)
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO documents (key, subject, partner, set_id, role, fingerprint, interchange_key,
+                 position, st02, disposition, delivery, by, seen)
+             VALUES ('K', 'K', 'ZZ:ACME', '850', 'original', 'f', 'ZZ:ACME:1', '1/1', '0001',
+                 'new', 'delivered', 'me', 1);
+             INSERT INTO document_bodies (document_id, body) VALUES (1, CAST('{\"a\":1}' AS BLOB));",
+        )
+        .unwrap();
+        apply(&mut conn).map_err(|_| "migration failed").unwrap();
+        let (body, packing): (Vec<u8>, String) = conn
+            .query_row("SELECT body, packing FROM document_bodies", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        let read = super::super::bodies::unpack("r.db", 1, body, &packing).unwrap();
+        assert_eq!(read, br#"{"a":1}"#);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! processes share the file; every write runs under the writers' lock, so two processes never
 //! hand out the same number or both see a key absent.
 
+mod bodies;
 mod claims;
 mod counters;
 pub(crate) mod db;
@@ -38,6 +39,7 @@ use db::{read, Conn, OptionalExtension};
 use rusqlite::Connection;
 
 pub use crate::config::{Database, Postgres};
+pub use bodies::Packed;
 pub use db::WRITER_LOCK;
 
 pub use claims::{
@@ -201,6 +203,9 @@ fn foreign_tables(shown: &str, tables: i64) -> RegistryError {
 }
 
 /// An open registry database.
+/// The page cache of a registry connection, in KiB.
+const CACHE_KIB: i64 = 16 << 10;
+
 pub struct Registry {
     conn: Conn,
     path: String,
@@ -564,6 +569,12 @@ impl Registry {
         // builds for `IN (...)` lists in memory, not in temporary files: a document's JSON
         // written into one was written twice more, 280 MB for a 20 MB file.
         conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(sql)?;
+        // Pages kept in memory between statements (SQLite's default is 2 MB): a batch's
+        // documents touch every index of the documents and deliveries tables at scattered
+        // places, and pages evicted were read back from the file, or spilled into the log
+        // before the commit and written there again.
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
             .map_err(sql)?;
         let mut registry = Registry::migrated(conn, shown)?;
         registry.claim_identity(who)?;

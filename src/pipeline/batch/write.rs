@@ -193,9 +193,8 @@ fn make(r: &Round<'_>, it: &Item<'_>, body: &mut Body) -> Result<(), ProcessErro
         path: it.report.file.clone(),
         cause,
     })?;
-    // Held until its transaction: without the spare room of the buffer's growth.
-    bytes.shrink_to_fit();
-    *body = Body::Made(bytes);
+    // Held until its transaction, packed as it will be kept.
+    *body = Body::Made(crate::registry::Packed::pack(&bytes));
     Ok(())
 }
 
