@@ -124,13 +124,27 @@ pub struct WriteError {
     pub cause: std::io::Error,
 }
 
-/// Writes many files durably in one round: several threads each write their share to
-/// temporary names, fsync them (the file system then serves the fsyncs together) and rename
-/// them into place, each rename after its own file's fsync; then each folder is fsynced
-/// once. Returns the absolute paths, in order. A temporary whose write fails is removed.
+/// Writes many files durably in one round: every file is written to a temporary name (on
+/// several threads), then all are made durable at once, then each is renamed into place and
+/// each folder fsynced once; a file therefore appears under its name only with its bytes on
+/// disk. Returns the absolute paths, in order. On any failure every temporary is removed.
+///
+/// "At once" is one `syncfs` of each folder's file system where the kernel reports writeback
+/// errors through it (Linux 5.8 and later), else one pass of fsyncs after all the writes.
+/// Measured on 5,478 documents of 18 KB on ext4 (`benches/throughput.sh`): 0.62 s with
+/// `syncfs`, 0.85 s with the pass of fsyncs, 0.97 s with an fsync after each file's write.
 pub fn write_many(
     files: &[(&Path, &str, &Content<'_>)],
     owner: &str,
+) -> Result<Vec<PathBuf>, WriteError> {
+    place(files, owner, syncfs_reports_errors())
+}
+
+/// [`write_many`], made durable by `syncfs` or by one pass of fsyncs.
+fn place(
+    files: &[(&Path, &str, &Content<'_>)],
+    owner: &str,
+    whole_file_system: bool,
 ) -> Result<Vec<PathBuf>, WriteError> {
     let at = |path: &Path| {
         let path = path.to_path_buf();
@@ -144,47 +158,173 @@ pub fn write_many(
             dirs.push(dir);
         }
     }
-    let threads = files.len().clamp(1, 32);
-    let chunk = files.len().div_ceil(threads).max(1);
-    let write_one =
-        |(dir, name, content): &(&Path, &str, &Content<'_>)| -> Result<PathBuf, WriteError> {
-            let tmp = temporary(&dir.join(TMP_DIR), name, owner);
-            let final_path = dir.join(name);
-            let written = File::create(&tmp).and_then(|f| {
-                let mut f = std::io::BufWriter::with_capacity(1 << 16, f);
-                content(&mut f)?;
-                f.into_inner()
-                    .map_err(std::io::IntoInnerError::into_error)?
-                    .sync_all()?;
-                fs::rename(&tmp, &final_path)
-            });
-            or_removed(&tmp, written).map_err(at(&final_path))?;
-            Ok(std::path::absolute(&final_path).unwrap_or(final_path))
-        };
-    let done = std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|c| scope.spawn(move || c.iter().map(write_one).collect::<Result<Vec<_>, _>>()))
-            .collect();
-        let mut done = Vec::with_capacity(files.len());
-        for h in handles {
-            done.extend(h.join().unwrap_or_else(|_| {
-                Err(WriteError {
-                    path: files
-                        .first()
-                        .map_or_else(PathBuf::new, |f| f.0.to_path_buf()),
-                    cause: std::io::Error::other("output writer thread panicked"),
-                })
-            })?);
+    let written = write_unsynced(files, owner, !whole_file_system);
+    let (mut temporaries, mut failed) = (Vec::with_capacity(files.len()), None);
+    for w in written {
+        match w {
+            Ok(w) => temporaries.push(w),
+            Err(e) => failed = failed.or(Some(e)),
         }
-        Ok::<_, WriteError>(done)
-    })?;
+    }
+    let synced = match failed {
+        Some(e) => Err(e),
+        None if whole_file_system => dirs.iter().try_for_each(|dir| syncfs(dir).map_err(at(dir))),
+        None => sync_each(&temporaries),
+    };
+    let renamed = synced.and_then(|()| {
+        temporaries
+            .iter()
+            .try_for_each(|t| fs::rename(&t.tmp, &t.path).map_err(at(&t.path)))
+    });
+    if let Err(e) = renamed {
+        // Those renamed already are whole and durable; the rest are removed.
+        for t in &temporaries {
+            let _ = fs::remove_file(&t.tmp);
+        }
+        return Err(e);
+    }
     for dir in dirs {
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(at(dir))?;
     }
-    Ok(done)
+    Ok(temporaries
+        .into_iter()
+        .map(|t| std::path::absolute(&t.path).unwrap_or(t.path))
+        .collect())
+}
+
+/// A file written under its temporary name, not yet durable; its handle kept when it is to
+/// be fsynced.
+struct Unsynced {
+    tmp: PathBuf,
+    path: PathBuf,
+    file: Option<File>,
+}
+
+/// Each of `files` written to a temporary name, on as many threads as there are cores (the
+/// copy into the page cache is the work); in order. A temporary whose write failed is removed.
+fn write_unsynced(
+    files: &[(&Path, &str, &Content<'_>)],
+    owner: &str,
+    keep_open: bool,
+) -> Vec<Result<Unsynced, WriteError>> {
+    let write_one = |(dir, name, content): &(&Path, &str, &Content<'_>)| {
+        let tmp = temporary(&dir.join(TMP_DIR), name, owner);
+        let path = dir.join(name);
+        let written = File::create(&tmp).and_then(|f| {
+            let mut f = std::io::BufWriter::with_capacity(1 << 16, f);
+            content(&mut f)?;
+            f.into_inner().map_err(std::io::IntoInnerError::into_error)
+        });
+        match or_removed(&tmp, written) {
+            Ok(file) => Ok(Unsynced {
+                tmp,
+                path,
+                file: keep_open.then_some(file),
+            }),
+            Err(cause) => Err(WriteError { path, cause }),
+        }
+    };
+    let threads = crate::cores::available().clamp(1, files.len().max(1));
+    let chunk = files.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|c| {
+                (
+                    c,
+                    scope.spawn(move || c.iter().map(write_one).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|(c, h)| {
+                h.join().unwrap_or_else(|_| {
+                    c.iter()
+                        .map(|(dir, name, _)| {
+                            Err(WriteError {
+                                path: dir.join(name),
+                                cause: std::io::Error::other("output writer thread panicked"),
+                            })
+                        })
+                        .collect()
+                })
+            })
+            .collect()
+    })
+}
+
+/// One pass of fsyncs over files already written, on several threads (the file system
+/// serves fsyncs that wait together with one journal commit).
+fn sync_each(written: &[Unsynced]) -> Result<(), WriteError> {
+    let threads = written.len().clamp(1, 32);
+    let chunk = written.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = written
+            .chunks(chunk)
+            .map(|c| {
+                scope.spawn(move || {
+                    c.iter().try_for_each(|w| match &w.file {
+                        Some(f) => f.sync_all().map_err(|cause| WriteError {
+                            path: w.path.clone(),
+                            cause,
+                        }),
+                        None => Ok(()),
+                    })
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(WriteError {
+                    path: PathBuf::new(),
+                    cause: std::io::Error::other("output sync thread panicked"),
+                })
+            })
+        })
+    })
+}
+
+/// Writes back every dirty page of the file system `dir` is on, and waits for it.
+#[cfg(target_os = "linux")]
+fn syncfs(dir: &Path) -> std::io::Result<()> {
+    let d = File::open(dir)?;
+    rustix::fs::syncfs(&d).map_err(std::io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs(_: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+/// Whether `syncfs` returns the errors of the writeback it waits for: Linux 5.8 and later.
+/// Before, it reported success whatever happened to the data, and a file whose bytes never
+/// reached the disk would be renamed into place.
+fn syncfs_reports_errors() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ANSWER.get_or_init(|| {
+            linux_5_8_or_later(&rustix::system::uname().release().to_string_lossy())
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Whether a kernel release string (`uname -r`: `6.1.0-18-amd64`, `4.18.0-553.el8_10.x86_64`)
+/// is Linux 5.8 or later; one that does not parse is taken as older.
+fn linux_5_8_or_later(release: &str) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (5, 8)
 }
 
 /// Removes temporary files left by a crash from `dir`'s temporary folder: those of an owner
@@ -251,7 +391,7 @@ mod tests {
     }
 
     /// A write that fails (its content, or its rename onto a name a folder holds) removes
-    /// its temporary and names the file; the other files of the round are written.
+    /// its temporary and names the file, and nothing of the batch is placed.
     #[test]
     fn a_failed_write_leaves_no_temporary_and_names_its_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -268,7 +408,8 @@ mod tests {
             e.to_string(),
             format!("{}: the disk is full", d.join("b.json").display())
         );
-        assert_eq!(fs::read(d.join("a.json")).unwrap(), b"good");
+        // Nothing of a batch is placed when one of its writes fails: it is tried again whole.
+        assert!(!d.join("a.json").exists());
         assert!(!d.join("b.json").exists());
         assert_eq!(temporaries(d), Vec::<std::ffi::OsString>::new());
 
@@ -277,6 +418,42 @@ mod tests {
         assert_eq!(e.path, d.join("c.json"));
         assert!(write_atomic(d, "c.json", b"x", "o").is_err());
         assert_eq!(temporaries(d), Vec::<std::ffi::OsString>::new());
+    }
+
+    #[test]
+    fn a_batch_is_placed_whole_by_syncfs_or_by_a_pass_of_fsyncs() {
+        for whole_file_system in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            let sub = d.join("test");
+            fs::create_dir_all(&sub).unwrap();
+            let one = |w: &mut dyn Write| w.write_all(b"one");
+            let two = |w: &mut dyn Write| w.write_all(&[b'2'; 100_000]);
+            let placed = place(
+                &[
+                    (d, "1.json", &one),
+                    (&sub, "2.json", &two),
+                    (d, "3.json", &one),
+                ],
+                "o",
+                whole_file_system,
+            )
+            .unwrap();
+            assert_eq!(
+                placed,
+                [d.join("1.json"), sub.join("2.json"), d.join("3.json")]
+            );
+            assert_eq!(fs::read(d.join("1.json")).unwrap(), b"one");
+            assert_eq!(fs::read(sub.join("2.json")).unwrap(), vec![b'2'; 100_000]);
+            assert_eq!(temporaries(d), Vec::<std::ffi::OsString>::new());
+            assert_eq!(temporaries(&sub), Vec::<std::ffi::OsString>::new());
+        }
+        assert!(linux_5_8_or_later("6.1.0-18-amd64"));
+        assert!(linux_5_8_or_later("5.8.0"));
+        assert!(linux_5_8_or_later("5.15.0-91-generic"));
+        assert!(!linux_5_8_or_later("5.4.0-150-generic"));
+        assert!(!linux_5_8_or_later("4.18.0-553.el8_10.x86_64"));
+        assert!(!linux_5_8_or_later("unknown"));
     }
 
     #[test]

@@ -326,6 +326,7 @@ CREATE TABLE document_bodies (
 ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
     CHECK (packing IN ('none', 'lz4'));
 ALTER TABLE document_bodies ALTER COLUMN body SET STORAGE EXTERNAL;
+DROP INDEX deliveries_document;
 "#,
 ];
 
