@@ -32,7 +32,7 @@
 #                      one file with an fdatasync per 256 interchanges' worth of documents, and
 #                      (b) the per-file floor, one file per document (temporary name, write,
 #                      fsync, rename), serially.
-# Each run: wall seconds (median of the rounds), MB/s of input, documents/s (the documents of
+# Each run starts after a `sync`. Each run: wall seconds (median of the rounds), MB/s of input, documents/s (the documents of
 # out/), peak RSS (/usr/bin/time %M, the highest of the rounds), and documents/s as a ratio to
 # each floor. The rounds' folders are removed after each round (an ext4 file created right
 # after many deletions nearby is slower: see benches/large.sh).
@@ -133,6 +133,9 @@ config() {
 timed() {
   local log=$1 rc start end
   shift
+  # The dirty pages of the runs before are written back first: on ext4 a commit's fsync
+  # otherwise waits for them, and a run would pay for the one before it.
+  sync
   set +e
   start=$EPOCHREALTIME
   /usr/bin/time -f '%e %M' -o "$log.time" "$@" >"$log.out" 2>"$log.err"
@@ -197,6 +200,7 @@ for file in "${files[@]}"; do
         out_bytes[$name]=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
       fi
     done
+    sync
     "$examples/floors" "$dir/runs" "${out_bytes[$name]}" "${documents[$name]}" "${interchanges[$name]}" >"$dir/floors.out"
     while read -r floor seconds _; do
       walls[$name/$floor floor]+="$seconds "
