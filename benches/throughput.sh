@@ -168,6 +168,14 @@ process_run() {
   fi
   config "$folder" "$kind" "$file"
   timed "$folder/process" "$bin" --config "$folder/partners.toml" process "$@" "$file"
+  if [ -n "$erp_pid" ] && [ "$*" != --no-deliver ]; then
+    # A run whose ERP booked less than every document timed something else (an ERP that did
+    # not come up, a circuit opened): said with the figures.
+    local booked want=${documents[$(basename "$file")]:-0}
+    booked=$(curl -s "http://127.0.0.1:$port/booked" | grep -oE '"booked": *[0-9]+' | grep -oE '[0-9]+$' || echo 0)
+    [ "${booked:-0}" -ge "$want" ] ||
+      warnings+=("$(basename "$file") http: the ERP booked ${booked:-0} of $want documents")
+  fi
   if [ -n "$erp_pid" ]; then
     kill "$erp_pid" 2>/dev/null || true
     wait "$erp_pid" 2>/dev/null || true
