@@ -1,10 +1,11 @@
 //! Writing outputs where downstream systems read them: safely named, atomically, durably.
 //!
-//! A file appears under its final name only when complete: it is written to a hidden
-//! `.x12gate-tmp` folder beside its destination (same file system, so the rename is atomic),
-//! fsynced, renamed, and the folder fsynced so the rename survives power loss. Nothing
-//! downstream reads `.x12gate-tmp`, and leftovers of a crash are removed the next time a
-//! process starts writing there.
+//! A file appears under its final name only when complete and durable: it is written to a
+//! hidden `.x12gate-tmp` folder beside its destination (same file system, so the rename is
+//! atomic), made durable (fsynced, or a batch's files by one `syncfs`, see [`write_many`]),
+//! renamed, and the folder fsynced so the rename survives power loss. Nothing downstream
+//! reads `.x12gate-tmp`, and leftovers of a crash are removed the next time a process starts
+//! writing there.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -127,12 +128,15 @@ pub struct WriteError {
 /// Writes many files durably in one round: every file is written to a temporary name (on
 /// several threads), then all are made durable at once, then each is renamed into place and
 /// each folder fsynced once; a file therefore appears under its name only with its bytes on
-/// disk. Returns the absolute paths, in order. On any failure every temporary is removed.
+/// disk. Returns the absolute paths, in order. When a write or the sync fails, every
+/// temporary is removed and nothing is placed.
 ///
 /// "At once" is one `syncfs` of each folder's file system where the kernel reports writeback
-/// errors through it (Linux 5.8 and later), else one pass of fsyncs after all the writes.
-/// Measured on 5,478 documents of 18 KB on ext4 (`benches/throughput.sh`): 0.62 s with
-/// `syncfs`, 0.85 s with the pass of fsyncs, 0.97 s with an fsync after each file's write.
+/// errors through it (Linux 5.8 and later) and the file system is a local one known to be
+/// made durable by it, else one pass of fsyncs after all the writes. Measured on 5,478
+/// documents of 18 KB on ext4, twice each in one session: 0.57 to 0.67 s with `syncfs`, 0.79
+/// to 0.91 s with the pass of fsyncs, 0.93 to 1.02 s with an fsync after each file's write
+/// (docs/figures.md).
 pub fn write_many(
     files: &[(&Path, &str, &Content<'_>)],
     owner: &str,
@@ -144,21 +148,25 @@ pub fn write_many(
 fn place(
     files: &[(&Path, &str, &Content<'_>)],
     owner: &str,
-    whole_file_system: bool,
+    kernel_syncfs: bool,
 ) -> Result<Vec<PathBuf>, WriteError> {
     let at = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| WriteError { path, cause }
     };
-    let mut dirs: Vec<&Path> = Vec::new();
+    // Each folder opened before anything is written: `syncfs` reports the writeback errors
+    // seen since its descriptor was opened, so one opened after the writes could miss an
+    // error another writer's sync had already reported.
+    let mut dirs: Vec<(&Path, File)> = Vec::new();
     for (dir, ..) in files {
-        if !dirs.contains(dir) {
+        if !dirs.iter().any(|(d, _)| d == dir) {
             let tmp_dir = dir.join(TMP_DIR);
             fs::create_dir_all(&tmp_dir).map_err(at(&tmp_dir))?;
-            dirs.push(dir);
+            dirs.push((dir, File::open(dir).map_err(at(dir))?));
         }
     }
-    let written = write_unsynced(files, owner, !whole_file_system);
+    let whole_file_system = kernel_syncfs && dirs.iter().all(|(_, d)| syncfs_is_durable(d));
+    let written = write_unsynced(files, owner);
     let (mut temporaries, mut failed) = (Vec::with_capacity(files.len()), None);
     for w in written {
         match w {
@@ -168,7 +176,9 @@ fn place(
     }
     let synced = match failed {
         Some(e) => Err(e),
-        None if whole_file_system => dirs.iter().try_for_each(|dir| syncfs(dir).map_err(at(dir))),
+        None if whole_file_system => dirs
+            .iter()
+            .try_for_each(|(dir, d)| syncfs(d).map_err(at(dir))),
         None => sync_each(&temporaries),
     };
     let renamed = synced.and_then(|()| {
@@ -177,16 +187,15 @@ fn place(
             .try_for_each(|t| fs::rename(&t.tmp, &t.path).map_err(at(&t.path)))
     });
     if let Err(e) = renamed {
-        // Those renamed already are whole and durable; the rest are removed.
+        // Nothing is placed when a write or the sync fails; a rename that fails leaves those
+        // before it in place (whole and durable), and the rest are removed.
         for t in &temporaries {
             let _ = fs::remove_file(&t.tmp);
         }
         return Err(e);
     }
-    for dir in dirs {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(at(dir))?;
+    for (dir, d) in dirs {
+        d.sync_all().map_err(at(dir))?;
     }
     Ok(temporaries
         .into_iter()
@@ -194,20 +203,18 @@ fn place(
         .collect())
 }
 
-/// A file written under its temporary name, not yet durable; its handle kept when it is to
-/// be fsynced.
+/// A file written under its temporary name, not yet durable.
 struct Unsynced {
     tmp: PathBuf,
     path: PathBuf,
-    file: Option<File>,
 }
 
-/// Each of `files` written to a temporary name, on as many threads as there are cores (the
-/// copy into the page cache is the work); in order. A temporary whose write failed is removed.
+/// Each of `files` written to a temporary name and closed (a batch holds no descriptor per
+/// file), on up to 32 threads (on a network share each create and close waits for the
+/// server); in order. A temporary whose write failed is removed.
 fn write_unsynced(
     files: &[(&Path, &str, &Content<'_>)],
     owner: &str,
-    keep_open: bool,
 ) -> Vec<Result<Unsynced, WriteError>> {
     let write_one = |(dir, name, content): &(&Path, &str, &Content<'_>)| {
         let tmp = temporary(&dir.join(TMP_DIR), name, owner);
@@ -218,15 +225,11 @@ fn write_unsynced(
             f.into_inner().map_err(std::io::IntoInnerError::into_error)
         });
         match or_removed(&tmp, written) {
-            Ok(file) => Ok(Unsynced {
-                tmp,
-                path,
-                file: keep_open.then_some(file),
-            }),
+            Ok(_) => Ok(Unsynced { tmp, path }),
             Err(cause) => Err(WriteError { path, cause }),
         }
     };
-    let threads = crate::cores::available().clamp(1, files.len().max(1));
+    let threads = files.len().clamp(1, 32);
     let chunk = files.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
         let handles: Vec<_> = files
@@ -256,8 +259,9 @@ fn write_unsynced(
     })
 }
 
-/// One pass of fsyncs over files already written, on several threads (the file system
-/// serves fsyncs that wait together with one journal commit).
+/// One pass of fsyncs over files already written, each reopened (so that a batch never holds
+/// a descriptor per file), on several threads (the file system serves fsyncs that wait
+/// together with one journal commit).
 fn sync_each(written: &[Unsynced]) -> Result<(), WriteError> {
     let threads = written.len().clamp(1, 32);
     let chunk = written.len().div_ceil(threads).max(1);
@@ -265,21 +269,25 @@ fn sync_each(written: &[Unsynced]) -> Result<(), WriteError> {
         let handles: Vec<_> = written
             .chunks(chunk)
             .map(|c| {
-                scope.spawn(move || {
-                    c.iter().try_for_each(|w| match &w.file {
-                        Some(f) => f.sync_all().map_err(|cause| WriteError {
-                            path: w.path.clone(),
-                            cause,
-                        }),
-                        None => Ok(()),
-                    })
-                })
+                (
+                    c,
+                    scope.spawn(move || {
+                        c.iter().try_for_each(|w| {
+                            File::open(&w.tmp)
+                                .and_then(|f| f.sync_all())
+                                .map_err(|cause| WriteError {
+                                    path: w.path.clone(),
+                                    cause,
+                                })
+                        })
+                    }),
+                )
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
+        handles.into_iter().try_for_each(|(c, h)| {
             h.join().unwrap_or_else(|_| {
                 Err(WriteError {
-                    path: PathBuf::new(),
+                    path: c.first().map(|w| w.path.clone()).unwrap_or_default(),
                     cause: std::io::Error::other("output sync thread panicked"),
                 })
             })
@@ -289,14 +297,38 @@ fn sync_each(written: &[Unsynced]) -> Result<(), WriteError> {
 
 /// Writes back every dirty page of the file system `dir` is on, and waits for it.
 #[cfg(target_os = "linux")]
-fn syncfs(dir: &Path) -> std::io::Result<()> {
-    let d = File::open(dir)?;
-    rustix::fs::syncfs(&d).map_err(std::io::Error::from)
+fn syncfs(dir: &File) -> std::io::Result<()> {
+    rustix::fs::syncfs(dir).map_err(std::io::Error::from)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn syncfs(_: &Path) -> std::io::Result<()> {
+fn syncfs(_: &File) -> std::io::Result<()> {
     Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+/// Whether `syncfs` on the file system of `dir` makes its files durable: local file systems
+/// known to write back and flush on it. A FUSE file system or a CIFS share is not (`syncfs`
+/// sends them no flush, where each file's fsync does), nor one not known: those get the pass
+/// of fsyncs.
+#[cfg(target_os = "linux")]
+fn syncfs_is_durable(dir: &File) -> bool {
+    // ext2/3/4, XFS, Btrfs, F2FS, ZFS, and tmpfs (nothing to make durable there).
+    const LOCAL: [u64; 6] = [
+        0xEF53,
+        0x5846_5342,
+        0x9123_683E,
+        0xF2F5_2010,
+        0x2FC1_2FC1,
+        0x0102_1994,
+    ];
+    rustix::fs::fstatfs(dir)
+        .map(|s| LOCAL.contains(&(s.f_type as u64)))
+        .unwrap_or(false)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs_is_durable(_: &File) -> bool {
+    false
 }
 
 /// Whether `syncfs` returns the errors of the writeback it waits for: Linux 5.8 and later.
@@ -318,6 +350,7 @@ fn syncfs_reports_errors() -> bool {
 
 /// Whether a kernel release string (`uname -r`: `6.1.0-18-amd64`, `4.18.0-553.el8_10.x86_64`)
 /// is Linux 5.8 or later; one that does not parse is taken as older.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn linux_5_8_or_later(release: &str) -> bool {
     let mut parts = release
         .split(|c: char| !c.is_ascii_digit())
@@ -391,7 +424,7 @@ mod tests {
     }
 
     /// A write that fails (its content, or its rename onto a name a folder holds) removes
-    /// its temporary and names the file, and nothing of the batch is placed.
+    /// its temporary and names the file; when a write fails nothing of the batch is placed.
     #[test]
     fn a_failed_write_leaves_no_temporary_and_names_its_file() {
         let dir = tempfile::tempdir().unwrap();

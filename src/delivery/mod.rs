@@ -283,7 +283,7 @@ impl<'c> Deliverer<'c> {
         &self,
         d: &Destination,
         claimed: &[Claimed],
-        bodies: Vec<Option<Vec<u8>>>,
+        bodies: Vec<crate::registry::KeptBody>,
     ) -> Vec<(Attempted, u64)> {
         let began = Instant::now();
         let took = |began: Instant| u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -292,7 +292,7 @@ impl<'c> Deliverer<'c> {
             let took = took(began);
             return written.into_iter().map(|a| (a, took)).collect();
         }
-        let one = |c: &Claimed, body: Option<Vec<u8>>| {
+        let one = |c: &Claimed, body: crate::registry::KeptBody| {
             let began = Instant::now();
             let outcome = send::send(&self.agent, d, c, body);
             (outcome, took(began))

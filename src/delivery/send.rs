@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::{Destination, DestinationKind, HeaderValue};
-use crate::registry::{Attempted, Claimed, PROTOCOL_ERROR};
+use crate::registry::{Attempted, Claimed, KeptBody, PROTOCOL_ERROR};
 
 /// The most of an answer's body (or a program's output) that is kept: a reference is short,
 /// and a destination that answers with a film must not fill memory.
@@ -38,7 +38,7 @@ pub fn missing_environment(d: &Destination) -> Vec<String> {
 
 /// Sends `c`, whose JSON the registry keeps as `body`, to `d` once (a folder destination
 /// is written a batch at a time, by [`folder`]).
-pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, body: Option<Vec<u8>>) -> Attempted {
+pub fn send(agent: &ureq::Agent, d: &Destination, c: &Claimed, body: KeptBody) -> Attempted {
     if let Some(refused) = mixed(d, c) {
         return refused;
     }
@@ -79,14 +79,28 @@ fn mixed(d: &Destination, c: &Claimed) -> Option<Attempted> {
     })
 }
 
+/// A document whose kept JSON cannot be read back: it can never be sent as it was decided,
+/// so its delivery is dead at once (with the reason, for an operator), and the others go on.
+fn damaged(why: String) -> Attempted {
+    Attempted::Unsent {
+        status: "damaged".into(),
+        error: why,
+        permanent: true,
+    }
+}
+
 /// What a delivery hands over: the document's JSON as the registry keeps it, or for a row
 /// queued before the registry kept documents (schema version 10 and before), the file in
 /// `out/` that the round which queued it wrote. That file gone, it can never be sent;
 /// unreadable for another reason (no descriptors left, a disk error), it may be later.
-fn open(c: &Claimed, body: Option<Vec<u8>>) -> Result<(Box<dyn Read + Send>, u64), Attempted> {
-    if let Some(body) = body {
-        let len = body.len() as u64;
-        return Ok((Box::new(std::io::Cursor::new(body)), len));
+fn open(c: &Claimed, body: KeptBody) -> Result<(Box<dyn Read + Send>, u64), Attempted> {
+    match body {
+        Some(Ok(body)) => {
+            let len = body.len() as u64;
+            return Ok((Box::new(std::io::Cursor::new(body)), len));
+        }
+        Some(Err(why)) => return Err(damaged(why)),
+        None => {}
     }
     let file = std::fs::File::open(&c.file).map_err(|e| {
         let gone = e.kind() == std::io::ErrorKind::NotFound;
@@ -132,7 +146,7 @@ fn http(
     url: &str,
     headers: &[(String, HeaderValue)],
     c: &Claimed,
-    body: Option<Vec<u8>>,
+    body: KeptBody,
 ) -> Attempted {
     let (file, len) = match open(c, body) {
         Ok(f) => f,
@@ -282,7 +296,7 @@ fn reference(d: &Destination, body: &[u8]) -> Option<String> {
     }
 }
 
-fn command(d: &Destination, argv: &[String], c: &Claimed, body: Option<Vec<u8>>) -> Attempted {
+fn command(d: &Destination, argv: &[String], c: &Claimed, body: KeptBody) -> Attempted {
     let (mut file, _) = match open(c, body) {
         Ok(f) => f,
         Err(refused) => return refused,
@@ -443,7 +457,7 @@ fn kill_group(child: &std::process::Child) {
 pub fn folder(
     d: &Destination,
     claimed: &[Claimed],
-    bodies: Vec<Option<Vec<u8>>>,
+    bodies: Vec<KeptBody>,
     owner: &str,
 ) -> Vec<Attempted> {
     let DestinationKind::Folder { path } = &d.kind else {
@@ -472,7 +486,8 @@ pub fn folder(
         };
         let read = match (mixed(d, c), body) {
             (Some(refused), _) => Err(refused),
-            (None, Some(body)) => Ok(body),
+            (None, Some(Ok(body))) => Ok(body),
+            (None, Some(Err(why))) => Err(damaged(why)),
             (None, None) => open(c, None).and_then(|(mut f, _)| {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes)

@@ -13,17 +13,35 @@ pub(super) const LZ4: &str = "lz4";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packed {
     bytes: Vec<u8>,
+    lz4: bool,
 }
 
 impl Packed {
+    /// LZ4's length prefix holds 32 bits: JSON longer than that is kept as it is.
     pub fn pack(json: &[u8]) -> Packed {
-        Packed {
-            bytes: lz4_flex::compress_prepend_size(json),
+        match u32::try_from(json.len()) {
+            Ok(_) => Packed {
+                bytes: lz4_flex::compress_prepend_size(json),
+                lz4: true,
+            },
+            Err(_) => Packed {
+                bytes: json.to_vec(),
+                lz4: false,
+            },
         }
     }
 
     pub(super) fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// What the row's `packing` says.
+    pub(super) fn packing(&self) -> &'static str {
+        if self.lz4 {
+            LZ4
+        } else {
+            PLAIN
+        }
     }
 
     /// How many bytes are held (what a run's memory bound counts).
@@ -37,7 +55,10 @@ impl Packed {
 
     /// The JSON again, byte for byte.
     pub fn unpack(&self) -> Result<Vec<u8>, String> {
-        unpack_lz4(&self.bytes)
+        match self.lz4 {
+            true => unpack_lz4(&self.bytes),
+            false => Ok(self.bytes.clone()),
+        }
     }
 }
 

@@ -97,6 +97,11 @@ impl Decided {
     }
 }
 
+/// A document's JSON as kept: `None` when the registry holds none (a row queued before
+/// version 11 keeps its file; or pruned), an error naming it when the bytes kept cannot be
+/// read back.
+pub type KeptBody = Option<Result<Vec<u8>, String>>;
+
 /// A parked or held sighting let go: its stored body is to be written now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Released {
@@ -170,11 +175,11 @@ impl Batch<'_> {
     pub fn hand_over(&self, id: i64, output: &str, body: &Packed) -> Result<(), RegistryError> {
         self.tx
             .prepare_cached(
-                "INSERT INTO document_bodies (document_id, body, packing) VALUES (?1, ?2, ?3)
+                "INSERT INTO document_bodies (document_id, packed, packing) VALUES (?1, ?2, ?3)
                  ON CONFLICT (document_id) DO UPDATE
-                 SET body = excluded.body, packing = excluded.packing",
+                 SET packed = excluded.packed, packing = excluded.packing",
             )
-            .and_then(|mut s| s.write(params![id, body.bytes(), super::bodies::LZ4]))
+            .and_then(|mut s| s.write(params![id, body.bytes(), body.packing()]))
             .map_err(|e| self.sql(e))?;
         self.tx
             .prepare_cached(
@@ -394,7 +399,7 @@ impl Registry {
 
     /// The JSON kept for each of `ids`, in order; `None` for a document kept only as its
     /// file (recorded before the registry kept documents, version 11) or pruned since.
-    pub fn document_bodies(&self, ids: &[i64]) -> Result<Vec<Option<Vec<u8>>>, RegistryError> {
+    pub fn document_bodies(&self, ids: &[i64]) -> Result<Vec<KeptBody>, RegistryError> {
         let runs: Vec<Vec<crate::registry::db::Value>> = ids
             .iter()
             .map(|id| vec![crate::registry::db::Value::Int(*id)])
@@ -402,21 +407,22 @@ impl Registry {
         let found = self
             .conn
             .query_each(
-                "SELECT body, packing FROM document_bodies WHERE document_id = ?1",
+                "SELECT packed, packing FROM document_bodies WHERE document_id = ?1",
                 &runs,
                 read::<(Vec<u8>, String)>,
             )
             .map_err(|e| self.sql(e))?;
-        found
+        // A row that does not unpack fails its own delivery, never the others'.
+        Ok(found
             .into_iter()
             .zip(ids)
             .map(|(rows, id)| {
-                rows.into_iter()
-                    .next()
-                    .map(|(body, packing)| super::bodies::unpack(&self.path, *id, body, &packing))
-                    .transpose()
+                rows.into_iter().next().map(|(body, packing)| {
+                    super::bodies::unpack(&self.path, *id, body, &packing)
+                        .map_err(|e| e.to_string())
+                })
             })
-            .collect()
+            .collect())
     }
 
     /// The file names (in `out/`) of every recorded document delivered.

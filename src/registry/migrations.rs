@@ -263,9 +263,12 @@ const MIGRATIONS: &[&str] = &[
         body        BLOB NOT NULL
     ) STRICT;",
     // 12: a document's JSON kept compressed (registry/bodies.rs); rows kept before stay plain.
-    // And one index less to keep per delivery queued: (document_id, destination) is unique,
-    // so its own index finds a document's deliveries already.
-    "ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
+    // The column is renamed so that a process of version 11 still running (a rolling
+    // upgrade) fails loudly on it rather than sending compressed bytes as JSON. And one index
+    // less to keep per delivery queued: (document_id, destination) is unique, so its own
+    // index finds a document's deliveries already.
+    "ALTER TABLE document_bodies RENAME COLUMN body TO packed;
+    ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
         CHECK (packing IN ('none', 'lz4'));
     DROP INDEX deliveries_document;",
 ];
@@ -373,7 +376,7 @@ mod tests {
         .unwrap();
         apply(&mut conn).map_err(|_| "migration failed").unwrap();
         let (body, packing): (Vec<u8>, String) = conn
-            .query_row("SELECT body, packing FROM document_bodies", [], |r| {
+            .query_row("SELECT packed, packing FROM document_bodies", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .unwrap();

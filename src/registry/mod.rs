@@ -53,7 +53,7 @@ pub use deliveries::{
     Recorded, Retry, Wanted, PROTOCOL_ERROR,
 };
 pub use documents::{
-    Decided, Delivery, DocumentRow, Release, Released, Sighting, NO_TEST_DESTINATION,
+    Decided, Delivery, DocumentRow, KeptBody, Release, Released, Sighting, NO_TEST_DESTINATION,
 };
 pub use overview::{Found, Listed, Search};
 pub use readers::{Reader, Readers};
@@ -202,10 +202,10 @@ fn foreign_tables(shown: &str, tables: i64) -> RegistryError {
     }
 }
 
-/// An open registry database.
 /// The page cache of a registry connection, in KiB.
 const CACHE_KIB: i64 = 16 << 10;
 
+/// An open registry database.
 pub struct Registry {
     conn: Conn,
     path: String,

@@ -320,13 +320,14 @@ CREATE TABLE document_bodies (
     body        BYTEA NOT NULL
 );
 "#,
-    // Compressed by x12gate already: TOAST's own compression would only spend time finding
-    // that out.
+    // Compressed by x12gate already (registry/bodies.rs, and the migration of SQLite's 12):
+    // TOAST's own compression would only spend time finding that out.
     r#"
-ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
+ALTER TABLE document_bodies RENAME COLUMN body TO packed;
+ALTER TABLE document_bodies ADD COLUMN packing TEXT COLLATE "C" NOT NULL DEFAULT 'none'
     CHECK (packing IN ('none', 'lz4'));
-ALTER TABLE document_bodies ALTER COLUMN body SET STORAGE EXTERNAL;
-DROP INDEX deliveries_document;
+ALTER TABLE document_bodies ALTER COLUMN packed SET STORAGE EXTERNAL;
+DROP INDEX IF EXISTS deliveries_document;
 "#,
 ];
 

@@ -504,3 +504,42 @@ crate::registry::tests::on_both! {
         assert_eq!(got.get(5), Some(&(vec![2], vec![4])));
     }
 }
+
+crate::registry::tests::on_both! {
+    /// Each document's JSON reads back byte for byte from its packing, and one whose kept
+    /// bytes are damaged is an error of its own that names it, not of the whole read.
+    fn a_damaged_body_fails_alone_and_the_others_read_back() {
+        let mut r = Registry::in_memory(US);
+        let json = br#"{"document":{"key":"ZZ:ACME:850:PO-1"}}"#.repeat(50);
+        let packed = Packed::pack(&json);
+        let tx = r.conn.transaction().unwrap();
+        for id in 1..=3 {
+            tx.execute(
+                "INSERT INTO documents (key, subject, partner, set_id, role, fingerprint,
+                     interchange_key, position, st02, disposition, delivery, by, seen)
+                 VALUES (?1, ?1, 'ZZ:ACME', '850', 'original', 'f', 'ZZ:ACME:1', ?2, '0001',
+                     'new', 'delivered', 'me', 1)",
+                db::params![format!("K{id}"), format!("1/{id}")],
+            )
+            .unwrap();
+        }
+        let ids: Vec<i64> = (1..=3).collect();
+        tx.execute(
+            "INSERT INTO document_bodies (document_id, packed, packing) VALUES (?1, ?2, 'lz4')",
+            db::params![ids[0], packed.bytes()],
+        )
+        .unwrap();
+        tx.execute(
+            "INSERT INTO document_bodies (document_id, packed, packing) VALUES (?1, ?2, 'lz4')",
+            db::params![ids[1], &packed.bytes()[..packed.len() / 2]],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        let got = r.document_bodies(&ids).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], Some(Ok(json.clone())));
+        let damaged = got[1].clone().unwrap().unwrap_err();
+        assert!(damaged.contains("document 2"), "{damaged}");
+        assert_eq!(got[2], None, "nothing kept for the third");
+    }
+}

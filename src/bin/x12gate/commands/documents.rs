@@ -130,7 +130,8 @@ fn print_body(
         .next()
         .flatten();
     match kept {
-        Some(body) => out.write_all(&body)?,
+        Some(Ok(body)) => out.write_all(&body)?,
+        Some(Err(why)) => return Err(Failure::Operational(anyhow::anyhow!(why))),
         // Recorded before the registry kept documents: its file, if still there.
         None => match row.output.as_deref().map(|name| {
             let g = &config.gateway;
