@@ -229,69 +229,48 @@ fn write_unsynced(
             Err(cause) => Err(WriteError { path, cause }),
         }
     };
-    let threads = files.len().clamp(1, 32);
-    let chunk = files.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|c| {
-                (
-                    c,
-                    scope.spawn(move || c.iter().map(write_one).collect::<Vec<_>>()),
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|(c, h)| {
-                h.join().unwrap_or_else(|_| {
-                    c.iter()
-                        .map(|(dir, name, _)| {
-                            Err(WriteError {
-                                path: dir.join(name),
-                                cause: std::io::Error::other("output writer thread panicked"),
-                            })
-                        })
-                        .collect()
-                })
-            })
-            .collect()
-    })
+    on_threads(files, write_one, |(dir, name, _)| dir.join(name))
 }
 
 /// One pass of fsyncs over files already written, each reopened (so that a batch never holds
 /// a descriptor per file), on several threads (the file system serves fsyncs that wait
-/// together with one journal commit).
+/// together with one journal commit); the first failure, in order.
 fn sync_each(written: &[Unsynced]) -> Result<(), WriteError> {
-    let threads = written.len().clamp(1, 32);
-    let chunk = written.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = written
-            .chunks(chunk)
-            .map(|c| {
-                (
-                    c,
-                    scope.spawn(move || {
-                        c.iter().try_for_each(|w| {
-                            File::open(&w.tmp)
-                                .and_then(|f| f.sync_all())
-                                .map_err(|cause| WriteError {
-                                    path: w.path.clone(),
-                                    cause,
-                                })
+    let sync_one = |w: &Unsynced| {
+        File::open(&w.tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|cause| WriteError {
+                path: w.path.clone(),
+                cause,
+            })
+    };
+    on_threads(written, sync_one, |w| w.path.clone())
+        .into_iter()
+        .collect()
+}
+
+/// `work` on each of `items`, on up to 32 threads ([`crate::cores::in_ranges`]), in order; a
+/// panic is the failure of the file it happened on (`path`), not the end of the process.
+fn on_threads<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&T) -> Result<R, WriteError> + Sync,
+    path: impl Fn(&T) -> PathBuf + Sync,
+) -> Vec<Result<R, WriteError>> {
+    crate::cores::in_ranges(items.len(), 32, |range| {
+        items
+            .get(range)
+            .unwrap_or_default()
+            .iter()
+            .map(|item| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)))
+                    .unwrap_or_else(|_| {
+                        Err(WriteError {
+                            path: path(item),
+                            cause: std::io::Error::other("an output writer thread panicked"),
                         })
-                    }),
-                )
+                    })
             })
-            .collect();
-        handles.into_iter().try_for_each(|(c, h)| {
-            h.join().unwrap_or_else(|_| {
-                Err(WriteError {
-                    path: c.first().map(|w| w.path.clone()).unwrap_or_default(),
-                    cause: std::io::Error::other("output sync thread panicked"),
-                })
-            })
-        })
+            .collect()
     })
 }
 

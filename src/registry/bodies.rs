@@ -3,8 +3,6 @@
 //! twice (its log, then the database) inside the commit every document waits for. The packing
 //! is recorded beside the bytes, so the rows version 11 kept plain read as they are.
 
-use super::RegistryError;
-
 /// What a kept body's `packing` says of its bytes.
 pub(super) const PLAIN: &str = "none";
 pub(super) const LZ4: &str = "lz4";
@@ -43,39 +41,18 @@ impl Packed {
             PLAIN
         }
     }
-
-    /// How many bytes are held (what a run's memory bound counts).
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
-    /// The JSON again, byte for byte.
-    pub fn unpack(&self) -> Result<Vec<u8>, String> {
-        match self.lz4 {
-            true => unpack_lz4(&self.bytes),
-            false => Ok(self.bytes.clone()),
-        }
-    }
 }
 
 /// The JSON of a row read back, as its `packing` says; a row that does not unpack is an error
-/// that names the document, never a document delivered wrong.
+/// that names the registry and the document, never a document delivered wrong.
 pub(super) fn unpack(
     path: &str,
     document_id: i64,
     bytes: Vec<u8>,
     packing: &str,
-) -> Result<Vec<u8>, RegistryError> {
-    let bad = |what: String| RegistryError::Io {
-        path: path.to_string(),
-        cause: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("the JSON kept for document {document_id} cannot be read: {what}"),
-        ),
+) -> Result<Vec<u8>, String> {
+    let bad = |what: String| {
+        format!("registry {path}: the JSON kept for document {document_id} cannot be read: {what}")
     };
     match packing {
         PLAIN => Ok(bytes),
@@ -107,12 +84,12 @@ mod tests {
             br#"{"document":{"key":"ZZ:ACME:850:PO-1"},"set":{"st":["850","0001"]}}"#.repeat(40);
         let packed = Packed::pack(&json);
         assert!(
-            packed.len() * 4 < json.len(),
+            packed.bytes().len() * 4 < json.len(),
             "{} of {}",
-            packed.len(),
+            packed.bytes().len(),
             json.len()
         );
-        assert_eq!(packed.unpack().as_deref(), Ok(&json[..]));
+        assert_eq!(unpack_lz4(packed.bytes()).as_deref(), Ok(&json[..]));
         let row = unpack("r.db", 7, packed.bytes().to_vec(), LZ4);
         assert_eq!(row.ok().as_deref(), Some(&json[..]));
         assert_eq!(
@@ -128,7 +105,7 @@ mod tests {
                 .is_some_and(|e| e.contains("document 7") && e.contains("length prefix")),
             "{e:?}"
         );
-        let cut = packed.bytes()[..packed.len() / 2].to_vec();
+        let cut = packed.bytes()[..packed.bytes().len() / 2].to_vec();
         assert!(unpack("r.db", 7, cut, LZ4).is_err());
         let e = unpack("r.db", 7, vec![1], "zip")
             .err()

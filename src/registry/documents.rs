@@ -417,10 +417,9 @@ impl Registry {
             .into_iter()
             .zip(ids)
             .map(|(rows, id)| {
-                rows.into_iter().next().map(|(body, packing)| {
-                    super::bodies::unpack(&self.path, *id, body, &packing)
-                        .map_err(|e| e.to_string())
-                })
+                rows.into_iter()
+                    .next()
+                    .map(|(body, packing)| super::bodies::unpack(&self.path, *id, body, &packing))
             })
             .collect())
     }

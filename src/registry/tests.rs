@@ -531,7 +531,7 @@ crate::registry::tests::on_both! {
         .unwrap();
         tx.execute(
             "INSERT INTO document_bodies (document_id, packed, packing) VALUES (?1, ?2, 'lz4')",
-            db::params![ids[1], &packed.bytes()[..packed.len() / 2]],
+            db::params![ids[1], &packed.bytes()[..packed.bytes().len() / 2]],
         )
         .unwrap();
         tx.commit().unwrap();
