@@ -4,7 +4,7 @@
 //! `validate`, `ack` and `process` all take their findings from here, so a rule added once
 //! is in every path.
 
-use crate::finding::{Code, Finding, Ta105};
+use crate::finding::{Ak905, Code, Finding, Rule, Ta105};
 use crate::input::{InputError, Piece, Reader};
 use crate::schema::{Schemas, Unread};
 use crate::validate::{self, Carried, Routing};
@@ -21,6 +21,10 @@ pub struct Checks<'a> {
     /// A layout the partner's tools tolerate (blanks before segments, no final terminator)
     /// rejects the interchange (TA105 024) rather than being a warning.
     pub strict_layout: bool,
+    /// A GS08 that names no release rejects its group (AK905 2) rather than being a warning.
+    pub unknown_version_rejects: bool,
+    /// A set under another functional group than its own is a warning, not a rejection.
+    pub group_mismatch_warns: bool,
 }
 
 impl<'a> Checks<'a> {
@@ -29,7 +33,7 @@ impl<'a> Checks<'a> {
         Checks {
             schemas: Some(schemas),
             routing: None,
-            strict_layout: false,
+            ..Checks::default()
         }
     }
 }
@@ -85,6 +89,21 @@ impl<'c> Found<'c> {
         if checks.strict_layout {
             for f in &mut envelope.layout {
                 *f = f.clone().coded(Code::Ta105(Ta105::InvalidContent));
+            }
+        }
+        if checks.unknown_version_rejects || checks.group_mismatch_warns {
+            for section in envelope.sections_mut() {
+                for f in section.iter_mut() {
+                    match f.rule {
+                        Rule::GsVersionUnknown if checks.unknown_version_rejects => {
+                            *f = f.clone().coded(Code::Ak905(Ak905::VersionNotSupported));
+                        }
+                        Rule::StNotInFunctionalGroup if checks.group_mismatch_warns => {
+                            *f = f.clone().tolerated("group_mismatch = \"warn\"");
+                        }
+                        _ => {}
+                    }
+                }
             }
         }
         // The sender's own guide when `partners.toml` gives it one (chosen here, by

@@ -785,6 +785,11 @@ impl Validator<'_> {
                 format!("GS07 \"{}\" is not a responsible agency code (X for X12, T for TDCC; element 455) (noted; not sent back: AK905 9 exists only after 005010)", shown(gs07)),
             );
         }
+        self.gs08(gi, gs, gs08);
+    }
+
+    /// GS08: there, no longer than a version can be, and naming an X12 release.
+    fn gs08(&mut self, gi: usize, gs: &Segment<'_>, gs08: &[u8]) {
         if gs08.is_empty() {
             self.group_finding(
                 gi,
@@ -806,6 +811,23 @@ impl Validator<'_> {
                     "GS08 \"{}\" is {} bytes, longer than a version can be (12)",
                     shown(gs08),
                     gs08.len()
+                ),
+            );
+        } else if !crate::schema::names_a_release(gs08) {
+            let hint = if gs08.len() == 5 && gs08.iter().all(u8::is_ascii_digit) {
+                " (five digits is ISA12's form; GS08 carries six and any guide, as 005010X222A1)"
+            } else {
+                " (a release is six digits, as 004010 or 005010X222A1)"
+            };
+            self.group_finding(
+                gi,
+                gs,
+                Rule::GsVersionUnknown,
+                gs,
+                8,
+                format!(
+                    "GS08 \"{}\" names no X12 release{hint}: no definition reads its sets",
+                    shown(gs08)
                 ),
             );
         }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::NaiveDate;
 use x12gate::ack::{Disposition, Outbound, OutboundKind};
-use x12gate::config::{AckKind, Config, Ta1Policy};
+use x12gate::config::{AckKind, Config, Severity, Ta1Policy};
+use x12gate::finding::Rule;
 use x12gate::x12::{Interchanges, Limits};
 
 use crate::util::{fixture, root, x12gate};
@@ -130,12 +131,25 @@ fn golden_acknowledgments_for_every_fixture() {
 
 #[test]
 fn every_acknowledgment_parses_back_and_validates_clean() {
-    let config = config();
+    // Every fixture, the broken ones covering every rule, answered by a 997 and by a 999:
+    // each answer reads clean against the definitions we read partners' acknowledgments by
+    // (the 999's 005010X231A1 guide included), not only its envelopes.
     let mut files = x12_files(&root().join("fixtures"));
     files.extend(x12_files(&root().join("fixtures/broken")));
+    let checks = x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap());
     let mut seen = 0;
-    for file in files {
-        for o in acks(&std::fs::read(&file).unwrap()) {
+    let mut implementation_acks = 0;
+    let mut failures = Vec::new();
+    for (file, kind) in files
+        .iter()
+        .flat_map(|f| [AckKind::FunctionalAck, AckKind::ImplementationAck].map(|k| (f, k)))
+    {
+        let mut config = config();
+        for p in &mut config.partners {
+            p.ack.kind = kind;
+        }
+        let input = std::fs::read(file).unwrap();
+        for o in acks_with(&input, &config).0 {
             seen += 1;
             let mut read = Interchanges::new(&o.bytes, Limits::default());
             let ic = read
@@ -147,13 +161,34 @@ fn every_acknowledgment_parses_back_and_validates_clean() {
                 "{}: one interchange per outbound",
                 file.display()
             );
-            let findings = x12gate::validate::interchange(&ic);
-            assert!(
-                findings.is_empty(),
-                "{}: our {:?} has findings: {findings:#?}",
-                file.display(),
-                o.kind
-            );
+            // A 997 in a release no definition reads (our answer to a 004030 group) is
+            // noted as read at envelope level: about our definitions, not the answer. And an
+            // answer echoes what it answers: where a broken file's own GS01, GS06, GS08, ST01
+            // or ST02 breaks its element's rules, AK1/AK2 carries it as sent (the partner
+            // finds its group by it), and the reader sees the partner's value there.
+            let broken = file.parent().is_some_and(|d| d.ends_with("broken"));
+            let findings: Vec<_> = x12gate::check::interchange(&ic, &checks, [])
+                .into_iter()
+                .filter(|f| f.rule != Rule::EnvelopeLevelOnly)
+                .filter(|f| !(broken && echoed(&input, f)))
+                .collect();
+            if !findings.is_empty() {
+                failures.push(format!(
+                    "{}: our {:?} has findings:\n{}",
+                    file.display(),
+                    o.kind,
+                    findings
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ));
+            }
+            implementation_acks += usize::from(ic.groups.iter().any(|g| {
+                g.sets
+                    .iter()
+                    .any(|s| s.st.element(1) == Some(b"999".as_slice()))
+            }));
             assert_eq!(ic.isa.len, 106, "ISA width");
             assert_eq!(ic.isa.trimmed(6), config.gateway.id);
             assert_eq!(ic.isa.control_number(), format!("{:09}", o.control_number));
@@ -167,7 +202,30 @@ fn every_acknowledgment_parses_back_and_validates_clean() {
             }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(seen > 30, "too few acknowledgments were checked: {seen}");
+    assert!(
+        implementation_acks > 20,
+        "too few 999s were checked: {implementation_acks}"
+    );
+}
+
+/// Whether `f`, a finding on our answer to `input`, is an AK1/AK2 element that echoes an
+/// envelope element `input` itself breaks a rule with (AK101-103: GS01, GS06, GS08;
+/// AK201-202: ST01, ST02): the fault is the partner's, and already reported to it.
+fn echoed(input: &[u8], f: &x12gate::finding::Finding) -> bool {
+    let source = match (f.segment_id.as_str(), f.position.element) {
+        ("AK1", Some(1)) => ("GS", 1),
+        ("AK1", Some(2)) => ("GS", 6),
+        ("AK1", Some(3)) => ("GS", 8),
+        ("AK2", Some(1)) => ("ST", 1),
+        ("AK2", Some(2)) => ("ST", 2),
+        _ => return false,
+    };
+    let checks = x12gate::check::Checks::definitions(x12gate::schema::builtin().unwrap());
+    x12gate::check::file(input, Limits::default(), &checks)
+        .iter()
+        .any(|g| g.segment_id == source.0 && g.position.element == Some(source.1))
 }
 
 #[test]
@@ -671,4 +729,76 @@ fn huge_values_from_input_never_grow_what_we_write() {
         let n: i64 = db.query_row(query, [], |r| r.get(0)).unwrap();
         assert!(n < 8 << 10, "{query}: {n}");
     }
+}
+
+#[test]
+fn a_partner_chooses_whether_an_unknown_version_or_a_set_in_the_wrong_group_rejects() {
+    let text = |out: &[Outbound]| -> String {
+        assert_eq!(out.len(), 1, "{out:?}");
+        String::from_utf8(out[0].bytes.clone()).unwrap()
+    };
+    let unknown = std::fs::read(fixture("broken/gs-version-unknown.x12")).unwrap();
+    let misplaced = std::fs::read(fixture("broken/st-not-in-functional-group.x12")).unwrap();
+
+    // By default a GS08 that names no release is a warning (the group accepted, read at
+    // envelope level) and an 850 under GS*IN is rejected (AK502 6 in 004010).
+    let (out, dispositions) = acks_with(&unknown, &config());
+    assert_eq!(dispositions, [Disposition::Accepted]);
+    assert!(text(&out).contains("AK9*A*1*1*1~"), "{}", text(&out));
+    let (out, dispositions) = acks_with(&misplaced, &config());
+    assert_eq!(dispositions, [Disposition::Rejected]);
+    assert!(text(&out).contains("AK5*R*6~"), "{}", text(&out));
+
+    // Each partner may choose the other way.
+    let mut config = config();
+    for p in &mut config.partners {
+        p.checks.unknown_version = Severity::Reject;
+        p.checks.group_mismatch = Severity::Warn;
+    }
+    let (out, dispositions) = acks_with(&unknown, &config);
+    assert_eq!(dispositions, [Disposition::Rejected]);
+    assert!(text(&out).contains("AK9*R*1*1*0*2~"), "{}", text(&out));
+    let (out, dispositions) = acks_with(&misplaced, &config);
+    assert_eq!(dispositions, [Disposition::Accepted]);
+    assert!(text(&out).contains("AK5*A~"), "{}", text(&out));
+    // The tolerated finding is still reported, and says which setting let it through.
+    let ic = Interchanges::new(&misplaced, Limits::default())
+        .next()
+        .unwrap()
+        .unwrap();
+    let decision = x12gate::pipeline::decide(&ic, &config, x12gate::schema::builtin().unwrap());
+    let tolerated: Vec<_> = decision
+        .findings
+        .iter()
+        .filter(|f| f.tolerated_by.is_some())
+        .collect();
+    assert_eq!(tolerated.len(), 1, "{:#?}", decision.findings);
+    assert!(tolerated[0].is_warning());
+    assert!(tolerated[0].message.contains("group_mismatch = \"warn\""));
+}
+
+#[test]
+fn a_997_in_an_older_release_than_the_group_sends_only_codes_its_release_has() {
+    // A partner that wants 004010 997s for its 005010 groups: AK502 18 and AK905 19 do not
+    // exist in 004010 (19 is a security code there), so the 004010 answers say 6.
+    let answer = |name: &str, version: Option<&str>| {
+        let mut config = config();
+        for p in &mut config.partners {
+            p.ack.version = version.map(String::from);
+        }
+        let (out, _) = acks_with(&std::fs::read(fixture(name)).unwrap(), &config);
+        assert_eq!(out.len(), 1, "{out:?}");
+        String::from_utf8(out[0].bytes.clone()).unwrap()
+    };
+    let misplaced = "broken/st-not-in-functional-group-005010.x12";
+    let reused = "broken/gs-duplicate-control-number-005010.x12";
+    assert!(answer(misplaced, None).contains("AK5*R*18~"));
+    assert!(answer(reused, None).contains("AK9*R*1*1*0*19~"));
+    let old = answer(misplaced, Some("004010"));
+    assert!(
+        old.contains("*X*004010~") && old.contains("AK5*R*6~"),
+        "{old}"
+    );
+    let old = answer(reused, Some("004010"));
+    assert!(old.contains("AK9*R*1*1*0*6~"), "{old}");
 }

@@ -78,6 +78,7 @@ const RULES: &[&str] = &[
     "gs-control-number-syntax",
     "gs-version-missing",
     "gs-version-too-long",
+    "gs-version-unknown",
     "gs-agency-invalid",
     "gs-duplicate-control-number",
     "gs-date-time-invalid",

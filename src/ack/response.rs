@@ -471,8 +471,8 @@ fn segment_errors(findings: &[&Finding], kind: AckKind) -> Vec<SegmentError> {
             id: f.segment_id.clone(),
             position,
             // AK303 names bounded (LS/LE) loops only, by their LS01; a 999 for a set read
-            // against an implementation guide names the guide's loop (2010AA) in IK303, as
-            // the 999's own guide (005010X231A1) asks.
+            // against an implementation guide names the guide's loop in IK303, cut by the
+            // writer to the four characters 447 holds in 005010 (`2010AA` -> `2010`).
             loop_id: detail.bounded_loop.clone().or_else(|| {
                 (detail.guide && kind == AckKind::ImplementationAck)
                     .then(|| detail.loop_id.clone())

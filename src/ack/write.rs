@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use chrono::NaiveDateTime;
 
 use crate::config::{AckKind, Gateway, Partner};
-use crate::finding::Ak403;
+use crate::finding::{release, Ak403, Release};
 use crate::text::bounded;
 use crate::x12::{Delimiters, Interchange, SegmentWriter, Sets, MAX_CONTROL_NUMBER};
 
@@ -507,7 +507,7 @@ impl<'r> Plan<'r> {
                 let st02 = format!("{:04}", i + 1);
                 match kind {
                     OutboundKind::ImplementationAck => implementation_ack(&mut w, g, ic, &st02),
-                    _ => functional_ack(&mut w, g, ic, &st02, version.as_str() >= "005010"),
+                    _ => functional_ack(&mut w, g, ic, &st02, release(version.as_bytes())),
                 }
             }
             w.segment("GE", &[&groups.len().to_string(), &gs06]);
@@ -544,21 +544,23 @@ fn end_set(w: &mut Writer<'_, '_>, st02: &str) {
     w.segment("SE", &[&count, st02]);
 }
 
-fn ak9(w: &mut Writer<'_, '_>, g: &GroupResponse) {
+/// AK9, its codes as the acknowledgment's own release (`ack`) has them.
+fn ak9(w: &mut Writer<'_, '_>, g: &GroupResponse, ack: Release) {
     let mut e = vec![
         g.status.code().to_string(),
         g.declared.to_string(),
         g.received.to_string(),
         g.accepted.to_string(),
     ];
-    e.extend(g.codes.iter().map(|c| c.to_string()));
+    e.extend(g.codes.iter().map(|c| c.in_release(ack).to_string()));
     let refs: Vec<&str> = e.iter().map(String::as_str).collect();
     w.segment("AK9", &refs);
 }
 
-fn set_status(w: &mut Writer<'_, '_>, id: &str, s: &SetResponse) {
+/// AK5/IK5, its codes as the acknowledgment's own release (`ack`) has them.
+fn set_status(w: &mut Writer<'_, '_>, id: &str, s: &SetResponse, ack: Release) {
     let mut e = vec![s.status.code()];
-    e.extend(s.codes.iter().map(|c| c.value()));
+    e.extend(s.codes.iter().map(|c| c.in_release(ack).value()));
     w.segment(id, &e);
 }
 
@@ -627,13 +629,32 @@ impl<'r> Iterator for Answers<'r, '_> {
     }
 }
 
+/// Element 447 (AK303, IK303, CTX04) is AN 1/6 from 003070 to 004040 and AN 1/4 from
+/// 004050 to 006040, 005010 included (EdiFabric's templates, Stedi's and kasoftware's
+/// pages, pyx12's and stupidedi's dictionaries).
+const LOOP_ID_4010: usize = 6;
+const LOOP_ID_5010: usize = 4;
+
+/// A loop id as element 447 can hold it: a guide's `2010AA` becomes `2010`, the loop's
+/// number, as clearinghouses send it (a 999 carrying `2010AA` is refused by readers that
+/// check 447's length: ours, pyx12's, stupidedi's). An LS01 longer than the release allows
+/// (the partner's own error, already reported) is cut the same way.
+fn loop_id(id: Option<&str>, max: usize) -> &str {
+    let id = id.unwrap_or("");
+    id.char_indices()
+        .nth(max)
+        .and_then(|(end, _)| id.get(..end))
+        .unwrap_or(id)
+}
+
 fn functional_ack(
     w: &mut Writer<'_, '_>,
     g: &GroupResponse,
     ic: &Interchange<'_>,
     st02: &str,
-    era_5010: bool,
+    ack: Release,
 ) {
+    let era_5010 = ack >= Some(5010);
     start_set(w, "997", st02, None);
     let version = if era_5010 { g.version.as_str() } else { "" };
     w.segment("AK1", &[&g.functional_id, &g.control_number, version]);
@@ -645,22 +666,26 @@ fn functional_ack(
         };
         w.segment("AK2", &[&s.id, &s.control_number, convention]);
         for seg in &s.segment_errors {
+            let max = if era_5010 { LOOP_ID_5010 } else { LOOP_ID_4010 };
             w.segment(
                 "AK3",
                 &[
                     Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
-                    seg.loop_id.as_deref().unwrap_or(""),
+                    loop_id(seg.loop_id.as_deref(), max),
                     seg.code.value(),
                 ],
             );
             element_errors(w, "AK4", seg);
         }
-        set_status(w, "AK5", &s);
+        set_status(w, "AK5", &s, ack);
     }
-    ak9(w, g);
+    ak9(w, g, ack);
     end_set(w, st02);
 }
+
+/// The 999 exists in 005010 only (its guide is 005010X231A1).
+const IMPLEMENTATION_ACK_RELEASE: Release = Some(5010);
 
 fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchange<'_>, st02: &str) {
     start_set(w, "999", st02, Some(IMPLEMENTATION_ACK_GUIDE));
@@ -680,7 +705,7 @@ fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchang
                 &[
                     Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
-                    seg.loop_id.as_deref().unwrap_or(""),
+                    loop_id(seg.loop_id.as_deref(), LOOP_ID_5010),
                     seg.code.value(),
                 ],
             );
@@ -698,16 +723,16 @@ fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchang
                         &ctx01,
                         c.segment.as_deref().unwrap_or(""),
                         &position,
-                        c.loop_id.as_deref().unwrap_or(""),
+                        loop_id(c.loop_id.as_deref(), LOOP_ID_5010),
                         &element,
                     ],
                 );
             }
             element_errors(w, "IK4", seg);
         }
-        set_status(w, "IK5", &s);
+        set_status(w, "IK5", &s, IMPLEMENTATION_ACK_RELEASE);
     }
-    ak9(w, g);
+    ak9(w, g, IMPLEMENTATION_ACK_RELEASE);
     end_set(w, st02);
 }
 
@@ -966,7 +991,7 @@ mod tests {
             [
                 "AK1*HC*9*005010X222A1",
                 "AK2*837*0001*005010X222A1",
-                "AK3*NM1*5*2010AA*8",
+                "AK3*NM1*5*2010*8",
                 "AK4*9*67*7*XX",
                 "AK4*3:2:1**6",
                 "AK5*R*5",
@@ -974,6 +999,16 @@ mod tests {
             ]
         );
         assert_eq!(segs[10], "SE*9*0001");
+    }
+
+    #[test]
+    fn a_loop_id_is_cut_to_what_element_447_holds_in_the_acks_release() {
+        assert_eq!(loop_id(Some("2010AA"), LOOP_ID_5010), "2010");
+        assert_eq!(loop_id(Some("2300"), LOOP_ID_5010), "2300");
+        assert_eq!(loop_id(Some("1000A"), LOOP_ID_4010), "1000A");
+        assert_eq!(loop_id(Some("2010AAXYZ"), LOOP_ID_4010), "2010AA");
+        assert_eq!(loop_id(Some("ÉÉÉÉÉÉ"), LOOP_ID_5010), "ÉÉÉÉ");
+        assert_eq!(loop_id(None, LOOP_ID_5010), "");
     }
 
     #[test]
@@ -986,7 +1021,7 @@ mod tests {
                 "ST*999*0001*005010X231A1",
                 "AK1*HC*9*005010X222A1",
                 "AK2*837*0001*005010X222A1",
-                "IK3*NM1*5*2010AA*8",
+                "IK3*NM1*5*2010*8",
                 "CTX*CLM01:A37YH556",
                 "IK4*9*67*7*XX",
                 "IK4*3:2:1**6",

@@ -30,8 +30,8 @@ pub use output::{Destination, DestinationKind, HeaderValue, MAX_TIMEOUT_MS, OUT}
 use partner::{partner, RawPartner};
 pub use partner::{
     AckKind, DuplicateDocuments, Form, InterchangeScope, Layout, OutboundDelimiters, Partner,
-    PartnerAck, PartnerChecks, PartnerDuplicates, PartnerOutput, PartnerRetention, Ta1Policy,
-    Validation, DEFAULT_ORDER_WAIT_HOURS,
+    PartnerAck, PartnerChecks, PartnerDuplicates, PartnerOutput, PartnerRetention, Severity,
+    Ta1Policy, Validation, DEFAULT_ORDER_WAIT_HOURS,
 };
 pub use places::Place;
 use places::Places;

@@ -29,6 +29,16 @@ pub enum Validation {
     Schema,
 }
 
+/// Whether a finding of a kind is an error the acknowledgment sends back (`reject`) or a
+/// warning it does not (`warn`): the partner's own choice where the standard and its habits
+/// part (`unknown_version`, `group_mismatch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Reject,
+    Warn,
+}
+
 /// How a partner's layout is read: blanks before segments and a missing final terminator
 /// are skipped and reported as warnings (`tolerant`, the default), or reject the
 /// interchange with TA105 024 (`strict`).
@@ -104,6 +114,10 @@ pub(super) struct RawPartner {
     validation: Validation,
     #[serde(default)]
     layout: Layout,
+    #[serde(default = "partner_defaults::warn")]
+    unknown_version: Severity,
+    #[serde(default = "partner_defaults::reject")]
+    group_mismatch: Severity,
     #[serde(default)]
     translation: Form,
     #[serde(default)]
@@ -147,7 +161,13 @@ struct RawDelimiters {
 }
 
 mod partner_defaults {
-    use super::{AckKind, InterchangeScope, Ta1Policy, Validation};
+    use super::{AckKind, InterchangeScope, Severity, Ta1Policy, Validation};
+    pub fn warn() -> Severity {
+        Severity::Warn
+    }
+    pub fn reject() -> Severity {
+        Severity::Reject
+    }
     pub fn validation() -> Validation {
         Validation::Schema
     }
@@ -239,6 +259,12 @@ pub struct PartnerChecks {
     /// `layout`: blanks before segments and a missing final terminator, warnings or
     /// rejections.
     pub layout: Layout,
+    /// `unknown_version`: a GS08 that names no X12 release, a warning (the default) or a
+    /// rejection of its group (AK905 2).
+    pub unknown_version: Severity,
+    /// `group_mismatch`: a set under another functional group than its own (an 810 under
+    /// `GS*SC`), a rejection (the default) or a warning.
+    pub group_mismatch: Severity,
     /// `definitions`: a folder of its own set definitions (its implementation guide),
     /// layered over the built-in ones for its interchanges; absolute. Read by `guides`.
     pub definitions: Option<PathBuf>,
@@ -294,6 +320,8 @@ impl Partner {
             checks: PartnerChecks {
                 validation: partner_defaults::validation(),
                 layout: Layout::default(),
+                unknown_version: partner_defaults::warn(),
+                group_mismatch: partner_defaults::reject(),
                 definitions: None,
             },
             output: PartnerOutput {
@@ -374,6 +402,8 @@ pub(super) fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
         checks: PartnerChecks {
             validation: raw.validation,
             layout: raw.layout,
+            unknown_version: raw.unknown_version,
+            group_mismatch: raw.group_mismatch,
             definitions: raw.definitions,
         },
         output: PartnerOutput {

@@ -205,6 +205,30 @@ pub fn release(version: &[u8]) -> Release {
         .ok()
 }
 
+impl Ak905 {
+    /// This code as an acknowledgment of `release` can send it: "not unique" (19) exists
+    /// from 004050 on, and 19 before is a security code; there, 6 "Invalid Group Control
+    /// Number", as the group's own release gives it (a partner's `ack_version` may answer a
+    /// 005010 group in a 004010 997).
+    pub fn in_release(self, release: Release) -> Ak905 {
+        match self {
+            Ak905::ControlNumberNotUnique if release < Some(4050) => Ak905::ControlNumberInvalid,
+            code => code,
+        }
+    }
+}
+
+impl Ak502 {
+    /// This code as an acknowledgment of `release` can send it: 18 "Transaction Set not in
+    /// Functional Group" exists from 004040 on; before, 6, as [`Rule::code`] gives it.
+    pub fn in_release(self, release: Release) -> Ak502 {
+        match self {
+            Ak502::NotInFunctionalGroup if release < Some(4040) => Ak502::IdInvalid,
+            code => code,
+        }
+    }
+}
+
 impl Rule {
     /// The code this rule is reported with in `release`, the table every finding takes its
     /// code from. `None` for file-level rules no interchange can answer, and for the ISA
@@ -222,6 +246,9 @@ impl Rule {
             // acknowledgments are 004010 and 005010.
             GsDateTimeInvalid | GsAgencyInvalid => return None,
             EnvelopeLevelOnly => return None,
+            // A warning: the group may still be read as its sender means it (at envelope
+            // level); `unknown_version = "reject"` gives it AK905 2 (see `check`).
+            GsVersionUnknown => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -321,6 +348,7 @@ impl Rule {
                 | FinalTerminatorMissing
                 | GsDateTimeInvalid
                 | GsAgencyInvalid
+                | GsVersionUnknown
                 | EnvelopeLevelOnly
         )
     }
@@ -361,6 +389,7 @@ impl Rule {
             | GsControlNumberSyntax
             | GsVersionMissing
             | GsVersionTooLong
+            | GsVersionUnknown
             | GsDuplicateControlNumber
             | GsSeenBefore
             | GeMissing

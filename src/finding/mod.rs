@@ -70,6 +70,9 @@ crate::words::words! {
         GsVersionMissing = "gs-version-missing",
         /// GS08 longer than its 12 characters (480 is AN 1/12).
         GsVersionTooLong = "gs-version-too-long",
+        /// A warning unless the partner's `unknown_version = "reject"`: GS08 names no X12
+        /// release (`00501`, ISA12's form; `ABCDEF`), so no definition reads its sets.
+        GsVersionUnknown = "gs-version-unknown",
         /// A warning: GS07 neither X nor T; AK905 9 arrives only after 005010.
         GsAgencyInvalid = "gs-agency-invalid",
         GsDuplicateControlNumber = "gs-duplicate-control-number",
@@ -148,6 +151,10 @@ pub struct Finding {
     /// What a definition's finding adds for AK3/AK4 (IK3/IK4/CTX).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Box<SchemaDetail>>,
+    /// The partner's setting that made an error of this rule a warning (`group_mismatch`):
+    /// still reported, never sent back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerated_by: Option<&'static str>,
 }
 
 /// The parts of a definition's finding that only segment and element errors have.
@@ -184,7 +191,18 @@ pub struct SchemaDetail {
 impl Finding {
     /// A warning: reported, never a rejection nor sent back.
     pub fn is_warning(&self) -> bool {
-        self.rule.is_warning() && self.code.is_none()
+        (self.rule.is_warning() || self.tolerated_by.is_some()) && self.code.is_none()
+    }
+
+    /// This finding made a warning by the partner's `setting` (such as
+    /// `group_mismatch = "warn"`): no code, and the message says why.
+    pub fn tolerated(self, setting: &'static str) -> Finding {
+        Finding {
+            code: None,
+            message: format!("{} (accepted: the partner's {setting})", self.message),
+            tolerated_by: Some(setting),
+            ..self
+        }
     }
 
     /// A finding of `rule` at `position`, with the rule's level and code (see
@@ -212,6 +230,7 @@ impl Finding {
             set: None,
             message,
             detail: None,
+            tolerated_by: None,
         }
     }
 

@@ -15,7 +15,7 @@ use chrono::NaiveDateTime;
 
 use crate::ack::{self, Disposition, InterchangeResponse, Outbound};
 use crate::check::{self, Checks};
-use crate::config::{Config, Layout, Partner, UnknownPartners, Validation};
+use crate::config::{Config, Layout, Partner, Severity, UnknownPartners, Validation};
 use crate::finding::Finding;
 use crate::outputs;
 use crate::registry::{Counter, Registry, RegistryError};
@@ -80,6 +80,8 @@ fn checks<'c>(ic: &Interchange<'_>, config: &'c Config, schemas: &'c Schemas) ->
             sender_known: known || accept_unknown,
         }),
         strict_layout: partner.checks.layout == Layout::Strict,
+        unknown_version_rejects: partner.checks.unknown_version == Severity::Reject,
+        group_mismatch_warns: partner.checks.group_mismatch == Severity::Warn,
     }
 }
 

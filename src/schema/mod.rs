@@ -103,9 +103,10 @@ pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Fin
                     Reading::Own(def) | Reading::As(def) => {
                         found.extend(check::walk(def, &set, gi, si, false).findings);
                     }
-                    // A GS08 that names no release, or an ST01 that names no set, is an
-                    // envelope error of its own.
-                    Reading::EnvelopeOnly if names_a_release(version) && names_a_set(id) => {
+                    // An ST01 that names no set is an envelope error of its own; a GS08
+                    // that names no release is a warning of its own, and its sets are still
+                    // said to be read at envelope level.
+                    Reading::EnvelopeOnly if names_a_set(id) => {
                         unread.unread(gi, &group.gs, version, id);
                     }
                     Reading::EnvelopeOnly => {}
@@ -129,10 +130,15 @@ pub fn names_a_set(st01: &[u8]) -> bool {
     st01.len() == 3 && st01.iter().all(u8::is_ascii_digit) && st01.first() != Some(&b'0')
 }
 
-/// Whether GS08 begins with a six-digit release (`004010`, `005010X222A1`).
+/// Whether GS08 begins with an X12 release: six digits, a version `001` to `009` and a
+/// release `00` to `07` before the sub-release digit (`004010`, `003041`,
+/// `005010X222A1`). ISA12's five-digit form (`00501`), a letter for a digit (`0O4010`)
+/// or a release no version has had (`004100`) names none.
 pub fn names_a_release(gs08: &[u8]) -> bool {
-    gs08.get(..6)
-        .is_some_and(|v| v.iter().all(u8::is_ascii_digit))
+    let Some(six) = gs08.get(..6).filter(|v| v.iter().all(u8::is_ascii_digit)) else {
+        return false;
+    };
+    matches!(six, [b'0', b'0', b'1'..=b'9', b'0', b'0'..=b'7', _])
 }
 
 /// How many distinct (release, set) pairs the warning names; an interchange may hold any.
@@ -161,10 +167,12 @@ impl Unread {
             );
             self.first = Some(at);
         }
-        let at = (
-            crate::text::shown(version.get(..6).unwrap_or_default()),
-            crate::text::shown(id),
-        );
+        let release = if names_a_release(version) {
+            version.get(..6).unwrap_or_default()
+        } else {
+            version
+        };
+        let at = (crate::text::shown(release), crate::text::shown(id));
         self.note(at);
     }
 
@@ -203,6 +211,8 @@ impl Unread {
             .map(|(release, id)| {
                 if schemas.defines_release(release) {
                     format!("{id} of {release} (no definition of the set)")
+                } else if !names_a_release(release.as_bytes()) {
+                    format!("{id} of \"{release}\" (GS08 names no release)")
                 } else {
                     format!(
                         "{id} of {release} (no definition of the release, nor one it agrees with)"

@@ -127,7 +127,7 @@ pub fn validate(
             Some(definitions(config)?)
         },
         routing: None,
-        strict_layout: false,
+        ..Default::default()
     };
     let mut any = false;
     for file in files {
