@@ -112,6 +112,12 @@ const RULES: &[&str] = &[
     "element-invalid-time",
     "element-exclusion-violated",
     "element-not-used",
+    // The HL tree.
+    "hl-id-invalid",
+    "hl-parent-unknown",
+    "hl-parent-mismatch",
+    "hl-child-code",
+    "hl-children-none",
 ];
 
 /// Rules no fixture here can produce, and where they are tested instead.

@@ -249,6 +249,9 @@ impl Rule {
             // A warning: the group may still be read as its sender means it (at envelope
             // level); `unknown_version = "reject"` gives it AK905 2 (see `check`).
             GsVersionUnknown => return None,
+            // A warning: nothing is missing for the receiver (no level was promised by id),
+            // and guides fix HL04 at 1 on levels that may stand alone (X279A1's 2000B).
+            HlChildrenNone => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -327,6 +330,11 @@ impl Rule {
             ElementInvalidDate => Code::Ak403(Ak403::InvalidDate),
             ElementInvalidTime => Code::Ak403(Ak403::InvalidTime),
             ElementExclusionViolated => Code::Ak403(Ak403::ExclusionViolated),
+            // The value is well formed and wrong for where it stands: 723 has no closer code
+            // than 7, "Invalid Code Value" (a missing parent a guide requires is 1).
+            HlIdInvalid | HlParentUnknown | HlParentMismatch | HlChildCode => {
+                Code::Ak403(Ak403::InvalidCode)
+            }
             // 621's I10 exists in the 999 alone, and there is no 999 before 005010: a group
             // of an earlier release is answered by a 997, whose code stands here (see
             // `Ak403::in_functional_ack`).
@@ -349,6 +357,7 @@ impl Rule {
                 | GsDateTimeInvalid
                 | GsAgencyInvalid
                 | GsVersionUnknown
+                | HlChildrenNone
                 | EnvelopeLevelOnly
         )
     }
@@ -410,6 +419,11 @@ impl Rule {
             | SegmentOverMaximumUse
             | SegmentNotInSet
             | SegmentOutOfSequence
+            | HlIdInvalid
+            | HlParentUnknown
+            | HlParentMismatch
+            | HlChildCode
+            | HlChildrenNone
             | ElementMissing
             | ElementConditionalMissing
             | ElementTooMany

@@ -114,6 +114,19 @@ crate::words::words! {
         ElementInvalidDate = "element-invalid-date",
         ElementInvalidTime = "element-invalid-time",
         ElementExclusionViolated = "element-exclusion-violated",
+        // ... and the HL tree (AK403 7 on the element; 1 for a parent a guide requires)
+        /// HL01 repeats an earlier level's id, or a numeric HL01 is not greater than the one
+        /// before it.
+        HlIdInvalid = "hl-id-invalid",
+        /// HL02 names no level read before it (none of the set, the level itself, a later one).
+        HlParentUnknown = "hl-parent-unknown",
+        /// HL02 is not the id of the level a guide nests this one in (2000C in 2000B).
+        HlParentMismatch = "hl-parent-mismatch",
+        /// HL04 `0` says the level has no children, and a later level names it as parent.
+        HlChildCode = "hl-child-code",
+        /// A warning: HL04 `1` says the level has children, and none names it (common and
+        /// harmless; where a guide allows only `1` at the level, not reported at all).
+        HlChildrenNone = "hl-children-none",
         /// An element or component an implementation guide marks "Not Used" at this position
         /// is present (999 IK403 I10; 997 AK403 10).
         ElementNotUsed = "element-not-used",

@@ -11,13 +11,19 @@
 use chrono::NaiveDate;
 use memchr::memchr;
 
-use crate::finding::{Ak403, Finding, Rule, SchemaDetail};
+use crate::finding::{Ak403, Code, Finding, Rule, SchemaDetail};
 use crate::x12::{Position, Segment, TransactionSet};
 
 use super::definition::{
     DataType, ElementDef, Kind, Req, SegmentDef, SetDef, Shortcut, Simple, Syntax,
 };
+use super::hierarchy::{ChildCode, Hierarchy, LevelAt, Problem};
 use super::SyntaxKind;
+
+/// The tag of HL, whose segments the walk also reads into the set's tree.
+fn hl_tag() -> u32 {
+    super::definition::tag(b"HL")
+}
 
 /// Segment errors kept per set; past this the set is rejected anyway and the 997 stays small.
 const MAX_SEGMENT_ERRORS: usize = 100;
@@ -119,6 +125,8 @@ struct Walker<'d, 'a> {
     table: [u8; 256],
     /// The current segment's id and elements, as the scan cut them.
     cells: Vec<Cell>,
+    /// The set's HL levels so far.
+    hierarchy: Hierarchy,
 }
 
 /// What a finding keeps of a context's value (CTX01-2 holds at most 35 characters): every
@@ -150,6 +158,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
         contexts: Vec::new(),
         table: byte_table(ts.st.delimiters),
         cells: Vec::with_capacity(32),
+        hierarchy: Hierarchy::default(),
     };
     let mut placed = Vec::new();
     // Past the cap the walk goes on placing segments (for the structured form and for
@@ -187,6 +196,7 @@ pub fn walk(def: &SetDef, ts: &TransactionSet<'_>, group: usize, set: usize, pla
     while !w.frames.is_empty() {
         w.close_frame(end);
     }
+    w.child_codes(ts);
     Walk {
         findings: w.findings,
         places: placed,
@@ -245,12 +255,12 @@ impl<'a> Walker<'_, 'a> {
 
     fn segment(&mut self, segment: &Segment<'a>) -> Option<Place> {
         let tag = super::definition::tag(segment.id);
-        let found = (0..self.frames.len()).rev().find_map(|depth| {
-            self.find_in(&self.frames[depth], tag, segment)
-                .map(|ci| (depth, ci))
-        });
+        let found = self.place_of(tag, segment);
         let Some((depth, ci)) = found else {
             self.unplaced(segment);
+            if tag == hl_tag() {
+                self.level(segment, None, None, false);
+            }
             return None;
         };
         let here = (segment.ordinal, segment.offset);
@@ -316,11 +326,252 @@ impl<'a> Walker<'_, 'a> {
             }
             self.elements(segment, seg_def);
         }
+        if tag == hl_tag() {
+            self.placed_level(segment, opened);
+        }
         Some(Place {
             node: segment_node,
             kept: depth + 1,
             opened,
         })
+    }
+
+    /// The frame and child `segment` (of `tag`) is placed at: the innermost open loop
+    /// that has a place for it.
+    fn place_of(&self, tag: u32, segment: &Segment<'a>) -> Option<(usize, usize)> {
+        let mut candidates = (0..self.frames.len()).rev().filter_map(|depth| {
+            self.find_in(&self.frames[depth], tag, segment)
+                .map(|ci| (depth, ci))
+        });
+        let first = candidates.next();
+        // A guide's level that may stand under more than one level (the 278's patient event
+        // under the subscriber or the dependent) stands under the one its HL02 names, when
+        // an open level further out is that one.
+        let (Some((depth, _)), true) = (first, tag == hl_tag()) else {
+            return first;
+        };
+        match segment.element(2) {
+            Some(hl02)
+                if !hl02.is_empty() && self.hl_parent_at(depth).is_some_and(|p| p != hl02) =>
+            {
+                candidates
+                    .find(|(d, _)| self.hl_parent_at(*d) == Some(hl02))
+                    .or(first)
+            }
+            _ => first,
+        }
+    }
+
+    /// An HL the walk placed, read into the tree with the level a guide nests it in (the
+    /// innermost open HL loop around the loop it opened).
+    fn placed_level(&mut self, segment: &Segment<'a>, opened: Option<usize>) {
+        let hl = hl_tag();
+        let enclosing = opened.and_then(|_| {
+            let inner = self.frames.len() - 1;
+            self.contexts
+                .iter()
+                .rev()
+                .find(|(d, node, _)| *d < inner && self.def.nodes[*node].tag == hl)
+                .map(|(_, node, s)| (*node, *s))
+        });
+        self.level(segment, opened, enclosing, true);
+    }
+
+    /// HL01 of the innermost open HL level at frame `depth` or further out: the parent of
+    /// a level placed in that frame.
+    fn hl_parent_at(&self, depth: usize) -> Option<&'a [u8]> {
+        let hl = hl_tag();
+        self.contexts
+            .iter()
+            .rev()
+            .find(|(d, node, _)| *d <= depth && self.def.nodes[*node].tag == hl)
+            .and_then(|(_, _, s)| s.element(1))
+    }
+
+    /// Reads an HL into the set's tree: its id, its parent (and, in a guide that nests its
+    /// levels, whether that parent is the level `enclosing` it), reported on HL01/HL02.
+    fn level(
+        &mut self,
+        segment: &Segment<'a>,
+        opened: Option<usize>,
+        enclosing: Option<(usize, Segment<'a>)>,
+        placed: bool,
+    ) {
+        let value = |n| segment.element(n).unwrap_or_default();
+        let (hl01, hl02) = (value(1), value(2));
+        let at = LevelAt {
+            ordinal: segment.ordinal,
+            offset: segment.offset,
+            node: opened,
+            placed,
+        };
+        let shown = |v: &[u8]| crate::text::shown(v);
+        let mut parent_unknown = false;
+        for problem in self.hierarchy.level(hl01, hl02, value(4), at) {
+            parent_unknown |= matches!(problem, Problem::ParentIsSelf | Problem::ParentUnknown);
+            let (rule, element, message) = match problem {
+                Problem::IdRepeated { earlier } => (
+                    Rule::HlIdInvalid,
+                    1,
+                    format!(
+                        "HL01 \"{}\" repeats the id of the level at segment {earlier}: each level's id is unique in its set",
+                        shown(hl01)
+                    ),
+                ),
+                Problem::IdNotIncreasing { before } => (
+                    Rule::HlIdInvalid,
+                    1,
+                    format!(
+                        "HL01 \"{}\" is not greater than the HL01 before it (\"{before}\"): levels are numbered in the order they are sent",
+                        shown(hl01)
+                    ),
+                ),
+                Problem::ParentIsSelf => (
+                    Rule::HlParentUnknown,
+                    2,
+                    format!("HL02 \"{}\" names the level itself as its parent", shown(hl02)),
+                ),
+                Problem::ParentUnknown => (
+                    Rule::HlParentUnknown,
+                    2,
+                    format!(
+                        "HL02 \"{}\" names no level sent before it: a parent comes before its children",
+                        shown(hl02)
+                    ),
+                ),
+            };
+            self.hl_finding(segment, rule, element, None, message);
+        }
+        // A parent already reported unknown is not reported again as the wrong one.
+        let Some((node, parent)) = enclosing.filter(|_| !parent_unknown) else {
+            return;
+        };
+        let expected = parent.element(1).unwrap_or_default();
+        if expected.is_empty() || hl02 == expected {
+            return;
+        }
+        let (this, outer) = (
+            opened.map_or("", |n| self.def.nodes[n].id.as_str()),
+            self.def.nodes[node].id.as_str(),
+        );
+        let message = if hl02.is_empty() {
+            format!(
+                "HL02 is missing: this {this} level stands in the {outer} level whose HL01 is \"{}\"",
+                shown(expected)
+            )
+        } else {
+            format!(
+                "HL02 \"{}\" is not \"{}\", the HL01 of the {outer} level this {this} level stands in",
+                shown(hl02),
+                shown(expected)
+            )
+        };
+        let code = hl02.is_empty().then_some(Ak403::MandatoryMissing);
+        self.hl_finding(segment, Rule::HlParentMismatch, 2, code, message);
+    }
+
+    /// The levels whose HL04 the rest of the set proved wrong, reported on their HL04.
+    fn child_codes(&mut self, ts: &TransactionSet<'_>) {
+        let wrong = std::mem::take(&mut self.hierarchy).finish();
+        if wrong.is_empty() {
+            return;
+        }
+        // The HLs are read again, in one pass: the tree keeps a few numbers a level, and
+        // they come in the order of the set.
+        let mut wrong = wrong.into_iter().peekable();
+        for segment in ts.body.segments() {
+            let Some((at, code)) = wrong.next_if(|(at, _)| at.offset == segment.offset) else {
+                if wrong.peek().is_none() {
+                    break;
+                }
+                continue;
+            };
+            let hl01 = crate::text::shown(segment.element(1).unwrap_or_default());
+            let (rule, message) = match code {
+                ChildCode::SaysChildrenHasNone if self.guide_fixes_children(at.node) => continue,
+                ChildCode::SaysChildrenHasNone => (
+                    Rule::HlChildrenNone,
+                    format!("HL04 \"1\" says level \"{hl01}\" has children, but no HL names it as its parent (noted; not sent back)"),
+                ),
+                ChildCode::SaysNoneHasChild { child } => (
+                    Rule::HlChildCode,
+                    format!("HL04 \"0\" says level \"{hl01}\" has no children, but the HL at segment {child} names it as its parent"),
+                ),
+            };
+            let loop_id = at.node.map(|n| self.def.nodes[n].id.clone());
+            self.hl_finding_in(&segment, rule, 4, None, message, loop_id);
+        }
+    }
+
+    /// Whether the guide allows HL04 `1` only at the level `node` opened: its own choice
+    /// for a level that may stand alone (X279A1's 2000B in a 271 refusing the inquiry).
+    fn guide_fixes_children(&self, node: Option<usize>) -> bool {
+        let trigger = node
+            .and_then(|n| self.def.nodes[n].children.first())
+            .and_then(|t| self.def.nodes.get(*t));
+        trigger.is_some_and(|t| {
+            t.narrowed
+                .iter()
+                .any(|q| q.element == 4 && q.component.is_none() && !q.codes.contains(b"0"))
+        })
+    }
+
+    fn hl_finding(
+        &mut self,
+        segment: &Segment<'_>,
+        rule: Rule,
+        element: usize,
+        code: Option<Ak403>,
+        message: String,
+    ) {
+        let loop_id = self.loop_id();
+        self.hl_finding_in(segment, rule, element, code, message, loop_id);
+    }
+
+    /// One finding on element `element` of an HL, as an element error of its segment (AK3
+    /// 8 with an AK4), counted towards the cap as a segment error.
+    fn hl_finding_in(
+        &mut self,
+        segment: &Segment<'_>,
+        rule: Rule,
+        element: usize,
+        code: Option<Ak403>,
+        message: String,
+        loop_id: Option<String>,
+    ) {
+        self.segment_errors += 1;
+        if self.segment_errors > MAX_SEGMENT_ERRORS {
+            return;
+        }
+        const REFERENCES: [u32; 4] = [628, 734, 735, 736];
+        let value = segment.element(element).unwrap_or_default();
+        let mut position = Position {
+            byte: segment.element_offset(element),
+            segment: segment.ordinal,
+            set_segment: Some(self.set_segment(segment.ordinal)),
+            element: u16::try_from(element).ok(),
+            component: None,
+        };
+        if element > segment.element_count() {
+            position.byte = segment.offset;
+        }
+        let detail = SchemaDetail {
+            loop_id,
+            bounded_loop: self.bounded_loop(),
+            reference: REFERENCES.get(element.saturating_sub(1)).copied(),
+            repetition: None,
+            bad_value: (!value.is_empty()).then(|| context_value(value)),
+            context: self.context(),
+            element_optional: element != 1,
+            guide: self.def.is_guide(),
+        };
+        let mut f = Finding::new(rule, position, "HL", message)
+            .in_set(self.at.group, self.at.set)
+            .with_detail(detail);
+        if let Some(code) = code {
+            f = f.coded(Code::Ak403(code));
+        }
+        self.findings.push(f);
     }
 
     /// Ends the innermost open loop iteration (the root, at SE): its missing mandatory

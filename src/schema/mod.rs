@@ -5,6 +5,7 @@
 //! and reports AK3/AK4 errors, and tells the structured JSON where each segment stands.
 
 pub mod check;
+mod hierarchy;
 /// The definitions and their compiler: the `x12-schema` crate (crates/x12-schema), shared
 /// with the build script.
 pub use x12_schema as definition;
@@ -103,10 +104,10 @@ pub fn walk(ic: &Interchange<'_>, schemas: &Schemas, threads: usize) -> (Vec<Fin
                     Reading::Own(def) | Reading::As(def) => {
                         found.extend(check::walk(def, &set, gi, si, false).findings);
                     }
-                    // An ST01 that names no set is an envelope error of its own; a GS08
-                    // that names no release is a warning of its own, and its sets are still
-                    // said to be read at envelope level.
-                    Reading::EnvelopeOnly if names_a_set(id) => {
+                    // An ST01 that names no set, or no GS08, is an envelope error of its
+                    // own; a GS08 that names no release is a warning of its own, and its
+                    // sets are still said to be read at envelope level.
+                    Reading::EnvelopeOnly if names_a_set(id) && !version.is_empty() => {
                         unread.unread(gi, &group.gs, version, id);
                     }
                     Reading::EnvelopeOnly => {}
@@ -432,15 +433,33 @@ mod tests {
              it agrees with), 850 of 003030 (no definition of the release, nor one it agrees \
              with), 810 of 004010 (no definition of the set) (noted; not sent back)"
         );
-        // Read sets, a GS08 too short to name a release or an ST01 that names no set are not
-        // noted.
+        // Read sets and an ST01 that names no set are not noted ...
         assert!(findings_of(&[
             ("004030", &[("850", PO)]),
-            ("0040", &[("810", "")]),
-            ("ABCDEF", &[("810", "")]),
             ("004010", &[("85", ""), ("000", "")])
         ])
         .is_empty());
+        // ... but the sets of a GS08 that names no release are: no definition read them.
+        let unnamed = findings_of(&[("0040", &[("810", "")]), ("ABCDEF", &[("810", "")])]);
+        assert_eq!(unnamed.len(), 1, "{unnamed:?}");
+        assert_eq!(
+            unnamed[0].message,
+            "checked at envelope level only: 810 of \"0040\" (GS08 names no release), 810 of \
+             \"ABCDEF\" (GS08 names no release) (noted; not sent back)"
+        );
+        for (gs08, named) in [
+            ("004010", true),
+            ("003041", true),
+            ("005010X222A1", true),
+            ("004010VICS", true),
+            ("00501", false),
+            ("0O4010", false),
+            ("004100", false),
+            ("010010", false),
+            ("", false),
+        ] {
+            assert_eq!(names_a_release(gs08.as_bytes()), named, "{gs08}");
+        }
         // However many, the note names a bounded number.
         let many: Vec<(String, String)> = (0..50)
             .map(|i| (format!("{}", 100 + i), String::new()))

@@ -17,9 +17,33 @@ pub fn body(def: &SetDef, seed: u64) -> Vec<(String, Vec<Vec<Vec<String>>>)> {
         out: Vec::new(),
         hl: Vec::new(),
         next_hl: 1,
+        must_nest: false,
     };
     g.children(0);
+    child_codes(&mut g.out);
     g.out
+}
+
+/// HL04 (when sent) made true to what follows: `1` when a later level names the level as its
+/// parent, else `0`.
+fn child_codes(out: &mut [(String, Vec<Vec<Vec<String>>>)]) {
+    let first = |elements: &[Vec<Vec<String>>], n: usize| -> Option<String> {
+        elements.get(n)?.first()?.first().cloned()
+    };
+    let parents: std::collections::HashSet<String> = out
+        .iter()
+        .filter(|(id, _)| id == "HL")
+        .filter_map(|(_, elements)| first(elements, 1))
+        .collect();
+    for (id, elements) in out.iter_mut() {
+        if id != "HL" {
+            continue;
+        }
+        let has_children = first(elements, 0).is_some_and(|hl01| parents.contains(&hl01));
+        if let Some(hl04) = elements.get_mut(3).filter(|e| !e.is_empty()) {
+            *hl04 = vec![vec![if has_children { "1" } else { "0" }.to_string()]];
+        }
+    }
 }
 
 /// Segments from [`body`] as X12 text with `*`, `:`, `^` and `~`, each segment followed by
@@ -41,6 +65,9 @@ struct Generator<'d> {
     /// HL01s on the path from the top level to the current level.
     hl: Vec<u64>,
     next_hl: u64,
+    /// The level just written said it has children (HL04 `1`, the only code some guides
+    /// allow there): its first level loop is used at least once.
+    must_nest: bool,
 }
 
 impl Generator<'_> {
@@ -58,7 +85,14 @@ impl Generator<'_> {
             if node != 0 && i == 0 {
                 continue;
             }
-            let times = self.uses(n.req, n.max);
+            let mut times = self.uses(n.req, n.max);
+            let level = n.is_loop()
+                && n.children
+                    .first()
+                    .is_some_and(|t| self.def.nodes[*t].id == "HL");
+            if level && std::mem::take(&mut self.must_nest) {
+                times = times.max(1);
+            }
             for _ in 0..times {
                 if n.is_loop() {
                     self.iteration(child);
@@ -81,8 +115,12 @@ impl Generator<'_> {
             let id = self.next_hl;
             self.next_hl += 1;
             self.segment(trigger);
+            self.must_nest = self.out.last().is_some_and(|(_, elements)| {
+                elements.get(3).and_then(|e| e.first()?.first()) == Some(&"1".to_string())
+            });
             self.hl.push(id);
             self.children(node);
+            self.must_nest = false;
             self.hl.pop();
             return;
         }
