@@ -345,3 +345,34 @@ fn an_interchange_larger_than_a_piece_is_read_in_parts_end_to_end() {
         "rendered back, the file differs"
     );
 }
+
+#[test]
+fn parse_refuses_a_segment_id_holding_a_delimiter_and_names_it() {
+    // `N>1`: the component separator inside a segment id. Written to JSON, the id could
+    // never be rendered back, so parse says so and writes nothing of it.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture(CLEAN)).unwrap();
+    let broken = text.replacen("\nN1*", "\nN>1*", 1);
+    assert_ne!(broken, text, "the fixture has an N1 to break");
+    let path = dir.path().join("id.x12");
+    std::fs::write(&path, &broken).unwrap();
+    let out = x12gate(dir.path())
+        .arg("parse")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"N>1\" holds the component separator '>'"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("N>1"));
+    // validate reports the same segment as a bad id, where it stands.
+    let out = x12gate(dir.path())
+        .args(["validate", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("segment-id-invalid"));
+}

@@ -7,7 +7,7 @@
 //! docs/standards.md prints this table; change it here and only here.
 
 use super::Status;
-use crate::finding::{Ak403, Ak905, Code, Finding, Ta105};
+use crate::finding::{Ak403, Ak905, Code, Finding, Rule, Ta105};
 
 /// TA104 for each TA105 note code, and why.
 pub const TA1_POLICY: &[(Ta105, Status, &str)] = &[
@@ -218,6 +218,18 @@ pub const NOTED_IN_OPTIONAL_ELEMENTS: &[(Ak403, &str)] = &[
 /// Whether a finding of a set's definition (an AK304 segment or AK403 element error)
 /// rejects its set; envelope findings of a set always do.
 pub fn schema_finding_rejects(f: &Finding) -> bool {
+    if f.is_warning() {
+        return false;
+    }
+    // A level whose id or parent is wrong hangs its data (a claim, an item) under the wrong
+    // level or none: whatever the element's requirement, that is not safe to book. A wrong
+    // HL04 alone leaves the tree as HL02 draws it, and is noted like any optional element.
+    if matches!(
+        f.rule,
+        Rule::HlIdInvalid | Rule::HlParentUnknown | Rule::HlParentMismatch
+    ) {
+        return true;
+    }
     let optional = f.detail.as_ref().is_some_and(|d| d.element_optional);
     match f.code {
         Some(Code::Ak403(code)) => {

@@ -110,6 +110,14 @@ pub enum ParseError {
     },
     #[error("byte {offset}: segment {ordinal} (TA1) follows a functional group of an interchange read in parts (larger than a piece); the JSON form lists an interchange's TA1s before its groups, which are already written")]
     LateTa1 { offset: usize, ordinal: u32 },
+    #[error("byte {offset}: segment {ordinal}: its id {id:?} holds the {which} {delimiter:?}, so no X12 could be written back from the JSON (a segment id is 2 or 3 letters or digits)")]
+    SegmentId {
+        offset: usize,
+        ordinal: u32,
+        id: String,
+        which: &'static str,
+        delimiter: char,
+    },
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -478,6 +486,7 @@ impl Text<'_> {
                 if !keep(ic.group_index(gi), ic.set_index(gi, si)) {
                     continue;
                 }
+                delimiter_in_id(&set)?;
                 // One write per set: serde_json writes a token at a time.
                 buf.clear();
                 if written.sets > 0 {
@@ -500,6 +509,31 @@ impl Text<'_> {
         }
         Ok(())
     }
+}
+
+/// A segment id holding the component or repetition separator (the reader keeps the ids
+/// it cannot take, the first few of a set, and reports them as `segment-id-invalid`): the
+/// JSON would hold an id no X12 can carry, so the set is not written.
+fn delimiter_in_id(set: &TransactionSet<'_>) -> Result<(), ParseError> {
+    let d = set.st.delimiters;
+    for s in &set.bad_ids {
+        let named = [
+            ("component separator", Some(d.component)),
+            ("repetition separator", d.repetition),
+        ];
+        for (which, delimiter) in named {
+            if let Some(b) = delimiter.filter(|b| s.id.contains(b)) {
+                return Err(ParseError::SegmentId {
+                    offset: s.offset,
+                    ordinal: s.ordinal,
+                    id: s.id_str(),
+                    which,
+                    delimiter: char::from(b),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One set as its JSON (the object [`write_interchange_document`] gives it), for a business

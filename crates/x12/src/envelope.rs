@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use memchr::memmem;
 
-use super::isa::{parse_isa, IsaError, ISA_SCAN_LIMIT};
+use super::isa::{parse_isa, Delimiter, IsaError, ISA_SCAN_LIMIT};
 
 mod parts;
 
@@ -867,6 +867,29 @@ impl<'a> Interchanges<'a> {
         self.resync(start);
         self.skip_on(start);
         let (kind, message) = match e {
+            IsaError::NotAscii { delimiter, at } => {
+                let (kind, name) = match delimiter {
+                    Delimiter::Element => (
+                        ReadErrorKind::ElementSeparator,
+                        "the element separator (4th byte)",
+                    ),
+                    Delimiter::Component => (
+                        ReadErrorKind::SegmentTerminator,
+                        "the component separator (ISA16)",
+                    ),
+                    Delimiter::Segment => (
+                        ReadErrorKind::SegmentTerminator,
+                        "the segment terminator (after ISA16)",
+                    ),
+                };
+                let bytes = self.input.get(start + at..).unwrap_or_default();
+                let message = format!("ISA: {name} is {}", not_ascii(bytes));
+                return ReadError {
+                    kind,
+                    offset: self.base + start + at,
+                    message,
+                };
+            }
             IsaError::Unreadable => (
                 ReadErrorKind::IsaUnreadable,
                 "ISA: cannot find its 16 elements, the component separator and the \
@@ -893,6 +916,41 @@ impl<'a> Interchanges<'a> {
     /// piece, is longer than an interchange may be.
     fn too_long(&self, isa_at: usize, end: usize) -> bool {
         (self.base + end).saturating_sub(isa_at) as u64 > self.limits.max_interchange_bytes
+    }
+}
+
+/// What the bytes at a non-ASCII delimiter are, for an error: the character they begin, if
+/// they begin one in UTF-8, else the byte alone.
+fn not_ascii(bytes: &[u8]) -> String {
+    let first = bytes.first().copied().unwrap_or_default();
+    let utf8 = (2..=4).find_map(|n| {
+        let c = std::str::from_utf8(bytes.get(..n)?).ok()?.chars().next()?;
+        Some((c, bytes.get(..n)?))
+    });
+    match utf8 {
+        Some(('\u{fffd}', _)) => "EF BF BD, U+FFFD, the replacement character: the file was \
+             re-encoded as UTF-8 and its delimiter lost; X12 delimiters are single ASCII bytes \
+             (ask for the file as sent)"
+            .into(),
+        Some((c, raw)) => {
+            let hex: Vec<String> = raw.iter().map(|b| format!("{b:02X}")).collect();
+            // U+0080..U+00FF is what a Latin-1 byte becomes when a file is re-encoded.
+            let latin1 = u8::try_from(u32::from(c))
+                .map(|b| {
+                    format!(" (a file re-encoded from Latin-1, where it was the byte {b:02X}?)")
+                })
+                .unwrap_or_default();
+            format!(
+                "{}, the UTF-8 character {:?} (U+{:04X}){latin1}: X12 delimiters are single ASCII bytes",
+                hex.join(" "),
+                c,
+                u32::from(c)
+            )
+        }
+        None => format!(
+            "byte {first:02X}, outside ASCII (another character set's?): X12 delimiters are \
+             single ASCII bytes"
+        ),
     }
 }
 

@@ -67,6 +67,18 @@ pub enum IsaError {
     ElementSeparator,
     /// The segment terminator is a letter or digit, or equals another delimiter.
     SegmentTerminator,
+    /// A delimiter is a byte outside ASCII: the first byte of a multi-byte character (a
+    /// UTF-8 `¬`, or U+FFFD where a re-encoding lost the real one), or a byte of another
+    /// character set. `at` is its offset from the ISA's first byte.
+    NotAscii { delimiter: Delimiter, at: usize },
+}
+
+/// One of the ISA's delimiters, for an error that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delimiter {
+    Element,
+    Component,
+    Segment,
 }
 
 /// ISA: `ISA` element-separator, fifteen fields each closed by the separator, then ISA16 (one
@@ -97,13 +109,27 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
     let (rest, (sep, fields, component, terminator)) = isa_fields(window)
         .finish()
         .map_err(|_| IsaError::Unreadable)?;
+    if !sep.is_ascii() {
+        return Err(IsaError::NotAscii {
+            delimiter: Delimiter::Element,
+            at: 3,
+        });
+    }
     if sep.is_ascii_alphanumeric() || matches!(sep, b' ' | b'\r' | b'\n') {
         return Err(IsaError::ElementSeparator);
+    }
+    let len = window.len() - rest.len();
+    for (delimiter, byte, at) in [
+        (Delimiter::Component, component, len - 2),
+        (Delimiter::Segment, terminator, len - 1),
+    ] {
+        if !byte.is_ascii() {
+            return Err(IsaError::NotAscii { delimiter, at });
+        }
     }
     if terminator.is_ascii_alphanumeric() || [component, sep, b' '].contains(&terminator) {
         return Err(IsaError::SegmentTerminator);
     }
-    let len = window.len() - rest.len();
     let mut all: [&[u8]; 16] = [&[]; 16];
     for (slot, f) in all.iter_mut().zip(fields) {
         *slot = f;
@@ -186,6 +212,43 @@ mod tests {
         assert_eq!(isa.delimiters.repetition, Some(b'}'));
         assert_eq!(isa.delimiters.segment, b'\n');
         assert_eq!(isa.len, s.len());
+    }
+
+    #[test]
+    fn a_delimiter_outside_ascii_is_named_where_it_stands() {
+        let text = String::from_utf8(ISA.to_vec()).unwrap();
+        let utf8_terminator = text.replace(":~", ":\u{ac}");
+        assert_eq!(
+            parse_isa(utf8_terminator.as_bytes(), 0),
+            Err(IsaError::NotAscii {
+                delimiter: Delimiter::Segment,
+                at: 105
+            })
+        );
+        let replaced = text.replace(":~", ":\u{fffd}");
+        assert_eq!(
+            parse_isa(replaced.as_bytes(), 0),
+            Err(IsaError::NotAscii {
+                delimiter: Delimiter::Segment,
+                at: 105
+            })
+        );
+        let component = text.replace(":~", "\u{a7}~");
+        assert_eq!(
+            parse_isa(component.as_bytes(), 0),
+            Err(IsaError::NotAscii {
+                delimiter: Delimiter::Component,
+                at: 104
+            })
+        );
+        let element = text.replace('*', "\u{a6}");
+        assert_eq!(
+            parse_isa(element.as_bytes(), 0),
+            Err(IsaError::NotAscii {
+                delimiter: Delimiter::Element,
+                at: 3
+            })
+        );
     }
 
     #[test]
