@@ -623,6 +623,11 @@ struct RawFile {
     composites: HashMap<String, RawComposite>,
     #[serde(default)]
     codes: HashMap<String, Vec<String>>,
+    /// A dictionary's segment directory: every segment id of the release, defined here or
+    /// not, so that a real segment no set here has is "not in the set" (AK304 6), and only
+    /// an id no release has is "unrecognized" (AK304 1).
+    #[serde(default)]
+    directory: Vec<String>,
     document: Option<RawDocument>,
 }
 
@@ -691,6 +696,8 @@ struct Dictionary {
     segments: HashMap<String, RawSegment>,
     composites: HashMap<String, RawComposite>,
     codes: HashMap<String, Arc<Codes>>,
+    /// Every segment id of the release (`directory`), the defined ones aside.
+    directory: Vec<String>,
 }
 
 /// Every definition, by (six-digit version, set id), and each version's dictionary code
@@ -820,9 +827,8 @@ impl Schemas {
                 .unwrap_or(&empty);
             // The set's own declarations extend the dictionary for this set only.
             let mut local = Dictionary {
-                segments: HashMap::new(),
-                composites: HashMap::new(),
                 codes: base.codes.clone(),
+                ..Dictionary::default()
             };
             add_to_dictionary(&mut local, &set.path, &set.raw)?;
             compile(&set.path, set.first_line, &key.1, &set.raw, base, &local).map(Arc::new)
@@ -1110,6 +1116,7 @@ fn add_to_dictionary(d: &mut Dictionary, path: &str, raw: &RawFile) -> Result<()
         let set = Codes::new(codes.iter().map(|c| c.as_bytes()));
         d.codes.insert(reference.clone(), Arc::new(set));
     }
+    d.directory.extend(raw.directory.iter().cloned());
     Ok(())
 }
 
@@ -1859,6 +1866,7 @@ fn compile(
         .segments
         .keys()
         .chain(local.segments.keys())
+        .chain(&base.directory)
         .map(|k| k.as_bytes().to_vec().into_boxed_slice())
         .collect();
     for envelope in ["ISA", "IEA", "GS", "GE", "ST", "SE", "TA1"] {
