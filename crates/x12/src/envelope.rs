@@ -849,13 +849,14 @@ impl<'a> Interchanges<'a> {
             .flat_map(|b| std::ascii::escape_default(*b))
             .map(char::from)
             .collect();
+        let what = recognised(tail).map_or_else(String::new, |w| format!(": {w}"));
         self.resync(start);
         self.skip_on(start);
         ReadError {
             kind: ReadErrorKind::NotAnInterchange,
             offset: self.base + start,
             message: format!(
-                "expected ISA to open an interchange, found \"{shown}\" \
+                "expected ISA to open an interchange, found \"{shown}\"{what} \
                  (only whitespace may stand between interchanges)"
             ),
         }
@@ -917,6 +918,40 @@ impl<'a> Interchanges<'a> {
     fn too_long(&self, isa_at: usize, end: usize) -> bool {
         (self.base + end).saturating_sub(isa_at) as u64 > self.limits.max_interchange_bytes
     }
+}
+
+/// What a file that does not begin with an ISA is, when its first bytes say: the formats
+/// that land in EDI inboxes by mistake, and X12 in an encoding read as two bytes a character.
+fn recognised(head: &[u8]) -> Option<&'static str> {
+    let utf16 = "X12 written as UTF-16 (two bytes a character): X12 is single bytes; \
+                 convert it to ASCII or UTF-8";
+    let formats: [(&[u8], &str); 9] = [
+        (b"\xff\xfe", utf16),
+        (b"\xfe\xff", utf16),
+        (b"I\0S\0A\0", utf16),
+        (b"\0I\0S\0A", utf16),
+        (b"%PDF", "a PDF document"),
+        (
+            b"PK\x03\x04",
+            "a ZIP archive (or an Office document); unpack it first",
+        ),
+        (b"\x1f\x8b", "a gzip file; unpack it first"),
+        (b"UNA", "an EDIFACT interchange, not X12"),
+        (b"UNB", "an EDIFACT interchange, not X12"),
+    ];
+    formats
+        .iter()
+        .find(|(magic, _)| head.starts_with(magic))
+        .map(|(_, what)| *what)
+        .or_else(|| {
+            let text = head.get(..64).unwrap_or(head);
+            let first = text.iter().find(|b| !b.is_ascii_whitespace())?;
+            match first {
+                b'<' => Some("XML or HTML, not X12"),
+                b'{' | b'[' => Some("JSON, not X12 (`render` turns our JSON back into X12)"),
+                _ => None,
+            }
+        })
 }
 
 /// What the bytes at a non-ASCII delimiter are, for an error: the character they begin, if
@@ -1409,6 +1444,33 @@ fn build<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_is_not_x12_says_what_it_is_when_its_first_bytes_tell() {
+        let first = |input: &[u8]| -> String {
+            match Interchanges::new(input, Limits::default()).next() {
+                Some(Err(e)) => e.message,
+                other => panic!("{other:?}"),
+            }
+        };
+        let utf16: Vec<u8> = "ISA*00*".bytes().flat_map(|b| [b, 0]).collect();
+        assert!(first(&utf16).contains("UTF-16"), "{}", first(&utf16));
+        assert!(first(b"\xff\xfeI\0S\0A\0").contains("UTF-16"));
+        assert!(first(b"%PDF-1.7 ...").contains("a PDF document"));
+        assert!(first(b"PK\x03\x04 ...").contains("ZIP"));
+        assert!(first(b"\x1f\x8b\x08 ...").contains("gzip"));
+        assert!(first(b"UNB+UNOA:2+...").contains("EDIFACT"));
+        assert!(first(b"  {\"interchanges\": []}").contains("JSON"));
+        assert!(first(b"<?xml version=\"1.0\"?>").contains("XML"));
+        // Text that is none of these is only shown.
+        let plain = first(b"hello, this is not EDI");
+        assert!(
+            plain.ends_with(
+                "found \"hello, this \" (only whitespace may stand between interchanges)"
+            ),
+            "{plain}"
+        );
+    }
 
     /// A set's entry comes back as it went in, in 32-bit numbers and, from the first offset
     /// past them, in 64-bit ones.
