@@ -114,6 +114,7 @@ const RULES: &[&str] = &[
     "element-not-used",
     // The HL tree.
     "hl-id-invalid",
+    "hl-id-order",
     "hl-parent-unknown",
     "hl-parent-mismatch",
     "hl-child-code",

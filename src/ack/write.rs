@@ -629,11 +629,16 @@ impl<'r> Iterator for Answers<'r, '_> {
     }
 }
 
-/// Element 447 (AK303, IK303, CTX04) is AN 1/6 from 003070 to 004040 and AN 1/4 from
-/// 004050 to 006040, 005010 included (EdiFabric's templates, Stedi's and kasoftware's
-/// pages, pyx12's and stupidedi's dictionaries).
-const LOOP_ID_4010: usize = 6;
-const LOOP_ID_5010: usize = 4;
+/// How long element 447 (AK303, IK303, CTX04) may be in an acknowledgment of `release`:
+/// AN 1/4 to 003060, 1/6 from 003070 to 004040, 1/4 again from 004050 to 006040 (005010
+/// included), 1/6 from 006050 (EdiFabric's templates; Stedi's, kasoftware's, pyx12's and
+/// stupidedi's 005010 dictionaries).
+fn loop_id_max(release: Release) -> usize {
+    match release {
+        Some(r) if (3070..4050).contains(&r) || r >= 6050 => 6,
+        _ => 4,
+    }
+}
 
 /// A loop id as element 447 can hold it: a guide's `2010AA` becomes `2010`, the loop's
 /// number, as clearinghouses send it (a 999 carrying `2010AA` is refused by readers that
@@ -666,7 +671,7 @@ fn functional_ack(
         };
         w.segment("AK2", &[&s.id, &s.control_number, convention]);
         for seg in &s.segment_errors {
-            let max = if era_5010 { LOOP_ID_5010 } else { LOOP_ID_4010 };
+            let max = loop_id_max(ack);
             w.segment(
                 "AK3",
                 &[
@@ -705,7 +710,10 @@ fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchang
                 &[
                     Writer::segment_id(&seg.id),
                     &seg.position.to_string(),
-                    loop_id(seg.loop_id.as_deref(), LOOP_ID_5010),
+                    loop_id(
+                        seg.loop_id.as_deref(),
+                        loop_id_max(IMPLEMENTATION_ACK_RELEASE),
+                    ),
                     seg.code.value(),
                 ],
             );
@@ -723,7 +731,10 @@ fn implementation_ack(w: &mut Writer<'_, '_>, g: &GroupResponse, ic: &Interchang
                         &ctx01,
                         c.segment.as_deref().unwrap_or(""),
                         &position,
-                        loop_id(c.loop_id.as_deref(), LOOP_ID_5010),
+                        loop_id(
+                            c.loop_id.as_deref(),
+                            loop_id_max(IMPLEMENTATION_ACK_RELEASE),
+                        ),
                         &element,
                     ],
                 );
@@ -1003,12 +1014,18 @@ mod tests {
 
     #[test]
     fn a_loop_id_is_cut_to_what_element_447_holds_in_the_acks_release() {
-        assert_eq!(loop_id(Some("2010AA"), LOOP_ID_5010), "2010");
-        assert_eq!(loop_id(Some("2300"), LOOP_ID_5010), "2300");
-        assert_eq!(loop_id(Some("1000A"), LOOP_ID_4010), "1000A");
-        assert_eq!(loop_id(Some("2010AAXYZ"), LOOP_ID_4010), "2010AA");
-        assert_eq!(loop_id(Some("ÉÉÉÉÉÉ"), LOOP_ID_5010), "ÉÉÉÉ");
-        assert_eq!(loop_id(None, LOOP_ID_5010), "");
+        let (r4010, r5010) = (loop_id_max(Some(4010)), loop_id_max(Some(5010)));
+        assert_eq!((r4010, r5010), (6, 4));
+        assert_eq!(
+            [3060, 3070, 4040, 4050, 6040, 6050].map(|r| loop_id_max(Some(r))),
+            [4, 6, 6, 4, 4, 6]
+        );
+        assert_eq!(loop_id(Some("2010AA"), r5010), "2010");
+        assert_eq!(loop_id(Some("2300"), r5010), "2300");
+        assert_eq!(loop_id(Some("1000A"), r4010), "1000A");
+        assert_eq!(loop_id(Some("2010AAXYZ"), r4010), "2010AA");
+        assert_eq!(loop_id(Some("ÉÉÉÉÉÉ"), r5010), "ÉÉÉÉ");
+        assert_eq!(loop_id(None, r5010), "");
     }
 
     #[test]

@@ -251,7 +251,7 @@ impl Rule {
             GsVersionUnknown => return None,
             // A warning: nothing is missing for the receiver (no level was promised by id),
             // and guides fix HL04 at 1 on levels that may stand alone (X279A1's 2000B).
-            HlChildrenNone => return None,
+            HlChildrenNone | HlIdOrder => return None,
             IsaFieldWidth | IsaFieldValue => return None,
             IsaUnreadable => Code::Ta105(Ta105::ControlStructure),
             ElementSeparator => Code::Ta105(Ta105::ElementSeparator),
@@ -358,6 +358,7 @@ impl Rule {
                 | GsAgencyInvalid
                 | GsVersionUnknown
                 | HlChildrenNone
+                | HlIdOrder
                 | EnvelopeLevelOnly
         )
     }
@@ -424,6 +425,7 @@ impl Rule {
             | HlParentMismatch
             | HlChildCode
             | HlChildrenNone
+            | HlIdOrder
             | ElementMissing
             | ElementConditionalMissing
             | ElementTooMany

@@ -115,9 +115,13 @@ crate::words::words! {
         ElementInvalidTime = "element-invalid-time",
         ElementExclusionViolated = "element-exclusion-violated",
         // ... and the HL tree (AK403 7 on the element; 1 for a parent a guide requires)
-        /// HL01 repeats an earlier level's id, or a numeric HL01 is not greater than the one
-        /// before it.
+        /// HL01 repeats an earlier level's id, or, in an implementation guide, a numeric HL01
+        /// is not greater than the one before it.
         HlIdInvalid = "hl-id-invalid",
+        /// A warning: a numeric HL01 not greater than the one before it, in a set read
+        /// against the standard's table (X12 asks ids to be unique; the guides number them 1,
+        /// 2, 3 ..., and there it is `hl-id-invalid`).
+        HlIdOrder = "hl-id-order",
         /// HL02 names no level read before it (none of the set, the level itself, a later one).
         HlParentUnknown = "hl-parent-unknown",
         /// HL02 is not the id of the level a guide nests this one in (2000C in 2000B).

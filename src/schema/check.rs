@@ -11,7 +11,7 @@
 use chrono::NaiveDate;
 use memchr::memchr;
 
-use crate::finding::{Ak403, Code, Finding, Rule, SchemaDetail};
+use crate::finding::{Ak403, Finding, Rule, SchemaDetail};
 use crate::x12::{Position, Segment, TransactionSet};
 
 use super::definition::{
@@ -418,11 +418,19 @@ impl<'a> Walker<'_, 'a> {
                         shown(hl01)
                     ),
                 ),
-                Problem::IdNotIncreasing { before } => (
+                Problem::IdNotIncreasing { before } if self.def.is_guide() => (
                     Rule::HlIdInvalid,
                     1,
                     format!(
-                        "HL01 \"{}\" is not greater than the HL01 before it (\"{before}\"): levels are numbered in the order they are sent",
+                        "HL01 \"{}\" is not greater than the HL01 before it (\"{before}\"): the guide numbers levels in the order they are sent",
+                        shown(hl01)
+                    ),
+                ),
+                Problem::IdNotIncreasing { before } => (
+                    Rule::HlIdOrder,
+                    1,
+                    format!(
+                        "HL01 \"{}\" is not greater than the HL01 before it (\"{before}\"): ids are usually numbered in the order sent (noted; not sent back: X12 asks them to be unique only)",
                         shown(hl01)
                     ),
                 ),
@@ -440,34 +448,27 @@ impl<'a> Walker<'_, 'a> {
                     ),
                 ),
             };
-            self.hl_finding(segment, rule, element, None, message);
+            self.hl_finding(segment, rule, element, message);
         }
         // A parent already reported unknown is not reported again as the wrong one.
         let Some((node, parent)) = enclosing.filter(|_| !parent_unknown) else {
             return;
         };
+        // An empty HL02 is the element check's (`+HL02` where the guide requires it).
         let expected = parent.element(1).unwrap_or_default();
-        if expected.is_empty() || hl02 == expected {
+        if expected.is_empty() || hl02.is_empty() || hl02 == expected {
             return;
         }
         let (this, outer) = (
             opened.map_or("", |n| self.def.nodes[n].id.as_str()),
             self.def.nodes[node].id.as_str(),
         );
-        let message = if hl02.is_empty() {
-            format!(
-                "HL02 is missing: this {this} level stands in the {outer} level whose HL01 is \"{}\"",
-                shown(expected)
-            )
-        } else {
-            format!(
-                "HL02 \"{}\" is not \"{}\", the HL01 of the {outer} level this {this} level stands in",
-                shown(hl02),
-                shown(expected)
-            )
-        };
-        let code = hl02.is_empty().then_some(Ak403::MandatoryMissing);
-        self.hl_finding(segment, Rule::HlParentMismatch, 2, code, message);
+        let message = format!(
+            "HL02 \"{}\" is not \"{}\", the HL01 of the {outer} level this {this} level stands in",
+            shown(hl02),
+            shown(expected)
+        );
+        self.hl_finding(segment, Rule::HlParentMismatch, 2, message);
     }
 
     /// The levels whose HL04 the rest of the set proved wrong, reported on their HL04.
@@ -499,7 +500,16 @@ impl<'a> Walker<'_, 'a> {
                 ),
             };
             let loop_id = at.node.map(|n| self.def.nodes[n].id.clone());
-            self.hl_finding_in(&segment, rule, 4, None, message, loop_id);
+            // Found at SE, reported where its HL stands among the set's findings: an
+            // acknowledgment lists segments in order, one AK3 each.
+            if let Some(f) = self.hl_finding_in(&segment, rule, 4, message, loop_id) {
+                let at = self
+                    .findings
+                    .iter()
+                    .position(|g| g.position.segment > segment.ordinal)
+                    .unwrap_or(self.findings.len());
+                self.findings.insert(at, f);
+            }
         }
     }
 
@@ -516,32 +526,25 @@ impl<'a> Walker<'_, 'a> {
         })
     }
 
-    fn hl_finding(
-        &mut self,
-        segment: &Segment<'_>,
-        rule: Rule,
-        element: usize,
-        code: Option<Ak403>,
-        message: String,
-    ) {
+    fn hl_finding(&mut self, segment: &Segment<'_>, rule: Rule, element: usize, message: String) {
         let loop_id = self.loop_id();
-        self.hl_finding_in(segment, rule, element, code, message, loop_id);
+        let f = self.hl_finding_in(segment, rule, element, message, loop_id);
+        self.findings.extend(f);
     }
 
     /// One finding on element `element` of an HL, as an element error of its segment (AK3
-    /// 8 with an AK4), counted towards the cap as a segment error.
+    /// 8 with an AK4), counted towards the cap as a segment error (none past it).
     fn hl_finding_in(
         &mut self,
         segment: &Segment<'_>,
         rule: Rule,
         element: usize,
-        code: Option<Ak403>,
         message: String,
         loop_id: Option<String>,
-    ) {
+    ) -> Option<Finding> {
         self.segment_errors += 1;
         if self.segment_errors > MAX_SEGMENT_ERRORS {
-            return;
+            return None;
         }
         const REFERENCES: [u32; 4] = [628, 734, 735, 736];
         let value = segment.element(element).unwrap_or_default();
@@ -565,13 +568,11 @@ impl<'a> Walker<'_, 'a> {
             element_optional: element != 1,
             guide: self.def.is_guide(),
         };
-        let mut f = Finding::new(rule, position, "HL", message)
-            .in_set(self.at.group, self.at.set)
-            .with_detail(detail);
-        if let Some(code) = code {
-            f = f.coded(Code::Ak403(code));
-        }
-        self.findings.push(f);
+        Some(
+            Finding::new(rule, position, "HL", message)
+                .in_set(self.at.group, self.at.set)
+                .with_detail(detail),
+        )
     }
 
     /// Ends the innermost open loop iteration (the root, at SE): its missing mandatory

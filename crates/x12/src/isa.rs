@@ -98,6 +98,20 @@ fn isa_fields(input: &[u8]) -> IResult<&[u8], IsaParts<'_>> {
     Ok((rest, (sep, fields, component, terminator)))
 }
 
+/// Whether the bytes at `at` are one multi-byte UTF-8 character (`¬` as C2 AC, U+FFFD as EF
+/// BF BD): a delimiter of one byte cannot be that, and what follows it is not the next
+/// segment. A lone byte outside ASCII (a Latin-1 `¦`, A6, used as ISA16 throughout) is a
+/// delimiter like any other.
+fn starts_a_character(window: &[u8], at: usize) -> bool {
+    let lead = window.get(at).is_some_and(|b| !b.is_ascii());
+    lead && (2..=4).any(|n| {
+        window
+            .get(at..at + n)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .is_some_and(|c| c.chars().count() == 1)
+    })
+}
+
 fn first_byte(b: &[u8]) -> u8 {
     b.first().copied().unwrap_or_default()
 }
@@ -109,7 +123,7 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
     let (rest, (sep, fields, component, terminator)) = isa_fields(window)
         .finish()
         .map_err(|_| IsaError::Unreadable)?;
-    if !sep.is_ascii() {
+    if starts_a_character(window, 3) {
         return Err(IsaError::NotAscii {
             delimiter: Delimiter::Element,
             at: 3,
@@ -119,11 +133,11 @@ pub(crate) fn parse_isa(input: &[u8], offset: usize) -> Result<Isa<'_>, IsaError
         return Err(IsaError::ElementSeparator);
     }
     let len = window.len() - rest.len();
-    for (delimiter, byte, at) in [
-        (Delimiter::Component, component, len - 2),
-        (Delimiter::Segment, terminator, len - 1),
+    for (delimiter, at) in [
+        (Delimiter::Component, len - 2),
+        (Delimiter::Segment, len - 1),
     ] {
-        if !byte.is_ascii() {
+        if starts_a_character(window, at) {
             return Err(IsaError::NotAscii { delimiter, at });
         }
     }
@@ -248,6 +262,15 @@ mod tests {
                 delimiter: Delimiter::Element,
                 at: 3
             })
+        );
+        // One byte outside ASCII, as a Latin-1 file has it: a delimiter like any other.
+        let mut latin1 = ISA.to_vec();
+        latin1[104] = 0xA6;
+        latin1[105] = 0x85;
+        let isa = parse_isa(&latin1, 0).unwrap();
+        assert_eq!(
+            (isa.delimiters.component, isa.delimiters.segment),
+            (0xA6, 0x85)
         );
     }
 
