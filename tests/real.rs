@@ -282,8 +282,9 @@ fn every_valid_file_that_x12gate_rejects_is_reviewed() {
 const HEALTHCARE_SETS: usize = 174;
 const SUPPLY_CHAIN_SETS: usize = 254;
 /// The floors: what the definitions reach on this corpus, raised as coverage grows. At the
-/// start of issue 42: healthcare 151 of 174 (86.8%), supply chain 228 of 254 (89.8%).
-const HEALTHCARE_FLOOR: f64 = 0.867;
+/// start of issue 42: healthcare 151 of 174 (86.8%), supply chain 228 of 254 (89.8%); with
+/// the standard tables of the 837, 834, 278, 110 and 840, healthcare 168 of 174 (96.6%).
+const HEALTHCARE_FLOOR: f64 = 0.965;
 const SUPPLY_CHAIN_FLOOR: f64 = 0.897;
 
 /// Issue 42's split of the corpus's sets into healthcare and supply chain (see above).
