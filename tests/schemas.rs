@@ -1283,7 +1283,7 @@ fn an_older_release_is_read_structured_and_keyed_as_the_release_it_agrees_with()
     // A release the table does not name for the set stays at envelope level, noted once.
     let unread = String::from_utf8(bytes)
         .unwrap()
-        .replacen("*X*004060~", "*X*003060~", 1)
+        .replacen("*X*004060~", "*X*003040~", 1)
         .into_bytes();
     let findings = x12gate::check::file(&unread, Limits::default(), &checks);
     let rules: Vec<_> = findings.iter().map(|f| f.rule.name()).collect();
