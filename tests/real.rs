@@ -285,9 +285,8 @@ const SUPPLY_CHAIN_SETS: usize = 254;
 /// start of issue 42: healthcare 151 of 174 (86.8%), supply chain 228 of 254 (89.8%); with
 /// the standard tables of the 837, 834, 278, 110 and 840, healthcare 168 of 174 (96.6%); with
 /// the older releases' own tables (003010, 003030, 003050, 003060, 004030, 005030, 005040),
-/// supply chain 245 of 254 (96.5%); with the 006020 832's own table, healthcare 169 of 174
-/// (97.1%).
-const HEALTHCARE_FLOOR: f64 = 0.971;
+/// supply chain 245 of 254 (96.5%).
+const HEALTHCARE_FLOOR: f64 = 0.965;
 const SUPPLY_CHAIN_FLOOR: f64 = 0.964;
 
 /// Issue 42's split of the corpus's sets into healthcare and supply chain (see above).
