@@ -265,7 +265,8 @@ fn definitions_list_shows_the_built_in_sets_and_the_loaded_guide() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
-        stdout.starts_with("built in:\n  004010: 180 204"),
+        stdout.starts_with("built in:\n  003010: 820 850 860\n")
+            && stdout.contains("\n  004010: 110 180 204 "),
         "{stdout}"
     );
     assert!(

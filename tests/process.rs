@@ -1694,10 +1694,10 @@ fn a_group_control_number_reused_across_interchanges_is_rejected() {
 
 #[test]
 fn a_rejected_group_s_reason_is_what_rejected_it_not_a_warning_beside_it() {
-    // A set no definition reads (an 850 of 003010) is noted as a warning on its group; when
+    // A set no definition reads (an 850 of 003040) is noted as a warning on its group; when
     // the group is then rejected for its reused GS06, the reason says so, not the note.
     let gate = Gate::new(300, "reject");
-    let old = |isa13, gs06| swap(&po("ACME", isa13, gs06), "*X*004010~", "*X*003010~");
+    let old = |isa13, gs06| swap(&po("ACME", isa13, gs06), "*X*004010~", "*X*003040~");
     let first = gate.write("first.x12", old(221, 790));
     let second = gate.write("second.x12", old(222, 790));
     let run = gate.process(&[&first, &second]);

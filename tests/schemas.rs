@@ -1121,14 +1121,14 @@ fn an_envelope_error_rejects_the_set_whatever_the_validation() {
 
 #[test]
 fn a_set_without_a_definition_passes_at_envelope_level_in_the_generic_form() {
-    // The 271 of a GS08 naming no guide x12gate defines (the 005010X279A1 one is defined)
-    // has no definition: generic JSON, an AK5 A with no AK3. Absolute paths: `join` keeps
-    // them as they are.
+    // The 271 of a release x12gate defines nothing of (a 005010 guide it lacks would be read
+    // against the 005010 271's standard table) has no definition: generic JSON, an AK5 A with
+    // no AK3. Absolute paths: `join` keeps them as they are.
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("271-no-definition.x12");
     let bytes = std::fs::read(fixture("repetitions-composites-005010.x12")).unwrap();
     let text = String::from_utf8(bytes).unwrap();
-    std::fs::write(&copy, text.replace("005010X279A1", "005010X999A9")).unwrap();
+    std::fs::write(&copy, text.replace("005010X279A1", "006010X279A1")).unwrap();
     let file = copy.to_str().unwrap();
     let (doc, _) = structured(file);
     let set = &doc.interchanges[0].groups[0].sets[0];
@@ -1283,7 +1283,7 @@ fn an_older_release_is_read_structured_and_keyed_as_the_release_it_agrees_with()
     // A release the table does not name for the set stays at envelope level, noted once.
     let unread = String::from_utf8(bytes)
         .unwrap()
-        .replacen("*X*004060~", "*X*003060~", 1)
+        .replacen("*X*004060~", "*X*003040~", 1)
         .into_bytes();
     let findings = x12gate::check::file(&unread, Limits::default(), &checks);
     let rules: Vec<_> = findings.iter().map(|f| f.rule.name()).collect();
