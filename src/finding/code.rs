@@ -331,7 +331,8 @@ impl Rule {
             ElementInvalidTime => Code::Ak403(Ak403::InvalidTime),
             ElementExclusionViolated => Code::Ak403(Ak403::ExclusionViolated),
             // The value is well formed and wrong for where it stands: 723 has no closer code
-            // than 7, "Invalid Code Value" (a missing parent a guide requires is 1).
+            // than 7, "Invalid Code Value" (an HL02 a guide requires and the level lacks is
+            // the element check's, 1).
             HlIdInvalid | HlParentUnknown | HlParentMismatch | HlChildCode => {
                 Code::Ak403(Ak403::InvalidCode)
             }

@@ -114,7 +114,7 @@ crate::words::words! {
         ElementInvalidDate = "element-invalid-date",
         ElementInvalidTime = "element-invalid-time",
         ElementExclusionViolated = "element-exclusion-violated",
-        // ... and the HL tree (AK403 7 on the element; 1 for a parent a guide requires)
+        // ... and the HL tree (AK403 7 on the element)
         /// HL01 repeats an earlier level's id, or, in an implementation guide, a numeric HL01
         /// is not greater than the one before it.
         HlIdInvalid = "hl-id-invalid",

@@ -365,27 +365,27 @@ impl<'a> Walker<'_, 'a> {
     /// An HL the walk placed, read into the tree with the level a guide nests it in (the
     /// innermost open HL loop around the loop it opened).
     fn placed_level(&mut self, segment: &Segment<'a>, opened: Option<usize>) {
-        let hl = hl_tag();
-        let enclosing = opened.and_then(|_| {
-            let inner = self.frames.len() - 1;
-            self.contexts
-                .iter()
-                .rev()
-                .find(|(d, node, _)| *d < inner && self.def.nodes[*node].tag == hl)
-                .map(|(_, node, s)| (*node, *s))
-        });
+        // The loop it opened is the innermost frame; the level around it, further out.
+        let enclosing = opened
+            .and_then(|_| self.frames.len().checked_sub(2))
+            .and_then(|around| self.hl_level_at(around));
         self.level(segment, opened, enclosing, true);
     }
 
-    /// HL01 of the innermost open HL level at frame `depth` or further out: the parent of
-    /// a level placed in that frame.
-    fn hl_parent_at(&self, depth: usize) -> Option<&'a [u8]> {
+    /// The innermost open HL level (its loop node and HL segment) at frame `depth` or
+    /// further out: the parent of a level placed in that frame.
+    fn hl_level_at(&self, depth: usize) -> Option<(usize, Segment<'a>)> {
         let hl = hl_tag();
         self.contexts
             .iter()
             .rev()
             .find(|(d, node, _)| *d <= depth && self.def.nodes[*node].tag == hl)
-            .and_then(|(_, _, s)| s.element(1))
+            .map(|(_, node, s)| (*node, *s))
+    }
+
+    /// HL01 of [`Walker::hl_level_at`].
+    fn hl_parent_at(&self, depth: usize) -> Option<&'a [u8]> {
+        self.hl_level_at(depth).and_then(|(_, s)| s.element(1))
     }
 
     /// Reads an HL into the set's tree: its id, its parent (and, in a guide that nests its
@@ -548,16 +548,14 @@ impl<'a> Walker<'_, 'a> {
         }
         const REFERENCES: [u32; 4] = [628, 734, 735, 736];
         let value = segment.element(element).unwrap_or_default();
-        let mut position = Position {
+        // An element not sent (HL04) stands at its segment: `element_offset` says so.
+        let position = Position {
             byte: segment.element_offset(element),
             segment: segment.ordinal,
             set_segment: Some(self.set_segment(segment.ordinal)),
             element: u16::try_from(element).ok(),
             component: None,
         };
-        if element > segment.element_count() {
-            position.byte = segment.offset;
-        }
         let detail = SchemaDetail {
             loop_id,
             bounded_loop: self.bounded_loop(),
