@@ -51,6 +51,11 @@
 //!   recorded then, never the key's state now.
 //! - [`metrics`]: `/metrics` (Prometheus) and `/healthz`, from the registry at each scrape.
 //! - [`rejected`]: files leave `rejected/` for `archive/` once accepted or resolved.
+//! - [`outbound`]: our own documents to partners (810, 855, 856...): the ERP's JSON
+//!   checked, named by its business key and enveloped; what a partner's TA1/997/999 says
+//!   of what we sent.
+//! - [`send`]: one of our documents claimed by its key, numbered, recorded and written
+//!   for its partner, a retry answered with the first sending.
 //! - [`sent`]: the control numbers already sent (outbox files, stored acknowledgments) and
 //!   the counters behind them: what `init`, `check` and every start compare.
 //! - [`retention`]: which keys are past their duplicate window, and which files in
@@ -92,10 +97,10 @@
 //! | 7 | `input` `guides` | bounded reads; partners' own definitions (read where `config` says) |
 //! | 8 | `fingerprint` `sef` `translate` | what makes a resend the same; SEF guides; the JSON form |
 //! | 9 | `document` `keys` `check` | business documents, interchange keys, an interchange's findings put together |
-//! | 10 | `ack` `outputs` | what to answer and the writers; atomic writes |
+//! | 10 | `ack` `outputs` `outbound` | what to answer and the writers; atomic writes; our own documents checked, named and enveloped, and what partners' acks say of them |
 //! | 11 | `registry` | every SQL statement |
 //! | 12 | `sent` `audit` `retention` | over the registry: numbers already sent, one event as printed, what is past retention |
-//! | 13 | `delivery` | the outbox's deliverer |
+//! | 13 | `delivery` `send` | the outbox's deliverer; our own documents sent exactly once |
 //! | 14 | `setup` | the checks before any work, `init` |
 //! | 15 | `pipeline` | files end to end |
 //! | 16 | `intake` `scan` | the watcher's work folders; the retrofit of old archives |
@@ -126,6 +131,7 @@ pub mod input;
 pub mod intake;
 pub mod keys;
 pub mod metrics;
+pub mod outbound;
 pub mod outputs;
 pub mod owner;
 pub mod pipeline;
@@ -135,6 +141,7 @@ pub mod retention;
 pub mod scan;
 pub mod schema;
 pub mod sef;
+pub mod send;
 pub mod sent;
 pub mod setup;
 pub mod text;

@@ -425,6 +425,7 @@ impl Config {
             };
             let mut p = partner(raw).map_err(refused)?;
             p.checks.definitions = p.checks.definitions.take().map(abs);
+            p.outbound.folder = p.outbound.folder.take().map(abs);
             check_destinations(&p, &destinations).map_err(refused)?;
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
                 return Err(refused(KeyProblem::new(

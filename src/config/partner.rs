@@ -132,6 +132,14 @@ pub(super) struct RawPartner {
     test_destinations: Vec<String>,
     #[serde(default)]
     definitions: Option<PathBuf>,
+    #[serde(default)]
+    outbound: Option<PathBuf>,
+    #[serde(default = "partner_defaults::ack_due_seconds")]
+    ack_due_seconds: u64,
+    #[serde(default = "partner_defaults::yes")]
+    expect_ack: bool,
+    #[serde(default)]
+    outbound_version: Option<String>,
 }
 
 /// What to do with a business document seen before with the same content, in a new
@@ -148,6 +156,10 @@ pub enum DuplicateDocuments {
 
 /// How long a change waits for its original before it is delivered without it.
 pub const DEFAULT_ORDER_WAIT_HOURS: u32 = 24;
+
+/// How long a document we sent waits for the partner's 997/999 before it is overdue: the
+/// morning report's "no 997 after 24 hours".
+pub const DEFAULT_ACK_DUE_SECONDS: u64 = 86_400;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +206,9 @@ mod partner_defaults {
     pub fn order_wait_hours() -> u32 {
         super::DEFAULT_ORDER_WAIT_HOURS
     }
+    pub fn ack_due_seconds() -> u64 {
+        super::DEFAULT_ACK_DUE_SECONDS
+    }
 }
 
 /// Delimiters we send a partner, when it asks for its own rather than the ones it sent us.
@@ -217,6 +232,25 @@ pub struct Partner {
     pub checks: PartnerChecks,
     pub output: PartnerOutput,
     pub retention: PartnerRetention,
+    pub outbound: PartnerOutbound,
+}
+
+/// What we send it of our own (invoices, ship notices, PO acknowledgments), and what we
+/// expect back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerOutbound {
+    /// `outbound`: the folder its interchanges are written to; `None`: the gateway's
+    /// outbox. Absolute once the configuration is read.
+    pub folder: Option<PathBuf>,
+    /// `ack_due_seconds`: how long a sent document waits for its 997/999 before it is
+    /// overdue.
+    pub ack_due_seconds: u64,
+    /// `expect_ack`: false for a partner that never acknowledges (nothing becomes overdue).
+    pub expect_ack: bool,
+    /// `outbound_version`: the GS08 of the groups we send it, when a document names only a
+    /// release's set (`004010/810` gives `004010`); a guide (`005010X222A1`) here applies
+    /// to every set it is sent.
+    pub version: Option<String>,
 }
 
 /// What a partner is answered with.
@@ -332,6 +366,12 @@ impl Partner {
                 order_wait_hours: DEFAULT_ORDER_WAIT_HOURS,
             },
             retention: PartnerRetention { days: None },
+            outbound: PartnerOutbound {
+                folder: None,
+                ack_due_seconds: DEFAULT_ACK_DUE_SECONDS,
+                expect_ack: true,
+                version: None,
+            },
         }
     }
 
@@ -379,6 +419,14 @@ pub(super) fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
             ));
         }
     }
+    if let Some(v) = &raw.outbound_version {
+        if !crate::schema::names_a_release(v.as_bytes()) {
+            return Err(KeyProblem::new(
+                "outbound_version",
+                format!("{v:?}: expected an X12 release such as \"004010\" or a guide such as \"005010X222A1\""),
+            ));
+        }
+    }
     let delimiters = raw.delimiters.as_ref().map(outbound).transpose()?;
     Ok(Partner {
         name: raw.name,
@@ -415,6 +463,12 @@ pub(super) fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
         },
         retention: PartnerRetention {
             days: raw.retention_days,
+        },
+        outbound: PartnerOutbound {
+            folder: raw.outbound,
+            ack_due_seconds: raw.ack_due_seconds,
+            expect_ack: raw.expect_ack,
+            version: raw.outbound_version,
         },
     })
 }

@@ -271,6 +271,47 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE document_bodies ADD COLUMN packing TEXT NOT NULL DEFAULT 'none'
         CHECK (packing IN ('none', 'lz4'));
     DROP INDEX deliveries_document;",
+    // 13: our own documents to partners (send): one row per outbound document key, with its
+    // numbers and the bytes of its interchange (written again as they were after a crash),
+    // and the partner's acknowledgment of it; acknowledgments that match nothing we sent.
+    "CREATE TABLE outbound (
+        key             TEXT PRIMARY KEY,
+        partner         TEXT NOT NULL,
+        set_id          TEXT NOT NULL,
+        document_id     TEXT NOT NULL,
+        fingerprint     TEXT NOT NULL,
+        idempotency_key TEXT,
+        state           TEXT NOT NULL CHECK (state IN ('writing', 'sent')),
+        owner           TEXT,
+        lease_expires   INTEGER,
+        isa13           INTEGER NOT NULL,
+        gs06            INTEGER NOT NULL,
+        st02            TEXT NOT NULL,
+        file            TEXT NOT NULL,
+        bytes           BLOB NOT NULL,
+        created         INTEGER NOT NULL,
+        sent_at         INTEGER,
+        ack             TEXT NOT NULL DEFAULT 'waiting' CHECK (ack IN ('waiting', 'not_expected',
+            'accepted', 'accepted_with_errors', 'partially_accepted', 'rejected')),
+        ack_kind        TEXT,
+        ack_detail      TEXT,
+        ack_at          INTEGER,
+        ack_late        INTEGER NOT NULL DEFAULT 0,
+        ack_due         INTEGER,
+        acks_seen       INTEGER NOT NULL DEFAULT 0,
+        resends         INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+    CREATE UNIQUE INDEX outbound_numbers ON outbound (partner, isa13);
+    CREATE INDEX outbound_groups ON outbound (partner, gs06);
+    CREATE INDEX outbound_created ON outbound (created);
+    CREATE TABLE unmatched_acks (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        partner         TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        what            TEXT NOT NULL,
+        interchange_key TEXT NOT NULL,
+        seen            INTEGER NOT NULL
+    ) STRICT;",
 ];
 
 pub enum Error {
@@ -355,7 +396,7 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 12);
+        assert_eq!(known(), 13);
     }
 
     #[test]

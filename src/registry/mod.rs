@@ -27,6 +27,7 @@ pub(crate) mod db;
 mod deliveries;
 mod documents;
 mod migrations;
+mod outbound;
 mod overview;
 mod postgres;
 mod readers;
@@ -55,6 +56,7 @@ pub use deliveries::{
 pub use documents::{
     Decided, Delivery, DocumentRow, KeptBody, Release, Released, Sighting, NO_TEST_DESTINATION,
 };
+pub use outbound::{NewOutbound, OutboundClaim, OutboundRow, Render, Settled};
 pub use overview::{Found, Listed, Search};
 pub use readers::{Reader, Readers};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};

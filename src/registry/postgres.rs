@@ -329,6 +329,46 @@ ALTER TABLE document_bodies ADD COLUMN packing TEXT COLLATE "C" NOT NULL DEFAULT
 ALTER TABLE document_bodies ALTER COLUMN packed SET STORAGE EXTERNAL;
 DROP INDEX IF EXISTS deliveries_document;
 "#,
+    r#"
+CREATE TABLE outbound (
+    key             TEXT COLLATE "C" PRIMARY KEY,
+    partner         TEXT COLLATE "C" NOT NULL,
+    set_id          TEXT COLLATE "C" NOT NULL,
+    document_id     TEXT COLLATE "C" NOT NULL,
+    fingerprint     TEXT COLLATE "C" NOT NULL,
+    idempotency_key TEXT COLLATE "C",
+    state           TEXT COLLATE "C" NOT NULL CHECK (state IN ('writing', 'sent')),
+    owner           TEXT COLLATE "C",
+    lease_expires   BIGINT,
+    isa13           BIGINT NOT NULL,
+    gs06            BIGINT NOT NULL,
+    st02            TEXT COLLATE "C" NOT NULL,
+    file            TEXT COLLATE "C" NOT NULL,
+    bytes           BYTEA NOT NULL,
+    created         BIGINT NOT NULL,
+    sent_at         BIGINT,
+    ack             TEXT COLLATE "C" NOT NULL DEFAULT 'waiting' CHECK (ack IN ('waiting',
+        'not_expected', 'accepted', 'accepted_with_errors', 'partially_accepted', 'rejected')),
+    ack_kind        TEXT COLLATE "C",
+    ack_detail      TEXT,
+    ack_at          BIGINT,
+    ack_late        BIGINT NOT NULL DEFAULT 0,
+    ack_due         BIGINT,
+    acks_seen       BIGINT NOT NULL DEFAULT 0,
+    resends         BIGINT NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX outbound_numbers ON outbound (partner, isa13);
+CREATE INDEX outbound_groups ON outbound (partner, gs06);
+CREATE INDEX outbound_created ON outbound (created);
+CREATE TABLE unmatched_acks (
+    id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    partner         TEXT COLLATE "C" NOT NULL,
+    kind            TEXT COLLATE "C" NOT NULL,
+    what            TEXT NOT NULL,
+    interchange_key TEXT COLLATE "C" NOT NULL,
+    seen            BIGINT NOT NULL
+);
+"#,
 ];
 
 pub(super) fn known() -> i64 {

@@ -69,6 +69,10 @@ crate::words::words! {
         /// An action taken on the web page (reprocess, release, discard, retry): by whom,
         /// and what came of it.
         WebAction = "web_action",
+        /// One of our documents was written for its partner (`send`).
+        Sent = "sent",
+        /// One of our documents was written again for its partner (`resend`).
+        Resent = "resent",
     }
 }
 

@@ -856,6 +856,24 @@ impl<W: Write> Renderer<'_, W> {
     }
 }
 
+/// A set's body as generic segments: its `segments` (generic form) or its `content` read by
+/// its `schema` (structured form), in the definition's order; `place` names it in errors.
+pub fn set_body(set: &JsonSet, place: &str) -> Result<Vec<JsonSegment>, RenderError> {
+    match (&set.schema, &set.content, &set.segments) {
+        (Some(schema), Some(content), None) => structured_segments(schema, content, place),
+        (None, None, Some(segments)) => Ok(segments.clone()),
+        (None, None, None) => Ok(Vec::new()),
+        (_, _, Some(_)) if set.content.is_some() => Err(invalid(
+            place,
+            "a set has either `segments` (generic) or `content` (structured), not both",
+        )),
+        _ => Err(invalid(
+            place,
+            "a structured set needs both `schema` and `content`",
+        )),
+    }
+}
+
 /// The body of a structured set as generic segments, in the definition's order.
 fn structured_segments(
     schema: &str,
@@ -967,6 +985,11 @@ fn readable_delimiters(d: Delimiters, place: &str) -> Result<(), RenderError> {
 // level checked where it is written so an error names its place.
 pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderError> {
     let doc: Document = serde_json::from_slice(json)?;
+    render(&doc, out)
+}
+
+/// [`render_document`] of a document already read.
+pub fn render(doc: &Document, out: &mut impl Write) -> Result<(), RenderError> {
     for (n, ic) in doc.interchanges.iter().enumerate() {
         let place = format!("interchange {}", n + 1);
         let mut r = Renderer {

@@ -187,6 +187,50 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send our own documents (the ERP's JSON: an 810, 855, 856...) to their partners, each
+    /// exactly once: a retry of a document sent before gets the first sending's numbers and
+    /// file, the same key with other content is refused (exit 3)
+    Send {
+        /// JSON documents (`-`: standard input)
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The partner (QUAL:ID) of documents that name none
+        #[arg(long)]
+        partner: Option<String>,
+        /// The ERP's own idempotency key, recorded beside the document's key
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// One JSON object per document per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Our documents sent and where the partner's acknowledgment of each stands: waiting,
+    /// overdue, accepted, accepted_with_errors, partially_accepted, rejected, not_expected
+    Sent {
+        /// Only those in this state
+        #[arg(long, value_parser = ["waiting", "overdue", "accepted", "accepted_with_errors", "partially_accepted", "rejected", "not_expected", "writing"])]
+        state: Option<String>,
+        /// Only this partner's: QUAL:ID
+        #[arg(long)]
+        partner: Option<String>,
+        /// Only those sent at or after this time: RFC 3339, a UTC time or a UTC date
+        #[arg(long)]
+        since: Option<String>,
+        /// Acknowledgments of the partners that matched nothing we sent, instead
+        #[arg(long)]
+        unmatched: bool,
+        /// One JSON object per document per line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one of our documents again for a partner that lost it: the same bytes, the
+    /// same numbers, recorded in the history
+    Resend {
+        /// The document's key, as `send` and `sent` print it
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Send the documents queued for destinations (HTTP, a program, a folder) that are due:
     /// each at most once, or with --drain until none is queued or retrying
     Deliver {

@@ -200,6 +200,36 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
             timeout,
             json,
         } => deliveries::deliver(&config, drain, timeout, json, out)?,
+        Command::Send {
+            files,
+            partner,
+            idempotency_key,
+            json,
+        } => {
+            let args = commands::outbound::SendArgs {
+                files: &files,
+                partner: partner.as_deref(),
+                idempotency_key: idempotency_key.as_deref(),
+                json,
+            };
+            commands::outbound::send(&config, &args, out)?
+        }
+        Command::Sent {
+            state,
+            partner,
+            since,
+            unmatched,
+            json,
+        } => commands::outbound::sent(
+            &config,
+            state.as_deref(),
+            partner.as_deref(),
+            since.as_deref(),
+            unmatched,
+            json,
+            out,
+        )?,
+        Command::Resend { key, json } => commands::outbound::resend(&config, &key, json, out)?,
         Command::Deliveries {
             action,
             state,

@@ -208,10 +208,32 @@ fn hand_over(
                 &o.p.documents,
                 &o.p.progress,
             )?;
+            settle_acks(b, &items[o.p.item], o.p.decision.response.disposition)?;
         }
         completed.push((o.p.item, done));
     }
     Ok(completed)
+}
+
+/// What an accepted interchange from a partner acknowledges of the documents we sent it
+/// (its TA1s, 997s and 999s), settled in the transaction that completes it: applied once,
+/// however often the partner resends it.
+fn settle_acks(b: &Batch<'_>, it: &Item<'_>, disposition: Disposition) -> Result<(), ProcessError> {
+    if !matches!(disposition, Disposition::Accepted | Disposition::Partial) || it.large.is_some() {
+        return Ok(());
+    }
+    let said = crate::outbound::acknowledged(&it.ic);
+    if said.is_empty() {
+        return Ok(());
+    }
+    let settled = b.settle_outbound(&it.partner.key(), &it.key, &said)?;
+    tracing::info!(
+        settled = settled.settled,
+        duplicates = settled.duplicates,
+        unmatched = settled.unmatched,
+        "the partner's acknowledgments of our documents"
+    );
+    Ok(())
 }
 
 /// The events of the decisions that complete no claim of ours (replays, refusals, waits

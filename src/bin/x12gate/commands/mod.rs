@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod desk;
 pub mod documents;
 pub mod inspect;
+pub mod outbound;
 pub mod process;
 pub mod registry;
 pub mod setup;

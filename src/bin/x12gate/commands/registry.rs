@@ -102,7 +102,7 @@ pub fn counter(
 /// Milliseconds since the epoch for `--since`/`--until`: RFC 3339; a date and time without a
 /// zone (`2026-12-01T08:00:00`), taken as UTC; or a date (its start, or its end when
 /// `end_of_day`), in UTC too.
-fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
+pub(super) fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
         return Ok(t.timestamp_millis());
     }

@@ -1,0 +1,253 @@
+//! Our own documents to partners: `send`, `sent` and `resend`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use x12gate::config::Config;
+use x12gate::send::SendError;
+
+use super::{definitions, open_registry};
+use crate::exit::{self, registry_failure, Failure};
+
+/// `send`'s arguments.
+pub struct SendArgs<'a> {
+    pub files: &'a [PathBuf],
+    pub partner: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    pub json: bool,
+}
+
+/// `send`: each document claimed, numbered and written (or its first sending replayed); a
+/// refused or conflicting document is reported and the others go on (exit 3 at the end).
+pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Result<u8, Failure> {
+    let schemas = definitions(Some(config))?;
+    let mut registry = open_registry(config)?;
+    let mut code = exit::OK;
+    for file in args.files {
+        let json = read_json(file)?;
+        let result = x12gate::send::send(
+            config,
+            schemas,
+            &mut registry,
+            &json,
+            args.partner,
+            args.idempotency_key,
+        );
+        let (_, mut body) = x12gate::send::answer(&result, x12gate::time::now_ms());
+        match &result {
+            Err(SendError::Registry(e)) if e.is_unreachable() || e.is_setup() => {
+                return Err(registry_failure_of(result))
+            }
+            Err(SendError::Registry(_) | SendError::Write { .. }) => {
+                if let Err(e) = result {
+                    return Err(Failure::Operational(anyhow::anyhow!(
+                        "{}: {e}",
+                        file.display()
+                    )));
+                }
+            }
+            Err(_) => code = exit::FINDINGS,
+            Ok(_) => {}
+        }
+        if args.json {
+            body["input"] = file.display().to_string().into();
+            writeln!(out, "{body}")?;
+            continue;
+        }
+        match &result {
+            Ok(sent) => {
+                let r = &sent.row;
+                writeln!(
+                    out,
+                    "{}: {} {}: ISA13 {:09} GS06 {} ST02 {} in {}",
+                    file.display(),
+                    r.key,
+                    if sent.replayed {
+                        "replayed (sent before with this content)"
+                    } else {
+                        "sent"
+                    },
+                    r.isa13,
+                    r.gs06,
+                    r.st02,
+                    sent.path.display()
+                )?;
+            }
+            Err(e) => {
+                writeln!(out, "{}: {e}", file.display())?;
+                if let SendError::Refused(r) = e {
+                    for f in r.findings() {
+                        writeln!(out, "  {f}")?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn registry_failure_of(result: Result<x12gate::send::Sent, SendError>) -> Failure {
+    match result {
+        Err(SendError::Registry(e)) => registry_failure(e),
+        Err(e) => Failure::Operational(e.into()),
+        Ok(_) => Failure::Operational(anyhow::anyhow!("no failure")),
+    }
+}
+
+/// A JSON document within [`x12gate::outbound::MAX_REQUEST_BYTES`]; `-` is standard input.
+fn read_json(file: &std::path::Path) -> Result<Vec<u8>, Failure> {
+    use std::io::Read;
+    let limit = x12gate::outbound::MAX_REQUEST_BYTES as u64 + 1;
+    let mut bytes = Vec::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin().take(limit).read_to_end(&mut bytes)?;
+    } else {
+        let f = std::fs::File::open(file).map_err(|e| {
+            let e = anyhow::anyhow!("{}: {e}", file.display());
+            Failure::Usage(e)
+        })?;
+        f.take(limit).read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
+}
+
+/// `sent`: our documents and their acknowledgments, newest first (or the partners'
+/// acknowledgments that matched nothing).
+pub fn sent(
+    config: &Config,
+    state: Option<&str>,
+    partner: Option<&str>,
+    since: Option<&str>,
+    unmatched: bool,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let registry = open_registry(config)?;
+    if unmatched {
+        for (partner, kind, what, seen) in
+            registry.unmatched_acks(1000).map_err(registry_failure)?
+        {
+            let when = x12gate::time::rfc3339(seen);
+            if json {
+                let v = serde_json::json!({"partner": partner, "kind": kind, "what": what, "received": when});
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{when}  {partner}  {kind}  {what}")?;
+            }
+        }
+        return Ok(exit::OK);
+    }
+    let partner = partner.map(|p| resolve_partner(config, p)).transpose()?;
+    let since = since
+        .map(|s| super::registry::parse_time(s, false))
+        .transpose()?;
+    let now = x12gate::time::now_ms();
+    let rows = registry
+        .outbound_rows(partner.as_deref(), state, since, 10_000)
+        .map_err(registry_failure)?;
+    if !json && rows.is_empty() {
+        writeln!(
+            out,
+            "no documents sent{}",
+            if state.is_some() || partner.is_some() {
+                " match"
+            } else {
+                ""
+            }
+        )?;
+    }
+    for r in rows {
+        let folder = config
+            .partners
+            .iter()
+            .find(|p| p.key() == r.partner)
+            .map_or_else(
+                || config.gateway.outbox.clone(),
+                |p| x12gate::send::folder_of(config, p),
+            );
+        if json {
+            let v = serde_json::json!({
+                "key": r.key,
+                "partner": r.partner,
+                "set": r.set_id,
+                "document": r.document_id,
+                "state": r.state,
+                "ack": r.ack_state(now),
+                "ack_kind": r.ack_kind,
+                "ack_detail": r.ack_detail,
+                "ack_received": r.ack_ms.map(x12gate::time::rfc3339),
+                "ack_late": r.ack_late,
+                "ack_due": r.ack_due_ms.map(x12gate::time::rfc3339),
+                "acks_seen": r.acks_seen,
+                "resends": r.resends,
+                "idempotency_key": r.idempotency_key,
+                "result_ref": x12gate::send::result_ref(&r, &folder.join(&r.file)),
+            });
+            writeln!(out, "{v}")?;
+        } else {
+            let late = if r.ack_late { " (late)" } else { "" };
+            writeln!(
+                out,
+                "{}  {}  ISA13 {:09} GS06 {}  {}{late}  {}",
+                x12gate::time::rfc3339(r.sent_ms.unwrap_or(r.created_ms)),
+                r.key,
+                r.isa13,
+                r.gs06,
+                r.ack_state(now),
+                r.file
+            )?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// A partner as typed: `QUAL:ID`, or `ID` when one configured partner has it.
+fn resolve_partner(config: &Config, typed: &str) -> Result<String, Failure> {
+    if typed.contains(':') {
+        return Ok(typed.to_string());
+    }
+    let found: Vec<String> = config
+        .partners
+        .iter()
+        .filter(|p| p.id == typed)
+        .map(x12gate::config::Partner::key)
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(Failure::Usage(anyhow::anyhow!(
+            "no configured partner has the id {typed:?}"
+        ))),
+        _ => Err(Failure::Usage(anyhow::anyhow!(
+            "several partners have the id {typed:?}; write QUAL:ID"
+        ))),
+    }
+}
+
+/// `resend`: the same bytes written again, recorded.
+pub fn resend(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
+    let mut registry = open_registry(config)?;
+    match x12gate::send::resend(config, &mut registry, key) {
+        Ok(Some((row, path))) => {
+            if json {
+                let v = serde_json::json!({"key": row.key, "resends": row.resends,
+                    "result_ref": x12gate::send::result_ref(&row, &path)});
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(
+                    out,
+                    "{}: written again (ISA13 {:09}, resend {}) in {}",
+                    row.key,
+                    row.isa13,
+                    row.resends,
+                    path.display()
+                )?;
+            }
+            Ok(exit::OK)
+        }
+        Ok(None) => Err(Failure::Usage(anyhow::anyhow!(
+            "{key}: no document of ours has this key (x12gate sent lists them)"
+        ))),
+        Err(SendError::Registry(e)) => Err(registry_failure(e)),
+        Err(e) => Err(Failure::Operational(e.into())),
+    }
+}

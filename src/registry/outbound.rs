@@ -1,0 +1,510 @@
+//! Our own documents sent to partners: one row per outbound document key, claimed, numbered
+//! and recorded with its interchange's bytes in one transaction, so that a retry of the ERP
+//! (however late) is answered with the interchange first sent, and a crash between the
+//! commit and the file leaves bytes to write again, never new numbers. The partner's
+//! TA1/997/999 settle each row's acknowledgment; what matches nothing is kept.
+
+use crate::registry::db::{params, read, FromRow, OptionalExtension};
+
+use super::claims::now_ms;
+use super::{Batch, EventKind, Registry, RegistryError};
+
+/// One document we send, as the registry holds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OutboundRow {
+    pub key: String,
+    pub partner: String,
+    pub set_id: String,
+    pub document_id: String,
+    pub fingerprint: String,
+    pub idempotency_key: Option<String>,
+    /// `writing` (numbered, its file not yet confirmed written) or `sent`.
+    pub state: String,
+    pub isa13: u32,
+    pub gs06: u32,
+    pub st02: String,
+    pub file: String,
+    pub created_ms: i64,
+    pub sent_ms: Option<i64>,
+    /// What the partner said: `waiting`, `accepted`, `accepted_with_errors`,
+    /// `partially_accepted`, `rejected`, or `not_expected` (a partner that never answers);
+    /// [`OutboundRow::ack_state`] adds `overdue`.
+    pub ack: String,
+    pub ack_kind: Option<String>,
+    pub ack_detail: Option<String>,
+    pub ack_ms: Option<i64>,
+    pub ack_late: bool,
+    pub ack_due_ms: Option<i64>,
+    /// Acknowledgments received for it, duplicates included.
+    pub acks_seen: i64,
+    pub resends: i64,
+}
+
+impl OutboundRow {
+    /// The acknowledgment's state as of `now`: `overdue` once a waiting document's due time
+    /// has passed.
+    pub fn ack_state(&self, now: i64) -> &str {
+        match self.ack_due_ms {
+            Some(due) if self.ack == "waiting" && now > due => "overdue",
+            _ => &self.ack,
+        }
+    }
+}
+
+const COLUMNS: &str = "key, partner, set_id, document_id, fingerprint, idempotency_key, state,
+    isa13, gs06, st02, file, created, sent_at, ack, ack_kind, ack_detail, ack_at, ack_late,
+    ack_due, acks_seen, resends";
+
+impl FromRow for OutboundRow {
+    fn read(c: &mut crate::registry::db::Columns<'_, '_>) -> crate::registry::db::Result<Self> {
+        let (key, partner, set_id, document_id, fingerprint, idempotency_key, state) =
+            FromRow::read(c)?;
+        let (isa13, gs06, st02, file, created_ms, sent_ms): (i64, i64, _, _, _, _) =
+            FromRow::read(c)?;
+        let (ack, ack_kind, ack_detail, ack_ms, ack_late, ack_due_ms, acks_seen, resends) =
+            FromRow::read(c)?;
+        Ok(OutboundRow {
+            key,
+            partner,
+            set_id,
+            document_id,
+            fingerprint,
+            idempotency_key,
+            state,
+            isa13: u32::try_from(isa13).unwrap_or(0),
+            gs06: u32::try_from(gs06).unwrap_or(0),
+            st02,
+            file,
+            created_ms,
+            sent_ms,
+            ack,
+            ack_kind,
+            ack_detail,
+            ack_ms,
+            ack_late,
+            ack_due_ms,
+            acks_seen,
+            resends,
+        })
+    }
+}
+
+/// A document to claim: its key and content, and where its file goes.
+#[derive(Clone)]
+pub struct NewOutbound<'a> {
+    pub key: &'a str,
+    pub partner: &'a str,
+    pub set_id: &'a str,
+    pub document_id: &'a str,
+    pub fingerprint: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    /// Who writes it, and for how long the claim is its own.
+    pub owner: &'a str,
+    pub lease_ms: i64,
+    /// Whether a claim's owner is known dead (its lease need not run out).
+    pub is_dead: &'a dyn Fn(&str) -> bool,
+}
+
+/// What became of a claim on an outbound key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboundClaim {
+    /// Ours to write: numbered now, or taken over from a writer whose lease ran out (its
+    /// numbers and bytes, as they were recorded).
+    Write {
+        row: OutboundRow,
+        bytes: Vec<u8>,
+        taken_over: bool,
+    },
+    /// Sent before with this content: nothing new is sent.
+    Replay(OutboundRow),
+    /// Sent (or being sent) with other content: refused.
+    Conflict(OutboundRow),
+    /// Another process is writing it now, its lease running.
+    Busy(OutboundRow),
+}
+
+/// A row as a claim finds it: with its bytes, its writer and the writer's lease.
+type Claimed = (OutboundRow, Vec<u8>, Option<String>, Option<i64>);
+
+/// The interchange for numbers (ISA13, GS06) at a time (ms): its file name and bytes.
+pub type Render<'a> = dyn Fn(u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+
+/// What a partner's acknowledgment settled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Settled {
+    /// Documents whose acknowledgment changed.
+    pub settled: usize,
+    /// Acknowledgments of a document already settled the same way.
+    pub duplicates: usize,
+    /// Acknowledgments that name nothing we sent.
+    pub unmatched: usize,
+}
+
+impl Registry {
+    /// Claims `new` (one transaction): a key never seen is numbered from the partner's
+    /// counters and recorded with the bytes `render` makes of them; a key seen before is a
+    /// replay (same fingerprint, sent), a conflict (other fingerprint), busy (being written
+    /// under a running lease) or taken over (its writer's lease ran out).
+    pub fn claim_outbound(
+        &mut self,
+        new: &NewOutbound<'_>,
+        render: &Render<'_>,
+    ) -> Result<Result<OutboundClaim, String>, RegistryError> {
+        self.batch(|b| b.claim_outbound(new, render))
+    }
+
+    /// The row of an outbound key.
+    pub fn outbound(&self, key: &str) -> Result<Option<(OutboundRow, Vec<u8>)>, RegistryError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
+                params![key],
+                read,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Marks the file of a claim ours written (`sent`), starting its acknowledgment's clock
+    /// (`ack_due_ms` after now; `None`: the partner never answers); false when the claim
+    /// was taken over meanwhile (the other writer marks it).
+    pub fn outbound_written(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ack_due_ms: Option<i64>,
+    ) -> Result<bool, RegistryError> {
+        self.batch(|b| {
+            let now = now_ms();
+            let changed = b
+                .tx
+                .execute(
+                    "UPDATE outbound SET state = 'sent', sent_at = ?3, owner = NULL,
+                         lease_expires = NULL, ack_due = ?4,
+                         ack = CASE WHEN ?4 IS NULL AND ack = 'waiting' THEN 'not_expected' ELSE ack END
+                     WHERE key = ?1 AND state = 'writing' AND owner = ?2",
+                    params![key, owner, now, ack_due_ms.map(|d| now.saturating_add(d))],
+                )
+                .map_err(|e| b.sql(e))?;
+            if changed == 1 {
+                let (partner, isa13): (String, i64) = b
+                    .tx
+                    .query_row(
+                        "SELECT partner, isa13 FROM outbound WHERE key = ?1",
+                        params![key],
+                        read,
+                    )
+                    .map_err(|e| b.sql(e))?;
+                b.record_note(
+                    EventKind::Sent,
+                    Some(key),
+                    Some(&partner),
+                    Some(&format!("{isa13:09}")),
+                    &serde_json::json!({ "sent": key }).to_string(),
+                )?;
+            }
+            Ok(changed == 1)
+        })
+    }
+
+    /// A resend of a sent document, recorded: its row and the bytes first sent.
+    pub fn outbound_resent(
+        &mut self,
+        key: &str,
+        how: &str,
+    ) -> Result<Option<(OutboundRow, Vec<u8>)>, RegistryError> {
+        let found = self.outbound(key)?;
+        let Some((row, _)) = &found else {
+            return Ok(None);
+        };
+        self.batch(|b| {
+            b.tx.execute(
+                "UPDATE outbound SET resends = resends + 1 WHERE key = ?1",
+                params![key],
+            )
+            .map_err(|e| b.sql(e))?;
+            b.record_note(
+                EventKind::Resent,
+                Some(key),
+                Some(&row.partner),
+                Some(&format!("{:09}", row.isa13)),
+                &serde_json::json!({ "resent": key, "how": how, "file": row.file }).to_string(),
+            )
+        })?;
+        Ok(found)
+    }
+
+    /// Outbound documents, newest first: of a partner, an acknowledgment state (as of
+    /// `now`, `overdue` included), sent at or after `since`; at most `limit`.
+    pub fn outbound_rows(
+        &self,
+        partner: Option<&str>,
+        state: Option<&str>,
+        since: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<OutboundRow>, RegistryError> {
+        let now = now_ms();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM outbound
+             WHERE (?1 IS NULL OR partner = ?1) AND created >= ?2
+               AND (?3 IS NULL
+                    OR (?3 = 'overdue' AND ack = 'waiting' AND ack_due < ?4)
+                    OR (?3 = 'waiting' AND ack = 'waiting' AND (ack_due IS NULL OR ack_due >= ?4))
+                    OR (?3 NOT IN ('overdue', 'waiting') AND (ack = ?3 OR state = ?3)))
+             ORDER BY created DESC, key LIMIT ?5"
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn
+            .query_map(
+                &sql,
+                params![partner, since.unwrap_or(0), state, now, limit],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Documents by partner and acknowledgment state (`overdue` included), for `/metrics`.
+    pub fn outbound_counts(&self) -> Result<Vec<(String, String, u64)>, RegistryError> {
+        let rows: Vec<(String, String, i64)> = self
+            .conn
+            .query_map(
+                "SELECT partner, CASE WHEN ack = 'waiting' AND ack_due < ?1 THEN 'overdue'
+                     ELSE ack END AS s, count(*)
+                 FROM outbound GROUP BY partner, s ORDER BY partner, s",
+                params![now_ms()],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(p, s, n)| (p, s, u64::try_from(n).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Acknowledgments that named nothing we sent: (partner, kind, what, when), newest first.
+    pub fn unmatched_acks(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, i64)>, RegistryError> {
+        self.conn
+            .query_map(
+                "SELECT partner, kind, what, seen FROM unmatched_acks ORDER BY seen DESC, id DESC
+                 LIMIT ?1",
+                params![i64::try_from(limit).unwrap_or(i64::MAX)],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))
+    }
+}
+
+impl Batch<'_> {
+    fn claim_outbound(
+        &self,
+        new: &NewOutbound<'_>,
+        render: &Render<'_>,
+    ) -> Result<Result<OutboundClaim, String>, RegistryError> {
+        let now = now_ms();
+        let found: Option<Claimed> = self
+            .tx
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS}, bytes, owner, lease_expires FROM outbound WHERE key = ?1"
+                ),
+                params![new.key],
+                read,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        let lease = now.saturating_add(new.lease_ms);
+        if let Some((row, bytes, owner, expires)) = found {
+            if row.fingerprint != new.fingerprint {
+                return Ok(Ok(OutboundClaim::Conflict(row)));
+            }
+            if row.state == "sent" {
+                return Ok(Ok(OutboundClaim::Replay(row)));
+            }
+            if expires.is_some_and(|e| e > now) && !owner.as_deref().is_some_and(new.is_dead) {
+                return Ok(Ok(OutboundClaim::Busy(row)));
+            }
+            self.tx
+                .execute(
+                    "UPDATE outbound SET owner = ?2, lease_expires = ?3 WHERE key = ?1",
+                    params![new.key, new.owner, lease],
+                )
+                .map_err(|e| self.sql(e))?;
+            return Ok(Ok(OutboundClaim::Write {
+                row,
+                bytes,
+                taken_over: true,
+            }));
+        }
+        let (isa13, gs06) = super::counters::take_in(&self.tx, new.partner, 1, 1)
+            .map_err(|e| self.sql(e))
+            .and_then(|(a, b)| match (a.first(), b.first()) {
+                (Some(a), Some(b)) => Ok((*a, *b)),
+                _ => Err(self.sql(crate::registry::db::Error::NoRows)),
+            })?;
+        let (file, bytes) = match render(isa13, gs06, now) {
+            Ok(made) => made,
+            Err(why) => return Ok(Err(why)),
+        };
+        fail::fail_point!("send.numbered", |_| std::process::abort());
+        self.tx
+            .execute(
+                "INSERT INTO outbound (key, partner, set_id, document_id, fingerprint,
+                     idempotency_key, state, owner, lease_expires, isa13, gs06, st02, file, bytes,
+                     created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'writing', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                params![
+                    new.key,
+                    new.partner,
+                    new.set_id,
+                    new.document_id,
+                    new.fingerprint,
+                    new.idempotency_key,
+                    new.owner,
+                    lease,
+                    i64::from(isa13),
+                    i64::from(gs06),
+                    crate::outbound::ST02,
+                    file,
+                    bytes.clone(),
+                    now
+                ],
+            )
+            .map_err(|e| self.sql(e))?;
+        let row = OutboundRow {
+            key: new.key.to_string(),
+            partner: new.partner.to_string(),
+            set_id: new.set_id.to_string(),
+            document_id: new.document_id.to_string(),
+            fingerprint: new.fingerprint.to_string(),
+            idempotency_key: new.idempotency_key.map(str::to_string),
+            state: "writing".into(),
+            isa13,
+            gs06,
+            st02: crate::outbound::ST02.into(),
+            file,
+            created_ms: now,
+            sent_ms: None,
+            ack: "waiting".into(),
+            ack_kind: None,
+            ack_detail: None,
+            ack_ms: None,
+            ack_late: false,
+            ack_due_ms: None,
+            acks_seen: 0,
+            resends: 0,
+        };
+        Ok(Ok(OutboundClaim::Write {
+            row,
+            bytes,
+            taken_over: false,
+        }))
+    }
+
+    /// What a partner's acknowledgments (`said`, from the interchange `from`) settle of what
+    /// we sent it, inside the transaction that completes that interchange: an ack is applied
+    /// once however often its interchange is resent.
+    pub fn settle_outbound(
+        &self,
+        partner: &str,
+        from: &str,
+        said: &[crate::outbound::Said],
+    ) -> Result<Settled, RegistryError> {
+        let now = now_ms();
+        let mut settled = Settled::default();
+        for s in said {
+            let (matched, changed) = self.settle_one(partner, s, now)?;
+            if matched == 0 {
+                settled.unmatched += 1;
+                let what = match (s.isa13(), s.gs06(), s.st02()) {
+                    (Some(i), _, _) => format!("ISA13 {i:09}"),
+                    (_, Some(g), Some(st)) => format!("GS06 {g} ST02 {st}"),
+                    (_, Some(g), None) => format!("GS06 {g}"),
+                    _ => "nothing".into(),
+                };
+                let what = format!("{what}: {}", s.detail());
+                self.tx
+                    .execute(
+                        "INSERT INTO unmatched_acks (partner, kind, what, interchange_key, seen)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![partner, s.kind(), what, from, now],
+                    )
+                    .map_err(|e| self.sql(e))?;
+            } else if changed == 0 {
+                settled.duplicates += 1;
+            } else {
+                settled.settled += changed;
+            }
+        }
+        Ok(settled)
+    }
+
+    /// One statement applied: (rows it names, rows it changed).
+    fn settle_one(
+        &self,
+        partner: &str,
+        s: &crate::outbound::Said,
+        now: i64,
+    ) -> Result<(usize, usize), RegistryError> {
+        let (place, values): (&str, Vec<i64>) = match (s.isa13(), s.gs06()) {
+            (Some(i), _) => ("isa13 = ?2", vec![i64::from(i)]),
+            (None, Some(g)) => ("gs06 = ?2", vec![i64::from(g)]),
+            (None, None) => return Ok((0, 0)),
+        };
+        let st02 = s.st02().unwrap_or("");
+        let scope =
+            format!("partner = ?1 AND {place} AND (?3 = '' OR st02 = ?3) AND state = 'sent'");
+        let value = values.first().copied().unwrap_or(0);
+        let matched: i64 = self
+            .tx
+            .query_row(
+                &format!("SELECT count(*) FROM outbound WHERE {scope}"),
+                params![partner, value, st02],
+                read,
+            )
+            .map_err(|e| self.sql(e))?;
+        let Some(state) = s.state() else {
+            // A TA1 that accepts our envelope: seen, the set's 997 still to come.
+            self.tx
+                .execute(
+                    &format!("UPDATE outbound SET acks_seen = acks_seen + 1 WHERE {scope}"),
+                    params![partner, value, st02],
+                )
+                .map_err(|e| self.sql(e))?;
+            let matched = usize::try_from(matched).unwrap_or(0);
+            return Ok((matched, matched));
+        };
+        // Rows already settled this way: a duplicate of an ack, or an ack resent.
+        let already: i64 = self
+            .tx
+            .query_row(
+                &format!("SELECT count(*) FROM outbound WHERE {scope} AND ack = ?4"),
+                params![partner, value, st02, state],
+                read,
+            )
+            .map_err(|e| self.sql(e))?;
+        self.tx
+            .execute(
+                &format!(
+                    "UPDATE outbound SET acks_seen = acks_seen + 1,
+                         ack_late = CASE WHEN ack = ?4 THEN ack_late
+                             WHEN ack_due IS NOT NULL AND ?7 > ack_due THEN 1 ELSE 0 END,
+                         ack_at = CASE WHEN ack = ?4 THEN ack_at ELSE ?7 END,
+                         ack_kind = CASE WHEN ack = ?4 THEN ack_kind ELSE ?5 END,
+                         ack_detail = CASE WHEN ack = ?4 THEN ack_detail ELSE ?6 END,
+                         ack = ?4
+                     WHERE {scope}"
+                ),
+                params![partner, value, st02, state, s.kind(), s.detail(), now],
+            )
+            .map_err(|e| self.sql(e))?;
+        let changed = matched.saturating_sub(already);
+        let count = |n: i64| usize::try_from(n).unwrap_or(0);
+        Ok((count(matched), count(changed)))
+    }
+}

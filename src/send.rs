@@ -1,0 +1,284 @@
+//! `send`: one of our documents to its partner, exactly once however often the ERP retries.
+//!
+//! The document is checked and named first ([`crate::outbound::prepare`]: nothing is taken
+//! for a document that is refused). Its key is then claimed in the transaction that takes
+//! the partner's ISA13 and GS06 and records the interchange's bytes; the file is written
+//! after the commit, and the row marked sent. A crash after the commit leaves a claim whose
+//! bytes the next `send` of the same key (or any process, once the writer is dead or its
+//! lease ran out) writes as they were: never new numbers for the same document, never a
+//! number recorded without its file.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::config::Config;
+use crate::outbound::{Numbers, Prepared, Refusal};
+use crate::registry::{NewOutbound, OutboundClaim, OutboundRow, Registry, RegistryError};
+use crate::schema::Schemas;
+
+/// Why a document was not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The document is the ERP's to fix; nothing was taken.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Its key was sent before with other content; nothing was sent.
+    #[error("{key} was sent on {first_sent} (ISA13 {isa13:09}) with other content (fingerprint {first}, now {now}); a change is a new document (its own key: a corrected invoice's BIG08, a replacing ship notice's BSN01 05, a higher version)")]
+    Conflict {
+        key: String,
+        first: String,
+        now: String,
+        first_sent: String,
+        isa13: u32,
+    },
+    /// Another process is writing it and did not finish within its lease.
+    #[error("{key} is being written by {owner} (ISA13 {isa13:09}); try again after the lease")]
+    Busy {
+        key: String,
+        owner: String,
+        isa13: u32,
+    },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("{path}: {cause}")]
+    Write {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+}
+
+/// What a `send` did.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub row: OutboundRow,
+    /// Sent before: this is the first sending's result, nothing was written now.
+    pub replayed: bool,
+    /// Where its file is.
+    pub path: PathBuf,
+    /// What the checks noted without refusing.
+    pub warnings: Vec<crate::finding::Finding>,
+}
+
+/// The folder a partner's interchanges are written to.
+pub fn folder_of(config: &Config, partner: &crate::config::Partner) -> PathBuf {
+    partner
+        .outbound
+        .folder
+        .clone()
+        .unwrap_or_else(|| config.gateway.outbox.clone())
+}
+
+/// Sends one document (`json`, the ERP's form), its partner `partner` when it names none.
+pub fn send(
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    json: &[u8],
+    partner: Option<&str>,
+    idempotency_key: Option<&str>,
+) -> Result<Sent, SendError> {
+    let prepared = crate::outbound::prepare(config, schemas, json, partner)?;
+    send_prepared(config, registry, &prepared, idempotency_key)
+}
+
+/// [`send`] of a document already checked and named.
+pub fn send_prepared(
+    config: &Config,
+    registry: &mut Registry,
+    prepared: &Prepared,
+    idempotency_key: Option<&str>,
+) -> Result<Sent, SendError> {
+    let owner = crate::owner::Owner::current().id();
+    let partner_key = prepared.partner.key();
+    let lease = Duration::from_secs(config.gateway.lease_seconds);
+    let new = NewOutbound {
+        key: &prepared.key,
+        partner: &partner_key,
+        set_id: &prepared.set_id,
+        document_id: &prepared.document_id,
+        fingerprint: &prepared.fingerprint,
+        idempotency_key,
+        owner: &owner,
+        lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+        is_dead: &crate::owner::is_dead,
+    };
+    let render = |isa13: u32, gs06: u32, at_ms: i64| {
+        let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
+        let bytes = prepared
+            .render(Numbers { isa13, gs06 }, when)
+            .map_err(|e| e.to_string())?;
+        Ok((file_name(&partner_key, isa13, &prepared.set_id), bytes))
+    };
+    let folder = folder_of(config, &prepared.partner);
+    let deadline = Instant::now() + lease + Duration::from_secs(1);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let claim = registry
+            .claim_outbound(&new, &render)?
+            .map_err(|why| SendError::Refused(Refusal::Set(why)))?;
+        match claim {
+            OutboundClaim::Write { row, bytes, .. } => {
+                fail::fail_point!("send.before_file", |_| std::process::abort());
+                let path = crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner)
+                    .map_err(|cause| SendError::Write {
+                        path: folder.join(&row.file),
+                        cause,
+                    })?;
+                fail::fail_point!("send.before_mark", |_| std::process::abort());
+                let due = prepared.partner.outbound.expect_ack.then(|| {
+                    let s = prepared.partner.outbound.ack_due_seconds;
+                    i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+                });
+                if registry.outbound_written(&prepared.key, &owner, due)? {
+                    let row = registry
+                        .outbound(&prepared.key)?
+                        .map(|(r, _)| r)
+                        .unwrap_or(row);
+                    return Ok(Sent {
+                        row,
+                        replayed: false,
+                        path,
+                        warnings: prepared.warnings.clone(),
+                    });
+                }
+                // Taken over while we wrote (our lease ran out): the other writer marks it.
+            }
+            OutboundClaim::Replay(row) => {
+                let path = folder.join(&row.file);
+                return Ok(Sent {
+                    row,
+                    replayed: true,
+                    path,
+                    warnings: prepared.warnings.clone(),
+                });
+            }
+            OutboundClaim::Conflict(row) => {
+                return Err(SendError::Conflict {
+                    key: row.key.clone(),
+                    first: row.fingerprint.clone(),
+                    now: prepared.fingerprint.clone(),
+                    first_sent: crate::time::rfc3339(row.sent_ms.unwrap_or(row.created_ms)),
+                    isa13: row.isa13,
+                })
+            }
+            OutboundClaim::Busy(row) => {
+                if Instant::now() >= deadline {
+                    return Err(SendError::Busy {
+                        key: row.key,
+                        owner: String::from("another process"),
+                        isa13: row.isa13,
+                    });
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// The file of our interchange `isa13` to `partner` (`QUAL:ID`) carrying a set `set_id`.
+pub fn file_name(partner: &str, isa13: u32, set_id: &str) -> String {
+    format!(
+        "{}_{isa13:09}.{}.x12",
+        crate::outputs::safe_name(partner),
+        crate::outputs::safe_name(set_id)
+    )
+}
+
+/// `resend`: the bytes first sent written again to the partner's folder, recorded; `None`
+/// when the key was never sent.
+pub fn resend(
+    config: &Config,
+    registry: &mut Registry,
+    key: &str,
+) -> Result<Option<(OutboundRow, PathBuf)>, SendError> {
+    let Some((row, bytes)) = registry.outbound(key)? else {
+        return Ok(None);
+    };
+    let partner = config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .ok_or_else(|| {
+            Refusal::Partner(format!(
+                "partner {} of {key} is no longer configured",
+                row.partner
+            ))
+        })?;
+    let folder = folder_of(config, partner);
+    let owner = crate::owner::Owner::current().id();
+    let path =
+        crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner).map_err(|cause| {
+            SendError::Write {
+                path: folder.join(&row.file),
+                cause,
+            }
+        })?;
+    let row = registry
+        .outbound_resent(key, "same bytes")?
+        .map(|(r, _)| r)
+        .unwrap_or(row);
+    Ok(Some((row, path)))
+}
+
+/// A result as the ERP reads it, on the command line (`send --json`) and over HTTP: the
+/// HTTP status it maps to (201 sent, 200 replayed, 409 conflict, 422 refused, 503 busy, 500
+/// otherwise) and the JSON body, with the key, our numbers and file (`result_ref`), and
+/// the findings of a refused document in `validate --json`'s shape.
+pub fn answer(result: &Result<Sent, SendError>, now_ms: i64) -> (u16, serde_json::Value) {
+    use serde_json::json;
+    match result {
+        Ok(sent) => {
+            let r = &sent.row;
+            (
+                if sent.replayed { 200 } else { 201 },
+                json!({
+                    "key": r.key,
+                    "partner": r.partner,
+                    "set": r.set_id,
+                    "document": r.document_id,
+                    "state": if sent.replayed { "replayed" } else { "sent" },
+                    "replayed": sent.replayed,
+                    "result_ref": result_ref(r, &sent.path),
+                    "ack": r.ack_state(now_ms),
+                    "idempotency_key": r.idempotency_key,
+                    "warnings": sent.warnings,
+                }),
+            )
+        }
+        Err(e) => {
+            let (status, state, key) = match e {
+                SendError::Conflict { key, .. } => (409, "conflict", Some(key.as_str())),
+                SendError::Refused(_) => (422, "refused", None),
+                SendError::Busy { key, .. } => (503, "busy", Some(key.as_str())),
+                _ => (500, "failed", None),
+            };
+            let findings = match e {
+                SendError::Refused(r) => r.findings(),
+                _ => &[],
+            };
+            (
+                status,
+                json!({
+                    "key": key,
+                    "state": state,
+                    "error": e.to_string(),
+                    "findings": findings,
+                }),
+            )
+        }
+    }
+}
+
+/// Our numbers and the file of a document sent: what the ERP stores as its reference.
+pub fn result_ref(row: &OutboundRow, path: &std::path::Path) -> serde_json::Value {
+    serde_json::json!({
+        "isa13": format!("{:09}", row.isa13),
+        "gs06": row.gs06.to_string(),
+        "st02": row.st02,
+        "file": path.display().to_string(),
+        "sent": row.sent_ms.map(crate::time::rfc3339),
+    })
+}
