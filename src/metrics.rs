@@ -90,14 +90,15 @@ fn exposition(
     registry: Option<&Registry>,
     live: Option<&Live>,
 ) -> Result<String, RegistryError> {
-    let (snap, protocol_errors) = match registry {
-        Some(r) => (r.snapshot()?, r.protocol_errors()?),
+    let (snap, protocol_errors, outbound) = match registry {
+        Some(r) => (r.snapshot()?, r.protocol_errors()?, r.outbound_counts()?),
         None => Default::default(),
     };
     let mut reg = Exposition::with_prefix("x12gate");
     interchange_families(&mut reg, config, &snap);
     claim_families(&mut reg, config, &snap);
     delivery_families(&mut reg, config, &snap, &protocol_errors);
+    outbound_families(&mut reg, &outbound);
     let info = Family::<Labels, Gauge>::default();
     info.get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
         .set(1);
@@ -272,6 +273,34 @@ fn delivery_families(
         "destination_protocol_errors",
         "Delivery attempts whose answer was not a whole HTTP answer to its request (cut off, malformed), by destination: not delivered, tried again on a new connection",
         protocol,
+    );
+}
+
+/// Our own documents sent, by partner and where the partner's acknowledgment stands, and
+/// the overdue ones alone (what the morning report and the alert read).
+fn outbound_families(reg: &mut Exposition, counts: &[(String, String, u64)]) {
+    let documents = Family::<Labels, Gauge>::default();
+    let overdue = Family::<Labels, Gauge>::default();
+    for (partner, state, n) in counts {
+        let n = i64::try_from(*n).unwrap_or(i64::MAX);
+        documents
+            .get_or_create(&labels(&[("partner", partner), ("state", state)]))
+            .set(n);
+        if state == "overdue" {
+            overdue
+                .get_or_create(&labels(&[("partner", partner)]))
+                .set(n);
+        }
+    }
+    reg.register(
+        "outbound_documents_total",
+        "Our documents sent to partners (send), by partner and acknowledgment: waiting, overdue (no 997/999 within ack_due_seconds), accepted, accepted_with_errors, partially_accepted, rejected, not_expected",
+        documents,
+    );
+    reg.register(
+        "outbound_overdue",
+        "Our documents sent whose partner's 997/999 is overdue, by partner",
+        overdue,
     );
 }
 

@@ -37,9 +37,26 @@ struct Request {
     /// GS08, when neither the definition nor the partner's `outbound_version` says it.
     #[serde(default)]
     version: Option<String>,
-    set: crate::translate::JsonSet,
+    set: OutboundSet,
     #[serde(default)]
     envelope: Option<SeenEnvelope>,
+}
+
+/// The set as the ERP writes it: the JSON form of a set, ST02 and SE free to be `null` (or
+/// absent: they are ours to number and count).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutboundSet {
+    st: Vec<Option<JsonElement>>,
+    #[serde(default)]
+    segments: Option<Vec<crate::translate::JsonSegment>>,
+    #[serde(default)]
+    schema: Option<String>,
+    #[serde(default)]
+    content: Option<serde_json::Value>,
+    #[serde(default)]
+    #[allow(dead_code)] // read to be accepted, never used: SE is ours to write
+    se: Option<Vec<Option<JsonElement>>>,
 }
 
 /// The envelope an `out/` file records of the interchange that carried it.
@@ -100,6 +117,8 @@ pub struct Prepared {
     /// Warnings the checks found (never a reason to refuse).
     pub warnings: Vec<Finding>,
     body: Vec<crate::translate::JsonSegment>,
+    /// ST03 on (a guide's implementation convention reference), as the ERP gave them.
+    st_rest: Vec<JsonElement>,
     ours: (String, String),
 }
 
@@ -156,9 +175,17 @@ pub fn prepare(
             )))
         }
     };
-    let set = &request.set;
-    let set_id = match set.st.first() {
-        Some(JsonElement::Simple(id)) if crate::schema::names_a_set(id.as_bytes()) => id.clone(),
+    let set = crate::translate::JsonSet {
+        st: Vec::new(),
+        segments: request.set.segments.clone(),
+        schema: request.set.schema.clone(),
+        content: request.set.content.clone(),
+        se: None,
+    };
+    let set_id = match request.set.st.first() {
+        Some(Some(JsonElement::Simple(id))) if crate::schema::names_a_set(id.as_bytes()) => {
+            id.clone()
+        }
         _ => {
             return Err(Refusal::Set(
                 "set: ST01 must be the transaction set's id (\"st\": [\"810\", null])".into(),
@@ -174,7 +201,7 @@ pub fn prepare(
             ))
         })?
         .to_string();
-    let body = crate::translate::set_body(set, "set").map_err(|e| Refusal::Set(e.to_string()))?;
+    let body = crate::translate::set_body(&set, "set").map_err(|e| Refusal::Set(e.to_string()))?;
     let ours = (
         config.gateway.id_qualifier.clone(),
         config.gateway.id.clone(),
@@ -189,6 +216,13 @@ pub fn prepare(
         version,
         warnings: Vec::new(),
         body,
+        st_rest: request
+            .set
+            .st
+            .iter()
+            .skip(2)
+            .map(|e| e.clone().unwrap_or(JsonElement::Simple(String::new())))
+            .collect(),
         ours,
         partner,
     };
@@ -383,7 +417,10 @@ impl Prepared {
         .to_vec();
         let count = (self.body.len() + 2).to_string();
         let set = crate::translate::JsonSet {
-            st: vec![simple(&self.set_id), simple(ST02)],
+            st: [simple(&self.set_id), simple(ST02)]
+                .into_iter()
+                .chain(self.st_rest.iter().cloned())
+                .collect(),
             segments: Some(self.body.clone()),
             schema: None,
             content: None,

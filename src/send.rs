@@ -121,11 +121,20 @@ pub fn send_prepared(
         match claim {
             OutboundClaim::Write { row, bytes, .. } => {
                 fail::fail_point!("send.before_file", |_| std::process::abort());
-                let path = crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner)
-                    .map_err(|cause| SendError::Write {
-                        path: folder.join(&row.file),
-                        cause,
-                    })?;
+                let path = match crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner)
+                {
+                    Ok(path) => path,
+                    Err(cause) => {
+                        // The numbers stay the document's: the next send writes these bytes.
+                        if let Err(e) = registry.outbound_release(&prepared.key, &owner) {
+                            tracing::warn!(key = %prepared.key, error = %e, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
+                        }
+                        return Err(SendError::Write {
+                            path: folder.join(&row.file),
+                            cause,
+                        });
+                    }
+                };
                 fail::fail_point!("send.before_mark", |_| std::process::abort());
                 let due = prepared.partner.outbound.expect_ack.then(|| {
                     let s = prepared.partner.outbound.ack_due_seconds;

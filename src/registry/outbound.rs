@@ -181,9 +181,15 @@ impl Registry {
                 .execute(
                     "UPDATE outbound SET state = 'sent', sent_at = ?3, owner = NULL,
                          lease_expires = NULL, ack_due = ?4,
-                         ack = CASE WHEN ?4 IS NULL AND ack = 'waiting' THEN 'not_expected' ELSE ack END
+                         ack = CASE WHEN ack = 'waiting' THEN ?5 ELSE ack END
                      WHERE key = ?1 AND state = 'writing' AND owner = ?2",
-                    params![key, owner, now, ack_due_ms.map(|d| now.saturating_add(d))],
+                    params![
+                        key,
+                        owner,
+                        now,
+                        ack_due_ms.map(|d| now.saturating_add(d)),
+                        if ack_due_ms.is_some() { "waiting" } else { "not_expected" }
+                    ],
                 )
                 .map_err(|e| b.sql(e))?;
             if changed == 1 {
@@ -204,6 +210,20 @@ impl Registry {
                 )?;
             }
             Ok(changed == 1)
+        })
+    }
+
+    /// Lets go of a claim ours whose file could not be written: the next `send` of the key
+    /// writes it at once, rather than after the lease.
+    pub fn outbound_release(&mut self, key: &str, owner: &str) -> Result<(), RegistryError> {
+        self.batch(|b| {
+            b.tx.execute(
+                "UPDATE outbound SET owner = NULL, lease_expires = NULL
+                 WHERE key = ?1 AND state = 'writing' AND owner = ?2",
+                params![key, owner],
+            )
+            .map(drop)
+            .map_err(|e| b.sql(e))
         })
     }
 
@@ -231,7 +251,7 @@ impl Registry {
                 &serde_json::json!({ "resent": key, "how": how, "file": row.file }).to_string(),
             )
         })?;
-        Ok(found)
+        self.outbound(key)
     }
 
     /// Outbound documents, newest first: of a partner, an acknowledgment state (as of
@@ -246,11 +266,11 @@ impl Registry {
         let now = now_ms();
         let sql = format!(
             "SELECT {COLUMNS} FROM outbound
-             WHERE (?1 IS NULL OR partner = ?1) AND created >= ?2
-               AND (?3 IS NULL
+             WHERE (partner = ?1 OR ?1 IS NULL) AND created >= ?2
+               AND (state = ?3 OR ?3 IS NULL
                     OR (?3 = 'overdue' AND ack = 'waiting' AND ack_due < ?4)
                     OR (?3 = 'waiting' AND ack = 'waiting' AND (ack_due IS NULL OR ack_due >= ?4))
-                    OR (?3 NOT IN ('overdue', 'waiting') AND (ack = ?3 OR state = ?3)))
+                    OR (?3 NOT IN ('overdue', 'waiting') AND ack = ?3))
              ORDER BY created DESC, key LIMIT ?5"
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -458,7 +478,7 @@ impl Batch<'_> {
         };
         let st02 = s.st02().unwrap_or("");
         let scope =
-            format!("partner = ?1 AND {place} AND (?3 = '' OR st02 = ?3) AND state = 'sent'");
+            format!("partner = ?1 AND {place} AND (st02 = ?3 OR ?3 = '') AND state = 'sent'");
         let value = values.first().copied().unwrap_or(0);
         let matched: i64 = self
             .tx
