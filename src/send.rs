@@ -121,8 +121,7 @@ pub fn send_prepared(
         match claim {
             OutboundClaim::Write { row, bytes, .. } => {
                 fail::fail_point!("send.before_file", |_| std::process::abort());
-                let path = match crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner)
-                {
+                let path = match crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner) {
                     Ok(path) => path,
                     Err(cause) => {
                         // The numbers stay the document's: the next send writes these bytes.
@@ -289,5 +288,32 @@ pub fn result_ref(row: &OutboundRow, path: &std::path::Path) -> serde_json::Valu
         "st02": row.st02,
         "file": path.display().to_string(),
         "sent": row.sent_ms.map(crate::time::rfc3339),
+    })
+}
+
+/// Where one of our documents stands, as `sent --json` prints it and `GET /api/outbound/KEY`
+/// answers: its key, state, the partner's acknowledgment (as of `now`) and `result_ref`.
+pub fn status(config: &Config, row: &OutboundRow, now_ms: i64) -> serde_json::Value {
+    let folder = config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .map_or_else(|| config.gateway.outbox.clone(), |p| folder_of(config, p));
+    serde_json::json!({
+        "key": row.key,
+        "partner": row.partner,
+        "set": row.set_id,
+        "document": row.document_id,
+        "state": row.state,
+        "ack": row.ack_state(now_ms),
+        "ack_kind": row.ack_kind,
+        "ack_detail": row.ack_detail,
+        "ack_received": row.ack_ms.map(crate::time::rfc3339),
+        "ack_late": row.ack_late,
+        "ack_due": row.ack_due_ms.map(crate::time::rfc3339),
+        "acks_seen": row.acks_seen,
+        "resends": row.resends,
+        "idempotency_key": row.idempotency_key,
+        "result_ref": result_ref(row, &folder.join(&row.file)),
     })
 }

@@ -666,3 +666,188 @@ fn a_send_killed_at_every_failpoint_is_completed_by_the_next_with_one_file_and_o
         assert_eq!(again["state"], "replayed", "{point}");
     }
 }
+
+const API_TOKEN: &str = "erp:an-erp-token-of-some-length";
+
+/// `x12gate serve` with the ERP's token, killed when dropped.
+struct Api {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Api {
+    fn start(g: &Gate) -> Api {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let addr = format!("127.0.0.1:{port}");
+        let child = g
+            .command(&["serve", "--listen", &addr])
+            .env("X12GATE_API_TOKEN", API_TOKEN)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start serve");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                started.elapsed() < crate::util::STALL,
+                "serve never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Api { child, addr }
+    }
+
+    /// One request: (status, JSON body).
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let mut req = ureq::request(method, &format!("http://{}{path}", self.addr));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let answer = match body {
+            Some(b) => req.set("Content-Type", "application/json").send_string(b),
+            None => req.call(),
+        };
+        let resp = match answer {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        let text = resp.into_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    fn post(&self, doc: &str, key: Option<&str>) -> (u16, Value) {
+        let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+        self.call("POST", "/api/outbound", Some(secret()), &headers, Some(doc))
+    }
+}
+
+fn secret() -> &'static str {
+    API_TOKEN.split_once(':').map(|(_, s)| s).unwrap()
+}
+
+#[test]
+fn the_erp_posts_over_http_and_its_retries_race_with_processes_to_one_interchange() {
+    let g = Gate::new();
+    let api = Api::start(&g);
+    let doc = invoice("ZZ:ACME", "INV-H1", "4250").to_string();
+    let (status, _) = api.call("POST", "/api/outbound", None, &[], Some(&doc));
+    assert_eq!(status, 401, "no token");
+    let (status, _) = api.call(
+        "POST",
+        "/api/outbound",
+        Some("wrong-token-of-length"),
+        &[],
+        Some(&doc),
+    );
+    assert_eq!(status, 401, "a wrong token");
+    assert!(g.interchanges_in("data/outbox").is_empty());
+
+    let (status, first) = api.post(&doc, Some("erp-42"));
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["idempotency_key"], "erp-42");
+    let key = first["key"].as_str().unwrap().to_string();
+    let (status, again) = api.post(&doc, Some("erp-42-retry"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["result_ref"], first["result_ref"]);
+    let (status, now) = api.call(
+        "GET",
+        &format!("/api/outbound/{key}"),
+        Some(secret()),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(now["state"], "sent");
+    assert_eq!(now["ack"], "waiting");
+    assert_eq!(
+        now["idempotency_key"], "erp-42",
+        "the first sending's, kept"
+    );
+    let (status, _) = api.call(
+        "GET",
+        "/api/outbound/ZZ:X12GATE:ZZ:ACME:810:NONE::",
+        Some(secret()),
+        &[],
+        None,
+    );
+    assert_eq!(status, 404);
+
+    let (status, conflict) = api.post(&invoice("ZZ:ACME", "INV-H1", "1").to_string(), None);
+    assert_eq!(status, 409, "{conflict}");
+    assert_eq!(conflict["key"], key.as_str());
+    let (status, bad) = api.post("{\"partner\": \"ZZ:ACME\",\n\"set\": ", None);
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("line 2"), "{bad}");
+    let (status, invalid) = api.post(&invoice("ZZ:ACME", "INV-H2", "ABC").to_string(), None);
+    assert_eq!(status, 422, "{invalid}");
+    assert!(
+        !invalid["findings"].as_array().unwrap().is_empty(),
+        "{invalid}"
+    );
+    let big = format!("{{\"partner\": \"{}\"}}", "x".repeat(17 << 20));
+    let (status, _) = api.post(&big, None);
+    assert_eq!(
+        status, 413,
+        "a body over the limit is refused before it is read"
+    );
+
+    // 8 processes and 8 HTTP requests send one new invoice at once: one interchange.
+    let race = invoice("ZZ:ACME", "INV-RACE2", "7").to_string();
+    fs::write(g.path("race2.json"), &race).unwrap();
+    let processes: Vec<_> = (0..8)
+        .map(|_| {
+            g.command(&["send", "--json", "race2.json"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let posts: Vec<_> = (0..8).map(|_| s.spawn(|| api.post(&race, None))).collect();
+        let mut answers: Vec<Value> = processes
+            .into_iter()
+            .map(|c| serde_json::from_slice(&c.wait_with_output().unwrap().stdout).unwrap())
+            .collect();
+        for p in posts {
+            let (status, body) = p.join().unwrap();
+            assert!(status == 200 || status == 201, "{status} {body}");
+            answers.push(body);
+        }
+        answers
+    });
+    let sent = answers.iter().filter(|a| a["state"] == "sent").count();
+    assert_eq!(sent, 1, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|a| a["result_ref"] == answers[0]["result_ref"]),
+        "{answers:?}"
+    );
+    assert_eq!(g.interchanges_in("data/outbox").len(), 2);
+}

@@ -176,9 +176,8 @@ impl Registry {
     ) -> Result<bool, RegistryError> {
         self.batch(|b| {
             let now = now_ms();
-            let changed = b
-                .tx
-                .execute(
+            let changed =
+                b.tx.execute(
                     "UPDATE outbound SET state = 'sent', sent_at = ?3, owner = NULL,
                          lease_expires = NULL, ack_due = ?4,
                          ack = CASE WHEN ack = 'waiting' THEN ?5 ELSE ack END
@@ -188,14 +187,17 @@ impl Registry {
                         owner,
                         now,
                         ack_due_ms.map(|d| now.saturating_add(d)),
-                        if ack_due_ms.is_some() { "waiting" } else { "not_expected" }
+                        if ack_due_ms.is_some() {
+                            "waiting"
+                        } else {
+                            "not_expected"
+                        }
                     ],
                 )
                 .map_err(|e| b.sql(e))?;
             if changed == 1 {
-                let (partner, isa13): (String, i64) = b
-                    .tx
-                    .query_row(
+                let (partner, isa13): (String, i64) =
+                    b.tx.query_row(
                         "SELECT partner, isa13 FROM outbound WHERE key = ?1",
                         params![key],
                         read,

@@ -128,7 +128,12 @@ impl Tokens {
 
     /// From the environment; none when the variable is unset or empty.
     pub fn from_env() -> Result<Tokens, TokenError> {
-        match std::env::var(TOKEN_VARIABLE) {
+        Tokens::from_var(TOKEN_VARIABLE)
+    }
+
+    /// From the environment variable `name` (the ERP's tokens are not the operators').
+    pub fn from_var(name: &str) -> Result<Tokens, TokenError> {
+        match std::env::var(name) {
             Ok(v) if !v.trim().is_empty() => Tokens::parse(&v),
             _ => Ok(Tokens::default()),
         }

@@ -8,6 +8,7 @@
 //! is rendered as text by the templates (askama escapes HTML) after its control characters
 //! are escaped ([`crate::text::printable`]).
 
+mod api;
 pub mod auth;
 mod chart;
 mod pages;
@@ -46,6 +47,8 @@ pub struct Site {
     pub schemas: Option<&'static crate::schema::Schemas>,
     /// Wrong tokens wait here, one at a time.
     pub penalty: auth::Penalty,
+    /// The ERP's tokens for `/api/` (X12GATE_API_TOKEN); none: the API is off.
+    pub api_tokens: Tokens,
     /// The read-only registry connections the pages share with `/metrics`.
     pub readers: Arc<Readers>,
 }
@@ -70,6 +73,7 @@ impl Site {
             actions,
             schemas: None,
             penalty: auth::Penalty::default(),
+            api_tokens: Tokens::from_var(api::TOKEN_VARIABLE)?,
             readers: Arc::new(Readers::new(config.gateway.database.clone())),
             config,
         })
@@ -87,7 +91,7 @@ impl Site {
 
 /// The pages' routes, to be merged with `/metrics` and `/healthz`.
 pub fn router(site: Arc<Site>) -> axum::Router {
-    pages::router(site)
+    pages::router(site.clone()).merge(api::router(site))
 }
 
 #[cfg(test)]

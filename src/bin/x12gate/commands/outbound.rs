@@ -157,32 +157,8 @@ pub fn sent(
         )?;
     }
     for r in rows {
-        let folder = config
-            .partners
-            .iter()
-            .find(|p| p.key() == r.partner)
-            .map_or_else(
-                || config.gateway.outbox.clone(),
-                |p| x12gate::send::folder_of(config, p),
-            );
         if json {
-            let v = serde_json::json!({
-                "key": r.key,
-                "partner": r.partner,
-                "set": r.set_id,
-                "document": r.document_id,
-                "state": r.state,
-                "ack": r.ack_state(now),
-                "ack_kind": r.ack_kind,
-                "ack_detail": r.ack_detail,
-                "ack_received": r.ack_ms.map(x12gate::time::rfc3339),
-                "ack_late": r.ack_late,
-                "ack_due": r.ack_due_ms.map(x12gate::time::rfc3339),
-                "acks_seen": r.acks_seen,
-                "resends": r.resends,
-                "idempotency_key": r.idempotency_key,
-                "result_ref": x12gate::send::result_ref(&r, &folder.join(&r.file)),
-            });
+            let v = x12gate::send::status(config, &r, now);
             writeln!(out, "{v}")?;
         } else {
             let late = if r.ack_late { " (late)" } else { "" };
