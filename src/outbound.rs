@@ -17,8 +17,8 @@ use crate::config::{Config, Partner};
 use crate::document::{self, Usage};
 use crate::finding::Finding;
 use crate::schema::Schemas;
-use crate::translate::{Document, JsonElement};
-use crate::x12::{Delimiters, Interchange, Interchanges, Limits, Segment};
+use crate::translate::JsonElement;
+use crate::x12::{Interchange, Interchanges, Limits, Segment};
 
 /// The largest outbound document accepted: one transaction set of a business document, far
 /// below what a partner's translator takes in one interchange.
@@ -370,107 +370,39 @@ impl Prepared {
     /// The interchange that carries the document, with these numbers, at this time: the same
     /// arguments always give the same bytes.
     pub fn render(&self, numbers: Numbers, when: DateTime<Utc>) -> Result<Vec<u8>, Refusal> {
-        let (delimiters, line_ending) = match &self.partner.ack.delimiters {
+        let delimiters = match &self.partner.ack.delimiters {
             Some(d) => (d.delimiters, d.line_ending),
-            None => (OUR_DELIMITERS, "\n"),
+            None => (crate::translate::ONE_SET_DELIMITERS, "\n"),
         };
-        let isa12 = isa_version(&self.version);
-        let repetition = (isa12.as_str() >= "00402")
-            .then_some(delimiters.repetition)
-            .flatten();
-        let pad = |s: &str, n: usize| format!("{s:<n$}");
-        let isa13 = format!("{:09}", numbers.isa13);
-        let gs06 = numbers.gs06.to_string();
-        let isa = vec![
-            "00".into(),
-            pad("", 10),
-            "00".into(),
-            pad("", 10),
-            pad(&self.ours.0, 2),
-            pad(&self.ours.1, 15),
-            pad(&self.partner.id_qualifier, 2),
-            pad(&self.partner.id, 15),
-            when.format("%y%m%d").to_string(),
-            when.format("%H%M").to_string(),
-            repetition.map_or("U".into(), |r| char::from(r).to_string()),
-            isa12,
-            isa13.clone(),
-            "0".into(),
-            match self.usage {
+        let envelope = crate::translate::OneSetEnvelope {
+            sender: format!("{}:{}", self.ours.0, self.ours.1),
+            receiver: self.partner.key(),
+            isa_date: when.format("%y%m%d").to_string(),
+            isa_time: when.format("%H%M").to_string(),
+            isa13: format!("{:09}", numbers.isa13),
+            usage: match self.usage {
                 Usage::Production => "P".into(),
                 Usage::Test => "T".into(),
             },
-            char::from(delimiters.component).to_string(),
-        ];
-        let simple = |v: &str| JsonElement::Simple(v.to_string());
-        let gs = [
-            self.functional_id.as_str(),
-            self.ours.1.as_str(),
-            self.partner.id.as_str(),
-            &when.format("%Y%m%d").to_string(),
-            &when.format("%H%M").to_string(),
-            &gs06,
-            "X",
-            self.version.as_str(),
-        ]
-        .map(simple)
-        .to_vec();
-        let count = (self.body.len() + 2).to_string();
-        let set = crate::translate::JsonSet {
-            st: [simple(&self.set_id), simple(ST02)]
-                .into_iter()
-                .chain(self.st_rest.iter().cloned())
-                .collect(),
-            segments: Some(self.body.clone()),
-            schema: None,
-            content: None,
-            se: Some(vec![simple(&count), simple(ST02)]),
+            gs01: self.functional_id.clone(),
+            gs02: self.ours.1.clone(),
+            gs03: self.partner.id.clone(),
+            gs04: when.format("%Y%m%d").to_string(),
+            gs05: when.format("%H%M").to_string(),
+            gs06: numbers.gs06.to_string(),
+            gs08: self.version.clone(),
+            st02: ST02.into(),
         };
-        let text = |b: Option<u8>| b.map(|b| char::from(b).to_string());
-        let doc = Document {
-            encoding: crate::translate::Encoding::Utf8,
-            interchanges: vec![crate::translate::JsonInterchange {
-                delimiters: crate::translate::JsonDelimiters {
-                    element: char::from(delimiters.element).to_string(),
-                    component: char::from(delimiters.component).to_string(),
-                    repetition: text(repetition),
-                    segment: char::from(delimiters.segment).to_string(),
-                    line_ending: line_ending.to_string(),
-                },
-                isa,
-                isb: None,
-                ise: None,
-                ta1: Vec::new(),
-                groups: vec![crate::translate::JsonGroup {
-                    gs,
-                    sets: vec![set],
-                    ge: Some(vec![simple("1"), simple(&gs06)]),
-                }],
-                iea: Some(vec![simple("1"), simple(&isa13)]),
-            }],
-        };
+        let doc = crate::translate::one_set_document(
+            &envelope,
+            delimiters,
+            &self.set_id,
+            &self.st_rest,
+            self.body.clone(),
+        );
         let mut out = Vec::new();
         crate::translate::render(&doc, &mut out).map_err(|e| Refusal::Set(e.to_string()))?;
         Ok(out)
-    }
-}
-
-/// The delimiters we send in when the partner names none: the ones most translators expect.
-const OUR_DELIMITERS: Delimiters = Delimiters {
-    element: b'*',
-    component: b'>',
-    repetition: Some(b'^'),
-    segment: b'~',
-};
-
-/// ISA12 for a group's GS08: its release's first five digits (`004010` is `00401`), else
-/// 00401.
-fn isa_version(gs08: &str) -> String {
-    let five = gs08.get(..5).unwrap_or_default();
-    if crate::x12::is_control_version(five.as_bytes()) {
-        five.to_string()
-    } else {
-        "00401".into()
     }
 }
 

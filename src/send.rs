@@ -195,6 +195,121 @@ pub fn file_name(partner: &str, isa13: u32, set_id: &str) -> String {
     )
 }
 
+/// `resend --new-numbers`: the document re-enveloped with the partner's next ISA13 and GS06
+/// (the same set, the same delimiters, the time now), written and recorded as sent; its
+/// acknowledgment waits again. `None` when the key was never sent.
+pub fn resend_new_numbers(
+    config: &Config,
+    registry: &mut Registry,
+    key: &str,
+) -> Result<Option<(OutboundRow, PathBuf)>, SendError> {
+    let owner = crate::owner::Owner::current().id();
+    let lease =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let render = |old: &[u8], isa13: u32, gs06: u32, at_ms: i64| {
+        renumbered(old, isa13, gs06, at_ms).map_err(|e| e.to_string())
+    };
+    let made = registry
+        .outbound_renumbered(key, &owner, lease, &render)?
+        .map_err(|why| SendError::Refused(Refusal::Set(why)))?;
+    let Some((row, bytes)) = made else {
+        return Ok(None);
+    };
+    let partner = config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .ok_or_else(|| {
+            Refusal::Partner(format!(
+                "partner {} of {key} is no longer configured",
+                row.partner
+            ))
+        })?;
+    let folder = folder_of(config, partner);
+    let path =
+        crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner).map_err(|cause| {
+            SendError::Write {
+                path: folder.join(&row.file),
+                cause,
+            }
+        })?;
+    let due = partner.outbound.expect_ack.then(|| {
+        i64::try_from(partner.outbound.ack_due_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+    });
+    registry.outbound_written(key, &owner, due)?;
+    let row = registry.outbound(key)?.map(|(r, _)| r).unwrap_or(row);
+    Ok(Some((row, path)))
+}
+
+/// Our interchange `old` with new numbers and the time `at_ms`: (its file name, its bytes).
+fn renumbered(
+    old: &[u8],
+    isa13: u32,
+    gs06: u32,
+    at_ms: i64,
+) -> Result<(String, Vec<u8>), crate::translate::RenderError> {
+    let invalid = |problem: &str| crate::translate::RenderError::Invalid {
+        place: "the interchange sent".into(),
+        problem: problem.into(),
+    };
+    let mut doc = crate::translate::parse_document_as(
+        old,
+        crate::x12::Limits::default(),
+        crate::translate::Form::Raw,
+    )
+    .map_err(|e| invalid(&e.to_string()))?;
+    let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
+    let ic = doc
+        .interchanges
+        .first_mut()
+        .ok_or_else(|| invalid("no interchange"))?;
+    let simple = |v: String| crate::translate::JsonElement::Simple(v);
+    let control = format!("{isa13:09}");
+    let (receiver, set_id) = {
+        let field = |i: usize| ic.isa.get(i).map_or("", |s| s.trim());
+        let set = ic
+            .groups
+            .first()
+            .and_then(|g| g.sets.first())
+            .and_then(|s| s.st.first())
+            .map(|e| match e {
+                crate::translate::JsonElement::Simple(s) => s.clone(),
+                _ => String::new(),
+            })
+            .unwrap_or_default();
+        (format!("{}:{}", field(6), field(7)), set)
+    };
+    for (i, v) in [
+        (8, when.format("%y%m%d").to_string()),
+        (9, when.format("%H%M").to_string()),
+        (12, control.clone()),
+    ] {
+        if let Some(f) = ic.isa.get_mut(i) {
+            *f = v;
+        }
+    }
+    for group in &mut ic.groups {
+        for (i, v) in [
+            (3, when.format("%Y%m%d").to_string()),
+            (4, when.format("%H%M").to_string()),
+            (5, gs06.to_string()),
+        ] {
+            if let Some(e) = group.gs.get_mut(i) {
+                *e = simple(v);
+            }
+        }
+        if let Some(ge) = group.ge.as_mut().and_then(|ge| ge.get_mut(1)) {
+            *ge = simple(gs06.to_string());
+        }
+    }
+    if let Some(iea) = ic.iea.as_mut().and_then(|iea| iea.get_mut(1)) {
+        *iea = simple(control);
+    }
+    let mut bytes = Vec::new();
+    crate::translate::render(&doc, &mut bytes)?;
+    Ok((file_name(&receiver, isa13, &set_id), bytes))
+}
+
 /// `resend`: the bytes first sent written again to the partner's folder, recorded; `None`
 /// when the key was never sent.
 pub fn resend(

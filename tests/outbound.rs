@@ -355,6 +355,24 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
                 doc.display()
             );
         }
+        // `render` of the document's own file writes the interchange it came in, as clean.
+        let rendered = run(&["render".as_ref(), doc.as_os_str()]);
+        assert!(
+            rendered.status.success(),
+            "render {}: {}",
+            doc.display(),
+            text(&rendered.stderr)
+        );
+        let again = dir.path().join("rendered.x12");
+        fs::write(&again, &rendered.stdout).unwrap();
+        let v = run(&["validate".as_ref(), "--json".as_ref(), again.as_os_str()]);
+        for f in lines(&v.stdout) {
+            assert!(
+                f["rule"] == "hl-children-none",
+                "render {}: {f}",
+                doc.display()
+            );
+        }
         // Parsed back: the same set content as the document received.
         let parsed = run(&["parse".as_ref(), sent.as_ref()]);
         let parsed: Value = serde_json::from_slice(&parsed.stdout).unwrap();
@@ -535,6 +553,31 @@ fn resend_writes_the_same_bytes_again_and_records_it() {
     assert!(history.contains("resent"), "{history}");
     let out = g.run(&["resend", "ZZ:X12GATE:ZZ:ACME:810:NOPE::"], &[]);
     assert_eq!(out.status.code(), Some(2));
+
+    // The partner asks for new numbers: the same set in a new envelope, both files kept.
+    let key = first["key"].as_str().unwrap();
+    let out = g.run(&["resend", "--new-numbers", "--json", key], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let renumbered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(renumbered["resends"], 2);
+    let n = |v: &Value| v["result_ref"]["isa13"].as_str().unwrap().parse::<u32>().unwrap();
+    assert!(n(&renumbered) > n(&first), "{renumbered}");
+    assert_ne!(renumbered["result_ref"]["gs06"], first["result_ref"]["gs06"]);
+    let new_file = PathBuf::from(renumbered["result_ref"]["file"].as_str().unwrap());
+    assert!(file.exists() && new_file.exists() && new_file != file);
+    let new_text = text(&fs::read(&new_file).unwrap());
+    let set = |t: &str| t[t.find("ST*").unwrap()..t.find("GE*").unwrap()].to_string();
+    assert_eq!(set(&new_text), set(&text(&bytes)), "the same set");
+    let v = g.run(&["validate", new_file.to_str().unwrap()], &[]);
+    assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
+    let rows = g.sent(&[]);
+    assert_eq!(rows[0]["ack"], "waiting");
+    assert_eq!(rows[0]["state"], "sent");
+    let history = text(&g.run(&["history", "--json"], &[]).stdout);
+    assert!(history.contains("new numbers"), "{history}");
+    // A retry of the ERP now answers with the new numbers.
+    let (_, again) = g.send("inv.json", &invoice("ZZ:ACME", "INV-1", "4250"));
+    assert_eq!(again["result_ref"], renumbered["result_ref"]);
 }
 
 /// 16 processes send one invoice at once: one interchange, one ISA13, the same answer for all.

@@ -215,6 +215,74 @@ impl Registry {
         })
     }
 
+    /// A sent document given new numbers (`resend --new-numbers`, when the partner asks for
+    /// them): its interchange made again by `render` with the partner's next ISA13 and GS06,
+    /// recorded as being written by `owner` (its file, then [`Registry::outbound_written`]),
+    /// its acknowledgment waiting again; the old numbers kept in the history. `None` when
+    /// the key was never sent.
+    pub fn outbound_renumbered(
+        &mut self,
+        key: &str,
+        owner: &str,
+        lease_ms: i64,
+        render: &dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String>,
+    ) -> Result<Result<Option<(OutboundRow, Vec<u8>)>, String>, RegistryError> {
+        let Some((old, old_bytes)) = self.outbound(key)? else {
+            return Ok(Ok(None));
+        };
+        if old.state != "sent" {
+            return Ok(Err(format!(
+                "{key} is being written (ISA13 {:09}); resend it once it is sent",
+                old.isa13
+            )));
+        }
+        let made = self.batch(|b| {
+            let now = now_ms();
+            let (isa13, gs06) = super::counters::take_in(&b.tx, &old.partner, 1, 1)
+                .map_err(|e| b.sql(e))
+                .and_then(|(a, g)| match (a.first(), g.first()) {
+                    (Some(a), Some(g)) => Ok((*a, *g)),
+                    _ => Err(b.sql(crate::registry::db::Error::NoRows)),
+                })?;
+            let (file, bytes) = match render(&old_bytes, isa13, gs06, now) {
+                Ok(made) => made,
+                Err(why) => return Ok(Err(why)),
+            };
+            b.tx.execute(
+                "UPDATE outbound SET state = 'writing', owner = ?2, lease_expires = ?3,
+                     isa13 = ?4, gs06 = ?5, file = ?6, bytes = ?7, ack = 'waiting',
+                     ack_kind = NULL, ack_detail = NULL, ack_at = NULL, ack_late = 0,
+                     acks_seen = 0, resends = resends + 1
+                 WHERE key = ?1 AND state = 'sent'",
+                params![
+                    key,
+                    owner,
+                    now.saturating_add(lease_ms),
+                    i64::from(isa13),
+                    i64::from(gs06),
+                    file,
+                    bytes.clone(),
+                ],
+            )
+            .map_err(|e| b.sql(e))?;
+            b.record_note(
+                EventKind::Resent,
+                Some(key),
+                Some(&old.partner),
+                Some(&format!("{isa13:09}")),
+                &serde_json::json!({ "resent": key, "how": "new numbers",
+                    "was": { "isa13": format!("{:09}", old.isa13), "gs06": old.gs06, "file": old.file },
+                    "file": file })
+                .to_string(),
+            )?;
+            Ok(Ok(bytes))
+        })?;
+        match made {
+            Ok(bytes) => Ok(Ok(self.outbound(key)?.map(|(row, _)| (row, bytes)))),
+            Err(why) => Ok(Err(why)),
+        }
+    }
+
     /// Lets go of a claim ours whose file could not be written: the next `send` of the key
     /// writes it at once, rather than after the lease.
     pub fn outbound_release(&mut self, key: &str, owner: &str) -> Result<(), RegistryError> {

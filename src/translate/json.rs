@@ -984,8 +984,160 @@ fn readable_delimiters(d: Delimiters, place: &str) -> Result<(), RenderError> {
 // The envelope written in the order X12 puts it (ISA, each GS, each ST..SE, GE, IEA), each
 // level checked where it is written so an error names its place.
 pub fn render_document(json: &[u8], out: &mut impl Write) -> Result<(), RenderError> {
-    let doc: Document = serde_json::from_slice(json)?;
+    let doc: Document = match serde_json::from_slice(json) {
+        Ok(doc) => doc,
+        // A business document's file in `out/` is written back as the interchange it came in.
+        Err(e) => match serde_json::from_slice::<DocumentFile>(json) {
+            Ok(file) => file.document()?,
+            Err(_) => return Err(e.into()),
+        },
+    };
     render(&doc, out)
+}
+
+/// The envelope around one set standing alone: a business document's file in `out/`
+/// (`envelope`), or one of our own documents to a partner.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OneSetEnvelope {
+    /// ISA05:ISA06 and ISA07:ISA08, `QUAL:ID`.
+    pub sender: String,
+    pub receiver: String,
+    /// ISA09 (YYMMDD) and ISA10 (HHMM).
+    pub isa_date: String,
+    pub isa_time: String,
+    /// ISA13, nine digits.
+    pub isa13: String,
+    /// ISA15.
+    pub usage: String,
+    pub gs01: String,
+    pub gs02: String,
+    pub gs03: String,
+    pub gs04: String,
+    pub gs05: String,
+    pub gs06: String,
+    pub gs08: String,
+    pub st02: String,
+}
+
+/// The delimiters a set standing alone is enveloped in unless told otherwise: the ones
+/// most translators expect.
+pub const ONE_SET_DELIMITERS: Delimiters = Delimiters {
+    element: b'*',
+    component: b'>',
+    repetition: Some(b'^'),
+    segment: b'~',
+};
+
+/// One interchange of one group of one set, `body` its segments between ST and SE (ST03 on
+/// in `st_rest`): ISA12 from GS08's release (00401 when it names none), ISA11 the
+/// repetition separator from 00402 on, SE01 counted.
+pub fn one_set_document(
+    env: &OneSetEnvelope,
+    (delimiters, line_ending): (Delimiters, &str),
+    set_id: &str,
+    st_rest: &[JsonElement],
+    body: Vec<JsonSegment>,
+) -> Document {
+    let five = env.gs08.get(..5).unwrap_or_default();
+    let isa12 = if crate::x12::is_control_version(five.as_bytes()) {
+        five
+    } else {
+        "00401"
+    };
+    let repetition = (isa12 >= "00402")
+        .then_some(delimiters.repetition)
+        .flatten();
+    let pad = |s: &str, n: usize| format!("{s:<n$}");
+    let (sq, sid) = env.sender.split_once(':').unwrap_or(("ZZ", &env.sender));
+    let (rq, rid) = env
+        .receiver
+        .split_once(':')
+        .unwrap_or(("ZZ", &env.receiver));
+    let char_of = |b: u8| char::from(b).to_string();
+    let isa = vec![
+        "00".into(),
+        pad("", 10),
+        "00".into(),
+        pad("", 10),
+        pad(sq, 2),
+        pad(sid, 15),
+        pad(rq, 2),
+        pad(rid, 15),
+        env.isa_date.clone(),
+        env.isa_time.clone(),
+        repetition.map_or("U".into(), char_of),
+        isa12.to_string(),
+        env.isa13.clone(),
+        "0".into(),
+        env.usage.clone(),
+        char_of(delimiters.component),
+    ];
+    let simple = |v: &str| JsonElement::Simple(v.to_string());
+    let gs = [
+        &env.gs01, &env.gs02, &env.gs03, &env.gs04, &env.gs05, &env.gs06, "X", &env.gs08,
+    ]
+    .map(|v| simple(v))
+    .to_vec();
+    let count = (body.len() + 2).to_string();
+    let set = JsonSet {
+        st: [simple(set_id), simple(&env.st02)]
+            .into_iter()
+            .chain(st_rest.iter().cloned())
+            .collect(),
+        segments: Some(body),
+        schema: None,
+        content: None,
+        se: Some(vec![simple(&count), simple(&env.st02)]),
+    };
+    Document {
+        encoding: Encoding::Utf8,
+        interchanges: vec![JsonInterchange {
+            delimiters: JsonDelimiters {
+                element: char_of(delimiters.element),
+                component: char_of(delimiters.component),
+                repetition: repetition.map(char_of),
+                segment: char_of(delimiters.segment),
+                line_ending: line_ending.to_string(),
+            },
+            isa,
+            isb: None,
+            ise: None,
+            ta1: Vec::new(),
+            groups: vec![JsonGroup {
+                gs,
+                sets: vec![set],
+                ge: Some(vec![simple("1"), simple(&env.gs06)]),
+            }],
+            iea: Some(vec![simple("1"), simple(&env.isa13)]),
+        }],
+    }
+}
+
+/// A business document's file in `out/`: the set and the envelope it came in (its other
+/// fields, the delivery's, are not needed to write it back).
+#[derive(Deserialize)]
+struct DocumentFile {
+    envelope: OneSetEnvelope,
+    set: JsonSet,
+}
+
+impl DocumentFile {
+    /// The interchange it came in, as near as its file says (the delimiters are ours).
+    fn document(self) -> Result<Document, RenderError> {
+        let set_id = match self.set.st.first() {
+            Some(JsonElement::Simple(id)) => id.clone(),
+            _ => return Err(invalid("set", "ST01 must be the set's id")),
+        };
+        let body = set_body(&self.set, "set")?;
+        let rest = self.set.st.get(2..).unwrap_or_default();
+        Ok(one_set_document(
+            &self.envelope,
+            (ONE_SET_DELIMITERS, "\n"),
+            &set_id,
+            rest,
+            body,
+        ))
+    }
 }
 
 /// [`render_document`] of a document already read.

@@ -19,8 +19,9 @@ mod json;
 mod structured;
 
 pub use json::{
-    interchange_document, parse_document, parse_document_as, render, render_document, set_body,
-    text_of, write_document, write_interchange_document, write_interchange_document_with,
-    write_set, write_set_with, Document, DocumentWriter, Encoding, Form, JsonDelimiters,
-    JsonElement, JsonGroup, JsonInterchange, JsonSegment, JsonSet, ParseError, RenderError,
+    interchange_document, one_set_document, parse_document, parse_document_as, render,
+    render_document, set_body, text_of, write_document, write_interchange_document,
+    write_interchange_document_with, write_set, write_set_with, Document, DocumentWriter, Encoding,
+    Form, JsonDelimiters, JsonElement, JsonGroup, JsonInterchange, JsonSegment, JsonSet,
+    OneSetEnvelope, ParseError, RenderError, ONE_SET_DELIMITERS,
 };

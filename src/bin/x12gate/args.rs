@@ -228,6 +228,10 @@ pub enum Command {
     Resend {
         /// The document's key, as `send` and `sent` print it
         key: String,
+        /// Re-envelope it with the partner's next ISA13 and GS06 (when the partner asks for
+        /// that rather than the same interchange again)
+        #[arg(long)]
+        new_numbers: bool,
         #[arg(long)]
         json: bool,
     },

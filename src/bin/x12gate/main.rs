@@ -229,7 +229,11 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
             json,
             out,
         )?,
-        Command::Resend { key, json } => commands::outbound::resend(&config, &key, json, out)?,
+        Command::Resend {
+            key,
+            new_numbers,
+            json,
+        } => commands::outbound::resend(&config, &key, new_numbers, json, out)?,
         Command::Deliveries {
             action,
             state,

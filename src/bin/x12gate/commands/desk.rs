@@ -9,11 +9,15 @@ use x12gate::registry::Registry;
 
 use super::{definitions, local_time, open_registry, preflight};
 use crate::args::ClaimsAction;
-use crate::exit::{self, desk_failure, Failure};
+use crate::exit::{self, desk_failure, registry_failure, Failure};
 
 /// `show`: one interchange whole.
 pub fn show(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
     let registry = open_registry(config)?;
+    // One of our own documents (`send`): its key names us, the partner and the document.
+    if let Some((row, _)) = registry.outbound(key).map_err(registry_failure)? {
+        return super::outbound::show(config, &row, json, out);
+    }
     let key = x12gate::desk::resolve(&registry, key).map_err(desk_failure)?;
     let s = x12gate::desk::show(config, definitions(Some(config))?, &registry, &key)
         .map_err(desk_failure)?;

@@ -200,9 +200,20 @@ fn resolve_partner(config: &Config, typed: &str) -> Result<String, Failure> {
 }
 
 /// `resend`: the same bytes written again, recorded.
-pub fn resend(config: &Config, key: &str, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
+pub fn resend(
+    config: &Config,
+    key: &str,
+    new_numbers: bool,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
     let mut registry = open_registry(config)?;
-    match x12gate::send::resend(config, &mut registry, key) {
+    let done = if new_numbers {
+        x12gate::send::resend_new_numbers(config, &mut registry, key)
+    } else {
+        x12gate::send::resend(config, &mut registry, key)
+    };
+    match done {
         Ok(Some((row, path))) => {
             if json {
                 let v = serde_json::json!({"key": row.key, "resends": row.resends,
@@ -224,6 +235,57 @@ pub fn resend(config: &Config, key: &str, json: bool, out: &mut impl Write) -> R
             "{key}: no document of ours has this key (x12gate sent lists them)"
         ))),
         Err(SendError::Registry(e)) => Err(registry_failure(e)),
+        Err(e @ SendError::Refused(_)) => Err(Failure::Usage(e.into())),
         Err(e) => Err(Failure::Operational(e.into())),
     }
+}
+
+/// `show KEY` of one of our documents: where it stands, its history.
+pub fn show(
+    config: &Config,
+    row: &x12gate::registry::OutboundRow,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let status = x12gate::send::status(config, row, x12gate::time::now_ms());
+    if json {
+        writeln!(out, "{status}")?;
+        return Ok(exit::OK);
+    }
+    writeln!(
+        out,
+        "{}: our {} {} to {}",
+        row.key, row.set_id, row.document_id, row.partner
+    )?;
+    let r = &status["result_ref"];
+    writeln!(
+        out,
+        "  {} ISA13 {} GS06 {} ST02 {}, file {}",
+        row.state,
+        r["isa13"].as_str().unwrap_or(""),
+        r["gs06"].as_str().unwrap_or(""),
+        r["st02"].as_str().unwrap_or(""),
+        r["file"].as_str().unwrap_or("")
+    )?;
+    writeln!(
+        out,
+        "  acknowledgment: {}{}{}",
+        status["ack"].as_str().unwrap_or(""),
+        if row.ack_late { " (late)" } else { "" },
+        row.ack_detail
+            .as_deref()
+            .map(|d| format!(": {}", x12gate::text::printable(d)))
+            .unwrap_or_default()
+    )?;
+    if let Some(k) = &row.idempotency_key {
+        writeln!(
+            out,
+            "  the ERP's idempotency key: {}",
+            x12gate::text::printable(k)
+        )?;
+    }
+    if row.resends > 0 {
+        writeln!(out, "  written again {} time(s) (resend)", row.resends)?;
+    }
+    Ok(exit::OK)
 }
