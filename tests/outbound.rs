@@ -560,9 +560,18 @@ fn resend_writes_the_same_bytes_again_and_records_it() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let renumbered: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(renumbered["resends"], 2);
-    let n = |v: &Value| v["result_ref"]["isa13"].as_str().unwrap().parse::<u32>().unwrap();
+    let n = |v: &Value| {
+        v["result_ref"]["isa13"]
+            .as_str()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+    };
     assert!(n(&renumbered) > n(&first), "{renumbered}");
-    assert_ne!(renumbered["result_ref"]["gs06"], first["result_ref"]["gs06"]);
+    assert_ne!(
+        renumbered["result_ref"]["gs06"],
+        first["result_ref"]["gs06"]
+    );
     let new_file = PathBuf::from(renumbered["result_ref"]["file"].as_str().unwrap());
     assert!(file.exists() && new_file.exists() && new_file != file);
     let new_text = text(&fs::read(&new_file).unwrap());

@@ -126,6 +126,13 @@ pub enum OutboundClaim {
 /// A row as a claim finds it: with its bytes, its writer and the writer's lease.
 type Claimed = (OutboundRow, Vec<u8>, Option<String>, Option<i64>);
 
+/// A row with the bytes of its interchange.
+pub type Stored = (OutboundRow, Vec<u8>);
+
+/// Our interchange sent before (its bytes) made again with new numbers (ISA13, GS06) at a
+/// time (ms): its file name and bytes.
+pub type Renumber<'a> = dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+
 /// The interchange for numbers (ISA13, GS06) at a time (ms): its file name and bytes.
 pub type Render<'a> = dyn Fn(u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
 
@@ -225,8 +232,8 @@ impl Registry {
         key: &str,
         owner: &str,
         lease_ms: i64,
-        render: &dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String>,
-    ) -> Result<Result<Option<(OutboundRow, Vec<u8>)>, String>, RegistryError> {
+        render: &Renumber<'_>,
+    ) -> Result<Result<Option<Stored>, String>, RegistryError> {
         let Some((old, old_bytes)) = self.outbound(key)? else {
             return Ok(Ok(None));
         };

@@ -1076,7 +1076,7 @@ pub fn one_set_document(
     let gs = [
         &env.gs01, &env.gs02, &env.gs03, &env.gs04, &env.gs05, &env.gs06, "X", &env.gs08,
     ]
-    .map(|v| simple(v))
+    .map(&simple)
     .to_vec();
     let count = (body.len() + 2).to_string();
     let set = JsonSet {
