@@ -526,6 +526,33 @@ fn partners_acknowledgments_settle_what_we_sent_and_what_matches_nothing_is_kept
             .contains("x12gate_outbound_documents_total{partner=\"ZZ:ACME\",state=\"rejected\"} 2"),
         "{metrics}"
     );
+    // The desk's page: the overview points at them, the Sent list filters.
+    let page = Api::start(&g);
+    let (status, overview) = page.call("GET", "/", None, &[], None);
+    assert_eq!(status, 200);
+    let overview = overview.as_str().unwrap_or_default().to_string();
+    assert!(
+        overview.contains("2 of our document(s) without the partner's 997/999, overdue"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("href=\"/sent?state=rejected\""),
+        "{overview}"
+    );
+    let (_, rejected) = page.call(
+        "GET",
+        "/sent?state=rejected&partner=ZZ:ACME",
+        None,
+        &[],
+        None,
+    );
+    let rejected = rejected.as_str().unwrap_or_default().to_string();
+    assert_eq!(rejected.matches("<tr data-key=").count(), 2, "{rejected}");
+    assert!(
+        rejected.contains("INV-R") && rejected.contains("INV-T") && !rejected.contains("INV-A<"),
+        "{rejected}"
+    );
+    drop(page);
     // A late 997 still settles L, marked late.
     let late = ack_997(904, &[("IN", &g6("L"), "AK2*810*0001~AK5*A~AK9*A*1*1*1~")]);
     fs::write(g.path("997-late.x12"), late).unwrap();

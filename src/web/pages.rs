@@ -37,6 +37,7 @@ pub fn router(site: Arc<Site>) -> axum::Router {
         .route("/rejected", get(rejected))
         .route("/held", get(held))
         .route("/dead", get(dead))
+        .route("/sent", get(sent))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/action/:action", post(action))
@@ -334,6 +335,9 @@ struct OverviewPage {
     kinds: Vec<(&'static str, &'static str)>,
     rejected_backlog: usize,
     unfinished: u64,
+    /// Our documents whose partner's 997/999 is overdue, and those it rejected.
+    outbound_overdue: u64,
+    outbound_rejected: u64,
 }
 
 async fn overview(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
@@ -395,6 +399,7 @@ fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
     for (partner, n) in r.dead_by_partner().map_err(e)? {
         row(&mut rows, &partner).dead += n;
     }
+    let outbound = r.outbound_counts().map_err(e)?;
     let files = rejected_files(config);
     for f in &files.files {
         for partner in &f.partners {
@@ -454,6 +459,16 @@ fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
         kinds: chart::KINDS.to_vec(),
         rejected_backlog: files.total,
         unfinished: r.unfinished_count().map_err(e)?,
+        outbound_overdue: outbound
+            .iter()
+            .filter(|(_, s, _)| s == "overdue")
+            .map(|x| x.2)
+            .sum(),
+        outbound_rejected: outbound
+            .iter()
+            .filter(|(_, s, _)| s == "rejected")
+            .map(|x| x.2)
+            .sum(),
     })
 }
 
@@ -1149,6 +1164,97 @@ async fn dead(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     .await
 }
 
+// ---------------------------------------------------------------- sent
+
+#[derive(Template)]
+#[template(path = "sent.html")]
+struct SentPage {
+    frame: Frame,
+    state: String,
+    partner: String,
+    states: [&'static str; 7],
+    documents: Vec<SentView>,
+}
+
+/// One of our documents as the Sent list shows it.
+struct SentView {
+    key: String,
+    partner: String,
+    set: String,
+    document: String,
+    isa13: String,
+    gs06: u32,
+    file: String,
+    sent: String,
+    ack: String,
+    late: bool,
+    detail: String,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct SentQuery {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    partner: String,
+}
+
+/// Our documents sent, newest first, by the partner's acknowledgment (`overdue` included)
+/// and partner.
+async fn sent(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Query(q): Query<SentQuery>,
+) -> Response {
+    page(site, headers, move |site, frame| {
+        let r = reader(site)?;
+        let states = [
+            "waiting",
+            "overdue",
+            "accepted",
+            "accepted_with_errors",
+            "partially_accepted",
+            "rejected",
+            "not_expected",
+        ];
+        let state = states.iter().find(|s| **s == q.state.trim()).copied();
+        let partner = crate::text::bounded(q.partner.trim(), 64).to_string();
+        let rows = r
+            .outbound_rows(
+                (!partner.is_empty()).then_some(partner.as_str()),
+                state,
+                None,
+                LIMIT,
+            )
+            .map_err(|e| e.to_string())?;
+        let now = crate::registry::now_ms();
+        let documents = rows
+            .iter()
+            .map(|row| SentView {
+                key: row.key.clone(),
+                partner: p(&row.partner),
+                set: p(&row.set_id),
+                document: p(&row.document_id),
+                isa13: format!("{:09}", row.isa13),
+                gs06: row.gs06,
+                file: p(&row.file),
+                sent: row.sent_ms.map(time).unwrap_or_default(),
+                ack: row.ack_state(now).to_string(),
+                late: row.ack_late,
+                detail: row.ack_detail.as_deref().map(p).unwrap_or_default(),
+            })
+            .collect();
+        rendered(SentPage {
+            frame: frame.clone(),
+            state: state.unwrap_or_default().to_string(),
+            partner: p(&partner),
+            states,
+            documents,
+        })
+    })
+    .await
+}
+
 // ---------------------------------------------------------------- login
 
 #[derive(Template)]
@@ -1284,7 +1390,7 @@ async fn action(
             "this form did not come from this page (cross-site request refused)",
         );
     }
-    if !["reprocess", "release", "discard", "retry"].contains(&what.as_str()) {
+    if !["reprocess", "release", "discard", "retry", "resend"].contains(&what.as_str()) {
         return refuse(StatusCode::NOT_FOUND, "no such action");
     }
     let s = site.clone();
@@ -1409,6 +1515,20 @@ fn act(
                     Back::List("dead"),
                 )),
             }),
+        "resend" => crate::send::resend(config, &mut registry, &key)
+            .map_err(|e| e.to_string())
+            .and_then(|r| match r {
+                None => Err(format!("{key}: no document of ours has this key")),
+                Some((row, path)) => Ok((
+                    format!(
+                        "{key} written again (ISA13 {:09}, resend {}) in {}",
+                        row.isa13,
+                        row.resends,
+                        path.display()
+                    ),
+                    Back::List("sent"),
+                )),
+            }),
         _ => Err("no such action".into()),
     };
     let detail = serde_json::json!({
@@ -1421,6 +1541,11 @@ fn act(
     .to_string();
     let partner = match resolved {
         Some(_) => registry.record(&key).ok().flatten().map(|r| r.partner),
+        None if what == "resend" => registry
+            .outbound(&key)
+            .ok()
+            .flatten()
+            .map(|(r, _)| r.partner),
         None => registry.document_partner(&key).ok().flatten(),
     };
     registry
