@@ -18,6 +18,20 @@ pub const HEAD: usize = 4096;
 /// GS06 of the last one (our groups in one interchange take consecutive numbers).
 const TAIL: usize = 64;
 
+/// Where our interchanges are written: the outbox (acknowledgments, and our documents to
+/// partners without a folder of their own) first, then each partner's `outbound` folder.
+pub fn folders(config: &crate::config::Config) -> Vec<std::path::PathBuf> {
+    let mut all = vec![config.gateway.outbox.clone()];
+    for p in &config.partners {
+        if let Some(f) = &p.outbound.folder {
+            if !all.contains(f) {
+                all.push(f.clone());
+            }
+        }
+    }
+    all
+}
+
 /// One number we sent: to whom (the receiver's `QUAL:ID`), which counter, the number.
 pub type Sent = (String, Counter, u32);
 
@@ -170,7 +184,7 @@ impl std::fmt::Display for Behind {
 /// the acknowledgments it recorded.
 pub fn behind(
     registry: &crate::registry::Registry,
-    outbox: &Path,
+    folders: &[std::path::PathBuf],
 ) -> Result<Vec<Behind>, crate::registry::RegistryError> {
     let counters = |registry: &crate::registry::Registry| {
         registry.control_numbers().map(|all| {
@@ -198,7 +212,14 @@ pub fn behind(
     {
         see(sent, "the registry's own record of acknowledgments");
     }
-    in_outbox(outbox, |sent| see(sent, "the outbox"));
+    for (i, folder) in folders.iter().enumerate() {
+        let found_in = if i == 0 {
+            "the outbox"
+        } else {
+            "a partner's outbound folder"
+        };
+        in_outbox(folder, |sent| see(sent, found_in));
+    }
     // A gateway running beside this check (another `process`, a node) takes numbers and
     // sends them meanwhile; a number is taken (its counter committed) before it is recorded
     // or placed, so the counters read now are at or past everything it sent while we read.

@@ -407,7 +407,7 @@ pub fn counter_problems(config: &Config) -> Vec<Problem> {
 pub fn counters_behind(config: &Config) -> Result<Vec<crate::sent::Behind>, RegistryError> {
     let g = &config.gateway;
     match Registry::open_read_only(&g.database)? {
-        Some(registry) => crate::sent::behind(&registry, &g.outbox),
+        Some(registry) => crate::sent::behind(&registry, &crate::sent::folders(config)),
         None => Ok(Vec::new()),
     }
 }
@@ -420,7 +420,7 @@ pub fn repair_counters(config: &Config) -> Result<Vec<crate::sent::Behind>, Regi
         return Ok(Vec::new());
     }
     let mut registry = Registry::open(&g.database, identity(g))?;
-    let behind = crate::sent::behind(&registry, &g.outbox)?;
+    let behind = crate::sent::behind(&registry, &crate::sent::folders(config))?;
     let moves: Vec<_> = behind
         .iter()
         .map(|b| (b.partner.clone(), b.counter, b.sent))
@@ -556,7 +556,10 @@ pub fn init(
         })?;
     }
     let mut found = Vec::new();
-    let outbox_files = crate::sent::in_outbox(&g.outbox, |n| found.push(n));
+    let outbox_files = crate::sent::folders(config)
+        .iter()
+        .map(|f| crate::sent::in_outbox(f, |n| found.push(n)))
+        .sum();
     let mut counters = crate::sent::highest(found);
     if counters.is_empty() && (isa13_from.is_none() || gs06_from.is_none()) {
         if let Some(h) = history(g) {

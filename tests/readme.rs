@@ -23,6 +23,10 @@ const EXECUTED: &[(&str, &str)] = &[
         "### Example: an old archive scanned, then backfilled",
     ),
     ("docs/guides.md", "### Example: ACME's guide"),
+    (
+        "docs/outbound.md",
+        "### Example: an invoice to ACME and its 997",
+    ),
 ];
 
 /// The `console` block after `heading` in `text`: each command with the lines it prints.
@@ -208,6 +212,14 @@ fn the_documents_chapters_scan_prints_what_it_says() {
     run(
         "docs/documents.md",
         "### Example: an old archive scanned, then backfilled",
+    );
+}
+
+#[test]
+fn the_outbound_chapter_prints_what_it_says() {
+    run(
+        "docs/outbound.md",
+        "### Example: an invoice to ACME and its 997",
     );
 }
 

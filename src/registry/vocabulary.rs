@@ -226,7 +226,9 @@ mod tests {
                 "deliveries_discarded",
                 "confirmed",
                 "counters_repaired",
-                "web_action"
+                "web_action",
+                "sent",
+                "resent"
             ]
         );
     }

@@ -357,6 +357,28 @@ fn day_start(date: chrono::NaiveDate) -> Option<i64> {
     })
 }
 
+/// Each partner's decisions and documents today (since `midnight`) and this `week`.
+fn counted(
+    r: &Registry,
+    rows: &mut BTreeMap<String, PartnerRow>,
+    midnight: i64,
+    week: i64,
+) -> Result<(), crate::registry::RegistryError> {
+    for (partner, kind, n) in r.decisions_since(midnight)? {
+        row(rows, &partner).today.add(kind, n);
+    }
+    for (partner, kind, n) in r.decisions_since(week)? {
+        row(rows, &partner).week.add(kind, n);
+    }
+    for (partner, d, n) in r.documents_since(midnight)? {
+        row(rows, &partner).docs_today.add(d, n);
+    }
+    for (partner, d, n) in r.documents_since(week)? {
+        row(rows, &partner).docs_week.add(d, n);
+    }
+    Ok(())
+}
+
 fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
     let config = &site.config;
     let r = reader(site)?;
@@ -377,18 +399,7 @@ fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
             },
         );
     }
-    for (partner, kind, n) in r.decisions_since(midnight).map_err(e)? {
-        row(&mut rows, &partner).today.add(kind, n);
-    }
-    for (partner, kind, n) in r.decisions_since(week).map_err(e)? {
-        row(&mut rows, &partner).week.add(kind, n);
-    }
-    for (partner, d, n) in r.documents_since(midnight).map_err(e)? {
-        row(&mut rows, &partner).docs_today.add(d, n);
-    }
-    for (partner, d, n) in r.documents_since(week).map_err(e)? {
-        row(&mut rows, &partner).docs_week.add(d, n);
-    }
+    counted(&r, &mut rows, midnight, week).map_err(e)?;
     for (partner, delivery, n) in r.open_documents().map_err(e)? {
         match delivery {
             Delivery::Held => row(&mut rows, &partner).held += n,

@@ -20,8 +20,11 @@ pub struct SendArgs<'a> {
 /// `send`: each document claimed, numbered and written (or its first sending replayed); a
 /// refused or conflicting document is reported and the others go on (exit 3 at the end).
 pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Result<u8, Failure> {
+    // The checks `process` runs first: above all, that no counter is behind numbers already
+    // sent (a registry restored from a backup), which would send a partner an ISA13 again.
+    super::preflight(config)?;
     let schemas = definitions(Some(config))?;
-    let mut registry = open_registry(config)?;
+    let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let mut code = exit::OK;
     for file in args.files {
         let json = read_json(file)?;
@@ -252,10 +255,11 @@ pub fn show(
         writeln!(out, "{status}")?;
         return Ok(exit::OK);
     }
+    writeln!(out, "{}", row.key)?;
     writeln!(
         out,
-        "{}: our {} {} to {}",
-        row.key, row.set_id, row.document_id, row.partner
+        "  our {} {} to {}",
+        row.set_id, row.document_id, row.partner
     )?;
     let r = &status["result_ref"];
     writeln!(
