@@ -432,3 +432,131 @@ pub fn status(config: &Config, row: &OutboundRow, now_ms: i64) -> serde_json::Va
         "result_ref": result_ref(row, &folder.join(&row.file)),
     })
 }
+
+/// What one pass over the outbound inbox did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Drained {
+    pub sent: usize,
+    pub replayed: usize,
+    pub refused: usize,
+    /// Left for the next pass: still being written, or an operational failure (logged).
+    pub left: usize,
+}
+
+/// Files taken from the outbound inbox in one pass, oldest name first: the rest wait for
+/// the next pass, so one large drop never holds the watcher's other work.
+const FILES_PER_PASS: usize = 200;
+
+/// Where a file of the outbound inbox goes once decided: `sent/` (sent or replayed, with
+/// `NAME.result.json`, the answer `send --json` prints) or `refused/` (with
+/// `NAME.reason.json`).
+pub const SENT_FOLDER: &str = "sent";
+pub const REFUSED_FOLDER: &str = "refused";
+
+/// One pass over `[gateway] outbound_inbox`: each JSON file settled for `settle` (the ERP
+/// writes it in place) is sent as `x12gate send` sends it, then moved with its answer. A
+/// file sent twice (a crash between the send and the move, two watchers on one folder) is
+/// answered from the first sending: exactly once holds by the document's key, not the file.
+pub fn drain_folder(
+    config: &Config,
+    schemas: &Schemas,
+    registry: &mut Registry,
+    folder: &std::path::Path,
+    settle: Duration,
+) -> Drained {
+    let mut done = Drained::default();
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return done;
+    };
+    let now = std::time::SystemTime::now();
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with('.') && name.ends_with(".json")
+        })
+        .filter(|e| {
+            e.metadata().is_ok_and(|m| {
+                m.is_file()
+                    && m.modified()
+                        .ok()
+                        .and_then(|t| now.duration_since(t).ok())
+                        .is_some_and(|age| age >= settle)
+            })
+        })
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    done.left = files.len().saturating_sub(FILES_PER_PASS);
+    for file in files.into_iter().take(FILES_PER_PASS) {
+        let json = match read_bounded(&file) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "an outbound document could not be read; trying again later");
+                done.left += 1;
+                continue;
+            }
+        };
+        let result = send(config, schemas, registry, &json, None, None);
+        let (_, answer) = answer(&result, crate::time::now_ms());
+        let to = match &result {
+            Ok(s) if s.replayed => {
+                done.replayed += 1;
+                SENT_FOLDER
+            }
+            Ok(_) => {
+                done.sent += 1;
+                SENT_FOLDER
+            }
+            Err(SendError::Refused(_) | SendError::Conflict { .. }) => {
+                done.refused += 1;
+                tracing::warn!(file = %file.display(), answer = %answer, "an outbound document was refused");
+                REFUSED_FOLDER
+            }
+            Err(e) => {
+                tracing::error!(file = %file.display(), error = %e, "an outbound document was not sent; trying again later");
+                done.left += 1;
+                continue;
+            }
+        };
+        if let Err(e) = place(&file, &folder.join(to), &answer, to == SENT_FOLDER) {
+            tracing::warn!(file = %file.display(), error = %e, "an outbound document was decided but not moved; the next pass answers it again");
+        }
+    }
+    done
+}
+
+/// The file moved into `to` with its answer beside it (written first, so a file found there
+/// always has one).
+fn place(
+    file: &std::path::Path,
+    to: &std::path::Path,
+    answer: &serde_json::Value,
+    sent: bool,
+) -> std::io::Result<()> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let suffix = if sent { "result.json" } else { "reason.json" };
+    let owner = crate::owner::Owner::current().id();
+    crate::outputs::write_atomic(
+        to,
+        format!("{name}.{suffix}"),
+        answer.to_string().as_bytes(),
+        &owner,
+    )?;
+    std::fs::rename(file, to.join(&name))
+}
+
+/// A file of at most [`crate::outbound::MAX_REQUEST_BYTES`] and one byte (so that a larger
+/// one is refused as too large, not cut).
+fn read_bounded(file: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)?
+        .take(crate::outbound::MAX_REQUEST_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}

@@ -549,7 +549,8 @@ pub fn init(
             };
         return Err(InitError::Exists(g.database.to_string(), installation));
     }
-    for (_, dir) in folders(g) {
+    let outbound = g.outbound_inbox.iter().map(PathBuf::as_path);
+    for dir in folders(g).into_iter().map(|(_, d)| d).chain(outbound) {
         std::fs::create_dir_all(dir).map_err(|cause| InitError::Io {
             path: dir.display().to_string(),
             cause,

@@ -470,6 +470,8 @@ struct Watcher {
     last_summary: Instant,
     /// When waiting documents whose original never came were last looked at.
     last_due: Instant,
+    /// When `[gateway] outbound_inbox` was last drained.
+    last_outbound: Instant,
 }
 
 /// File-system events on the inbox (none with `--poll` or `--once`). They only nudge: the
@@ -854,6 +856,7 @@ impl Watcher {
             last_adopt: now,
             last_summary: now,
             last_due: now - DUE_EVERY,
+            last_outbound: now - Duration::from_secs(3600),
         };
         if options.allow_actions && g.metrics.is_none() {
             return Err(crate::web::WebError::NoPage.into());
@@ -991,6 +994,9 @@ impl Watcher {
         if now.duration_since(self.last_due) >= DUE_EVERY && self.deliver_due() {
             self.last_due = now;
         }
+        if now.duration_since(self.last_outbound) >= self.poll_every && self.send_outbound() {
+            self.last_outbound = now;
+        }
         if now.duration_since(self.last_summary) >= self.summary_every {
             self.last_summary = now;
             self.log_summary();
@@ -1016,6 +1022,27 @@ impl Watcher {
             Err(e) => {
                 tracing::error!(error = %e, "could not deliver waiting documents; trying again later")
             }
+        }
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(registry);
+        }
+        true
+    }
+
+    /// One pass over `[gateway] outbound_inbox` (our documents an ERP dropped as files),
+    /// with a registry connection no batch is using; `false` when none was free.
+    fn send_outbound(&mut self) -> bool {
+        let Some(folder) = self.config.gateway.outbound_inbox.clone() else {
+            return true;
+        };
+        let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
+            return false;
+        };
+        let settle = Duration::from_millis(self.config.gateway.settle_ms);
+        let done =
+            crate::send::drain_folder(&self.config, self.schemas, &mut registry, &folder, settle);
+        if done.sent + done.replayed + done.refused > 0 {
+            tracing::info!(sent = done.sent, replayed = done.replayed, refused = done.refused, left = done.left, folder = %folder.display(), "our documents from the outbound inbox");
         }
         if let Ok(mut p) = self.pool.lock() {
             p.push(registry);

@@ -930,3 +930,57 @@ fn the_erp_posts_over_http_and_its_retries_race_with_processes_to_one_interchang
     );
     assert_eq!(g.interchanges_in("data/outbox").len(), 2);
 }
+
+#[test]
+fn watch_sends_what_an_erp_drops_in_the_outbound_inbox_and_moves_each_file_with_its_answer() {
+    let g = Gate::new();
+    let path = g.path("partners.toml");
+    let config = fs::read_to_string(&path).unwrap().replacen(
+        "[gateway]\n",
+        "[gateway]\noutbound_inbox = \"data/outbound\"\nsettle_ms = 0\n",
+        1,
+    );
+    fs::write(&path, config).unwrap();
+    let inbox = g.path("data/outbound");
+    fs::create_dir_all(&inbox).unwrap();
+    fs::write(
+        inbox.join("inv-1.json"),
+        invoice("ZZ:ACME", "INV-F1", "10").to_string(),
+    )
+    .unwrap();
+    fs::write(
+        inbox.join("inv-bad.json"),
+        invoice("ZZ:ACME", "INV-F2", "ABC").to_string(),
+    )
+    .unwrap();
+    fs::write(inbox.join("notes.txt"), "not a document").unwrap();
+    let out = g.run(&["watch", "--once"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let answer =
+        |p: &str| -> Value { serde_json::from_slice(&fs::read(inbox.join(p)).unwrap()).unwrap() };
+    assert!(inbox.join("sent/inv-1.json").is_file());
+    let first = answer("sent/inv-1.json.result.json");
+    assert_eq!(first["state"], "sent", "{first}");
+    assert!(inbox.join("refused/inv-bad.json").is_file());
+    assert_eq!(
+        answer("refused/inv-bad.json.reason.json")["state"],
+        "refused"
+    );
+    assert!(
+        inbox.join("notes.txt").is_file(),
+        "only JSON documents are taken"
+    );
+    assert!(!inbox.join("inv-1.json").exists());
+    // Dropped again (the ERP's retry): answered from the first sending, nothing new written.
+    fs::write(
+        inbox.join("inv-1.json"),
+        invoice("ZZ:ACME", "INV-F1", "10").to_string(),
+    )
+    .unwrap();
+    let out = g.run(&["watch", "--once"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again = answer("sent/inv-1.json.result.json");
+    assert_eq!(again["state"], "replayed", "{again}");
+    assert_eq!(again["result_ref"], first["result_ref"]);
+    assert_eq!(g.interchanges_in("data/outbox").len(), 1);
+}

@@ -89,6 +89,8 @@ struct RawGateway {
     metrics: Option<String>,
     #[serde(default = "defaults::documents_per_run")]
     documents_per_run: usize,
+    #[serde(default)]
+    outbound_inbox: Option<PathBuf>,
 }
 
 mod defaults {
@@ -229,6 +231,9 @@ pub struct Gateway {
     /// written in one round of fsyncs: what `process` holds of a large interchange's
     /// documents at a time.
     pub documents_per_run: usize,
+    /// Where an ERP that can only drop files puts our documents to send (`watch` sends
+    /// them, [`crate::send`]); none: no such folder.
+    pub outbound_inbox: Option<PathBuf>,
 }
 
 /// `[gateway]`, its folders made absolute by `abs`.
@@ -282,6 +287,7 @@ fn gateway(g: RawGateway, abs: &dyn Fn(PathBuf) -> PathBuf) -> Result<Gateway, P
         documents_per_run: g.documents_per_run.max(1),
         retry_max_seconds: g.retry_max_seconds.max(1),
         metrics,
+        outbound_inbox: g.outbound_inbox.map(abs),
     })
 }
 

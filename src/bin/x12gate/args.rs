@@ -200,6 +200,10 @@ pub enum Command {
         /// The ERP's own idempotency key, recorded beside the document's key
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// Check and name each document as `send` would, and stop there: nothing is taken,
+        /// recorded or written (exit 3 when one would be refused)
+        #[arg(long)]
+        check: bool,
         /// One JSON object per document per line
         #[arg(long)]
         json: bool,

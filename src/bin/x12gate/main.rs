@@ -204,12 +204,14 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
             files,
             partner,
             idempotency_key,
+            check,
             json,
         } => {
             let args = commands::outbound::SendArgs {
                 files: &files,
                 partner: partner.as_deref(),
                 idempotency_key: idempotency_key.as_deref(),
+                check,
                 json,
             };
             commands::outbound::send(&config, &args, out)?

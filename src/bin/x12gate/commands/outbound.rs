@@ -14,12 +14,17 @@ pub struct SendArgs<'a> {
     pub files: &'a [PathBuf],
     pub partner: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
+    /// Check and name only: nothing taken.
+    pub check: bool,
     pub json: bool,
 }
 
 /// `send`: each document claimed, numbered and written (or its first sending replayed); a
 /// refused or conflicting document is reported and the others go on (exit 3 at the end).
 pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Result<u8, Failure> {
+    if args.check {
+        return check(config, args, out);
+    }
     // The checks `process` runs first: above all, that no counter is behind numbers already
     // sent (a registry restored from a backup), which would send a partner an ISA13 again.
     super::preflight(config)?;
@@ -79,6 +84,42 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
             Err(e) => {
                 writeln!(out, "{}: {e}", file.display())?;
                 if let SendError::Refused(r) = e {
+                    for f in r.findings() {
+                        writeln!(out, "  {f}")?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// `send --check`: each document read, rendered, validated and named; nothing taken.
+fn check(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Result<u8, Failure> {
+    let schemas = definitions(Some(config))?;
+    let mut code = exit::OK;
+    for file in args.files {
+        let json = read_json(file)?;
+        match x12gate::outbound::prepare(config, schemas, &json, args.partner) {
+            Ok(p) => {
+                if args.json {
+                    let v = serde_json::json!({"input": file.display().to_string(),
+                        "key": p.key, "state": "checked", "fingerprint": p.fingerprint,
+                        "warnings": p.warnings});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(out, "{}: {} would be sent", file.display(), p.key)?;
+                }
+            }
+            Err(e) => {
+                code = exit::FINDINGS;
+                let result = Err(SendError::Refused(e));
+                let (_, mut body) = x12gate::send::answer(&result, x12gate::time::now_ms());
+                if args.json {
+                    body["input"] = file.display().to_string().into();
+                    writeln!(out, "{body}")?;
+                } else if let Err(SendError::Refused(r)) = &result {
+                    writeln!(out, "{}: {r}", file.display())?;
                     for f in r.findings() {
                         writeln!(out, "  {f}")?;
                     }
