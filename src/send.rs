@@ -135,11 +135,7 @@ pub fn send_prepared(
                     }
                 };
                 fail::fail_point!("send.before_mark", |_| std::process::abort());
-                let due = prepared.partner.outbound.expect_ack.then(|| {
-                    let s = prepared.partner.outbound.ack_due_seconds;
-                    i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
-                });
-                if registry.outbound_written(&prepared.key, &owner, due)? {
+                if registry.outbound_written(&prepared.key, &owner, due_of(prepared))? {
                     let row = registry
                         .outbound(&prepared.key)?
                         .map(|(r, _)| r)
@@ -162,15 +158,7 @@ pub fn send_prepared(
                     warnings: prepared.warnings.clone(),
                 });
             }
-            OutboundClaim::Conflict(row) => {
-                return Err(SendError::Conflict {
-                    key: row.key.clone(),
-                    first: row.fingerprint.clone(),
-                    now: prepared.fingerprint.clone(),
-                    first_sent: crate::time::rfc3339(row.sent_ms.unwrap_or(row.created_ms)),
-                    isa13: row.isa13,
-                })
-            }
+            OutboundClaim::Conflict(row) => return Err(conflict(&row, prepared)),
             OutboundClaim::Busy(row) => {
                 if Instant::now() >= deadline {
                     return Err(SendError::Busy {
@@ -183,6 +171,171 @@ pub fn send_prepared(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Sends several documents already checked and named, a batch at a time: their keys claimed
+/// and numbered in one transaction, their files written in one round (made durable
+/// together, then renamed into place), marked sent in a second transaction. Each keeps its
+/// own key and result, as if sent alone; a key another process is writing (or one twice in
+/// `prepared`) is sent alone afterwards, waiting as [`send_prepared`] does.
+pub fn send_all(
+    config: &Config,
+    registry: &mut Registry,
+    prepared: &[&Prepared],
+    idempotency_key: Option<&str>,
+) -> Result<Vec<Result<Sent, SendError>>, RegistryError> {
+    let owner = crate::owner::Owner::current().id();
+    let lease_ms =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let partners: Vec<String> = prepared.iter().map(|p| p.partner.key()).collect();
+    let news: Vec<NewOutbound<'_>> = prepared
+        .iter()
+        .zip(&partners)
+        .map(|(p, partner)| NewOutbound {
+            key: &p.key,
+            partner,
+            set_id: &p.set_id,
+            document_id: &p.document_id,
+            fingerprint: &p.fingerprint,
+            idempotency_key,
+            owner: &owner,
+            lease_ms,
+            is_dead: &crate::owner::is_dead,
+        })
+        .collect();
+    let render = |i: usize, isa13: u32, gs06: u32, at_ms: i64| {
+        let p = prepared.get(i).ok_or("no such document")?;
+        let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
+        let bytes = p
+            .render(Numbers { isa13, gs06 }, when)
+            .map_err(|e| e.to_string())?;
+        Ok((file_name(&p.partner.key(), isa13, &p.set_id), bytes))
+    };
+    let claims = registry.claim_outbound_many(&news, &render)?;
+    // The files of the claims ours to write, in one round.
+    let writes: Vec<(usize, PathBuf, String, Vec<u8>)> = claims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Ok(OutboundClaim::Write { row, bytes, .. }) => {
+                let p = prepared.get(i)?;
+                Some((
+                    i,
+                    folder_of(config, &p.partner),
+                    row.file.clone(),
+                    bytes.clone(),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    fail::fail_point!("send.before_file", |_| std::process::abort());
+    let contents: Vec<Box<crate::outputs::Content<'_>>> = writes
+        .iter()
+        .map(|(_, _, _, bytes)| {
+            Box::new(move |out: &mut dyn std::io::Write| out.write_all(bytes))
+                as Box<crate::outputs::Content<'_>>
+        })
+        .collect();
+    let files: Vec<(&std::path::Path, &str, &crate::outputs::Content<'_>)> = writes
+        .iter()
+        .zip(&contents)
+        .map(|((_, dir, name, _), c)| (dir.as_path(), name.as_str(), c.as_ref()))
+        .collect();
+    let written = crate::outputs::write_many(&files, &owner);
+    let mut results: Vec<Option<Result<Sent, SendError>>> = Vec::new();
+    results.resize_with(prepared.len(), || None);
+    let paths = match written {
+        Ok(paths) => paths,
+        Err(e) => {
+            // The numbers stay the documents': the next send writes these bytes.
+            for (i, ..) in &writes {
+                if let Some(p) = prepared.get(*i) {
+                    if let Err(e) = registry.outbound_release(&p.key, &owner) {
+                        tracing::warn!(key = %p.key, error = %e, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
+                    }
+                    results[*i] = Some(Err(SendError::Write {
+                        path: e.path.clone(),
+                        cause: std::io::Error::new(e.cause.kind(), e.cause.to_string()),
+                    }));
+                }
+            }
+            Vec::new()
+        }
+    };
+    fail::fail_point!("send.before_mark", |_| std::process::abort());
+    let marks: Vec<(&str, Option<i64>)> = writes
+        .iter()
+        .filter(|_| !paths.is_empty())
+        .filter_map(|(i, ..)| prepared.get(*i).map(|p| (p.key.as_str(), due_of(p))))
+        .collect();
+    let marked = registry.outbound_written_many(&marks, &owner)?;
+    let mut marked = marked.into_iter();
+    let mut paths = paths.into_iter();
+    for (i, claim) in claims.into_iter().enumerate() {
+        let Some(p) = prepared.get(i) else { continue };
+        if results[i].is_some() {
+            continue;
+        }
+        let warnings = p.warnings.clone();
+        results[i] = match claim {
+            Err(why) => Some(Err(SendError::Refused(Refusal::Set(why)))),
+            Ok(OutboundClaim::Write { row, .. }) => {
+                let path = paths
+                    .next()
+                    .unwrap_or_else(|| folder_of(config, &p.partner).join(&row.file));
+                match marked.next() {
+                    Some(true) => {
+                        let row = registry.outbound(&p.key)?.map(|(r, _)| r).unwrap_or(row);
+                        Some(Ok(Sent {
+                            row,
+                            replayed: false,
+                            path,
+                            warnings,
+                        }))
+                    }
+                    // Taken over while we wrote: the other writer finishes it.
+                    _ => None,
+                }
+            }
+            Ok(OutboundClaim::Replay(row)) => {
+                let path = folder_of(config, &p.partner).join(&row.file);
+                Some(Ok(Sent {
+                    row,
+                    replayed: true,
+                    path,
+                    warnings,
+                }))
+            }
+            Ok(OutboundClaim::Conflict(row)) => Some(Err(conflict(&row, p))),
+            Ok(OutboundClaim::Busy(_)) => None,
+        };
+    }
+    // What another process holds, or a key twice in the batch: alone, waiting its turn.
+    Ok(results
+        .into_iter()
+        .zip(prepared)
+        .map(|(r, p)| r.unwrap_or_else(|| send_prepared(config, registry, p, idempotency_key)))
+        .collect())
+}
+
+/// When a document's acknowledgment falls due, counted from its sending; `None` for a
+/// partner that never acknowledges.
+fn due_of(p: &Prepared) -> Option<i64> {
+    p.partner.outbound.expect_ack.then(|| {
+        i64::try_from(p.partner.outbound.ack_due_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+    })
+}
+
+/// The refusal of a key sent before with other content.
+fn conflict(row: &OutboundRow, p: &Prepared) -> SendError {
+    SendError::Conflict {
+        key: row.key.clone(),
+        first: row.fingerprint.clone(),
+        now: p.fingerprint.clone(),
+        first_sent: crate::time::rfc3339(row.sent_ms.unwrap_or(row.created_ms)),
+        isa13: row.isa13,
     }
 }
 

@@ -984,3 +984,36 @@ fn watch_sends_what_an_erp_drops_in_the_outbound_inbox_and_moves_each_file_with_
     assert_eq!(again["result_ref"], first["result_ref"]);
     assert_eq!(g.interchanges_in("data/outbox").len(), 1);
 }
+
+#[test]
+fn one_document_twice_in_one_batch_is_sent_once_and_replayed_once() {
+    let g = Gate::new();
+    fs::write(
+        g.path("a.json"),
+        invoice("ZZ:ACME", "INV-TWICE", "1").to_string(),
+    )
+    .unwrap();
+    fs::write(
+        g.path("b.json"),
+        invoice("ZZ:ACME", "INV-OTHER", "2").to_string(),
+    )
+    .unwrap();
+    fs::write(
+        g.path("c.json"),
+        invoice("ZZ:ACME", "INV-TWICE", "3").to_string(),
+    )
+    .unwrap();
+    let out = g.run(
+        &["send", "--json", "a.json", "b.json", "a.json", "c.json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let answers = lines(&out.stdout);
+    let states: Vec<&str> = answers
+        .iter()
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["sent", "sent", "replayed", "conflict"]);
+    assert_eq!(answers[2]["result_ref"], answers[0]["result_ref"]);
+    assert_eq!(g.interchanges_in("data/outbox").len(), 2);
+}

@@ -133,6 +133,9 @@ pub type Stored = (OutboundRow, Vec<u8>);
 /// time (ms): its file name and bytes.
 pub type Renumber<'a> = dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
 
+/// [`Render`] of the `i`th document of a batch.
+pub type RenderMany<'a> = dyn Fn(usize, u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+
 /// The interchange for numbers (ISA13, GS06) at a time (ms): its file name and bytes.
 pub type Render<'a> = dyn Fn(u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
 
@@ -157,7 +160,27 @@ impl Registry {
         new: &NewOutbound<'_>,
         render: &Render<'_>,
     ) -> Result<Result<OutboundClaim, String>, RegistryError> {
-        self.batch(|b| b.claim_outbound(new, render))
+        let mut claims =
+            self.claim_outbound_many(std::slice::from_ref(new), &|_, a, b, at| render(a, b, at))?;
+        Ok(claims
+            .pop()
+            .unwrap_or_else(|| Err("nothing claimed".into())))
+    }
+
+    /// [`Registry::claim_outbound`] of several documents in one transaction (one commit for
+    /// a batch of `send`), `render` told which of `news` it renders. A key twice in `news`
+    /// is claimed by its first; the second finds it being written by us (`Busy`).
+    pub fn claim_outbound_many(
+        &mut self,
+        news: &[NewOutbound<'_>],
+        render: &RenderMany<'_>,
+    ) -> Result<Vec<Result<OutboundClaim, String>>, RegistryError> {
+        self.batch(|b| {
+            news.iter()
+                .enumerate()
+                .map(|(i, new)| b.claim_outbound(new, &|a, g, at| render(i, a, g, at)))
+                .collect()
+        })
     }
 
     /// The row of an outbound key.
@@ -181,7 +204,34 @@ impl Registry {
         owner: &str,
         ack_due_ms: Option<i64>,
     ) -> Result<bool, RegistryError> {
+        let done = self.outbound_written_many(&[(key, ack_due_ms)], owner)?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+
+    /// [`Registry::outbound_written`] of several claims in one transaction.
+    pub fn outbound_written_many(
+        &mut self,
+        written: &[(&str, Option<i64>)],
+        owner: &str,
+    ) -> Result<Vec<bool>, RegistryError> {
         self.batch(|b| {
+            written
+                .iter()
+                .map(|(key, due)| b.outbound_written(key, owner, *due))
+                .collect()
+        })
+    }
+}
+
+impl Batch<'_> {
+    fn outbound_written(
+        &self,
+        key: &str,
+        owner: &str,
+        ack_due_ms: Option<i64>,
+    ) -> Result<bool, RegistryError> {
+        let b = self;
+        {
             let now = now_ms();
             let changed =
                 b.tx.execute(
@@ -219,9 +269,11 @@ impl Registry {
                 )?;
             }
             Ok(changed == 1)
-        })
+        }
     }
+}
 
+impl Registry {
     /// A sent document given new numbers (`resend --new-numbers`, when the partner asks for
     /// them): its interchange made again by `render` with the partner's next ISA13 and GS06,
     /// recorded as being written by `owner` (its file, then [`Registry::outbound_written`]),

@@ -31,16 +31,53 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
     let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
     let mut code = exit::OK;
-    for file in args.files {
-        let json = read_json(file)?;
-        let result = x12gate::send::send(
-            config,
-            schemas,
-            &mut registry,
-            &json,
-            args.partner,
-            args.idempotency_key,
-        );
+    // A batch at a time: one commit claims and numbers them, their files are made durable
+    // together, one commit marks them sent.
+    for chunk in args.files.chunks(BATCH) {
+        let prepared = chunk
+            .iter()
+            .map(|file| {
+                let json = read_json(file)?;
+                Ok(x12gate::outbound::prepare(
+                    config,
+                    schemas,
+                    &json,
+                    args.partner,
+                ))
+            })
+            .collect::<Result<Vec<_>, Failure>>()?;
+        let ready: Vec<&x12gate::outbound::Prepared> =
+            prepared.iter().filter_map(|p| p.as_ref().ok()).collect();
+        let mut sent = x12gate::send::send_all(config, &mut registry, &ready, args.idempotency_key)
+            .map_err(registry_failure)?
+            .into_iter();
+        for (file, p) in chunk.iter().zip(prepared) {
+            let result = match p {
+                Ok(_) => sent.next().unwrap_or_else(|| {
+                    Err(SendError::Refused(x12gate::outbound::Refusal::Set(
+                        "not sent".into(),
+                    )))
+                }),
+                Err(r) => Err(SendError::Refused(r)),
+            };
+            code = code.max(print_one(file, result, args.json, out)?);
+        }
+    }
+    Ok(code)
+}
+
+/// Documents claimed, written and marked together by `send`.
+const BATCH: usize = 256;
+
+/// One document's answer printed; its exit code (an operational failure stops the run).
+fn print_one(
+    file: &std::path::Path,
+    result: Result<x12gate::send::Sent, SendError>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let mut code = exit::OK;
+    {
         let (_, mut body) = x12gate::send::answer(&result, x12gate::time::now_ms());
         match &result {
             Err(SendError::Registry(e)) if e.is_unreachable() || e.is_setup() => {
@@ -57,10 +94,10 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
             Err(_) => code = exit::FINDINGS,
             Ok(_) => {}
         }
-        if args.json {
+        if json {
             body["input"] = file.display().to_string().into();
             writeln!(out, "{body}")?;
-            continue;
+            return Ok(code);
         }
         match &result {
             Ok(sent) => {
