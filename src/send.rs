@@ -186,33 +186,7 @@ pub fn send_all(
     idempotency_key: Option<&str>,
 ) -> Result<Vec<Result<Sent, SendError>>, RegistryError> {
     let owner = crate::owner::Owner::current().id();
-    let lease_ms =
-        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let partners: Vec<String> = prepared.iter().map(|p| p.partner.key()).collect();
-    let news: Vec<NewOutbound<'_>> = prepared
-        .iter()
-        .zip(&partners)
-        .map(|(p, partner)| NewOutbound {
-            key: &p.key,
-            partner,
-            set_id: &p.set_id,
-            document_id: &p.document_id,
-            fingerprint: &p.fingerprint,
-            idempotency_key,
-            owner: &owner,
-            lease_ms,
-            is_dead: &crate::owner::is_dead,
-        })
-        .collect();
-    let render = |i: usize, isa13: u32, gs06: u32, at_ms: i64| {
-        let p = prepared.get(i).ok_or("no such document")?;
-        let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
-        let bytes = p
-            .render(Numbers { isa13, gs06 }, when)
-            .map_err(|e| e.to_string())?;
-        Ok((file_name(&p.partner.key(), isa13, &p.set_id), bytes))
-    };
-    let claims = registry.claim_outbound_many(&news, &render)?;
+    let claims = claim_all(config, registry, prepared, idempotency_key, &owner)?;
     // The files of the claims ours to write, in one round.
     let writes: Vec<(usize, PathBuf, String, Vec<u8>)> = claims
         .iter()
@@ -231,19 +205,7 @@ pub fn send_all(
         })
         .collect();
     fail::fail_point!("send.before_file", |_| std::process::abort());
-    let contents: Vec<Box<crate::outputs::Content<'_>>> = writes
-        .iter()
-        .map(|(_, _, _, bytes)| {
-            Box::new(move |out: &mut dyn std::io::Write| out.write_all(bytes))
-                as Box<crate::outputs::Content<'_>>
-        })
-        .collect();
-    let files: Vec<(&std::path::Path, &str, &crate::outputs::Content<'_>)> = writes
-        .iter()
-        .zip(&contents)
-        .map(|((_, dir, name, _), c)| (dir.as_path(), name.as_str(), c.as_ref()))
-        .collect();
-    let written = crate::outputs::write_many(&files, &owner);
+    let written = write_claimed(&writes, &owner);
     let mut results: Vec<Option<Result<Sent, SendError>>> = Vec::new();
     results.resize_with(prepared.len(), || None);
     let paths = match written {
@@ -318,6 +280,64 @@ pub fn send_all(
         .zip(prepared)
         .map(|(r, p)| r.unwrap_or_else(|| send_prepared(config, registry, p, idempotency_key)))
         .collect())
+}
+
+/// The files of a batch's claims ours, written in one round: (document, folder, name,
+/// bytes) each.
+fn write_claimed(
+    writes: &[(usize, PathBuf, String, Vec<u8>)],
+    owner: &str,
+) -> Result<Vec<PathBuf>, crate::outputs::WriteError> {
+    let contents: Vec<Box<crate::outputs::Content<'_>>> = writes
+        .iter()
+        .map(|(_, _, _, bytes)| {
+            Box::new(move |out: &mut dyn std::io::Write| out.write_all(bytes))
+                as Box<crate::outputs::Content<'_>>
+        })
+        .collect();
+    let files: Vec<(&std::path::Path, &str, &crate::outputs::Content<'_>)> = writes
+        .iter()
+        .zip(&contents)
+        .map(|((_, dir, name, _), c)| (dir.as_path(), name.as_str(), c.as_ref()))
+        .collect();
+    crate::outputs::write_many(&files, owner)
+}
+
+/// Every document of a batch claimed and, where new, numbered and recorded: one commit.
+fn claim_all(
+    config: &Config,
+    registry: &mut Registry,
+    prepared: &[&Prepared],
+    idempotency_key: Option<&str>,
+    owner: &str,
+) -> Result<Vec<Result<OutboundClaim, String>>, RegistryError> {
+    let lease_ms =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let partners: Vec<String> = prepared.iter().map(|p| p.partner.key()).collect();
+    let news: Vec<NewOutbound<'_>> = prepared
+        .iter()
+        .zip(&partners)
+        .map(|(p, partner)| NewOutbound {
+            key: &p.key,
+            partner,
+            set_id: &p.set_id,
+            document_id: &p.document_id,
+            fingerprint: &p.fingerprint,
+            idempotency_key,
+            owner,
+            lease_ms,
+            is_dead: &crate::owner::is_dead,
+        })
+        .collect();
+    let render = |i: usize, isa13: u32, gs06: u32, at_ms: i64| {
+        let p = prepared.get(i).ok_or("no such document")?;
+        let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
+        let bytes = p
+            .render(Numbers { isa13, gs06 }, when)
+            .map_err(|e| e.to_string())?;
+        Ok((file_name(&p.partner.key(), isa13, &p.set_id), bytes))
+    };
+    registry.claim_outbound_many(&news, &render)
 }
 
 /// When a document's acknowledgment falls due, counted from its sending; `None` for a
