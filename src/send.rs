@@ -135,7 +135,7 @@ pub fn send_prepared(
                     }
                 };
                 fail::fail_point!("send.before_mark", |_| std::process::abort());
-                if registry.outbound_written(&prepared.key, &owner, due_of(prepared))? {
+                if registry.outbound_written(&prepared.key, &owner, due_of(&prepared.partner))? {
                     let row = registry
                         .outbound(&prepared.key)?
                         .map(|(r, _)| r)
@@ -230,7 +230,11 @@ pub fn send_all(
     let marks: Vec<(&str, Option<i64>)> = writes
         .iter()
         .filter(|_| !paths.is_empty())
-        .filter_map(|(i, ..)| prepared.get(*i).map(|p| (p.key.as_str(), due_of(p))))
+        .filter_map(|(i, ..)| {
+            prepared
+                .get(*i)
+                .map(|p| (p.key.as_str(), due_of(&p.partner)))
+        })
         .collect();
     let marked = registry.outbound_written_many(&marks, &owner)?;
     let mut marked = marked.into_iter();
@@ -342,10 +346,10 @@ fn claim_all(
 
 /// When a document's acknowledgment falls due, counted from its sending; `None` for a
 /// partner that never acknowledges.
-fn due_of(p: &Prepared) -> Option<i64> {
-    p.partner.outbound.expect_ack.then(|| {
-        i64::try_from(p.partner.outbound.ack_due_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
-    })
+fn due_of(partner: &crate::config::Partner) -> Option<i64> {
+    let o = &partner.outbound;
+    o.expect_ack
+        .then(|| i64::try_from(o.ack_due_seconds.saturating_mul(1000)).unwrap_or(i64::MAX))
 }
 
 /// The refusal of a key sent before with other content.
@@ -388,28 +392,8 @@ pub fn resend_new_numbers(
     let Some((row, bytes)) = made else {
         return Ok(None);
     };
-    let partner = config
-        .partners
-        .iter()
-        .find(|p| p.key() == row.partner)
-        .ok_or_else(|| {
-            Refusal::Partner(format!(
-                "partner {} of {key} is no longer configured",
-                row.partner
-            ))
-        })?;
-    let folder = folder_of(config, partner);
-    let path =
-        crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner).map_err(|cause| {
-            SendError::Write {
-                path: folder.join(&row.file),
-                cause,
-            }
-        })?;
-    let due = partner.outbound.expect_ack.then(|| {
-        i64::try_from(partner.outbound.ack_due_seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
-    });
-    registry.outbound_written(key, &owner, due)?;
+    let (partner, path) = write_to_partner(config, &row, &bytes, &owner)?;
+    registry.outbound_written(key, &owner, due_of(partner))?;
     let row = registry.outbound(key)?.map(|(r, _)| r).unwrap_or(row);
     Ok(Some((row, path)))
 }
@@ -483,6 +467,34 @@ fn renumbered(
     Ok((file_name(&receiver, isa13, &set_id), bytes))
 }
 
+/// The interchange of `row` written (durably, atomically) to its partner's folder: the
+/// partner, and where the file is.
+fn write_to_partner<'c>(
+    config: &'c Config,
+    row: &OutboundRow,
+    bytes: &[u8],
+    owner: &str,
+) -> Result<(&'c crate::config::Partner, PathBuf), SendError> {
+    let partner = config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .ok_or_else(|| {
+            Refusal::Partner(format!(
+                "partner {} of {} is no longer configured",
+                row.partner, row.key
+            ))
+        })?;
+    let folder = folder_of(config, partner);
+    let path = crate::outputs::write_atomic(&folder, &row.file, bytes, owner).map_err(|cause| {
+        SendError::Write {
+            path: folder.join(&row.file),
+            cause,
+        }
+    })?;
+    Ok((partner, path))
+}
+
 /// `resend`: the bytes first sent written again to the partner's folder, recorded; `None`
 /// when the key was never sent.
 pub fn resend(
@@ -493,25 +505,8 @@ pub fn resend(
     let Some((row, bytes)) = registry.outbound(key)? else {
         return Ok(None);
     };
-    let partner = config
-        .partners
-        .iter()
-        .find(|p| p.key() == row.partner)
-        .ok_or_else(|| {
-            Refusal::Partner(format!(
-                "partner {} of {key} is no longer configured",
-                row.partner
-            ))
-        })?;
-    let folder = folder_of(config, partner);
     let owner = crate::owner::Owner::current().id();
-    let path =
-        crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner).map_err(|cause| {
-            SendError::Write {
-                path: folder.join(&row.file),
-                cause,
-            }
-        })?;
+    let (_, path) = write_to_partner(config, &row, &bytes, &owner)?;
     let row = registry
         .outbound_resent(key, "same bytes")?
         .map(|(r, _)| r)
