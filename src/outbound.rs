@@ -202,10 +202,8 @@ pub fn prepare(
         })?
         .to_string();
     let body = crate::translate::set_body(&set, "set").map_err(|e| Refusal::Set(e.to_string()))?;
-    let ours = (
-        config.gateway.id_qualifier.clone(),
-        config.gateway.id.clone(),
-    );
+    let (qualifier, id) = config.gateway.for_partner(&partner);
+    let ours = (qualifier.to_string(), id.to_string());
     let mut prepared = Prepared {
         key: String::new(),
         set_id,

@@ -57,11 +57,24 @@ pub fn too_large(size: u64, limit: u64) -> Finding {
 /// rules need from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Routing<'a> {
-    /// ISA07/ISA08 an interchange must be addressed to.
+    /// ISA07/ISA08 an interchange must be addressed to: `[gateway]`'s, or any of `also`
+    /// (`[[gateway.identity]]`).
     pub qualifier: &'a str,
     pub id: &'a str,
+    pub also: &'a [OurIdentity],
     /// Whether the sender is a configured partner, or unknown partners are accepted.
     pub sender_known: bool,
+}
+
+/// One of our own interchange ids: the one `[gateway]` declares (named `default`), or one
+/// of `[[gateway.identity]]` (a desk may be `ZZ:X12GATE` to some partners and `01:<DUNS>`
+/// to others). Inbound addressed to any of them is ours; a partner's `identity` says which
+/// one our acknowledgments and documents to it come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurIdentity {
+    pub name: String,
+    pub id_qualifier: String,
+    pub id: String,
 }
 
 /// Findings about who sent an interchange and to whom: a receiver other than us, or a
@@ -73,17 +86,29 @@ pub fn routing(ic: &Interchange<'_>, us: &Routing<'_>) -> Vec<Finding> {
     };
     let mut findings = Vec::new();
     let our_id = us.id;
-    if isa.trimmed(8) != our_id {
+    let (to_qualifier, to_id) = (isa.trimmed(7), isa.trimmed(8));
+    let ours: Vec<(&str, &str)> = std::iter::once((us.qualifier, us.id))
+        .chain(
+            us.also
+                .iter()
+                .map(|i| (i.id_qualifier.as_str(), i.id.as_str())),
+        )
+        .collect();
+    let same_id: Vec<&str> = ours
+        .iter()
+        .filter(|(_, id)| *id == to_id)
+        .map(|(q, _)| *q)
+        .collect();
+    if same_id.is_empty() {
         findings.push(at(8, Rule::ReceiverNotOurs, format!(
-            "ISA08 \"{}\" is not our id \"{our_id}\": this interchange is addressed to someone else", isa.trimmed(8))));
-    } else if isa.trimmed(7) != us.qualifier {
+            "ISA08 \"{to_id}\" is not our id \"{our_id}\": this interchange is addressed to someone else")));
+    } else if !same_id.contains(&to_qualifier) {
         findings.push(at(
             7,
             Rule::ReceiverQualifierNotOurs,
             format!(
-                "ISA07 \"{}\" is not our qualifier \"{}\"",
-                isa.trimmed(7),
-                us.qualifier
+                "ISA07 \"{to_qualifier}\" is not our qualifier \"{}\"",
+                same_id.join("\" or \"")
             ),
         ));
     }

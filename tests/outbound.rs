@@ -1017,3 +1017,75 @@ fn one_document_twice_in_one_batch_is_sent_once_and_replayed_once() {
     assert_eq!(answers[2]["result_ref"], answers[0]["result_ref"]);
     assert_eq!(g.interchanges_in("data/outbox").len(), 2);
 }
+
+#[test]
+fn a_gateway_of_several_identities_answers_and_sends_as_the_one_each_partner_knows() {
+    let g = Gate::new();
+    let path = g.path("partners.toml");
+    let config = fs::read_to_string(&path)
+        .unwrap()
+        .replacen(
+            "[[partner]]",
+            "[[gateway.identity]]\nname = \"duns\"\nid_qualifier = \"01\"\nid = \"123456789\"\n\n[[partner]]",
+            1,
+        )
+        .replacen("id = \"ACME\"\n", "id = \"ACME\"\nidentity = \"duns\"\n", 1);
+    fs::write(&path, config).unwrap();
+    // Our invoice to ACME comes from the identity ACME knows.
+    let (code, sent) = g.send("inv.json", &invoice("ZZ:ACME", "INV-ID", "1"));
+    assert_eq!(code, 0, "{sent}");
+    assert_eq!(sent["key"], "01:123456789:ZZ:ACME:810:INV-ID::");
+    let written = text(&fs::read(sent["result_ref"]["file"].as_str().unwrap()).unwrap());
+    assert!(
+        written.contains("*01*123456789      *ZZ*ACME           *"),
+        "{written}"
+    );
+    assert!(written.contains("GS*IN*123456789*ACME*"), "{written}");
+    // Inbound to either identity is ours, and answered as the one it was addressed to.
+    let po = fs::read_to_string(root().join("fixtures/850-004010.x12")).unwrap();
+    for (to, file, isa13) in [
+        ("*ZZ*X12GATE        *", "to-default.x12", "000000101"),
+        ("*01*123456789      *", "to-duns.x12", "000000102"),
+    ] {
+        let gs06 = isa13.trim_start_matches('0');
+        let changed = po
+            .replacen("*ZZ*X12GATE        *", to, 1)
+            .replace("000000101", isa13)
+            .replace("*101*X*", &format!("*{gs06}*X*"))
+            .replace("GE*1*101", &format!("GE*1*{gs06}"));
+        fs::write(g.path(file), changed).unwrap();
+        let out = g.run(&["process", "--json", file], &[]);
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["disposition"], "accepted", "{report}");
+        let ack = text(&fs::read(report["acks"][0].as_str().unwrap()).unwrap());
+        assert!(
+            ack.starts_with(&format!(
+                "ISA*00*          *00*          {}ZZ*ACME",
+                to.trim_end_matches('*').to_string() + "*"
+            )),
+            "{to}: {ack}"
+        );
+    }
+    // Addressed to an id that is not ours: refused as before.
+    let stranger = po
+        .replacen("*ZZ*X12GATE        *", "*01*999999999      *", 1)
+        .replace("000000101", "000000103")
+        .replace("*101*X*", "*103*X*")
+        .replace("GE*1*101", "GE*1*103");
+    fs::write(g.path("stranger.x12"), stranger).unwrap();
+    let out = g.run(&["process", "--json", "stranger.x12"], &[]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["disposition"], "rejected", "{report}");
+    // A partner naming an identity nobody declared is a configuration error.
+    let broken = fs::read_to_string(&path)
+        .unwrap()
+        .replace("identity = \"duns\"", "identity = \"nope\"");
+    fs::write(&path, broken).unwrap();
+    let out = g.run(&["check"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("identity"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -418,7 +418,13 @@ impl<'r> Plan<'r> {
             _ => "P",
         };
         let env = Envelope {
-            sender: (gateway.id_qualifier.clone(), gateway.id.clone()),
+            // Answered as the identity of ours it was addressed to (`[[gateway.identity]]`).
+            sender: gateway
+                .addressed(ic.isa.trimmed(7), ic.isa.trimmed(8))
+                .map_or_else(
+                    || (gateway.id_qualifier.clone(), gateway.id.clone()),
+                    |i| (i.id_qualifier.clone(), i.id.clone()),
+                ),
             receiver: (ic.isa.trimmed(5).to_string(), ic.isa.trimmed(6).to_string()),
             version,
             usage: usage.into(),

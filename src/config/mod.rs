@@ -91,7 +91,21 @@ struct RawGateway {
     documents_per_run: usize,
     #[serde(default)]
     outbound_inbox: Option<PathBuf>,
+    #[serde(default)]
+    identity: Vec<RawIdentity>,
 }
+
+/// `[[gateway.identity]]`: another ISA05/ISA06 of ours.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    name: String,
+    id_qualifier: String,
+    id: String,
+}
+
+/// One of our interchange ids (the routing rules read them, so the type is theirs).
+pub use crate::validate::OurIdentity;
 
 mod defaults {
     use super::UnknownPartners;
@@ -234,9 +248,85 @@ pub struct Gateway {
     /// Where an ERP that can only drop files puts our documents to send (`watch` sends
     /// them, [`crate::send`]); none: no such folder.
     pub outbound_inbox: Option<PathBuf>,
+    /// Our interchange ids: `default` (`id_qualifier`, `id` above) first, then each
+    /// `[[gateway.identity]]`.
+    pub identities: Vec<OurIdentity>,
+}
+
+impl Gateway {
+    /// The identity of ours named `name`.
+    pub fn identity(&self, name: &str) -> Option<&OurIdentity> {
+        self.identities.iter().find(|i| i.name == name)
+    }
+
+    /// The identity of ours an interchange addressed to ISA07 `qualifier`, ISA08 `id`
+    /// (trimmed) is for, if it is one of ours.
+    pub fn addressed(&self, qualifier: &str, id: &str) -> Option<&OurIdentity> {
+        self.identities
+            .iter()
+            .find(|i| i.id_qualifier == qualifier && i.id == id)
+    }
+
+    /// The ISA05/ISA06 we are to `partner`: its `identity`'s, else `[gateway]`'s.
+    pub fn for_partner(&self, partner: &Partner) -> (&str, &str) {
+        partner
+            .outbound
+            .identity
+            .as_deref()
+            .and_then(|n| self.identity(n))
+            .map_or((self.id_qualifier.as_str(), self.id.as_str()), |i| {
+                (i.id_qualifier.as_str(), i.id.as_str())
+            })
+    }
 }
 
 /// `[gateway]`, its folders made absolute by `abs`.
+/// `default` and each `[[gateway.identity]]`, checked: 2-character qualifiers, 1 to 15
+/// character ids, names and ids each declared once.
+fn identities(
+    qualifier: &str,
+    id: &str,
+    more: Vec<RawIdentity>,
+) -> Result<Vec<OurIdentity>, Problem> {
+    let mut all = vec![OurIdentity {
+        name: "default".into(),
+        id_qualifier: qualifier.to_string(),
+        id: id.to_string(),
+    }];
+    for i in more {
+        let bad = |why: String| Problem::Gateway {
+            key: "identity",
+            value: Some(i.name.clone()),
+            why,
+        };
+        if i.id_qualifier.len() != 2
+            || i.id.trim().is_empty()
+            || i.id.len() > 15
+            || i.id != i.id.trim()
+        {
+            return Err(bad(format!(
+                "{}:{}: expected a 2-character id_qualifier and an id of 1 to 15 characters without padding (ISA05/ISA06)",
+                i.id_qualifier, i.id
+            )));
+        }
+        if let Some(o) = all
+            .iter()
+            .find(|o| o.name == i.name || (o.id_qualifier == i.id_qualifier && o.id == i.id))
+        {
+            return Err(bad(format!(
+                "declared already as {} ({}:{})",
+                o.name, o.id_qualifier, o.id
+            )));
+        }
+        all.push(OurIdentity {
+            name: i.name,
+            id_qualifier: i.id_qualifier,
+            id: i.id,
+        });
+    }
+    Ok(all)
+}
+
 fn gateway(g: RawGateway, abs: &dyn Fn(PathBuf) -> PathBuf) -> Result<Gateway, Problem> {
     if g.id.trim().is_empty() || g.id.len() > 15 {
         return Err(Problem::Gateway {
@@ -252,6 +342,7 @@ fn gateway(g: RawGateway, abs: &dyn Fn(PathBuf) -> PathBuf) -> Result<Gateway, P
             why: "expected 2 characters (ISA05/ISA07)".into(),
         });
     }
+    let identities = identities(&g.id_qualifier, &g.id, g.identity)?;
     let (inbox, work) = (abs(g.inbox), abs(g.work));
     let database = database(g.database, g.database_password_env, g.database_ca, abs)?;
     let metrics = match g.metrics {
@@ -288,6 +379,7 @@ fn gateway(g: RawGateway, abs: &dyn Fn(PathBuf) -> PathBuf) -> Result<Gateway, P
         retry_max_seconds: g.retry_max_seconds.max(1),
         metrics,
         outbound_inbox: g.outbound_inbox.map(abs),
+        identities,
     })
 }
 
@@ -433,6 +525,19 @@ impl Config {
             p.checks.definitions = p.checks.definitions.take().map(abs);
             p.outbound.folder = p.outbound.folder.take().map(abs);
             check_destinations(&p, &destinations).map_err(refused)?;
+            if let Some(name) = &p.outbound.identity {
+                if gateway.identity(name).is_none() {
+                    let names: Vec<&str> =
+                        gateway.identities.iter().map(|i| i.name.as_str()).collect();
+                    return Err(refused(KeyProblem::new(
+                        "identity",
+                        format!(
+                            "{name:?}: no [[gateway.identity]] has this name (known: {})",
+                            names.join(", ")
+                        ),
+                    )));
+                }
+            }
             if let Some(first) = partners.iter().find(|q| q.key() == p.key()) {
                 return Err(refused(KeyProblem::new(
                     "id",

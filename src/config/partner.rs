@@ -140,6 +140,8 @@ pub(super) struct RawPartner {
     expect_ack: bool,
     #[serde(default)]
     outbound_version: Option<String>,
+    #[serde(default)]
+    identity: Option<String>,
 }
 
 /// What to do with a business document seen before with the same content, in a new
@@ -251,6 +253,9 @@ pub struct PartnerOutbound {
     /// release's set (`004010/810` gives `004010`); a guide (`005010X222A1`) here applies
     /// to every set it is sent.
     pub version: Option<String>,
+    /// `identity`: the `[[gateway.identity]]` we are to it (our ISA05/ISA06 and GS02);
+    /// `None`: `[gateway] id_qualifier`/`id`.
+    pub identity: Option<String>,
 }
 
 /// What a partner is answered with.
@@ -371,6 +376,7 @@ impl Partner {
                 ack_due_seconds: DEFAULT_ACK_DUE_SECONDS,
                 expect_ack: true,
                 version: None,
+                identity: None,
             },
         }
     }
@@ -469,6 +475,7 @@ pub(super) fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
             ack_due_seconds: raw.ack_due_seconds,
             expect_ack: raw.expect_ack,
             version: raw.outbound_version,
+            identity: raw.identity,
         },
     })
 }

@@ -77,6 +77,7 @@ fn checks<'c>(ic: &Interchange<'_>, config: &'c Config, schemas: &'c Schemas) ->
         routing: Some(Routing {
             qualifier: &config.gateway.id_qualifier,
             id: &config.gateway.id,
+            also: &config.gateway.identities,
             sender_known: known || accept_unknown,
         }),
         strict_layout: partner.checks.layout == Layout::Strict,
