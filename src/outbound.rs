@@ -73,8 +73,9 @@ struct SeenEnvelope {
 pub enum Refusal {
     #[error("too large: {size} bytes, at most {MAX_REQUEST_BYTES} are read")]
     TooLarge { size: usize },
-    #[error("invalid JSON at line {line}, column {column}: {message}")]
+    #[error("invalid JSON at byte {byte} (line {line}, column {column}): {message}")]
     Json {
+        byte: usize,
         line: usize,
         column: usize,
         message: String,
@@ -145,6 +146,7 @@ pub fn prepare(
         return Err(Refusal::TooLarge { size: json.len() });
     }
     let request: Request = serde_json::from_slice(json).map_err(|e| Refusal::Json {
+        byte: byte_at(json, e.line(), e.column()),
         line: e.line(),
         column: e.column(),
         message: crate::text::bounded(&e.to_string(), 300).to_string(),
@@ -175,13 +177,6 @@ pub fn prepare(
             )))
         }
     };
-    let set = crate::translate::JsonSet {
-        st: Vec::new(),
-        segments: request.set.segments.clone(),
-        schema: request.set.schema.clone(),
-        content: request.set.content.clone(),
-        se: None,
-    };
     let set_id = match request.set.st.first() {
         Some(Some(JsonElement::Simple(id))) if crate::schema::names_a_set(id.as_bytes()) => {
             id.clone()
@@ -201,7 +196,23 @@ pub fn prepare(
             ))
         })?
         .to_string();
+    let st_rest = request
+        .set
+        .st
+        .iter()
+        .skip(2)
+        .map(|e| e.clone().unwrap_or(JsonElement::Simple(String::new())))
+        .collect();
+    // Moved, not copied: a document may be megabytes.
+    let set = crate::translate::JsonSet {
+        st: Vec::new(),
+        segments: request.set.segments,
+        schema: request.set.schema,
+        content: request.set.content,
+        se: None,
+    };
     let body = crate::translate::set_body(&set, "set").map_err(|e| Refusal::Set(e.to_string()))?;
+    drop(set);
     let (qualifier, id) = config.gateway.for_partner(&partner);
     let ours = (qualifier.to_string(), id.to_string());
     let mut prepared = Prepared {
@@ -214,18 +225,22 @@ pub fn prepare(
         version,
         warnings: Vec::new(),
         body,
-        st_rest: request
-            .set
-            .st
-            .iter()
-            .skip(2)
-            .map(|e| e.clone().unwrap_or(JsonElement::Simple(String::new())))
-            .collect(),
+        st_rest,
         ours,
         partner,
     };
     prepared.check_and_name(config, schemas)?;
     Ok(prepared)
+}
+
+/// The byte offset (0-based) of serde_json's 1-based `line` and `column` in `json`.
+fn byte_at(json: &[u8], line: usize, column: usize) -> usize {
+    let start: usize = json
+        .split(|b| *b == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum();
+    (start + column.saturating_sub(1)).min(json.len())
 }
 
 /// The configured partner a document names: `QUAL:ID`, or `ID` when one partner has it.
@@ -567,8 +582,10 @@ fn read_ack<'a>(segments: impl Iterator<Item = Segment<'a>>, kind: &'static str)
                             .map(|e| text(e.value))
                             .collect::<Vec<_>>()
                             .join("*");
-                        detail.push_str(&format!("{}*{line}~", text(s.id)));
-                        detail.truncate(MAX_DETAIL);
+                        let segment = format!("{}*{line}~", text(s.id));
+                        let room = MAX_DETAIL.saturating_sub(detail.len());
+                        // Cut at a character's boundary: a partner's bytes may be any text.
+                        detail.push_str(crate::text::bounded(&segment, room));
                     }
                 }
             }
@@ -606,4 +623,52 @@ fn number(v: &[u8]) -> Option<u32> {
 fn text(v: &[u8]) -> String {
     let s = String::from_utf8_lossy(v);
     crate::text::printable(crate::text::bounded(&s, 80)).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(text: &str) -> Vec<Said> {
+        let ic = Interchanges::new(text.as_bytes(), Limits::default())
+            .next()
+            .and_then(Result::ok)
+            .expect("an interchange");
+        acknowledged(&ic)
+    }
+
+    const ISA: &str = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *261201*0930*^*00501*000000777*0*P*>~";
+
+    #[test]
+    fn a_999_names_each_set_and_its_status_and_a_long_detail_is_cut_at_a_character() {
+        let many =
+            "IK3*N1*5**8~IK4*2*98*7*\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}~"
+                .repeat(200);
+        let text = format!(
+            "{ISA}GS*FA*ACME*X12GATE*20261201*0930*777*X*005010X231A1~ST*999*0001*005010X231A1~AK1*HC*12*005010X222A1~AK2*837*0001~{many}IK5*E~AK2*837*0002~IK5*R*5~AK9*P*2*2*1~SE*9*0001~GE*1*777~IEA*1*000000777~"
+        );
+        let said = said(&text);
+        assert_eq!(said.len(), 2);
+        assert_eq!(said[0].state(), Some("accepted_with_errors"));
+        assert_eq!((said[0].gs06(), said[0].st02()), (Some(12), Some("0001")));
+        assert!(said[0].detail().len() <= MAX_DETAIL + 10);
+        assert_eq!(said[1].state(), Some("rejected"));
+        assert_eq!(said[1].kind(), "999");
+    }
+
+    #[test]
+    fn a_997_without_set_loops_speaks_for_its_group_and_a_ta1_for_its_interchange() {
+        let text = format!(
+            "{ISA}TA1*000000042*261201*0930*R*006~GS*FA*ACME*X12GATE*20261201*0930*777*X*004010~ST*997*0001~AK1*IN*9~AK9*P*3*3*2~SE*4*0001~GE*1*777~IEA*1*000000777~"
+        );
+        let said = said(&text);
+        assert_eq!(said.len(), 2);
+        assert_eq!(
+            (said[0].isa13(), said[0].state()),
+            (Some(42), Some("rejected"))
+        );
+        assert_eq!(said[0].detail(), "TA1 R 006");
+        assert_eq!((said[1].gs06(), said[1].st02()), (Some(9), None));
+        assert_eq!(said[1].state(), Some("partially_accepted"));
+    }
 }

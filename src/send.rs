@@ -103,6 +103,7 @@ pub fn send_prepared(
         owner: &owner,
         lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
         is_dead: &crate::owner::is_dead,
+        ack_due_ms: due_of(&prepared.partner),
     };
     let render = |isa13: u32, gs06: u32, at_ms: i64| {
         let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
@@ -331,6 +332,7 @@ fn claim_all(
             owner,
             lease_ms,
             is_dead: &crate::owner::is_dead,
+            ack_due_ms: due_of(&p.partner),
         })
         .collect();
     let render = |i: usize, isa13: u32, gs06: u32, at_ms: i64| {
@@ -392,10 +394,80 @@ pub fn resend_new_numbers(
     let Some((row, bytes)) = made else {
         return Ok(None);
     };
-    let (partner, path) = write_to_partner(config, &row, &bytes, &owner)?;
-    registry.outbound_written(key, &owner, due_of(partner))?;
-    let row = registry.outbound(key)?.map(|(r, _)| r).unwrap_or(row);
-    Ok(Some((row, path)))
+    finish(config, registry, &row, &bytes, &owner).map(Some)
+}
+
+/// A claim ours (`row`, its `bytes`) finished: its file written to the partner's folder,
+/// then marked sent. A write that fails lets the claim go, for the next attempt to write the
+/// same bytes at once; a claim taken over meanwhile is the other writer's to mark.
+fn finish(
+    config: &Config,
+    registry: &mut Registry,
+    row: &OutboundRow,
+    bytes: &[u8],
+    owner: &str,
+) -> Result<(OutboundRow, PathBuf), SendError> {
+    let (partner, path) = match write_to_partner(config, row, bytes, owner) {
+        Ok(done) => done,
+        Err(e) => {
+            if let Err(r) = registry.outbound_release(&row.key, owner) {
+                tracing::warn!(key = %row.key, error = %r, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
+            }
+            return Err(e);
+        }
+    };
+    if !registry.outbound_written(&row.key, owner, due_of(partner))? {
+        return Err(SendError::Busy {
+            key: row.key.clone(),
+            owner: "another process (it took the claim over)".into(),
+            isa13: row.isa13,
+        });
+    }
+    let row = registry
+        .outbound(&row.key)?
+        .map_or_else(|| row.clone(), |(r, _)| r);
+    Ok((row, path))
+}
+
+/// Finishes the documents whose claim a writer now gone left `writing` (numbered and
+/// recorded, the file perhaps not written, not marked sent): their recorded bytes written,
+/// then marked, as the next `send` of each would. `watch` runs it with every pass over the
+/// outbound inbox, `send` before its documents. How many it finished.
+pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usize, SendError> {
+    let owner = crate::owner::Owner::current().id();
+    let lease_ms =
+        i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let mut done = 0;
+    for row in registry.unfinished_outbound(&crate::owner::is_dead)? {
+        let new = NewOutbound {
+            key: &row.key,
+            partner: &row.partner,
+            set_id: &row.set_id,
+            document_id: &row.document_id,
+            fingerprint: &row.fingerprint,
+            idempotency_key: row.idempotency_key.as_deref(),
+            owner: &owner,
+            lease_ms,
+            is_dead: &crate::owner::is_dead,
+            ack_due_ms: None,
+        };
+        // The row exists: it is taken over (or found finished by someone else), never
+        // numbered again.
+        let never =
+            |_: u32, _: u32, _: i64| Err("a recorded document is never numbered again".into());
+        if let Ok(OutboundClaim::Write { row, bytes, .. }) =
+            registry.claim_outbound(&new, &never)?
+        {
+            tracing::warn!(key = %row.key, isa13 = row.isa13, "finishing a document whose writer is gone: its recorded interchange written");
+            match finish(config, registry, &row, &bytes, &owner) {
+                Ok(_) => done += 1,
+                Err(e) => {
+                    tracing::error!(key = %row.key, error = %e, "a document whose writer is gone could not be finished; the next pass tries again")
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Our interchange `old` with new numbers and the time `at_ms`: (its file name, its bytes).

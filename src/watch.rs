@@ -470,8 +470,11 @@ struct Watcher {
     last_summary: Instant,
     /// When waiting documents whose original never came were last looked at.
     last_due: Instant,
-    /// When `[gateway] outbound_inbox` was last drained.
+    /// When our documents were last looked at (unfinished claims, `[gateway]
+    /// outbound_inbox`), and the pass doing it: one at a time, off the event loop (it
+    /// writes and fsyncs).
     last_outbound: Instant,
+    outbound: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// File-system events on the inbox (none with `--poll` or `--once`). They only nudge: the
@@ -801,6 +804,7 @@ impl Watcher {
     /// operationally wait for the next run.
     fn once_done(&self) -> bool {
         self.tasks.is_empty()
+            && self.outbound.as_ref().is_some_and(|t| t.is_finished())
             && self.queue.iter().all(|q| q.not_before.is_some())
             && self.seen.values().all(|s| s.not_before.is_some())
     }
@@ -857,6 +861,7 @@ impl Watcher {
             last_summary: now,
             last_due: now - DUE_EVERY,
             last_outbound: now - Duration::from_secs(3600),
+            outbound: None,
         };
         if options.allow_actions && g.metrics.is_none() {
             return Err(crate::web::WebError::NoPage.into());
@@ -1029,24 +1034,41 @@ impl Watcher {
         true
     }
 
-    /// One pass over `[gateway] outbound_inbox` (our documents an ERP dropped as files),
-    /// with a registry connection no batch is using; `false` when none was free.
+    /// One pass over our documents, off the event loop, with a registry connection no batch
+    /// is using: claims left `writing` by a writer now gone finished, then `[gateway]
+    /// outbound_inbox` (documents an ERP dropped as files) sent. `false` when the last pass
+    /// is still running or no connection was free.
     fn send_outbound(&mut self) -> bool {
-        let Some(folder) = self.config.gateway.outbound_inbox.clone() else {
-            return true;
-        };
+        if self.outbound.as_ref().is_some_and(|t| !t.is_finished()) {
+            return false;
+        }
         let Some(mut registry) = self.pool.lock().ok().and_then(|mut p| p.pop()) else {
             return false;
         };
-        let settle = Duration::from_millis(self.config.gateway.settle_ms);
-        let done =
-            crate::send::drain_folder(&self.config, self.schemas, &mut registry, &folder, settle);
-        if done.sent + done.replayed + done.refused > 0 {
-            tracing::info!(sent = done.sent, replayed = done.replayed, refused = done.refused, left = done.left, folder = %folder.display(), "our documents from the outbound inbox");
-        }
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(registry);
-        }
+        let (config, schemas, pool) = (self.config.clone(), self.schemas, self.pool.clone());
+        self.outbound = Some(tokio::task::spawn_blocking(move || {
+            match crate::send::finish_unfinished(&config, &mut registry) {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    documents = n,
+                    "finished our documents whose writer was gone"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %e, "our unfinished documents could not be looked at; trying again later")
+                }
+            }
+            if let Some(folder) = &config.gateway.outbound_inbox {
+                let settle = Duration::from_millis(config.gateway.settle_ms);
+                let done =
+                    crate::send::drain_folder(&config, schemas, &mut registry, folder, settle);
+                if done.sent + done.replayed + done.refused > 0 {
+                    tracing::info!(sent = done.sent, replayed = done.replayed, refused = done.refused, left = done.left, folder = %folder.display(), "our documents from the outbound inbox");
+                }
+            }
+            if let Ok(mut p) = pool.lock() {
+                p.push(registry);
+            }
+        }));
         true
     }
 

@@ -1089,3 +1089,57 @@ fn a_gateway_of_several_identities_answers_and_sends_as_the_one_each_partner_kno
         text(&out.stderr)
     );
 }
+
+/// A writer killed after the commit that numbered its document: the partner's 997 of it
+/// still settles it, and the next `watch` pass writes the recorded bytes and marks it sent,
+/// with no retry from the ERP; the inbox folder's file is then answered as sent before.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_document_whose_writer_died_is_finished_by_watch_and_its_997_still_counts() {
+    let g = Gate::new();
+    let path = g.path("partners.toml");
+    let config = fs::read_to_string(&path).unwrap().replacen(
+        "[gateway]\n",
+        "[gateway]\noutbound_inbox = \"data/outbound\"\nsettle_ms = 0\n",
+        1,
+    );
+    fs::write(&path, config).unwrap();
+    fs::create_dir_all(g.path("data/outbound")).unwrap();
+    fs::write(
+        g.path("data/outbound/inv.json"),
+        invoice("ZZ:ACME", "INV-DIED", "10").to_string(),
+    )
+    .unwrap();
+    let out = g.run(
+        &["watch", "--once"],
+        &[("FAILPOINTS", "send.before_mark=return")],
+    );
+    assert!(!out.status.success(), "the watcher was not killed");
+    let rows = g.sent(&[]);
+    assert_eq!(rows[0]["state"], "writing");
+    // ACME's 997 of it arrives before anyone finishes it.
+    let ack = ack_997(905, &[("IN", "1", "AK2*810*0001~AK5*A~AK9*A*1*1*1~")]);
+    fs::write(g.path("997.x12"), ack).unwrap();
+    assert!(g.run(&["process", "997.x12"], &[]).status.success());
+    assert_eq!(g.sent(&[])[0]["ack"], "accepted");
+    assert!(g.sent(&["--unmatched"]).is_empty());
+    // The next pass finishes it, and answers the dropped file from it.
+    let out = g.run(&["watch", "--once"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = g.sent(&[]);
+    assert_eq!(rows[0]["state"], "sent");
+    assert_eq!(
+        rows[0]["ack"], "accepted",
+        "the 997 received meanwhile is kept"
+    );
+    assert_eq!(
+        g.interchanges_in("data/outbox"),
+        ["ZZ_ACME_000000001.810.x12"]
+    );
+    let answer: Value = serde_json::from_slice(
+        &fs::read(g.path("data/outbound/sent/inv.json.result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(answer["state"], "replayed", "{answer}");
+    assert_eq!(answer["result_ref"]["isa13"], "000000001");
+}

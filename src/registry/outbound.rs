@@ -103,6 +103,9 @@ pub struct NewOutbound<'a> {
     pub lease_ms: i64,
     /// Whether a claim's owner is known dead (its lease need not run out).
     pub is_dead: &'a dyn Fn(&str) -> bool,
+    /// How long after its numbering the partner's acknowledgment is due; `None`: the partner
+    /// never sends one.
+    pub ack_due_ms: Option<i64>,
 }
 
 /// What became of a claim on an outbound key.
@@ -125,6 +128,19 @@ pub enum OutboundClaim {
 
 /// A row as a claim finds it: with its bytes, its writer and the writer's lease.
 type Claimed = (OutboundRow, Vec<u8>, Option<String>, Option<i64>);
+
+/// Why a transaction of ours was rolled back: the registry's error, or a refusal of the
+/// work itself (nothing it took, not even a number, is kept).
+enum Refused {
+    Registry(RegistryError),
+    Why(String),
+}
+
+impl From<RegistryError> for Refused {
+    fn from(e: RegistryError) -> Self {
+        Refused::Registry(e)
+    }
+}
 
 /// A row with the bytes of its interchange.
 pub type Stored = (OutboundRow, Vec<u8>);
@@ -175,12 +191,18 @@ impl Registry {
         news: &[NewOutbound<'_>],
         render: &RenderMany<'_>,
     ) -> Result<Vec<Result<OutboundClaim, String>>, RegistryError> {
-        self.batch(|b| {
+        let claimed = self.batch(|b| {
             news.iter()
                 .enumerate()
                 .map(|(i, new)| b.claim_outbound(new, &|a, g, at| render(i, a, g, at)))
-                .collect()
-        })
+                .collect::<Result<Vec<_>, Refused>>()
+        });
+        // A document that does not render refuses the batch: rolled back, no number kept.
+        match claimed {
+            Ok(claims) => Ok(claims.into_iter().map(Ok).collect()),
+            Err(Refused::Why(why)) => Ok(news.iter().map(|_| Err(why.clone())).collect()),
+            Err(Refused::Registry(e)) => Err(e),
+        }
     }
 
     /// The row of an outbound key.
@@ -286,27 +308,20 @@ impl Registry {
         lease_ms: i64,
         render: &Renumber<'_>,
     ) -> Result<Result<Option<Stored>, String>, RegistryError> {
-        let Some((old, old_bytes)) = self.outbound(key)? else {
-            return Ok(Ok(None));
-        };
-        if old.state != "sent" {
-            return Ok(Err(format!(
-                "{key} is being written (ISA13 {:09}); resend it once it is sent",
-                old.isa13
-            )));
-        }
         let made = self.batch(|b| {
-            let now = now_ms();
-            let (isa13, gs06) = super::counters::take_in(&b.tx, &old.partner, 1, 1)
-                .map_err(|e| b.sql(e))
-                .and_then(|(a, g)| match (a.first(), g.first()) {
-                    (Some(a), Some(g)) => Ok((*a, *g)),
-                    _ => Err(b.sql(crate::registry::db::Error::NoRows)),
-                })?;
-            let (file, bytes) = match render(&old_bytes, isa13, gs06, now) {
-                Ok(made) => made,
-                Err(why) => return Ok(Err(why)),
+            // Read in the transaction that changes it: two resends at once number it once.
+            let Some((old, old_bytes)) = b.stored(key)? else {
+                return Ok(None);
             };
+            if old.state != "sent" {
+                return Err(Refused::Why(format!(
+                    "{key} is being written (ISA13 {:09}); resend it once it is sent",
+                    old.isa13
+                )));
+            }
+            let now = now_ms();
+            let (isa13, gs06) = b.numbers(&old.partner)?;
+            let (file, bytes) = render(&old_bytes, isa13, gs06, now).map_err(Refused::Why)?;
             b.tx.execute(
                 "UPDATE outbound SET state = 'writing', owner = ?2, lease_expires = ?3,
                      isa13 = ?4, gs06 = ?5, file = ?6, bytes = ?7, ack = 'waiting',
@@ -334,12 +349,42 @@ impl Registry {
                     "file": file })
                 .to_string(),
             )?;
-            Ok(Ok(bytes))
-        })?;
+            Ok(Some(bytes))
+        });
         match made {
-            Ok(bytes) => Ok(Ok(self.outbound(key)?.map(|(row, _)| (row, bytes)))),
-            Err(why) => Ok(Err(why)),
+            Ok(Some(bytes)) => Ok(Ok(self.outbound(key)?.map(|(row, _)| (row, bytes)))),
+            Ok(None) => Ok(Ok(None)),
+            Err(Refused::Why(why)) => Ok(Err(why)),
+            Err(Refused::Registry(e)) => Err(e),
         }
+    }
+
+    /// Our documents whose claim was left `writing` by a writer now gone (its lease ran out,
+    /// or a dead process on this host): what a sweep finishes, their recorded bytes written.
+    pub fn unfinished_outbound(
+        &self,
+        is_dead: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<OutboundRow>, RegistryError> {
+        let rows: Vec<(OutboundRow, Option<String>, Option<i64>)> = self
+            .conn
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS}, owner, lease_expires FROM outbound
+                     WHERE state = 'writing' ORDER BY created LIMIT 1000"
+                ),
+                [],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))?;
+        let now = now_ms();
+        Ok(rows
+            .into_iter()
+            .filter(|(_, owner, lease)| {
+                lease.is_none_or(|l| l <= now) || owner.as_deref().is_some_and(is_dead)
+            })
+            .map(|(row, ..)| row)
+            .collect())
     }
 
     /// Lets go of a claim ours whose file could not be written: the next `send` of the key
@@ -395,7 +440,7 @@ impl Registry {
         let now = now_ms();
         let sql = format!(
             "SELECT {COLUMNS} FROM outbound
-             WHERE (partner = ?1 OR ?1 IS NULL) AND created >= ?2
+             WHERE (partner = ?1 OR ?1 IS NULL) AND COALESCE(sent_at, created) >= ?2
                AND (state = ?3 OR ?3 IS NULL
                     OR (?3 = 'overdue' AND ack = 'waiting' AND ack_due < ?4)
                     OR (?3 = 'waiting' AND ack = 'waiting' AND (ack_due IS NULL OR ack_due >= ?4))
@@ -450,11 +495,33 @@ impl Registry {
 }
 
 impl Batch<'_> {
+    /// An outbound row and its bytes, read in this transaction.
+    fn stored(&self, key: &str) -> Result<Option<Stored>, RegistryError> {
+        self.tx
+            .query_row(
+                &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
+                params![key],
+                read,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// The partner's next ISA13 and GS06.
+    fn numbers(&self, partner: &str) -> Result<(u32, u32), RegistryError> {
+        super::counters::take_in(&self.tx, partner, 1, 1)
+            .map_err(|e| self.sql(e))
+            .and_then(|(a, g)| match (a.first(), g.first()) {
+                (Some(a), Some(g)) => Ok((*a, *g)),
+                _ => Err(self.sql(crate::registry::db::Error::NoRows)),
+            })
+    }
+
     fn claim_outbound(
         &self,
         new: &NewOutbound<'_>,
         render: &Render<'_>,
-    ) -> Result<Result<OutboundClaim, String>, RegistryError> {
+    ) -> Result<OutboundClaim, Refused> {
         let now = now_ms();
         let found: Option<Claimed> = self
             .tx
@@ -470,13 +537,13 @@ impl Batch<'_> {
         let lease = now.saturating_add(new.lease_ms);
         if let Some((row, bytes, owner, expires)) = found {
             if row.fingerprint != new.fingerprint {
-                return Ok(Ok(OutboundClaim::Conflict(row)));
+                return Ok(OutboundClaim::Conflict(row));
             }
             if row.state == "sent" {
-                return Ok(Ok(OutboundClaim::Replay(row)));
+                return Ok(OutboundClaim::Replay(row));
             }
             if expires.is_some_and(|e| e > now) && !owner.as_deref().is_some_and(new.is_dead) {
-                return Ok(Ok(OutboundClaim::Busy(row)));
+                return Ok(OutboundClaim::Busy(row));
             }
             self.tx
                 .execute(
@@ -484,29 +551,30 @@ impl Batch<'_> {
                     params![new.key, new.owner, lease],
                 )
                 .map_err(|e| self.sql(e))?;
-            return Ok(Ok(OutboundClaim::Write {
+            return Ok(OutboundClaim::Write {
                 row,
                 bytes,
                 taken_over: true,
-            }));
+            });
         }
-        let (isa13, gs06) = super::counters::take_in(&self.tx, new.partner, 1, 1)
-            .map_err(|e| self.sql(e))
-            .and_then(|(a, b)| match (a.first(), b.first()) {
-                (Some(a), Some(b)) => Ok((*a, *b)),
-                _ => Err(self.sql(crate::registry::db::Error::NoRows)),
-            })?;
-        let (file, bytes) = match render(isa13, gs06, now) {
-            Ok(made) => made,
-            Err(why) => return Ok(Err(why)),
+        let (isa13, gs06) = self.numbers(new.partner)?;
+        let (file, bytes) = render(isa13, gs06, now).map_err(Refused::Why)?;
+        // The acknowledgment's clock starts with the numbers: a document whose writer died
+        // before marking it sent still becomes overdue, and its 997 still settles it.
+        let ack_due = new.ack_due_ms.map(|d| now.saturating_add(d));
+        let ack = if ack_due.is_some() {
+            "waiting"
+        } else {
+            "not_expected"
         };
         fail::fail_point!("send.numbered", |_| std::process::abort());
         self.tx
             .execute(
                 "INSERT INTO outbound (key, partner, set_id, document_id, fingerprint,
                      idempotency_key, state, owner, lease_expires, isa13, gs06, st02, file, bytes,
-                     created)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'writing', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                     created, ack_due, ack)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'writing', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                     ?15, ?16)",
                 params![
                     new.key,
                     new.partner,
@@ -521,7 +589,9 @@ impl Batch<'_> {
                     crate::outbound::ST02,
                     file,
                     bytes.clone(),
-                    now
+                    now,
+                    ack_due,
+                    ack
                 ],
             )
             .map_err(|e| self.sql(e))?;
@@ -539,20 +609,20 @@ impl Batch<'_> {
             file,
             created_ms: now,
             sent_ms: None,
-            ack: "waiting".into(),
+            ack: ack.into(),
             ack_kind: None,
             ack_detail: None,
             ack_ms: None,
             ack_late: false,
-            ack_due_ms: None,
+            ack_due_ms: ack_due,
             acks_seen: 0,
             resends: 0,
         };
-        Ok(Ok(OutboundClaim::Write {
+        Ok(OutboundClaim::Write {
             row,
             bytes,
             taken_over: false,
-        }))
+        })
     }
 
     /// What a partner's acknowledgments (`said`, from the interchange `from`) settle of what
@@ -606,8 +676,9 @@ impl Batch<'_> {
             (None, None) => return Ok((0, 0)),
         };
         let st02 = s.st02().unwrap_or("");
-        let scope =
-            format!("partner = ?1 AND {place} AND (st02 = ?3 OR ?3 = '') AND state = 'sent'");
+        let scope = format!(
+            "partner = ?1 AND {place} AND (st02 = ?3 OR ?3 = '') AND state IN ('writing', 'sent')"
+        );
         let value = values.first().copied().unwrap_or(0);
         let matched: i64 = self
             .tx

@@ -23,12 +23,66 @@ pub const TOKEN_VARIABLE: &str = "X12GATE_API_TOKEN";
 /// The longest `Idempotency-Key` kept: the ERP's own id, recorded beside ours.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
 
+/// Requests served at once: each may hold a document of up to 16 MiB while it is read.
+const AT_ONCE: usize = 8;
+
+/// The variable naming a file that holds the tokens, for a service manager's credentials.
+pub const TOKEN_FILE_VARIABLE: &str = "X12GATE_API_TOKEN_FILE";
+
+/// The ERP's tokens: X12GATE_API_TOKEN, else the file X12GATE_API_TOKEN_FILE names; none
+/// when neither is set (the API is off).
+pub fn tokens() -> Result<super::Tokens, super::TokenError> {
+    let from_env = super::Tokens::from_var(TOKEN_VARIABLE)?;
+    match std::env::var_os(TOKEN_FILE_VARIABLE) {
+        Some(path) if from_env.is_empty() => {
+            let text = std::fs::read_to_string(&path).map_err(|e| super::TokenError::Bad {
+                entry: 0,
+                why: format!(
+                    "{TOKEN_FILE_VARIABLE} {}: {e}",
+                    std::path::Path::new(&path).display()
+                ),
+            })?;
+            super::Tokens::parse(text.trim())
+        }
+        _ => Ok(from_env),
+    }
+}
+
 pub fn router(site: Arc<Site>) -> axum::Router {
     axum::Router::new()
         .route("/api/outbound", post(create))
         .route("/api/outbound/:key", get(status))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        // Before any body is read: who asks, and whether there is room for them.
+        .layer(axum::middleware::from_fn_with_state(site.clone(), admit))
         .with_state(site)
+}
+
+/// The name of the token a request came with.
+#[derive(Clone)]
+struct Caller(String);
+
+/// A request with a right token, once one of [`AT_ONCE`] places is free; any other is
+/// answered before its body is read.
+async fn admit(
+    State(site): State<Arc<Site>>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    static PLACES: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let who = match caller(&site, req.headers()).await {
+        Ok(who) => who,
+        Err(refused) => return refused,
+    };
+    let Ok(_place) = PLACES
+        .get_or_init(|| tokio::sync::Semaphore::new(AT_ONCE))
+        .acquire()
+        .await
+    else {
+        return problem(503, "the outbound API is shutting down");
+    };
+    req.extensions_mut().insert(Caller(who));
+    next.run(req).await
 }
 
 fn json(status: u16, body: &serde_json::Value) -> Response {
@@ -79,11 +133,12 @@ fn open(site: &Site) -> Result<Registry, crate::registry::RegistryError> {
     )
 }
 
-async fn create(State(site): State<Arc<Site>>, headers: HeaderMap, body: Bytes) -> Response {
-    let who = match caller(&site, &headers).await {
-        Ok(who) => who,
-        Err(refused) => return refused,
-    };
+async fn create(
+    State(site): State<Arc<Site>>,
+    axum::Extension(Caller(who)): axum::Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let idempotency = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
@@ -124,14 +179,7 @@ async fn create(State(site): State<Arc<Site>>, headers: HeaderMap, body: Bytes) 
     json(status, &body)
 }
 
-async fn status(
-    State(site): State<Arc<Site>>,
-    headers: HeaderMap,
-    Path(key): Path<String>,
-) -> Response {
-    if let Err(refused) = caller(&site, &headers).await {
-        return refused;
-    }
+async fn status(State(site): State<Arc<Site>>, Path(key): Path<String>) -> Response {
     let worker = site.clone();
     let found = tokio::task::spawn_blocking(move || open(&worker)?.outbound(&key)).await;
     let now = crate::time::now_ms();

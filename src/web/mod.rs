@@ -73,7 +73,7 @@ impl Site {
             actions,
             schemas: None,
             penalty: auth::Penalty::default(),
-            api_tokens: Tokens::from_var(api::TOKEN_VARIABLE)?,
+            api_tokens: api::tokens()?,
             readers: Arc::new(Readers::new(config.gateway.database.clone())),
             config,
         })

@@ -25,11 +25,26 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
     if args.check {
         return check(config, args, out);
     }
+    if args.idempotency_key.is_some() && args.files.len() > 1 {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "--idempotency-key names one document: give one file with it"
+        )));
+    }
     // The checks `process` runs first: above all, that no counter is behind numbers already
     // sent (a registry restored from a backup), which would send a partner an ISA13 again.
     super::preflight(config)?;
     let schemas = definitions(Some(config))?;
     let mut registry = x12gate::setup::open_registry(config).map_err(registry_failure)?;
+    // What a writer now gone left half done is finished before anything new is numbered.
+    match x12gate::send::finish_unfinished(config, &mut registry) {
+        Ok(0) => {}
+        Ok(n) => say!(
+            "WARN",
+            "x12gate: finished {n} document(s) of ours whose writer was gone"
+        ),
+        Err(SendError::Registry(e)) => return Err(registry_failure(e)),
+        Err(e) => say!("WARN", "x12gate: unfinished documents of ours: {e}"),
+    }
     let mut code = exit::OK;
     // A batch at a time: one commit claims and numbers them, their files are made durable
     // together, one commit marks them sent.
@@ -51,6 +66,8 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
         let mut sent = x12gate::send::send_all(config, &mut registry, &ready, args.idempotency_key)
             .map_err(registry_failure)?
             .into_iter();
+        // Every answer of the batch is printed before an operational failure stops the run.
+        let mut failed = None;
         for (file, p) in chunk.iter().zip(prepared) {
             let result = match p {
                 Ok(_) => sent.next().unwrap_or_else(|| {
@@ -60,7 +77,13 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
                 }),
                 Err(r) => Err(SendError::Refused(r)),
             };
-            code = code.max(print_one(file, result, args.json, out)?);
+            match print_one(file, result, args.json, out) {
+                Ok(c) => code = code.max(c),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
     Ok(code)
