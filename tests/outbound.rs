@@ -348,6 +348,7 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
         // Read clean: no finding but the warning a claim cut from its batch may carry (its
         // subscriber's HL04 still says a dependent follows, in another claim).
         let v = run(&["validate".as_ref(), "--json".as_ref(), sent.as_ref()]);
+        assert!(v.status.success(), "{sent}: {}", text(&v.stderr));
         for f in lines(&v.stdout) {
             assert!(
                 f["rule"] == "hl-children-none",
@@ -366,6 +367,7 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
         let again = dir.path().join("rendered.x12");
         fs::write(&again, &rendered.stdout).unwrap();
         let v = run(&["validate".as_ref(), "--json".as_ref(), again.as_os_str()]);
+        assert!(v.status.success(), "render {}: {}", doc.display(), text(&v.stderr));
         for f in lines(&v.stdout) {
             assert!(
                 f["rule"] == "hl-children-none",
@@ -420,7 +422,20 @@ fn by_key(rows: &[Value]) -> std::collections::BTreeMap<String, Value> {
 #[cfg(feature = "failpoints")]
 #[test]
 fn partners_acknowledgments_settle_what_we_sent_and_what_matches_nothing_is_kept() {
-    let g = Gate::with(|_| "data/x12gate.db".into(), 3600);
+    acknowledgments_settle(&Gate::with(|_| "data/x12gate.db".into(), 3600));
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn on_postgresql_partners_acknowledgments_settle_what_we_sent() {
+    let Some(url) = crate::pg_server::database() else {
+        return; // pg_server says why, loudly (and fails under X12GATE_REQUIRE_POSTGRES)
+    };
+    acknowledgments_settle(&Gate::with(|_| url, 3600));
+}
+
+#[cfg(feature = "failpoints")]
+fn acknowledgments_settle(g: &Gate) {
     let mut gs06 = std::collections::BTreeMap::new();
     for n in ["A", "R", "E", "T", "L", "O"] {
         let (code, a) = g.send(
