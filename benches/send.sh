@@ -3,6 +3,8 @@
 # and where the time goes, beside the disk's durable floors measured in the same run:
 #   check    `send --check` of every document: read, rendered, validated, named; nothing taken
 #            (validation and rendering alone)
+#   shares   `send --timings` of each process, summed: reading the JSON and rendering,
+#            validation and naming, the registry (claims with the final rendering, marks), files
 #   send     `send` of every document, on a fresh gateway: the check, then per document the
 #            claim and numbers (one registry commit), the interchange's file (written,
 #            fsynced, renamed), and the mark sent (a second commit)
@@ -29,8 +31,13 @@ ms() { local s e; sync; s=$(date +%s%N); (cd "$work" && "$@" >/dev/null 2>&1) ||
 each() { find docs -name '*.json' -print0 | sort -z | xargs -0 -n 1000 "$bin" send "$@"; }
 export -f each; export bin
 check=$(ms bash -c 'each --check')
-send=$(ms bash -c 'each')
+s=$(date +%s%N); sync
+(cd "$work" && each --timings 2> "$work/timings" >/dev/null) || true
+send=$(( ($(date +%s%N) - s) / 1000000 ))
 replay=$(ms bash -c 'each')
+# `send --timings` of each process: rendering, validation, registry, files, summed.
+read -r t_render t_valid t_registry t_files < <(awk '/^x12gate: send: rendering/ {
+  r += $4; v += $7; g += $10; f += $13 } END { print r+0, v+0, g+0, f+0 }' "$work/timings")
 files=$(find "$work/data/outbox" -maxdepth 1 -name '*.810.x12' | wc -l)
 bytes=$(find "$work/data/outbox" -maxdepth 1 -name '*.810.x12' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
 sync
@@ -43,9 +50,14 @@ rate() { echo $(( n * 1000 / ($1 > 0 ? $1 : 1) )); }
 floor_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 log_ms=$(floor_ms "$log_s"); file_ms=$(floor_ms "$file_s")
 echo "send of $n invoices ($files interchanges, $bytes bytes)"
-echo "  check (validation, rendering):  ${check} ms, $(rate "$check") documents/s, $(( check * 100 / (send > 0 ? send : 1) ))% of send"
+pct() { echo $(( $1 * 100 / (send > 0 ? send : 1) )); }
+echo "  check (validation, rendering):  ${check} ms, $(rate "$check") documents/s, $(pct "$check")% of send"
 echo "  send:                           ${send} ms, $(rate "$send") documents/s"
-echo "  registry and files (send-check): $(( send - check )) ms, $(( (send - check) * 100 / (send > 0 ? send : 1) ))% of send"
+echo "    reading JSON and rendering:   ${t_render} ms, $(pct "$t_render")%"
+echo "    validation and naming:        ${t_valid} ms, $(pct "$t_valid")%"
+echo "    registry (claims, marks):     ${t_registry} ms, $(pct "$t_registry")%"
+echo "    files (written, synced):      ${t_files} ms, $(pct "$t_files")%"
+echo "    the rest (processes, reads):  $(( send - t_render - t_valid - t_registry - t_files )) ms"
 echo "  replay (sent before):           ${replay} ms, $(rate "$replay") documents/s"
 echo "  log floor:                      ${log_ms} ms; send is $(awk -v a="$send" -v b="$log_ms" 'BEGIN { printf "%.1f", a / (b > 0 ? b : 1) }')x it"
 echo "  per-file floor:                 ${file_ms} ms; send is $(awk -v a="$send" -v b="$file_ms" 'BEGIN { printf "%.2f", a / (b > 0 ? b : 1) }')x it"

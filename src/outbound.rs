@@ -117,6 +117,10 @@ pub struct Prepared {
     pub version: String,
     /// Warnings the checks found (never a reason to refuse).
     pub warnings: Vec<Finding>,
+    /// Time spent reading the JSON and rendering the set, and checking and naming it (the
+    /// shares `benches/send.sh` reports).
+    pub rendering: std::time::Duration,
+    pub validation: std::time::Duration,
     body: Vec<crate::translate::JsonSegment>,
     /// ST03 on (a guide's implementation convention reference), as the ERP gave them.
     st_rest: Vec<JsonElement>,
@@ -145,6 +149,7 @@ pub fn prepare(
     if json.len() > MAX_REQUEST_BYTES {
         return Err(Refusal::TooLarge { size: json.len() });
     }
+    let started = std::time::Instant::now();
     let request: Request = serde_json::from_slice(json).map_err(|e| Refusal::Json {
         byte: byte_at(json, e.line(), e.column()),
         line: e.line(),
@@ -224,12 +229,14 @@ pub fn prepare(
         functional_id,
         version,
         warnings: Vec::new(),
+        rendering: started.elapsed(),
+        validation: std::time::Duration::ZERO,
         body,
         st_rest,
         ours,
         partner,
     };
-    prepared.check_and_name(config, schemas)?;
+    prepared.check_and_name(schemas)?;
     Ok(prepared)
 }
 
@@ -295,11 +302,14 @@ fn version_of(request: &Request, partner: &Partner) -> Result<String, Refusal> {
 impl Prepared {
     /// The document checked against its definition (the partner's guide first) and named;
     /// a finding that would make the partner reject it refuses it.
-    fn check_and_name(&mut self, config: &Config, schemas: &Schemas) -> Result<(), Refusal> {
+    fn check_and_name(&mut self, schemas: &Schemas) -> Result<(), Refusal> {
         // A probe: the interchange as it will be sent, with numbers that are not taken.
         let when =
             DateTime::<Utc>::from_timestamp_millis(crate::time::now_ms()).unwrap_or_default();
+        let started = std::time::Instant::now();
         let probe = self.render(Numbers { isa13: 1, gs06: 1 }, when)?;
+        self.rendering += started.elapsed();
+        let started = std::time::Instant::now();
         let schemas = schemas.for_sender(&self.partner.id_qualifier, &self.partner.id);
         let mut read = Interchanges::new(&probe, Limits::default());
         let ic = match read.next() {
@@ -376,7 +386,7 @@ impl Prepared {
         );
         self.document_id = one.document_id.clone();
         self.fingerprint = one.fingerprint.clone();
-        let _ = config;
+        self.validation = started.elapsed();
         Ok(())
     }
 

@@ -175,6 +175,25 @@ pub fn send_prepared(
     }
 }
 
+/// Where a run of `send` spent its time (`send --timings`, `benches/send.sh`): reading the
+/// ERP's JSON and rendering, checking and naming, the registry (claims with the final
+/// rendering, and marks), the files.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spent {
+    pub rendering: Duration,
+    pub validation: Duration,
+    pub registry: Duration,
+    pub files: Duration,
+}
+
+impl Spent {
+    /// What preparing `p` took.
+    pub fn prepared(&mut self, p: &Prepared) {
+        self.rendering += p.rendering;
+        self.validation += p.validation;
+    }
+}
+
 /// Sends several documents already checked and named, a batch at a time: their keys claimed
 /// and numbered in one transaction, their files written in one round (made durable
 /// together, then renamed into place), marked sent in a second transaction. Each keeps its
@@ -185,28 +204,17 @@ pub fn send_all(
     registry: &mut Registry,
     prepared: &[&Prepared],
     idempotency_key: Option<&str>,
+    spent: &mut Spent,
 ) -> Result<Vec<Result<Sent, SendError>>, RegistryError> {
     let owner = crate::owner::Owner::current().id();
+    let started = Instant::now();
     let claims = claim_all(config, registry, prepared, idempotency_key, &owner)?;
-    // The files of the claims ours to write, in one round.
-    let writes: Vec<(usize, PathBuf, String, Vec<u8>)> = claims
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| match c {
-            Ok(OutboundClaim::Write { row, bytes, .. }) => {
-                let p = prepared.get(i)?;
-                Some((
-                    i,
-                    folder_of(config, &p.partner),
-                    row.file.clone(),
-                    bytes.clone(),
-                ))
-            }
-            _ => None,
-        })
-        .collect();
+    spent.registry += started.elapsed();
+    let writes = to_write(config, prepared, &claims);
     fail::fail_point!("send.before_file", |_| std::process::abort());
+    let started = Instant::now();
     let written = write_claimed(&writes, &owner);
+    spent.files += started.elapsed();
     let mut results: Vec<Option<Result<Sent, SendError>>> = Vec::new();
     results.resize_with(prepared.len(), || None);
     let paths = match written {
@@ -237,7 +245,9 @@ pub fn send_all(
                 .map(|p| (p.key.as_str(), due_of(&p.partner)))
         })
         .collect();
+    let started = Instant::now();
     let marked = registry.outbound_written_many(&marks, &owner)?;
+    spent.registry += started.elapsed();
     let mut marked = marked.into_iter();
     let mut paths = paths.into_iter();
     for (i, claim) in claims.into_iter().enumerate() {
@@ -285,6 +295,30 @@ pub fn send_all(
         .zip(prepared)
         .map(|(r, p)| r.unwrap_or_else(|| send_prepared(config, registry, p, idempotency_key)))
         .collect())
+}
+
+/// The files of a batch's claims ours to write: (document, folder, name, bytes) each.
+fn to_write(
+    config: &Config,
+    prepared: &[&Prepared],
+    claims: &[Result<OutboundClaim, String>],
+) -> Vec<(usize, PathBuf, String, Vec<u8>)> {
+    claims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Ok(OutboundClaim::Write { row, bytes, .. }) => {
+                let p = prepared.get(i)?;
+                Some((
+                    i,
+                    folder_of(config, &p.partner),
+                    row.file.clone(),
+                    bytes.clone(),
+                ))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The files of a batch's claims ours, written in one round: (document, folder, name,

@@ -367,7 +367,12 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
         let again = dir.path().join("rendered.x12");
         fs::write(&again, &rendered.stdout).unwrap();
         let v = run(&["validate".as_ref(), "--json".as_ref(), again.as_os_str()]);
-        assert!(v.status.success(), "render {}: {}", doc.display(), text(&v.stderr));
+        assert!(
+            v.status.success(),
+            "render {}: {}",
+            doc.display(),
+            text(&v.stderr)
+        );
         for f in lines(&v.stdout) {
             assert!(
                 f["rule"] == "hl-children-none",
@@ -542,7 +547,7 @@ fn acknowledgments_settle(g: &Gate) {
         "{metrics}"
     );
     // The desk's page: the overview points at them, the Sent list filters.
-    let page = Api::start(&g);
+    let page = Api::start(g);
     let (status, overview) = page.call("GET", "/", None, &[], None);
     assert_eq!(status, 200);
     let overview = overview.as_str().unwrap_or_default().to_string();

@@ -204,6 +204,10 @@ pub enum Command {
         /// recorded or written (exit 3 when one would be refused)
         #[arg(long)]
         check: bool,
+        /// Print on stderr, at the end, where the time went: rendering, validation, the
+        /// registry, the files
+        #[arg(long)]
+        timings: bool,
         /// One JSON object per document per line
         #[arg(long)]
         json: bool,

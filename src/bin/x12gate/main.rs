@@ -205,6 +205,7 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
             partner,
             idempotency_key,
             check,
+            timings,
             json,
         } => {
             let args = commands::outbound::SendArgs {
@@ -212,6 +213,7 @@ fn gateway(command: Command, config: Config, out: &mut Out<'_>) -> Result<u8, Fa
                 partner: partner.as_deref(),
                 idempotency_key: idempotency_key.as_deref(),
                 check,
+                timings,
                 json,
             };
             commands::outbound::send(&config, &args, out)?

@@ -16,6 +16,8 @@ pub struct SendArgs<'a> {
     pub idempotency_key: Option<&'a str>,
     /// Check and name only: nothing taken.
     pub check: bool,
+    /// Where the time went, on stderr.
+    pub timings: bool,
     pub json: bool,
 }
 
@@ -46,6 +48,7 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
         Err(e) => say!("WARN", "x12gate: unfinished documents of ours: {e}"),
     }
     let mut code = exit::OK;
+    let mut spent = x12gate::send::Spent::default();
     // A batch at a time: one commit claims and numbers them, their files are made durable
     // together, one commit marks them sent.
     for chunk in args.files.chunks(BATCH) {
@@ -63,9 +66,18 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
             .collect::<Result<Vec<_>, Failure>>()?;
         let ready: Vec<&x12gate::outbound::Prepared> =
             prepared.iter().filter_map(|p| p.as_ref().ok()).collect();
-        let mut sent = x12gate::send::send_all(config, &mut registry, &ready, args.idempotency_key)
-            .map_err(registry_failure)?
-            .into_iter();
+        for p in &ready {
+            spent.prepared(p);
+        }
+        let mut sent = x12gate::send::send_all(
+            config,
+            &mut registry,
+            &ready,
+            args.idempotency_key,
+            &mut spent,
+        )
+        .map_err(registry_failure)?
+        .into_iter();
         // Every answer of the batch is printed before an operational failure stops the run.
         let mut failed = None;
         for (file, p) in chunk.iter().zip(prepared) {
@@ -85,6 +97,17 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
         if let Some(e) = failed {
             return Err(e);
         }
+    }
+    if args.timings {
+        let ms = |d: std::time::Duration| d.as_millis();
+        say!(
+            "INFO",
+            "x12gate: send: rendering {} ms, validation {} ms, registry {} ms, files {} ms",
+            ms(spent.rendering),
+            ms(spent.validation),
+            ms(spent.registry),
+            ms(spent.files)
+        );
     }
     Ok(code)
 }
