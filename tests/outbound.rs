@@ -1163,3 +1163,61 @@ fn a_document_whose_writer_died_is_finished_by_watch_and_its_997_still_counts() 
     assert_eq!(answer["state"], "replayed", "{answer}");
     assert_eq!(answer["result_ref"]["isa13"], "000000001");
 }
+
+/// `serve` killed at each failpoint of a POST: the ERP's retry, to a new server, completes
+/// the document with the numbers first taken (or, killed before the commit, the same next
+/// number), one file.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_server_killed_in_the_middle_of_a_post_is_completed_by_the_erp_s_retry() {
+    for point in ["send.numbered", "send.before_file", "send.before_mark"] {
+        let g = Gate::new();
+        let doc = invoice("ZZ:ACME", "INV-HTTP-CRASH", "1").to_string();
+        let (port, child) = {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .unwrap();
+            let addr = format!("127.0.0.1:{port}");
+            let child = g
+                .command(&["serve", "--listen", &addr])
+                .env("X12GATE_API_TOKEN", API_TOKEN)
+                .env("FAILPOINTS", format!("{point}=return"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            (addr, child)
+        };
+        let mut doomed = Api { child, addr: port };
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(&doomed.addr).is_err() {
+            assert!(
+                started.elapsed() < crate::util::STALL,
+                "serve never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let answer = ureq::post(&format!("http://{}/api/outbound", doomed.addr))
+            .set("Authorization", &format!("Bearer {}", secret()))
+            .send_string(&doc);
+        assert!(
+            answer.is_err(),
+            "{point}: the server answered instead of dying"
+        );
+        let status = doomed.child.wait().unwrap();
+        assert!(!status.success(), "{point}: the server was not killed");
+        let api = Api::start(&g);
+        let (status, body) = api.post(&doc, None);
+        assert!(status == 201 || status == 200, "{point}: {status} {body}");
+        assert_eq!(isa13(&body), "000000001", "{point}: {body}");
+        assert_eq!(
+            g.interchanges_in("data/outbox"),
+            ["ZZ_ACME_000000001.810.x12"],
+            "{point}"
+        );
+        let (status, again) = api.post(&doc, None);
+        assert_eq!(status, 200, "{point}: {again}");
+        assert_eq!(again["result_ref"], body["result_ref"]);
+    }
+}
