@@ -456,6 +456,9 @@ pub enum Said {
         detail: String,
         kind: &'static str,
     },
+    /// An acknowledgment whose number of ours cannot be read (a TA101 or AK102 that is not
+    /// a control number, a 997 without AK1): it names nothing, and is kept as unmatched.
+    Unnumbered { kind: &'static str, what: String },
 }
 
 impl Said {
@@ -463,7 +466,9 @@ impl Said {
     pub fn kind(&self) -> &'static str {
         match self {
             Said::Interchange { .. } => "TA1",
-            Said::Set { kind, .. } | Said::Group { kind, .. } => kind,
+            Said::Set { kind, .. } | Said::Group { kind, .. } | Said::Unnumbered { kind, .. } => {
+                kind
+            }
         }
     }
 
@@ -479,7 +484,7 @@ impl Said {
     pub fn gs06(&self) -> Option<u32> {
         match self {
             Said::Set { gs06, .. } | Said::Group { gs06, .. } => Some(*gs06),
-            Said::Interchange { .. } => None,
+            Said::Interchange { .. } | Said::Unnumbered { .. } => None,
         }
     }
 
@@ -499,6 +504,7 @@ impl Said {
             Said::Interchange { status, .. } => {
                 return (status == "R").then_some("rejected");
             }
+            Said::Unnumbered { .. } => return None,
             Said::Set { status, .. } | Said::Group { status, .. } => status.as_str(),
         };
         match status {
@@ -526,6 +532,7 @@ impl Said {
                 kind,
                 ..
             } => format!("{kind} {status} {detail}").trim_end().to_string(),
+            Said::Unnumbered { kind, what } => format!("{kind} {what}"),
         }
     }
 }
@@ -537,13 +544,18 @@ const MAX_DETAIL: usize = 2000;
 pub fn acknowledged(ic: &Interchange<'_>) -> Vec<Said> {
     let mut said = Vec::new();
     for ta1 in &ic.ta1 {
-        if let Some(isa13) = number(ta1.element(1).unwrap_or_default()) {
-            said.push(Said::Interchange {
+        let ta101 = ta1.element(1).unwrap_or_default();
+        said.push(match number(ta101) {
+            Some(isa13) => Said::Interchange {
                 isa13,
                 status: text(ta1.element(4).unwrap_or_default()),
                 note: text(ta1.element(5).unwrap_or_default()),
-            });
-        }
+            },
+            None => Said::Unnumbered {
+                kind: "TA1",
+                what: format!("TA101 {:?} is not a control number", text(ta101)),
+            },
+        });
     }
     for group in &ic.groups {
         for set in &group.sets {
@@ -565,16 +577,22 @@ fn read_ack<'a>(segments: impl Iterator<Item = Segment<'a>>, kind: &'static str)
     let mut open: Option<(String, String)> = None; // ST02, detail
     let mut any_set = false;
     let close =
-        |open: &mut Option<(String, String)>, status: String, said: &mut Vec<Said>, gs06| {
-            if let (Some((st02, detail)), Some(gs06)) = (open.take(), gs06) {
-                said.push(Said::Set {
-                    gs06,
-                    st02,
-                    status,
-                    detail,
-                    kind,
-                });
-            }
+        |open: &mut Option<(String, String)>, status: String, said: &mut Vec<Said>, gs06| match (
+            open.take(),
+            gs06,
+        ) {
+            (Some((st02, detail)), Some(gs06)) => said.push(Said::Set {
+                gs06,
+                st02,
+                status,
+                detail,
+                kind,
+            }),
+            (Some((st02, _)), None) => said.push(Said::Unnumbered {
+                kind,
+                what: format!("AK2 ST02 {st02} {status} under no readable AK102"),
+            }),
+            (None, _) => {}
         };
     for s in segments {
         match s.id {
@@ -664,6 +682,26 @@ mod tests {
         assert!(said[0].detail().len() <= MAX_DETAIL + 10);
         assert_eq!(said[1].state(), Some("rejected"));
         assert_eq!(said[1].kind(), "999");
+    }
+
+    #[test]
+    fn an_acknowledgment_without_a_readable_number_of_ours_is_kept_unnumbered() {
+        let text = format!(
+            "{ISA}TA1*ABC*261201*0930*R*006~GS*FA*ACME*X12GATE*20261201*0930*777*X*004010~ST*997*0001~AK1*IN*X9~AK2*810*0001~AK5*A~AK9*A*1*1*1~SE*6*0001~GE*1*777~IEA*1*000000777~"
+        );
+        let said = said(&text);
+        assert_eq!(said.len(), 2);
+        assert!(said
+            .iter()
+            .all(|s| s.gs06().is_none() && s.isa13().is_none() && s.state().is_none()));
+        assert_eq!(
+            said[0].detail(),
+            "TA1 TA101 \"ABC\" is not a control number"
+        );
+        assert_eq!(
+            said[1].detail(),
+            "997 AK2 ST02 0001 A under no readable AK102"
+        );
     }
 
     #[test]
