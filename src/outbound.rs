@@ -576,24 +576,23 @@ fn read_ack<'a>(segments: impl Iterator<Item = Segment<'a>>, kind: &'static str)
     let mut gs06 = None;
     let mut open: Option<(String, String)> = None; // ST02, detail
     let mut any_set = false;
-    let close =
-        |open: &mut Option<(String, String)>, status: String, said: &mut Vec<Said>, gs06| match (
-            open.take(),
+    let close = |open: &mut Option<(String, String)>,
+                 status: String,
+                 said: &mut Vec<Said>,
+                 gs06| match (open.take(), gs06) {
+        (Some((st02, detail)), Some(gs06)) => said.push(Said::Set {
             gs06,
-        ) {
-            (Some((st02, detail)), Some(gs06)) => said.push(Said::Set {
-                gs06,
-                st02,
-                status,
-                detail,
-                kind,
-            }),
-            (Some((st02, _)), None) => said.push(Said::Unnumbered {
-                kind,
-                what: format!("AK2 ST02 {st02} {status} under no readable AK102"),
-            }),
-            (None, _) => {}
-        };
+            st02,
+            status,
+            detail,
+            kind,
+        }),
+        (Some((st02, _)), None) => said.push(Said::Unnumbered {
+            kind,
+            what: format!("AK2 ST02 {st02} {status} under no readable AK102"),
+        }),
+        (None, _) => {}
+    };
     for s in segments {
         match s.id {
             b"AK1" => gs06 = number(s.element(2).unwrap_or_default()),
