@@ -71,6 +71,19 @@ impl Gate {
         gate
     }
 
+    /// [`Gate::new`] with `[gateway] outbound_inbox = "data/outbound"` taken at once.
+    fn with_outbound_inbox() -> Gate {
+        let g = Gate::new();
+        let path = g.path("partners.toml");
+        let config = fs::read_to_string(&path).unwrap().replacen(
+            "[gateway]\n",
+            "[gateway]\noutbound_inbox = \"data/outbound\"\nsettle_ms = 0\n",
+            1,
+        );
+        fs::write(&path, config).unwrap();
+        g
+    }
+
     fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
@@ -953,14 +966,7 @@ fn the_erp_posts_over_http_and_its_retries_race_with_processes_to_one_interchang
 
 #[test]
 fn watch_sends_what_an_erp_drops_in_the_outbound_inbox_and_moves_each_file_with_its_answer() {
-    let g = Gate::new();
-    let path = g.path("partners.toml");
-    let config = fs::read_to_string(&path).unwrap().replacen(
-        "[gateway]\n",
-        "[gateway]\noutbound_inbox = \"data/outbound\"\nsettle_ms = 0\n",
-        1,
-    );
-    fs::write(&path, config).unwrap();
+    let g = Gate::with_outbound_inbox();
     let inbox = g.path("data/outbound");
     fs::create_dir_all(&inbox).unwrap();
     fs::write(
@@ -1116,14 +1122,7 @@ fn a_gateway_of_several_identities_answers_and_sends_as_the_one_each_partner_kno
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_document_whose_writer_died_is_finished_by_watch_and_its_997_still_counts() {
-    let g = Gate::new();
-    let path = g.path("partners.toml");
-    let config = fs::read_to_string(&path).unwrap().replacen(
-        "[gateway]\n",
-        "[gateway]\noutbound_inbox = \"data/outbound\"\nsettle_ms = 0\n",
-        1,
-    );
-    fs::write(&path, config).unwrap();
+    let g = Gate::with_outbound_inbox();
     fs::create_dir_all(g.path("data/outbound")).unwrap();
     fs::write(
         g.path("data/outbound/inv.json"),

@@ -145,6 +145,19 @@ impl From<RegistryError> for Refused {
 /// A row with the bytes of its interchange.
 pub type Stored = (OutboundRow, Vec<u8>);
 
+/// The row of `key` and its bytes, on `conn` (a connection or an open transaction).
+fn stored_in(
+    conn: &crate::registry::db::Conn,
+    key: &str,
+) -> crate::registry::db::Result<Option<Stored>> {
+    conn.query_row(
+        &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
+        params![key],
+        read,
+    )
+    .optional()
+}
+
 /// Our interchange sent before (its bytes) made again with new numbers (ISA13, GS06) at a
 /// time (ms): its file name and bytes.
 pub type Renumber<'a> = dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
@@ -207,14 +220,7 @@ impl Registry {
 
     /// The row of an outbound key.
     pub fn outbound(&self, key: &str) -> Result<Option<(OutboundRow, Vec<u8>)>, RegistryError> {
-        self.conn
-            .query_row(
-                &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
-                params![key],
-                read,
-            )
-            .optional()
-            .map_err(|e| self.sql(e))
+        stored_in(&self.conn, key).map_err(|e| self.sql(e))
     }
 
     /// Marks the file of a claim ours written (`sent`), starting its acknowledgment's clock
@@ -497,14 +503,7 @@ impl Registry {
 impl Batch<'_> {
     /// An outbound row and its bytes, read in this transaction.
     fn stored(&self, key: &str) -> Result<Option<Stored>, RegistryError> {
-        self.tx
-            .query_row(
-                &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
-                params![key],
-                read,
-            )
-            .optional()
-            .map_err(|e| self.sql(e))
+        stored_in(&self.tx, key).map_err(|e| self.sql(e))
     }
 
     /// The partner's next ISA13 and GS06.
