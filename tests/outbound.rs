@@ -414,6 +414,7 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
 }
 
 /// A 997 from ACME (interchange `isa13`) acknowledging our groups: each `(GS06, body)`.
+#[cfg(feature = "failpoints")]
 fn ack_997(isa13: u32, groups: &[(&str, &str, &str)]) -> String {
     let mut sets = String::new();
     for (i, (gs01, gs06, body)) in groups.iter().enumerate() {
@@ -430,6 +431,7 @@ fn ack_997(isa13: u32, groups: &[(&str, &str, &str)]) -> String {
     )
 }
 
+#[cfg(feature = "failpoints")]
 fn by_key(rows: &[Value]) -> std::collections::BTreeMap<String, Value> {
     rows.iter()
         .map(|r| (r["document"].as_str().unwrap().to_string(), r.clone()))
