@@ -91,72 +91,40 @@ pub fn send_prepared(
     idempotency_key: Option<&str>,
 ) -> Result<Sent, SendError> {
     let owner = crate::owner::Owner::current().id();
-    let partner_key = prepared.partner.key();
     let lease = Duration::from_secs(config.gateway.lease_seconds);
-    let new = NewOutbound {
-        key: &prepared.key,
-        partner: &partner_key,
-        set_id: &prepared.set_id,
-        document_id: &prepared.document_id,
-        fingerprint: &prepared.fingerprint,
-        idempotency_key,
-        owner: &owner,
-        lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
-        is_dead: &crate::owner::is_dead,
-        ack_due_ms: due_of(&prepared.partner),
-    };
-    let render = |isa13: u32, gs06: u32, at_ms: i64| {
-        let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
-        let bytes = prepared
-            .render(Numbers { isa13, gs06 }, when)
-            .map_err(|e| e.to_string())?;
-        Ok((file_name(&partner_key, isa13, &prepared.set_id), bytes))
-    };
-    let folder = folder_of(config, &prepared.partner);
     let deadline = Instant::now() + lease + Duration::from_secs(1);
     let mut pause = Duration::from_millis(5);
     loop {
-        let claim = registry
-            .claim_outbound(&new, &render)?
+        let claim = claim_all(config, registry, &[prepared], idempotency_key, &owner)?
+            .pop()
+            .unwrap_or_else(|| Err("nothing claimed".into()))
             .map_err(|why| SendError::Refused(Refusal::Set(why)))?;
+        let warnings = prepared.warnings.clone();
         match claim {
             OutboundClaim::Write { row, bytes, .. } => {
                 fail::fail_point!("send.before_file", |_| std::process::abort());
-                let path = match crate::outputs::write_atomic(&folder, &row.file, &bytes, &owner) {
-                    Ok(path) => path,
-                    Err(cause) => {
-                        // The numbers stay the document's: the next send writes these bytes.
-                        if let Err(e) = registry.outbound_release(&prepared.key, &owner) {
-                            tracing::warn!(key = %prepared.key, error = %e, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
-                        }
-                        return Err(SendError::Write {
-                            path: folder.join(&row.file),
-                            cause,
-                        });
+                match finish(config, registry, &row, &bytes, &owner) {
+                    Ok((row, path)) => {
+                        return Ok(Sent {
+                            row,
+                            replayed: false,
+                            path,
+                            warnings,
+                        })
                     }
-                };
-                fail::fail_point!("send.before_mark", |_| std::process::abort());
-                if registry.outbound_written(&prepared.key, &owner, due_of(&prepared.partner))? {
-                    let row = registry
-                        .outbound(&prepared.key)?
-                        .map(|(r, _)| r)
-                        .unwrap_or(row);
-                    return Ok(Sent {
-                        row,
-                        replayed: false,
-                        path,
-                        warnings: prepared.warnings.clone(),
-                    });
+                    // Taken over while we wrote (our lease ran out): the other writer marks
+                    // it, and the next claim finds it sent.
+                    Err(SendError::Busy { .. }) => {}
+                    Err(e) => return Err(e),
                 }
-                // Taken over while we wrote (our lease ran out): the other writer marks it.
             }
             OutboundClaim::Replay(row) => {
-                let path = folder.join(&row.file);
+                let path = folder_of(config, &prepared.partner).join(&row.file);
                 return Ok(Sent {
                     row,
                     replayed: true,
                     path,
-                    warnings: prepared.warnings.clone(),
+                    warnings,
                 });
             }
             OutboundClaim::Conflict(row) => return Err(conflict(&row, prepared)),
@@ -226,10 +194,12 @@ pub fn send_all(
                     if let Err(e) = registry.outbound_release(&p.key, &owner) {
                         tracing::warn!(key = %p.key, error = %e, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
                     }
-                    results[*i] = Some(Err(SendError::Write {
-                        path: e.path.clone(),
-                        cause: std::io::Error::new(e.cause.kind(), e.cause.to_string()),
-                    }));
+                    if let Some(r) = results.get_mut(*i) {
+                        *r = Some(Err(SendError::Write {
+                            path: e.path.clone(),
+                            cause: std::io::Error::new(e.cause.kind(), e.cause.to_string()),
+                        }));
+                    }
                 }
             }
             Vec::new()
@@ -250,13 +220,12 @@ pub fn send_all(
     spent.registry += started.elapsed();
     let mut marked = marked.into_iter();
     let mut paths = paths.into_iter();
-    for (i, claim) in claims.into_iter().enumerate() {
-        let Some(p) = prepared.get(i) else { continue };
-        if results[i].is_some() {
+    for ((claim, result), p) in claims.into_iter().zip(&mut results).zip(prepared) {
+        if result.is_some() {
             continue;
         }
         let warnings = p.warnings.clone();
-        results[i] = match claim {
+        *result = match claim {
             Err(why) => Some(Err(SendError::Refused(Refusal::Set(why)))),
             Ok(OutboundClaim::Write { row, .. }) => {
                 let path = paths
@@ -450,6 +419,7 @@ fn finish(
             return Err(e);
         }
     };
+    fail::fail_point!("send.before_mark", |_| std::process::abort());
     if !registry.outbound_written(&row.key, owner, due_of(partner))? {
         return Err(SendError::Busy {
             key: row.key.clone(),
