@@ -304,6 +304,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX outbound_numbers ON outbound (partner, isa13);
     CREATE INDEX outbound_groups ON outbound (partner, gs06);
     CREATE INDEX outbound_created ON outbound (created);
+    -- What the watcher's sweep reads every pass: only the claims still being written.
+    CREATE INDEX outbound_writing ON outbound (created) WHERE state = 'writing';
     CREATE TABLE unmatched_acks (
         id              INTEGER PRIMARY KEY AUTOINCREMENT,
         partner         TEXT NOT NULL,

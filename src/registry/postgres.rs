@@ -360,6 +360,7 @@ CREATE TABLE outbound (
 CREATE UNIQUE INDEX outbound_numbers ON outbound (partner, isa13);
 CREATE INDEX outbound_groups ON outbound (partner, gs06);
 CREATE INDEX outbound_created ON outbound (created);
+CREATE INDEX outbound_writing ON outbound (created) WHERE state = 'writing';
 CREATE TABLE unmatched_acks (
     id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     partner         TEXT COLLATE "C" NOT NULL,
