@@ -17,7 +17,7 @@ use crate::config::{Config, Partner};
 use crate::document::{self, Usage};
 use crate::finding::Finding;
 use crate::schema::Schemas;
-use crate::translate::JsonElement;
+use crate::translate::{JsonElement, JsonInterchange};
 use crate::x12::{Interchange, Interchanges, Limits, Segment};
 
 /// The largest outbound document accepted: one transaction set of a business document, far
@@ -121,6 +121,8 @@ pub struct Prepared {
     /// shares `benches/send.sh` reports).
     pub rendering: std::time::Duration,
     pub validation: std::time::Duration,
+    /// The ERP's own key for the request (`Idempotency-Key`), recorded beside ours.
+    pub idempotency_key: Option<String>,
     body: Vec<crate::translate::JsonSegment>,
     /// ST03 on (a guide's implementation convention reference), as the ERP gave them.
     st_rest: Vec<JsonElement>,
@@ -231,6 +233,7 @@ pub fn prepare(
         warnings: Vec::new(),
         rendering: started.elapsed(),
         validation: std::time::Duration::ZERO,
+        idempotency_key: None,
         body,
         st_rest,
         ours,
@@ -390,9 +393,39 @@ impl Prepared {
         Ok(())
     }
 
-    /// The interchange that carries the document, with these numbers, at this time: the same
-    /// arguments always give the same bytes.
+    /// The interchange that carries the document alone, with these numbers, at this time:
+    /// the same arguments always give the same bytes.
     pub fn render(&self, numbers: Numbers, when: DateTime<Utc>) -> Result<Vec<u8>, Refusal> {
+        render_together(
+            &[Placed {
+                document: self,
+                gs06: numbers.gs06,
+                st02: 1,
+            }],
+            numbers.isa13,
+            when,
+        )
+    }
+
+    /// What may share an interchange with this document: the same partner, identity of
+    /// ours, usage and release (ISA12 follows the release). Groups within it are by GS01.
+    pub fn envelope_key(&self) -> (String, String, bool, String) {
+        (
+            self.partner.key(),
+            format!("{}:{}", self.ours.0, self.ours.1),
+            self.usage == Usage::Test,
+            self.version.clone(),
+        )
+    }
+
+    /// This document's set with its ST02 and the envelope it would travel in alone.
+    fn alone(
+        &self,
+        gs06: u32,
+        st02: u32,
+        isa13: u32,
+        when: DateTime<Utc>,
+    ) -> Result<JsonInterchange, Refusal> {
         let delimiters = match &self.partner.ack.delimiters {
             Some(d) => (d.delimiters, d.line_ending),
             None => (crate::translate::ONE_SET_DELIMITERS, "\n"),
@@ -402,7 +435,7 @@ impl Prepared {
             receiver: self.partner.key(),
             isa_date: when.format("%y%m%d").to_string(),
             isa_time: when.format("%H%M").to_string(),
-            isa13: format!("{:09}", numbers.isa13),
+            isa13: format!("{isa13:09}"),
             usage: match self.usage {
                 Usage::Production => "P".into(),
                 Usage::Test => "T".into(),
@@ -412,9 +445,9 @@ impl Prepared {
             gs03: self.partner.id.clone(),
             gs04: when.format("%Y%m%d").to_string(),
             gs05: when.format("%H%M").to_string(),
-            gs06: numbers.gs06.to_string(),
+            gs06: gs06.to_string(),
             gs08: self.version.clone(),
-            st02: ST02.into(),
+            st02: format!("{st02:04}"),
         };
         let doc = crate::translate::one_set_document(
             &envelope,
@@ -423,10 +456,61 @@ impl Prepared {
             &self.st_rest,
             self.body.clone(),
         );
-        let mut out = Vec::new();
-        crate::translate::render(&doc, &mut out).map_err(|e| Refusal::Set(e.to_string()))?;
-        Ok(out)
+        doc.interchanges
+            .into_iter()
+            .next()
+            .ok_or_else(|| Refusal::Set("the envelope writer made no interchange".into()))
     }
+}
+
+/// A document's place in an interchange of several: its group's GS06 and its ST02.
+#[derive(Debug, Clone, Copy)]
+pub struct Placed<'a> {
+    pub document: &'a Prepared,
+    pub gs06: u32,
+    pub st02: u32,
+}
+
+/// The interchange `isa13` carrying `placed` (documents sharing an [`Prepared::envelope_key`],
+/// the first one's envelope), each set in the group of its GS06 in the order given: the
+/// same arguments always give the same bytes.
+pub fn render_together(
+    placed: &[Placed<'_>],
+    isa13: u32,
+    when: DateTime<Utc>,
+) -> Result<Vec<u8>, Refusal> {
+    let mut interchange: Option<JsonInterchange> = None;
+    for p in placed {
+        let alone = p.document.alone(p.gs06, p.st02, isa13, when)?;
+        let Some(ic) = interchange.as_mut() else {
+            interchange = Some(alone);
+            continue;
+        };
+        for group in alone.groups {
+            let same = |g: &&mut crate::translate::JsonGroup| g.gs.get(5) == group.gs.get(5);
+            match ic.groups.iter_mut().find(same) {
+                Some(g) => g.sets.extend(group.sets),
+                None => ic.groups.push(group),
+            }
+        }
+    }
+    let mut ic = interchange.ok_or_else(|| Refusal::Set("no document to envelope".into()))?;
+    let simple = |n: usize| JsonElement::Simple(n.to_string());
+    for g in &mut ic.groups {
+        if let Some(ge01) = g.ge.as_mut().and_then(|ge| ge.first_mut()) {
+            *ge01 = simple(g.sets.len());
+        }
+    }
+    if let Some(iea01) = ic.iea.as_mut().and_then(|iea| iea.first_mut()) {
+        *iea01 = simple(ic.groups.len());
+    }
+    let doc = crate::translate::Document {
+        encoding: crate::translate::Encoding::Utf8,
+        interchanges: vec![ic],
+    };
+    let mut out = Vec::new();
+    crate::translate::render(&doc, &mut out).map_err(|e| Refusal::Set(e.to_string()))?;
+    Ok(out)
 }
 
 /// What a partner's acknowledgment says about something we sent.

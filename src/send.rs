@@ -14,8 +14,12 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
-use crate::outbound::{Numbers, Prepared, Refusal};
-use crate::registry::{NewOutbound, OutboundClaim, OutboundRow, Registry, RegistryError};
+use std::sync::Arc;
+
+use crate::outbound::{render_together, Placed, Prepared, Refusal};
+use crate::registry::{
+    NewOutbound, OutboundClaim, OutboundRow, Placement, Registry, RegistryError,
+};
 use crate::schema::Schemas;
 
 /// Why a document was not sent.
@@ -79,8 +83,9 @@ pub fn send(
     partner: Option<&str>,
     idempotency_key: Option<&str>,
 ) -> Result<Sent, SendError> {
-    let prepared = crate::outbound::prepare(config, schemas, json, partner)?;
-    send_prepared(config, registry, &prepared, idempotency_key)
+    let mut prepared = crate::outbound::prepare(config, schemas, json, partner)?;
+    prepared.idempotency_key = idempotency_key.map(str::to_string);
+    send_prepared(config, registry, &prepared)
 }
 
 /// [`send`] of a document already checked and named.
@@ -88,14 +93,13 @@ pub fn send_prepared(
     config: &Config,
     registry: &mut Registry,
     prepared: &Prepared,
-    idempotency_key: Option<&str>,
 ) -> Result<Sent, SendError> {
     let owner = crate::owner::Owner::current().id();
     let lease = Duration::from_secs(config.gateway.lease_seconds);
     let deadline = Instant::now() + lease + Duration::from_secs(1);
     let mut pause = Duration::from_millis(5);
     loop {
-        let claim = claim_all(config, registry, &[prepared], idempotency_key, &owner)?
+        let claim = claim_all(config, registry, &[prepared], &owner)?
             .pop()
             .unwrap_or_else(|| Err("nothing claimed".into()))
             .map_err(|why| SendError::Refused(Refusal::Set(why)))?;
@@ -162,89 +166,52 @@ impl Spent {
     }
 }
 
+/// The most documents one interchange of ours carries (a partner's `outbound_batch_ms`):
+/// past it, the next interchange starts.
+pub const MAX_SETS_PER_INTERCHANGE: usize = 256;
+
 /// Sends several documents already checked and named, a batch at a time: their keys claimed
 /// and numbered in one transaction, their files written in one round (made durable
 /// together, then renamed into place), marked sent in a second transaction. Each keeps its
-/// own key and result, as if sent alone; a key another process is writing (or one twice in
-/// `prepared`) is sent alone afterwards, waiting as [`send_prepared`] does.
+/// own key and result, as if sent alone. Documents to a partner with `outbound_batch_ms`
+/// share an interchange (up to [`MAX_SETS_PER_INTERCHANGE`]); the others have one each. A
+/// key another process is writing (or one twice in `prepared`) is sent alone afterwards,
+/// waiting as [`send_prepared`] does.
 pub fn send_all(
     config: &Config,
     registry: &mut Registry,
     prepared: &[&Prepared],
-    idempotency_key: Option<&str>,
     spent: &mut Spent,
 ) -> Result<Vec<Result<Sent, SendError>>, RegistryError> {
     let owner = crate::owner::Owner::current().id();
     let started = Instant::now();
-    let claims = claim_all(config, registry, prepared, idempotency_key, &owner)?;
+    let claims = claim_all(config, registry, prepared, &owner)?;
     spent.registry += started.elapsed();
-    let writes = to_write(config, prepared, &claims);
-    fail::fail_point!("send.before_file", |_| std::process::abort());
-    let started = Instant::now();
-    let written = write_claimed(&writes, &owner);
-    spent.files += started.elapsed();
-    let mut results: Vec<Option<Result<Sent, SendError>>> = Vec::new();
-    results.resize_with(prepared.len(), || None);
-    let paths = match written {
-        Ok(paths) => paths,
-        Err(e) => {
-            // The numbers stay the documents': the next send writes these bytes.
-            for (i, ..) in &writes {
-                if let Some(p) = prepared.get(*i) {
-                    if let Err(e) = registry.outbound_release(&p.key, &owner) {
-                        tracing::warn!(key = %p.key, error = %e, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
-                    }
-                    if let Some(r) = results.get_mut(*i) {
-                        *r = Some(Err(SendError::Write {
-                            path: e.path.clone(),
-                            cause: std::io::Error::new(e.cause.kind(), e.cause.to_string()),
-                        }));
-                    }
-                }
-            }
-            Vec::new()
-        }
-    };
-    fail::fail_point!("send.before_mark", |_| std::process::abort());
-    let marks: Vec<(&str, Option<i64>)> = writes
+    let mine: Vec<(&OutboundRow, &Arc<[u8]>)> = claims
         .iter()
-        .filter(|_| !paths.is_empty())
-        .filter_map(|(i, ..)| {
-            prepared
-                .get(*i)
-                .map(|p| (p.key.as_str(), due_of(&p.partner)))
+        .filter_map(|c| match c {
+            Ok(OutboundClaim::Write { row, bytes, .. }) => Some((row, bytes)),
+            _ => None,
         })
         .collect();
-    let started = Instant::now();
-    let marked = registry.outbound_written_many(&marks, &owner)?;
-    spent.registry += started.elapsed();
-    let mut marked = marked.into_iter();
-    let mut paths = paths.into_iter();
-    for ((claim, result), p) in claims.into_iter().zip(&mut results).zip(prepared) {
-        if result.is_some() {
-            continue;
-        }
+    fail::fail_point!("send.before_file", |_| std::process::abort());
+    let mut finished = write_and_mark(config, registry, &mine, &owner, spent)?.into_iter();
+    let mut results = Vec::with_capacity(prepared.len());
+    for (claim, p) in claims.into_iter().zip(prepared) {
         let warnings = p.warnings.clone();
-        *result = match claim {
+        let done = match claim {
             Err(why) => Some(Err(SendError::Refused(Refusal::Set(why)))),
-            Ok(OutboundClaim::Write { row, .. }) => {
-                let path = paths
-                    .next()
-                    .unwrap_or_else(|| folder_of(config, &p.partner).join(&row.file));
-                match marked.next() {
-                    Some(true) => {
-                        let row = registry.outbound(&p.key)?.map(|(r, _)| r).unwrap_or(row);
-                        Some(Ok(Sent {
-                            row,
-                            replayed: false,
-                            path,
-                            warnings,
-                        }))
-                    }
-                    // Taken over while we wrote: the other writer finishes it.
-                    _ => None,
-                }
-            }
+            Ok(OutboundClaim::Write { .. }) => match finished.next() {
+                Some(Ok((row, path))) => Some(Ok(Sent {
+                    row,
+                    replayed: false,
+                    path,
+                    warnings,
+                })),
+                // Taken over while we wrote: the other writer finishes it.
+                Some(Err(SendError::Busy { .. })) | None => None,
+                Some(Err(e)) => Some(Err(e)),
+            },
             Ok(OutboundClaim::Replay(row)) => {
                 let path = folder_of(config, &p.partner).join(&row.file);
                 Some(Ok(Sent {
@@ -257,96 +224,219 @@ pub fn send_all(
             Ok(OutboundClaim::Conflict(row)) => Some(Err(conflict(&row, p))),
             Ok(OutboundClaim::Busy(_)) => None,
         };
+        // What another process holds, or a key twice in the batch: alone, waiting its turn.
+        results.push(done.unwrap_or_else(|| send_prepared(config, registry, p)));
     }
-    // What another process holds, or a key twice in the batch: alone, waiting its turn.
-    Ok(results
-        .into_iter()
-        .zip(prepared)
-        .map(|(r, p)| r.unwrap_or_else(|| send_prepared(config, registry, p, idempotency_key)))
-        .collect())
+    Ok(results)
 }
 
-/// The files of a batch's claims ours to write: (document, folder, name, bytes) each.
-fn to_write(
+/// Claims ours finished: each interchange's file written once, whatever number of its
+/// documents are here (all made durable together, then renamed into place), then every
+/// document marked sent in one commit. For each claim in order: its row and file, or why
+/// not (a write that fails lets the claims go, for the next attempt to write the same bytes
+/// at once; a claim taken over meanwhile is `Busy`, the other writer's to mark).
+fn write_and_mark(
     config: &Config,
-    prepared: &[&Prepared],
-    claims: &[Result<OutboundClaim, String>],
-) -> Vec<(usize, PathBuf, String, Vec<u8>)> {
-    claims
+    registry: &mut Registry,
+    mine: &[(&OutboundRow, &Arc<[u8]>)],
+    owner: &str,
+    spent: &mut Spent,
+) -> Result<Vec<Result<(OutboundRow, PathBuf), SendError>>, RegistryError> {
+    let partners: Vec<Result<&crate::config::Partner, Refusal>> = mine
         .iter()
-        .enumerate()
-        .filter_map(|(i, c)| match c {
-            Ok(OutboundClaim::Write { row, bytes, .. }) => {
-                let p = prepared.get(i)?;
-                Some((
-                    i,
-                    folder_of(config, &p.partner),
-                    row.file.clone(),
-                    bytes.clone(),
-                ))
+        .map(|(row, _)| partner_of(config, row))
+        .collect();
+    let mut files: Vec<(PathBuf, &str, &[u8])> = Vec::new();
+    for ((row, bytes), partner) in mine.iter().zip(&partners) {
+        if let Ok(partner) = partner {
+            let folder = folder_of(config, partner);
+            if !files
+                .iter()
+                .any(|(f, name, _)| *f == folder && *name == row.file)
+            {
+                files.push((folder, &row.file, bytes));
             }
-            _ => None,
-        })
-        .collect()
+        }
+    }
+    let started = Instant::now();
+    let written = write_files(&files, owner);
+    spent.files += started.elapsed();
+    if let Err(e) = written {
+        // The numbers stay the documents': the next send writes these bytes.
+        for (row, _) in mine {
+            if let Err(r) = registry.outbound_release(&row.key, owner) {
+                tracing::warn!(key = %row.key, error = %r, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
+            }
+        }
+        return Ok(mine
+            .iter()
+            .map(|_| {
+                Err(SendError::Write {
+                    path: e.path.clone(),
+                    cause: std::io::Error::new(e.cause.kind(), e.cause.to_string()),
+                })
+            })
+            .collect());
+    }
+    fail::fail_point!("send.before_mark", |_| std::process::abort());
+    let marks: Vec<(&str, Option<i64>)> = mine
+        .iter()
+        .zip(&partners)
+        .filter_map(|((row, _), p)| Some((row.key.as_str(), due_of(p.as_ref().ok()?))))
+        .collect();
+    let started = Instant::now();
+    let mut marked = registry.outbound_written_many(&marks, owner)?.into_iter();
+    spent.registry += started.elapsed();
+    let mut results = Vec::with_capacity(mine.len());
+    for ((row, _), partner) in mine.iter().zip(partners) {
+        let partner = match partner {
+            Ok(p) => p,
+            Err(r) => {
+                results.push(Err(SendError::Refused(r)));
+                continue;
+            }
+        };
+        results.push(if marked.next() == Some(true) {
+            let row = registry
+                .outbound(&row.key)?
+                .map_or_else(|| (*row).clone(), |(r, _)| r);
+            let path = folder_of(config, partner).join(&row.file);
+            Ok((row, path))
+        } else {
+            Err(SendError::Busy {
+                key: row.key.clone(),
+                owner: "another process (it took the claim over)".into(),
+                isa13: row.isa13,
+            })
+        });
+    }
+    Ok(results)
 }
 
-/// The files of a batch's claims ours, written in one round: (document, folder, name,
-/// bytes) each.
-fn write_claimed(
-    writes: &[(usize, PathBuf, String, Vec<u8>)],
+/// The partner a row of ours is to, as configured now.
+fn partner_of<'c>(
+    config: &'c Config,
+    row: &OutboundRow,
+) -> Result<&'c crate::config::Partner, Refusal> {
+    config
+        .partners
+        .iter()
+        .find(|p| p.key() == row.partner)
+        .ok_or_else(|| {
+            Refusal::Partner(format!(
+                "partner {} of {} is no longer configured",
+                row.partner, row.key
+            ))
+        })
+}
+
+/// Files written in one round, made durable together: (folder, name, bytes) each.
+fn write_files(
+    files: &[(PathBuf, &str, &[u8])],
     owner: &str,
 ) -> Result<Vec<PathBuf>, crate::outputs::WriteError> {
-    let contents: Vec<Box<crate::outputs::Content<'_>>> = writes
+    let contents: Vec<Box<crate::outputs::Content<'_>>> = files
         .iter()
-        .map(|(_, _, _, bytes)| {
+        .map(|(_, _, bytes)| {
             Box::new(move |out: &mut dyn std::io::Write| out.write_all(bytes))
                 as Box<crate::outputs::Content<'_>>
         })
         .collect();
-    let files: Vec<(&std::path::Path, &str, &crate::outputs::Content<'_>)> = writes
+    let files: Vec<(&std::path::Path, &str, &crate::outputs::Content<'_>)> = files
         .iter()
         .zip(&contents)
-        .map(|((_, dir, name, _), c)| (dir.as_path(), name.as_str(), c.as_ref()))
+        .map(|((dir, name, _), c)| (dir.as_path(), *name, c.as_ref()))
         .collect();
     crate::outputs::write_many(&files, owner)
 }
 
 /// Every document of a batch claimed and, where new, numbered and recorded: one commit.
+/// Documents to a partner that batches share an interchange with those of the same
+/// envelope before them, up to [`MAX_SETS_PER_INTERCHANGE`].
 fn claim_all(
     config: &Config,
     registry: &mut Registry,
     prepared: &[&Prepared],
-    idempotency_key: Option<&str>,
     owner: &str,
 ) -> Result<Vec<Result<OutboundClaim, String>>, RegistryError> {
     let lease_ms =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let partners: Vec<String> = prepared.iter().map(|p| p.partner.key()).collect();
+    let together = interchanges_of(prepared);
     let news: Vec<NewOutbound<'_>> = prepared
         .iter()
         .zip(&partners)
-        .map(|(p, partner)| NewOutbound {
+        .zip(together)
+        .map(|((p, partner), together)| NewOutbound {
             key: &p.key,
             partner,
             set_id: &p.set_id,
             document_id: &p.document_id,
             fingerprint: &p.fingerprint,
-            idempotency_key,
+            idempotency_key: p.idempotency_key.as_deref(),
             owner,
             lease_ms,
             is_dead: &crate::owner::is_dead,
             ack_due_ms: due_of(&p.partner),
+            together,
+            group: &p.functional_id,
         })
         .collect();
-    let render = |i: usize, isa13: u32, gs06: u32, at_ms: i64| {
-        let p = prepared.get(i).ok_or("no such document")?;
+    let render = |placed: &[Placement], isa13: u32, at_ms: i64| {
+        let documents = placed
+            .iter()
+            .map(|p| {
+                Some(Placed {
+                    document: prepared.get(p.index)?,
+                    gs06: p.gs06,
+                    st02: p.st02,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or("no such document")?;
+        let first = documents.first().ok_or("no document to envelope")?;
         let when = DateTime::<Utc>::from_timestamp_millis(at_ms).unwrap_or_default();
-        let bytes = p
-            .render(Numbers { isa13, gs06 }, when)
-            .map_err(|e| e.to_string())?;
-        Ok((file_name(&p.partner.key(), isa13, &p.set_id), bytes))
+        let bytes = render_together(&documents, isa13, when).map_err(|e| e.to_string())?;
+        let mut sets: Vec<&str> = Vec::new();
+        for d in &documents {
+            if !sets.contains(&d.document.set_id.as_str()) {
+                sets.push(&d.document.set_id);
+            }
+        }
+        let name = file_name(&first.document.partner.key(), isa13, &sets.join("-"));
+        Ok((name, bytes))
     };
     registry.claim_outbound_many(&news, &render)
+}
+
+/// Which interchange each document travels in: its own, or for a partner that batches,
+/// the one of the documents before it with the same envelope, until it is full.
+fn interchanges_of(prepared: &[&Prepared]) -> Vec<usize> {
+    let mut open: Vec<((String, String, bool, String), usize, usize)> = Vec::new();
+    prepared
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if p.partner.outbound.batch_ms == 0 {
+                return i;
+            }
+            let key = p.envelope_key();
+            match open.iter_mut().find(|(k, ..)| *k == key) {
+                Some((_, id, n)) if *n < MAX_SETS_PER_INTERCHANGE => {
+                    *n += 1;
+                    *id
+                }
+                Some(full) => {
+                    *full = (key, i, 1);
+                    i
+                }
+                None => {
+                    open.push((key, i, 1));
+                    i
+                }
+            }
+        })
+        .collect()
 }
 
 /// When a document's acknowledgment falls due, counted from its sending; `None` for a
@@ -388,8 +478,8 @@ pub fn resend_new_numbers(
     let owner = crate::owner::Owner::current().id();
     let lease =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let render = |old: &[u8], isa13: u32, gs06: u32, at_ms: i64| {
-        renumbered(old, isa13, gs06, at_ms).map_err(|e| e.to_string())
+    let render = |old: &[u8], set: (u32, &str), isa13: u32, gs06: u32, at_ms: i64| {
+        renumbered(old, set, isa13, gs06, at_ms).map_err(|e| e.to_string())
     };
     let made = registry
         .outbound_renumbered(key, &owner, lease, &render)?
@@ -397,7 +487,7 @@ pub fn resend_new_numbers(
     let Some((row, bytes)) = made else {
         return Ok(None);
     };
-    finish(config, registry, &row, &bytes, &owner).map(Some)
+    finish(config, registry, &row, &bytes.into(), &owner).map(Some)
 }
 
 /// A claim ours (`row`, its `bytes`) finished: its file written to the partner's folder,
@@ -407,43 +497,37 @@ fn finish(
     config: &Config,
     registry: &mut Registry,
     row: &OutboundRow,
-    bytes: &[u8],
+    bytes: &Arc<[u8]>,
     owner: &str,
 ) -> Result<(OutboundRow, PathBuf), SendError> {
-    let (partner, path) = match write_to_partner(config, row, bytes, owner) {
-        Ok(done) => done,
-        Err(e) => {
-            if let Err(r) = registry.outbound_release(&row.key, owner) {
-                tracing::warn!(key = %row.key, error = %r, "the claim of a document whose file could not be written was not released: it is taken over when its lease runs out");
-            }
-            return Err(e);
-        }
-    };
-    fail::fail_point!("send.before_mark", |_| std::process::abort());
-    if !registry.outbound_written(&row.key, owner, due_of(partner))? {
-        return Err(SendError::Busy {
-            key: row.key.clone(),
-            owner: "another process (it took the claim over)".into(),
-            isa13: row.isa13,
-        });
-    }
-    let row = registry
-        .outbound(&row.key)?
-        .map_or_else(|| row.clone(), |(r, _)| r);
-    Ok((row, path))
+    write_and_mark(
+        config,
+        registry,
+        &[(row, bytes)],
+        owner,
+        &mut Spent::default(),
+    )?
+    .pop()
+    .unwrap_or_else(|| Err(SendError::Refused(Refusal::Set("nothing written".into()))))
 }
 
 /// Finishes the documents whose claim a writer now gone left `writing` (numbered and
-/// recorded, the file perhaps not written, not marked sent): their recorded bytes written,
-/// then marked, as the next `send` of each would. `watch` runs it with every pass over the
-/// outbound inbox, `send` before its documents. How many it finished.
+/// recorded, the file perhaps not written, not marked sent): their recorded interchanges
+/// written (once each, however many of its documents were left), then marked, as the next
+/// `send` of each would. `watch` runs it with every pass over the outbound inbox, `send`
+/// before its documents. How many it finished.
 pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usize, SendError> {
     let owner = crate::owner::Owner::current().id();
     let lease_ms =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let mut done = 0;
-    for row in registry.unfinished_outbound(&crate::owner::is_dead)? {
-        let new = NewOutbound {
+    let rows = registry.unfinished_outbound(&crate::owner::is_dead)?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let news: Vec<NewOutbound<'_>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| NewOutbound {
             key: &row.key,
             partner: &row.partner,
             set_id: &row.set_id,
@@ -454,29 +538,47 @@ pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usi
             lease_ms,
             is_dead: &crate::owner::is_dead,
             ack_due_ms: None,
-        };
-        // The row exists: it is taken over (or found finished by someone else), never
-        // numbered again.
-        let never =
-            |_: u32, _: u32, _: i64| Err("a recorded document is never numbered again".into());
-        if let Ok(OutboundClaim::Write { row, bytes, .. }) =
-            registry.claim_outbound(&new, &never)?
-        {
-            tracing::warn!(key = %row.key, isa13 = row.isa13, "finishing a document whose writer is gone: its recorded interchange written");
-            match finish(config, registry, &row, &bytes, &owner) {
-                Ok(_) => done += 1,
-                Err(e) => {
-                    tracing::error!(key = %row.key, error = %e, "a document whose writer is gone could not be finished; the next pass tries again")
-                }
+            together: i,
+            group: "",
+        })
+        .collect();
+    // The rows exist: each is taken over (or found finished by someone else), never
+    // numbered again.
+    let never = |_: &[Placement], _: u32, _: i64| {
+        Err("a recorded document is never numbered again".to_string())
+    };
+    let claims = registry.claim_outbound_many(&news, &never)?;
+    let mine: Vec<(&OutboundRow, &Arc<[u8]>)> = claims
+        .iter()
+        .filter_map(|c| match c {
+            Ok(OutboundClaim::Write { row, bytes, .. }) => Some((row, bytes)),
+            _ => None,
+        })
+        .collect();
+    for (row, _) in &mine {
+        tracing::warn!(key = %row.key, isa13 = row.isa13, "finishing a document whose writer is gone: its recorded interchange written");
+    }
+    let mut done = 0;
+    for (result, (row, _)) in
+        write_and_mark(config, registry, &mine, &owner, &mut Spent::default())?
+            .into_iter()
+            .zip(&mine)
+    {
+        match result {
+            Ok(_) => done += 1,
+            Err(e) => {
+                tracing::error!(key = %row.key, error = %e, "a document whose writer is gone could not be finished; the next pass tries again")
             }
         }
     }
     Ok(done)
 }
 
-/// Our interchange `old` with new numbers and the time `at_ms`: (its file name, its bytes).
+/// The set (GS06, ST02) of our interchange `old`, alone in an interchange of its own with new
+/// numbers and the time `at_ms`: (its file name, its bytes).
 fn renumbered(
     old: &[u8],
+    (old_gs06, old_st02): (u32, &str),
     isa13: u32,
     gs06: u32,
     at_ms: i64,
@@ -497,6 +599,34 @@ fn renumbered(
         .first_mut()
         .ok_or_else(|| invalid("no interchange"))?;
     let simple = |v: String| crate::translate::JsonElement::Simple(v);
+    let is = |e: Option<&crate::translate::JsonElement>, v: &str| matches!(e, Some(crate::translate::JsonElement::Simple(s)) if s == v);
+    // Of an interchange of several of our documents, only this one's set is sent again.
+    ic.groups.retain(|g| is(g.gs.get(5), &old_gs06.to_string()));
+    for group in &mut ic.groups {
+        group.sets.retain(|set| is(set.st.get(1), old_st02));
+        for set in &mut group.sets {
+            for e in [
+                set.st.get_mut(1),
+                set.se.as_mut().and_then(|se| se.get_mut(1)),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *e = simple(crate::outbound::ST02.into());
+            }
+        }
+        if let Some(ge01) = group.ge.as_mut().and_then(|ge| ge.first_mut()) {
+            *ge01 = simple(group.sets.len().to_string());
+        }
+    }
+    if ic.groups.iter().map(|g| g.sets.len()).sum::<usize>() != 1 {
+        return Err(invalid(&format!(
+            "no set with GS06 {old_gs06} and ST02 {old_st02} in it"
+        )));
+    }
+    if let Some(iea01) = ic.iea.as_mut().and_then(|iea| iea.first_mut()) {
+        *iea01 = simple("1".into());
+    }
     let control = format!("{isa13:09}");
     let (receiver, set_id) = {
         let field = |i: usize| ic.isa.get(i).map_or("", |s| s.trim());
@@ -543,32 +673,21 @@ fn renumbered(
     Ok((file_name(&receiver, isa13, &set_id), bytes))
 }
 
-/// The interchange of `row` written (durably, atomically) to its partner's folder: the
-/// partner, and where the file is.
-fn write_to_partner<'c>(
-    config: &'c Config,
+/// The interchange of `row` written (durably, atomically) to its partner's folder: where
+/// the file is.
+fn write_to_partner(
+    config: &Config,
     row: &OutboundRow,
     bytes: &[u8],
     owner: &str,
-) -> Result<(&'c crate::config::Partner, PathBuf), SendError> {
-    let partner = config
-        .partners
-        .iter()
-        .find(|p| p.key() == row.partner)
-        .ok_or_else(|| {
-            Refusal::Partner(format!(
-                "partner {} of {} is no longer configured",
-                row.partner, row.key
-            ))
-        })?;
-    let folder = folder_of(config, partner);
-    let path = crate::outputs::write_atomic(&folder, &row.file, bytes, owner).map_err(|cause| {
+) -> Result<PathBuf, SendError> {
+    let folder = folder_of(config, partner_of(config, row)?);
+    crate::outputs::write_atomic(&folder, &row.file, bytes, owner).map_err(|cause| {
         SendError::Write {
             path: folder.join(&row.file),
             cause,
         }
-    })?;
-    Ok((partner, path))
+    })
 }
 
 /// `resend`: the bytes first sent written again to the partner's folder, recorded; `None`
@@ -582,7 +701,7 @@ pub fn resend(
         return Ok(None);
     };
     let owner = crate::owner::Owner::current().id();
-    let (_, path) = write_to_partner(config, &row, &bytes, &owner)?;
+    let path = write_to_partner(config, &row, &bytes, &owner)?;
     let row = registry
         .outbound_resent(key, "same bytes")?
         .map(|(r, _)| r)

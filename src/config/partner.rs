@@ -141,6 +141,8 @@ pub(super) struct RawPartner {
     #[serde(default)]
     outbound_version: Option<String>,
     #[serde(default)]
+    outbound_batch_ms: u64,
+    #[serde(default)]
     identity: Option<String>,
 }
 
@@ -253,6 +255,9 @@ pub struct PartnerOutbound {
     /// release's set (`004010/810` gives `004010`); a guide (`005010X222A1`) here applies
     /// to every set it is sent.
     pub version: Option<String>,
+    /// `outbound_batch_ms`: how long a document waits for others to the partner to share
+    /// its interchange (one ISA13, a group per functional id); 0: an interchange each.
+    pub batch_ms: u64,
     /// `identity`: the `[[gateway.identity]]` we are to it (our ISA05/ISA06 and GS02);
     /// `None`: `[gateway] id_qualifier`/`id`.
     pub identity: Option<String>,
@@ -376,6 +381,7 @@ impl Partner {
                 ack_due_seconds: DEFAULT_ACK_DUE_SECONDS,
                 expect_ack: true,
                 version: None,
+                batch_ms: 0,
                 identity: None,
             },
         }
@@ -475,6 +481,7 @@ pub(super) fn partner(raw: RawPartner) -> Result<Partner, KeyProblem> {
             ack_due_seconds: raw.ack_due_seconds,
             expect_ack: raw.expect_ack,
             version: raw.outbound_version,
+            batch_ms: raw.outbound_batch_ms,
             identity: raw.identity,
         },
     })

@@ -314,6 +314,23 @@ const MIGRATIONS: &[&str] = &[
         interchange_key TEXT NOT NULL,
         seen            INTEGER NOT NULL
     ) STRICT;",
+    // 14: several of our documents in one interchange (a partner's outbound_batch_ms): the
+    // interchange's bytes kept once, beside the documents it carries, which share its ISA13
+    // (and their group's GS06) and differ by ST02.
+    "CREATE TABLE outbound_interchanges (
+        partner TEXT NOT NULL,
+        isa13   INTEGER NOT NULL,
+        file    TEXT NOT NULL,
+        bytes   BLOB NOT NULL,
+        created INTEGER NOT NULL,
+        PRIMARY KEY (partner, isa13)
+    ) STRICT;
+    INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)
+        SELECT partner, isa13, file, bytes, created FROM outbound;
+    ALTER TABLE outbound DROP COLUMN bytes;
+    DROP INDEX outbound_numbers;
+    CREATE INDEX outbound_numbers ON outbound (partner, isa13);
+    CREATE UNIQUE INDEX outbound_sets ON outbound (partner, gs06, st02);",
 ];
 
 pub enum Error {

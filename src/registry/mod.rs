@@ -56,7 +56,7 @@ pub use deliveries::{
 pub use documents::{
     Decided, Delivery, DocumentRow, KeptBody, Release, Released, Sighting, NO_TEST_DESTINATION,
 };
-pub use outbound::{NewOutbound, OutboundClaim, OutboundRow, Render, Settled};
+pub use outbound::{NewOutbound, OutboundClaim, OutboundRow, Placement, Settled};
 pub use overview::{Found, Listed, Search};
 pub use readers::{Reader, Readers};
 pub use vocabulary::{ClaimState, EventKind, UnknownWord};

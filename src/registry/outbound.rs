@@ -106,6 +106,20 @@ pub struct NewOutbound<'a> {
     /// How long after its numbering the partner's acknowledgment is due; `None`: the partner
     /// never sends one.
     pub ack_due_ms: Option<i64>,
+    /// Which interchange of its batch it travels in when new: documents of a batch with the
+    /// same value share one (one ISA13).
+    pub together: usize,
+    /// Its functional group (GS01): a group, and a GS06, each within its interchange.
+    pub group: &'a str,
+}
+
+/// Where a new document of a batch goes in its interchange: which of the batch it is, its
+/// group's GS06 and its ST02.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub index: usize,
+    pub gs06: u32,
+    pub st02: u32,
 }
 
 /// What became of a claim on an outbound key.
@@ -115,7 +129,8 @@ pub enum OutboundClaim {
     /// numbers and bytes, as they were recorded).
     Write {
         row: OutboundRow,
-        bytes: Vec<u8>,
+        /// The bytes of its interchange, shared by the documents numbered with it.
+        bytes: std::sync::Arc<[u8]>,
         taken_over: bool,
     },
     /// Sent before with this content: nothing new is sent.
@@ -151,22 +166,28 @@ fn stored_in(
     key: &str,
 ) -> crate::registry::db::Result<Option<Stored>> {
     conn.query_row(
-        &format!("SELECT {COLUMNS}, bytes FROM outbound WHERE key = ?1"),
+        &format!("SELECT {JOINED}, i.bytes {FROM_JOINED} WHERE o.key = ?1"),
         params![key],
         read,
     )
     .optional()
 }
 
-/// Our interchange sent before (its bytes) made again with new numbers (ISA13, GS06) at a
-/// time (ms): its file name and bytes.
-pub type Renumber<'a> = dyn Fn(&[u8], u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+/// [`COLUMNS`] of `outbound o`, beside its interchange `i` (which holds the bytes).
+const JOINED: &str = "o.key, o.partner, o.set_id, o.document_id, o.fingerprint,
+    o.idempotency_key, o.state, o.isa13, o.gs06, o.st02, o.file, o.created, o.sent_at, o.ack,
+    o.ack_kind, o.ack_detail, o.ack_at, o.ack_late, o.ack_due, o.acks_seen, o.resends";
+const FROM_JOINED: &str = "FROM outbound o
+    JOIN outbound_interchanges i ON i.partner = o.partner AND i.isa13 = o.isa13";
 
-/// [`Render`] of the `i`th document of a batch.
-pub type RenderMany<'a> = dyn Fn(usize, u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+/// Our interchange sent before (its bytes) made again for one of its sets (GS06, ST02)
+/// alone, with new numbers (ISA13, GS06) at a time (ms): its file name and bytes.
+pub type Renumber<'a> =
+    dyn Fn(&[u8], (u32, &str), u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
 
-/// The interchange for numbers (ISA13, GS06) at a time (ms): its file name and bytes.
-pub type Render<'a> = dyn Fn(u32, u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
+/// The interchange ISA13 carrying the new documents of a batch placed so, at a time (ms):
+/// its file name and bytes.
+pub type RenderMany<'a> = dyn Fn(&[Placement], u32, i64) -> Result<(String, Vec<u8>), String> + 'a;
 
 /// What a partner's acknowledgment settled.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -187,29 +208,24 @@ impl Registry {
     pub fn claim_outbound(
         &mut self,
         new: &NewOutbound<'_>,
-        render: &Render<'_>,
+        render: &RenderMany<'_>,
     ) -> Result<Result<OutboundClaim, String>, RegistryError> {
-        let mut claims =
-            self.claim_outbound_many(std::slice::from_ref(new), &|_, a, b, at| render(a, b, at))?;
+        let mut claims = self.claim_outbound_many(std::slice::from_ref(new), render)?;
         Ok(claims
             .pop()
             .unwrap_or_else(|| Err("nothing claimed".into())))
     }
 
     /// [`Registry::claim_outbound`] of several documents in one transaction (one commit for
-    /// a batch of `send`), `render` told which of `news` it renders. A key twice in `news`
-    /// is claimed by its first; the second finds it being written by us (`Busy`).
+    /// a batch of `send`): the new ones enveloped by `together`, an interchange (one ISA13)
+    /// each, a group (one GS06) per functional group within it. A key twice in `news` is
+    /// claimed by its first; the second finds it being written by us (`Busy`).
     pub fn claim_outbound_many(
         &mut self,
         news: &[NewOutbound<'_>],
         render: &RenderMany<'_>,
     ) -> Result<Vec<Result<OutboundClaim, String>>, RegistryError> {
-        let claimed = self.batch(|b| {
-            news.iter()
-                .enumerate()
-                .map(|(i, new)| b.claim_outbound(new, &|a, g, at| render(i, a, g, at)))
-                .collect::<Result<Vec<_>, Refused>>()
-        });
+        let claimed = self.batch(|b| b.claim_outbound_many(news, render));
         // A document that does not render refuses the batch: rolled back, no number kept.
         match claimed {
             Ok(claims) => Ok(claims.into_iter().map(Ok).collect()),
@@ -326,11 +342,20 @@ impl Registry {
                 )));
             }
             let now = now_ms();
-            let (isa13, gs06) = b.numbers(&old.partner)?;
-            let (file, bytes) = render(&old_bytes, isa13, gs06, now).map_err(Refused::Why)?;
+            let (isa13, gs06) = b.numbers(&old.partner, 1)?;
+            let gs06 = gs06.first().copied().unwrap_or(0);
+            let (file, bytes) = render(&old_bytes, (old.gs06, &old.st02), isa13, gs06, now)
+                .map_err(Refused::Why)?;
+            b.tx.execute(
+                "INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![old.partner, i64::from(isa13), file, bytes.clone(), now],
+            )
+            .map_err(|e| b.sql(e))?;
+            // Alone in its new interchange: the set is its group's first.
             b.tx.execute(
                 "UPDATE outbound SET state = 'writing', owner = ?2, lease_expires = ?3,
-                     isa13 = ?4, gs06 = ?5, file = ?6, bytes = ?7, ack = 'waiting',
+                     isa13 = ?4, gs06 = ?5, st02 = ?6, file = ?7, ack = 'waiting',
                      ack_kind = NULL, ack_detail = NULL, ack_at = NULL, ack_late = 0,
                      acks_seen = 0, resends = resends + 1
                  WHERE key = ?1 AND state = 'sent'",
@@ -340,8 +365,8 @@ impl Registry {
                     now.saturating_add(lease_ms),
                     i64::from(isa13),
                     i64::from(gs06),
+                    crate::outbound::ST02,
                     file,
-                    bytes.clone(),
                 ],
             )
             .map_err(|e| b.sql(e))?;
@@ -351,7 +376,8 @@ impl Registry {
                 Some(&old.partner),
                 Some(&format!("{isa13:09}")),
                 &serde_json::json!({ "resent": key, "how": "new numbers",
-                    "was": { "isa13": format!("{:09}", old.isa13), "gs06": old.gs06, "file": old.file },
+                    "was": { "isa13": format!("{:09}", old.isa13), "gs06": old.gs06,
+                        "st02": old.st02, "file": old.file },
                     "file": file })
                 .to_string(),
             )?;
@@ -506,58 +532,176 @@ impl Batch<'_> {
         stored_in(&self.tx, key).map_err(|e| self.sql(e))
     }
 
-    /// The partner's next ISA13 and GS06.
-    fn numbers(&self, partner: &str) -> Result<(u32, u32), RegistryError> {
-        super::counters::take_in(&self.tx, partner, 1, 1)
-            .map_err(|e| self.sql(e))
-            .and_then(|(a, g)| match (a.first(), g.first()) {
-                (Some(a), Some(g)) => Ok((*a, *g)),
-                _ => Err(self.sql(crate::registry::db::Error::NoRows)),
-            })
+    /// The partner's next ISA13 and `groups` GS06s.
+    fn numbers(&self, partner: &str, groups: usize) -> Result<(u32, Vec<u32>), RegistryError> {
+        let (isa13, gs06) =
+            super::counters::take_in(&self.tx, partner, 1, groups).map_err(|e| self.sql(e))?;
+        match isa13.first() {
+            Some(i) if gs06.len() == groups => Ok((*i, gs06)),
+            _ => Err(self.sql(crate::registry::db::Error::NoRows)),
+        }
     }
 
-    fn claim_outbound(
+    fn claim_outbound_many(
+        &self,
+        news: &[NewOutbound<'_>],
+        render: &RenderMany<'_>,
+    ) -> Result<Vec<OutboundClaim>, Refused> {
+        let now = now_ms();
+        let mut claims: Vec<Option<OutboundClaim>> = Vec::with_capacity(news.len());
+        // Keys never seen, by the interchange they share: (together, partner, documents).
+        let mut fresh: Vec<(usize, &str, Vec<usize>)> = Vec::new();
+        let mut again = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        for (i, new) in news.iter().enumerate() {
+            if !keys.insert(new.key) {
+                again.push(i);
+                claims.push(None);
+                continue;
+            }
+            let claim = self.claim_existing(new, now)?;
+            if claim.is_none() {
+                let same =
+                    |f: &&mut (usize, &str, Vec<usize>)| f.0 == new.together && f.1 == new.partner;
+                match fresh.iter_mut().find(same) {
+                    Some(f) => f.2.push(i),
+                    None => fresh.push((new.together, new.partner, vec![i])),
+                }
+            }
+            claims.push(claim);
+        }
+        for (_, partner, members) in fresh {
+            for (i, claim) in self.number_together(news, partner, &members, render, now)? {
+                if let Some(c) = claims.get_mut(i) {
+                    *c = Some(claim);
+                }
+            }
+        }
+        // A key a second time: its first is ours now, being written.
+        for i in again {
+            if let (Some(new), Some(c)) = (news.get(i), claims.get_mut(i)) {
+                *c = self.claim_existing(new, now)?;
+            }
+        }
+        claims
+            .into_iter()
+            .map(|c| {
+                c.ok_or_else(|| Refused::Why("a document was neither found nor numbered".into()))
+            })
+            .collect()
+    }
+
+    /// The claim of a key seen before: `None` when it never was.
+    fn claim_existing(
         &self,
         new: &NewOutbound<'_>,
-        render: &Render<'_>,
-    ) -> Result<OutboundClaim, Refused> {
-        let now = now_ms();
+        now: i64,
+    ) -> Result<Option<OutboundClaim>, Refused> {
         let found: Option<Claimed> = self
             .tx
             .query_row(
                 &format!(
-                    "SELECT {COLUMNS}, bytes, owner, lease_expires FROM outbound WHERE key = ?1"
+                    "SELECT {JOINED}, i.bytes, o.owner, o.lease_expires {FROM_JOINED}
+                     WHERE o.key = ?1"
                 ),
                 params![new.key],
                 read,
             )
             .optional()
             .map_err(|e| self.sql(e))?;
-        let lease = now.saturating_add(new.lease_ms);
-        if let Some((row, bytes, owner, expires)) = found {
-            if row.fingerprint != new.fingerprint {
-                return Ok(OutboundClaim::Conflict(row));
-            }
-            if row.state == "sent" {
-                return Ok(OutboundClaim::Replay(row));
-            }
-            if expires.is_some_and(|e| e > now) && !owner.as_deref().is_some_and(new.is_dead) {
-                return Ok(OutboundClaim::Busy(row));
-            }
-            self.tx
-                .execute(
-                    "UPDATE outbound SET owner = ?2, lease_expires = ?3 WHERE key = ?1",
-                    params![new.key, new.owner, lease],
-                )
-                .map_err(|e| self.sql(e))?;
-            return Ok(OutboundClaim::Write {
-                row,
-                bytes,
-                taken_over: true,
-            });
+        let Some((row, bytes, owner, expires)) = found else {
+            return Ok(None);
+        };
+        if row.fingerprint != new.fingerprint {
+            return Ok(Some(OutboundClaim::Conflict(row)));
         }
-        let (isa13, gs06) = self.numbers(new.partner)?;
-        let (file, bytes) = render(isa13, gs06, now).map_err(Refused::Why)?;
+        if row.state == "sent" {
+            return Ok(Some(OutboundClaim::Replay(row)));
+        }
+        if expires.is_some_and(|e| e > now) && !owner.as_deref().is_some_and(new.is_dead) {
+            return Ok(Some(OutboundClaim::Busy(row)));
+        }
+        self.tx
+            .execute(
+                "UPDATE outbound SET owner = ?2, lease_expires = ?3 WHERE key = ?1",
+                params![new.key, new.owner, now.saturating_add(new.lease_ms)],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(Some(OutboundClaim::Write {
+            row,
+            bytes: bytes.into(),
+            taken_over: true,
+        }))
+    }
+
+    /// New documents (`members` of `news`, all to `partner`) numbered and enveloped in one
+    /// interchange, recorded with its bytes: the claim of each.
+    fn number_together(
+        &self,
+        news: &[NewOutbound<'_>],
+        partner: &str,
+        members: &[usize],
+        render: &RenderMany<'_>,
+        now: i64,
+    ) -> Result<Vec<(usize, OutboundClaim)>, Refused> {
+        let mut groups: Vec<&str> = Vec::new();
+        for new in members.iter().filter_map(|i| news.get(*i)) {
+            if !groups.contains(&new.group) {
+                groups.push(new.group);
+            }
+        }
+        let (isa13, gs06s) = self.numbers(partner, groups.len())?;
+        let mut st02s = vec![0u32; groups.len()];
+        let placements: Vec<Placement> = members
+            .iter()
+            .filter_map(|i| {
+                let g = groups
+                    .iter()
+                    .position(|g| news.get(*i).is_some_and(|n| n.group == *g))?;
+                let st02 = st02s.get_mut(g)?;
+                *st02 += 1;
+                Some(Placement {
+                    index: *i,
+                    gs06: *gs06s.get(g)?,
+                    st02: *st02,
+                })
+            })
+            .collect();
+        let (file, bytes) = render(&placements, isa13, now).map_err(Refused::Why)?;
+        fail::fail_point!("send.numbered", |_| std::process::abort());
+        self.tx
+            .execute(
+                "INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![partner, i64::from(isa13), file, bytes.clone(), now],
+            )
+            .map_err(|e| self.sql(e))?;
+        let bytes: std::sync::Arc<[u8]> = bytes.into();
+        placements
+            .iter()
+            .filter_map(|p| Some((p, news.get(p.index)?)))
+            .map(|(p, new)| {
+                let row = self.insert_outbound(new, (isa13, p.gs06, p.st02), &file, now)?;
+                Ok((
+                    p.index,
+                    OutboundClaim::Write {
+                        row,
+                        bytes: bytes.clone(),
+                        taken_over: false,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The row of a new document numbered (ISA13, GS06, ST02), being written by its owner.
+    fn insert_outbound(
+        &self,
+        new: &NewOutbound<'_>,
+        (isa13, gs06, st02): (u32, u32, u32),
+        file: &str,
+        now: i64,
+    ) -> Result<OutboundRow, Refused> {
         // The acknowledgment's clock starts with the numbers: a document whose writer died
         // before marking it sent still becomes overdue, and its 997 still settles it.
         let ack_due = new.ack_due_ms.map(|d| now.saturating_add(d));
@@ -566,14 +710,14 @@ impl Batch<'_> {
         } else {
             "not_expected"
         };
-        fail::fail_point!("send.numbered", |_| std::process::abort());
+        let st02 = format!("{st02:04}");
         self.tx
             .execute(
                 "INSERT INTO outbound (key, partner, set_id, document_id, fingerprint,
-                     idempotency_key, state, owner, lease_expires, isa13, gs06, st02, file, bytes,
+                     idempotency_key, state, owner, lease_expires, isa13, gs06, st02, file,
                      created, ack_due, ack)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'writing', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                     ?15, ?16)",
+                     ?15)",
                 params![
                     new.key,
                     new.partner,
@@ -582,19 +726,18 @@ impl Batch<'_> {
                     new.fingerprint,
                     new.idempotency_key,
                     new.owner,
-                    lease,
+                    now.saturating_add(new.lease_ms),
                     i64::from(isa13),
                     i64::from(gs06),
-                    crate::outbound::ST02,
+                    st02,
                     file,
-                    bytes.clone(),
                     now,
                     ack_due,
                     ack
                 ],
             )
             .map_err(|e| self.sql(e))?;
-        let row = OutboundRow {
+        Ok(OutboundRow {
             key: new.key.to_string(),
             partner: new.partner.to_string(),
             set_id: new.set_id.to_string(),
@@ -604,8 +747,8 @@ impl Batch<'_> {
             state: "writing".into(),
             isa13,
             gs06,
-            st02: crate::outbound::ST02.into(),
-            file,
+            st02,
+            file: file.to_string(),
             created_ms: now,
             sent_ms: None,
             ack: ack.into(),
@@ -616,11 +759,6 @@ impl Batch<'_> {
             ack_due_ms: ack_due,
             acks_seen: 0,
             resends: 0,
-        };
-        Ok(OutboundClaim::Write {
-            row,
-            bytes,
-            taken_over: false,
         })
     }
 

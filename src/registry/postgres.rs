@@ -370,6 +370,22 @@ CREATE TABLE unmatched_acks (
     seen            BIGINT NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE outbound_interchanges (
+    partner TEXT COLLATE "C" NOT NULL,
+    isa13   BIGINT NOT NULL,
+    file    TEXT COLLATE "C" NOT NULL,
+    bytes   BYTEA NOT NULL,
+    created BIGINT NOT NULL,
+    PRIMARY KEY (partner, isa13)
+);
+INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)
+    SELECT partner, isa13, file, bytes, created FROM outbound;
+ALTER TABLE outbound DROP COLUMN bytes;
+DROP INDEX outbound_numbers;
+CREATE INDEX outbound_numbers ON outbound (partner, isa13);
+CREATE UNIQUE INDEX outbound_sets ON outbound (partner, gs06, st02);
+"#,
 ];
 
 pub(super) fn known() -> i64 {

@@ -56,12 +56,14 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
             .iter()
             .map(|file| {
                 let json = read_json(file)?;
-                Ok(x12gate::outbound::prepare(
-                    config,
-                    schemas,
-                    &json,
-                    args.partner,
-                ))
+                Ok(
+                    x12gate::outbound::prepare(config, schemas, &json, args.partner).map(
+                        |mut p| {
+                            p.idempotency_key = args.idempotency_key.map(str::to_string);
+                            p
+                        },
+                    ),
+                )
             })
             .collect::<Result<Vec<_>, Failure>>()?;
         let ready: Vec<&x12gate::outbound::Prepared> =
@@ -69,15 +71,9 @@ pub fn send(config: &Config, args: &SendArgs<'_>, out: &mut impl Write) -> Resul
         for p in &ready {
             spent.prepared(p);
         }
-        let mut sent = x12gate::send::send_all(
-            config,
-            &mut registry,
-            &ready,
-            args.idempotency_key,
-            &mut spent,
-        )
-        .map_err(registry_failure)?
-        .into_iter();
+        let mut sent = x12gate::send::send_all(config, &mut registry, &ready, &mut spent)
+            .map_err(registry_failure)?
+            .into_iter();
         // Every answer of the batch is printed before an operational failure stops the run.
         let mut failed = None;
         for (file, p) in chunk.iter().zip(prepared) {
