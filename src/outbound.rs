@@ -409,7 +409,7 @@ impl Prepared {
 
     /// What may share an interchange with this document: the same partner, identity of
     /// ours, usage and release (ISA12 follows the release). Groups within it are by GS01.
-    pub fn envelope_key(&self) -> (String, String, bool, String) {
+    pub fn envelope_key(&self) -> EnvelopeKey {
         (
             self.partner.key(),
             format!("{}:{}", self.ours.0, self.ours.1),
@@ -462,6 +462,10 @@ impl Prepared {
             .ok_or_else(|| Refusal::Set("the envelope writer made no interchange".into()))
     }
 }
+
+/// Partner, identity of ours, test usage, release: what documents sharing an interchange
+/// have in common.
+pub type EnvelopeKey = (String, String, bool, String);
 
 /// A document's place in an interchange of several: its group's GS06 and its ST02.
 #[derive(Debug, Clone, Copy)]

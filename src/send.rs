@@ -230,6 +230,9 @@ pub fn send_all(
     Ok(results)
 }
 
+/// A claim ours finished: its row as marked and its file, or why not.
+type Finished = Result<(OutboundRow, PathBuf), SendError>;
+
 /// Claims ours finished: each interchange's file written once, whatever number of its
 /// documents are here (all made durable together, then renamed into place), then every
 /// document marked sent in one commit. For each claim in order: its row and file, or why
@@ -241,7 +244,7 @@ fn write_and_mark(
     mine: &[(&OutboundRow, &Arc<[u8]>)],
     owner: &str,
     spent: &mut Spent,
-) -> Result<Vec<Result<(OutboundRow, PathBuf), SendError>>, RegistryError> {
+) -> Result<Vec<Finished>, RegistryError> {
     let partners: Vec<Result<&crate::config::Partner, Refusal>> = mine
         .iter()
         .map(|(row, _)| partner_of(config, row))
@@ -412,7 +415,7 @@ fn claim_all(
 /// Which interchange each document travels in: its own, or for a partner that batches,
 /// the one of the documents before it with the same envelope, until it is full.
 fn interchanges_of(prepared: &[&Prepared]) -> Vec<usize> {
-    let mut open: Vec<((String, String, bool, String), usize, usize)> = Vec::new();
+    let mut open: Vec<(crate::outbound::EnvelopeKey, usize, usize)> = Vec::new();
     prepared
         .iter()
         .enumerate()
@@ -820,6 +823,9 @@ pub const REFUSED_FOLDER: &str = "refused";
 /// writes it in place) is sent as `x12gate send` sends it, then moved with its answer. A
 /// file sent twice (a crash between the send and the move, two watchers on one folder) is
 /// answered from the first sending: exactly once holds by the document's key, not the file.
+/// The pass's documents are sent as one batch of `send`; those to a partner with
+/// `outbound_batch_ms` wait, all of one envelope together, until the oldest of them settled
+/// that long ago, then share an interchange.
 pub fn drain_folder(
     config: &Config,
     schemas: &Schemas,
@@ -832,27 +838,27 @@ pub fn drain_folder(
         return done;
     };
     let now = std::time::SystemTime::now();
-    let mut files: Vec<PathBuf> = entries
+    // Each settled file, with how long ago it was last written.
+    let mut files: Vec<(PathBuf, Duration)> = entries
         .flatten()
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
             !name.starts_with('.') && name.ends_with(".json")
         })
-        .filter(|e| {
-            e.metadata().is_ok_and(|m| {
-                m.is_file()
-                    && m.modified()
-                        .ok()
-                        .and_then(|t| now.duration_since(t).ok())
-                        .is_some_and(|age| age >= settle)
-            })
+        .filter_map(|e| {
+            let m = e.metadata().ok().filter(std::fs::Metadata::is_file)?;
+            let age = now.duration_since(m.modified().ok()?).ok()?;
+            (age >= settle).then(|| (e.path(), age))
         })
-        .map(|e| e.path())
         .collect();
-    files.sort();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
     done.left = files.len().saturating_sub(FILES_PER_PASS);
-    for file in files.into_iter().take(FILES_PER_PASS) {
+    let mut ready: Vec<(PathBuf, Prepared)> = Vec::new();
+    // A partner's documents wait for others to share their interchange until the oldest
+    // has waited its outbound_batch_ms.
+    let mut waited: Vec<(crate::outbound::EnvelopeKey, Duration)> = Vec::new();
+    for (file, age) in files.into_iter().take(FILES_PER_PASS) {
         let json = match read_bounded(&file) {
             Ok(json) => json,
             Err(e) => {
@@ -861,33 +867,73 @@ pub fn drain_folder(
                 continue;
             }
         };
-        let result = send(config, schemas, registry, &json, None, None);
-        let (_, answer) = answer(&result, crate::time::now_ms());
-        let to = match &result {
-            Ok(s) if s.replayed => {
-                done.replayed += 1;
-                SENT_FOLDER
+        match crate::outbound::prepare(config, schemas, &json, None) {
+            Ok(p) => {
+                let key = p.envelope_key();
+                match waited.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, oldest)) => *oldest = (*oldest).max(age),
+                    None => waited.push((key, age)),
+                }
+                ready.push((file, p));
             }
-            Ok(_) => {
-                done.sent += 1;
-                SENT_FOLDER
+            Err(r) => answer_file(&file, folder, &Err(SendError::Refused(r)), &mut done),
+        }
+    }
+    ready.retain(|(_, p)| {
+        let wait = Duration::from_millis(p.partner.outbound.batch_ms);
+        let key = p.envelope_key();
+        let due = waited
+            .iter()
+            .any(|(k, oldest)| *k == key && *oldest >= wait);
+        done.left += usize::from(!due);
+        due
+    });
+    let documents: Vec<&Prepared> = ready.iter().map(|(_, p)| p).collect();
+    match send_all(config, registry, &documents, &mut Spent::default()) {
+        Ok(results) => {
+            for ((file, _), result) in ready.iter().zip(results) {
+                answer_file(file, folder, &result, &mut done);
             }
-            Err(SendError::Refused(_) | SendError::Conflict { .. }) => {
-                done.refused += 1;
-                tracing::warn!(file = %file.display(), answer = %answer, "an outbound document was refused");
-                REFUSED_FOLDER
-            }
-            Err(e) => {
-                tracing::error!(file = %file.display(), error = %e, "an outbound document was not sent; trying again later");
-                done.left += 1;
-                continue;
-            }
-        };
-        if let Err(e) = place(&file, &folder.join(to), &answer, to == SENT_FOLDER) {
-            tracing::warn!(file = %file.display(), error = %e, "an outbound document was decided but not moved; the next pass answers it again");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "outbound documents were not sent; trying again later");
+            done.left += ready.len();
         }
     }
     done
+}
+
+/// A file of the outbound inbox decided: moved with its answer, and counted.
+fn answer_file(
+    file: &std::path::Path,
+    folder: &std::path::Path,
+    result: &Result<Sent, SendError>,
+    done: &mut Drained,
+) {
+    let (_, answer) = answer(result, crate::time::now_ms());
+    let to = match result {
+        Ok(s) if s.replayed => {
+            done.replayed += 1;
+            SENT_FOLDER
+        }
+        Ok(_) => {
+            done.sent += 1;
+            SENT_FOLDER
+        }
+        Err(SendError::Refused(_) | SendError::Conflict { .. }) => {
+            done.refused += 1;
+            tracing::warn!(file = %file.display(), answer = %answer, "an outbound document was refused");
+            REFUSED_FOLDER
+        }
+        Err(e) => {
+            tracing::error!(file = %file.display(), error = %e, "an outbound document was not sent; trying again later");
+            done.left += 1;
+            return;
+        }
+    };
+    if let Err(e) = place(file, &folder.join(to), &answer, to == SENT_FOLDER) {
+        tracing::warn!(file = %file.display(), error = %e, "an outbound document was decided but not moved; the next pass answers it again");
+    }
 }
 
 /// The file moved into `to` with its answer beside it (written first, so a file found there

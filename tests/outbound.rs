@@ -414,7 +414,6 @@ fn every_fixture_document_sent_back_reads_clean_and_parses_to_the_same_content()
 }
 
 /// A 997 from ACME (interchange `isa13`) acknowledging our groups: each `(GS06, body)`.
-#[cfg(feature = "failpoints")]
 fn ack_997(isa13: u32, groups: &[(&str, &str, &str)]) -> String {
     let mut sets = String::new();
     for (i, (gs01, gs06, body)) in groups.iter().enumerate() {
@@ -431,7 +430,6 @@ fn ack_997(isa13: u32, groups: &[(&str, &str, &str)]) -> String {
     )
 }
 
-#[cfg(feature = "failpoints")]
 fn by_key(rows: &[Value]) -> std::collections::BTreeMap<String, Value> {
     rows.iter()
         .map(|r| (r["document"].as_str().unwrap().to_string(), r.clone()))
@@ -1221,4 +1219,223 @@ fn a_server_killed_in_the_middle_of_a_post_is_completed_by_the_erp_s_retry() {
         assert_eq!(status, 200, "{point}: {again}");
         assert_eq!(again["result_ref"], body["result_ref"]);
     }
+}
+
+impl Gate {
+    /// ACME set to share interchanges among documents sent within `ms` of each other.
+    fn batching(&self, ms: u64) {
+        let path = self.path("partners.toml");
+        let config = fs::read_to_string(&path).unwrap().replacen(
+            "ack = \"997\"\n",
+            &format!("ack = \"997\"\noutbound_batch_ms = {ms}\n"),
+            1,
+        );
+        fs::write(&path, config).unwrap();
+    }
+}
+
+/// A PO acknowledgment from us to ACME for PO `po`.
+fn po_ack(po: &str) -> Value {
+    serde_json::json!({
+        "partner": "ZZ:ACME",
+        "set": {
+            "st": ["855", null],
+            "schema": "004010/855",
+            "content": {
+                "BAK": {"transaction_set_purpose_code_01": "00", "acknowledgment_type_02": "AC",
+                        "purchase_order_number_03": po, "date_04": "20261201"},
+                "PO1_loop": [{"PO1": {"assigned_identification_01": "1",
+                    "quantity_ordered_02": "10", "unit_or_basis_for_measurement_code_03": "EA",
+                    "unit_price_04": "4.25", "product_service_id_qualifier_06": "VN",
+                    "product_service_id_07": "AC-100"}}],
+                "CTT_loop": {"CTT": {"number_of_line_items_01": "1"}}
+            }
+        }
+    })
+}
+
+fn ref_of<'a>(answer: &'a Value, field: &str) -> &'a str {
+    answer["result_ref"][field].as_str().unwrap_or("")
+}
+
+/// Documents to a partner that batches share one interchange (a group per functional id,
+/// an ST02 each) and keep their own keys and results: a retry replays each, a 997 settles
+/// each by its ST02, and `resend --new-numbers` sends one of them alone.
+#[test]
+fn a_partner_that_batches_gets_its_documents_in_one_interchange_each_with_its_own_result() {
+    let g = Gate::new();
+    g.batching(60_000);
+    let docs = [
+        ("i1.json", invoice("ZZ:ACME", "INV-B1", "10")),
+        ("a1.json", po_ack("PO-B1")),
+        ("i2.json", invoice("ZZ:ACME", "INV-B2", "20")),
+        ("i3.json", invoice("ZZ:ACME", "INV-B3", "30")),
+        ("q1.json", invoice("ZZ:QUIET", "INV-Q1", "40")),
+    ];
+    for (name, doc) in &docs {
+        fs::write(g.path(name), doc.to_string()).unwrap();
+    }
+    let names: Vec<&str> = docs.iter().map(|(n, _)| *n).collect();
+    let mut args = vec!["send", "--json"];
+    args.extend_from_slice(&names);
+    let out = g.run(&args, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = lines(&out.stdout);
+    assert!(first.iter().all(|a| a["state"] == "sent"), "{first:?}");
+    let (i1, a1, i2, i3, q1) = (&first[0], &first[1], &first[2], &first[3], &first[4]);
+    for a in [a1, i2, i3] {
+        assert_eq!(isa13(a), isa13(i1), "one interchange: {a}");
+        assert_eq!(ref_of(a, "file"), ref_of(i1, "file"));
+    }
+    assert!(
+        ref_of(q1, "file").contains("/data/to-quiet/"),
+        "QUIET does not batch"
+    );
+    assert_eq!(ref_of(i2, "gs06"), ref_of(i1, "gs06"));
+    assert_ne!(ref_of(a1, "gs06"), ref_of(i1, "gs06"), "a group per GS01");
+    let st02: Vec<&str> = [i1, i2, i3, a1].iter().map(|a| ref_of(a, "st02")).collect();
+    assert_eq!(st02, ["0001", "0002", "0003", "0001"]);
+    assert_eq!(g.interchanges_in("data/outbox").len(), 1);
+    let file = ref_of(i1, "file").to_string();
+    assert!(file.ends_with(".810-855.x12"), "{file}");
+    let v = g.run(&["validate", &file], &[]);
+    assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
+    let bytes = fs::read(&file).unwrap();
+    let x12 = text(&bytes);
+    assert_eq!(x12.matches("ST*").count(), 4, "{x12}");
+    assert!(x12.contains("GE*3*") && x12.contains("GE*1*") && x12.contains("IEA*2*"));
+
+    // The ERP retries all of them: each answered from the first sending.
+    let out = g.run(&args, &[]);
+    let again = lines(&out.stdout);
+    for (a, b) in first.iter().zip(&again) {
+        assert_eq!(b["state"], "replayed", "{b}");
+        assert_eq!(a["result_ref"], b["result_ref"]);
+    }
+    assert_eq!(fs::read(&file).unwrap(), bytes);
+
+    // ACME's 997: the invoice group with its second set rejected, the 855 group accepted.
+    let n = |a: &Value| isa13(a).parse::<u32>().unwrap();
+    let ack = ack_997(
+        n(i1) + 500,
+        &[
+            (
+                "IN",
+                ref_of(i1, "gs06"),
+                "AK2*810*0001~AK5*A~AK2*810*0002~AK3*TDS*5**8~AK5*R*5~AK2*810*0003~AK5*A~AK9*P*3*3*2~",
+            ),
+            ("PR", ref_of(a1, "gs06"), "AK9*A*1*1*1~"),
+        ],
+    );
+    fs::write(g.path("997.x12"), &ack).unwrap();
+    let out = g.run(&["process", "997.x12"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows = by_key(&g.sent(&[]));
+    assert_eq!(rows["INV-B1"]["ack"], "accepted");
+    assert_eq!(rows["INV-B2"]["ack"], "rejected");
+    assert_eq!(rows["INV-B3"]["ack"], "accepted");
+    assert_eq!(
+        rows["PO-B1"]["ack"], "accepted",
+        "AK9 alone speaks for its group"
+    );
+
+    // The partner asks for the rejected one again, with new numbers: it alone, renumbered.
+    let out = g.run(
+        &[
+            "resend",
+            "--new-numbers",
+            "--json",
+            i2["key"].as_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let renumbered: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ref_of(&renumbered, "st02"), "0001");
+    let alone = text(&fs::read(ref_of(&renumbered, "file")).unwrap());
+    assert_eq!(alone.matches("ST*").count(), 1, "{alone}");
+    assert!(
+        alone.contains("INV-B2") && !alone.contains("INV-B1"),
+        "{alone}"
+    );
+    let v = g.run(&["validate", ref_of(&renumbered, "file")], &[]);
+    assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
+    assert_eq!(
+        by_key(&g.sent(&[]))["INV-B3"]["ack"],
+        "accepted",
+        "the others stay"
+    );
+}
+
+/// The ERP posts a dozen invoices at once to a partner that batches: one interchange (the
+/// waiting requests hold none of the 8 places), each answered with its own ST02.
+#[test]
+fn posts_within_a_partners_batch_time_share_one_interchange() {
+    let g = Gate::new();
+    g.batching(4_000);
+    let api = Api::start(&g);
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let api = &api;
+        let posts: Vec<_> = (0..12)
+            .map(|i| {
+                s.spawn(move || {
+                    let doc = invoice("ZZ:ACME", &format!("INV-P{i}"), "10").to_string();
+                    api.post(&doc, None)
+                })
+            })
+            .collect();
+        posts.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    assert!(answers.iter().all(|(s, _)| *s == 201), "{answers:?}");
+    let mut st02: Vec<&str> = answers.iter().map(|(_, a)| ref_of(a, "st02")).collect();
+    st02.sort_unstable();
+    let expected: Vec<String> = (1..=12).map(|n| format!("{n:04}")).collect();
+    assert_eq!(st02, expected);
+    assert!(answers
+        .iter()
+        .all(|(_, a)| isa13(a) == isa13(&answers[0].1)));
+    assert_eq!(g.interchanges_in("data/outbox").len(), 1);
+    let (status, again) = api.post(&invoice("ZZ:ACME", "INV-P3", "10").to_string(), None);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(ref_of(&again, "isa13"), isa13(&answers[0].1));
+}
+
+/// Files dropped for a partner that batches wait in the outbound inbox until the oldest has
+/// waited its time, then go together.
+#[test]
+fn the_outbound_inbox_holds_a_batching_partners_files_until_the_oldest_has_waited() {
+    let g = Gate::with_outbound_inbox();
+    g.batching(300_000);
+    let inbox = g.path("data/outbound");
+    fs::create_dir_all(&inbox).unwrap();
+    for n in ["1", "2", "3"] {
+        fs::write(
+            inbox.join(format!("inv-{n}.json")),
+            invoice("ZZ:ACME", &format!("INV-W{n}"), "10").to_string(),
+        )
+        .unwrap();
+    }
+    let out = g.run(&["watch", "--once"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(inbox.join("inv-1.json").is_file(), "still waiting");
+    assert!(g.interchanges_in("data/outbox").is_empty());
+    // The first was dropped ten minutes ago.
+    let ten_minutes_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+    fs::File::options()
+        .write(true)
+        .open(inbox.join("inv-1.json"))
+        .and_then(|f| f.set_modified(ten_minutes_ago))
+        .unwrap();
+    let out = g.run(&["watch", "--once"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let answer = |p: &str| -> Value {
+        serde_json::from_slice(&fs::read(inbox.join("sent").join(p)).unwrap()).unwrap()
+    };
+    let first = answer("inv-1.json.result.json");
+    for n in ["2", "3"] {
+        let a = answer(&format!("inv-{n}.json.result.json"));
+        assert_eq!(a["state"], "sent", "{a}");
+        assert_eq!(isa13(&a), isa13(&first));
+    }
+    assert_eq!(g.interchanges_in("data/outbox").len(), 1);
 }

@@ -3,7 +3,10 @@
 //! its findings, 400 not JSON), `GET /api/outbound/{key}` says where it stands, the
 //! partner's acknowledgment included. Every request carries a bearer token of
 //! X12GATE_API_TOKEN, on every address, loopback too: a POST here invoices a customer.
+//! A document to a partner with `outbound_batch_ms` waits (holding no place) for the others
+//! posted within that time, and is answered when their shared interchange is written.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -13,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use super::Site;
-use crate::outbound::{Refusal, MAX_REQUEST_BYTES};
+use crate::outbound::{EnvelopeKey, Prepared, Refusal, MAX_REQUEST_BYTES};
 use crate::registry::Registry;
-use crate::send::SendError;
+use crate::send::{SendError, Sent};
 
 /// The environment variable that holds the ERP's tokens (`NAME:TOKEN`, comma-separated).
 pub const TOKEN_VARIABLE: &str = "X12GATE_API_TOKEN";
@@ -62,6 +65,19 @@ pub fn router(site: Arc<Site>) -> axum::Router {
 #[derive(Clone)]
 struct Caller(String);
 
+/// The place a request holds while its body is read and checked; a document waiting for
+/// others to share its interchange gives it up.
+#[derive(Clone)]
+struct Place(Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>);
+
+impl Place {
+    fn give_up(&self) {
+        if let Ok(mut held) = self.0.lock() {
+            held.take();
+        }
+    }
+}
+
 /// A request with a right token, once one of [`AT_ONCE`] places is free; any other is
 /// answered before its body is read.
 async fn admit(
@@ -69,20 +85,111 @@ async fn admit(
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    static PLACES: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    static PLACES: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
     let who = match caller(&site, req.headers()).await {
         Ok(who) => who,
         Err(refused) => return refused,
     };
-    let Ok(_place) = PLACES
-        .get_or_init(|| tokio::sync::Semaphore::new(AT_ONCE))
-        .acquire()
-        .await
-    else {
+    let places = PLACES.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(AT_ONCE)));
+    let Ok(place) = places.clone().acquire_owned().await else {
         return problem(503, "the outbound API is shutting down");
     };
     req.extensions_mut().insert(Caller(who));
+    req.extensions_mut()
+        .insert(Place(Arc::new(std::sync::Mutex::new(Some(place)))));
     next.run(req).await
+}
+
+/// What a batch's documents wait for: each one's result, or the registry's failure.
+type Answer = Result<Result<Sent, SendError>, String>;
+
+/// Documents of partners with `outbound_batch_ms`, waiting by envelope until the first
+/// has waited that long (or the batch is full), then sent together as one batch of `send`.
+#[derive(Default)]
+pub struct Batches {
+    waiting: std::sync::Mutex<HashMap<EnvelopeKey, Waiting>>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// Which batch of this envelope is waiting: a timer sends only its own.
+    generation: u64,
+    documents: Vec<(Prepared, tokio::sync::oneshot::Sender<Answer>)>,
+}
+
+impl Batches {
+    /// `p` sent with the others of its envelope that arrive within its partner's
+    /// `outbound_batch_ms`: its own result.
+    async fn join(site: Arc<Site>, p: Prepared) -> Answer {
+        let key = p.envelope_key();
+        let wait = std::time::Duration::from_millis(p.partner.outbound.batch_ms);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (first, full, generation) = {
+            let mut waiting = site
+                .outbound_batches
+                .waiting
+                .lock()
+                .map_err(|_| "the outbound batches are unusable".to_string())?;
+            let w = waiting.entry(key.clone()).or_default();
+            w.documents.push((p, tx));
+            let n = w.documents.len();
+            (
+                n == 1,
+                n >= crate::send::MAX_SETS_PER_INTERCHANGE,
+                w.generation,
+            )
+        };
+        if full {
+            Batches::send(site.clone(), &key, generation);
+        } else if first {
+            let site = site.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                Batches::send(site, &key, generation);
+            });
+        }
+        rx.await
+            .map_err(|_| "the batch of this document was not sent".to_string())?
+    }
+
+    /// The batch `generation` of `key`, if it still waits, sent on a blocking thread.
+    fn send(site: Arc<Site>, key: &EnvelopeKey, generation: u64) {
+        let documents = match site.outbound_batches.waiting.lock() {
+            Ok(mut waiting) => match waiting.get_mut(key) {
+                Some(w) if w.generation == generation => {
+                    w.generation += 1;
+                    std::mem::take(&mut w.documents)
+                }
+                _ => return,
+            },
+            Err(_) => return,
+        };
+        tokio::task::spawn_blocking(move || {
+            let (prepared, answers): (Vec<Prepared>, Vec<_>) = documents.into_iter().unzip();
+            let refs: Vec<&Prepared> = prepared.iter().collect();
+            let results = open(&site).and_then(|mut registry| {
+                crate::send::send_all(
+                    &site.config,
+                    &mut registry,
+                    &refs,
+                    &mut crate::send::Spent::default(),
+                )
+            });
+            match results {
+                Ok(results) => {
+                    for (answer, result) in answers.into_iter().zip(results) {
+                        // A caller gone (its connection closed) asks again by key.
+                        let _ = answer.send(Ok(result));
+                    }
+                }
+                Err(e) => {
+                    for answer in answers {
+                        let _ = answer.send(Err(e.to_string()));
+                    }
+                }
+            }
+        });
+    }
 }
 
 fn json(status: u16, body: &serde_json::Value) -> Response {
@@ -136,6 +243,7 @@ fn open(site: &Site) -> Result<Registry, crate::registry::RegistryError> {
 async fn create(
     State(site): State<Arc<Site>>,
     axum::Extension(Caller(who)): axum::Extension<Caller>,
+    axum::Extension(place): axum::Extension<Place>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -144,25 +252,35 @@ async fn create(
         .and_then(|v| v.to_str().ok())
         .map(|v| crate::text::bounded(v.trim(), MAX_IDEMPOTENCY_KEY).to_string());
     let worker = site.clone();
+    // Checked and named, then sent at once, or handed back to wait for its batch.
     let done = tokio::task::spawn_blocking(move || {
         let schemas = match worker.schemas {
             Some(s) => s,
             None => crate::schema::builtin().map_err(|e| e.to_string())?,
         };
+        let mut prepared = match crate::outbound::prepare(&worker.config, schemas, &body, None) {
+            Ok(p) => p,
+            Err(r) => return Ok(Err(Err(SendError::Refused(r)))),
+        };
+        prepared.idempotency_key = idempotency;
+        if prepared.partner.outbound.batch_ms > 0 {
+            return Ok(Ok(prepared));
+        }
         let mut registry = open(&worker).map_err(|e| e.to_string())?;
-        let result = crate::send::send(
-            &worker.config,
-            schemas,
-            &mut registry,
-            &body,
-            None,
-            idempotency.as_deref(),
-        );
-        Ok::<_, String>(result)
+        let sent = crate::send::send_prepared(&worker.config, &mut registry, &prepared);
+        Ok::<_, String>(Err(sent))
     })
     .await;
     let result = match done {
-        Ok(Ok(result)) => result,
+        Ok(Ok(Err(result))) => result,
+        Ok(Ok(Ok(prepared))) => {
+            // Its body is read and checked: the wait for the batch holds no place.
+            place.give_up();
+            match Batches::join(site.clone(), prepared).await {
+                Ok(result) => result,
+                Err(e) => return problem(500, &e),
+            }
+        }
         Ok(Err(e)) => return problem(500, &e),
         Err(e) => return problem(500, &e.to_string()),
     };

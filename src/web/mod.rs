@@ -51,6 +51,8 @@ pub struct Site {
     pub api_tokens: Tokens,
     /// The read-only registry connections the pages share with `/metrics`.
     pub readers: Arc<Readers>,
+    /// Documents of the API waiting for others to share their interchange.
+    pub outbound_batches: api::Batches,
 }
 
 impl Site {
@@ -75,6 +77,7 @@ impl Site {
             penalty: auth::Penalty::default(),
             api_tokens: api::tokens()?,
             readers: Arc::new(Readers::new(config.gateway.database.clone())),
+            outbound_batches: api::Batches::default(),
             config,
         })
     }
