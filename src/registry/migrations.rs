@@ -415,7 +415,48 @@ mod tests {
             ),
             want
         );
-        assert_eq!(known(), 13);
+        assert_eq!(known(), 14);
+    }
+
+    #[test]
+    fn an_outbound_document_of_version_13_keeps_its_interchange_and_numbers_stay_unique() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for (i, sql) in MIGRATIONS.iter().take(13).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.pragma_update(None, "user_version", i as i64 + 1)
+                .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO outbound (key, partner, set_id, document_id, fingerprint, state, isa13,
+                 gs06, st02, file, bytes, created)
+             VALUES ('K', 'ZZ:ACME', '810', 'INV-1', 'f', 'sent', 7, 3, '0001',
+                 'ZZ_ACME_000000007.810.x12', CAST('ISA*...' AS BLOB), 5);",
+        )
+        .unwrap();
+        apply(&mut conn).map_err(|_| "migration failed").unwrap();
+        let kept: (String, Vec<u8>, i64) = conn
+            .query_row(
+                "SELECT i.file, i.bytes, i.created FROM outbound o JOIN outbound_interchanges i
+                     ON i.partner = o.partner AND i.isa13 = o.isa13 WHERE o.key = 'K'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            kept,
+            ("ZZ_ACME_000000007.810.x12".into(), b"ISA*...".to_vec(), 5)
+        );
+        // A second set in the same interchange is allowed; the same set twice is not.
+        let insert = |key: &str, st02: &str| {
+            conn.execute(
+                "INSERT INTO outbound (key, partner, set_id, document_id, fingerprint, state,
+                     isa13, gs06, st02, file, created)
+                 VALUES (?1, 'ZZ:ACME', '810', ?1, 'f', 'sent', 7, 3, ?2, 'f', 5)",
+                [key, st02],
+            )
+        };
+        assert!(insert("K2", "0002").is_ok());
+        assert!(insert("K3", "0002").is_err());
     }
 
     #[test]
