@@ -13,9 +13,13 @@
 #            log floor (appended to one file, an fdatasync per batch), (b) the per-file floor
 #            (one file per document: temporary name, write, fsync, rename)
 # Registry and files = send - check. Documents are passed 1,000 per process (xargs).
+# BATCH_MS=60000 gives the partner `outbound_batch_ms`: each process's documents then share
+# interchanges, 256 sets each; the floors stay those of one document each (the bytes and the
+# count of documents, not of interchanges), so that the two runs compare.
 #
 #   cargo build --release && cargo build --release -p testdata --example floors
 #   benches/send.sh target/release/x12gate [N]
+#   BATCH_MS=60000 benches/send.sh target/release/x12gate [N]
 set -euo pipefail
 bin=$(realpath "$1"); n=${2:-10000}
 floors=$(dirname "$bin")/examples/floors
@@ -23,6 +27,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/docs"
 printf '[gateway]\nid_qualifier = "ZZ"\nid = "X12GATE"\ndatabase = "data/x12gate.db"\noutbox = "data/outbox"\nout = "data/out"\n\n[[partner]]\nname = "Acme"\nid_qualifier = "ZZ"\nid = "ACME"\n' > "$work/partners.toml"
+if [ -n "${BATCH_MS:-}" ]; then printf 'outbound_batch_ms = %d\n' "$BATCH_MS" >> "$work/partners.toml"; fi
 for i in $(seq 1 "$n"); do
   printf '{"partner":"ZZ:ACME","set":{"st":["810",null],"schema":"004010/810","content":{"BIG":{"date_01":"20261201","invoice_number_02":"INV-%06d","purchase_order_number_04":"PO-%06d"},"N1_loop":[{"N1":{"entity_identifier_code_01":"ST","name_02":"ACME DC 7","identification_code_qualifier_03":"92","identification_code_04":"0007"}}],"IT1_loop":[{"IT1":{"assigned_identification_01":"1","quantity_invoiced_02":"120","unit_or_basis_for_measurement_code_03":"EA","unit_price_04":"4.25","product_service_id_qualifier_06":"VN","product_service_id_07":"AC-100"}},{"IT1":{"assigned_identification_01":"2","quantity_invoiced_02":"48","unit_or_basis_for_measurement_code_03":"CA","unit_price_04":"18.90","product_service_id_qualifier_06":"VN","product_service_id_07":"AC-220"}}],"TDS":{"amount_01":"141720"},"CTT":{"number_of_line_items_01":"2"}}}}\n' "$i" "$i" > "$work/docs/$i.json"
 done
@@ -41,15 +46,15 @@ read -r t_render t_valid t_registry t_files < <(awk '/^x12gate: send: rendering/
 files=$(find "$work/data/outbox" -maxdepth 1 -name '*.810.x12' | wc -l)
 bytes=$(find "$work/data/outbox" -maxdepth 1 -name '*.810.x12' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
 sync
-# One document per interchange: the log floor syncs every 256 documents, as one commit of
-# `process` covers 256 interchanges.
-fl=$("$floors" "$work" "$bytes" "$files" "$files")
+# The floors of one document each: the log floor syncs every 256 documents, as one commit of
+# `send` covers 256 documents.
+fl=$("$floors" "$work" "$bytes" "$n" "$n")
 log_s=$(echo "$fl" | awk '$1 == "log" {print $2}')
 file_s=$(echo "$fl" | awk '$1 == "per-file" {print $2}')
 rate() { echo $(( n * 1000 / ($1 > 0 ? $1 : 1) )); }
 floor_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 log_ms=$(floor_ms "$log_s"); file_ms=$(floor_ms "$file_s")
-echo "send of $n invoices ($files interchanges, $bytes bytes)"
+echo "send of $n invoices ($files interchanges, $bytes bytes${BATCH_MS:+, outbound_batch_ms = $BATCH_MS})"
 pct() { echo $(( $1 * 100 / (send > 0 ? send : 1) )); }
 echo "  check (validation, rendering):  ${check} ms, $(rate "$check") documents/s, $(pct "$check")% of send"
 echo "  send:                           ${send} ms, $(rate "$send") documents/s"

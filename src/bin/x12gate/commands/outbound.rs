@@ -287,11 +287,12 @@ pub fn sent(
             let late = if r.ack_late { " (late)" } else { "" };
             writeln!(
                 out,
-                "{}  {}  ISA13 {:09} GS06 {}  {}{late}  {}",
+                "{}  {}  ISA13 {:09} GS06 {} ST02 {}  {}{late}  {}",
                 x12gate::time::rfc3339(r.sent_ms.unwrap_or(r.created_ms)),
                 r.key,
                 r.isa13,
                 r.gs06,
+                r.st02,
                 r.ack_state(now),
                 r.file
             )?;
