@@ -299,10 +299,7 @@ fn write_and_mark(
                 continue;
             }
         };
-        results.push(if marked.next() == Some(true) {
-            let row = registry
-                .outbound(&row.key)?
-                .map_or_else(|| (*row).clone(), |(r, _)| r);
+        results.push(if let Some(Some(row)) = marked.next() {
             let path = folder_of(config, partner).join(&row.file);
             Ok((row, path))
         } else {

@@ -239,25 +239,15 @@ impl Registry {
         stored_in(&self.conn, key).map_err(|e| self.sql(e))
     }
 
-    /// Marks the file of a claim ours written (`sent`), starting its acknowledgment's clock
-    /// (`ack_due_ms` after now; `None`: the partner never answers); false when the claim
-    /// was taken over meanwhile (the other writer marks it).
-    pub fn outbound_written(
-        &mut self,
-        key: &str,
-        owner: &str,
-        ack_due_ms: Option<i64>,
-    ) -> Result<bool, RegistryError> {
-        let done = self.outbound_written_many(&[(key, ack_due_ms)], owner)?;
-        Ok(done.first().copied().unwrap_or(false))
-    }
-
-    /// [`Registry::outbound_written`] of several claims in one transaction.
+    /// Marks the files of claims ours written (`sent`), each with its acknowledgment's clock
+    /// (`ack_due_ms` after now; `None`: the partner never answers), in one transaction: the
+    /// row of each as marked, `None` where the claim was taken over meanwhile (the other
+    /// writer marks it).
     pub fn outbound_written_many(
         &mut self,
         written: &[(&str, Option<i64>)],
         owner: &str,
-    ) -> Result<Vec<bool>, RegistryError> {
+    ) -> Result<Vec<Option<OutboundRow>>, RegistryError> {
         self.batch(|b| {
             written
                 .iter()
@@ -273,47 +263,43 @@ impl Batch<'_> {
         key: &str,
         owner: &str,
         ack_due_ms: Option<i64>,
-    ) -> Result<bool, RegistryError> {
-        let b = self;
-        {
-            let now = now_ms();
-            let changed =
-                b.tx.execute(
+    ) -> Result<Option<OutboundRow>, RegistryError> {
+        let now = now_ms();
+        let marked: Option<OutboundRow> = self
+            .tx
+            .query_row(
+                &format!(
                     "UPDATE outbound SET state = 'sent', sent_at = ?3, owner = NULL,
                          lease_expires = NULL, ack_due = ?4,
                          ack = CASE WHEN ack = 'waiting' THEN ?5 ELSE ack END
-                     WHERE key = ?1 AND state = 'writing' AND owner = ?2",
-                    params![
-                        key,
-                        owner,
-                        now,
-                        ack_due_ms.map(|d| now.saturating_add(d)),
-                        if ack_due_ms.is_some() {
-                            "waiting"
-                        } else {
-                            "not_expected"
-                        }
-                    ],
-                )
-                .map_err(|e| b.sql(e))?;
-            if changed == 1 {
-                let (partner, isa13): (String, i64) =
-                    b.tx.query_row(
-                        "SELECT partner, isa13 FROM outbound WHERE key = ?1",
-                        params![key],
-                        read,
-                    )
-                    .map_err(|e| b.sql(e))?;
-                b.record_note(
-                    EventKind::Sent,
-                    Some(key),
-                    Some(&partner),
-                    Some(&format!("{isa13:09}")),
-                    &serde_json::json!({ "sent": key }).to_string(),
-                )?;
-            }
-            Ok(changed == 1)
+                     WHERE key = ?1 AND state = 'writing' AND owner = ?2
+                     RETURNING {COLUMNS}"
+                ),
+                params![
+                    key,
+                    owner,
+                    now,
+                    ack_due_ms.map(|d| now.saturating_add(d)),
+                    if ack_due_ms.is_some() {
+                        "waiting"
+                    } else {
+                        "not_expected"
+                    }
+                ],
+                read,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some(row) = &marked {
+            self.record_note(
+                EventKind::Sent,
+                Some(key),
+                Some(&row.partner),
+                Some(&format!("{:09}", row.isa13)),
+                &serde_json::json!({ "sent": key }).to_string(),
+            )?;
         }
+        Ok(marked)
     }
 }
 
