@@ -253,23 +253,15 @@ fn byte_at(json: &[u8], line: usize, column: usize) -> usize {
     (start + column.saturating_sub(1)).min(json.len())
 }
 
-/// The configured partner a document names: `QUAL:ID`, or `ID` when one partner has it.
+/// The configured partner a document names, as every command names one (`QUAL:ID`, `ID`
+/// or its name).
 fn find_partner<'c>(config: &'c Config, named: &str) -> Result<&'c Partner, Refusal> {
-    let found: Vec<&Partner> = match named.split_once(':') {
-        Some((q, id)) => config.partner(q, id).into_iter().collect(),
-        None => config.partners.iter().filter(|p| p.id == named).collect(),
-    };
-    match found.as_slice() {
-        [one] => Ok(one),
-        [] => Err(Refusal::Partner(format!(
-            "partner {:?} is not configured in {} ([[partner]] id_qualifier and id)",
-            crate::text::bounded(named, 40),
+    config.partner_named(named).map_err(|e| {
+        Refusal::Partner(format!(
+            "partner: {e} in {} ([[partner]] id_qualifier and id)",
             config.path.display()
-        ))),
-        _ => Err(Refusal::Partner(format!(
-            "partner {named:?} names several partners; write QUAL:ID"
-        ))),
-    }
+        ))
+    })
 }
 
 /// GS08: the document's `version`, else the partner's `outbound_version` when it is of the

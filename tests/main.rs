@@ -10,6 +10,7 @@ mod fuzz_corpus;
 mod guides;
 mod intake;
 mod layers;
+mod names;
 mod outbound;
 mod pg_server;
 mod postgres;

@@ -16,6 +16,7 @@ use crate::x12::Limits;
 
 mod database;
 mod error;
+mod names;
 mod output;
 mod partner;
 mod places;
@@ -23,6 +24,7 @@ mod places;
 use database::database;
 pub use database::{Database, Postgres};
 pub use error::{ConfigError, KeyProblem, Problem};
+pub use names::PartnerName;
 #[cfg(test)]
 pub(crate) use output::destination_defaults;
 use output::{destination, RawDestination};

@@ -436,6 +436,45 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
+    /// The document key an operator means: the key whole (`ZZ:ACME:850:PO-4471:00:`), the
+    /// key without its sender (`850:PO-4471:00:`), or the document's id alone (`PO-4471`),
+    /// each as recorded. The last two read the whole table: a desk's question, not a hot
+    /// path.
+    pub fn resolve_document(&self, given: &str) -> Result<super::Resolved, RegistryError> {
+        let given = given.trim();
+        let exact: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT key FROM documents WHERE key = ?1 LIMIT 1",
+                [given],
+                read,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some(key) = exact {
+            return Ok(super::Resolved::One(key));
+        }
+        // The id starts after `QUAL:ID:SET:` and ends at the next colon.
+        let mut keys: Vec<String> = self
+            .conn
+            .query_map(
+                "SELECT DISTINCT key FROM documents
+                 WHERE key = partner || ':' || CAST(?1 AS TEXT)
+                    OR substr(key, length(partner) + length(set_id) + 3,
+                              length(CAST(?1 AS TEXT)) + 1) = CAST(?1 AS TEXT) || ':'
+                 ORDER BY key LIMIT 50",
+                [given],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))?;
+        Ok(match keys.len() {
+            0 => super::Resolved::Unknown,
+            1 => super::Resolved::One(keys.remove(0)),
+            _ => super::Resolved::Several(keys),
+        })
+    }
+
     /// The sightings of one interchange, in its order.
     pub fn documents_of(&self, interchange_key: &str) -> Result<Vec<DocumentRow>, RegistryError> {
         self.documents_limited(interchange_key, "")

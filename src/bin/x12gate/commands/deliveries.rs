@@ -133,16 +133,21 @@ pub fn deliveries(
     let mut registry = open_registry(config)?;
     match action {
         Some(DeliveriesAction::Discard { key, note }) => {
-            return discard(&mut registry, &key, note.as_deref(), out)
+            let key = super::document_key(&registry, &key)?;
+            return discard(&mut registry, &key, note.as_deref(), out);
         }
         Some(DeliveriesAction::Retry { key, all_dead }) => {
-            return retry(&mut registry, key.as_deref(), all_dead, out)
+            let key = key
+                .map(|k| super::document_key(&registry, &k))
+                .transpose()?;
+            return retry(&mut registry, key.as_deref(), all_dead, out);
         }
         None => {}
     }
     let state = state.and_then(DeliveryState::parse);
+    let partner = partner.map(|p| super::partner_arg(config, p)).transpose()?;
     let rows = registry
-        .deliveries(state, partner, None)
+        .deliveries(state, partner.as_deref(), None)
         .map_err(registry_failure)?;
     let circuits = registry.circuits().map_err(registry_failure)?;
     for r in &rows {
@@ -182,6 +187,17 @@ pub fn deliveries(
                 _ => String::new(),
             }
         )?;
+    }
+    if rows.is_empty() {
+        say!(
+            "INFO",
+            "x12gate: no delivery{}",
+            match (state, &partner) {
+                (Some(s), _) => format!(" {}", s.as_str()),
+                (None, Some(p)) => format!(" of {p}"),
+                (None, None) => String::new(),
+            }
+        );
     }
     if !json {
         for (destination, state, failures, until) in circuits {
@@ -258,9 +274,14 @@ fn retry(
                 names.join(", ")
             )));
         }
+        let Some(key) = key else {
+            // A cron job's "nothing to do" is not a failure.
+            say!("INFO", "x12gate: no dead delivery to retry");
+            return Ok(exit::OK);
+        };
         return Err(Failure::Usage(anyhow::anyhow!(
             "{}: no dead delivery (x12gate deliveries --state dead lists them)",
-            key.map_or("--all-dead".into(), x12gate::text::printable)
+            x12gate::text::printable(key)
         )));
     }
     let followers = match released {
@@ -285,6 +306,7 @@ pub fn confirm(
     use x12gate::registry::Confirmed;
     use x12gate::text::printable;
     let mut registry = open_registry(config)?;
+    let key = &super::document_key(&registry, key)?;
     match registry
         .confirm(key, reference, force)
         .map_err(registry_failure)?

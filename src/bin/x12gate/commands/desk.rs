@@ -328,7 +328,14 @@ pub fn claims(
 fn list_claims(registry: &Registry, json: bool, out: &mut impl Write) -> Result<u8, Failure> {
     use x12gate::owner::describe;
     let op = |e: x12gate::registry::RegistryError| Failure::Operational(e.into());
-    for c in registry.unfinished().map_err(op)? {
+    let unfinished = registry.unfinished().map_err(op)?;
+    if unfinished.is_empty() {
+        say!(
+            "INFO",
+            "x12gate: no unfinished claim: every interchange seen was decided"
+        );
+    }
+    for c in unfinished {
         let holder = c.owner.as_deref().map(describe);
         if json {
             let mut v = serde_json::to_value(&c).map_err(|e| Failure::Operational(e.into()))?;

@@ -32,6 +32,7 @@ pub fn documents(
     let op = |e: x12gate::pipeline::ProcessError| Failure::Operational(e.into());
     match action {
         Some(DocumentsAction::Release { key }) => {
+            let key = super::document_key(&registry, &key)?;
             let (done, sent) = x12gate::desk::release_documents(config, &mut registry, &key)
                 .map_err(exit::desk_failure)?;
             if done.is_empty() {
@@ -54,6 +55,7 @@ pub fn documents(
             Ok(exit::OK)
         }
         Some(DocumentsAction::Discard { key }) => {
+            let key = super::document_key(&registry, &key)?;
             let n = x12gate::pipeline::discard_documents(&mut registry, &key).map_err(op)?;
             if n == 0 {
                 return Err(nothing_held(&key));
@@ -65,44 +67,93 @@ pub fn documents(
             )?;
             Ok(exit::OK)
         }
-        Some(DocumentsAction::Body { key, id }) => print_body(config, &registry, &key, id, out),
+        Some(DocumentsAction::Body { key, id }) => {
+            let key = super::document_key(&registry, &key)?;
+            print_body(config, &registry, &key, id, out)
+        }
+        None => list(&registry, listing, out),
+    }
+}
+
+/// `documents` without an action: the documents of a key, of an interchange, or those
+/// held, waiting or pending.
+fn list(
+    registry: &x12gate::registry::Registry,
+    listing: &Listing,
+    out: &mut impl Write,
+) -> Result<u8, Failure> {
+    let keys = listing
+        .key
+        .as_deref()
+        .map(|k| super::document_keys(registry, k))
+        .transpose()?;
+    let wanted = |r: &DocumentRow| keys.as_ref().is_none_or(|k| k.contains(&r.key));
+    if let Some(interchange) = &listing.interchange {
+        let interchange = super::interchange_key(registry, interchange)?;
+        let rows = registry
+            .documents_of(&interchange)
+            .map_err(registry_failure)?;
+        let mut shown = 0;
+        for r in rows.iter().filter(|r| wanted(r)) {
+            print_row(r, listing.json, out)?;
+            shown += 1;
+        }
+        if shown == 0 {
+            say!(
+                "INFO",
+                "x12gate: interchange {interchange} carried no such document"
+            );
+        }
+        return Ok(exit::OK);
+    }
+    let deliveries: Vec<Delivery> = if listing.all || listing.key.is_some() {
+        Vec::new()
+    } else {
+        let mut d = Vec::new();
+        if listing.held || !listing.waiting {
+            d.push(Delivery::Held);
+        }
+        if listing.waiting || !listing.held {
+            d.push(Delivery::Parked);
+        }
+        if !listing.held && !listing.waiting {
+            d.push(Delivery::Pending);
+        }
+        d
+    };
+    let mut rows = Vec::new();
+    match &keys {
+        Some(keys) => {
+            for k in keys {
+                rows.extend(
+                    registry
+                        .documents(&deliveries, Some(k))
+                        .map_err(registry_failure)?,
+                );
+            }
+        }
         None => {
-            if let Some(interchange) = &listing.interchange {
-                let rows = registry
-                    .documents_of(interchange)
-                    .map_err(registry_failure)?;
-                for r in rows
-                    .iter()
-                    .filter(|r| listing.key.as_ref().is_none_or(|k| *k == r.key))
-                {
-                    print_row(r, listing.json, out)?;
-                }
-                return Ok(exit::OK);
-            }
-            let deliveries: Vec<Delivery> = if listing.all || listing.key.is_some() {
-                Vec::new()
-            } else {
-                let mut d = Vec::new();
-                if listing.held || !listing.waiting {
-                    d.push(Delivery::Held);
-                }
-                if listing.waiting || !listing.held {
-                    d.push(Delivery::Parked);
-                }
-                if !listing.held && !listing.waiting {
-                    d.push(Delivery::Pending);
-                }
-                d
-            };
-            let rows = registry
-                .documents(&deliveries, listing.key.as_deref())
-                .map_err(registry_failure)?;
-            for r in &rows {
-                print_row(r, listing.json, out)?;
-            }
-            Ok(exit::OK)
+            rows = registry
+                .documents(&deliveries, None)
+                .map_err(registry_failure)?
         }
     }
+    for r in &rows {
+        print_row(r, listing.json, out)?;
+    }
+    if rows.is_empty() {
+        say!(
+            "INFO",
+            "x12gate: no document {}",
+            match (listing.all, listing.held, listing.waiting) {
+                (true, ..) => "recorded",
+                (_, true, _) => "held",
+                (_, _, true) => "waiting for its original",
+                _ => "held, waiting or pending",
+            }
+        );
+    }
+    Ok(exit::OK)
 }
 
 /// `documents body KEY [--id ID]`: the JSON kept of KEY's latest sighting (or of `id`).

@@ -40,6 +40,56 @@ fn input_failure(e: x12gate::input::InputError) -> Failure {
 }
 
 /// The existing registry (history, stats, prune, claims, counter): never created here.
+/// A partner as typed on the command line (`QUAL:ID`, `ID` or its name): its `QUAL:ID`, or
+/// exit 2 naming the closest configured partner.
+fn partner_arg(config: &Config, typed: &str) -> Result<String, Failure> {
+    config
+        .partner_named(typed)
+        .map(x12gate::config::Partner::key)
+        .map_err(|e| Failure::Usage(anyhow::anyhow!("--partner: {e}")))
+}
+
+/// The document keys a key as typed names: the key whole, without its sender
+/// (`850:PO-4471:00:`), or the document's id alone (`PO-4471`); exit 2 when it names none.
+fn document_keys(
+    registry: &x12gate::registry::Registry,
+    typed: &str,
+) -> Result<Vec<String>, Failure> {
+    use x12gate::registry::Resolved;
+    match registry.resolve_document(typed).map_err(registry_failure)? {
+        Resolved::One(key) => Ok(vec![key]),
+        Resolved::Several(keys) => Ok(keys),
+        Resolved::Unknown => Err(Failure::Usage(anyhow::anyhow!(
+            "{}: no document has this key, key without its sender (SET:DOCUMENT:EVENT:VERSION) \
+             or document id (x12gate documents --all lists them)",
+            x12gate::text::printable(typed)
+        ))),
+    }
+}
+
+/// The one document key a key as typed names, for a command that acts on it; exit 2 when it
+/// names none or several (listed).
+fn document_key(registry: &x12gate::registry::Registry, typed: &str) -> Result<String, Failure> {
+    let mut keys = document_keys(registry, typed)?;
+    match keys.len() {
+        1 => Ok(keys.remove(0)),
+        _ => Err(Failure::Usage(anyhow::anyhow!(
+            "{}: names several documents ({}); give the whole key",
+            x12gate::text::printable(typed),
+            keys.iter()
+                .map(|k| x12gate::text::printable(k).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The interchange key a key as typed names (`QUAL:ID:ISA13`, `ID:ISA13`, the number
+/// unpadded); exit 2 when it names none or several.
+fn interchange_key(registry: &x12gate::registry::Registry, typed: &str) -> Result<String, Failure> {
+    x12gate::desk::resolve(registry, typed).map_err(|e| Failure::Usage(e.into()))
+}
+
 fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure> {
     x12gate::registry::Registry::open(
         &config.gateway.database,

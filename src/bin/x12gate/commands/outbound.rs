@@ -260,7 +260,7 @@ pub fn sent(
         }
         return Ok(exit::OK);
     }
-    let partner = partner.map(|p| resolve_partner(config, p)).transpose()?;
+    let partner = partner.map(|p| super::partner_arg(config, p)).transpose()?;
     let since = since
         .map(|s| super::registry::parse_time(s, false))
         .transpose()?;
@@ -299,28 +299,6 @@ pub fn sent(
         }
     }
     Ok(exit::OK)
-}
-
-/// A partner as typed: `QUAL:ID`, or `ID` when one configured partner has it.
-fn resolve_partner(config: &Config, typed: &str) -> Result<String, Failure> {
-    if typed.contains(':') {
-        return Ok(typed.to_string());
-    }
-    let found: Vec<String> = config
-        .partners
-        .iter()
-        .filter(|p| p.id == typed)
-        .map(x12gate::config::Partner::key)
-        .collect();
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(Failure::Usage(anyhow::anyhow!(
-            "no configured partner has the id {typed:?}"
-        ))),
-        _ => Err(Failure::Usage(anyhow::anyhow!(
-            "several partners have the id {typed:?}; write QUAL:ID"
-        ))),
-    }
 }
 
 /// `resend`: the same bytes written again, recorded.

@@ -21,24 +21,12 @@ pub fn counter(
     let partner = match &action {
         CounterAction::Show { partner }
         | CounterAction::Next { partner, .. }
-        | CounterAction::Set { partner, .. } => partner,
+        | CounterAction::Set { partner, .. } => super::partner_arg(config, partner)?,
     };
-    if !config.partners.iter().any(|p| &p.key() == partner) {
-        return Err(Failure::Usage(anyhow::anyhow!(
-            "{}: not a configured partner (QUAL:ID; configured: {})",
-            x12gate::text::printable(partner),
-            config
-                .partners
-                .iter()
-                .map(|p| p.key())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
     // Counters live in the registry of a gateway that exists: `init` first.
     let registry = open_registry(config)?;
     match action {
-        CounterAction::Show { partner } => {
+        CounterAction::Show { .. } => {
             for (name, c) in [("ISA13", Counter::Interchange), ("GS06", Counter::Group)] {
                 let v = registry.current_control_number(&partner, c).map_err(op)?;
                 writeln!(
@@ -48,11 +36,7 @@ pub fn counter(
                 )?;
             }
         }
-        CounterAction::Next {
-            partner,
-            kind,
-            count,
-        } => {
+        CounterAction::Next { kind, count, .. } => {
             for _ in 0..count {
                 writeln!(
                     out,
@@ -64,10 +48,7 @@ pub fn counter(
             }
         }
         CounterAction::Set {
-            partner,
-            kind,
-            value,
-            force,
+            kind, value, force, ..
         } => {
             let counter: Counter = kind.into();
             let before = registry
@@ -129,8 +110,8 @@ pub(super) fn parse_time(s: &str, end_of_day: bool) -> Result<i64, Failure> {
         .ok_or_else(|| Failure::Usage(anyhow::anyhow!("{s:?}: not a valid time")))
 }
 
-/// The filters of `history` as the registry keeps them: a bare partner id resolved to
-/// `QUAL:ID` when one configured partner has it, the control number padded, the
+/// The filters of `history` as the registry keeps them: the partner as every command names
+/// it, resolved to `QUAL:ID`, the control number padded, the
 /// disposition checked against the list.
 pub fn history_filter(
     config: &Config,
@@ -141,31 +122,9 @@ pub fn history_filter(
     until: Option<&str>,
 ) -> Result<x12gate::registry::EventFilter, Failure> {
     use x12gate::ack::Disposition;
-    let partner = match partner {
-        Some(p) if !p.contains(':') => {
-            let matching: Vec<String> = config
-                .partners
-                .iter()
-                .filter(|q| q.id == p)
-                .map(|q| q.key())
-                .collect();
-            match matching.as_slice() {
-                [one] => Some(one.clone()),
-                [] => {
-                    return Err(Failure::Usage(anyhow::anyhow!(
-                        "--partner {p}: no configured partner has this id; give QUAL:ID"
-                    )))
-                }
-                _ => {
-                    return Err(Failure::Usage(anyhow::anyhow!(
-                        "--partner {p}: several partners have this id ({}); give QUAL:ID",
-                        matching.join(", ")
-                    )))
-                }
-            }
-        }
-        other => other,
-    };
+    let partner = partner
+        .map(|p| super::partner_arg(config, &p))
+        .transpose()?;
     let control_number = control_number.map(|n| {
         if !n.is_empty() && n.len() < 9 && n.bytes().all(|b| b.is_ascii_digit()) {
             format!("{n:0>9}")
