@@ -520,7 +520,17 @@ pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usi
     let owner = crate::owner::Owner::current().id();
     let lease_ms =
         i64::try_from(config.gateway.lease_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-    let rows = registry.unfinished_outbound(&crate::owner::is_dead)?;
+    let unfinished = registry.unfinished_outbound(&crate::owner::is_dead)?;
+    // One claim per interchange: taking one of its documents over takes the others with it.
+    let mut rows: Vec<&OutboundRow> = Vec::new();
+    for row in &unfinished {
+        if !rows
+            .iter()
+            .any(|r| r.partner == row.partner && r.isa13 == row.isa13)
+        {
+            rows.push(row);
+        }
+    }
     if rows.is_empty() {
         return Ok(0);
     }
@@ -565,7 +575,12 @@ pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usi
             .zip(&mine)
     {
         match result {
-            Ok(_) => done += 1,
+            Ok(_) => {
+                done += unfinished
+                    .iter()
+                    .filter(|r| r.partner == row.partner && r.isa13 == row.isa13)
+                    .count();
+            }
             Err(e) => {
                 tracing::error!(key = %row.key, error = %e, "a document whose writer is gone could not be finished; the next pass tries again")
             }
@@ -700,6 +715,14 @@ pub fn resend(
     let Some((row, bytes)) = registry.outbound(key)? else {
         return Ok(None);
     };
+    if registry.outbound_moved(&row.partner, row.isa13)? > 0 {
+        return Err(SendError::Refused(Refusal::Set(format!(
+            "{key}: its interchange (ISA13 {:09}) also carried documents sent since with new \
+             numbers; written again, it would give the partner those twice: `x12gate resend \
+             --new-numbers {key}` sends this one alone",
+            row.isa13
+        ))));
+    }
     let owner = crate::owner::Owner::current().id();
     let path = write_to_partner(config, &row, &bytes, &owner)?;
     let row = registry
@@ -885,16 +908,28 @@ pub fn drain_folder(
         done.left += usize::from(!due);
         due
     });
-    let documents: Vec<&Prepared> = ready.iter().map(|(_, p)| p).collect();
-    match send_all(config, registry, &documents, &mut Spent::default()) {
-        Ok(results) => {
-            for ((file, _), result) in ready.iter().zip(results) {
-                answer_file(file, folder, &result, &mut done);
-            }
+    // A batch of `send` per envelope: one partner's unwritable folder (or a document that
+    // does not render) holds back only the files of that partner.
+    let mut envelopes: Vec<(crate::outbound::EnvelopeKey, Vec<&(PathBuf, Prepared)>)> = Vec::new();
+    for r in &ready {
+        let key = r.1.envelope_key();
+        match envelopes.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, files)) => files.push(r),
+            None => envelopes.push((key, vec![r])),
         }
-        Err(e) => {
-            tracing::error!(error = %e, "outbound documents were not sent; trying again later");
-            done.left += ready.len();
+    }
+    for (_, files) in envelopes {
+        let documents: Vec<&Prepared> = files.iter().map(|(_, p)| p).collect();
+        match send_all(config, registry, &documents, &mut Spent::default()) {
+            Ok(results) => {
+                for ((file, _), result) in files.iter().zip(results) {
+                    answer_file(file, folder, &result, &mut done);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "outbound documents were not sent; trying again later");
+                done.left += files.len();
+            }
         }
     }
     done

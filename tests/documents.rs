@@ -1439,9 +1439,10 @@ fn a_report_lists_the_first_thousand_documents_and_counts_them_all() {
     assert_eq!(listed.len(), 1003);
     assert_eq!(listed[1002]["key"], "ZZ:ACME:850:PO-1003:00:");
     assert_eq!(listed[10]["disposition"], "duplicate");
-    assert!(gate
-        .documents(&["--interchange", "ZZ:ACME:000000604"])
-        .is_empty());
+    // An interchange the registry never saw is named as such (exit 2), not an empty list.
+    let (status, _, stderr) = gate.run(&["documents", "--interchange", "ZZ:ACME:000000604"], None);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("ZZ:ACME:000000604"), "{stderr}");
     // `show` looks at the first 1,000 and says how many more there are; `history` names
     // what the decision recorded (its first hundred) and counts the rest.
     let (status, stdout, stderr) = gate.run(&["show", "--json", "ZZ:ACME:000000603"], None);

@@ -282,7 +282,7 @@ fn an_invalid_document_is_refused_with_its_findings_before_any_number_is_taken()
         refused["error"]
             .as_str()
             .unwrap()
-            .contains("not configured"),
+            .contains("\"ZZ:NOBODY\" names no configured partner"),
         "{refused}"
     );
     let mut anonymous = invoice("ZZ:ACME", "INV-9", "1");
@@ -1418,6 +1418,15 @@ fn batched_documents(g: &Gate) {
         "accepted",
         "the others stay"
     );
+    // The first interchange is not written again now: it still carries INV-B2.
+    let out = g.run(&["resend", i3["key"].as_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--new-numbers"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(&file).unwrap(), bytes, "untouched");
 }
 
 /// The ERP posts a dozen invoices at once to a partner that batches: one interchange (the
@@ -1491,4 +1500,71 @@ fn the_outbound_inbox_holds_a_batching_partners_files_until_the_oldest_has_waite
         assert_eq!(isa13(&a), isa13(&first));
     }
     assert_eq!(g.interchanges_in("data/outbox").len(), 1);
+}
+
+/// One partner's outbound folder cannot be written: the outbound inbox still sends the other
+/// partner's documents, and keeps the first partner's for the next pass.
+#[test]
+fn one_partners_unwritable_folder_holds_back_only_its_own_files_in_the_outbound_inbox() {
+    let g = Gate::with_outbound_inbox();
+    fs::create_dir_all(g.path("data")).unwrap();
+    fs::write(
+        g.path("data/to-quiet"),
+        "a file where QUIET's folder should be",
+    )
+    .unwrap();
+    let inbox = g.path("data/outbound");
+    fs::create_dir_all(&inbox).unwrap();
+    fs::write(
+        inbox.join("acme.json"),
+        invoice("ZZ:ACME", "INV-U1", "10").to_string(),
+    )
+    .unwrap();
+    fs::write(
+        inbox.join("quiet.json"),
+        invoice("ZZ:QUIET", "INV-U2", "10").to_string(),
+    )
+    .unwrap();
+    let _ = g.run(&["watch", "--once"], &[]);
+    assert!(
+        inbox.join("sent/acme.json").is_file(),
+        "ACME's document went"
+    );
+    assert!(
+        inbox.join("quiet.json").is_file(),
+        "QUIET's waits for its folder"
+    );
+    assert_eq!(g.interchanges_in("data/outbox").len(), 1);
+}
+
+/// A writer of three documents in one interchange dies after writing it, before marking
+/// them; the transport took the file. The ERP's retry of one of them writes the interchange
+/// again once and marks all three: the retry of another is a replay, writing nothing.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_batched_interchange_whose_writer_died_is_written_once_for_all_its_documents() {
+    let g = Gate::new();
+    g.batching(60_000);
+    let names = ["c1.json", "c2.json", "c3.json"];
+    for (i, name) in names.iter().enumerate() {
+        let doc = invoice("ZZ:ACME", &format!("INV-C{i}"), "10");
+        fs::write(g.path(name), doc.to_string()).unwrap();
+    }
+    let mut args = vec!["send", "--json"];
+    args.extend_from_slice(&names);
+    let out = g.run(&args, &[("FAILPOINTS", "send.before_mark=return")]);
+    assert!(!out.status.success(), "the send was not killed");
+    let file = g.path("data/outbox/ZZ_ACME_000000001.810.x12");
+    fs::remove_file(&file).expect("the interchange was written before the crash");
+    let out = g.run(&["send", "--json", "c1.json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(file.is_file(), "written again");
+    let rows = g.sent(&[]);
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r["state"] == "sent"), "{rows:?}");
+    fs::remove_file(&file).unwrap(); // taken again by the transport
+    let out = g.run(&["send", "--json", "c2.json"], &[]);
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["state"], "replayed", "{answer}");
+    assert!(!file.exists(), "not written a third time");
 }

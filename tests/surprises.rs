@@ -271,7 +271,7 @@ fn counter_refuses_strangers_and_says_what_it_did() {
     let o = run(d, &["counter", "set", "ZZ:NOBODY", "isa13", "5"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("ZZ:NOBODY: not a configured partner"),
+        stderr(&o).contains("\"ZZ:NOBODY\" names no configured partner"),
         "{}",
         stderr(&o)
     );

@@ -323,6 +323,9 @@ const MIGRATIONS: &[&str] = &[
         file    TEXT NOT NULL,
         bytes   BLOB NOT NULL,
         created INTEGER NOT NULL,
+        -- Its sets sent since with new numbers (resend --new-numbers): then these bytes
+        -- are never written again, or the partner would have those sets twice.
+        moved   INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (partner, isa13)
     ) STRICT;
     INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)

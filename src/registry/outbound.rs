@@ -142,7 +142,7 @@ pub enum OutboundClaim {
 }
 
 /// A row as a claim finds it: with its bytes, its writer and the writer's lease.
-type Claimed = (OutboundRow, Vec<u8>, Option<String>, Option<i64>);
+type Claimed = (OutboundRow, Option<String>, Option<i64>);
 
 /// Why a transaction of ours was rolled back: the registry's error, or a refusal of the
 /// work itself (nothing it took, not even a number, is kept).
@@ -159,6 +159,11 @@ impl From<RegistryError> for Refused {
 
 /// A row with the bytes of its interchange.
 pub type Stored = (OutboundRow, Vec<u8>);
+
+/// The rows of one of our interchanges: the documents it carries are claimed, taken over,
+/// released and marked together, so that it is written once.
+const SAME_INTERCHANGE: &str =
+    "(partner, isa13) IN (SELECT partner, isa13 FROM outbound WHERE key = ?1)";
 
 /// The row of `key` and its bytes, on `conn` (a connection or an open transaction).
 fn stored_in(
@@ -239,40 +244,49 @@ impl Registry {
         stored_in(&self.conn, key).map_err(|e| self.sql(e))
     }
 
-    /// Marks the files of claims ours written (`sent`), each with its acknowledgment's clock
-    /// (`ack_due_ms` after now; `None`: the partner never answers), in one transaction: the
-    /// row of each as marked, `None` where the claim was taken over meanwhile (the other
-    /// writer marks it).
+    /// Marks the files of claims ours written (`sent`), with the other documents of their
+    /// interchanges, each with its acknowledgment's clock (`ack_due_ms` after now; `None`:
+    /// the partner never answers), in one transaction: the row of each as marked, `None`
+    /// where the claim was taken over meanwhile (the other writer marks it).
     pub fn outbound_written_many(
         &mut self,
         written: &[(&str, Option<i64>)],
         owner: &str,
     ) -> Result<Vec<Option<OutboundRow>>, RegistryError> {
         self.batch(|b| {
-            written
-                .iter()
-                .map(|(key, due)| b.outbound_written(key, owner, *due))
-                .collect()
+            let mut marked: std::collections::HashMap<String, OutboundRow> =
+                std::collections::HashMap::new();
+            let mut rows = Vec::with_capacity(written.len());
+            for (key, due) in written {
+                if !marked.contains_key(*key) {
+                    for row in b.outbound_written(key, owner, *due)? {
+                        marked.insert(row.key.clone(), row);
+                    }
+                }
+                rows.push(marked.get(*key).cloned());
+            }
+            Ok(rows)
         })
     }
 }
 
 impl Batch<'_> {
+    /// The rows of `key`'s interchange still ours to mark, marked sent.
     fn outbound_written(
         &self,
         key: &str,
         owner: &str,
         ack_due_ms: Option<i64>,
-    ) -> Result<Option<OutboundRow>, RegistryError> {
+    ) -> Result<Vec<OutboundRow>, RegistryError> {
         let now = now_ms();
-        let marked: Option<OutboundRow> = self
+        let marked: Vec<OutboundRow> = self
             .tx
-            .query_row(
+            .query_map(
                 &format!(
                     "UPDATE outbound SET state = 'sent', sent_at = ?3, owner = NULL,
                          lease_expires = NULL, ack_due = ?4,
                          ack = CASE WHEN ack = 'waiting' THEN ?5 ELSE ack END
-                     WHERE key = ?1 AND state = 'writing' AND owner = ?2
+                     WHERE {SAME_INTERCHANGE} AND state = 'writing' AND owner = ?2
                      RETURNING {COLUMNS}"
                 ),
                 params![
@@ -288,15 +302,15 @@ impl Batch<'_> {
                 ],
                 read,
             )
-            .optional()
+            .and_then(Iterator::collect)
             .map_err(|e| self.sql(e))?;
-        if let Some(row) = &marked {
+        for row in &marked {
             self.record_note(
                 EventKind::Sent,
-                Some(key),
+                Some(&row.key),
                 Some(&row.partner),
                 Some(&format!("{:09}", row.isa13)),
-                &serde_json::json!({ "sent": key }).to_string(),
+                &serde_json::json!({ "sent": row.key }).to_string(),
             )?;
         }
         Ok(marked)
@@ -336,6 +350,12 @@ impl Registry {
                 "INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![old.partner, i64::from(isa13), file, bytes.clone(), now],
+            )
+            .map_err(|e| b.sql(e))?;
+            b.tx.execute(
+                "UPDATE outbound_interchanges SET moved = moved + 1
+                 WHERE partner = ?1 AND isa13 = ?2",
+                params![old.partner, i64::from(old.isa13)],
             )
             .map_err(|e| b.sql(e))?;
             // Alone in its new interchange: the set is its group's first.
@@ -405,18 +425,34 @@ impl Registry {
             .collect())
     }
 
-    /// Lets go of a claim ours whose file could not be written: the next `send` of the key
-    /// writes it at once, rather than after the lease.
+    /// Lets go of a claim ours whose file could not be written (with the other documents of
+    /// its interchange): the next `send` of the key writes it at once, rather than after the
+    /// lease.
     pub fn outbound_release(&mut self, key: &str, owner: &str) -> Result<(), RegistryError> {
         self.batch(|b| {
             b.tx.execute(
-                "UPDATE outbound SET owner = NULL, lease_expires = NULL
-                 WHERE key = ?1 AND state = 'writing' AND owner = ?2",
+                &format!(
+                    "UPDATE outbound SET owner = NULL, lease_expires = NULL
+                     WHERE {SAME_INTERCHANGE} AND state = 'writing' AND owner = ?2"
+                ),
                 params![key, owner],
             )
             .map(drop)
             .map_err(|e| b.sql(e))
         })
+    }
+
+    /// How many sets of our interchange (partner, ISA13) were sent since with new numbers.
+    pub fn outbound_moved(&self, partner: &str, isa13: u32) -> Result<i64, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT moved FROM outbound_interchanges WHERE partner = ?1 AND isa13 = ?2",
+                params![partner, i64::from(isa13)],
+                read,
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.sql(e))
     }
 
     /// A resend of a sent document, recorded: its row and the bytes first sent.
@@ -577,7 +613,9 @@ impl Batch<'_> {
             .collect()
     }
 
-    /// The claim of a key seen before: `None` when it never was.
+    /// The claim of a key seen before: `None` when it never was. Taking one over takes the
+    /// other documents of its interchange with it (they share one file and were numbered
+    /// together), so that the file is written once and every one of them marked.
     fn claim_existing(
         &self,
         new: &NewOutbound<'_>,
@@ -586,16 +624,13 @@ impl Batch<'_> {
         let found: Option<Claimed> = self
             .tx
             .query_row(
-                &format!(
-                    "SELECT {JOINED}, i.bytes, o.owner, o.lease_expires {FROM_JOINED}
-                     WHERE o.key = ?1"
-                ),
+                &format!("SELECT {COLUMNS}, owner, lease_expires FROM outbound WHERE key = ?1"),
                 params![new.key],
                 read,
             )
             .optional()
             .map_err(|e| self.sql(e))?;
-        let Some((row, bytes, owner, expires)) = found else {
+        let Some((row, owner, expires)) = found else {
             return Ok(None);
         };
         if row.fingerprint != new.fingerprint {
@@ -609,8 +644,19 @@ impl Batch<'_> {
         }
         self.tx
             .execute(
-                "UPDATE outbound SET owner = ?2, lease_expires = ?3 WHERE key = ?1",
+                &format!(
+                    "UPDATE outbound SET owner = ?2, lease_expires = ?3
+                     WHERE {SAME_INTERCHANGE} AND state = 'writing'"
+                ),
                 params![new.key, new.owner, now.saturating_add(new.lease_ms)],
+            )
+            .map_err(|e| self.sql(e))?;
+        let bytes: Vec<u8> = self
+            .tx
+            .query_row(
+                "SELECT bytes FROM outbound_interchanges WHERE partner = ?1 AND isa13 = ?2",
+                params![row.partner, i64::from(row.isa13)],
+                read,
             )
             .map_err(|e| self.sql(e))?;
         Ok(Some(OutboundClaim::Write {

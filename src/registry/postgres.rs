@@ -377,6 +377,7 @@ CREATE TABLE outbound_interchanges (
     file    TEXT COLLATE "C" NOT NULL,
     bytes   BYTEA NOT NULL,
     created BIGINT NOT NULL,
+    moved   BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (partner, isa13)
 );
 INSERT INTO outbound_interchanges (partner, isa13, file, bytes, created)

@@ -100,6 +100,21 @@ async fn admit(
     next.run(req).await
 }
 
+/// What the documents waiting for their batches may hold in all, as the bodies that made
+/// them: a wait holds no place, so this bounds the API's memory instead.
+const WAITING_BYTES: usize = 64 << 20;
+
+/// A waiting document's share of [`WAITING_BYTES`] (in KiB, a body of up to 16 MiB fits),
+/// waited for when the others hold it all.
+async fn waiting_share(
+    body: usize,
+) -> Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    static SHARES: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    let shares = SHARES.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(WAITING_BYTES >> 10)));
+    let kib = u32::try_from(body.div_ceil(1024).clamp(1, WAITING_BYTES >> 10)).unwrap_or(1);
+    shares.clone().acquire_many_owned(kib).await
+}
+
 /// What a batch's documents wait for: each one's result, or the registry's failure.
 type Answer = Result<Result<Sent, SendError>, String>;
 
@@ -252,6 +267,7 @@ async fn create(
         .and_then(|v| v.to_str().ok())
         .map(|v| crate::text::bounded(v.trim(), MAX_IDEMPOTENCY_KEY).to_string());
     let worker = site.clone();
+    let size = body.len();
     // Checked and named, then sent at once, or handed back to wait for its batch.
     let done = tokio::task::spawn_blocking(move || {
         let schemas = match worker.schemas {
@@ -263,10 +279,15 @@ async fn create(
             Err(r) => return Ok(Err(Err(SendError::Refused(r)))),
         };
         prepared.idempotency_key = idempotency;
-        if prepared.partner.outbound.batch_ms > 0 {
+        let mut registry = open(&worker).map_err(|e| e.to_string())?;
+        // A retry is answered at once; only a document never seen waits for its batch.
+        let seen = registry
+            .outbound(&prepared.key)
+            .map_err(|e| e.to_string())?
+            .is_some();
+        if prepared.partner.outbound.batch_ms > 0 && !seen {
             return Ok(Ok(prepared));
         }
-        let mut registry = open(&worker).map_err(|e| e.to_string())?;
         let sent = crate::send::send_prepared(&worker.config, &mut registry, &prepared);
         Ok::<_, String>(Err(sent))
     })
@@ -274,7 +295,11 @@ async fn create(
     let result = match done {
         Ok(Ok(Err(result))) => result,
         Ok(Ok(Ok(prepared))) => {
-            // Its body is read and checked: the wait for the batch holds no place.
+            // Its body is read and checked: the wait for the batch holds no place, but its
+            // share of what all waiting documents may hold.
+            let Ok(_share) = waiting_share(size).await else {
+                return problem(503, "the outbound API is shutting down");
+            };
             place.give_up();
             match Batches::join(site.clone(), prepared).await {
                 Ok(result) => result,

@@ -46,7 +46,7 @@ fn partner_arg(config: &Config, typed: &str) -> Result<String, Failure> {
     config
         .partner_named(typed)
         .map(x12gate::config::Partner::key)
-        .map_err(|e| Failure::Usage(anyhow::anyhow!("--partner: {e}")))
+        .map_err(|e| Failure::Usage(e.into()))
 }
 
 /// The document keys a key as typed names: the key whole, without its sender
