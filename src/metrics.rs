@@ -115,7 +115,40 @@ fn exposition(
         path: "metrics".into(),
         cause: std::io::Error::other(e.to_string()),
     })?;
-    Ok(text)
+    Ok(in_order(&text))
+}
+
+/// The exposition with each counter's and gauge's series sorted by their labels: a family
+/// keeps its series in a hash map, so they came in another order at every scrape (a diff of
+/// two scrapes, or a test, then shows nothing but noise). A histogram's lines keep their
+/// order (its buckets go up).
+fn in_order(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut samples: Vec<&str> = Vec::new();
+    let mut sortable = false;
+    let flush = |samples: &mut Vec<&str>, sortable: bool, out: &mut String| {
+        if sortable {
+            samples.sort_unstable();
+        }
+        for s in samples.drain(..) {
+            out.push_str(s);
+            out.push('\n');
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with('#') {
+            flush(&mut samples, sortable, &mut out);
+            if let Some(kind) = line.strip_prefix("# TYPE ") {
+                sortable = kind.ends_with(" counter") || kind.ends_with(" gauge");
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            samples.push(line);
+        }
+    }
+    flush(&mut samples, sortable, &mut out);
+    out
 }
 
 /// What was decided on interchanges and answered, and the files waiting in `rejected/`.
@@ -411,4 +444,18 @@ pub async fn bind(
         app = app.merge(crate::web::router(site));
     }
     Ok(async move { axum::serve(listener, app).await })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counters_and_gauges_come_sorted_and_a_histogram_keeps_its_order() {
+        let text = "# HELP x A.\n# TYPE x counter\nx{p=\"b\"} 1\nx{p=\"a\"} 2\n\
+                    # HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n# EOF\n";
+        assert_eq!(
+            super::in_order(text),
+            "# HELP x A.\n# TYPE x counter\nx{p=\"a\"} 2\nx{p=\"b\"} 1\n\
+             # HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 1\n# EOF\n"
+        );
+    }
 }

@@ -675,6 +675,11 @@ impl Watcher {
         // A file this user cannot read stays in the inbox, where it can be seen, and
         // is named once; moved into the work folder it would only fail there.
         if let Err(e) = std::fs::File::open(path) {
+            // Gone: another watcher on the same inbox took it first. Nothing to say.
+            if e.kind() == std::io::ErrorKind::NotFound {
+                self.seen.remove(path);
+                return None;
+            }
             if self.warned.insert(path.to_path_buf()) {
                 tracing::warn!(file = %crate::text::printable(&path.display().to_string()), error = %e, "cannot read this inbox file: left where it is (fix its permissions)");
             }

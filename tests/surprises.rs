@@ -401,3 +401,61 @@ fn help_explains_every_flag() {
         }
     }
 }
+
+/// `process` killed after its first batch, stdout redirected to a file: every line of the
+/// batch it finished is in the file (each file's lines are flushed as it is decided, not
+/// kept in a buffer the kill throws away).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_killed_process_has_reported_every_file_it_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    gateway(d);
+    // One batch holds 256 interchanges: the second batch is killed before it completes.
+    let files: Vec<String> = (1..=300)
+        .map(|n| {
+            let name = format!("po-{n:03}.x12");
+            fs::write(d.join(&name), po(1000 + n)).unwrap();
+            name
+        })
+        .collect();
+    let report = fs::File::create(d.join("report.txt")).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_x12gate"))
+        .current_dir(d)
+        .arg("process")
+        .args(&files)
+        .env("FAILPOINTS", "complete.before=1*off->return")
+        .stdout(report)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the second batch was not killed");
+    let reported = fs::read_to_string(d.join("report.txt")).unwrap();
+    assert_eq!(reported.lines().count(), 256, "{reported}");
+    assert!(
+        reported.lines().all(|l| l.contains(" accepted")),
+        "{reported}"
+    );
+}
+
+/// `x12gate parse BIG | head -c 10`: the reader went away. No "Broken pipe" message; the
+/// exit code of a program SIGPIPE stopped.
+#[test]
+fn a_reader_that_stops_reading_gets_no_error_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let big: String = (1..=300).map(po).collect();
+    let file = dir.path().join("big.x12");
+    fs::write(&file, big).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_x12gate"))
+        .current_dir(dir.path())
+        .args(["parse", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its output is larger than a pipe holds: it waits on the pipe until the reader goes.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(141));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}

@@ -401,7 +401,7 @@ impl<'c> Deliverer<'c> {
                 _,
             ) => {
                 summary.retrying += 1;
-                tracing::info!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, retry_in_ms = retry_in, "delivery failed; retrying");
+                tracing::warn!(document = %key, destination = %d.name, %status, error = %crate::text::printable(error), attempts = recorded.attempts, retry_in_ms = retry_in, "delivery failed; retrying");
             }
         }
         match recorded.circuit {

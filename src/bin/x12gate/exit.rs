@@ -7,6 +7,17 @@ pub const USAGE: u8 = 2;
 pub const FINDINGS: u8 = 3;
 /// Stopped by SIGINT/SIGTERM before every file was processed.
 pub const INTERRUPTED: u8 = 130;
+/// Whoever read our output stopped reading (`x12gate claims | head`): what a program killed
+/// by SIGPIPE exits with, without a word.
+pub const PIPE_CLOSED: u8 = 141;
+
+/// Whether a failure is only the reader of our output gone away.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
 
 /// Why a command stopped: a usage or set-up mistake (exit 2), or an operational failure
 /// (exit 1).

@@ -73,6 +73,9 @@ fn main() -> ExitCode {
     logs(&cli);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(Failure::Operational(e)) if exit::is_closed_pipe(&e) => {
+            ExitCode::from(exit::PIPE_CLOSED)
+        }
         Err(Failure::Usage(e)) => {
             say!("ERROR", "x12gate: {e:#}");
             ExitCode::from(exit::USAGE)

@@ -175,7 +175,14 @@ pub fn deliveries(
             x12gate::text::printable(&r.interchange),
             r.last_status
                 .as_deref()
-                .map(|s| format!(" last {s}"))
+                .map(|s| match (r.state, r.last_error.as_deref()) {
+                    // Why it failed, in the destination's or the system's words.
+                    (DeliveryState::Delivered, _) | (_, None) => format!(" last {s}"),
+                    (_, Some(e)) => format!(
+                        " last {s} ({})",
+                        x12gate::text::printable(x12gate::text::bounded(e, 200))
+                    ),
+                })
                 .unwrap_or_default(),
             r.result_ref
                 .as_deref()
@@ -202,9 +209,14 @@ pub fn deliveries(
     if !json {
         for (destination, state, failures, until) in circuits {
             if state != x12gate::registry::CircuitState::Closed {
+                // The count goes on while it is open (failed probes), past the threshold.
+                let opens_at = config
+                    .destination(&destination)
+                    .map(|d| format!(" (it opens at {})", d.circuit_failures))
+                    .unwrap_or_default();
                 writeln!(
                     out,
-                    "circuit of {destination}: {state} after {failures} failure(s){}",
+                    "circuit of {destination}: {state}, {failures} failure(s) in a row{opens_at}{}",
                     until
                         .map(|u| format!(", until {}", local_time(u)))
                         .unwrap_or_default()

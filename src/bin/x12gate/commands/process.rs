@@ -339,6 +339,9 @@ fn report(
             }
         }
     }
+    // Each file's lines reach stdout as it is decided: a run killed later (or read through
+    // a pipe while it works) has reported what it did.
+    out.flush()?;
     Ok(())
 }
 
