@@ -22,9 +22,12 @@ use crate::registry::{ClaimState, EventKind, Readers, Registry, RegistryError, S
 type Labels = Vec<(String, String)>;
 
 /// Measurements of this process (the watcher's batches).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Live {
     pub batch_seconds: Histogram,
+    /// The configuration a reload (SIGHUP) put in force, for the partners' labels; `None`:
+    /// the one the server started with.
+    reloaded: std::sync::RwLock<Option<Arc<Config>>>,
 }
 
 impl Default for Live {
@@ -32,7 +35,25 @@ impl Default for Live {
         Live {
             // 5 ms to about 80 s.
             batch_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 15)),
+            reloaded: std::sync::RwLock::new(None),
         }
+    }
+}
+
+impl Live {
+    /// `config` is in force from now on.
+    pub fn reloaded(&self, config: Arc<Config>) {
+        if let Ok(mut r) = self.reloaded.write() {
+            *r = Some(config);
+        }
+    }
+
+    fn config_or(&self, started: &Arc<Config>) -> Arc<Config> {
+        self.reloaded
+            .read()
+            .ok()
+            .and_then(|r| r.clone())
+            .unwrap_or_else(|| started.clone())
     }
 }
 
@@ -361,7 +382,11 @@ async fn metrics_page(
     use axum::response::IntoResponse;
     let rendered = tokio::task::spawn_blocking(move || {
         let reader = s.readers.get()?;
-        exposition(&s.config, reader.as_deref(), Some(&s.live))
+        exposition(
+            &s.live.config_or(&s.config),
+            reader.as_deref(),
+            Some(&s.live),
+        )
     })
     .await;
     match rendered {

@@ -435,6 +435,8 @@ struct Watcher {
     live: Arc<crate::metrics::Live>,
     /// The `/metrics` server, when `[gateway] metrics` is set; stopped at the end.
     metrics: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The web page it serves, told of a reloaded configuration.
+    site: Option<Arc<crate::web::Site>>,
     /// The deliverer thread, when a destination goes through the outbox; stopped at the end.
     deliverer: Option<crate::delivery::Background>,
     /// `--once`: stop when everything present was decided.
@@ -843,6 +845,7 @@ impl Watcher {
             workers: Arc::new(Semaphore::new(g.workers.max(1))),
             live: Arc::new(crate::metrics::Live::default()),
             metrics: None,
+            site: None,
             deliverer: None,
             once: options.once,
             stopping: false,
@@ -877,11 +880,9 @@ impl Watcher {
                 addr,
                 config.clone(),
                 w.live.clone(),
-                web_site(&config, addr, options)?.map(|mut site| {
-                    if let Some(s) = Arc::get_mut(&mut site) {
-                        s.schemas = Some(schemas);
-                    }
-                    site
+                web_site(&config, addr, options)?.inspect(|site| {
+                    site.put_in_force(config.clone(), Some(schemas));
+                    w.site = Some(site.clone());
                 }),
             )
             .await
@@ -924,10 +925,18 @@ impl Watcher {
         let mut tick = tokio::time::interval(self.tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
+        // SIGHUP: the configuration read again. Without the signal (it cannot be installed)
+        // the watcher still runs; a reload then needs a restart.
+        let mut hangups =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown, if !self.stopping => self.stop(),
+                Some(()) = async { match hangups.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                } }, if !self.stopping => self.reload(),
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     self.batch_done(done.unwrap_or_default());
                 }
@@ -950,6 +959,113 @@ impl Watcher {
                 return Ok(());
             }
         }
+    }
+
+    /// SIGHUP: `partners.toml` read again and checked as `check` checks it. A good one is
+    /// in force for the next batch, the deliverer, the page and `/metrics` (the batches at
+    /// work finish on the old one); a bad one, or one that changes `[gateway]` (folders,
+    /// registry, listener, timings: read at start), is refused with its reasons and the
+    /// running configuration kept. Either way the history records it.
+    fn reload(&mut self) {
+        let path = self.config.path.clone();
+        let checked = tokio::task::block_in_place(|| self.read_again(&path));
+        let detail = match checked {
+            Ok((config, schemas, changes)) => {
+                let config = Arc::new(config);
+                tracing::info!(config = %path.display(), %changes, "configuration reloaded: in force for the next files");
+                self.config = config.clone();
+                self.schemas = schemas;
+                self.live.reloaded(config.clone());
+                if let Some(site) = &self.site {
+                    site.put_in_force(config.clone(), Some(schemas));
+                }
+                // The deliverer starts again on the new destinations; the old one finishes
+                // the attempt it is making, off this loop.
+                if let Some(old) = self.deliverer.take() {
+                    tokio::task::spawn_blocking(move || drop(old));
+                }
+                if let Ok(registry) = crate::setup::open_registry(&config) {
+                    self.deliverer = crate::delivery::Background::start(
+                        config,
+                        registry,
+                        format!("{}:deliver", self.options.owner),
+                    );
+                }
+                serde_json::json!({ "reloaded": path.display().to_string(), "changes": changes })
+            }
+            Err(why) => {
+                tracing::error!(config = %path.display(), error = %why, "configuration not reloaded: the running one is kept");
+                serde_json::json!({ "refused": path.display().to_string(), "why": why })
+            }
+        };
+        let recorded = tokio::task::block_in_place(|| {
+            crate::setup::open_registry(&self.config)?.batch(|b| {
+                b.record_note(
+                    crate::registry::EventKind::Reloaded,
+                    None,
+                    None,
+                    None,
+                    &detail.to_string(),
+                )
+            })
+        });
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "the reload was not recorded in the history");
+        }
+    }
+
+    /// The configuration at `path` as `check` judges it, with its definitions and what
+    /// changed (partners added and removed); why not, when it cannot be put in force.
+    fn read_again(&self, path: &Path) -> Result<(Config, &'static Schemas, String), String> {
+        let config = Config::load(path).map_err(|e| e.to_string())?;
+        if config.gateway != self.config.gateway {
+            return Err(
+                "[gateway] changed: its folders, registry, listener and timings are \
+                read at start; restart the watcher to apply it"
+                    .into(),
+            );
+        }
+        let problems: Vec<String> = crate::setup::check(&config)
+            .into_iter()
+            .filter(|p| !p.operational)
+            .map(|p| p.to_string())
+            .collect();
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        // Loaded for the life of the process, as at start (a reload a day leaks little).
+        let schemas: &'static Schemas = match crate::guides::for_config(&config) {
+            Ok(Some(layered)) => Box::leak(Box::new(layered)),
+            Ok(None) => crate::schema::builtin().map_err(|e| e.to_string())?,
+            Err(e) => return Err(e.to_string()),
+        };
+        let keys = |c: &Config| -> Vec<String> { c.partners.iter().map(|p| p.key()).collect() };
+        let (old, new) = (keys(&self.config), keys(&config));
+        let added: Vec<&String> = new.iter().filter(|k| !old.contains(k)).collect();
+        let removed: Vec<&String> = old.iter().filter(|k| !new.contains(k)).collect();
+        let changes = format!(
+            "{} partner(s); added: {}; removed: {}",
+            new.len(),
+            if added.is_empty() {
+                "none".into()
+            } else {
+                added
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            if removed.is_empty() {
+                "none".into()
+            } else {
+                removed
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        );
+        Ok((config, schemas, changes))
     }
 
     /// The first shutdown signal: no new files, no more waiting for other processes' leases.

@@ -2283,3 +2283,72 @@ fn a_reprocess_to_acceptance_empties_the_backlog_and_a_rejected_one_keeps_both_a
     assert_eq!(out.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
 }
+
+/// SIGHUP reads `partners.toml` again: a broken file is refused (the error logged with its
+/// line, the running configuration kept, the refusal in the history), a good one that adds a
+/// partner is in force for the next file, without a restart; one that changes `[gateway]` is
+/// refused (its folders are read at start).
+#[test]
+fn sighup_reloads_a_good_configuration_and_refuses_a_broken_one() {
+    let gate = Gate::new(Settings::default());
+    let w = gate.start_logging(&[], "warn,x12gate::watch=info");
+    let started = || w.log().contains("x12gate watch started");
+    wait_for(
+        Duration::from_secs(30),
+        "the watcher to start",
+        started,
+        || w.log(),
+    );
+    let path = gate.dir().join("partners.toml");
+    let good = fs::read_to_string(&path).unwrap();
+    // Counted in the log: `history` itself cannot read a broken partners.toml.
+    let refusals = || w.log().matches("configuration not reloaded").count();
+
+    fs::write(&path, format!("{good}\n[[partner]]\nname = broken\n")).unwrap();
+    w.signal("HUP");
+    wait_for(
+        Duration::from_secs(30),
+        "the refusal",
+        || refusals() == 1,
+        || w.log(),
+    );
+    assert!(
+        w.log().contains("line "),
+        "the error names its line: {}",
+        w.log()
+    );
+
+    fs::write(&path, good.replace("poll_ms = 100", "poll_ms = 200")).unwrap();
+    w.signal("HUP");
+    wait_for(
+        Duration::from_secs(30),
+        "the second refusal",
+        || refusals() == 2,
+        || w.log(),
+    );
+    assert!(w.log().contains("restart the watcher"), "{}", w.log());
+
+    let globex =
+        "\n[[partner]]\nname = \"Globex\"\nid_qualifier = \"ZZ\"\nid = \"GLOBEX\"\nack = \"997\"\n";
+    fs::write(&path, format!("{good}{globex}")).unwrap();
+    w.signal("HUP");
+    let reloaded = || w.log().contains("configuration reloaded");
+    wait_for(Duration::from_secs(30), "the reload", reloaded, || w.log());
+    assert!(w.log().contains("added: ZZ:GLOBEX"), "{}", w.log());
+    let file = interchange(7001, "PO-G1")
+        .replace("*ZZ*ACME           *", "*ZZ*GLOBEX         *")
+        .replace("GS*PO*ACME*", "GS*PO*GLOBEX*");
+    fs::write(gate.inbox().join("globex.x12"), file).unwrap();
+    let accepted = || {
+        gate.history()
+            .iter()
+            .any(|e| e["event"] == "accepted" && e["sender"] == "ZZ:GLOBEX")
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "GLOBEX's file accepted",
+        accepted,
+        || w.log(),
+    );
+    w.signal("TERM");
+}

@@ -71,6 +71,8 @@ crate::words::words! {
         WebAction = "web_action",
         /// One of our documents was written for its partner (`send`).
         Sent = "sent",
+        /// `watch` put a new configuration in force (SIGHUP), or refused one.
+        Reloaded = "reloaded",
         /// One of our documents was written again for its partner (`resend`).
         Resent = "resent",
     }
@@ -228,6 +230,7 @@ mod tests {
                 "counters_repaired",
                 "web_action",
                 "sent",
+                "reloaded",
                 "resent"
             ]
         );

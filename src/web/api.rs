@@ -184,7 +184,7 @@ impl Batches {
             let refs: Vec<&Prepared> = prepared.iter().collect();
             let results = open(&site).and_then(|mut registry| {
                 crate::send::send_all(
-                    &site.config,
+                    &site.config(),
                     &mut registry,
                     &refs,
                     &mut crate::send::Spent::default(),
@@ -250,8 +250,8 @@ async fn caller(site: &Site, headers: &HeaderMap) -> Result<String, Response> {
 
 fn open(site: &Site) -> Result<Registry, crate::registry::RegistryError> {
     Registry::open(
-        &site.config.gateway.database,
-        crate::setup::identity(&site.config.gateway),
+        &site.config().gateway.database,
+        crate::setup::identity(&site.config().gateway),
     )
 }
 
@@ -270,11 +270,11 @@ async fn create(
     let size = body.len();
     // Checked and named, then sent at once, or handed back to wait for its batch.
     let done = tokio::task::spawn_blocking(move || {
-        let schemas = match worker.schemas {
+        let schemas = match worker.schemas() {
             Some(s) => s,
             None => crate::schema::builtin().map_err(|e| e.to_string())?,
         };
-        let mut prepared = match crate::outbound::prepare(&worker.config, schemas, &body, None) {
+        let mut prepared = match crate::outbound::prepare(&worker.config(), schemas, &body, None) {
             Ok(p) => p,
             Err(r) => return Ok(Err(Err(SendError::Refused(r)))),
         };
@@ -288,7 +288,7 @@ async fn create(
         if prepared.partner.outbound.batch_ms > 0 && !seen {
             return Ok(Ok(prepared));
         }
-        let sent = crate::send::send_prepared(&worker.config, &mut registry, &prepared);
+        let sent = crate::send::send_prepared(&worker.config(), &mut registry, &prepared);
         Ok::<_, String>(Err(sent))
     })
     .await;
@@ -327,7 +327,7 @@ async fn status(State(site): State<Arc<Site>>, Path(key): Path<String>) -> Respo
     let found = tokio::task::spawn_blocking(move || open(&worker)?.outbound(&key)).await;
     let now = crate::time::now_ms();
     match found {
-        Ok(Ok(Some((row, _)))) => json(200, &crate::send::status(&site.config, &row, now)),
+        Ok(Ok(Some((row, _)))) => json(200, &crate::send::status(&site.config(), &row, now)),
         Ok(Ok(None)) => problem(404, "no document of ours has this key"),
         Ok(Err(e)) => problem(500, &e.to_string()),
         Err(e) => problem(500, &e.to_string()),

@@ -39,12 +39,11 @@ pub enum WebError {
 
 /// What the pages need: the configuration, who may come in, and whether they may act.
 pub struct Site {
-    pub config: Arc<Config>,
+    /// The configuration and definitions in force: a reload of `watch` (SIGHUP) puts new
+    /// ones here for the next request.
+    in_force: std::sync::RwLock<InForce>,
     pub tokens: Tokens,
     pub actions: bool,
-    /// The definitions in force (partners' guides layered over the built-in ones); `None`:
-    /// the built-in ones.
-    pub schemas: Option<&'static crate::schema::Schemas>,
     /// Wrong tokens wait here, one at a time.
     pub penalty: auth::Penalty,
     /// The ERP's tokens for `/api/` (X12GATE_API_TOKEN); none: the API is off.
@@ -53,6 +52,12 @@ pub struct Site {
     pub readers: Arc<Readers>,
     /// Documents of the API waiting for others to share their interchange.
     pub outbound_batches: api::Batches,
+}
+
+/// What a [`Site`] serves with.
+struct InForce {
+    config: Arc<Config>,
+    schemas: Option<&'static crate::schema::Schemas>,
 }
 
 impl Site {
@@ -73,13 +78,45 @@ impl Site {
         Ok(Site {
             tokens,
             actions,
-            schemas: None,
             penalty: auth::Penalty::default(),
             api_tokens: api::tokens()?,
             readers: Arc::new(Readers::new(config.gateway.database.clone())),
             outbound_batches: api::Batches::default(),
-            config,
+            in_force: std::sync::RwLock::new(InForce {
+                config,
+                schemas: None,
+            }),
         })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        match self.in_force.read() {
+            Ok(f) => f.config.clone(),
+            Err(poisoned) => poisoned.into_inner().config.clone(),
+        }
+    }
+
+    /// The definitions in force (partners' guides layered over the built-in ones); `None`:
+    /// the built-in ones.
+    pub fn schemas(&self) -> Option<&'static crate::schema::Schemas> {
+        match self.in_force.read() {
+            Ok(f) => f.schemas,
+            Err(poisoned) => poisoned.into_inner().schemas,
+        }
+    }
+
+    /// `config` and `schemas` in force from the next request on.
+    pub fn put_in_force(
+        &self,
+        config: Arc<Config>,
+        schemas: Option<&'static crate::schema::Schemas>,
+    ) {
+        let mut f = match self.in_force.write() {
+            Ok(f) => f,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *f = InForce { config, schemas };
     }
 
     /// Who sent `headers`; a wrong bearer token is answered only after the [`auth::Penalty`].

@@ -248,7 +248,7 @@ fn reader(site: &Site) -> Result<Reader<'_>, String> {
         .ok_or_else(|| {
             format!(
                 "there is no registry at {} yet (x12gate init creates it)",
-                site.config.gateway.database
+                site.config().gateway.database
             )
         })
 }
@@ -380,7 +380,7 @@ fn counted(
 }
 
 fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
-    let config = &site.config;
+    let config = &site.config();
     let r = reader(site)?;
     let e = |e: crate::registry::RegistryError| Refused::from(e.to_string());
     let now = crate::registry::now_ms();
@@ -774,7 +774,7 @@ async fn search(
     Query(q): Query<SearchQuery>,
 ) -> Response {
     page(site, headers, move |site, frame| {
-        let config = &site.config;
+        let config = &site.config();
         let bounded = |s: &str| crate::text::bounded(s.trim(), 256).to_string();
         let mut pg = SearchPage {
             frame: frame.clone(),
@@ -1001,10 +1001,10 @@ async fn interchange(
     Path(given): Path<String>,
 ) -> Response {
     page(site, headers, move |site, frame| {
-        let config = &site.config;
+        let config = &site.config();
         let r = reader(site)?;
         let schemas = site
-            .schemas
+            .schemas()
             .map_or_else(|| crate::schema::builtin().map_err(str::to_string), Ok)?;
         let refused = |e: crate::desk::DeskError| match e {
             crate::desk::DeskError::Unknown(_) | crate::desk::DeskError::Ambiguous { .. } => {
@@ -1108,7 +1108,7 @@ struct RejectedPage {
 
 async fn rejected(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
     page(site, headers, |site, frame| {
-        let config = &site.config;
+        let config = &site.config();
         let r = reader(site)?;
         let interchanges = r
             .rejected_interchanges(LIMIT)
@@ -1154,7 +1154,7 @@ where
     page(site, headers, move |site, frame| {
         let r = reader(site)?;
         let rows = read(&r).map_err(|e| e.to_string())?;
-        let views = rows.iter().map(|row| view(&site.config, row)).collect();
+        let views = rows.iter().map(|row| view(&site.config(), row)).collect();
         rendered(page_of(frame.clone(), views))
     })
     .await
@@ -1406,7 +1406,8 @@ async fn action(
     }
     let s = site.clone();
     let done =
-        tokio::task::spawn_blocking(move || act(&s.config, s.schemas, &what, &f.key, &name)).await;
+        tokio::task::spawn_blocking(move || act(&s.config(), s.schemas(), &what, &f.key, &name))
+            .await;
     match done {
         Ok(Ok((text, back))) => {
             let (back_interchange, back_list) = match back {

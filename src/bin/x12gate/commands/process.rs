@@ -433,7 +433,6 @@ pub fn watch(config: Config, poll: bool, once: bool, allow_actions: bool) -> Res
     };
     let summary = runtime
         .block_on(async move {
-            ignore_hangups();
             x12gate::watch::run(
                 std::sync::Arc::new(config),
                 schemas,
@@ -487,9 +486,9 @@ pub fn serve(
     let tokens = x12gate::web::Tokens::from_env().map_err(|e| Failure::Usage(e.into()))?;
     let schemas = definitions(Some(&config))?;
     let config = std::sync::Arc::new(config);
-    let mut site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
+    let site = x12gate::web::Site::new(config.clone(), addr, tokens, allow_actions)
         .map_err(|e| Failure::Usage(e.into()))?;
-    site.schemas = Some(schemas);
+    site.put_in_force(config.clone(), Some(schemas));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -538,13 +537,13 @@ async fn first_signal() {
     });
 }
 
-/// The configuration is read once, at start: SIGHUP (a closed terminal, a habit of daemons)
-/// must not kill the watcher, and does not reload it either.
+/// `serve` reads its configuration once, at start: SIGHUP (a closed terminal, a habit of
+/// daemons) must not kill it. (`watch` reloads on SIGHUP.)
 fn ignore_hangups() {
     if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                tracing::warn!("SIGHUP ignored: the configuration is read at start; restart the watcher to apply a change");
+                tracing::warn!("SIGHUP ignored: serve reads the configuration at start; restart it to apply a change");
             }
         });
     }
