@@ -1133,3 +1133,93 @@ fn held_and_dead_are_released_discarded_and_retried_from_the_page_and_the_search
         1
     );
 }
+
+/// An ERP that fails every attempt (a command that exits 1: try again): the overview shows
+/// the destination failing with why, `/deliveries` lists the retrying rows by state,
+/// destination and partner (a partner that names nothing is said so), and a document's page,
+/// reached by its id alone, shows its sighting, its delivery, each attempt and its JSON.
+#[test]
+fn a_failing_erp_shows_on_the_overview_the_deliveries_and_the_documents_page() {
+    let gate = Gate::new(Settings::default());
+    let path = gate.dir().join("partners.toml");
+    let config = fs::read_to_string(&path).unwrap().replacen(
+        "contact = \"edi-ops@example.com\"\n",
+        "contact = \"edi-ops@example.com\"\ndestination = \"erp\"\n",
+        1,
+    ) + "\n[[destination]]\nname = \"erp\"\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"cat > /dev/null; echo 'ERP down for maintenance' >&2; exit 1\"]\n";
+    fs::write(&path, config).unwrap();
+    fs::write(gate.dir().join("a.x12"), interchange(301, "PO-A")).unwrap();
+    fs::write(gate.dir().join("b.x12"), interchange(302, "PO-B")).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .args(["process", "a.x12", "b.x12"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Served::start(gate.dir(), &[], None);
+    let get = |path: &str| {
+        let (status, _, body) = request("GET", &s.url(path), &[], None);
+        (status, body)
+    };
+
+    let (status, overview) = get("/");
+    assert_eq!(status, 200);
+    let row = overview
+        .split("<tr data-destination=\"erp\"")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for erp: {overview}"));
+    assert!(row.starts_with(" class=\"warn\""), "down: {row}");
+    assert!(row.contains("state=retrying\">2</a>"), "{row}");
+    assert!(row.contains("ERP down for maintenance"), "why: {row}");
+
+    for query in [
+        "state=retrying",
+        "destination=erp",
+        "partner=ACME",
+        "partner=Acme+Retail&state=retrying",
+    ] {
+        let (status, page) = get(&format!("/deliveries?{query}"));
+        assert_eq!(status, 200, "{query}");
+        for po in ["PO-A", "PO-B"] {
+            let key = format!("data-document=\"ZZ:ACME:850:{po}:00:\"");
+            assert!(page.contains(&key), "{query}: {po}: {page}");
+        }
+        assert!(!page.contains("id=\"next\""), "one page: {page}");
+    }
+    let (_, none) = get("/deliveries?state=dead");
+    assert!(none.contains("id=\"none\""), "{none}");
+    let (_, nope) = get("/deliveries?partner=ACNE");
+    assert!(nope.contains("the closest is ZZ:ACME"), "{nope}");
+
+    let (status, doc) = get("/document/PO-A");
+    assert_eq!(status, 200, "{doc}");
+    assert!(
+        doc.contains("<code id=\"key\">ZZ:ACME:850:PO-A:00:</code>"),
+        "{doc}"
+    );
+    assert!(
+        doc.contains("data-event=\"delivery_attempt\""),
+        "its attempt: {doc}"
+    );
+    assert!(
+        doc.contains("href=\"/interchange/ZZ%3AACME%3A000000301\""),
+        "{doc}"
+    );
+    let body = doc.split("<pre id=\"body\">").nth(1).unwrap_or_default();
+    assert!(body.contains("PO-A"), "its JSON: {doc}");
+    let (status, _, json) = request(
+        "GET",
+        &s.url("/document/ZZ:ACME:850:PO-A:00:/body"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&json).expect("the JSON whole");
+    assert!(json.to_string().contains("PO-A"));
+    let (status, _) = get("/document/PO-NOPE");
+    assert_eq!(status, 404);
+}

@@ -179,6 +179,25 @@ pub struct DeliveryRow {
     pub failures: u32,
 }
 
+/// Which deliveries a page lists.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliveryFilter<'a> {
+    pub state: Option<DeliveryState>,
+    pub partner: Option<&'a str>,
+    pub destination: Option<&'a str>,
+    pub since_ms: Option<i64>,
+}
+
+/// What the overview says of a destination besides its counts.
+#[derive(Debug, Clone, Default)]
+pub struct DestinationLast {
+    pub destination: String,
+    pub delivered_ms: Option<i64>,
+    pub failed_ms: Option<i64>,
+    pub status: Option<String>,
+    pub error: Option<String>,
+}
+
 /// A circuit as `circuit_gate` reads it: state, open until, prober, probe expiry.
 type CircuitRow = (CircuitState, Option<i64>, Option<String>, Option<i64>);
 
@@ -833,6 +852,74 @@ impl Registry {
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(params![state, partner, key], read)
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// A page of deliveries, newest first, those `filter` keeps: at most `limit` from the
+    /// `offset`th.
+    pub fn deliveries_page(
+        &self,
+        filter: &DeliveryFilter<'_>,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<DeliveryRow>, RegistryError> {
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {ROW} FROM deliveries
+                 WHERE (state = ?1 OR ?1 IS NULL) AND (partner = ?2 OR ?2 IS NULL)
+                 AND (destination = ?3 OR ?3 IS NULL) AND created >= ?4
+                 ORDER BY id DESC LIMIT ?5 OFFSET ?6"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.state,
+                    filter.partner,
+                    filter.destination,
+                    filter.since_ms.unwrap_or(0),
+                    n(limit),
+                    n(offset)
+                ],
+                read,
+            )
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Each destination's last delivery (when), and its last failed attempt of a document
+    /// not delivered since (when, status, error): what the overview says of a destination.
+    pub fn destination_lasts(&self) -> Result<Vec<DestinationLast>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.destination, max(d.delivered_at),
+                     (SELECT f.last_at FROM deliveries f WHERE f.destination = d.destination
+                        AND f.state <> 'delivered' AND f.last_error IS NOT NULL
+                        ORDER BY f.last_at DESC LIMIT 1),
+                     (SELECT f.last_status FROM deliveries f WHERE f.destination = d.destination
+                        AND f.state <> 'delivered' AND f.last_error IS NOT NULL
+                        ORDER BY f.last_at DESC LIMIT 1),
+                     (SELECT f.last_error FROM deliveries f WHERE f.destination = d.destination
+                        AND f.state <> 'delivered' AND f.last_error IS NOT NULL
+                        ORDER BY f.last_at DESC LIMIT 1)
+                 FROM deliveries d GROUP BY d.destination ORDER BY d.destination",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let (destination, delivered_ms, failed_ms, status, error) = read(r)?;
+                Ok(DestinationLast {
+                    destination,
+                    delivered_ms,
+                    failed_ms,
+                    status,
+                    error,
+                })
+            })
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }

@@ -50,8 +50,8 @@ pub use claims::{
 };
 pub use counters::{Counter, MAX_CONTROL_NUMBER};
 pub use deliveries::{
-    Attempted, CircuitState, Claimed, Confirmed, DeliveryRow, DeliveryState, Gate, Policy, Queue,
-    Recorded, Retry, Wanted, PROTOCOL_ERROR,
+    Attempted, CircuitState, Claimed, Confirmed, DeliveryFilter, DeliveryRow, DeliveryState,
+    DestinationLast, Gate, Policy, Queue, Recorded, Retry, Wanted, PROTOCOL_ERROR,
 };
 pub use documents::{
     Decided, Delivery, DocumentRow, KeptBody, Release, Released, Sighting, NO_TEST_DESTINATION,

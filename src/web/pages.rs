@@ -38,6 +38,9 @@ pub fn router(site: Arc<Site>) -> axum::Router {
         .route("/held", get(held))
         .route("/dead", get(dead))
         .route("/sent", get(sent))
+        .route("/deliveries", get(deliveries))
+        .route("/document/:key", get(document))
+        .route("/document/:key/body", get(document_body))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/action/:action", post(action))
@@ -338,6 +341,89 @@ struct OverviewPage {
     /// Our documents whose partner's 997/999 is overdue, and those it rejected.
     outbound_overdue: u64,
     outbound_rejected: u64,
+    /// Each destination's circuit, queue and last outcome: an ERP down shows here.
+    destinations: Vec<DestinationView>,
+}
+
+/// A destination as the overview shows it.
+struct DestinationView {
+    name: String,
+    circuit: String,
+    down: bool,
+    queued: u64,
+    retrying: u64,
+    blocked: u64,
+    dead: u64,
+    delivered: String,
+    failed: String,
+    error: String,
+}
+
+/// Every destination configured or with deliveries, with its counts by state, its circuit
+/// and its last success and failure.
+fn destination_views(
+    config: &Config,
+    r: &Registry,
+) -> Result<Vec<DestinationView>, crate::registry::RegistryError> {
+    use crate::registry::{CircuitState, DeliveryState};
+    let counts = r.delivery_counts()?;
+    let circuits = r.circuits()?;
+    let lasts = r.destination_lasts()?;
+    let mut names: Vec<String> = config.destinations.iter().map(|d| d.name.clone()).collect();
+    for (d, ..) in &counts {
+        if !names.contains(d) {
+            names.push(d.clone());
+        }
+    }
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let n = |state: DeliveryState| {
+                counts
+                    .iter()
+                    .filter(|(d, s, _)| *d == name && *s == state)
+                    .map(|c| c.2)
+                    .sum()
+            };
+            let circuit = circuits
+                .iter()
+                .find(|c| c.0 == name)
+                .map_or(CircuitState::Closed, |c| c.1);
+            let last = lasts.iter().find(|l| l.destination == name);
+            let failed = last.and_then(|l| l.failed_ms);
+            // A failure after the last success is the state the destination is in.
+            let failing =
+                failed.is_some_and(|f| last.and_then(|l| l.delivered_ms).is_none_or(|d| f > d));
+            DestinationView {
+                circuit: circuit.to_string(),
+                down: circuit != CircuitState::Closed || n(DeliveryState::Dead) > 0 || failing,
+                queued: n(DeliveryState::Queued),
+                retrying: n(DeliveryState::Retrying),
+                blocked: n(DeliveryState::Blocked),
+                dead: n(DeliveryState::Dead),
+                delivered: last
+                    .and_then(|l| l.delivered_ms)
+                    .map(time)
+                    .unwrap_or_default(),
+                failed: failed.map(time).unwrap_or_default(),
+                error: last
+                    .filter(|_| failing)
+                    .map(|l| {
+                        format!(
+                            "{} {}",
+                            l.status.as_deref().unwrap_or_default(),
+                            l.error
+                                .as_deref()
+                                .map(|e| crate::text::bounded(e, 300))
+                                .unwrap_or_default()
+                        )
+                    })
+                    .map(|e| p(e.trim()))
+                    .unwrap_or_default(),
+                name: p(&name),
+            }
+        })
+        .collect())
 }
 
 async fn overview(State(site): State<Arc<Site>>, headers: HeaderMap) -> Response {
@@ -480,6 +566,7 @@ fn build_overview(site: &Site, frame: Frame) -> Result<String, Refused> {
             .filter(|(_, s, _)| s == "rejected")
             .map(|x| x.2)
             .sum(),
+        destinations: destination_views(config, &r).map_err(e)?,
     })
 }
 
@@ -1195,6 +1282,7 @@ struct SentView {
     document: String,
     isa13: String,
     gs06: u32,
+    st02: String,
     file: String,
     sent: String,
     ack: String,
@@ -1248,6 +1336,7 @@ async fn sent(
                 document: p(&row.document_id),
                 isa13: format!("{:09}", row.isa13),
                 gs06: row.gs06,
+                st02: p(&row.st02),
                 file: p(&row.file),
                 sent: row.sent_ms.map(time).unwrap_or_default(),
                 ack: row.ack_state(now).to_string(),
@@ -1264,6 +1353,327 @@ async fn sent(
         })
     })
     .await
+}
+
+// ---------------------------------------------------------------- deliveries
+
+/// Deliveries on one page of `/deliveries`.
+const PAGE: usize = 100;
+
+const DELIVERY_STATES: [&str; 6] = [
+    "queued",
+    "retrying",
+    "blocked",
+    "dead",
+    "delivered",
+    "discarded",
+];
+
+#[derive(Template)]
+#[template(path = "deliveries_list.html")]
+struct DeliveriesPage {
+    frame: Frame,
+    deliveries: Vec<DeliveryView>,
+    destinations: Vec<String>,
+    destination: String,
+    states: [&'static str; 6],
+    state: String,
+    partner: String,
+    since: String,
+    filtered: bool,
+    problem: Option<String>,
+    page: usize,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct DeliveriesQuery {
+    #[serde(default)]
+    destination: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    partner: String,
+    #[serde(default)]
+    since: String,
+    #[serde(default)]
+    page: Option<usize>,
+}
+
+/// `s` as a URL's query value.
+fn query_value(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn deliveries(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Query(q): Query<DeliveriesQuery>,
+) -> Response {
+    page(site, headers, move |site, frame| {
+        let config = &site.config();
+        let r = reader(site)?;
+        let bounded = |s: &str| crate::text::bounded(s.trim(), 64).to_string();
+        let (destination, typed, since) = (
+            bounded(&q.destination),
+            bounded(&q.partner),
+            bounded(&q.since),
+        );
+        let state = DELIVERY_STATES
+            .iter()
+            .find(|s| **s == q.state.trim())
+            .copied();
+        let mut problem = None;
+        let partner = match typed.as_str() {
+            "" => None,
+            t => match config.partner_named(t) {
+                Ok(p) => Some(p.key()),
+                Err(e) => {
+                    problem = Some(e.to_string());
+                    None
+                }
+            },
+        };
+        let since_ms = match since.as_str() {
+            "" => None,
+            s => match chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(day_start)
+            {
+                Some(ms) => Some(ms),
+                None => {
+                    problem = Some(format!("since {s:?}: a date is YYYY-MM-DD"));
+                    None
+                }
+            },
+        };
+        let page = q.page.unwrap_or(1).clamp(1, 100_000);
+        let rows = if problem.is_some() {
+            Vec::new()
+        } else {
+            let filter = crate::registry::DeliveryFilter {
+                state: state.and_then(crate::registry::DeliveryState::parse),
+                partner: partner.as_deref(),
+                destination: (!destination.is_empty()).then_some(destination.as_str()),
+                since_ms,
+            };
+            r.deliveries_page(&filter, (page - 1) * PAGE, PAGE + 1)
+                .map_err(|e| e.to_string())?
+        };
+        let more = rows.len() > PAGE;
+        let link = |n: usize| {
+            format!(
+                "/deliveries?destination={}&state={}&partner={}&since={}&page={n}",
+                query_value(&destination),
+                query_value(state.unwrap_or_default()),
+                query_value(&typed),
+                query_value(&since)
+            )
+        };
+        let mut destinations: Vec<String> =
+            config.destinations.iter().map(|d| p(&d.name)).collect();
+        destinations.push(crate::config::OUT.to_string());
+        rendered(DeliveriesPage {
+            frame: frame.clone(),
+            deliveries: rows
+                .iter()
+                .take(PAGE)
+                .map(|d| delivery_view(config, d))
+                .collect(),
+            destinations,
+            destination: p(&destination),
+            states: DELIVERY_STATES,
+            state: state.unwrap_or_default().to_string(),
+            filtered: !(destination.is_empty()
+                && state.is_none()
+                && typed.is_empty()
+                && since.is_empty()),
+            partner: p(&typed),
+            since: p(&since),
+            problem,
+            page,
+            previous: (page > 1).then(|| link(page - 1)),
+            next: more.then(|| link(page + 1)),
+        })
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- document
+
+/// The first bytes of a document's JSON its page shows (the whole is a download).
+const BODY_SHOWN: usize = 64 << 10;
+
+#[derive(Template)]
+#[template(path = "document.html")]
+struct DocumentPage {
+    frame: Frame,
+    key: String,
+    shown_key: String,
+    several: Vec<String>,
+    sightings: Vec<DocumentView>,
+    deliveries: Vec<DeliveryView>,
+    attempts: Vec<EventView>,
+    body: String,
+    body_cut: bool,
+    body_shown: usize,
+    body_bytes: usize,
+}
+
+/// The document key a page is asked for, as every command names one.
+fn document_named(r: &Registry, given: &str) -> Result<crate::registry::Resolved, Refused> {
+    let resolved = r.resolve_document(given).map_err(|e| e.to_string())?;
+    if resolved == crate::registry::Resolved::Unknown {
+        return Err(Refused(
+            StatusCode::NOT_FOUND,
+            format!("{}: no document has this key or id", p(given)),
+        ));
+    }
+    Ok(resolved)
+}
+
+async fn document(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Path(given): Path<String>,
+) -> Response {
+    page(site, headers, move |site, frame| {
+        let config = &site.config();
+        let r = reader(site)?;
+        let e = |e: crate::registry::RegistryError| Refused::from(e.to_string());
+        let mut shown = DocumentPage {
+            frame: frame.clone(),
+            key: String::new(),
+            shown_key: p(&given),
+            several: Vec::new(),
+            sightings: Vec::new(),
+            deliveries: Vec::new(),
+            attempts: Vec::new(),
+            body: String::new(),
+            body_cut: false,
+            body_shown: 0,
+            body_bytes: 0,
+        };
+        let key = match document_named(&r, &given)? {
+            crate::registry::Resolved::One(key) => key,
+            crate::registry::Resolved::Several(keys) => {
+                shown.several = keys.iter().map(|k| p(k)).collect();
+                return rendered(shown);
+            }
+            crate::registry::Resolved::Unknown => return Err(Refused::from(String::new())),
+        };
+        let rows = r.documents(&[], Some(&key)).map_err(e)?;
+        shown.sightings = rows.iter().map(|d| document_view(config, d)).collect();
+        shown.deliveries = r
+            .deliveries(None, None, Some(&key))
+            .map_err(e)?
+            .iter()
+            .map(|d| delivery_view(config, d))
+            .collect();
+        // Its attempts are recorded under its interchanges, naming it.
+        let named = serde_json::json!({ "document": key }).to_string();
+        let named = named.trim_start_matches('{').trim_end_matches('}');
+        let mut interchanges: Vec<&str> = Vec::new();
+        for d in &rows {
+            if !interchanges.contains(&d.interchange.as_str()) {
+                interchanges.push(&d.interchange);
+            }
+        }
+        for ic in interchanges {
+            let filter = crate::registry::EventFilter {
+                key: Some(ic.to_string()),
+                ..Default::default()
+            };
+            shown.attempts.extend(
+                r.history(&filter)
+                    .map_err(e)?
+                    .iter()
+                    .filter(|ev| {
+                        matches!(ev.event, EventKind::DeliveryAttempt | EventKind::Delivered)
+                            && ev.detail.contains(named)
+                    })
+                    .map(event_view),
+            );
+        }
+        if let Some(latest) = rows.last() {
+            let kept = r.document_bodies(&[latest.id]).map_err(e)?;
+            if let Some(Some(Ok(body))) = kept.into_iter().next() {
+                let pretty = serde_json::from_slice::<serde_json::Value>(&body)
+                    .and_then(|v| serde_json::to_string_pretty(&v))
+                    .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+                let cut = crate::text::bounded(&pretty, BODY_SHOWN);
+                shown.body_cut = cut.len() < pretty.len();
+                shown.body_shown = cut.len();
+                shown.body_bytes = pretty.len();
+                shown.body = cut.to_string();
+            }
+        }
+        shown.shown_key = p(&key);
+        shown.key = key;
+        rendered(shown)
+    })
+    .await
+}
+
+/// A document's JSON whole, as its destinations were given it.
+async fn document_body(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Path(given): Path<String>,
+) -> Response {
+    let who = site.who(&headers).await;
+    if !site.tokens.is_empty() && who == Who::Anonymous {
+        return Redirect::to("/login").into_response();
+    }
+    let s = site.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        let r = reader(&s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
+        let key = match document_named(&r, &given).map_err(|Refused(c, w)| (c, w))? {
+            crate::registry::Resolved::One(key) => key,
+            _ => return Err((StatusCode::NOT_FOUND, format!("{}: names several documents", p(&given)))),
+        };
+        let unavailable = |e: crate::registry::RegistryError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        let rows = r.documents(&[], Some(&key)).map_err(unavailable)?;
+        let latest = rows.last().ok_or((StatusCode::NOT_FOUND, "no sighting".to_string()))?;
+        match r.document_bodies(&[latest.id]).map_err(unavailable)?.into_iter().next().flatten() {
+            Some(Ok(body)) => Ok((key, body)),
+            Some(Err(why)) => Err((StatusCode::INTERNAL_SERVER_ERROR, why)),
+            None => Err((StatusCode::NOT_FOUND, format!("{}: its JSON is not kept (recorded before the registry kept documents, or pruned)", p(&key)))),
+        }
+    })
+    .await;
+    match found {
+        Ok(Ok((key, body))) => (
+            [
+                (header::CONTENT_TYPE, "application/json".to_string()),
+                (
+                    header::CONTENT_DISPOSITION,
+                    format!(
+                        "attachment; filename=\"{}.json\"",
+                        crate::outputs::safe_name(&key)
+                    ),
+                ),
+            ],
+            body,
+        )
+            .into_response(),
+        Ok(Err((status, why))) => message(&site, &who, status, "Not found", &why),
+        Err(e) => message(
+            &site,
+            &who,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Failed",
+            &e.to_string(),
+        ),
+    }
 }
 
 // ---------------------------------------------------------------- login
