@@ -1195,6 +1195,25 @@ fn a_failing_erp_shows_on_the_overview_the_deliveries_and_the_documents_page() {
     let (_, nope) = get("/deliveries?partner=ACNE");
     assert!(nope.contains("the closest is ZZ:ACME"), "{nope}");
 
+    // The documents, by partner, set and day.
+    for query in [
+        "",
+        "partner=ACME&set=850",
+        "partner=Acme+Retail&since=2000-01-01",
+    ] {
+        let (status, page) = get(&format!("/documents?{query}"));
+        assert_eq!(status, 200, "{query}");
+        for po in ["PO-A", "PO-B"] {
+            let link = format!("href=\"/document/ZZ%3AACME%3A850%3A{po}%3A00%3A\"");
+            assert!(page.contains(&link), "{query}: {po}: {page}");
+        }
+    }
+    let (_, none) = get("/documents?set=810"); // and held: none of them
+    assert!(get("/documents?delivery=held").1.contains("id=\"none\""));
+    assert!(none.contains("id=\"none\""), "{none}");
+    let (_, bad) = get("/documents?since=yesterday");
+    assert!(bad.contains("a date is YYYY-MM-DD"), "{bad}");
+
     let (status, doc) = get("/document/PO-A");
     assert_eq!(status, 200, "{doc}");
     assert!(

@@ -436,6 +436,39 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
+    /// A page of sightings, newest first: of `partner`, of set `set_id`, in `delivery`, seen
+    /// since `since_ms` (each `None`: any); at most `limit` from the `offset`th.
+    pub fn documents_page(
+        &self,
+        partner: Option<&str>,
+        set_id: Option<&str>,
+        delivery: Option<&str>,
+        since_ms: Option<i64>,
+        (offset, limit): (usize, usize),
+    ) -> Result<Vec<DocumentRow>, RegistryError> {
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.conn
+            .query_map(
+                &format!(
+                    "SELECT {COLUMNS} FROM documents
+                     WHERE (partner = ?1 OR ?1 IS NULL) AND (set_id = ?2 OR ?2 IS NULL)
+                     AND (delivery = ?3 OR ?3 IS NULL) AND seen >= ?4
+                     ORDER BY id DESC LIMIT ?5 OFFSET ?6"
+                ),
+                params![
+                    partner,
+                    set_id,
+                    delivery,
+                    since_ms.unwrap_or(0),
+                    n(limit),
+                    n(offset)
+                ],
+                read,
+            )
+            .and_then(Iterator::collect)
+            .map_err(|e| self.sql(e))
+    }
+
     /// The document key an operator means: the key whole (`ZZ:ACME:850:PO-4471:00:`), the
     /// key without its sender (`850:PO-4471:00:`), or the document's id alone (`PO-4471`),
     /// each as recorded. The last two read the whole table: a desk's question, not a hot

@@ -39,6 +39,7 @@ pub fn router(site: Arc<Site>) -> axum::Router {
         .route("/dead", get(dead))
         .route("/sent", get(sent))
         .route("/deliveries", get(deliveries))
+        .route("/documents", get(documents))
         .route("/document/:key", get(document))
         .route("/document/:key/body", get(document_body))
         .route("/login", get(login_form).post(login))
@@ -1401,6 +1402,40 @@ struct DeliveriesQuery {
     page: Option<usize>,
 }
 
+/// A list's partner (as every command names one) and first day (`YYYY-MM-DD`), as typed:
+/// the partner's key, the day's first moment, and what is wrong with either.
+fn picked(
+    config: &Config,
+    partner: &str,
+    since: &str,
+) -> (Option<String>, Option<i64>, Option<String>) {
+    let mut problem = None;
+    let partner = match partner {
+        "" => None,
+        t => match config.partner_named(t) {
+            Ok(p) => Some(p.key()),
+            Err(e) => {
+                problem = Some(e.to_string());
+                None
+            }
+        },
+    };
+    let since_ms = match since {
+        "" => None,
+        s => match chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .ok()
+            .and_then(day_start)
+        {
+            Some(ms) => Some(ms),
+            None => {
+                problem = Some(format!("since {s:?}: a date is YYYY-MM-DD"));
+                None
+            }
+        },
+    };
+    (partner, since_ms, problem)
+}
+
 /// `s` as a URL's query value.
 fn query_value(s: &str) -> String {
     s.bytes()
@@ -1431,30 +1466,7 @@ async fn deliveries(
             .iter()
             .find(|s| **s == q.state.trim())
             .copied();
-        let mut problem = None;
-        let partner = match typed.as_str() {
-            "" => None,
-            t => match config.partner_named(t) {
-                Ok(p) => Some(p.key()),
-                Err(e) => {
-                    problem = Some(e.to_string());
-                    None
-                }
-            },
-        };
-        let since_ms = match since.as_str() {
-            "" => None,
-            s => match chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                .ok()
-                .and_then(day_start)
-            {
-                Some(ms) => Some(ms),
-                None => {
-                    problem = Some(format!("since {s:?}: a date is YYYY-MM-DD"));
-                    None
-                }
-            },
-        };
+        let (partner, since_ms, problem) = picked(config, &typed, &since);
         let page = q.page.unwrap_or(1).clamp(1, 100_000);
         let rows = if problem.is_some() {
             Vec::new()
@@ -1502,6 +1514,113 @@ async fn deliveries(
             page,
             previous: (page > 1).then(|| link(page - 1)),
             next: more.then(|| link(page + 1)),
+        })
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- documents
+
+const DOCUMENT_DELIVERIES: [&str; 6] = [
+    "pending",
+    "delivered",
+    "none",
+    "held",
+    "parked",
+    "discarded",
+];
+
+#[derive(Template)]
+#[template(path = "documents_list.html")]
+struct DocumentsPage {
+    frame: Frame,
+    documents: Vec<DocumentView>,
+    actions_here: bool,
+    partner: String,
+    set: String,
+    deliveries: [&'static str; 6],
+    delivery: String,
+    since: String,
+    filtered: bool,
+    problem: Option<String>,
+    page: usize,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct DocumentsQuery {
+    #[serde(default)]
+    partner: String,
+    #[serde(default)]
+    set: String,
+    #[serde(default)]
+    delivery: String,
+    #[serde(default)]
+    since: String,
+    #[serde(default)]
+    page: Option<usize>,
+}
+
+async fn documents(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Query(q): Query<DocumentsQuery>,
+) -> Response {
+    page(site, headers, move |site, frame| {
+        let config = &site.config();
+        let r = reader(site)?;
+        let bounded = |s: &str| crate::text::bounded(s.trim(), 64).to_string();
+        let (typed, set, since) = (bounded(&q.partner), bounded(&q.set), bounded(&q.since));
+        let delivery = DOCUMENT_DELIVERIES
+            .iter()
+            .find(|d| **d == q.delivery.trim())
+            .copied();
+        let (partner, since_ms, problem) = picked(config, &typed, &since);
+        let page = q.page.unwrap_or(1).clamp(1, 100_000);
+        let rows = if problem.is_some() {
+            Vec::new()
+        } else {
+            let set = (!set.is_empty()).then_some(set.as_str());
+            r.documents_page(
+                partner.as_deref(),
+                set,
+                delivery,
+                since_ms,
+                ((page - 1) * PAGE, PAGE + 1),
+            )
+            .map_err(|e| e.to_string())?
+        };
+        let link = |n: usize| {
+            format!(
+                "/documents?partner={}&set={}&delivery={}&since={}&page={n}",
+                query_value(&typed),
+                query_value(&set),
+                query_value(delivery.unwrap_or_default()),
+                query_value(&since)
+            )
+        };
+        rendered(DocumentsPage {
+            frame: frame.clone(),
+            documents: rows
+                .iter()
+                .take(PAGE)
+                .map(|d| document_view(config, d))
+                .collect(),
+            actions_here: false,
+            filtered: !(typed.is_empty()
+                && set.is_empty()
+                && delivery.is_none()
+                && since.is_empty()),
+            partner: p(&typed),
+            set: p(&set),
+            deliveries: DOCUMENT_DELIVERIES,
+            delivery: delivery.unwrap_or_default().to_string(),
+            since: p(&since),
+            problem,
+            page,
+            previous: (page > 1).then(|| link(page - 1)),
+            next: (rows.len() > PAGE).then(|| link(page + 1)),
         })
     })
     .await
