@@ -793,6 +793,22 @@ impl Watcher {
 
     fn log_summary(&self) {
         let s = &self.summary;
+        // Where the deliveries stand now: an ERP outage shows in the journal before anything
+        // dies.
+        let deliveries = tokio::task::block_in_place(|| {
+            crate::registry::Registry::open_read_only(&self.config.gateway.database)
+                .ok()
+                .flatten()
+                .and_then(|r| r.delivery_counts().ok())
+                .unwrap_or_default()
+        });
+        let count = |state: crate::registry::DeliveryState| -> u64 {
+            deliveries
+                .iter()
+                .filter(|(_, s, _)| *s == state)
+                .map(|c| c.2)
+                .sum()
+        };
         tracing::info!(
             files_taken = s.files_taken,
             accepted = s.accepted,
@@ -803,6 +819,9 @@ impl Watcher {
             in_flight = self.tasks.len(),
             waiting = self.queue.len() + self.seen.len(),
             rejected_backlog = crate::metrics::rejected_backlog(&self.config),
+            delivered = count(crate::registry::DeliveryState::Delivered),
+            retrying = count(crate::registry::DeliveryState::Retrying),
+            dead = count(crate::registry::DeliveryState::Dead),
             "summary"
         );
     }

@@ -931,6 +931,13 @@ fn the_watcher_says_what_it_does_and_survives_sighup() {
     for field in ["config=", "inbox=", "registry=", "work=", "workers="] {
         assert!(start.contains(field), "{field} in {start}");
     }
+    let summary = log
+        .lines()
+        .find(|l| l.contains(" summary "))
+        .unwrap_or_default();
+    for field in ["files_taken=", "delivered=", "retrying=", "dead="] {
+        assert!(summary.contains(field), "{field} in {summary}");
+    }
     w.signal("HUP");
     std::thread::sleep(Duration::from_millis(500));
     assert!(
