@@ -71,6 +71,12 @@ pub struct Shown {
     pub file_now: Option<PathBuf>,
     /// The findings of that file's interchange as the configuration in force judges it.
     pub findings: Vec<String>,
+    /// Its segments as the partner sent them (the first [`SEGMENTS_SHOWN`]), each with its
+    /// findings: for the page (`show` prints the file's path).
+    #[serde(skip)]
+    pub segments: Vec<PartnerSegment>,
+    #[serde(skip)]
+    pub segments_more: usize,
     /// Its business documents: each sighting's decision and delivery (the first
     /// [`SHOWN_DOCUMENTS`]).
     pub documents: Vec<crate::registry::DocumentRow>,
@@ -306,8 +312,12 @@ fn file_now(
 ) -> Option<PathBuf> {
     let ours = |p: &Path| {
         p.is_file()
-            && read_in(p, &record.key, config, schemas)
-                .is_some_and(|(_, f)| record.fingerprints.iter().any(|(_, g, _)| *g == f))
+            && read_in(p, &record.key, config, schemas).is_some_and(|r| {
+                record
+                    .fingerprints
+                    .iter()
+                    .any(|(_, g, _)| *g == r.fingerprint)
+            })
     };
     placements(events)
         .chain(record.file.iter().map(PathBuf::from))
@@ -317,14 +327,69 @@ fn file_now(
         .filter(|p| p.is_file())
 }
 
+/// An interchange as its file holds it now.
+#[derive(Debug, Clone, PartialEq)]
+struct ReadNow {
+    findings: Vec<crate::finding::Finding>,
+    fingerprint: String,
+    /// Its first segments as the partner sent them, each with the findings at it (an
+    /// interchange read in parts has none: it is too large to show).
+    segments: Vec<PartnerSegment>,
+    /// How many segments were left out.
+    segments_more: usize,
+}
+
+/// One segment of the partner's interchange as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartnerSegment {
+    /// Its ordinal in the interchange (the ISA is 1).
+    pub ordinal: u32,
+    /// Its text, control characters escaped, its first [`SEGMENT_SHOWN`] bytes.
+    pub text: String,
+    /// The findings at it.
+    pub findings: Vec<String>,
+}
+
+/// The segments of a partner's interchange a page shows, and the bytes of one.
+pub const SEGMENTS_SHOWN: usize = 2_000;
+pub const SEGMENT_SHOWN: usize = 512;
+
+/// The segments of `ic` (its first [`SEGMENTS_SHOWN`]), each with the findings at it, and
+/// how many were left out.
+fn partner_segments(
+    ic: &crate::x12::Interchange<'_>,
+    findings: &[crate::finding::Finding],
+) -> (Vec<PartnerSegment>, usize) {
+    let terminator = ic.delimiters().segment;
+    let mut all = ic
+        .bytes()
+        .split(|b| *b == terminator)
+        .map(|s| s.trim_ascii())
+        .filter(|s| !s.is_empty());
+    let segments: Vec<PartnerSegment> = all
+        .by_ref()
+        .take(SEGMENTS_SHOWN)
+        .zip(1u32..)
+        .map(|(raw, ordinal)| PartnerSegment {
+            ordinal,
+            text: crate::text::printable(crate::text::bounded(
+                &String::from_utf8_lossy(raw),
+                SEGMENT_SHOWN,
+            ))
+            .into_owned(),
+            findings: findings
+                .iter()
+                .filter(|f| f.position.segment == ordinal)
+                .map(ToString::to_string)
+                .collect(),
+        })
+        .collect();
+    (segments, all.count())
+}
+
 /// Interchange `key` as `file` holds it: its findings and its fingerprint; `None` when the
 /// file does not hold it.
-fn read_in(
-    file: &Path,
-    key: &str,
-    config: &Config,
-    schemas: &Schemas,
-) -> Option<(Vec<String>, String)> {
+fn read_in(file: &Path, key: &str, config: &Config, schemas: &Schemas) -> Option<ReadNow> {
     read_in_pieces(file, key, (config, schemas), crate::input::WINDOW)
 }
 
@@ -335,13 +400,10 @@ fn read_in_pieces(
     key: &str,
     (config, schemas): (&Config, &Schemas),
     window: usize,
-) -> Option<(Vec<String>, String)> {
+) -> Option<ReadNow> {
     let partner_of = |ic: &crate::x12::Interchange<'_>| pipeline::partner_of(ic, config).0;
     let key_of = |ic: &crate::x12::Interchange<'_>| {
         crate::keys::interchange_key(ic, partner_of(ic).duplicates.interchange_scope)
-    };
-    let shown = |findings: Vec<crate::finding::Finding>| -> Vec<String> {
-        findings.iter().map(ToString::to_string).collect()
     };
     let mut reader = crate::input::Reader::open(file, config.limits, window)
         .ok()?
@@ -358,7 +420,14 @@ fn read_in_pieces(
                 if key_of(&ic) == key {
                     let ignore = partner_of(&ic).duplicates.fingerprint_ignore;
                     let fingerprint = crate::fingerprint::fingerprint(&ic, &ignore);
-                    return Some((shown(pipeline::findings(&ic, config, schemas)), fingerprint));
+                    let findings = pipeline::findings(&ic, config, schemas);
+                    let (segments, segments_more) = partner_segments(&ic, &findings);
+                    return Some(ReadNow {
+                        findings,
+                        fingerprint,
+                        segments,
+                        segments_more,
+                    });
                 }
                 continue;
             }
@@ -369,8 +438,13 @@ fn read_in_pieces(
                 p.add(&ic);
             }
             if let Some(p) = parts.take_if(|_| ic.is_last_part()) {
-                let (found, fingerprint) = p.found();
-                return Some((shown(found), fingerprint));
+                let (findings, fingerprint) = p.found();
+                return Some(ReadNow {
+                    findings,
+                    fingerprint,
+                    segments: Vec::new(),
+                    segments_more: 0,
+                });
             }
         }
         let resume = read.resume();
@@ -440,10 +514,15 @@ pub fn show(
         })
         .collect();
     let file_now = file_now(config, schemas, &record, &events);
-    let findings = file_now
+    let now = file_now
         .as_deref()
-        .and_then(|f| read_in(f, key, config, schemas))
-        .map(|(findings, _)| findings)
+        .and_then(|f| read_in(f, key, config, schemas));
+    let findings = now
+        .as_ref()
+        .map(|r| r.findings.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    let (segments, segments_more) = now
+        .map(|r| (r.segments, r.segments_more))
         .unwrap_or_default();
     let holder = record
         .owner
@@ -473,6 +552,8 @@ pub fn show(
         conflict_acks,
         file_now,
         findings,
+        segments,
+        segments_more,
         documents,
         documents_more,
         deliveries,
@@ -526,11 +607,11 @@ pub fn reprocess(
                 source.display()
             )))
         }
-        Some((_, fingerprint)) if !r.fingerprints.iter().any(|(_, f, _)| *f == fingerprint) => {
+        Some(now) if !r.fingerprints.iter().any(|(_, f, _)| *f == now.fingerprint) => {
             return Err(refused(format!(
                 "{} holds other content under this control number (fingerprint {}); process it as a new file instead",
                 source.display(),
-                fingerprint.get(..12).unwrap_or(&fingerprint)
+                now.fingerprint.get(..12).unwrap_or(&now.fingerprint)
             )))
         }
         Some(_) => {}
@@ -712,12 +793,17 @@ mod tests {
         let mut any_findings = false;
         for key in keys {
             let whole = read_in_pieces(&path, key, (&config, schemas), usize::MAX >> 1);
-            let (findings, fingerprint) = whole.clone().unwrap_or_else(|| panic!("{key}"));
-            any_findings |= !findings.is_empty();
-            assert_eq!(fingerprint.len(), 64);
+            let whole = whole.unwrap_or_else(|| panic!("{key}"));
+            any_findings |= !whole.findings.is_empty();
+            assert_eq!(whole.fingerprint.len(), 64);
             for window in [200, 500, 1_000] {
-                let pieces = read_in_pieces(&path, key, (&config, schemas), window);
-                assert_eq!(pieces, whole, "{key}, window {window}");
+                let pieces = read_in_pieces(&path, key, (&config, schemas), window)
+                    .unwrap_or_else(|| panic!("{key}, window {window}"));
+                assert_eq!(pieces.findings, whole.findings, "{key}, window {window}");
+                assert_eq!(
+                    pieces.fingerprint, whole.fingerprint,
+                    "{key}, window {window}"
+                );
             }
         }
         assert!(any_findings);

@@ -1242,3 +1242,54 @@ fn a_failing_erp_shows_on_the_overview_the_deliveries_and_the_documents_page() {
     let (status, _) = get("/document/PO-NOPE");
     assert_eq!(status, 404);
 }
+
+/// The interchange page shows the partner's own segments, one a row, the finding marked at
+/// the segment it is about, and hands out the file as it is stored.
+#[test]
+fn the_interchange_page_shows_the_partners_segments_with_the_finding_at_its_segment() {
+    let gate = Gate::new(Settings::default());
+    let bad = broken_se01(&interchange(401, "PO-S"));
+    fs::write(gate.dir().join("bad.x12"), &bad).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .args(["process", "bad.x12"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Served::start(gate.dir(), &[], None);
+    let (status, _, page) = request("GET", &s.url("/interchange/ACME:401"), &[], None);
+    assert_eq!(status, 200, "{page}");
+    let segments = page
+        .split("<table id=\"segments\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no segments: {page}"));
+    assert!(segments.contains("<code>ISA*00*"), "{segments}");
+    let marked: Vec<&str> = segments
+        .split("<tr class=\"segment warn\"")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        marked.len(),
+        1,
+        "one finding, one segment marked: {segments}"
+    );
+    assert!(
+        marked[0].contains("<code>SE*12*0001</code>"),
+        "{}",
+        marked[0]
+    );
+    assert!(marked[0].contains("class=\"finding\""), "{}", marked[0]);
+    let (status, _, file) = request(
+        "GET",
+        &s.url("/interchange/ZZ:ACME:000000401/file"),
+        &[],
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(file, bad, "the file as stored");
+}

@@ -34,6 +34,7 @@ pub fn router(site: Arc<Site>) -> axum::Router {
         .route("/", get(overview))
         .route("/search", get(search))
         .route("/interchange/:key", get(interchange))
+        .route("/interchange/:key/file", get(interchange_file))
         .route("/rejected", get(rejected))
         .route("/held", get(held))
         .route("/dead", get(dead))
@@ -107,11 +108,13 @@ fn p(s: &str) -> String {
     crate::text::printable(s).into_owned()
 }
 
+/// A moment in local time, with its offset from UTC (a desk in two time zones reads the
+/// same page).
 fn time(ms: i64) -> String {
     chrono::Local
         .timestamp_millis_opt(ms)
         .single()
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S %:z").to_string())
         .unwrap_or_default()
 }
 
@@ -1048,6 +1051,9 @@ struct InterchangePage {
     fingerprints: Vec<(u32, String, String)>,
     findings: Vec<String>,
     findings_more: usize,
+    /// The partner's interchange, a segment a row, each with the findings at it.
+    segments: Vec<crate::desk::PartnerSegment>,
+    segments_more: usize,
     acks: Vec<AckView>,
     conflict_acks: Vec<AckView>,
     outputs: Vec<String>,
@@ -1070,6 +1076,81 @@ fn event_view(e: &crate::registry::Event) -> EventView {
             .trim_end()
             .to_string(),
         detail: p(crate::text::bounded(&e.detail, 4096)),
+    }
+}
+
+/// The largest file `/interchange/KEY/file` hands out (a larger one: `x12gate show` names
+/// where it is).
+const FILE_HANDED: u64 = 64 << 20;
+
+/// The file an interchange came in, as it is stored now (archive, rejected or work folder),
+/// byte for byte.
+async fn interchange_file(
+    State(site): State<Arc<Site>>,
+    headers: HeaderMap,
+    Path(given): Path<String>,
+) -> Response {
+    let who = site.who(&headers).await;
+    if !site.tokens.is_empty() && who == Who::Anonymous {
+        return Redirect::to("/login").into_response();
+    }
+    let s = site.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        let config = s.config();
+        let r = reader(&s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
+        let not_found = |e: crate::desk::DeskError| (StatusCode::NOT_FOUND, e.to_string());
+        let key = crate::desk::resolve(&r, &given).map_err(not_found)?;
+        let schemas = s
+            .schemas()
+            .map_or_else(crate::schema::builtin, Ok)
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let shown = crate::desk::show(&config, schemas, &r, &key).map_err(not_found)?;
+        let path = shown.file_now.ok_or_else(|| {
+            (
+                StatusCode::NOT_FOUND,
+                format!("{key}: its file is no longer where it was recorded"),
+            )
+        })?;
+        let unreadable =
+            |e: std::io::Error| (StatusCode::NOT_FOUND, format!("{}: {e}", path.display()));
+        let size = std::fs::metadata(&path).map_err(unreadable)?.len();
+        if size > FILE_HANDED {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{}: {size} bytes, more than a page hands out; it is there",
+                    path.display()
+                ),
+            ));
+        }
+        let bytes = std::fs::read(&path).map_err(unreadable)?;
+        let name = path
+            .file_name()
+            .map(|n| crate::outputs::safe_name(&n.to_string_lossy()))
+            .unwrap_or_default();
+        Ok((name, bytes))
+    })
+    .await;
+    match found {
+        Ok(Ok((name, bytes))) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+                (
+                    header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{name}\""),
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Ok(Err((status, why))) => message(&site, &who, status, "Not found", &p(&why)),
+        Err(e) => message(
+            &site,
+            &who,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Failed",
+            &e.to_string(),
+        ),
     }
 }
 
@@ -1160,6 +1241,8 @@ async fn interchange(
                 .map(|f| p(crate::text::bounded(f, 2048)))
                 .collect(),
             findings_more: s.findings.len().saturating_sub(SHOWN),
+            segments: s.segments.clone(),
+            segments_more: s.segments_more,
             acks: s.acks.iter().map(ack_view).collect(),
             conflict_acks: s.conflict_acks.iter().map(ack_view).collect(),
             outputs: rec.outputs.iter().map(|o| p(o)).collect(),
