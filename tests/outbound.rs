@@ -585,6 +585,16 @@ fn acknowledgments_settle(g: &Gate) {
         rejected.contains("INV-R") && rejected.contains("INV-T") && !rejected.contains("INV-A<"),
         "{rejected}"
     );
+    // The partner as any command names it: its name.
+    let (_, by_name) = page.call(
+        "GET",
+        "/sent?state=rejected&partner=Acme+Retail",
+        None,
+        &[],
+        None,
+    );
+    let by_name = by_name.as_str().unwrap_or_default().to_string();
+    assert_eq!(by_name.matches("<tr data-key=").count(), 2, "{by_name}");
     drop(page);
     // A late 997 still settles L, marked late.
     let late = ack_997(904, &[("IN", &g6("L"), "AK2*810*0001~AK5*A~AK9*A*1*1*1~")]);

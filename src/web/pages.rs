@@ -1402,9 +1402,14 @@ async fn sent(
         ];
         let state = states.iter().find(|s| **s == q.state.trim()).copied();
         let partner = crate::text::bounded(q.partner.trim(), 64).to_string();
+        // As every command names a partner; a name that fits none matches nothing.
+        let key = site
+            .config()
+            .partner_named(&partner)
+            .map_or_else(|_| partner.clone(), |x| x.key());
         let rows = r
             .outbound_rows(
-                (!partner.is_empty()).then_some(partner.as_str()),
+                (!partner.is_empty()).then_some(key.as_str()),
                 state,
                 None,
                 LIMIT,
