@@ -156,6 +156,11 @@ fn every_command_and_page_reads_the_same_on_both_backends() {
             "/rejected",
             "/held",
             "/dead",
+            "/search?q=101&set=850",
+            "/search?q=so-1002",
+            "/deliveries?partner=ACME",
+            "/documents?set=850&since=2000-01-01",
+            "/document/PO-4471",
         ] {
             let (status, _, body) = crate::web::request("GET", &served.url(path), &[], None);
             // Rows of equal times may come in either order: compared as a set of lines.

@@ -1293,3 +1293,51 @@ fn the_interchange_page_shows_the_partners_segments_with_the_finding_at_its_segm
     assert_eq!(status, 200);
     assert_eq!(file, bad, "the file as stored");
 }
+
+/// Search as a desk searches: by the ERP's reference for a document (any case), by a GS06,
+/// by set id, and by the partner's name.
+#[test]
+fn the_search_finds_by_erp_reference_gs06_set_and_partner_name() {
+    let gate = Gate::new(Settings::default());
+    // ISA13 501, GS06 77.
+    let file = interchange(501, "PO-R")
+        .replace("*501*X*004010~", "*77*X*004010~")
+        .replace("GE*1*501~", "GE*1*77~");
+    fs::write(gate.dir().join("r.x12"), file).unwrap();
+    let run = |args: &[&str]| {
+        let out = crate::util::x12gate(gate.dir())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["process", "r.x12"]);
+    run(&["confirm", "PO-R", "--ref", "SO-1002"]);
+    let s = Served::start(gate.dir(), &[], None);
+    let search = |query: &str| {
+        let (status, _, body) = request("GET", &s.url(&format!("/search?{query}")), &[], None);
+        assert_eq!(status, 200, "{query}: {body}");
+        body
+    };
+    let document = "data-document=\"ZZ:ACME:850:PO-R:00:\"";
+    for query in [
+        "q=SO-1002",
+        "q=so-1002",
+        "q=77",
+        "q=PO-R&set=850",
+        "partner=Acme+Retail&set=850",
+    ] {
+        let found = search(query);
+        assert!(found.contains(document), "{query}: {found}");
+        assert!(
+            found.contains("ZZ:ACME:000000501"),
+            "{query}: the interchange: {found}"
+        );
+    }
+    let none = search("q=PO-R&set=810");
+    assert!(!none.contains(document), "{none}");
+}

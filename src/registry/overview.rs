@@ -26,10 +26,13 @@ pub struct Listed {
 /// What to look for; `None` matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct Search {
-    /// A control number (padded or not), a partner (`QUAL:ID` or `ID`), a key, a document
-    /// key or a part of one (a PO number), or a part of a file name.
+    /// A control number (padded or not: an ISA13 or a GS06), a partner (`QUAL:ID` or `ID`),
+    /// a key, a document key or a part of one (a PO number), an ST02, the ERP's reference
+    /// for a document (`SO-1002`), or a part of a file name.
     pub text: Option<String>,
     pub partner: Option<String>,
+    /// Only interchanges carrying a set of this id (`810`), and documents of it.
+    pub set: Option<String>,
     pub disposition: Option<Disposition>,
     pub since_ms: Option<i64>,
     /// Until this time, not included.
@@ -236,9 +239,14 @@ impl Registry {
                         OR partner = ?1 OR substr(partner, instr(partner, ':') + 1) = ?1
                         OR (CAST(?3 AS TEXT) IS NOT NULL AND ltrim(control_number, '0') = ?3)
                         OR (CAST(?10 AS TEXT) IS NOT NULL AND instr(lower(COALESCE(file, '')), ?10) > 0)
+                        OR (CAST(?3 AS TEXT) IS NOT NULL AND key IN (SELECT interchange_key
+                            FROM groups WHERE ltrim(control_number, '0') = ?3))
                         OR key IN (SELECT interchange_key FROM documents
-                                   WHERE instr(lower(key), ?4) > 0))
+                                   WHERE instr(lower(key), ?4) > 0
+                                      OR lower(COALESCE(result_ref, '')) = lower(CAST(?1 AS TEXT))))
                    AND (CAST(?5 AS TEXT) IS NULL OR partner = ?5 OR substr(partner, instr(partner, ':') + 1) = ?5)
+                   AND (CAST(?11 AS TEXT) IS NULL OR key IN (SELECT interchange_key FROM documents
+                        WHERE set_id = ?11))
                    AND (disposition = ?6 OR ?6 IS NULL)
                    AND (last_seen >= ?7 OR ?7 IS NULL) AND (first_seen < ?8 OR ?8 IS NULL)
                  ORDER BY last_seen DESC, key LIMIT ?9"
@@ -253,7 +261,8 @@ impl Registry {
                 s.since_ms,
                 s.until_ms,
                 limit,
-                files
+                files,
+                s.set
             ],
             read,
         )?;
@@ -262,7 +271,12 @@ impl Registry {
         let mut documents = self.all(
             &format!(
                 "SELECT {} FROM documents
-                 WHERE (CAST(?1 AS TEXT) IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1)
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR instr(lower(key), ?2) > 0 OR st02 = ?1
+                        OR lower(COALESCE(result_ref, '')) = lower(CAST(?1 AS TEXT))
+                        OR (CAST(?9 AS TEXT) IS NOT NULL AND interchange_key IN
+                            (SELECT interchange_key FROM groups
+                             WHERE ltrim(control_number, '0') = ?9)))
+                   AND (CAST(?8 AS TEXT) IS NULL OR set_id = ?8)
                    AND (CAST(?3 AS TEXT) IS NULL OR partner = ?3 OR substr(partner, instr(partner, ':') + 1) = ?3)
                    AND (seen >= ?4 OR ?4 IS NULL) AND (seen < ?5 OR ?5 IS NULL)
                    AND (CAST(?7 AS TEXT) IS NULL OR interchange_key IN
@@ -277,7 +291,9 @@ impl Registry {
                 s.since_ms,
                 s.until_ms,
                 limit,
-                s.disposition
+                s.disposition,
+                s.set,
+                number
             ],
             read,
         )?;

@@ -725,6 +725,8 @@ pub struct SearchQuery {
     since: String,
     #[serde(default)]
     until: String,
+    #[serde(default)]
+    set: String,
 }
 
 pub struct ListedView {
@@ -810,6 +812,7 @@ struct SearchPage {
     disposition: String,
     since: String,
     until: String,
+    set: String,
     dispositions: Vec<&'static str>,
     searched: bool,
     error: Option<String>,
@@ -874,6 +877,7 @@ async fn search(
             disposition: bounded(&q.disposition),
             since: p(&bounded(&q.since)),
             until: p(&bounded(&q.until)),
+            set: p(&bounded(&q.set)),
             dispositions: [
                 Disposition::Accepted,
                 Disposition::Partial,
@@ -892,7 +896,7 @@ async fn search(
             more_documents: false,
             limit: LIMIT,
         };
-        let asked = [&q.q, &q.partner, &q.disposition, &q.since, &q.until]
+        let asked = [&q.q, &q.partner, &q.disposition, &q.since, &q.until, &q.set]
             .iter()
             .any(|s| !s.trim().is_empty());
         if !asked {
@@ -922,7 +926,16 @@ async fn search(
         let found = r
             .search(&Search {
                 text: Some(bounded(&q.q)).filter(|s| !s.is_empty()),
-                partner: Some(bounded(&q.partner)).filter(|s| !s.is_empty()),
+                // A partner as every command names one; otherwise as typed (a sender no
+                // partner configures).
+                partner: Some(bounded(&q.partner))
+                    .filter(|s| !s.is_empty())
+                    .map(|typed| {
+                        config
+                            .partner_named(&typed)
+                            .map_or(typed, crate::config::Partner::key)
+                    }),
+                set: Some(bounded(&q.set)).filter(|s| !s.is_empty()),
                 disposition,
                 since_ms: since,
                 until_ms: until,
