@@ -361,11 +361,14 @@ fn partner_segments(
     findings: &[crate::finding::Finding],
 ) -> (Vec<PartnerSegment>, usize) {
     let terminator = ic.delimiters().segment;
-    let mut all = ic
-        .bytes()
-        .split(|b| *b == terminator)
-        .map(|s| s.trim_ascii())
-        .filter(|s| !s.is_empty());
+    let bytes = ic.bytes();
+    // Counted as the reader counts them: an empty segment (`~~`) has its ordinal too; only
+    // what follows the last terminator (a line ending) is none.
+    let body = match bytes.iter().rposition(|b| *b == terminator) {
+        Some(last) => bytes.get(..last).unwrap_or_default(),
+        None => bytes,
+    };
+    let mut all = body.split(|b| *b == terminator).map(<[u8]>::trim_ascii);
     let segments: Vec<PartnerSegment> = all
         .by_ref()
         .take(SEGMENTS_SHOWN)
@@ -758,6 +761,24 @@ pub fn release_documents(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_empty_segment_keeps_its_ordinal_so_findings_land_on_their_segment() {
+        let text = "ISA*00*          *00*          *ZZ*ACME           *ZZ*X12GATE        *240101*1200*U*00401*000000001*0*P*>~GS*PO*ACME*X12GATE*20240101*1200*1*X*004010~~ST*850*0001~SE*2*0001~GE*1*1~IEA*1*000000001~\n";
+        let ic = crate::x12::Interchanges::new(text.as_bytes(), crate::x12::Limits::default())
+            .flatten()
+            .next()
+            .expect("an interchange");
+        let (segments, more) = super::partner_segments(&ic, &[]);
+        let shown: Vec<(u32, &str)> = segments
+            .iter()
+            .map(|s| (s.ordinal, s.text.as_str()))
+            .collect();
+        assert_eq!(more, 0);
+        assert_eq!(shown.get(2), Some(&(3, "")));
+        assert_eq!(shown.get(3), Some(&(4, "ST*850*0001")));
+        assert_eq!(shown.last(), Some(&(7, "IEA*1*000000001")));
+    }
+
     use super::*;
 
     /// Read in pieces of a few hundred bytes, an interchange larger than one in parts, a

@@ -939,15 +939,12 @@ impl Watcher {
     async fn serve(
         &mut self,
         nudges: &mut Nudges,
+        hangups: &mut Option<tokio::signal::unix::Signal>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), WatchError> {
         let mut tick = tokio::time::interval(self.tick_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
-        // SIGHUP: the configuration read again. Without the signal (it cannot be installed)
-        // the watcher still runs; a reload then needs a restart.
-        let mut hangups =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         loop {
             tokio::select! {
                 biased;
@@ -999,16 +996,22 @@ impl Watcher {
                     site.put_in_force(config.clone(), Some(schemas));
                 }
                 // The deliverer starts again on the new destinations; the old one finishes
-                // the attempt it is making, off this loop.
-                if let Some(old) = self.deliverer.take() {
-                    tokio::task::spawn_blocking(move || drop(old));
-                }
-                if let Ok(registry) = crate::setup::open_registry(&config) {
-                    self.deliverer = crate::delivery::Background::start(
-                        config,
-                        registry,
-                        format!("{}:deliver", self.options.owner),
-                    );
+                // the attempt it is making, off this loop. Without a registry connection
+                // now, the old one goes on (on the destinations it started with).
+                match crate::setup::open_registry(&config) {
+                    Ok(registry) => {
+                        let new = crate::delivery::Background::start(
+                            config,
+                            registry,
+                            format!("{}:deliver", self.options.owner),
+                        );
+                        if let Some(old) = std::mem::replace(&mut self.deliverer, new) {
+                            tokio::task::spawn_blocking(move || drop(old));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the deliverer keeps the destinations it started with until the next reload or a restart");
+                    }
                 }
                 serde_json::json!({ "reloaded": path.display().to_string(), "changes": changes })
             }
@@ -1274,8 +1277,12 @@ pub async fn run(
     options: WatchOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, WatchError> {
+    // SIGHUP taken first: one during the start (a `systemctl reload` then) must not kill
+    // the watcher; it is answered once the loop runs. Without the signal the watcher still
+    // runs; a reload then needs a restart.
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut w = Watcher::start(config, schemas, options).await?;
     let mut nudges = Nudges::watch(&w.config.gateway.inbox, options)?;
-    w.serve(&mut nudges, shutdown).await?;
+    w.serve(&mut nudges, &mut hangups, shutdown).await?;
     Ok(w.finish())
 }

@@ -1214,6 +1214,17 @@ fn a_failing_erp_shows_on_the_overview_the_deliveries_and_the_documents_page() {
     let (_, bad) = get("/documents?since=yesterday");
     assert!(bad.contains("a date is YYYY-MM-DD"), "{bad}");
 
+    // PO-A resent: its newest sighting is a duplicate, which keeps no JSON of its own.
+    fs::write(gate.dir().join("c.x12"), interchange(303, "PO-A")).unwrap();
+    let out = crate::util::x12gate(gate.dir())
+        .args(["process", "--no-deliver", "c.x12"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("duplicate"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let (status, doc) = get("/document/PO-A");
     assert_eq!(status, 200, "{doc}");
     assert!(

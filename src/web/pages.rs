@@ -1515,6 +1515,8 @@ fn picked(
         "" => None,
         t => match config.partner_named(t) {
             Ok(p) => Some(p.key()),
+            // A sender no partner configures (or one removed since) still has its rows.
+            Err(_) if t.contains(':') => Some(t.to_string()),
             Err(e) => {
                 problem = Some(e.to_string());
                 None
@@ -1823,9 +1825,8 @@ async fn document(
                     .map(event_view),
             );
         }
-        if let Some(latest) = rows.last() {
-            let kept = r.document_bodies(&[latest.id]).map_err(e)?;
-            if let Some(Some(Ok(body))) = kept.into_iter().next() {
+        if let Some(body) = newest_body(&r, &rows).map_err(e)? {
+            {
                 let pretty = serde_json::from_slice::<serde_json::Value>(&body)
                     .and_then(|v| serde_json::to_string_pretty(&v))
                     .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
@@ -1841,6 +1842,19 @@ async fn document(
         rendered(shown)
     })
     .await
+}
+
+/// The JSON of the newest sighting that has one kept: a resend decided duplicate or a
+/// conflict keeps none of its own.
+fn newest_body(
+    r: &Registry,
+    rows: &[crate::registry::DocumentRow],
+) -> Result<Option<Vec<u8>>, crate::registry::RegistryError> {
+    let ids: Vec<i64> = rows.iter().map(|d| d.id).collect();
+    Ok(r.document_bodies(&ids)?
+        .into_iter()
+        .rev()
+        .find_map(|kept| kept.and_then(Result::ok)))
 }
 
 /// A document's JSON whole, as its destinations were given it.
@@ -1862,11 +1876,9 @@ async fn document_body(
         };
         let unavailable = |e: crate::registry::RegistryError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         let rows = r.documents(&[], Some(&key)).map_err(unavailable)?;
-        let latest = rows.last().ok_or((StatusCode::NOT_FOUND, "no sighting".to_string()))?;
-        match r.document_bodies(&[latest.id]).map_err(unavailable)?.into_iter().next().flatten() {
-            Some(Ok(body)) => Ok((key, body)),
-            Some(Err(why)) => Err((StatusCode::INTERNAL_SERVER_ERROR, why)),
-            None => Err((StatusCode::NOT_FOUND, format!("{}: its JSON is not kept (recorded before the registry kept documents, or pruned)", p(&key)))),
+        match newest_body(&r, &rows).map_err(unavailable)? {
+            Some(body) => Ok((key, body)),
+            None => Err((StatusCode::NOT_FOUND, format!("{}: no sighting of it has its JSON kept (recorded before the registry kept documents, pruned since, or one that unpacks wrong)", p(&key)))),
         }
     })
     .await;

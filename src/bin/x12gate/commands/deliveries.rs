@@ -145,7 +145,9 @@ pub fn deliveries(
         None => {}
     }
     let state = state.and_then(DeliveryState::parse);
-    let partner = partner.map(|p| super::partner_arg(config, p)).transpose()?;
+    let partner = partner
+        .map(|p| super::partner_filter(config, p))
+        .transpose()?;
     let rows = registry
         .deliveries(state, partner.as_deref(), None)
         .map_err(registry_failure)?;

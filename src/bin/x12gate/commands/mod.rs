@@ -90,6 +90,27 @@ fn interchange_key(registry: &x12gate::registry::Registry, typed: &str) -> Resul
     x12gate::desk::resolve(registry, typed).map_err(|e| Failure::Usage(e.into()))
 }
 
+/// A partner to list by: as [`partner_arg`], except that a `QUAL:ID` no partner configures
+/// is taken as written, said so on stderr: a sender removed from the configuration (or never
+/// in it) still has its history.
+fn partner_filter(config: &Config, typed: &str) -> Result<String, Failure> {
+    match config.partner_named(typed) {
+        Ok(p) => Ok(p.key()),
+        Err(e) => match typed.trim().split_once(':') {
+            Some((q, id)) if !q.trim().is_empty() && !id.trim().is_empty() => {
+                let key = format!("{}:{}", q.trim(), id.trim());
+                say!(
+                    "INFO",
+                    "x12gate: {} is not a configured partner: listing what the registry holds under it",
+                    x12gate::text::printable(&key)
+                );
+                Ok(key)
+            }
+            _ => Err(Failure::Usage(e.into())),
+        },
+    }
+}
+
 fn open_registry(config: &Config) -> Result<x12gate::registry::Registry, Failure> {
     x12gate::registry::Registry::open(
         &config.gateway.database,

@@ -260,7 +260,9 @@ pub fn sent(
         }
         return Ok(exit::OK);
     }
-    let partner = partner.map(|p| super::partner_arg(config, p)).transpose()?;
+    let partner = partner
+        .map(|p| super::partner_filter(config, p))
+        .transpose()?;
     let since = since
         .map(|s| super::registry::parse_time(s, false))
         .transpose()?;

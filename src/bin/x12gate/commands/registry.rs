@@ -123,7 +123,7 @@ pub fn history_filter(
 ) -> Result<x12gate::registry::EventFilter, Failure> {
     use x12gate::ack::Disposition;
     let partner = partner
-        .map(|p| super::partner_arg(config, &p))
+        .map(|p| super::partner_filter(config, &p))
         .transpose()?;
     let control_number = control_number.map(|n| {
         if !n.is_empty() && n.len() < 9 && n.bytes().all(|b| b.is_ascii_digit()) {
