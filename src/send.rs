@@ -187,13 +187,7 @@ pub fn send_all(
     let started = Instant::now();
     let claims = claim_all(config, registry, prepared, &owner)?;
     spent.registry += started.elapsed();
-    let mine: Vec<(&OutboundRow, &Arc<[u8]>)> = claims
-        .iter()
-        .filter_map(|c| match c {
-            Ok(OutboundClaim::Write { row, bytes, .. }) => Some((row, bytes)),
-            _ => None,
-        })
-        .collect();
+    let mine = ours_to_write(&claims);
     fail::fail_point!("send.before_file", |_| std::process::abort());
     let mut finished = write_and_mark(config, registry, &mine, &owner, spent)?.into_iter();
     let mut results = Vec::with_capacity(prepared.len());
@@ -232,6 +226,17 @@ pub fn send_all(
 
 /// A claim ours finished: its row as marked and its file, or why not.
 type Finished = Result<(OutboundRow, PathBuf), SendError>;
+
+/// The claims of a batch that are ours to write: each row with its interchange's bytes.
+fn ours_to_write(claims: &[Result<OutboundClaim, String>]) -> Vec<(&OutboundRow, &Arc<[u8]>)> {
+    claims
+        .iter()
+        .filter_map(|c| match c {
+            Ok(OutboundClaim::Write { row, bytes, .. }) => Some((row, bytes)),
+            _ => None,
+        })
+        .collect()
+}
 
 /// Claims ours finished: each interchange's file written once, whatever number of its
 /// documents are here (all made durable together, then renamed into place), then every
@@ -558,13 +563,7 @@ pub fn finish_unfinished(config: &Config, registry: &mut Registry) -> Result<usi
         Err("a recorded document is never numbered again".to_string())
     };
     let claims = registry.claim_outbound_many(&news, &never)?;
-    let mine: Vec<(&OutboundRow, &Arc<[u8]>)> = claims
-        .iter()
-        .filter_map(|c| match c {
-            Ok(OutboundClaim::Write { row, bytes, .. }) => Some((row, bytes)),
-            _ => None,
-        })
-        .collect();
+    let mine = ours_to_write(&claims);
     for (row, _) in &mine {
         tracing::warn!(key = %row.key, isa13 = row.isa13, "finishing a document whose writer is gone: its recorded interchange written");
     }

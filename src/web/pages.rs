@@ -1103,14 +1103,9 @@ async fn interchange_file(
     headers: HeaderMap,
     Path(given): Path<String>,
 ) -> Response {
-    let who = site.who(&headers).await;
-    if !site.tokens.is_empty() && who == Who::Anonymous {
-        return Redirect::to("/login").into_response();
-    }
-    let s = site.clone();
-    let found = tokio::task::spawn_blocking(move || {
+    download(site, headers, "application/octet-stream", move |s| {
         let config = s.config();
-        let r = reader(&s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
+        let r = reader(s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
         let not_found = |e: crate::desk::DeskError| (StatusCode::NOT_FOUND, e.to_string());
         let key = crate::desk::resolve(&r, &given).map_err(not_found)?;
         let schemas = s
@@ -1143,11 +1138,24 @@ async fn interchange_file(
             .unwrap_or_default();
         Ok((name, bytes))
     })
-    .await;
-    match found {
+    .await
+}
+
+/// A file handed out to an operator (anyone else goes to the login form when tokens are
+/// configured): what `find` reads on a blocking thread, a name and its bytes, or why not.
+async fn download<F>(site: Arc<Site>, headers: HeaderMap, kind: &'static str, find: F) -> Response
+where
+    F: FnOnce(&Site) -> Result<(String, Vec<u8>), (StatusCode, String)> + Send + 'static,
+{
+    let who = site.who(&headers).await;
+    if !site.tokens.is_empty() && who == Who::Anonymous {
+        return Redirect::to("/login").into_response();
+    }
+    let s = site.clone();
+    match tokio::task::spawn_blocking(move || find(&s)).await {
         Ok(Ok((name, bytes))) => (
             [
-                (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+                (header::CONTENT_TYPE, kind.to_string()),
                 (
                     header::CONTENT_DISPOSITION,
                     format!("attachment; filename=\"{name}\""),
@@ -1863,13 +1871,8 @@ async fn document_body(
     headers: HeaderMap,
     Path(given): Path<String>,
 ) -> Response {
-    let who = site.who(&headers).await;
-    if !site.tokens.is_empty() && who == Who::Anonymous {
-        return Redirect::to("/login").into_response();
-    }
-    let s = site.clone();
-    let found = tokio::task::spawn_blocking(move || {
-        let r = reader(&s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
+    download(site, headers, "application/json", move |s| {
+        let r = reader(s).map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e))?;
         let key = match document_named(&r, &given).map_err(|Refused(c, w)| (c, w))? {
             crate::registry::Resolved::One(key) => key,
             _ => return Err((StatusCode::NOT_FOUND, format!("{}: names several documents", p(&given)))),
@@ -1877,35 +1880,11 @@ async fn document_body(
         let unavailable = |e: crate::registry::RegistryError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         let rows = r.documents(&[], Some(&key)).map_err(unavailable)?;
         match newest_body(&r, &rows).map_err(unavailable)? {
-            Some(body) => Ok((key, body)),
+            Some(body) => Ok((format!("{}.json", crate::outputs::safe_name(&key)), body)),
             None => Err((StatusCode::NOT_FOUND, format!("{}: no sighting of it has its JSON kept (recorded before the registry kept documents, pruned since, or one that unpacks wrong)", p(&key)))),
         }
     })
-    .await;
-    match found {
-        Ok(Ok((key, body))) => (
-            [
-                (header::CONTENT_TYPE, "application/json".to_string()),
-                (
-                    header::CONTENT_DISPOSITION,
-                    format!(
-                        "attachment; filename=\"{}.json\"",
-                        crate::outputs::safe_name(&key)
-                    ),
-                ),
-            ],
-            body,
-        )
-            .into_response(),
-        Ok(Err((status, why))) => message(&site, &who, status, "Not found", &why),
-        Err(e) => message(
-            &site,
-            &who,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Failed",
-            &e.to_string(),
-        ),
-    }
+    .await
 }
 
 // ---------------------------------------------------------------- login
